@@ -1,0 +1,47 @@
+"""Runs one tool call per SQS record and reports it to the waiting Step Functions task."""
+
+import os
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shared.messages import ToolCallMessage
+from shared.runs import ToolCallExecutor
+from shared.runs.factory import build_tool_executor
+from shared.settings import StoreSettings
+
+logger = Logger()
+tracer = Tracer()
+processor = BatchProcessor(event_type=EventType.SQS)
+store_settings = StoreSettings.from_env()
+# Below the state's HeartbeatSeconds (900) so one missed beat does not fail the call.
+HEARTBEAT_EVERY = float(os.environ.get("TOOLPIPE_HEARTBEAT_EVERY", "60"))
+_lease_seconds = 900
+
+
+@cache
+def service() -> ToolCallExecutor:
+    return build_tool_executor(store_settings, HEARTBEAT_EVERY)
+
+
+def record_handler(record: SQSRecord) -> None:
+    message = ToolCallMessage.model_validate_json(record.body)
+    logger.append_keys(run_id=message.run_id, call_id=message.call_id)
+    outcome = service().execute(message, lease_seconds=_lease_seconds)
+    logger.info("tool call done", status=outcome.status)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    global _lease_seconds
+    # A claim outlives this invocation by a margin, so a redelivery waits until it is over.
+    _lease_seconds = context.get_remaining_time_in_millis() // 1000 + 30
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

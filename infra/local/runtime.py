@@ -1,0 +1,249 @@
+"""The embedded default: the whole pipeline on one machine, with no AWS account and no Docker.
+
+moto stands in for DynamoDB, S3, SQS, Lambda and Step Functions (its interpreter switched
+on, so the state machine definition the stack ships really executes); our handlers run
+in-process; a pool of local workers consumes the tool queue in parallel; API calls go to
+the real API handler as API Gateway proxy events.
+"""
+
+import base64
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from moto import mock_aws
+
+from infra import limits
+from infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json, substitute
+from infra.local import lambdas
+from infra.local.workers import WorkerPool
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+REGION = "us-east-1"
+TABLE = "toolpipe-local"
+BUCKET = "toolpipe-local-contents"
+ORCHESTRATOR_HANDLER = "functions.orchestrator.handler.lambda_handler"
+API_HANDLER = "functions.api.handler.lambda_handler"
+_HANDLER_MODULES = ("functions.orchestrator.handler", "functions.tool_worker.handler", "functions.api.handler")
+
+
+class LocalRuntime:
+    """`with LocalRuntime() as rt:` the stack's resources in moto, workers running.
+
+    `state_dir`, when given, keeps the table and the content bucket between processes, so
+    `toolpipe show` can read a run that `toolpipe run` made.
+    """
+
+    def __init__(
+        self,
+        *,
+        state_dir: Path | None = None,
+        workers: int = 4,
+        visibility_timeout: int = limits.QUEUE_VISIBILITY_SECONDS,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        self._state_dir = state_dir
+        self._worker_count = workers
+        self._visibility = visibility_timeout
+        self._extra_env = extra_env or {}
+        self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
+        self._saved_env: dict[str, str | None] = {}
+        self.workers: WorkerPool | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> "LocalRuntime":
+        self._set_env(
+            {
+                "AWS_ACCESS_KEY_ID": "local",
+                "AWS_SECRET_ACCESS_KEY": "local",
+                "AWS_SESSION_TOKEN": "local",
+                "AWS_DEFAULT_REGION": REGION,
+                "AWS_REGION": REGION,
+                "TABLE_NAME": TABLE,
+                "BUCKET_NAME": BUCKET,
+                "POWERTOOLS_TRACE_DISABLED": "1",
+                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+                "POWERTOOLS_SERVICE_NAME": "toolpipe",
+                **self._extra_env,
+            }
+        )
+        self._mock.start()
+        lambdas.install()
+        self._create_resources()
+        self._reset_handler_caches()
+        if self._state_dir is not None:
+            self._load_state(self._state_dir)
+        self.workers = WorkerPool(
+            self.sqs, self.queue_url, self.queue_arn, self._worker_count, limits.WORKER_TIMEOUT_SECONDS
+        )
+        self.workers.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if self.workers is not None:
+                self.workers.stop()
+            if self._state_dir is not None:
+                self._save_state(self._state_dir)
+        finally:
+            self._mock.stop()
+            for name, value in self._saved_env.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    def _set_env(self, values: dict[str, str]) -> None:
+        # Lambda environments are per function; here they are one process's: every handler
+        # reads the same variables, which is why their names do not overlap.
+        for name, value in values.items():
+            self._saved_env.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
+
+    @staticmethod
+    def _reset_handler_caches() -> None:
+        # Services are built once per cold start; a new runtime is a new cold start.
+        for name in _HANDLER_MODULES:
+            module = sys.modules.get(name)
+            for value in vars(module).values() if module else ():
+                if callable(getattr(value, "cache_clear", None)):
+                    value.cache_clear()
+
+    def _create_resources(self) -> None:
+        self.dynamodb: DynamoDBClient = boto3.client("dynamodb", region_name=REGION)
+        self.dynamodb.create_table(
+            TableName=TABLE,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        self.s3 = boto3.client("s3", region_name=REGION)
+        self.s3.create_bucket(Bucket=BUCKET)
+
+        self.sqs = boto3.client("sqs", region_name=REGION)
+        dlq_url = self.sqs.create_queue(QueueName="toolpipe-local-tool-dlq")["QueueUrl"]
+        dlq_arn = self.sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        self.dlq_url = dlq_url
+        self.queue_url = self.sqs.create_queue(
+            QueueName="toolpipe-local-tools",
+            Attributes={
+                "VisibilityTimeout": str(self._visibility),
+                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": limits.MAX_RECEIVES}),
+            },
+        )["QueueUrl"]
+        self.queue_arn = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+
+        iam = boto3.client("iam", region_name=REGION)
+        role_arn = iam.create_role(
+            RoleName="toolpipe-local",
+            AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
+        )["Role"]["Arn"]
+        self.lambda_client = boto3.client("lambda", region_name=REGION)
+        orchestrator_arn = self.lambda_client.create_function(
+            FunctionName="toolpipe-local-orchestrator",
+            Runtime="python3.11",
+            Role=role_arn,
+            Handler=ORCHESTRATOR_HANDLER,
+            Code={"ZipFile": b"in-process"},  # never unpacked: lambdas.install() runs the handler
+            Timeout=limits.ORCHESTRATOR_TIMEOUT_SECONDS,
+        )["FunctionArn"]
+
+        self.sfn = boto3.client("stepfunctions", region_name=REGION)
+        self.definition = substitute(
+            definition_json(), {ORCHESTRATOR_ARN: orchestrator_arn, TOOL_QUEUE_URL: self.queue_url}
+        )
+        self.state_machine_arn = self.sfn.create_state_machine(
+            name="toolpipe-local", definition=self.definition, roleArn=role_arn, type="STANDARD"
+        )["stateMachineArn"]
+        self._set_env({"STATE_MACHINE_ARN": self.state_machine_arn})
+
+    # --- the API, as API Gateway would call it ----------------------------------------------
+
+    def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """Send one request to the real API handler as a REST API proxy event."""
+        event = {
+            "resource": path,
+            "path": path,
+            "httpMethod": method,
+            "headers": {"content-type": "application/json"},
+            "multiValueHeaders": {},
+            "queryStringParameters": None,
+            "pathParameters": None,
+            "requestContext": {"requestId": str(uuid.uuid4()), "stage": "local", "httpMethod": method},
+            "body": None if body is None else body if isinstance(body, str) else json.dumps(body),
+            "isBase64Encoded": False,
+        }
+        response = lambdas.call_handler(
+            API_HANDLER, event, lambdas.LocalContext(function_name="api", timeout_seconds=limits.API_TIMEOUT_SECONDS)
+        )
+        payload = response.get("body")
+        return int(response["statusCode"]), json.loads(payload) if payload else None
+
+    # --- runs ------------------------------------------------------------------------------
+
+    def execution_arn(self, run_id: str) -> str:
+        return self.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{run_id}"
+
+    def wait_for_execution(self, run_id: str, timeout: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            described = self.sfn.describe_execution(executionArn=self.execution_arn(run_id))
+            if described["status"] != "RUNNING":
+                return dict(described)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} still running after {timeout} s")
+            time.sleep(0.02)
+
+    def execution_events(self, run_id: str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"executionArn": self.execution_arn(run_id), "maxResults": 1000}
+        while True:
+            page = self.sfn.get_execution_history(**kwargs)
+            events.extend(page["events"])
+            if not page.get("nextToken"):
+                return events
+            kwargs["nextToken"] = page["nextToken"]
+
+    # --- state kept between processes ------------------------------------------------------
+
+    def _save_state(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        items: list[dict[str, Any]] = []
+        for page in self.dynamodb.get_paginator("scan").paginate(TableName=TABLE):
+            items.extend(page.get("Items", []))
+        objects = {}
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
+            for obj in page.get("Contents", []):
+                body = self.s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
+                objects[obj["Key"]] = base64.b64encode(body).decode()
+        tmp = state_dir / "state.json.tmp"
+        tmp.write_text(json.dumps({"items": items, "objects": objects}))
+        tmp.replace(state_dir / "state.json")
+
+    def _load_state(self, state_dir: Path) -> None:
+        path = state_dir / "state.json"
+        if not path.exists():
+            return
+        state = json.loads(path.read_text())
+        for item in state.get("items", []):
+            self.dynamodb.put_item(TableName=TABLE, Item=item)
+        for key, body in state.get("objects", {}).items():
+            self.s3.put_object(Bucket=BUCKET, Key=key, Body=base64.b64decode(body))

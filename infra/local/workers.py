@@ -1,0 +1,75 @@
+"""A pool of local tool workers consuming the tool queue, as Lambda's SQS poller would.
+
+Each worker takes one message at a time (batch size 1), passes it to the real handler as
+an SQS event, deletes it on success and leaves it for redelivery after the visibility
+timeout when the handler reports it in `batchItemFailures` or raises.
+"""
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from infra.local.lambdas import LocalContext, call_handler
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.client import SQSClient
+
+WORKER_HANDLER = "functions.tool_worker.handler.lambda_handler"
+
+
+class WorkerPool:
+    def __init__(self, sqs: "SQSClient", queue_url: str, queue_arn: str, size: int, timeout_seconds: int) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._queue_arn = queue_arn
+        self._timeout = timeout_seconds
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._loop, name=f"tool-worker-{i}", daemon=True) for i in range(size)]
+        self.invocations = 0
+        self._count_lock = threading.Lock()
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            received = self._sqs.receive_message(
+                QueueUrl=self._queue_url,
+                MaxNumberOfMessages=1,
+                WaitTimeSeconds=1,
+                AttributeNames=["All"],
+            )
+            for message in received.get("Messages", []):
+                self._handle(message)
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        event = {
+            "Records": [
+                {
+                    "messageId": message["MessageId"],
+                    "receiptHandle": message["ReceiptHandle"],
+                    "body": message["Body"],
+                    "attributes": message.get("Attributes", {}),
+                    "messageAttributes": {},
+                    "md5OfBody": message["MD5OfBody"],
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": self._queue_arn,
+                    "awsRegion": "us-east-1",
+                }
+            ]
+        }
+        with self._count_lock:
+            self.invocations += 1
+        try:
+            response = call_handler(
+                WORKER_HANDLER, event, LocalContext(function_name="tool-worker", timeout_seconds=self._timeout)
+            )
+        except Exception:
+            return  # as Lambda would: the message comes back after the visibility timeout
+        if not response.get("batchItemFailures"):
+            self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])

@@ -1,0 +1,1 @@
+"""Domain code every toolpipe handler uses. Never imports `functions` or `infra`."""

@@ -1,0 +1,57 @@
+"""Three families of errors under one root (see STYLE.md).
+
+- `ModelVisibleError`: the model should see it as an error tool result; the run goes on.
+- `RunControlError`: control flow that ends or parks a run cleanly.
+- anything else (including `SystemError` subclasses here) fails the invocation so SQS or
+  Step Functions retry it.
+"""
+
+
+class ToolpipeError(Exception):
+    """Root of every error toolpipe raises on purpose."""
+
+
+class ModelVisibleError(ToolpipeError):
+    """An error the model can act on: it becomes an error tool result."""
+
+
+class UnknownToolError(ModelVisibleError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Unknown tool '{name}'. Call only the tools you were given.")
+        self.name = name
+
+
+class InvalidArgumentsError(ModelVisibleError):
+    """The model's arguments were not JSON or did not match the tool's schema."""
+
+
+class ToolExecutionError(ModelVisibleError):
+    """The tool itself raised."""
+
+
+class RunControlError(ToolpipeError):
+    """Ends or parks a run cleanly."""
+
+
+class ConfigurationError(ToolpipeError):
+    """A required setting is missing or malformed; raised at start-up, not at first use."""
+
+
+class RunNotFoundError(ToolpipeError):
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id} not found")
+        self.run_id = run_id
+
+
+class UnknownAgentError(ToolpipeError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown agent '{name}' (known: {', '.join(sorted(known))})")
+        self.name = name
+
+
+class ModelCallError(ToolpipeError):
+    """The model endpoint failed after every retry the time budget allowed."""
+
+
+class CallInProgressError(ToolpipeError):
+    """Another delivery of the same tool call holds the claim; retry later (SQS redelivers)."""

@@ -1,0 +1,3 @@
+from shared.history.store import DynamoHistoryStore, HistoryStore
+
+__all__ = ["DynamoHistoryStore", "HistoryStore"]

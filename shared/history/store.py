@@ -1,0 +1,230 @@
+"""Run history in one DynamoDB table: one item per message, appended, never rewritten.
+
+Keys: `pk=RUN#<id>` with `sk=META` (the run record), `sk=MSG#<seq:06d>` (one history item
+each) and `sk=CALL#<seq:06d>` (a claim that keeps a duplicate SQS delivery from running a
+tool twice). An item whose JSON would pass `inline_content_limit` is stored in S3 and the
+DynamoDB item keeps a reference: items stop at 400 KB.
+"""
+
+import time
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Protocol
+
+from botocore.exceptions import ClientError
+
+from shared.errors import RunNotFoundError
+from shared.messages import HISTORY_ITEM, HistoryItem, RunRecord, RunStatus, Usage, utc_now
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.service_resource import Table
+    from mypy_boto3_s3.client import S3Client
+
+MSG_PREFIX = "MSG#"
+
+
+def _pk(run_id: str) -> str:
+    return f"RUN#{run_id}"
+
+
+def _msg_sk(seq: int) -> str:
+    return f"{MSG_PREFIX}{seq:06d}"
+
+
+def _is_conditional_failure(e: ClientError) -> bool:
+    code = e.response.get("Error", {}).get("Code")
+    return code in ("ConditionalCheckFailedException", "TransactionCanceledException")
+
+
+class HistoryStore(Protocol):
+    def create_run(self, record: RunRecord, first: HistoryItem) -> bool: ...
+    def get_run(self, run_id: str) -> RunRecord: ...
+    def load_history(self, run_id: str) -> list[HistoryItem]: ...
+    def get_item(self, run_id: str, seq: int) -> HistoryItem | None: ...
+    def append(self, run_id: str, item: HistoryItem) -> bool: ...
+    def record_model_call(
+        self, run_id: str, turn: int, prompt_tokens: int, completion_tokens: int
+    ) -> None: ...
+    def finish_run(
+        self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
+    ) -> None: ...
+    def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> bool: ...
+    def release_call(self, run_id: str, seq: int) -> None: ...
+
+
+class DynamoHistoryStore:
+    def __init__(self, table: "Table", s3: "S3Client", bucket: str, inline_limit: int = 100_000) -> None:
+        self._table = table
+        self._s3 = s3
+        self._bucket = bucket
+        self._inline_limit = inline_limit
+
+    # --- run record -----------------------------------------------------------------------
+
+    def create_run(self, record: RunRecord, first: HistoryItem) -> bool:
+        """Write the run record and its first message together; False if the run exists."""
+        meta = {
+            "pk": _pk(record.run_id),
+            "sk": "META",
+            **record.model_dump(mode="json", exclude={"usage"}),
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "model_calls": 0,
+        }
+        meta = {k: v for k, v in meta.items() if v is not None}
+        client = self._table.meta.client
+        try:
+            client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self._table.name,
+                            "Item": meta,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self._table.name,
+                            "Item": self._message_item(record.run_id, first),
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
+        except ClientError as e:
+            if _is_conditional_failure(e):
+                return False
+            raise
+        return True
+
+    def get_run(self, run_id: str) -> RunRecord:
+        item = self._table.get_item(Key={"pk": _pk(run_id), "sk": "META"}, ConsistentRead=True).get("Item")
+        if item is None:
+            raise RunNotFoundError(run_id)
+        data = {k: _plain(v) for k, v in item.items() if k not in ("pk", "sk")}
+        data["usage"] = Usage(
+            prompt_tokens=data.pop("prompt_tokens", 0),
+            completion_tokens=data.pop("completion_tokens", 0),
+            model_calls=data.pop("model_calls", 0),
+        )
+        return RunRecord.model_validate(data)
+
+    def record_model_call(self, run_id: str, turn: int, prompt_tokens: int, completion_tokens: int) -> None:
+        self._table.update_item(
+            Key={"pk": _pk(run_id), "sk": "META"},
+            UpdateExpression="ADD prompt_tokens :p, completion_tokens :c, model_calls :one "
+            "SET turn = :t, updated_at = :now",
+            ExpressionAttributeValues={
+                ":p": prompt_tokens,
+                ":c": completion_tokens,
+                ":one": 1,
+                ":t": turn,
+                ":now": utc_now(),
+            },
+        )
+
+    def finish_run(
+        self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
+    ) -> None:
+        names = {"#s": "status", "#o": "output", "#e": "error"}
+        values: dict[str, Any] = {":s": status.value, ":now": utc_now(), ":running": RunStatus.RUNNING.value}
+        sets = ["#s = :s", "updated_at = :now"]
+        for placeholder, value in (("#o", output), ("#e", error)):
+            if value is not None:
+                values[f":{placeholder[1]}"] = value
+                sets.append(f"{placeholder} = :{placeholder[1]}")
+        try:
+            self._table.update_item(
+                Key={"pk": _pk(run_id), "sk": "META"},
+                UpdateExpression="SET " + ", ".join(sets),
+                # A run ends once: a retried step must not overwrite the first ending.
+                ConditionExpression="#s = :running",
+                ExpressionAttributeNames={k: v for k, v in names.items() if k in " ".join(sets)},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as e:
+            if not _is_conditional_failure(e):
+                raise
+
+    # --- messages -------------------------------------------------------------------------
+
+    def _message_item(self, run_id: str, item: HistoryItem) -> dict[str, Any]:
+        data = HISTORY_ITEM.dump_json(item).decode()
+        row: dict[str, Any] = {"pk": _pk(run_id), "sk": _msg_sk(item.seq), "kind": item.kind}
+        if len(data.encode()) > self._inline_limit:
+            key = f"runs/{run_id}/messages/{item.seq:06d}.json"
+            self._s3.put_object(
+                Bucket=self._bucket, Key=key, Body=data.encode(), ContentType="application/json"
+            )
+            row["data_ref"] = key
+        else:
+            row["data"] = data
+        return row
+
+    def _load(self, row: dict[str, Any]) -> HistoryItem:
+        if "data_ref" in row:
+            body = self._s3.get_object(Bucket=self._bucket, Key=str(row["data_ref"]))["Body"].read()
+            return HISTORY_ITEM.validate_json(body)
+        return HISTORY_ITEM.validate_json(str(row["data"]))
+
+    def append(self, run_id: str, item: HistoryItem) -> bool:
+        """Append at `item.seq`; False if that slot is taken (a retry or duplicate delivery)."""
+        try:
+            self._table.put_item(
+                Item=self._message_item(run_id, item), ConditionExpression="attribute_not_exists(pk)"
+            )
+        except ClientError as e:
+            if _is_conditional_failure(e):
+                return False
+            raise
+        return True
+
+    def get_item(self, run_id: str, seq: int) -> HistoryItem | None:
+        row = self._table.get_item(Key={"pk": _pk(run_id), "sk": _msg_sk(seq)}, ConsistentRead=True).get(
+            "Item"
+        )
+        return None if row is None else self._load(row)
+
+    def load_history(self, run_id: str) -> list[HistoryItem]:
+        items: list[HistoryItem] = []
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :msg)",
+            "ExpressionAttributeValues": {":pk": _pk(run_id), ":msg": MSG_PREFIX},
+            "ConsistentRead": True,
+        }
+        while True:
+            page = self._table.query(**kwargs)
+            items.extend(self._load(row) for row in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return items
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    # --- tool call claims -----------------------------------------------------------------
+
+    def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> bool:
+        """Take the call for this delivery; False if another live delivery holds it.
+
+        Keyed by the call's history slot, not the model's call id: some OpenAI-compatible
+        servers reuse ids such as `call_0` on every turn.
+        """
+        now = int(time.time())
+        try:
+            self._table.put_item(
+                Item={"pk": _pk(run_id), "sk": f"CALL#{seq:06d}", "lease_until": now + lease_seconds},
+                ConditionExpression="attribute_not_exists(pk) OR lease_until < :now",
+                ExpressionAttributeValues={":now": now},
+            )
+        except ClientError as e:
+            if _is_conditional_failure(e):
+                return False
+            raise
+        return True
+
+    def release_call(self, run_id: str, seq: int) -> None:
+        self._table.delete_item(Key={"pk": _pk(run_id), "sk": f"CALL#{seq:06d}"})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value

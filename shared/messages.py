@@ -1,0 +1,158 @@
+"""What crosses a boundary: history items, run records, and the small contracts that travel
+through Step Functions and SQS (ids only, never message contents)."""
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class _Item(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    seq: int = Field(ge=1, description="Position in the run's history; also the DynamoDB sort key.")
+    turn: int = Field(ge=0, description="Model turn this item belongs to (0 = the user's input).")
+    created_at: str = Field(default_factory=utc_now)
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    id: str
+    name: str
+    # Raw JSON text exactly as the model sent it: validation happens at execution, and the
+    # model must see its own call unchanged on the next turn.
+    arguments: str
+
+
+class UserMessage(_Item):
+    kind: Literal["user"] = "user"
+    content: str
+
+
+class AssistantMessage(_Item):
+    kind: Literal["assistant"] = "assistant"
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+class ToolResult(_Item):
+    kind: Literal["tool_result"] = "tool_result"
+    call_id: str
+    tool: str
+    content: str
+    status: Literal["ok", "error"]
+    duration_ms: int | None = None
+
+
+HistoryItem = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="kind")]
+HISTORY_ITEM: TypeAdapter[HistoryItem] = TypeAdapter(HistoryItem)
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LIMIT = "limit"
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_calls: int = 0
+
+
+class RunRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    agent: str
+    status: RunStatus
+    timezone: str = "UTC"
+    turn: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    output: str | None = None
+    error: str | None = None
+    created_at: str = Field(default_factory=utc_now)
+    updated_at: str = Field(default_factory=utc_now)
+
+
+# --- contracts that travel through Step Functions and SQS --------------------------------
+
+
+class ExecutionInput(BaseModel):
+    """The whole input of a state machine execution: a reference, never the conversation."""
+
+    run_id: str
+
+
+class CallRef(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    call_id: str
+    seq: int = Field(description="History slot the result goes to.")
+    message_seq: int = Field(description="History slot of the model reply that made the call.")
+    tool: str
+    timeout_seconds: int
+    heartbeat_seconds: int
+
+
+class DecisionStatus(StrEnum):
+    FINAL = "final"
+    TOOL_CALLS = "tool_calls"
+    LIMIT = "limit"
+
+
+class Decision(BaseModel):
+    """What one model step returns to the state machine."""
+
+    status: DecisionStatus
+    turn: int
+    calls: list[CallRef] = Field(default_factory=list)
+
+
+class CallOutcome(BaseModel):
+    """One Map branch's output: what the worker reported, or what the Catch caught."""
+
+    call_id: str
+    status: Literal["ok", "error"]
+    error: str | None = None
+
+
+class StepRequest(BaseModel):
+    """Orchestrator input for one model step."""
+
+    action: Literal["step"] = "step"
+    run_id: str
+    results: list[CallOutcome] = Field(default_factory=list)
+
+
+class FailRequest(BaseModel):
+    """Orchestrator input when the model step itself failed for good (the state machine's Catch)."""
+
+    action: Literal["fail"]
+    run_id: str
+    error: dict[str, Any] = Field(default_factory=dict)
+
+
+OrchestratorRequest = Annotated[StepRequest | FailRequest, Field(discriminator="action")]
+ORCHESTRATOR_REQUEST: TypeAdapter[OrchestratorRequest] = TypeAdapter(OrchestratorRequest)
+
+
+class ToolCallMessage(BaseModel):
+    """SQS body for one tool call. The task token is a bearer credential: never log it."""
+
+    run_id: str
+    call_id: str
+    seq: int
+    message_seq: int
+    task_token: str = Field(repr=False)
+
+
+class StartRunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompt: str = Field(min_length=1, max_length=100_000)
+    agent: str = "assistant"
+    timezone: str = "UTC"

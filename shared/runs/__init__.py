@@ -1,0 +1,19 @@
+from shared.runs.ports import (
+    ExecutionStarter,
+    StepFunctionsStarter,
+    StepFunctionsTaskReporter,
+    TaskReporter,
+)
+from shared.runs.service import CallTimeouts, ModelStep, RunStarter, ToolCallExecutor, monotonic_deadline
+
+__all__ = [
+    "CallTimeouts",
+    "ExecutionStarter",
+    "ModelStep",
+    "RunStarter",
+    "StepFunctionsStarter",
+    "StepFunctionsTaskReporter",
+    "TaskReporter",
+    "ToolCallExecutor",
+    "monotonic_deadline",
+]

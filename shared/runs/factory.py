@@ -1,0 +1,48 @@
+"""Builds each entry point's service from settings, once per cold start."""
+
+import boto3
+from aws_lambda_powertools.utilities import parameters
+
+from shared.history import DynamoHistoryStore
+from shared.model import OpenAIModelClient, build_openai_client
+from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
+from shared.runs.service import CallTimeouts, ModelStep, RunStarter, ToolCallExecutor
+from shared.settings import ApiSettings, ModelSettings, StoreSettings
+
+
+def build_store(settings: StoreSettings) -> DynamoHistoryStore:
+    table = boto3.resource("dynamodb").Table(settings.table_name)
+    return DynamoHistoryStore(table, boto3.client("s3"), settings.bucket_name, settings.inline_content_limit)
+
+
+def _api_key(settings: ModelSettings) -> str:
+    if settings.api_key_secret_arn:
+        # Cached by Powertools for the life of the execution environment.
+        return str(parameters.get_secret(settings.api_key_secret_arn, max_age=3600))
+    if settings.api_key:
+        return settings.api_key
+    if settings.base_url:
+        # Many self-hosted OpenAI-compatible servers take no key; the client insists on one.
+        return "unused"
+    raise ValueError("set OPENAI_API_KEY_SECRET_ARN (deployed) or OPENAI_API_KEY (local)")
+
+
+def build_model_step(store: StoreSettings, model: ModelSettings, timeouts: CallTimeouts) -> ModelStep:
+    client = OpenAIModelClient(
+        build_openai_client(model.base_url, _api_key(model)),
+        timeout_seconds=model.timeout_seconds,
+        max_retries=model.max_retries,
+    )
+    return ModelStep(build_store(store), client, model.model, timeouts)
+
+
+def build_tool_executor(store: StoreSettings, heartbeat_every: float) -> ToolCallExecutor:
+    return ToolCallExecutor(
+        build_store(store), StepFunctionsTaskReporter(boto3.client("stepfunctions")), heartbeat_every
+    )
+
+
+def build_run_starter(store: StoreSettings, api: ApiSettings) -> RunStarter:
+    return RunStarter(
+        build_store(store), StepFunctionsStarter(boto3.client("stepfunctions"), api.state_machine_arn)
+    )

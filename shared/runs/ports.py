@@ -1,0 +1,61 @@
+"""Ports to the AWS services the run service drives, with their boto3 adapters."""
+
+import json
+from typing import TYPE_CHECKING, Any, Protocol
+
+from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions.client import SFNClient
+
+
+class ExecutionStarter(Protocol):
+    def start(self, run_id: str) -> None: ...
+
+
+class TaskReporter(Protocol):
+    def succeed(self, token: str, output: dict[str, Any]) -> bool: ...
+    def heartbeat(self, token: str) -> bool: ...
+
+
+# Answers that mean the execution no longer waits for this token (timed out, stopped,
+# already answered): the call is over for Step Functions, so there is nothing to retry.
+_CLOSED_TOKEN = {"TaskTimedOut", "InvalidToken", "TaskDoesNotExist"}
+
+
+class StepFunctionsStarter:
+    def __init__(self, client: "SFNClient", state_machine_arn: str) -> None:
+        self._client = client
+        self._arn = state_machine_arn
+
+    def start(self, run_id: str) -> None:
+        try:
+            # The execution is named after the run: a second start of the same run is refused
+            # by Step Functions instead of running the agent twice.
+            self._client.start_execution(
+                stateMachineArn=self._arn, name=run_id, input=json.dumps({"run_id": run_id})
+            )
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
+                raise
+
+
+class StepFunctionsTaskReporter:
+    def __init__(self, client: "SFNClient") -> None:
+        self._client = client
+
+    def succeed(self, token: str, output: dict[str, Any]) -> bool:
+        return self._call(lambda: self._client.send_task_success(taskToken=token, output=json.dumps(output)))
+
+    def heartbeat(self, token: str) -> bool:
+        return self._call(lambda: self._client.send_task_heartbeat(taskToken=token))
+
+    @staticmethod
+    def _call(send: Any) -> bool:
+        try:
+            send()
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in _CLOSED_TOKEN:
+                return False
+            raise
+        return True

@@ -1,0 +1,243 @@
+"""What a run does, independent of Lambda: start it, take one model step, run one tool call."""
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from shared.agents import Agent, get_agent
+from shared.errors import CallInProgressError, ModelVisibleError
+from shared.history import HistoryStore
+from shared.messages import (
+    AssistantMessage,
+    CallOutcome,
+    CallRef,
+    Decision,
+    DecisionStatus,
+    FailRequest,
+    HistoryItem,
+    RunRecord,
+    RunStatus,
+    StartRunRequest,
+    StepRequest,
+    ToolCallMessage,
+    ToolResult,
+    UserMessage,
+)
+from shared.model import ModelClient, to_openai_messages
+from shared.runs.ports import ExecutionStarter, TaskReporter
+
+
+@dataclass(frozen=True)
+class CallTimeouts:
+    """Per-call limits the state machine reads from the decision (`TimeoutSecondsPath`)."""
+
+    timeout_seconds: int = 3600
+    heartbeat_seconds: int = 900
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+class RunStarter:
+    def __init__(self, store: HistoryStore, starter: ExecutionStarter) -> None:
+        self._store = store
+        self._starter = starter
+
+    def start(self, request: StartRunRequest, run_id: str | None = None) -> RunRecord:
+        get_agent(request.agent)  # an unknown agent is the caller's error, before anything is written
+        record = RunRecord(
+            run_id=run_id or new_run_id(),
+            agent=request.agent,
+            status=RunStatus.RUNNING,
+            timezone=request.timezone,
+        )
+        created = self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt))
+        # Started even when the run already existed: a retried request whose first attempt
+        # wrote the run but died before starting it must not leave it stranded.
+        self._starter.start(record.run_id)
+        return record if created else self._store.get_run(record.run_id)
+
+
+class ModelStep:
+    """One invocation of the orchestrator: at most one model call."""
+
+    def __init__(
+        self, store: HistoryStore, model: ModelClient, default_model: str, timeouts: CallTimeouts
+    ) -> None:
+        self._store = store
+        self._model = model
+        self._default_model = default_model
+        self._timeouts = timeouts
+
+    def step(self, request: StepRequest, deadline: float) -> Decision:
+        run = self._store.get_run(request.run_id)
+        agent = get_agent(run.agent)
+        history = self._store.load_history(run.run_id)
+        last_reply = next((i for i in reversed(history) if isinstance(i, AssistantMessage)), None)
+        if run.status is not RunStatus.RUNNING:
+            return Decision(status=_ended_status(run.status), turn=run.turn)
+        if last_reply is not None:
+            answered = {i.call_id for i in history if isinstance(i, ToolResult)}
+            pending = [c for c in last_reply.tool_calls if c.id not in answered]
+            came_back = {o.call_id for o in request.results}
+            if history[-1] is last_reply and not (pending and came_back & {c.id for c in pending}):
+                # This step already stored its reply and died before returning: decide again
+                # from the stored reply instead of asking the model a second time.
+                return self._decide(run, agent, last_reply)
+            outcomes = {o.call_id: o for o in request.results}
+            for index, call in enumerate(last_reply.tool_calls):
+                if call.id in answered:
+                    continue
+                # The worker never wrote a result: it crashed, timed out or was cut off.
+                outcome = outcomes.get(call.id)
+                reason = outcome.error if outcome and outcome.error else "no result was recorded"
+                item = ToolResult(
+                    seq=last_reply.seq + 1 + index,
+                    turn=last_reply.turn,
+                    call_id=call.id,
+                    tool=call.name,
+                    content=f"Error: the tool call did not complete ({reason}).",
+                    status="error",
+                )
+                self._store.append(run.run_id, item)
+                history.append(item)
+
+        turn = run.turn + 1
+        if turn > agent.max_iterations:
+            message = f"stopped after {agent.max_iterations} model turns (the agent's max_iterations)"
+            self._store.finish_run(run.run_id, RunStatus.LIMIT, error=message)
+            return Decision(status=DecisionStatus.LIMIT, turn=run.turn)
+
+        reply = self._model.complete(
+            model=agent.model or self._default_model,
+            messages=to_openai_messages(agent.system_prompt(run.timezone), history),
+            tools=agent.registry.specs(),
+            deadline=deadline,
+        )
+        message_item = AssistantMessage(
+            seq=max(i.seq for i in history) + 1, turn=turn, content=reply.content, tool_calls=reply.tool_calls
+        )
+        if self._store.append(run.run_id, message_item):
+            self._store.record_model_call(run.run_id, turn, reply.prompt_tokens, reply.completion_tokens)
+        else:
+            stored = self._store.get_item(run.run_id, message_item.seq)
+            assert isinstance(stored, AssistantMessage), "history slot after the last item holds a non-reply"
+            message_item = stored
+        return self._decide(run, agent, message_item)
+
+    def _decide(self, run: RunRecord, agent: Agent, reply: AssistantMessage) -> Decision:
+        if not reply.tool_calls:
+            self._store.finish_run(run.run_id, RunStatus.SUCCEEDED, output=reply.content or "")
+            return Decision(status=DecisionStatus.FINAL, turn=reply.turn)
+        calls: list[CallRef] = []
+        for index, call in enumerate(reply.tool_calls):
+            seq = reply.seq + 1 + index
+            try:
+                # Unknown tools and malformed arguments are answered here, without a dispatch.
+                agent.registry.get(call.name).parse_arguments(call.arguments)
+            except ModelVisibleError as e:
+                self._store.append(
+                    run.run_id,
+                    ToolResult(
+                        seq=seq,
+                        turn=reply.turn,
+                        call_id=call.id,
+                        tool=call.name,
+                        content=f"Error: {e}",
+                        status="error",
+                    ),
+                )
+                continue
+            calls.append(
+                CallRef(
+                    call_id=call.id,
+                    seq=seq,
+                    message_seq=reply.seq,
+                    tool=call.name,
+                    timeout_seconds=self._timeouts.timeout_seconds,
+                    heartbeat_seconds=self._timeouts.heartbeat_seconds,
+                )
+            )
+        return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn, calls=calls)
+
+    def fail(self, request: FailRequest) -> None:
+        error = str(request.error.get("Error", "Error"))
+        cause = str(request.error.get("Cause", ""))
+        self._store.finish_run(request.run_id, RunStatus.FAILED, error=f"{error}: {cause}".rstrip(": "))
+
+
+def _ended_status(status: RunStatus) -> DecisionStatus:
+    return DecisionStatus.FINAL if status is RunStatus.SUCCEEDED else DecisionStatus.LIMIT
+
+
+class ToolCallExecutor:
+    """One tool call from the queue: run it once, store its result, tell Step Functions."""
+
+    def __init__(self, store: HistoryStore, reporter: TaskReporter, heartbeat_every: float) -> None:
+        self._store = store
+        self._reporter = reporter
+        self._heartbeat_every = heartbeat_every
+
+    def execute(self, message: ToolCallMessage, lease_seconds: int) -> CallOutcome:
+        result = self._store.get_item(message.run_id, message.seq)
+        if result is None:
+            result = self._run(message, lease_seconds)
+        assert isinstance(result, ToolResult)
+        outcome = CallOutcome(call_id=result.call_id, status=result.status)
+        self._reporter.succeed(message.task_token, outcome.model_dump(exclude_none=True))
+        return outcome
+
+    def _run(self, message: ToolCallMessage, lease_seconds: int) -> HistoryItem:
+        if not self._store.claim_call(message.run_id, message.seq, lease_seconds):
+            raise CallInProgressError(f"call {message.call_id} is being run by another delivery")
+        try:
+            run = self._store.get_run(message.run_id)
+            reply = self._store.get_item(message.run_id, message.message_seq)
+            assert isinstance(reply, AssistantMessage), "message_seq does not point at a model reply"
+            call = next(c for c in reply.tool_calls if c.id == message.call_id)
+            with self._heartbeats(message.task_token):
+                execution = get_agent(run.agent).registry.execute(call)
+        except BaseException:
+            # A system error: free the call so the redelivery can run it at once.
+            self._store.release_call(message.run_id, message.seq)
+            raise
+        result = ToolResult(
+            seq=message.seq,
+            turn=reply.turn,
+            call_id=call.id,
+            tool=call.name,
+            content=execution.content,
+            status=execution.status,
+            duration_ms=execution.duration_ms,
+        )
+        if not self._store.append(message.run_id, result):
+            stored = self._store.get_item(message.run_id, message.seq)
+            assert stored is not None
+            return stored
+        return result
+
+    @contextmanager
+    def _heartbeats(self, token: str) -> Iterator[None]:
+        """Tell Step Functions the call is alive while a long tool runs (HeartbeatSeconds)."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self._heartbeat_every):
+                if not self._reporter.heartbeat(token):
+                    return
+
+        thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+
+
+def monotonic_deadline(remaining_ms: int) -> float:
+    return time.monotonic() + remaining_ms / 1000

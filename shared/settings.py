@@ -1,0 +1,64 @@
+"""Settings read from the environment once per cold start.
+
+Each entry point declares only what it needs, so a missing variable fails at import time
+with a message that names it, not at the first AWS call.
+"""
+
+import os
+from typing import Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from shared.errors import ConfigurationError
+
+
+class _EnvSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    # Field name -> environment variable; fields not listed use their upper-cased name.
+    env_names: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Self:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            var = cls.env_names.get(name, name.upper())
+            if var in env and env[var] != "":
+                values[name] = env[var]
+        try:
+            return cls(**values)
+        except ValidationError as e:
+            missing = [
+                cls.env_names.get(str(err["loc"][0]), str(err["loc"][0]).upper()) for err in e.errors()
+            ]
+            raise ConfigurationError(
+                f"{cls.__name__}: missing or invalid environment variables: {', '.join(missing)}"
+            ) from e
+
+
+class StoreSettings(_EnvSettings):
+    table_name: str
+    bucket_name: str
+    # Contents above this many UTF-8 bytes go to S3; DynamoDB items stop at 400 KB.
+    inline_content_limit: int = 100_000
+
+
+class ModelSettings(_EnvSettings):
+    env_names: ClassVar[dict[str, str]] = {
+        "base_url": "OPENAI_BASE_URL",
+        "api_key": "OPENAI_API_KEY",
+        "api_key_secret_arn": "OPENAI_API_KEY_SECRET_ARN",
+        "model": "TOOLPIPE_MODEL",
+        "timeout_seconds": "TOOLPIPE_MODEL_TIMEOUT",
+        "max_retries": "TOOLPIPE_MODEL_MAX_RETRIES",
+    }
+    base_url: str | None = None
+    api_key: str | None = None
+    api_key_secret_arn: str | None = None
+    model: str = "gpt-4o-mini"
+    timeout_seconds: float = 60.0
+    max_retries: int = 3
+
+
+class ApiSettings(_EnvSettings):
+    state_machine_arn: str
