@@ -50,9 +50,19 @@ def build_definition() -> dict[str, Any]:
                 "ResultSelector": {"decision.$": "$.Payload"},
                 "ResultPath": "$.model",
                 "Retry": [
-                    {"ErrorEquals": _LAMBDA_TRANSIENT, "IntervalSeconds": 2, "MaxAttempts": 6, "BackoffRate": 2},
+                    {
+                        "ErrorEquals": _LAMBDA_TRANSIENT,
+                        "IntervalSeconds": 2,
+                        "MaxAttempts": 6,
+                        "BackoffRate": 2,
+                    },
                     # ModelCallError: the endpoint kept failing for the whole invocation.
-                    {"ErrorEquals": ["ModelCallError"], "IntervalSeconds": 10, "MaxAttempts": 2, "BackoffRate": 3},
+                    {
+                        "ErrorEquals": ["ModelCallError"],
+                        "IntervalSeconds": 10,
+                        "MaxAttempts": 2,
+                        "BackoffRate": 3,
+                    },
                 ],
                 "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "MarkFailed"}],
                 "Next": "Route",
@@ -120,7 +130,11 @@ def build_definition() -> dict[str, Any]:
                 "Retry": [{"ErrorEquals": _LAMBDA_TRANSIENT, "IntervalSeconds": 2, "MaxAttempts": 6}],
                 "Next": "Failed",
             },
-            "Failed": {"Type": "Fail", "Error": "RunFailed", "Cause": "the model step failed; see the run record"},
+            "Failed": {
+                "Type": "Fail",
+                "Error": "RunFailed",
+                "Cause": "the model step failed; see the run record",
+            },
             "Done": {"Type": "Succeed"},
         },
     }

@@ -32,7 +32,11 @@ TABLE = "toolpipe-local"
 BUCKET = "toolpipe-local-contents"
 ORCHESTRATOR_HANDLER = "functions.orchestrator.handler.lambda_handler"
 API_HANDLER = "functions.api.handler.lambda_handler"
-_HANDLER_MODULES = ("functions.orchestrator.handler", "functions.tool_worker.handler", "functions.api.handler")
+_HANDLER_MODULES = (
+    "functions.orchestrator.handler",
+    "functions.tool_worker.handler",
+    "functions.api.handler",
+)
 
 
 class LocalRuntime:
@@ -124,7 +128,10 @@ class LocalRuntime:
         self.dynamodb: DynamoDBClient = boto3.client("dynamodb", region_name=REGION)
         self.dynamodb.create_table(
             TableName=TABLE,
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            KeySchema=[
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
             AttributeDefinitions=[
                 {"AttributeName": "pk", "AttributeType": "S"},
                 {"AttributeName": "sk", "AttributeType": "S"},
@@ -144,7 +151,9 @@ class LocalRuntime:
             QueueName="toolpipe-local-tools",
             Attributes={
                 "VisibilityTimeout": str(self._visibility),
-                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": limits.MAX_RECEIVES}),
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": limits.MAX_RECEIVES}
+                ),
             },
         )["QueueUrl"]
         self.queue_arn = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])[
@@ -192,7 +201,9 @@ class LocalRuntime:
             "isBase64Encoded": False,
         }
         response = lambdas.call_handler(
-            API_HANDLER, event, lambdas.LocalContext(function_name="api", timeout_seconds=limits.API_TIMEOUT_SECONDS)
+            API_HANDLER,
+            event,
+            lambdas.LocalContext(function_name="api", timeout_seconds=limits.API_TIMEOUT_SECONDS),
         )
         payload = response.get("body")
         return int(response["statusCode"]), json.loads(payload) if payload else None

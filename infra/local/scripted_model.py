@@ -75,7 +75,9 @@ class ScriptedModelServer:
                 try:
                     request = json.loads(self.rfile.read(length) or b"{}")
                 except json.JSONDecodeError:
-                    self._send(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+                    self._send(
+                        400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}}
+                    )
                     return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -129,7 +131,9 @@ class ScriptResponder:
     def __call__(self, request: dict[str, Any]) -> Reply | HttpError:
         with self._lock:
             if not self._replies:
-                return HttpError(500, {"error": {"message": "the script has no more replies", "type": "script"}})
+                return HttpError(
+                    500, {"error": {"message": "the script has no more replies", "type": "script"}}
+                )
             return self._replies.pop(0)
 
 
@@ -151,7 +155,9 @@ class DemoResponder:
     def __call__(self, request: dict[str, Any]) -> Reply | HttpError:
         messages = request.get("messages", [])
         if not messages:
-            return HttpError(400, {"error": {"message": "messages is empty", "type": "invalid_request_error"}})
+            return HttpError(
+                400, {"error": {"message": "messages is empty", "type": "invalid_request_error"}}
+            )
         if messages[-1].get("role") == "tool":
             return Reply(content=self._answer(messages))
         prompt = str(messages[-1].get("content") or "")

@@ -17,13 +17,17 @@ WORKER_HANDLER = "functions.tool_worker.handler.lambda_handler"
 
 
 class WorkerPool:
-    def __init__(self, sqs: "SQSClient", queue_url: str, queue_arn: str, size: int, timeout_seconds: int) -> None:
+    def __init__(
+        self, sqs: "SQSClient", queue_url: str, queue_arn: str, size: int, timeout_seconds: int
+    ) -> None:
         self._sqs = sqs
         self._queue_url = queue_url
         self._queue_arn = queue_arn
         self._timeout = timeout_seconds
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._loop, name=f"tool-worker-{i}", daemon=True) for i in range(size)]
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"tool-worker-{i}", daemon=True) for i in range(size)
+        ]
         self.invocations = 0
         self._count_lock = threading.Lock()
 
@@ -67,7 +71,9 @@ class WorkerPool:
             self.invocations += 1
         try:
             response = call_handler(
-                WORKER_HANDLER, event, LocalContext(function_name="tool-worker", timeout_seconds=self._timeout)
+                WORKER_HANDLER,
+                event,
+                LocalContext(function_name="tool-worker", timeout_seconds=self._timeout),
             )
         except Exception:
             return  # as Lambda would: the message comes back after the visibility timeout

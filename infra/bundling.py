@@ -1,0 +1,83 @@
+"""Lambda layers built with pip on this machine: no Docker.
+
+pip downloads wheels for the Lambda platform (`--platform manylinux2014_<arch>
+--only-binary=:all:`), so compiled packages such as pydantic-core match Lambda whatever
+machine runs the synth. Two layers: `deps` for every function, `model` (openai, ~30 MB,
+0.5 s of import) only for the orchestrator.
+"""
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
+from aws_cdk import aws_lambda as lambda_
+
+PYTHON_VERSION = "3.14"
+RUNTIME = lambda_.Runtime.PYTHON_3_14
+ARCHITECTURE = lambda_.Architecture.ARM_64
+_PLATFORM = "manylinux2014_aarch64"
+
+DEPS_REQUIREMENTS = ["aws-lambda-powertools[tracer]>=3.0", "pydantic>=2.7"]
+MODEL_REQUIREMENTS = ["openai>=1.40"]
+# The Python runtime already has boto3 and what it needs (aws-xray-sdk pulls them in again).
+_RUNTIME_PROVIDED = [
+    "boto3",
+    "botocore",
+    "s3transfer",
+    "jmespath",
+    "urllib3",
+    "dateutil",
+    "python_dateutil",
+    "six",
+]
+# In the deps layer already: not shipped twice.
+_MODEL_LAYER_SKIP = ["pydantic", "pydantic_core", "typing_extensions", "annotated_types", "typing_inspection"]
+
+
+@jsii.implements(ILocalBundling)
+class PipLayer:
+    def __init__(self, requirements: list[str], skip: list[str] | None = None) -> None:
+        self._requirements = requirements
+        self._skip = skip or []
+
+    def try_bundle(self, output_dir: str, *, image: DockerImage, **_: Any) -> bool:
+        target = Path(output_dir) / "python"
+        command = [
+            sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+            "--target", str(target), "--platform", _PLATFORM, "--implementation", "cp",
+            "--python-version", PYTHON_VERSION, "--only-binary=:all:", *self._requirements,
+        ]  # fmt: skip
+        subprocess.run(command, check=True)
+        for name in self._skip:
+            for path in [*target.glob(name), *target.glob(f"{name}.py"), *target.glob(f"{name}-*.dist-info")]:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return True
+
+
+def layer_code(requirements: list[str], skip: list[str] | None = None) -> lambda_.Code:
+    # The layer's real input is the requirement list and the platform, not files: hash those,
+    # so the hash is known without running pip.
+    inputs = json.dumps([requirements, skip, _PLATFORM, PYTHON_VERSION]).encode()
+    return lambda_.Code.from_asset(
+        str(Path(__file__).parent),
+        exclude=["**", "!bundling.py"],
+        asset_hash_type=AssetHashType.CUSTOM,
+        asset_hash=hashlib.sha256(inputs).hexdigest(),
+        bundling=BundlingOptions(
+            image=DockerImage.from_registry("unused-local-bundling"), local=PipLayer(requirements, skip)
+        ),
+    )
+
+
+def deps_layer_code() -> lambda_.Code:
+    return layer_code(DEPS_REQUIREMENTS, _RUNTIME_PROVIDED)
+
+
+def model_layer_code() -> lambda_.Code:
+    return layer_code(MODEL_REQUIREMENTS, _MODEL_LAYER_SKIP)

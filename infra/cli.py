@@ -1,0 +1,169 @@
+"""`toolpipe run "PROMPT"` and `toolpipe show RUN_ID`, on the local runtime.
+
+With no `OPENAI_BASE_URL` set, a scripted OpenAI-compatible model is served on 127.0.0.1
+so a run works offline through the same client code as with a real endpoint.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+RUNNING = "running"
+
+
+def _state_dir() -> Path:
+    return Path(os.environ.get("TOOLPIPE_HOME", ".toolpipe"))
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
+
+
+def format_item(item: dict[str, Any]) -> list[str]:
+    """How one history item reads on a terminal."""
+    kind = item["kind"]
+    if kind == "user":
+        return [f"user: {_short(item['content'])}"]
+    if kind == "assistant":
+        lines = []
+        if item["tool_calls"]:
+            lines.append(f"model (turn {item['turn']}): {len(item['tool_calls'])} tool call(s)")
+            lines.extend(f"  call {c['name']}({_short(c['arguments'], 200)})" for c in item["tool_calls"])
+            if item.get("content"):
+                lines.insert(1, f"  says: {_short(item['content'])}")
+        else:
+            lines.append(f"answer: {item.get('content') or ''}")
+        return lines
+    mark = "->" if item["status"] == "ok" else "!!"
+    took = f" ({item['duration_ms']} ms)" if item.get("duration_ms") is not None else ""
+    return [f"  {mark} {item['tool']}: {_short(item['content'])}{took}"]
+
+
+@contextlib.contextmanager
+def _model_endpoint(out: TextIO) -> Iterator[None]:
+    if os.environ.get("OPENAI_BASE_URL"):
+        out.write(f"model endpoint: {os.environ['OPENAI_BASE_URL']}\n")
+        yield
+        return
+    from infra.local.scripted_model import DemoResponder, ScriptedModelServer
+
+    with ScriptedModelServer(DemoResponder()) as server:
+        out.write(
+            f"model endpoint: scripted demo model at {server.base_url} (set OPENAI_BASE_URL for a real one)\n"
+        )
+        previous = {k: os.environ.get(k) for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+        os.environ["OPENAI_BASE_URL"] = server.base_url
+        os.environ["OPENAI_API_KEY"] = "scripted"
+        try:
+            yield
+        finally:
+            for k, v in previous.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    from infra.local.runtime import LocalRuntime
+
+    if args.model:
+        os.environ["TOOLPIPE_MODEL"] = args.model
+    with _model_endpoint(out), LocalRuntime(state_dir=_state_dir()) as runtime:
+        status, body = runtime.api(
+            "POST", "/runs", {"prompt": args.prompt, "agent": args.agent, "timezone": args.timezone}
+        )
+        if status != 202:
+            out.write(f"error: {body.get('message', body) if isinstance(body, dict) else body}\n")
+            return 2
+        run_id = body["run_id"]
+        out.write(f"run {run_id} (agent {args.agent})\n")
+        printed = 0
+        deadline = time.monotonic() + args.timeout
+        while True:
+            _, state = runtime.api("GET", f"/runs/{run_id}")
+            for item in state["messages"][printed:]:
+                out.write("\n".join(format_item(item)) + "\n")
+                out.flush()
+            printed = len(state["messages"])
+            record = state["run"]
+            if record["status"] != RUNNING:
+                break
+            if time.monotonic() > deadline:
+                out.write(f"error: run {run_id} still running after {args.timeout:g} s\n")
+                return 1
+            time.sleep(0.05)
+        runtime.wait_for_execution(run_id, timeout=30)
+        usage = record["usage"]
+        out.write(
+            f"status: {record['status']} · {usage['model_calls']} model call(s) · "
+            f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens\n"
+        )
+        if record["status"] != "succeeded":
+            out.write(f"error: run {record['status']}: {record.get('error') or 'no reason recorded'}\n")
+            return 1
+        return 0
+
+
+def show(args: argparse.Namespace, out: TextIO) -> int:
+    from infra.local.runtime import LocalRuntime
+
+    with LocalRuntime(state_dir=_state_dir(), workers=0) as runtime:
+        status, body = runtime.api("GET", f"/runs/{args.run_id}")
+    if status != 200:
+        out.write(f"error: {body.get('message', body) if isinstance(body, dict) else body}\n")
+        return 1
+    if args.json:
+        out.write(json.dumps(body, indent=2) + "\n")
+        return 0
+    record = body["run"]
+    out.write(
+        f"run {record['run_id']} · agent {record['agent']} · {record['status']} · created {record['created_at']}\n"
+    )
+    for item in body["messages"]:
+        out.write(
+            "\n".join(
+                f"[{item['seq']}] {line}" if i == 0 else f"    {line}"
+                for i, line in enumerate(format_item(item))
+            )
+            + "\n"
+        )
+    if record.get("error"):
+        out.write(f"error: {record['error']}\n")
+    return 0
+
+
+def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
+    parser = argparse.ArgumentParser(prog="toolpipe", description="Run toolpipe agents on the local runtime.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="run an agent on a prompt and print each step")
+    run_parser.add_argument("prompt")
+    run_parser.add_argument("--agent", default="assistant")
+    run_parser.add_argument("--model", help="model name (default: TOOLPIPE_MODEL or gpt-4o-mini)")
+    run_parser.add_argument(
+        "--timezone", default=os.environ.get("TZ") or "UTC", help="the user's IANA time zone"
+    )
+    run_parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the run")
+    show_parser = commands.add_parser("show", help="print a run's history")
+    show_parser.add_argument("run_id")
+    show_parser.add_argument("--json", action="store_true", help="print the API's JSON")
+    args = parser.parse_args(argv)
+    try:
+        return run(args, out) if args.command == "run" else show(args, out)
+    except KeyboardInterrupt:
+        out.write("interrupted\n")
+        return 130
+    except Exception as e:  # a user sees one line, never a traceback
+        out.write(f"error: {type(e).__name__}: {e}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
