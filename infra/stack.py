@@ -247,7 +247,7 @@ class ToolpipeStack(Stack):
                     response_length=True,
                     status=True,
                     user=True,
-                ),  # fmt: skip
+                ),
             ),
             default_method_options=apigw.MethodOptions(authorization_type=apigw.AuthorizationType.IAM),
         )
