@@ -1,13 +1,22 @@
-"""CDK entry point (`cdk synth`, `cdk deploy`). Context: `model_base_url`, `model_name`."""
+"""CDK entry point (`cdk synth`, `cdk deploy`). Context: `model_base_url`, `model_name`.
 
-from aws_cdk import App, Validations
+`TOOLPIPE_BUNDLE=0` synthesizes the template without building the layers (no pip, no
+network): for checks and tests only, and the assembly carries a warning saying so.
+"""
+
+import os
+
+from aws_cdk import Annotations, App, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from infra.stack import ToolpipeStack
 
+SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
 
-def build_app(app: App | None = None) -> tuple[App, ToolpipeStack]:
-    app = app or App()
+
+def build_app(*, bundle: bool = True, outdir: str | None = None) -> tuple[App, ToolpipeStack]:
+    # post_cli_context: the CLI refuses user context keys under aws:, and this must win over it.
+    app = App(outdir=outdir, post_cli_context=None if bundle else SKIP_BUNDLING)
     stack = ToolpipeStack(
         app,
         "Toolpipe",
@@ -15,10 +24,15 @@ def build_app(app: App | None = None) -> tuple[App, ToolpipeStack]:
         model_name=str(app.node.try_get_context("model_name") or "gpt-4o-mini"),
         description="toolpipe: durable LLM tool calling",
     )
+    if not bundle:
+        Annotations.of(stack).add_warning_v2(
+            "toolpipe:NoBundling",
+            "TOOLPIPE_BUNDLE=0: the layers were not built; do not deploy this assembly.",
+        )
     # Findings fail the synth; every acknowledgement carries its reason in the stack code.
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app, stack
 
 
 if __name__ == "__main__":
-    build_app()[0].synth()
+    build_app(bundle=os.environ.get("TOOLPIPE_BUNDLE", "1") != "0")[0].synth()

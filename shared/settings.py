@@ -62,3 +62,24 @@ class ModelSettings(_EnvSettings):
 
 class ApiSettings(_EnvSettings):
     state_machine_arn: str
+
+
+class CallTimeouts(_EnvSettings):
+    """Per-call limits the state machine reads from each decision (`TimeoutSecondsPath`).
+
+    Timeout: three SQS deliveries of the worker's full run fit inside it. Heartbeat: above the
+    queue's visibility timeout, so a crashed delivery is redelivered before the task gives up.
+    """
+
+    env_names: ClassVar[dict[str, str]] = {
+        "timeout_seconds": "TOOLPIPE_CALL_TIMEOUT_SECONDS",
+        "heartbeat_seconds": "TOOLPIPE_CALL_HEARTBEAT_SECONDS",
+    }
+    timeout_seconds: int = 3600
+    heartbeat_seconds: int = 900
+
+
+class WorkerSettings(_EnvSettings):
+    env_names: ClassVar[dict[str, str]] = {"heartbeat_every": "TOOLPIPE_HEARTBEAT_EVERY"}
+    # Well below the state's heartbeat timeout, so one lost beat does not fail the call.
+    heartbeat_every: float = 60.0

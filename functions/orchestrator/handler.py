@@ -7,19 +7,20 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from shared.messages import ORCHESTRATOR_REQUEST, FailRequest
-from shared.runs import CallTimeouts, ModelStep, monotonic_deadline
+from shared.runs import ModelStep, monotonic_deadline
 from shared.runs.factory import build_model_step
-from shared.settings import ModelSettings, StoreSettings
+from shared.settings import CallTimeouts, ModelSettings, StoreSettings
 
 logger = Logger()
 tracer = Tracer()
 store_settings = StoreSettings.from_env()
 model_settings = ModelSettings.from_env()
+call_timeouts = CallTimeouts.from_env()
 
 
 @cache
 def service() -> ModelStep:
-    return build_model_step(store_settings, model_settings, CallTimeouts())
+    return build_model_step(store_settings, model_settings, call_timeouts)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -1,6 +1,5 @@
 """Runs one tool call per SQS record and reports it to the waiting Step Functions task."""
 
-import os
 from functools import cache
 from typing import Any
 
@@ -13,20 +12,21 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shared.messages import ToolCallMessage
 from shared.runs import ToolCallExecutor
 from shared.runs.factory import build_tool_executor
-from shared.settings import StoreSettings
+from shared.settings import StoreSettings, WorkerSettings
 
 logger = Logger()
 tracer = Tracer()
-processor = BatchProcessor(event_type=EventType.SQS)
+# With batch size 1 every failure is an entire-batch failure: report it as a partial one,
+# so Lambda returns the message to the queue instead of counting a crashed invocation.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 store_settings = StoreSettings.from_env()
-# Below the state's HeartbeatSeconds (900) so one missed beat does not fail the call.
-HEARTBEAT_EVERY = float(os.environ.get("TOOLPIPE_HEARTBEAT_EVERY", "60"))
+worker_settings = WorkerSettings.from_env()
 _lease_seconds = 900
 
 
 @cache
 def service() -> ToolCallExecutor:
-    return build_tool_executor(store_settings, HEARTBEAT_EVERY)
+    return build_tool_executor(store_settings, worker_settings)
 
 
 def record_handler(record: SQSRecord) -> None:

@@ -7,6 +7,7 @@ the real API handler as API Gateway proxy events.
 """
 
 import base64
+import importlib
 import json
 import os
 import sys
@@ -83,7 +84,7 @@ class LocalRuntime:
         self._mock.start()
         lambdas.install()
         self._create_resources()
-        self._reset_handler_caches()
+        self._cold_start()
         if self._state_dir is not None:
             self._load_state(self._state_dir)
         self.workers = WorkerPool(
@@ -116,13 +117,12 @@ class LocalRuntime:
             os.environ[name] = value
 
     @staticmethod
-    def _reset_handler_caches() -> None:
-        # Services are built once per cold start; a new runtime is a new cold start.
+    def _cold_start() -> None:
+        # Handlers read settings and build services once per cold start; a new runtime is a
+        # new cold start, so modules already imported are imported again.
         for name in _HANDLER_MODULES:
-            module = sys.modules.get(name)
-            for value in vars(module).values() if module else ():
-                if callable(getattr(value, "cache_clear", None)):
-                    value.cache_clear()
+            if name in sys.modules:
+                importlib.reload(sys.modules[name])
 
     def _create_resources(self) -> None:
         self.dynamodb: DynamoDBClient = boto3.client("dynamodb", region_name=REGION)

@@ -4,10 +4,9 @@ from shared.runs.ports import (
     StepFunctionsTaskReporter,
     TaskReporter,
 )
-from shared.runs.service import CallTimeouts, ModelStep, RunStarter, ToolCallExecutor, monotonic_deadline
+from shared.runs.service import ModelStep, RunStarter, ToolCallExecutor, monotonic_deadline
 
 __all__ = [
-    "CallTimeouts",
     "ExecutionStarter",
     "ModelStep",
     "RunStarter",

@@ -6,8 +6,8 @@ from aws_lambda_powertools.utilities import parameters
 from shared.history import DynamoHistoryStore
 from shared.model import OpenAIModelClient, build_openai_client
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
-from shared.runs.service import CallTimeouts, ModelStep, RunStarter, ToolCallExecutor
-from shared.settings import ApiSettings, ModelSettings, StoreSettings
+from shared.runs.service import ModelStep, RunStarter, ToolCallExecutor
+from shared.settings import ApiSettings, CallTimeouts, ModelSettings, StoreSettings, WorkerSettings
 
 
 def build_store(settings: StoreSettings) -> DynamoHistoryStore:
@@ -36,9 +36,9 @@ def build_model_step(store: StoreSettings, model: ModelSettings, timeouts: CallT
     return ModelStep(build_store(store), client, model.model, timeouts)
 
 
-def build_tool_executor(store: StoreSettings, heartbeat_every: float) -> ToolCallExecutor:
+def build_tool_executor(store: StoreSettings, worker: WorkerSettings) -> ToolCallExecutor:
     return ToolCallExecutor(
-        build_store(store), StepFunctionsTaskReporter(boto3.client("stepfunctions")), heartbeat_every
+        build_store(store), StepFunctionsTaskReporter(boto3.client("stepfunctions")), worker.heartbeat_every
     )
 
 

@@ -5,7 +5,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from shared.agents import Agent, get_agent
 from shared.errors import CallInProgressError, ModelVisibleError
@@ -28,14 +27,7 @@ from shared.messages import (
 )
 from shared.model import ModelClient, to_openai_messages
 from shared.runs.ports import ExecutionStarter, TaskReporter
-
-
-@dataclass(frozen=True)
-class CallTimeouts:
-    """Per-call limits the state machine reads from the decision (`TimeoutSecondsPath`)."""
-
-    timeout_seconds: int = 3600
-    heartbeat_seconds: int = 900
+from shared.settings import CallTimeouts
 
 
 def new_run_id() -> str:

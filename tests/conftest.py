@@ -1,0 +1,139 @@
+"""Fixtures shared by every test layer. Nothing here reaches the internet or real AWS:
+AWS calls go to moto, and the model is a scripted OpenAI-compatible server on 127.0.0.1."""
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+# Before anything imports boto3: never real credentials, never a real endpoint.
+for _name, _value in {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}.items():
+    os.environ[_name] = _value
+for _name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+    os.environ.pop(_name, None)
+
+from infra.local.runtime import LocalRuntime  # noqa: E402
+from infra.local.scripted_model import DemoResponder, Reply, ScriptedModelServer, ScriptResponder  # noqa: E402
+from shared.agents import AGENTS, Agent  # noqa: E402
+from shared.tools import tool  # noqa: E402
+
+
+class Calls:
+    """Counts how often each test tool really ran (duplicate deliveries must not add)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+
+CALLS = Calls()
+
+
+@tool
+def count_once(label: str) -> str:
+    """Record that it ran and return the label.
+
+    Args:
+        label: Any text.
+    """
+    CALLS.add("count_once")
+    return f"counted {label}"
+
+
+@tool
+def big_output(kilobytes: int) -> str:
+    """Return a large text.
+
+    Args:
+        kilobytes: How many KB of text.
+    """
+    return "x" * (kilobytes * 1000)
+
+
+@tool
+def explode(reason: str) -> str:
+    """Always fail.
+
+    Args:
+        reason: The message of the exception.
+    """
+    raise RuntimeError(reason)
+
+
+@tool
+def slow(seconds: float) -> str:
+    """Sleep, then answer.
+
+    Args:
+        seconds: How long to sleep.
+    """
+    time.sleep(seconds)
+    return "woke up"
+
+
+TEST_AGENT = Agent(
+    name="tester",
+    instructions="You test toolpipe.",
+    tools=[count_once, big_output, explode, slow],
+    max_iterations=4,
+)
+
+
+@pytest.fixture(autouse=True)
+def test_agent(monkeypatch: pytest.MonkeyPatch) -> Agent:
+    monkeypatch.setitem(AGENTS, TEST_AGENT.name, TEST_AGENT)
+    CALLS.counts.clear()
+    return TEST_AGENT
+
+
+def call(tool_name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    return (tool_name, arguments)
+
+
+@dataclass
+class Pipeline:
+    runtime: LocalRuntime
+    model: ScriptedModelServer
+
+    def script(self, *replies: Any) -> None:
+        self.model.responder = ScriptResponder(list(replies))
+
+    def start(self, prompt: str, agent: str = "tester") -> str:
+        status, body = self.runtime.api("POST", "/runs", {"prompt": prompt, "agent": agent})
+        assert status == 202, body
+        return str(body["run_id"])
+
+    def finish(self, run_id: str, timeout: float = 60) -> dict[str, Any]:
+        self.runtime.wait_for_execution(run_id, timeout)
+        status, body = self.runtime.api("GET", f"/runs/{run_id}")
+        assert status == 200, body
+        return dict(body)
+
+
+def _pipeline(extra_env: dict[str, str] | None = None, **kwargs: Any) -> Iterator[Pipeline]:
+    with ScriptedModelServer(DemoResponder()) as model:
+        env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "scripted", **(extra_env or {})}
+        with LocalRuntime(extra_env=env, **kwargs) as runtime:
+            yield Pipeline(runtime, model)
+
+
+@pytest.fixture
+def pipeline() -> Iterator[Pipeline]:
+    yield from _pipeline()
+
+
+__all__ = ["CALLS", "TEST_AGENT", "Pipeline", "Reply", "_pipeline", "call", "json"]

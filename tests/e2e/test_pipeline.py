@@ -1,0 +1,139 @@
+"""The whole pipeline on the local runtime, as a user runs it."""
+
+import json
+from typing import Any
+
+from infra.cli import main
+from infra.local.scripted_model import Reply
+from tests.conftest import CALLS, Pipeline, call
+
+
+def test_cli_demo_answers_square_root_offline(tmp_path: Any, monkeypatch: Any) -> None:
+    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path / "state"))
+    out = _Capture()
+
+    code = main(["run", "What is the square root of 475695037565?"], out)
+
+    text = out.text
+    assert code == 0, text
+    assert "scripted demo model" in text
+    assert 'call square_root({"x": 475695037565.0})' in text
+    assert "689706.486532" in text.split("answer:")[1]
+
+    run_id = text.split("run ")[1].split()[0]
+    shown = _Capture()
+    assert main(["show", run_id, "--json"], shown) == 0
+    messages = json.loads(shown.text)["messages"]
+    assert [m["kind"] for m in messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert messages[1]["tool_calls"][0]["name"] == "square_root"
+    assert messages[2]["content"].startswith("689706.486532")
+    assert "689706.486532" in messages[3]["content"]
+
+
+def test_history_holds_one_item_per_message(pipeline: Pipeline) -> None:
+    run_id = pipeline.start("What is the square root of 475695037565?", agent="assistant")
+    pipeline.finish(run_id)
+
+    items = pipeline.runtime.dynamodb.query(
+        TableName="toolpipe-local",
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :m)",
+        ExpressionAttributeValues={":pk": {"S": f"RUN#{run_id}"}, ":m": {"S": "MSG#"}},
+    )["Items"]
+    assert [(i["sk"]["S"], i["kind"]["S"]) for i in items] == [
+        ("MSG#000001", "user"),
+        ("MSG#000002", "assistant"),
+        ("MSG#000003", "tool_result"),
+        ("MSG#000004", "assistant"),
+    ]
+
+
+def test_two_calls_in_one_reply_run_in_their_own_invocations(pipeline: Pipeline) -> None:
+    pipeline.script(
+        Reply(tool_calls=[call("count_once", label="a"), call("count_once", label="b")]),
+        Reply(content="both done"),
+    )
+    run_id = pipeline.start("count twice")
+    body = pipeline.finish(run_id)
+
+    assert body["run"]["status"] == "succeeded"
+    assert CALLS.counts == {"count_once": 2}
+    assert pipeline.runtime.workers is not None and pipeline.runtime.workers.invocations == 2
+    second_request = pipeline.model.requests[1]["messages"]
+    tool_messages = [m for m in second_request if m["role"] == "tool"]
+    assert {m["tool_call_id"]: m["content"] for m in tool_messages} == {
+        "call_1_0": "counted a",
+        "call_1_1": "counted b",
+    }
+
+
+def test_large_tool_output_never_enters_step_functions(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("big_output", kilobytes=100)]), Reply(content="got it"))
+    run_id = pipeline.start("make it big")
+    body = pipeline.finish(run_id)
+
+    assert body["run"]["status"] == "succeeded"
+    # The model still received the whole output, through history.
+    tool_message = next(m for m in pipeline.model.requests[1]["messages"] if m["role"] == "tool")
+    assert len(tool_message["content"]) == 100_000
+    sizes = _payload_sizes(pipeline.runtime.execution_events(run_id))
+    assert sizes, "no inputs or outputs found in the execution history"
+    assert max(sizes) < 2048, max(sizes)
+
+
+def test_tool_exception_reaches_the_model_and_the_run_goes_on(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("explode", reason="disk full")]), Reply(content="sorry"))
+    body = pipeline.finish(pipeline.start("break it"))
+
+    assert body["run"]["status"] == "succeeded"
+    tool_message = next(m for m in pipeline.model.requests[1]["messages"] if m["role"] == "tool")
+    assert tool_message["content"] == "Error: Tool 'explode' failed: RuntimeError: disk full"
+
+
+def test_unknown_tool_and_bad_arguments_are_answered_without_dispatch(pipeline: Pipeline) -> None:
+    pipeline.script(
+        Reply(tool_calls=[call("launch_rockets", count=3), call("big_output", kilobytes="many")]),
+        Reply(content="understood"),
+    )
+    body = pipeline.finish(pipeline.start("do impossible things"))
+
+    assert body["run"]["status"] == "succeeded"
+    assert pipeline.runtime.workers is not None and pipeline.runtime.workers.invocations == 0
+    results = [m["content"] for m in pipeline.model.requests[1]["messages"] if m["role"] == "tool"]
+    assert results[0] == "Error: Unknown tool 'launch_rockets'. Call only the tools you were given."
+    assert results[1].startswith(
+        "Error: Invalid arguments for 'big_output': kilobytes: Input should be a valid integer"
+    )
+
+
+def test_max_iterations_ends_the_run_with_limit_status(pipeline: Pipeline) -> None:
+    pipeline.script(*[Reply(tool_calls=[call("count_once", label=str(i))]) for i in range(4)])
+    body = pipeline.finish(pipeline.start("loop forever"))
+
+    assert body["run"]["status"] == "limit"
+    assert body["run"]["error"] == "stopped after 4 model turns (the agent's max_iterations)"
+    assert len(pipeline.model.requests) == 4
+
+
+def _payload_sizes(events: list[dict[str, Any]]) -> list[int]:
+    sizes = []
+    for event in events:
+        for key, details in event.items():
+            if key.endswith("EventDetails") and isinstance(details, dict):
+                sizes.extend(len(v) for k, v in details.items() if k in ("input", "output", "parameters"))
+    return sizes
+
+
+class _Capture:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)

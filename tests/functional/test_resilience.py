@@ -1,0 +1,120 @@
+"""Lambdas die, messages arrive twice, calls time out: nothing is lost or done twice."""
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from infra.local.lambdas import LocalContext, call_handler
+from infra.local.scripted_model import Reply
+from shared.messages import RunRecord, RunStatus, UserMessage
+from tests.conftest import CALLS, Pipeline, _pipeline, call
+
+ORCHESTRATOR = "functions.orchestrator.handler.lambda_handler"
+WORKER = "functions.tool_worker.handler.lambda_handler"
+
+
+def _store() -> Any:
+    from functions.orchestrator import handler
+
+    return handler.service()._store
+
+
+def _new_run(run_id: str, prompt: str = "hi") -> None:
+    """A run record without an execution: the test drives the handlers itself."""
+    record = RunRecord(run_id=run_id, agent="tester", status=RunStatus.RUNNING)
+    assert _store().create_run(record, UserMessage(seq=1, turn=0, content=prompt))
+
+
+def _sqs_event(body: str, message_id: str = "m-1") -> dict[str, Any]:
+    return {
+        "Records": [
+            {
+                "messageId": message_id,
+                "receiptHandle": "r",
+                "body": body,
+                "attributes": {"ApproximateReceiveCount": "1"},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tools",
+                "awsRegion": "us-east-1",
+            }
+        ]
+    }
+
+
+def _context(name: str) -> LocalContext:
+    return LocalContext(function_name=name, timeout_seconds=120)
+
+
+def test_a_retried_model_step_does_not_ask_the_model_again(pipeline: Pipeline) -> None:
+    _new_run("retry-1")
+    pipeline.script(Reply(tool_calls=[call("count_once", label="x")]))
+    step = {"action": "step", "run_id": "retry-1", "results": []}
+
+    first = call_handler(ORCHESTRATOR, step, _context("orchestrator"))
+    second = call_handler(ORCHESTRATOR, step, _context("orchestrator"))
+
+    assert first == second
+    assert first["status"] == "tool_calls" and first["calls"][0]["seq"] == 3
+    assert len(pipeline.model.requests) == 1
+    assert [i.kind for i in _store().load_history("retry-1")] == ["user", "assistant"]
+
+
+def _tool_call_body(run_id: str) -> str:
+    return json.dumps(
+        {"run_id": run_id, "call_id": "call_1_0", "seq": 3, "message_seq": 2, "task_token": "t"}
+    )
+
+
+def test_a_duplicate_delivery_does_not_run_the_tool_twice(pipeline: Pipeline) -> None:
+    _new_run("dup-1")
+    pipeline.script(Reply(tool_calls=[call("count_once", label="x")]))
+    call_handler(ORCHESTRATOR, {"action": "step", "run_id": "dup-1"}, _context("orchestrator"))
+
+    for attempt in range(2):
+        response = call_handler(
+            WORKER, _sqs_event(_tool_call_body("dup-1"), f"m-{attempt}"), _context("worker")
+        )
+        assert response == {"batchItemFailures": []}
+
+    assert CALLS.counts == {"count_once": 1}
+    result = _store().get_item("dup-1", 3)
+    assert result.kind == "tool_result" and result.content == "counted x"
+
+
+def test_a_delivery_while_another_runs_the_call_is_retried_later(pipeline: Pipeline) -> None:
+    _new_run("busy-1")
+    pipeline.script(Reply(tool_calls=[call("count_once", label="x")]))
+    call_handler(ORCHESTRATOR, {"action": "step", "run_id": "busy-1"}, _context("orchestrator"))
+    assert _store().claim_call("busy-1", 3, lease_seconds=60)  # the first delivery, still running
+
+    response = call_handler(WORKER, _sqs_event(_tool_call_body("busy-1"), "m-2"), _context("worker"))
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-2"}]}
+    assert CALLS.counts == {}
+
+
+def test_a_malformed_queue_message_is_reported_not_dropped(pipeline: Pipeline) -> None:
+    response = call_handler(WORKER, _sqs_event('{"run_id": "x"}', "bad-1"), _context("worker"))
+    assert response == {"batchItemFailures": [{"itemIdentifier": "bad-1"}]}
+
+
+@pytest.fixture
+def short_calls() -> Iterator[Pipeline]:
+    yield from _pipeline({"TOOLPIPE_CALL_TIMEOUT_SECONDS": "1", "TOOLPIPE_CALL_HEARTBEAT_SECONDS": "1"})
+
+
+def test_a_call_that_times_out_becomes_an_error_result(short_calls: Pipeline) -> None:
+    short_calls.script(Reply(tool_calls=[call("slow", seconds=3)]), Reply(content="too slow then"))
+    body = short_calls.finish(short_calls.start("be slow"))
+
+    assert body["run"]["status"] == "succeeded"
+    tool_message = next(m for m in short_calls.model.requests[1]["messages"] if m["role"] == "tool")
+    assert tool_message["content"] in (
+        "Error: the tool call did not complete (States.Timeout).",
+        "Error: the tool call did not complete (States.HeartbeatTimeout).",
+    )
+    assert [m["kind"] for m in body["messages"]] == ["user", "assistant", "tool_result", "assistant"]

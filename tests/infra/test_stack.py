@@ -1,0 +1,162 @@
+"""Assertions on the synthesized template."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Capture, Match
+
+from infra import limits
+from infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _one(template: Any, kind: str) -> tuple[str, dict[str, Any]]:
+    found = template.find_resources(kind)
+    assert len(found) == 1, found
+    return next(iter(found.items()))
+
+
+def _logical(template: Any, kind: str, **props: Any) -> str:
+    found = template.find_resources(kind, {"Properties": props} if props else None)
+    assert len(found) == 1, found
+    return next(iter(found))
+
+
+def test_one_standard_state_machine_runs_the_shared_definition(template: Any) -> None:
+    _, machine = _one(template, "AWS::StepFunctions::StateMachine")
+    props = machine["Properties"]
+    assert props["StateMachineType"] == "STANDARD"
+    # Exactly the definition the local runtime executes.
+    assert props["DefinitionString"] == definition_json()
+    orchestrator = _logical(
+        template, "AWS::Lambda::Function", Handler="functions.orchestrator.handler.lambda_handler"
+    )
+    queue = _logical(template, "AWS::SQS::Queue", RedrivePolicy=Match.any_value())
+    assert props["DefinitionSubstitutions"] == {
+        ORCHESTRATOR_ARN: {"Fn::GetAtt": [orchestrator, "Arn"]},
+        TOOL_QUEUE_URL: {"Ref": queue},
+    }
+    assert props["TracingConfiguration"] == {"Enabled": True}
+    assert props["LoggingConfiguration"]["Level"] == "ALL"
+    assert props["LoggingConfiguration"]["IncludeExecutionData"] is False  # task tokens stay out of logs
+
+
+def test_tool_queue_has_a_dlq_and_six_times_the_worker_timeout(template: Any) -> None:
+    dlq = Capture()
+    template.has_resource_properties(
+        "AWS::SQS::Queue",
+        {
+            "VisibilityTimeout": 6 * limits.WORKER_TIMEOUT_SECONDS,
+            "RedrivePolicy": {"deadLetterTargetArn": {"Fn::GetAtt": [dlq, "Arn"]}, "maxReceiveCount": 3},
+            "SqsManagedSseEnabled": True,
+        },
+    )
+    assert dlq.as_string() in template.find_resources("AWS::SQS::Queue")
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": "functions.tool_worker.handler.lambda_handler", "Timeout": limits.WORKER_TIMEOUT_SECONDS},
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::EventSourceMapping",
+        {"BatchSize": 1, "FunctionResponseTypes": ["ReportBatchItemFailures"]},
+    )
+
+
+def test_history_table_has_recovery_and_encryption(template: Any) -> None:
+    _, table = _one(template, "AWS::DynamoDB::Table")
+    props = table["Properties"]
+    assert props["KeySchema"] == [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ]
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["SSESpecification"] == {"SSEEnabled": True}
+    assert table["DeletionPolicy"] == "Retain"
+
+
+def test_functions_share_one_code_asset_and_only_the_orchestrator_gets_openai(template: Any) -> None:
+    functions = template.find_resources("AWS::Lambda::Function", {"Properties": {"Runtime": "python3.14"}})
+    assert len(functions) >= 3
+    assert len({json.dumps(f["Properties"]["Code"], sort_keys=True) for f in functions.values()}) == 1
+    layers = {name: f["Properties"]["Layers"] for name, f in functions.items()}
+    model_layer = _logical(
+        template, "AWS::Lambda::LayerVersion", Description="openai (the orchestrator only)"
+    )
+    with_openai = [name for name, refs in layers.items() if {"Ref": model_layer} in refs]
+    assert len(with_openai) == 1 and with_openai[0].startswith("Orchestrator")
+
+
+def test_model_key_comes_from_secrets_manager_not_the_environment(template: Any) -> None:
+    secret = _logical(template, "AWS::SecretsManager::Secret")
+    orchestrator = template.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": "functions.orchestrator.handler.lambda_handler"}}
+    )
+    env = next(iter(orchestrator.values()))["Properties"]["Environment"]["Variables"]
+    assert env["OPENAI_API_KEY_SECRET_ARN"] == {"Ref": secret}
+    assert "OPENAI_API_KEY" not in env
+
+
+def test_rest_api_is_iam_authorized_with_validated_bodies(template: Any) -> None:
+    template.resource_count_is("AWS::ApiGateway::RestApi", 1)
+    methods = template.find_resources("AWS::ApiGateway::Method")
+    assert {m["Properties"]["HttpMethod"] for m in methods.values()} == {"POST", "GET"}
+    assert all(m["Properties"]["AuthorizationType"] == "AWS_IAM" for m in methods.values())
+    assert all("RequestValidatorId" in m["Properties"] for m in methods.values())
+
+
+def test_the_worker_may_answer_tasks_and_nothing_more_on_the_state_machine(template: Any) -> None:
+    policies = template.find_resources("AWS::IAM::Policy")
+    worker_policy = next(p for name, p in policies.items() if name.startswith("ToolWorker"))
+    states_actions = {
+        action
+        for statement in worker_policy["Properties"]["PolicyDocument"]["Statement"]
+        for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+        if action.startswith("states:")
+    }
+    assert states_actions == {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
+
+
+def test_cdk_nag_is_live() -> None:
+    """A stack with a known finding must fail synthesis, or the clean synth above proves nothing."""
+    from aws_cdk import App, Stack, Validations
+    from aws_cdk import aws_sqs as sqs
+    from cdk_nag import AwsSolutionsChecks
+
+    app = App()
+    stack = Stack(app, "Bad")
+    sqs.Queue(stack, "NoDlqNoSsl")
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        app.synth()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("npx") is None, reason="node is needed for the CDK CLI")
+def test_cdk_cli_synthesizes_offline(tmp_path: Path) -> None:
+    cdk = ROOT / "node_modules" / ".bin" / "cdk"
+    assert cdk.exists(), "run `make install` first: the CDK CLI comes from package.json"
+    env = {**os.environ, "TOOLPIPE_BUNDLE": "0", "CDK_DISABLE_VERSION_CHECK": "1"}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    result = subprocess.run(
+        [str(cdk), "synth", "--quiet", "--no-notices", "-o", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    template = json.loads((tmp_path / "Toolpipe.template.json").read_text())
+    kinds = [r["Type"] for r in template["Resources"].values()]
+    assert kinds.count("AWS::StepFunctions::StateMachine") == 1
+    assert kinds.count("AWS::SQS::Queue") == 2
+    assert kinds.count("AWS::DynamoDB::Table") == 1
+    assert kinds.count("AWS::Lambda::Function") >= 2
+    assert kinds.count("AWS::ApiGateway::RestApi") == 1
