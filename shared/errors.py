@@ -25,6 +25,11 @@ class InvalidArgumentsError(ModelVisibleError):
     """The model's arguments were not JSON or did not match the tool's schema."""
 
 
+class TooManyCallsError(ModelVisibleError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"Not run: at most {limit} tool calls are run per reply. Ask again for the rest.")
+
+
 class ToolExecutionError(ModelVisibleError):
     """The tool itself raised."""
 

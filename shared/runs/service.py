@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from shared.agents import Agent, get_agent
-from shared.errors import CallInProgressError, ModelVisibleError
+from shared.errors import CallInProgressError, ModelVisibleError, TooManyCallsError
 from shared.history import HistoryStore
 from shared.messages import (
     AssistantMessage,
@@ -129,7 +129,10 @@ class ModelStep:
         for index, call in enumerate(reply.tool_calls):
             seq = reply.seq + 1 + index
             try:
-                # Unknown tools and malformed arguments are answered here, without a dispatch.
+                # Unknown tools, malformed arguments and calls over the per-turn limit are
+                # answered here, without a dispatch.
+                if index >= agent.max_calls_per_turn:
+                    raise TooManyCallsError(agent.max_calls_per_turn)
                 agent.registry.get(call.name).parse_arguments(call.arguments)
             except ModelVisibleError as e:
                 self._store.append(
