@@ -140,6 +140,32 @@ def show(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+HANDLERS = {
+    "api": ("functions.api.handler.lambda_handler", 29),
+    "orchestrator": ("functions.orchestrator.handler.lambda_handler", 300),
+    "tool_worker": ("functions.tool_worker.handler.lambda_handler", 120),
+}
+
+
+def invoke(args: argparse.Namespace, out: TextIO) -> int:
+    """Feed an event file to one real handler on the local runtime; RUN_ID in it is replaced."""
+    from infra.local.lambdas import LocalContext, call_handler
+    from infra.local.runtime import LocalRuntime
+
+    text = Path(args.event).read_text()
+    if args.run_id:
+        text = text.replace("RUN_ID", args.run_id)
+    event = json.loads(text)
+    handler, timeout = HANDLERS[args.function]
+    # Workers run too: a run the event starts finishes before the runtime shuts down.
+    with _model_endpoint(out), LocalRuntime(state_dir=_state_dir()):
+        result = call_handler(
+            handler, event, LocalContext(function_name=args.function, timeout_seconds=timeout)
+        )
+    out.write(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(prog="toolpipe", description="Run toolpipe agents on the local runtime.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -154,9 +180,14 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     show_parser = commands.add_parser("show", help="print a run's history")
     show_parser.add_argument("run_id")
     show_parser.add_argument("--json", action="store_true", help="print the API's JSON")
+    invoke_parser = commands.add_parser("invoke", help="run one handler on an event file (see events/)")
+    invoke_parser.add_argument("function", choices=sorted(HANDLERS))
+    invoke_parser.add_argument("event", help="path of a JSON event, e.g. events/api_post_run.json")
+    invoke_parser.add_argument("--run-id", help="replaces RUN_ID in the event")
     args = parser.parse_args(argv)
+    commands_by_name = {"run": run, "show": show, "invoke": invoke}
     try:
-        return run(args, out) if args.command == "run" else show(args, out)
+        return commands_by_name[args.command](args, out)
     except KeyboardInterrupt:
         out.write("interrupted\n")
         return 130

@@ -62,6 +62,7 @@ class LocalRuntime:
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
         self._saved_env: dict[str, str | None] = {}
         self.workers: WorkerPool | None = None
+        self.drain_seconds = 30.0
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -97,6 +98,9 @@ class LocalRuntime:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
+            # Executions run on moto's threads: left running, they would call AWS after the
+            # mock is gone. Let them finish, then stop what is left.
+            self.drain(timeout=self.drain_seconds)
             if self.workers is not None:
                 self.workers.stop()
             if self._state_dir is not None:
@@ -222,6 +226,22 @@ class LocalRuntime:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} still running after {timeout} s")
             time.sleep(0.02)
+
+    def drain(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            running = self.sfn.list_executions(
+                stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
+            )["executions"]
+            if not running:
+                return
+            if time.monotonic() > deadline:
+                for execution in running:
+                    self.sfn.stop_execution(
+                        executionArn=execution["executionArn"], cause="local runtime shut down"
+                    )
+                return
+            time.sleep(0.05)
 
     def execution_events(self, run_id: str) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []

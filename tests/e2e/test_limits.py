@@ -35,7 +35,9 @@ def test_every_registered_agent_fits_the_history_limit() -> None:
 
 
 def test_an_agent_that_could_overflow_the_history_is_refused() -> None:
-    with pytest.raises(ValueError, match="100 turns of 40 calls could write 33113 Step Functions history events"):
+    with pytest.raises(
+        ValueError, match="100 turns of 40 calls could write 33113 Step Functions history events"
+    ):
         Agent(name="greedy", instructions="x", max_iterations=100, max_calls_per_turn=40)
 
 

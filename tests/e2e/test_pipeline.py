@@ -137,3 +137,22 @@ class _Capture:
     @property
     def text(self) -> str:
         return "".join(self.parts)
+
+
+def test_cli_uses_the_configured_endpoint_for_two_parallel_calls(tmp_path: Any, monkeypatch: Any) -> None:
+    from infra.local.scripted_model import ScriptedModelServer, ScriptResponder
+
+    replies = [Reply(tool_calls=[call("square_root", x=16), call("sum", a=2, b=3)]), Reply(content="4 and 5")]
+    with ScriptedModelServer(ScriptResponder(replies)) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "not-checked")
+        monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
+        out = _Capture()
+        code = main(["run", "root of 16 and 2+3", "--model", "my-model"], out)
+
+    assert code == 0, out.text
+    assert f"model endpoint: {server.base_url}" in out.text
+    assert 'call square_root({"x": 16})' in out.text and 'call sum({"a": 2, "b": 3})' in out.text
+    assert server.requests[0]["model"] == "my-model"
+    results = {m["tool_call_id"]: m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"}
+    assert results == {"call_1_0": "4.0", "call_1_1": "5.0"}
