@@ -1,9 +1,6 @@
-from shared.model.client import (
-    ModelClient,
-    ModelReply,
-    OpenAIModelClient,
-    build_openai_client,
-    to_openai_messages,
-)
+"""The model port. The openai adapter lives in `shared.model.openai_client`, imported only
+by the orchestrator (the other functions ship without openai)."""
 
-__all__ = ["ModelClient", "ModelReply", "OpenAIModelClient", "build_openai_client", "to_openai_messages"]
+from shared.model.port import ModelClient, ModelReply, to_openai_messages
+
+__all__ = ["ModelClient", "ModelReply", "to_openai_messages"]

@@ -4,7 +4,6 @@ import boto3
 from aws_lambda_powertools.utilities import parameters
 
 from shared.history import DynamoHistoryStore
-from shared.model import OpenAIModelClient, build_openai_client
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
 from shared.runs.service import ModelStep, RunStarter, ToolCallExecutor
 from shared.settings import ApiSettings, CallTimeouts, ModelSettings, StoreSettings, WorkerSettings
@@ -28,6 +27,9 @@ def _api_key(settings: ModelSettings) -> str:
 
 
 def build_model_step(store: StoreSettings, model: ModelSettings, timeouts: CallTimeouts) -> ModelStep:
+    # Imported here: only the orchestrator has the openai package.
+    from shared.model.openai_client import OpenAIModelClient, build_openai_client
+
     client = OpenAIModelClient(
         build_openai_client(model.base_url, _api_key(model)),
         timeout_seconds=model.timeout_seconds,

@@ -61,3 +61,41 @@ def test_substitution_fills_every_placeholder() -> None:
     json.loads(filled)
     with pytest.raises(ValueError, match="missing substitutions"):
         substitute(definition_json(), {})
+
+
+@pytest.mark.parametrize(
+    ("module", "loads_openai"),
+    [
+        ("functions.orchestrator.handler", True),
+        ("functions.tool_worker.handler", False),
+        ("functions.api.handler", False),
+    ],
+)
+def test_only_the_orchestrator_imports_openai(module: str, loads_openai: bool) -> None:
+    """Deployed, only the orchestrator has the openai layer: anything else would fail to start."""
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys, {module}, shared.runs.factory as f; f.build_tool_executor; "
+        "print('openai' in sys.modules)"
+    )
+    env = {
+        "TABLE_NAME": "t",
+        "BUCKET_NAME": "b",
+        "STATE_MACHINE_ARN": "arn",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "PATH": "",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    # The orchestrator's module imports the adapter lazily, at its first model step.
+    assert out.stdout.strip() == "False"
+    if loads_openai:
+        build = f"import sys, {module} as h; h.service(); print('openai' in sys.modules)"
+        env["OPENAI_API_KEY"] = "k"
+        out = subprocess.run(
+            [sys.executable, "-c", build], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == "True"

@@ -7,8 +7,8 @@ import pytest
 
 from infra.local.scripted_model import HttpError, Reply, ScriptedModelServer, ScriptResponder
 from shared.errors import ModelCallError
-from shared.model import OpenAIModelClient, build_openai_client, to_openai_messages
-from shared.model.client import RESERVE_SECONDS
+from shared.model import to_openai_messages
+from shared.model.openai_client import RESERVE_SECONDS, OpenAIModelClient, build_openai_client
 
 RATE_LIMITED = HttpError(
     429, {"error": {"message": "slow down", "type": "rate_limit"}}, {"retry-after": "0.25"}

@@ -10,33 +10,19 @@ import email.utils
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import openai
 from openai import OpenAI
 
 from shared.errors import ModelCallError
 from shared.messages import ToolCall
+from shared.model.port import ModelReply
 
 # Time kept back for writing the reply to DynamoDB and returning to Step Functions.
 RESERVE_SECONDS = 5.0
 MIN_ATTEMPT_SECONDS = 2.0
 _RETRYABLE_STATUS = {408, 409, 429}
-
-
-@dataclass(frozen=True)
-class ModelReply:
-    content: str | None
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-class ModelClient(Protocol):
-    def complete(
-        self, *, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], deadline: float
-    ) -> ModelReply: ...
 
 
 def _retry_after(e: openai.APIStatusError) -> float | None:
@@ -124,27 +110,5 @@ class OpenAIModelClient:
         )
 
 
-def to_openai_messages(system_prompt: str, history: list[Any]) -> list[dict[str, Any]]:
-    """Render history items as Chat Completions messages."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
-    for item in history:
-        if item.kind == "user":
-            messages.append({"role": "user", "content": item.content})
-        elif item.kind == "assistant":
-            message: dict[str, Any] = {"role": "assistant", "content": item.content}
-            if item.tool_calls:
-                message["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                    for c in item.tool_calls
-                ]
-            messages.append(message)
-        else:
-            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.content})
-    return messages
-
-
 def build_openai_client(base_url: str | None, api_key: str) -> OpenAI:
     return OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-
-
-__all__ = ["ModelClient", "ModelReply", "OpenAIModelClient", "build_openai_client", "to_openai_messages"]

@@ -1,0 +1,53 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+# Both install what they need first (a .venv and the CDK CLI from npm).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export CDK_DISABLE_VERSION_CHECK := 1
+
+PROMPT ?= What is the square root of 475695037565?
+
+.PHONY: install demo test lint unit synth deploy bench clean
+
+install: $(VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+demo: install
+	$(BIN)/toolpipe run "$(PROMPT)"
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest
+
+unit: install
+	$(BIN)/python -m pytest tests/unit
+
+# The template only, offline (no layers built): for review and checks.
+synth: install
+	TOOLPIPE_BUNDLE=0 cdk synth --quiet
+
+# Builds the layers with pip (needs PyPI), then deploys with your AWS credentials.
+deploy: install
+	cdk deploy
+
+bench: install
+	$(BIN)/python benchmarks/pipeline.py
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out .toolpipe .pytest_cache .mypy_cache .ruff_cache *.egg-info

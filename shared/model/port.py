@@ -1,0 +1,43 @@
+"""The model port: what a model step needs from any chat model, with no SDK imported.
+
+Only the orchestrator imports the `openai` adapter (`shared.model.openai_client`); the
+other functions ship without the openai package.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shared.messages import HistoryItem, ToolCall
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ModelClient(Protocol):
+    def complete(
+        self, *, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], deadline: float
+    ) -> ModelReply: ...
+
+
+def to_openai_messages(system_prompt: str, history: list[HistoryItem]) -> list[dict[str, Any]]:
+    """Render history items as Chat Completions messages."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
+    for item in history:
+        if item.kind == "user":
+            messages.append({"role": "user", "content": item.content})
+        elif item.kind == "assistant":
+            message: dict[str, Any] = {"role": "assistant", "content": item.content}
+            if item.tool_calls:
+                message["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in item.tool_calls
+                ]
+            messages.append(message)
+        else:
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.content})
+    return messages
