@@ -55,7 +55,13 @@ class UnknownAgentError(ToolpipeError):
 
 
 class ModelCallError(ToolpipeError):
-    """The model endpoint failed after every retry the time budget allowed."""
+    """The model endpoint failed after every retry the time budget allowed; worth another try
+    later (the state machine retries the step)."""
+
+
+class ModelRejectedError(ToolpipeError):
+    """The endpoint refused the request (bad key, unknown model, invalid tools): retrying the
+    same request cannot help, so the run fails at once."""
 
 
 class CallInProgressError(ToolpipeError):

@@ -15,7 +15,7 @@ from typing import Any
 import openai
 from openai import OpenAI
 
-from shared.errors import ModelCallError
+from shared.errors import ModelCallError, ModelRejectedError
 from shared.messages import ToolCall
 from shared.model.port import ModelReply
 
@@ -72,7 +72,9 @@ class OpenAIModelClient:
                 status = getattr(e, "status_code", None)
                 retryable = status is None or status in _RETRYABLE_STATUS or status >= 500
                 if not retryable:
-                    raise ModelCallError(f"model endpoint refused the request: {status} {e.message}") from e
+                    body = getattr(e, "body", None)
+                    detail = body.get("message", e.message) if isinstance(body, dict) else e.message
+                    raise ModelRejectedError(f"model endpoint refused the request: {status} {detail}") from e
                 if attempt >= self._max_retries:
                     raise ModelCallError(f"model endpoint failed after {attempt + 1} attempts: {e}") from e
                 wait = _retry_after(e) if isinstance(e, openai.APIStatusError) else None

@@ -1,5 +1,7 @@
 """What a run does, independent of Lambda: start it, take one model step, run one tool call."""
 
+import contextlib
+import json
 import threading
 import time
 import uuid
@@ -162,7 +164,12 @@ class ModelStep:
     def fail(self, request: FailRequest) -> None:
         error = str(request.error.get("Error", "Error"))
         cause = str(request.error.get("Cause", ""))
-        self._store.finish_run(request.run_id, RunStatus.FAILED, error=f"{error}: {cause}".rstrip(": "))
+        with contextlib.suppress(ValueError, AttributeError):
+            # A Lambda function error's cause is the function's error JSON.
+            cause = str(json.loads(cause).get("errorMessage", cause))
+        self._store.finish_run(
+            request.run_id, RunStatus.FAILED, error=f"{error}: {cause}" if cause else error
+        )
 
 
 def _ended_status(status: RunStatus) -> DecisionStatus:

@@ -156,3 +156,17 @@ def test_cli_uses_the_configured_endpoint_for_two_parallel_calls(tmp_path: Any, 
     assert server.requests[0]["model"] == "my-model"
     results = {m["tool_call_id"]: m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"}
     assert results == {"call_1_0": "4.0", "call_1_1": "5.0"}
+
+
+def test_a_refused_model_request_fails_the_run_at_once(pipeline: Pipeline) -> None:
+    from infra.local.scripted_model import HttpError
+
+    pipeline.script(HttpError(401, {"error": {"message": "Incorrect API key provided", "type": "auth"}}))
+    body = pipeline.finish(pipeline.start("hello"))
+
+    assert body["run"]["status"] == "failed"
+    assert body["run"]["error"] == (
+        "ModelRejectedError: model endpoint refused the request: 401 Incorrect API key provided"
+    )
+    assert len(pipeline.model.requests) == 1  # not retried by the client nor by Step Functions
+    assert [m["kind"] for m in body["messages"]] == ["user"]

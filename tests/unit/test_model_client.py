@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import pytest
 
 from infra.local.scripted_model import HttpError, Reply, ScriptedModelServer, ScriptResponder
-from shared.errors import ModelCallError
+from shared.errors import ModelCallError, ModelRejectedError
 from shared.model import to_openai_messages
 from shared.model.openai_client import RESERVE_SECONDS, OpenAIModelClient, build_openai_client
 
@@ -69,7 +69,7 @@ def test_client_errors_are_not_retried(server: ScriptedModelServer) -> None:
     server.responder = ScriptResponder(
         [HttpError(400, {"error": {"message": "bad tools", "type": "invalid"}})]
     )
-    with pytest.raises(ModelCallError, match="refused the request: 400"):
+    with pytest.raises(ModelRejectedError, match="refused the request: 400"):
         _client(server, []).complete(model="m", messages=[], tools=[], deadline=_deadline())
     assert len(server.requests) == 1
 
