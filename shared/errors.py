@@ -6,6 +6,15 @@
   Step Functions retry it.
 """
 
+from pydantic import ValidationError
+
+
+def describe_validation_error(error: ValidationError, root: str) -> str:
+    """`field.sub: message; other: message`, the way a person (or a model) can act on it."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in err['loc']) or root}: {err['msg']}" for err in error.errors()
+    )
+
 
 class ToolpipeError(Exception):
     """Root of every error toolpipe raises on purpose."""

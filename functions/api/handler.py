@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler.exceptions import BadRequestError, NotF
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
-from shared.errors import RunNotFoundError, UnknownAgentError
+from shared.errors import RunNotFoundError, UnknownAgentError, describe_validation_error
 from shared.history import DynamoHistoryStore
 from shared.messages import HISTORY_ITEM, StartRunRequest
 from shared.runs import RunStarter
@@ -39,10 +39,7 @@ def start_run() -> Response[dict[str, Any]]:
     try:
         request = StartRunRequest.model_validate_json(app.current_event.body or "")
     except ValidationError as e:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in e.errors()
-        )
-        raise BadRequestError(f"invalid run request: {details}") from e
+        raise BadRequestError(f"invalid run request: {describe_validation_error(e, 'body')}") from e
     try:
         record = starter().start(request)
     except UnknownAgentError as e:

@@ -5,6 +5,7 @@ an SQS event, deletes it on success and leaves it for redelivery after the visib
 timeout when the handler reports it in `batchItemFailures` or raises.
 """
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,9 @@ class WorkerPool:
                 LocalContext(function_name="tool-worker", timeout_seconds=self._timeout),
             )
         except Exception:
-            return  # as Lambda would: the message comes back after the visibility timeout
+            # As on Lambda: the message comes back after the visibility timeout. Said aloud, since
+            # locally there is no CloudWatch to find it in.
+            logging.getLogger(__name__).exception("tool worker invocation failed")
+            return
         if not response.get("batchItemFailures"):
             self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=message["ReceiptHandle"])

@@ -126,21 +126,25 @@ class DynamoHistoryStore:
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
     ) -> None:
-        names = {"#s": "status", "#o": "output", "#e": "error"}
-        values: dict[str, Any] = {":s": status.value, ":now": utc_now(), ":running": RunStatus.RUNNING.value}
-        sets = ["#s = :s", "updated_at = :now"]
-        for placeholder, value in (("#o", output), ("#e", error)):
-            if value is not None:
-                values[f":{placeholder[1]}"] = value
-                sets.append(f"{placeholder} = :{placeholder[1]}")
+        # status, output and error are DynamoDB reserved words: every name goes through "#".
+        changes: dict[str, Any] = {
+            "status": status.value,
+            "updated_at": utc_now(),
+            "output": output,
+            "error": error,
+        }
+        changes = {name: value for name, value in changes.items() if value is not None}
         try:
             self._table.update_item(
                 Key={"pk": _pk(run_id), "sk": "META"},
-                UpdateExpression="SET " + ", ".join(sets),
+                UpdateExpression="SET " + ", ".join(f"#{name} = :{name}" for name in changes),
                 # A run ends once: a retried step must not overwrite the first ending.
-                ConditionExpression="#s = :running",
-                ExpressionAttributeNames={k: v for k, v in names.items() if k in " ".join(sets)},
-                ExpressionAttributeValues=values,
+                ConditionExpression="#status = :running",
+                ExpressionAttributeNames={f"#{name}": name for name in changes},
+                ExpressionAttributeValues={
+                    **{f":{name}": value for name, value in changes.items()},
+                    ":running": RunStatus.RUNNING.value,
+                },
             )
         except ClientError as e:
             if not _is_conditional_failure(e):

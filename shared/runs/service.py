@@ -41,10 +41,10 @@ class RunStarter:
         self._store = store
         self._starter = starter
 
-    def start(self, request: StartRunRequest, run_id: str | None = None) -> RunRecord:
+    def start(self, request: StartRunRequest) -> RunRecord:
         get_agent(request.agent)  # an unknown agent is the caller's error, before anything is written
         record = RunRecord(
-            run_id=run_id or new_run_id(),
+            run_id=new_run_id(),
             agent=request.agent,
             status=RunStatus.RUNNING,
             timezone=request.timezone,

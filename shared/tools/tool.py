@@ -11,7 +11,7 @@ from typing import Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 
-from shared.errors import InvalidArgumentsError, ToolExecutionError
+from shared.errors import InvalidArgumentsError, ToolExecutionError, describe_validation_error
 from shared.tools.docstrings import parse_docstring
 
 # The Chat Completions API rejects function names outside this pattern.
@@ -43,9 +43,7 @@ class Tool:
         try:
             return self.args_model.model_validate(raw)
         except ValidationError as e:
-            details = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}" for err in e.errors()
-            )
+            details = describe_validation_error(e, "(arguments)")
             raise InvalidArgumentsError(f"Invalid arguments for '{self.name}': {details}.") from e
 
     def invoke(self, arguments: str) -> str:
