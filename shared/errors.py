@@ -39,6 +39,11 @@ class TooManyCallsError(ModelVisibleError):
         super().__init__(f"Not run: at most {limit} tool calls are run per reply. Ask again for the rest.")
 
 
+class ToolTimeoutError(ModelVisibleError):
+    def __init__(self, name: str, seconds: float) -> None:
+        super().__init__(f"Tool '{name}' timed out after {seconds:g} s.")
+
+
 class ToolExecutionError(ModelVisibleError):
     """The tool itself raised."""
 

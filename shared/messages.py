@@ -46,6 +46,7 @@ class ToolResult(_Item):
     content: str
     status: Literal["ok", "error"]
     duration_ms: int | None = None
+    error_type: str | None = None
 
 
 HistoryItem = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="kind")]
@@ -72,6 +73,7 @@ class RunRecord(BaseModel):
     agent: str
     status: RunStatus
     timezone: str = "UTC"
+    caller: str | None = None
     turn: int = 0
     usage: Usage = Field(default_factory=Usage)
     output: str | None = None
@@ -156,3 +158,6 @@ class StartRunRequest(BaseModel):
     prompt: str = Field(min_length=1, max_length=100_000)
     agent: str = "assistant"
     timezone: str = "UTC"
+    caller: str | None = Field(
+        default=None, max_length=256, description="Who the run acts for (user, tenant)."
+    )

@@ -25,7 +25,7 @@ for _name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "AWS_PROFILE", "AWS_ENDPOINT_
 from infra.local.runtime import LocalRuntime  # noqa: E402
 from infra.local.scripted_model import DemoResponder, Reply, ScriptedModelServer, ScriptResponder  # noqa: E402
 from shared.agents import AGENTS, Agent  # noqa: E402
-from shared.tools import tool  # noqa: E402
+from shared.tools import ToolContext, tool  # noqa: E402
 
 
 class Calls:
@@ -85,10 +85,32 @@ def slow(seconds: float) -> str:
     return "woke up"
 
 
+@tool
+def remember(key: str, value: str, ctx: ToolContext) -> str:
+    """Store a value for later calls of this run.
+
+    Args:
+        key: Name of the value.
+        value: The value.
+    """
+    ctx.state[key] = value
+    return f"stored {key} for {ctx.caller}"
+
+
+@tool
+def recall(key: str, ctx: ToolContext) -> str:
+    """Read a value an earlier call stored.
+
+    Args:
+        key: Name of the value.
+    """
+    return str(ctx.state.get(key, "nothing"))
+
+
 TEST_AGENT = Agent(
     name="tester",
     instructions="You test toolpipe.",
-    tools=[count_once, big_output, explode, slow],
+    tools=[count_once, big_output, explode, slow, remember, recall],
     max_iterations=4,
 )
 
@@ -112,8 +134,8 @@ class Pipeline:
     def script(self, *replies: Any) -> None:
         self.model.responder = ScriptResponder(list(replies))
 
-    def start(self, prompt: str, agent: str = "tester") -> str:
-        status, body = self.runtime.api("POST", "/runs", {"prompt": prompt, "agent": agent})
+    def start(self, prompt: str, agent: str = "tester", **fields: Any) -> str:
+        status, body = self.runtime.api("POST", "/runs", {"prompt": prompt, "agent": agent, **fields})
         assert status == 202, body
         return str(body["run_id"])
 

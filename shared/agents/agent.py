@@ -27,6 +27,8 @@ class Agent:
     max_iterations: int = 10
     # Calls past this in one model reply get an error result instead of a dispatch.
     max_calls_per_turn: int = 10
+    # For tools that set none; None: only the state machine's per-call timeout applies.
+    tool_timeout_seconds: float | None = 60.0
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1 or self.max_calls_per_turn < 1:
@@ -38,7 +40,7 @@ class Agent:
                 f"{worst} Step Functions history events; the limit is {HISTORY_EVENT_LIMIT}"
             )
         # Fails at import, not mid-run, when two tools share a name.
-        object.__setattr__(self, "registry", ToolRegistry(self.tools))
+        object.__setattr__(self, "registry", ToolRegistry(self.tools, self.tool_timeout_seconds))
 
     registry: ToolRegistry = field(init=False, repr=False, compare=False)
 

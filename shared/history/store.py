@@ -6,6 +6,7 @@ tool twice). An item whose JSON would pass `inline_content_limit` is stored in S
 DynamoDB item keeps a reference: items stop at 400 KB.
 """
 
+import json
 import time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,6 +48,8 @@ class HistoryStore(Protocol):
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
     ) -> None: ...
+    def load_state(self, run_id: str) -> dict[str, Any]: ...
+    def save_state(self, run_id: str, changes: dict[str, Any]) -> None: ...
     def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> bool: ...
     def release_call(self, run_id: str, seq: int) -> None: ...
 
@@ -202,6 +205,28 @@ class DynamoHistoryStore:
             if "LastEvaluatedKey" not in page:
                 return items
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    # --- per-run state tools share (ToolContext.state) ---------------------------------------
+
+    def load_state(self, run_id: str) -> dict[str, Any]:
+        row = self._table.get_item(Key={"pk": _pk(run_id), "sk": "STATE"}, ConsistentRead=True).get(
+            "Item", {}
+        )
+        return {name[2:]: json.loads(str(value)) for name, value in row.items() if name.startswith("s_")}
+
+    def save_state(self, run_id: str, changes: dict[str, Any]) -> None:
+        """One attribute per key, values as JSON text: parallel calls writing different keys
+        do not overwrite each other, and numbers keep their type (no Decimal)."""
+        if not changes:
+            return
+        names = {f"#k{i}": f"s_{key}" for i, key in enumerate(changes)}
+        values = {f":v{i}": json.dumps(value) for i, value in enumerate(changes.values())}
+        self._table.update_item(
+            Key={"pk": _pk(run_id), "sk": "STATE"},
+            UpdateExpression="SET " + ", ".join(f"#k{i} = :v{i}" for i in range(len(changes))),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
 
     # --- tool call claims -----------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from shared.messages import (
 from shared.model import ModelClient, to_openai_messages
 from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.settings import CallTimeouts
+from shared.tools import RunState, ToolContext
 
 
 def new_run_id() -> str:
@@ -48,6 +49,7 @@ class RunStarter:
             agent=request.agent,
             status=RunStatus.RUNNING,
             timezone=request.timezone,
+            caller=request.caller,
         )
         created = self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt))
         # Started even when the run already existed: a retried request whose first attempt
@@ -96,6 +98,7 @@ class ModelStep:
                     tool=call.name,
                     content=f"Error: the tool call did not complete ({reason}).",
                     status="error",
+                    error_type=outcome.error if outcome and outcome.error else "NoResult",
                 )
                 self._store.append(run.run_id, item)
                 history.append(item)
@@ -146,6 +149,7 @@ class ModelStep:
                         tool=call.name,
                         content=f"Error: {e}",
                         status="error",
+                        error_type=type(e).__name__,
                     ),
                 )
                 continue
@@ -201,8 +205,16 @@ class ToolCallExecutor:
             reply = self._store.get_item(message.run_id, message.message_seq)
             assert isinstance(reply, AssistantMessage), "message_seq does not point at a model reply"
             call = next(c for c in reply.tool_calls if c.id == message.call_id)
+            context = ToolContext(
+                run_id=run.run_id,
+                agent=run.agent,
+                call_id=call.id,
+                caller=run.caller,
+                state=RunState(self._store.load_state(run.run_id)),
+            )
             with self._heartbeats(message.task_token):
-                execution = get_agent(run.agent).registry.execute(call)
+                execution = get_agent(run.agent).registry.execute(call, context)
+            self._store.save_state(run.run_id, {key: context.state[key] for key in context.state.changed})
         except BaseException:
             # A system error: free the call so the redelivery can run it at once.
             self._store.release_call(message.run_id, message.seq)
@@ -215,6 +227,7 @@ class ToolCallExecutor:
             content=execution.content,
             status=execution.status,
             duration_ms=execution.duration_ms,
+            error_type=execution.error_type,
         )
         if not self._store.append(message.run_id, result):
             stored = self._store.get_item(message.run_id, message.seq)

@@ -1,5 +1,6 @@
 """The set of tools one agent offers, and the execution of one call against it."""
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -7,6 +8,7 @@ from typing import Any, Literal
 
 from shared.errors import ModelVisibleError, UnknownToolError
 from shared.messages import ToolCall
+from shared.tools.context import ToolContext
 from shared.tools.tool import Tool
 
 
@@ -15,14 +17,17 @@ class Execution:
     content: str
     status: Literal["ok", "error"]
     duration_ms: int
+    error_type: str | None = None  # the ModelVisibleError subclass, for policies and reports
 
 
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool]) -> None:
+    def __init__(self, tools: Iterable[Tool], default_timeout_seconds: float | None = None) -> None:
         self._tools: dict[str, Tool] = {}
         for t in tools:
             if t.name in self._tools:
                 raise ValueError(f"two tools are named '{t.name}'")
+            if t.timeout_seconds is None and default_timeout_seconds is not None:
+                t = dataclasses.replace(t, timeout_seconds=default_timeout_seconds)
             self._tools[t.name] = t
 
     def __contains__(self, name: object) -> bool:
@@ -32,8 +37,9 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def specs(self) -> list[dict[str, Any]]:
-        return [t.spec() for t in self._tools.values()]
+    def specs(self, only: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        allowed = None if only is None else set(only)
+        return [t.spec() for t in self._tools.values() if allowed is None or t.name in allowed]
 
     def get(self, name: str) -> Tool:
         try:
@@ -41,12 +47,15 @@ class ToolRegistry:
         except KeyError:
             raise UnknownToolError(name) from None
 
-    def execute(self, call: ToolCall) -> Execution:
+    def execute(self, call: ToolCall, context: ToolContext | None = None) -> Execution:
         """Run one call. Errors the model can act on become an error result, never a crash."""
         started = time.perf_counter()
         try:
-            content, status = self.get(call.name).invoke(call.arguments), "ok"
+            content = self.get(call.name).invoke(call.arguments, context)
         except ModelVisibleError as e:
-            content, status = f"Error: {e}", "error"
-        duration_ms = round((time.perf_counter() - started) * 1000)
-        return Execution(content=content, status=status, duration_ms=duration_ms)  # type: ignore[arg-type]
+            return Execution(f"Error: {e}", "error", _ms_since(started), type(e).__name__)
+        return Execution(content, "ok", _ms_since(started))
+
+
+def _ms_since(started: float) -> int:
+    return round((time.perf_counter() - started) * 1000)

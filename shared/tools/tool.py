@@ -1,21 +1,44 @@
 """A plain typed, documented Python function becomes a tool with a JSON schema."""
 
 import asyncio
+import concurrent.futures
 import inspect
 import json
 import re
+import time
+import types
+import typing
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, get_type_hints, overload
+from dataclasses import dataclass, field
+from typing import Annotated, Any, get_args, get_origin, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from shared.errors import InvalidArgumentsError, ToolExecutionError, describe_validation_error
+from shared.errors import (
+    InvalidArgumentsError,
+    ToolExecutionError,
+    ToolTimeoutError,
+    describe_validation_error,
+)
+from shared.tools.context import ToolContext
 from shared.tools.docstrings import parse_docstring
 
 # The Chat Completions API rejects function names outside this pattern.
-_WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Param:
+    """Describe a parameter in its annotation: `Annotated[str, Param("The city", required=False)]`.
+
+    `required=False` makes the model free to leave it out (the function then gets its default,
+    or None), whatever the type says.
+    """
+
+    description: str | None = None
+    required: bool = True
 
 
 @dataclass(frozen=True)
@@ -24,7 +47,17 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     fn: Callable[..., Any]
-    args_model: type[BaseModel]
+    args_model: type[BaseModel] | None = None
+    context_param: str | None = None
+    result_converter: Callable[[Any], str] | None = None
+    timeout_seconds: float | None = None
+    # Opt-in: retry these exception types (transient failures) with exponential backoff.
+    retry_on: tuple[type[BaseException], ...] = ()
+    max_retries: int = 0
+    retry_backoff_seconds: float = 0.5
+    # Set for tools loaded from a JSON Schema: validates arguments instead of args_model.
+    validator: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def spec(self) -> dict[str, Any]:
         """The entry for the OpenAI `tools` list."""
@@ -33,30 +66,71 @@ class Tool:
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
 
-    def parse_arguments(self, arguments: str) -> BaseModel:
+    def parse_arguments(self, arguments: str) -> dict[str, Any]:
+        """Validated, coerced keyword arguments, or `InvalidArgumentsError` the model can act on."""
         try:
             raw = json.loads(arguments or "{}")
         except json.JSONDecodeError as e:
             raise InvalidArgumentsError(f"Arguments for '{self.name}' are not valid JSON: {e.msg}.") from e
         if not isinstance(raw, dict):
             raise InvalidArgumentsError(f"Arguments for '{self.name}' must be a JSON object.")
+        if self.validator is not None:
+            self.validator(raw)
+            return raw
+        assert self.args_model is not None
         try:
-            return self.args_model.model_validate(raw)
+            parsed = self.args_model.model_validate(raw)
         except ValidationError as e:
             details = describe_validation_error(e, "(arguments)")
             raise InvalidArgumentsError(f"Invalid arguments for '{self.name}': {details}.") from e
+        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
-    def invoke(self, arguments: str) -> str:
+    def invoke(self, arguments: str, context: ToolContext | None = None) -> str:
         """Validate, run and convert; model-visible failures raise `ModelVisibleError`."""
-        args = self.parse_arguments(arguments)
-        kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+        kwargs = self.parse_arguments(arguments)
+        if self.context_param is not None:
+            if context is None:
+                raise ToolExecutionError(f"Tool '{self.name}' needs a ToolContext and none was given.")
+            kwargs[self.context_param] = context
+        attempt = 0
+        while True:
+            try:
+                result = self._run(kwargs)
+                break
+            except self.retry_on as e:
+                if attempt >= self.max_retries:
+                    raise ToolExecutionError(
+                        f"Tool '{self.name}' failed after {attempt + 1} attempts: {type(e).__name__}: {e}"
+                    ) from e
+                self.sleep(self.retry_backoff_seconds * 2**attempt)
+                attempt += 1
+            except ToolTimeoutError:
+                raise
+            except Exception as e:
+                raise ToolExecutionError(f"Tool '{self.name}' failed: {type(e).__name__}: {e}") from e
+        converter = self.result_converter or to_model_text
+        return converter(result)
+
+    def _run(self, kwargs: dict[str, Any]) -> Any:
+        if self.timeout_seconds is None:
+            return _call(self.fn, kwargs)
+        # The function keeps its thread if it overruns (Python cannot stop a thread); the call
+        # is answered at once and the invocation ends, which freezes it on Lambda.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tool-{self.name}")
+        future = pool.submit(_call, self.fn, kwargs)
         try:
-            result = self.fn(**kwargs)
-            if inspect.isawaitable(result):
-                result = asyncio.run(_await(result))
-        except Exception as e:
-            raise ToolExecutionError(f"Tool '{self.name}' failed: {type(e).__name__}: {e}") from e
-        return to_model_text(result)
+            return future.result(timeout=self.timeout_seconds)
+        except concurrent.futures.TimeoutError:
+            raise ToolTimeoutError(self.name, self.timeout_seconds) from None
+        finally:
+            pool.shutdown(wait=False)
+
+
+def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    result = fn(**kwargs)
+    if inspect.isawaitable(result):
+        result = asyncio.run(_await(result))
+    return result
 
 
 async def _await(awaitable: Any) -> Any:
@@ -72,54 +146,136 @@ def to_model_text(result: Any) -> str:
     return json.dumps(to_jsonable_python(result), ensure_ascii=False)
 
 
-def _strip_titles(schema: Any) -> Any:
-    # pydantic adds a "title" to every property; it is noise in the prompt.
-    if isinstance(schema, dict):
-        return {k: _strip_titles(v) for k, v in schema.items() if k != "title" or not isinstance(v, str)}
-    if isinstance(schema, list):
-        return [_strip_titles(v) for v in schema]
-    return schema
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's titles and inline `$ref`s: several OpenAI-compatible servers reject
+    references. A recursive type keeps its `$defs`, since it cannot be inlined."""
+    defs = schema.get("$defs", {})
+
+    def inline(node: Any, seen: frozenset[str]) -> Any:
+        if isinstance(node, list):
+            return [inline(v, seen) for v in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            name = ref.removeprefix("#/$defs/")
+            if name in seen:
+                return node
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return inline({**defs[name], **rest}, seen | {name})
+        return {
+            k: inline(v, seen)
+            for k, v in node.items()
+            if k != "$defs" and not (k == "title" and isinstance(v, str))
+        }
+
+    body = inline(schema, frozenset())
+    remaining = json.dumps(body)
+    kept = {
+        name: inline(d, frozenset({name})) for name, d in defs.items() if f'"#/$defs/{name}"' in remaining
+    }
+    if kept:
+        body["$defs"] = kept
+    return dict(body)
 
 
-def _build(fn: Callable[..., Any], name: str | None, description: str | None) -> Tool:
-    wire_name = name or fn.__name__
-    if not _WIRE_NAME.match(wire_name):
-        raise ValueError(f"tool name '{wire_name}' must match {_WIRE_NAME.pattern}")
+def _admits_none(annotation: Any) -> bool:
+    if get_origin(annotation) is Annotated:
+        return _admits_none(get_args(annotation)[0])
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        return type(None) in get_args(annotation)
+    return annotation is None or annotation is type(None)
+
+
+def _is_context(annotation: Any) -> bool:
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    candidates = (
+        get_args(annotation) if get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
+    )
+    return any(c is ToolContext for c in candidates)
+
+
+def _explicit(annotation: Any) -> tuple[str | None, bool]:
+    """(description, required) given in the annotation's metadata, if any."""
+    description, required = None, True
+    if get_origin(annotation) is Annotated:
+        for meta in get_args(annotation)[1:]:
+            if isinstance(meta, Param):
+                description = meta.description or description
+                required = meta.required
+            elif isinstance(meta, FieldInfo) and meta.description:
+                description = meta.description
+    return description, required
+
+
+def _build(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
+    wire_name = options.pop("name", None) or fn.__name__
+    if not WIRE_NAME.match(wire_name):
+        raise ValueError(f"tool name '{wire_name}' must match {WIRE_NAME.pattern}")
     doc = parse_docstring(fn.__doc__)
     hints = get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
+    context_param = None
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ValueError(f"tool '{wire_name}': *args and **kwargs cannot be described to a model")
         if param.name not in hints:
             raise ValueError(f"tool '{wire_name}': parameter '{param.name}' needs a type hint")
+        annotation = hints[param.name]
+        if _is_context(annotation):
+            context_param = param.name
+            continue
+        explicit_description, required = _explicit(annotation)
         default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (hints[param.name], Field(default, description=doc.params.get(param.name)))
+        if default is ... and (not required or _admits_none(annotation)):
+            default = None  # Optional[T] and Param(required=False): the model may leave it out
+        description = explicit_description or doc.params.get(param.name)
+        fields[param.name] = (annotation, Field(default, description=description))
     model = create_model(f"{wire_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-    schema = _strip_titles(model.model_json_schema())
-    schema.setdefault("properties", {})
-    text = description or doc.description
+    text = options.pop("description", None) or doc.description
     if not text:
         raise ValueError(f"tool '{wire_name}' needs a description: give it a docstring")
-    return Tool(name=wire_name, description=text, parameters=schema, fn=fn, args_model=model)
+    schema = clean_schema(model.model_json_schema())
+    schema.setdefault("properties", {})
+    return Tool(
+        name=wire_name,
+        description=text,
+        parameters=schema,
+        fn=fn,
+        args_model=model,
+        context_param=context_param,
+        **options,
+    )
 
 
 @overload
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    result_converter: Callable[[Any], str] | None = None,
+    timeout_seconds: float | None = None,
+    retry_on: tuple[type[BaseException], ...] = (),
+    max_retries: int = 0,
+    retry_backoff_seconds: float = 0.5,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None, /, *, name: str | None = None, description: str | None = None
+    fn: Callable[..., Any] | None = None, /, **options: Any
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Turn a typed function into a `Tool`: `@tool` or `@tool(name=..., description=...)`.
+    """Turn a typed function into a `Tool`: `@tool` or `@tool(name=..., timeout_seconds=...)`.
 
-    The first paragraph of the docstring is the description the model sees; its `Args:`
-    section describes the parameters.
+    The first paragraph of the docstring (Google, Sphinx or NumPy style) is the description
+    the model sees; its parameter section describes the parameters, unless the annotation
+    does (`Annotated[T, Field(description=...)]` or `Param(...)`). A `ToolContext` parameter
+    is injected and never shown to the model.
     """
+    if options.get("max_retries", 0) and not options.get("retry_on"):
+        raise ValueError("max_retries needs retry_on: the exception types worth retrying")
     if fn is not None:
-        return _build(fn, name, description)
-    return lambda f: _build(f, name, description)
+        return _build(fn, dict(options))
+    return lambda f: _build(f, dict(options))
