@@ -1,15 +1,19 @@
 from shared.tools.context import RunState, ToolContext
 from shared.tools.registry import Execution, ToolRegistry
+from shared.tools.schema_tool import SchemaError, schema_tool, wire_name
 from shared.tools.tool import Param, Tool, clean_schema, to_model_text, tool
 
 __all__ = [
     "Execution",
     "Param",
     "RunState",
+    "SchemaError",
     "Tool",
     "ToolContext",
     "ToolRegistry",
     "clean_schema",
+    "schema_tool",
     "to_model_text",
     "tool",
+    "wire_name",
 ]

@@ -45,7 +45,12 @@ class ToolRegistry:
         try:
             return self._tools[name]
         except KeyError:
-            raise UnknownToolError(name) from None
+            pass
+        # A model may echo a schema tool's original name (dots, spaces) instead of its wire name.
+        for t in self._tools.values():
+            if t.source_name == name:
+                return t
+        raise UnknownToolError(name)
 
     def execute(self, call: ToolCall, context: ToolContext | None = None) -> Execution:
         """Run one call. Errors the model can act on become an error result, never a crash."""

@@ -55,8 +55,10 @@ class Tool:
     retry_on: tuple[type[BaseException], ...] = ()
     max_retries: int = 0
     retry_backoff_seconds: float = 0.5
-    # Set for tools loaded from a JSON Schema: validates arguments instead of args_model.
+    # Set for tools loaded from a JSON Schema: validates arguments instead of args_model,
+    # and keeps the name as written where the wire name had to differ.
     validator: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
+    source_name: str | None = None
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def spec(self) -> dict[str, Any]:
