@@ -135,6 +135,20 @@ def show(args: argparse.Namespace, out: TextIO) -> int:
             )
             + "\n"
         )
+    if body["executions"]:
+        out.write("tool executions:\n")
+        for e in body["executions"]:
+            took = "-" if e["duration_ms"] is None else f"{e['duration_ms']} ms"
+            kind = f" {e['error_type']}" if e["error_type"] else ""
+            out.write(
+                f"  turn {e['turn']} {e['tool']}({_short(json.dumps(e['arguments']), 80)})"
+                f" · {e['status']}{kind} · {took} · attempts {e['attempts'] or 0}\n"
+            )
+    usage = record["usage"]
+    out.write(
+        f"usage: {usage['model_calls']} model call(s) · {usage['prompt_tokens']} prompt + "
+        f"{usage['completion_tokens']} completion tokens · ${record['cost_usd']:.6f}\n"
+    )
     if record.get("error"):
         out.write(f"error: {record['error']}\n")
     return 0

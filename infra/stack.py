@@ -265,6 +265,11 @@ class ToolpipeStack(Stack):
                     ),
                     "agent": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
                     "timezone": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
+                    "caller": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING, max_length=256),
+                    "tools": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.ARRAY,
+                        items=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
+                    ),
                 },
             ),
         )
@@ -279,11 +284,18 @@ class ToolpipeStack(Stack):
             request_models={"application/json": run_request},
             request_validator=validator,
         )
-        runs.add_resource("{run_id}").add_method(
+        run = runs.add_resource("{run_id}")
+        run.add_method(
             "GET",
             integration,
             request_validator=validator,
             request_parameters={"method.request.path.run_id": True},
+        )
+        run.add_resource("messages").add_resource("{seq}").add_method(
+            "GET",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.path.run_id": True, "method.request.path.seq": True},
         )
         acknowledge(
             api,

@@ -30,6 +30,11 @@ class UnknownToolError(ModelVisibleError):
         self.name = name
 
 
+class ToolNotAllowedError(ModelVisibleError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Tool '{name}' is not available in this run.")
+
+
 class InvalidArgumentsError(ModelVisibleError):
     """The model's arguments were not JSON or did not match the tool's schema."""
 
@@ -66,6 +71,13 @@ class UnknownAgentError(ToolpipeError):
     def __init__(self, name: str, known: list[str]) -> None:
         super().__init__(f"unknown agent '{name}' (known: {', '.join(sorted(known))})")
         self.name = name
+
+
+class UnknownToolsRequestedError(ToolpipeError):
+    """A run request's tool allow-list names tools the agent does not have."""
+
+    def __init__(self, agent: str, names: list[str]) -> None:
+        super().__init__(f"agent '{agent}' has no tools named {', '.join(repr(n) for n in names)}")
 
 
 class ModelCallError(ToolpipeError):

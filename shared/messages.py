@@ -47,6 +47,9 @@ class ToolResult(_Item):
     status: Literal["ok", "error"]
     duration_ms: int | None = None
     error_type: str | None = None
+    attempts: int = 1  # deliveries of the call (SQS receive count)
+    # What the operator needs and the model was not shown (the "generic" error policy).
+    error_detail: str | None = None
 
 
 HistoryItem = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="kind")]
@@ -65,6 +68,12 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     model_calls: int = 0
+    # Integer micro-dollars: DynamoDB counters are exact for integers (floats need Decimal).
+    cost_micro_usd: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
 
 class RunRecord(BaseModel):
@@ -74,6 +83,7 @@ class RunRecord(BaseModel):
     status: RunStatus
     timezone: str = "UTC"
     caller: str | None = None
+    tools: list[str] | None = None  # the tools this run may use; None: all the agent's
     turn: int = 0
     usage: Usage = Field(default_factory=Usage)
     output: str | None = None
@@ -105,6 +115,7 @@ class DecisionStatus(StrEnum):
     FINAL = "final"
     TOOL_CALLS = "tool_calls"
     LIMIT = "limit"
+    FAILED = "failed"
 
 
 class Decision(BaseModel):
@@ -160,4 +171,7 @@ class StartRunRequest(BaseModel):
     timezone: str = "UTC"
     caller: str | None = Field(
         default=None, max_length=256, description="Who the run acts for (user, tenant)."
+    )
+    tools: list[str] | None = Field(
+        default=None, description="Allow-list: the run may use only these of the agent's tools."
     )

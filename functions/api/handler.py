@@ -10,11 +10,17 @@ from aws_lambda_powertools.event_handler.exceptions import BadRequestError, NotF
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
-from shared.errors import RunNotFoundError, UnknownAgentError, describe_validation_error
+from shared.errors import (
+    RunNotFoundError,
+    UnknownAgentError,
+    UnknownToolsRequestedError,
+    describe_validation_error,
+)
 from shared.history import DynamoHistoryStore
 from shared.messages import HISTORY_ITEM, StartRunRequest
 from shared.runs import RunStarter
 from shared.runs.factory import build_run_starter, build_store
+from shared.runs.report import tool_executions
 from shared.settings import ApiSettings, StoreSettings
 
 logger = Logger()
@@ -42,7 +48,7 @@ def start_run() -> Response[dict[str, Any]]:
         raise BadRequestError(f"invalid run request: {describe_validation_error(e, 'body')}") from e
     try:
         record = starter().start(request)
-    except UnknownAgentError as e:
+    except (UnknownAgentError, UnknownToolsRequestedError) as e:
         raise BadRequestError(str(e)) from e
     logger.info("run started", run_id=record.run_id, agent=record.agent)
     return Response(
@@ -62,8 +68,21 @@ def get_run(run_id: str) -> dict[str, Any]:
         record = store().get_run(run_id)
     except RunNotFoundError as e:
         raise NotFoundError(str(e)) from e
-    messages = [HISTORY_ITEM.dump_python(i, mode="json") for i in store().load_history(run_id)]
-    return {"run": record.model_dump(mode="json"), "messages": messages}
+    history = store().load_history(run_id)
+    return {
+        "run": {**record.model_dump(mode="json"), "cost_usd": record.usage.cost_micro_usd / 1_000_000},
+        "executions": [e.model_dump(mode="json") for e in tool_executions(run_id, history)],
+        "messages": [HISTORY_ITEM.dump_python(i, mode="json") for i in history],
+    }
+
+
+@app.get("/runs/<run_id>/messages/<seq>")
+def get_message(run_id: str, seq: str) -> dict[str, Any]:
+    """One whole history item: where a long tool result in `executions` points."""
+    item = store().get_item(run_id, int(seq)) if seq.isdigit() else None
+    if item is None:
+        raise NotFoundError(f"run {run_id} has no message {seq}")
+    return dict(HISTORY_ITEM.dump_python(item, mode="json"))
 
 
 @logger.inject_lambda_context(clear_state=True)

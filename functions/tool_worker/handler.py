@@ -32,7 +32,9 @@ def service() -> ToolCallExecutor:
 def record_handler(record: SQSRecord) -> None:
     message = ToolCallMessage.model_validate_json(record.body)
     logger.append_keys(run_id=message.run_id, call_id=message.call_id)
-    outcome = service().execute(message, lease_seconds=_lease_seconds)
+    outcome = service().execute(
+        message, lease_seconds=_lease_seconds, attempt=int(record.attributes.approximate_receive_count or 1)
+    )
     logger.info("tool call done", status=outcome.status)
 
 

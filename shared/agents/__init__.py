@@ -1,6 +1,6 @@
 """The agents a deployment knows, by name. Register yours in `AGENTS`."""
 
-from shared.agents.agent import Agent, history_events
+from shared.agents.agent import Agent, ModelPrice, ToolProvider, history_events
 from shared.agents.assistant import assistant
 from shared.errors import UnknownAgentError
 
@@ -14,4 +14,4 @@ def get_agent(name: str) -> Agent:
         raise UnknownAgentError(name, list(AGENTS)) from None
 
 
-__all__ = ["AGENTS", "Agent", "get_agent", "history_events"]
+__all__ = ["AGENTS", "Agent", "ModelPrice", "ToolProvider", "get_agent", "history_events"]

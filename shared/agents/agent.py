@@ -1,6 +1,8 @@
 """An agent: a name, a system prompt, a model, tools and the limits of its loop."""
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from shared.tools import Tool, ToolRegistry
 
@@ -19,6 +21,21 @@ def history_events(iterations: int, calls_per_turn: int) -> int:
 
 
 @dataclass(frozen=True)
+class ModelPrice:
+    """USD per million tokens: what a run's cost total and cost budget are computed with."""
+
+    input_per_million: float
+    output_per_million: float
+
+    def micro_usd(self, prompt_tokens: int, completion_tokens: int) -> int:
+        return round(prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million)
+
+
+# Picks the tools a run may use from its input: (prompt, caller) -> tool names.
+ToolProvider = Callable[[str, str | None], Iterable[str]]
+
+
+@dataclass(frozen=True)
 class Agent:
     name: str
     instructions: str
@@ -29,10 +46,25 @@ class Agent:
     max_calls_per_turn: int = 10
     # For tools that set none; None: only the state machine's per-call timeout applies.
     tool_timeout_seconds: float | None = 60.0
+    # When a tool raises: "message" shows the model the exception's message, "generic" a plain
+    # "the tool failed" (the message stays in the history for operators), "fail" ends the run.
+    on_tool_error: Literal["message", "generic", "fail"] = "message"
+    # Turns in which the model sent invalid calls (unknown tool, bad JSON, bad arguments).
+    max_repair_turns: int = 3
+    # Run-wide budgets; reaching one ends the run with status "limit".
+    max_tool_calls: int = 50
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    price: ModelPrice | None = None
+    # The same tool with the same arguments this many times ends the run: the model is looping.
+    max_identical_calls: int = 3
+    tool_provider: ToolProvider | None = None
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1 or self.max_calls_per_turn < 1:
             raise ValueError(f"agent '{self.name}': max_iterations and max_calls_per_turn must be at least 1")
+        if self.max_cost_usd is not None and self.price is None:
+            raise ValueError(f"agent '{self.name}': max_cost_usd needs a price to count cost with")
         worst = history_events(self.max_iterations, self.max_calls_per_turn)
         if worst > HISTORY_EVENT_LIMIT:
             raise ValueError(

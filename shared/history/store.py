@@ -43,7 +43,7 @@ class HistoryStore(Protocol):
     def get_item(self, run_id: str, seq: int) -> HistoryItem | None: ...
     def append(self, run_id: str, item: HistoryItem) -> bool: ...
     def record_model_call(
-        self, run_id: str, turn: int, prompt_tokens: int, completion_tokens: int
+        self, run_id: str, turn: int, prompt_tokens: int, completion_tokens: int, cost_micro_usd: int
     ) -> None: ...
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
@@ -72,6 +72,7 @@ class DynamoHistoryStore:
             "prompt_tokens": 0,
             "completion_tokens": 0,
             "model_calls": 0,
+            "cost_micro_usd": 0,
         }
         meta = {k: v for k, v in meta.items() if v is not None}
         client = self._table.meta.client
@@ -109,18 +110,22 @@ class DynamoHistoryStore:
             prompt_tokens=data.pop("prompt_tokens", 0),
             completion_tokens=data.pop("completion_tokens", 0),
             model_calls=data.pop("model_calls", 0),
+            cost_micro_usd=data.pop("cost_micro_usd", 0),
         )
         return RunRecord.model_validate(data)
 
-    def record_model_call(self, run_id: str, turn: int, prompt_tokens: int, completion_tokens: int) -> None:
+    def record_model_call(
+        self, run_id: str, turn: int, prompt_tokens: int, completion_tokens: int, cost_micro_usd: int
+    ) -> None:
         self._table.update_item(
             Key={"pk": _pk(run_id), "sk": "META"},
-            UpdateExpression="ADD prompt_tokens :p, completion_tokens :c, model_calls :one "
+            UpdateExpression="ADD prompt_tokens :p, completion_tokens :c, model_calls :one, cost_micro_usd :cost "
             "SET turn = :t, updated_at = :now",
             ExpressionAttributeValues={
                 ":p": prompt_tokens,
                 ":c": completion_tokens,
                 ":one": 1,
+                ":cost": cost_micro_usd,
                 ":t": turn,
                 ":now": utc_now(),
             },

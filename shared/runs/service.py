@@ -9,7 +9,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from shared.agents import Agent, get_agent
-from shared.errors import CallInProgressError, ModelVisibleError, TooManyCallsError
+from shared.errors import (
+    CallInProgressError,
+    ModelVisibleError,
+    ToolNotAllowedError,
+    TooManyCallsError,
+    UnknownToolsRequestedError,
+)
 from shared.history import HistoryStore
 from shared.messages import (
     AssistantMessage,
@@ -43,19 +49,38 @@ class RunStarter:
         self._starter = starter
 
     def start(self, request: StartRunRequest) -> RunRecord:
-        get_agent(request.agent)  # an unknown agent is the caller's error, before anything is written
+        agent = get_agent(request.agent)  # an unknown agent is the caller's error, before anything is written
         record = RunRecord(
             run_id=new_run_id(),
             agent=request.agent,
             status=RunStatus.RUNNING,
             timezone=request.timezone,
             caller=request.caller,
+            tools=run_tools(agent, request),
         )
         created = self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt))
         # Started even when the run already existed: a retried request whose first attempt
         # wrote the run but died before starting it must not leave it stranded.
         self._starter.start(record.run_id)
         return record if created else self._store.get_run(record.run_id)
+
+
+def run_tools(agent: Agent, request: StartRunRequest) -> list[str] | None:
+    """The tools a run may use: the agent's, narrowed by its tool provider and by the caller's
+    allow-list. None means all of the agent's tools."""
+    chosen: set[str] | None = None
+    if agent.tool_provider is not None:
+        chosen = set(agent.tool_provider(request.prompt, request.caller))
+    if request.tools is not None:
+        unknown = sorted(set(request.tools) - set(agent.registry.names))
+        if unknown:
+            raise UnknownToolsRequestedError(agent.name, unknown)
+        chosen = set(request.tools) if chosen is None else chosen & set(request.tools)
+    return None if chosen is None else [name for name in agent.registry.names if name in chosen]
+
+
+# Results that mean the model's call itself was wrong: each turn with one is a repair turn.
+_INVALID_CALL = {"UnknownToolError", "InvalidArgumentsError", "ToolNotAllowedError"}
 
 
 class ModelStep:
@@ -83,62 +108,86 @@ class ModelStep:
             if history[-1] is last_reply and not (pending and came_back & {c.id for c in pending}):
                 # This step already stored its reply and died before returning: decide again
                 # from the stored reply instead of asking the model a second time.
-                return self._decide(run, agent, last_reply)
-            outcomes = {o.call_id: o for o in request.results}
-            for index, call in enumerate(last_reply.tool_calls):
-                if call.id in answered:
-                    continue
-                # The worker never wrote a result: it crashed, timed out or was cut off.
-                outcome = outcomes.get(call.id)
-                reason = outcome.error if outcome and outcome.error else "no result was recorded"
-                item = ToolResult(
-                    seq=last_reply.seq + 1 + index,
-                    turn=last_reply.turn,
-                    call_id=call.id,
-                    tool=call.name,
-                    content=f"Error: the tool call did not complete ({reason}).",
-                    status="error",
-                    error_type=outcome.error if outcome and outcome.error else "NoResult",
-                )
-                self._store.append(run.run_id, item)
-                history.append(item)
+                return self._decide(run, agent, last_reply, history)
+            history.extend(self._record_missing_results(run, last_reply, answered, request))
+            failure = _tool_failure(agent, last_reply, history)
+            if failure is not None:
+                self._store.finish_run(run.run_id, RunStatus.FAILED, error=failure)
+                return Decision(status=DecisionStatus.FAILED, turn=run.turn)
 
-        turn = run.turn + 1
-        if turn > agent.max_iterations:
-            message = f"stopped after {agent.max_iterations} model turns (the agent's max_iterations)"
-            self._store.finish_run(run.run_id, RunStatus.LIMIT, error=message)
+        limit = _budget_reached(run, agent, history)
+        if limit is not None:
+            self._store.finish_run(run.run_id, RunStatus.LIMIT, error=limit)
             return Decision(status=DecisionStatus.LIMIT, turn=run.turn)
 
+        turn = run.turn + 1
         reply = self._model.complete(
             model=agent.model or self._default_model,
             messages=to_openai_messages(agent.system_prompt(run.timezone), history),
-            tools=agent.registry.specs(),
+            tools=agent.registry.specs(only=run.tools),
             deadline=deadline,
         )
         message_item = AssistantMessage(
             seq=max(i.seq for i in history) + 1, turn=turn, content=reply.content, tool_calls=reply.tool_calls
         )
         if self._store.append(run.run_id, message_item):
-            self._store.record_model_call(run.run_id, turn, reply.prompt_tokens, reply.completion_tokens)
+            cost = agent.price.micro_usd(reply.prompt_tokens, reply.completion_tokens) if agent.price else 0
+            self._store.record_model_call(
+                run.run_id, turn, reply.prompt_tokens, reply.completion_tokens, cost
+            )
         else:
             stored = self._store.get_item(run.run_id, message_item.seq)
             assert isinstance(stored, AssistantMessage), "history slot after the last item holds a non-reply"
             message_item = stored
-        return self._decide(run, agent, message_item)
+        history.append(message_item)
+        return self._decide(run, agent, message_item, history)
 
-    def _decide(self, run: RunRecord, agent: Agent, reply: AssistantMessage) -> Decision:
+    def _record_missing_results(
+        self, run: RunRecord, reply: AssistantMessage, answered: set[str], request: StepRequest
+    ) -> list[ToolResult]:
+        """Error results for calls whose worker never wrote one: crashed, timed out, cut off."""
+        outcomes = {o.call_id: o for o in request.results}
+        written = []
+        for index, call in enumerate(reply.tool_calls):
+            if call.id in answered:
+                continue
+            outcome = outcomes.get(call.id)
+            reason = outcome.error if outcome and outcome.error else "no result was recorded"
+            item = ToolResult(
+                seq=reply.seq + 1 + index,
+                turn=reply.turn,
+                call_id=call.id,
+                tool=call.name,
+                content=f"Error: the tool call did not complete ({reason}).",
+                status="error",
+                error_type=outcome.error if outcome and outcome.error else "NoResult",
+            )
+            self._store.append(run.run_id, item)
+            written.append(item)
+        return written
+
+    def _decide(
+        self, run: RunRecord, agent: Agent, reply: AssistantMessage, history: list[HistoryItem]
+    ) -> Decision:
         if not reply.tool_calls:
             self._store.finish_run(run.run_id, RunStatus.SUCCEEDED, output=reply.content or "")
             return Decision(status=DecisionStatus.FINAL, turn=reply.turn)
+        limit = _calls_limit(agent, history)
+        if limit is not None:
+            self._store.finish_run(run.run_id, RunStatus.LIMIT, error=limit)
+            return Decision(status=DecisionStatus.LIMIT, turn=reply.turn)
         calls: list[CallRef] = []
         for index, call in enumerate(reply.tool_calls):
             seq = reply.seq + 1 + index
             try:
-                # Unknown tools, malformed arguments and calls over the per-turn limit are
-                # answered here, without a dispatch.
+                # Unknown tools, tools outside the run's set, malformed arguments and calls over
+                # the per-turn limit are answered here, without a dispatch.
                 if index >= agent.max_calls_per_turn:
                     raise TooManyCallsError(agent.max_calls_per_turn)
-                agent.registry.get(call.name).parse_arguments(call.arguments)
+                tool = agent.registry.get(call.name)
+                if run.tools is not None and tool.name not in run.tools:
+                    raise ToolNotAllowedError(call.name)
+                tool.parse_arguments(call.arguments)
             except ModelVisibleError as e:
                 self._store.append(
                     run.run_id,
@@ -176,8 +225,67 @@ class ModelStep:
         )
 
 
+def _tool_failure(agent: Agent, reply: AssistantMessage, history: list[HistoryItem]) -> str | None:
+    """With `on_tool_error="fail"`, the first tool of the last turn that raised ends the run."""
+    if agent.on_tool_error != "fail":
+        return None
+    for item in history:
+        if (
+            isinstance(item, ToolResult)
+            and item.turn == reply.turn
+            and item.error_type == "ToolExecutionError"
+        ):
+            return (item.error_detail or item.content).removeprefix("Error: ")
+    return None
+
+
+def _budget_reached(run: RunRecord, agent: Agent, history: list[HistoryItem]) -> str | None:
+    """Checked before each model call: iterations, repair turns, tokens, cost."""
+    if run.turn >= agent.max_iterations:
+        return f"stopped after {agent.max_iterations} model turns (the agent's max_iterations)"
+    repair_turns = {i.turn for i in history if isinstance(i, ToolResult) and i.error_type in _INVALID_CALL}
+    if len(repair_turns) > agent.max_repair_turns:
+        return (
+            f"the model sent invalid tool calls in {len(repair_turns)} turns "
+            f"(the agent's max_repair_turns is {agent.max_repair_turns})"
+        )
+    if agent.max_tokens is not None and run.usage.total_tokens >= agent.max_tokens:
+        return f"used {run.usage.total_tokens} tokens (the agent's max_tokens is {agent.max_tokens})"
+    cost = run.usage.cost_micro_usd / 1_000_000
+    if agent.max_cost_usd is not None and cost >= agent.max_cost_usd:
+        return f"cost ${cost:.4f} (the agent's max_cost_usd is ${agent.max_cost_usd:.4f})"
+    return None
+
+
+def _calls_limit(agent: Agent, history: list[HistoryItem]) -> str | None:
+    """Checked on each reply with calls: run-wide call count, and the same call repeated."""
+    calls = [c for i in history if isinstance(i, AssistantMessage) for c in i.tool_calls]
+    if len(calls) > agent.max_tool_calls:
+        return f"the model asked for {len(calls)} tool calls (the agent's max_tool_calls is {agent.max_tool_calls})"
+    seen: dict[tuple[str, str], int] = {}
+    for call in calls:
+        key = (call.name, _canonical(call.arguments))
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] >= agent.max_identical_calls:
+            return (
+                f"the model called {call.name} with the same arguments {seen[key]} times "
+                f"(the agent's max_identical_calls is {agent.max_identical_calls})"
+            )
+    return None
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return arguments
+
+
 def _ended_status(status: RunStatus) -> DecisionStatus:
-    return DecisionStatus.FINAL if status is RunStatus.SUCCEEDED else DecisionStatus.LIMIT
+    return {
+        RunStatus.SUCCEEDED: DecisionStatus.FINAL,
+        RunStatus.FAILED: DecisionStatus.FAILED,
+    }.get(status, DecisionStatus.LIMIT)
 
 
 class ToolCallExecutor:
@@ -188,16 +296,16 @@ class ToolCallExecutor:
         self._reporter = reporter
         self._heartbeat_every = heartbeat_every
 
-    def execute(self, message: ToolCallMessage, lease_seconds: int) -> CallOutcome:
+    def execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int = 1) -> CallOutcome:
         result = self._store.get_item(message.run_id, message.seq)
         if result is None:
-            result = self._run(message, lease_seconds)
+            result = self._run(message, lease_seconds, attempt)
         assert isinstance(result, ToolResult)
         outcome = CallOutcome(call_id=result.call_id, status=result.status)
         self._reporter.succeed(message.task_token, outcome.model_dump(exclude_none=True))
         return outcome
 
-    def _run(self, message: ToolCallMessage, lease_seconds: int) -> HistoryItem:
+    def _run(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> HistoryItem:
         if not self._store.claim_call(message.run_id, message.seq, lease_seconds):
             raise CallInProgressError(f"call {message.call_id} is being run by another delivery")
         try:
@@ -212,22 +320,28 @@ class ToolCallExecutor:
                 caller=run.caller,
                 state=RunState(self._store.load_state(run.run_id)),
             )
+            agent = get_agent(run.agent)
             with self._heartbeats(message.task_token):
-                execution = get_agent(run.agent).registry.execute(call, context)
+                execution = agent.registry.execute(call, context, allowed=run.tools)
             self._store.save_state(run.run_id, {key: context.state[key] for key in context.state.changed})
         except BaseException:
             # A system error: free the call so the redelivery can run it at once.
             self._store.release_call(message.run_id, message.seq)
             raise
+        content, detail = execution.content, None
+        if execution.error_type == "ToolExecutionError" and agent.on_tool_error == "generic":
+            content, detail = f"Error: the tool '{call.name}' failed.", execution.content
         result = ToolResult(
             seq=message.seq,
             turn=reply.turn,
             call_id=call.id,
             tool=call.name,
-            content=execution.content,
+            content=content,
             status=execution.status,
             duration_ms=execution.duration_ms,
             error_type=execution.error_type,
+            attempts=attempt,
+            error_detail=detail,
         )
         if not self._store.append(message.run_id, result):
             stored = self._store.get_item(message.run_id, message.seq)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.errors import ModelVisibleError, UnknownToolError
+from shared.errors import ModelVisibleError, ToolNotAllowedError, UnknownToolError
 from shared.messages import ToolCall
 from shared.tools.context import ToolContext
 from shared.tools.tool import Tool
@@ -52,11 +52,17 @@ class ToolRegistry:
                 return t
         raise UnknownToolError(name)
 
-    def execute(self, call: ToolCall, context: ToolContext | None = None) -> Execution:
-        """Run one call. Errors the model can act on become an error result, never a crash."""
+    def execute(
+        self, call: ToolCall, context: ToolContext | None = None, allowed: Iterable[str] | None = None
+    ) -> Execution:
+        """Run one call. Errors the model can act on become an error result, never a crash.
+        `allowed`, when given, is the run's tool set: anything else is refused."""
         started = time.perf_counter()
         try:
-            content = self.get(call.name).invoke(call.arguments, context)
+            tool = self.get(call.name)
+            if allowed is not None and tool.name not in set(allowed):
+                raise ToolNotAllowedError(call.name)
+            content = tool.invoke(call.arguments, context)
         except ModelVisibleError as e:
             return Execution(f"Error: {e}", "error", _ms_since(started), type(e).__name__)
         return Execution(content, "ok", _ms_since(started))

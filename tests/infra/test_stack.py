@@ -160,3 +160,14 @@ def test_cdk_cli_synthesizes_offline(tmp_path: Path) -> None:
     assert kinds.count("AWS::DynamoDB::Table") == 1
     assert kinds.count("AWS::Lambda::Function") >= 2
     assert kinds.count("AWS::ApiGateway::RestApi") == 1
+
+
+def test_api_gateway_request_model_matches_the_handler_model(template: Any) -> None:
+    """API Gateway rejects unknown body fields: its model must list exactly the handler's."""
+    from shared.messages import StartRunRequest
+
+    _, model = _one(template, "AWS::ApiGateway::Model")
+    schema = model["Properties"]["Schema"]
+    assert set(schema["properties"]) == set(StartRunRequest.model_fields)
+    assert schema["required"] == [n for n, f in StartRunRequest.model_fields.items() if f.is_required()]
+    assert schema["additionalProperties"] is False
