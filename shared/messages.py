@@ -48,6 +48,10 @@ class ToolResult(_Item):
     duration_ms: int | None = None
     error_type: str | None = None
     attempts: int = 1  # deliveries of the call (SQS receive count)
+    # Set when the result was longer than the agent's max_result_chars: `content` is then a
+    # preview, and the whole result is the S3 object under this key.
+    full_result_ref: str | None = None
+    full_result_chars: int | None = None
     # What the operator needs and the model was not shown (the "generic" error policy).
     error_detail: str | None = None
 

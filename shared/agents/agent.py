@@ -59,6 +59,8 @@ class Agent:
     # The same tool with the same arguments this many times ends the run: the model is looping.
     max_identical_calls: int = 3
     tool_provider: ToolProvider | None = None
+    # Longer results are stored whole in S3; the model reads this many characters and a reference.
+    max_result_chars: int | None = 20_000
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1 or self.max_calls_per_turn < 1:

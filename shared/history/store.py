@@ -48,6 +48,8 @@ class HistoryStore(Protocol):
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
     ) -> None: ...
+    def put_result(self, run_id: str, seq: int, content: str) -> str: ...
+    def get_result(self, key: str) -> str: ...
     def load_state(self, run_id: str) -> dict[str, Any]: ...
     def save_state(self, run_id: str, changes: dict[str, Any]) -> None: ...
     def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> bool: ...
@@ -210,6 +212,16 @@ class DynamoHistoryStore:
             if "LastEvaluatedKey" not in page:
                 return items
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    # --- whole tool results kept out of the model's context --------------------------------
+
+    def put_result(self, run_id: str, seq: int, content: str) -> str:
+        key = f"runs/{run_id}/results/{seq:06d}.txt"
+        self._s3.put_object(Bucket=self._bucket, Key=key, Body=content.encode(), ContentType="text/plain")
+        return key
+
+    def get_result(self, key: str) -> str:
+        return self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read().decode()
 
     # --- per-run state tools share (ToolContext.state) ---------------------------------------
 

@@ -20,6 +20,7 @@ class ToolExecution(BaseModel):
     result: str | None = None
     result_chars: int | None = None
     result_ref: str | None = None  # the history item holding the whole result
+    full_result_ref: str | None = None  # S3 key of a result longer than the agent's max_result_chars
     error_type: str | None = None
     error_detail: str | None = None
     duration_ms: int | None = None
@@ -51,6 +52,7 @@ def tool_executions(run_id: str, history: list[HistoryItem]) -> list[ToolExecuti
                         "error_detail": result.error_detail,
                         "duration_ms": result.duration_ms,
                         "attempts": result.attempts,
+                        "full_result_ref": result.full_result_ref,
                     }
                 )
             report.append(entry)

@@ -328,9 +328,15 @@ class ToolCallExecutor:
             # A system error: free the call so the redelivery can run it at once.
             self._store.release_call(message.run_id, message.seq)
             raise
-        content, detail = execution.content, None
+        content, detail, ref, chars = execution.content, None, None, None
         if execution.error_type == "ToolExecutionError" and agent.on_tool_error == "generic":
             content, detail = f"Error: the tool '{call.name}' failed.", execution.content
+        elif agent.max_result_chars is not None and len(content) > agent.max_result_chars:
+            ref, chars = self._store.put_result(message.run_id, message.seq, content), len(content)
+            content = (
+                f"{content[: agent.max_result_chars]}\n[… result truncated: {chars} characters in all, "
+                f"the first {agent.max_result_chars} shown. Whole result stored as {ref}.]"
+            )
         result = ToolResult(
             seq=message.seq,
             turn=reply.turn,
@@ -342,6 +348,8 @@ class ToolCallExecutor:
             error_type=execution.error_type,
             attempts=attempt,
             error_detail=detail,
+            full_result_ref=ref,
+            full_result_chars=chars,
         )
         if not self._store.append(message.run_id, result):
             stored = self._store.get_item(message.run_id, message.seq)

@@ -72,9 +72,15 @@ def test_large_tool_output_never_enters_step_functions(pipeline: Pipeline) -> No
     body = pipeline.finish(run_id)
 
     assert body["run"]["status"] == "succeeded"
-    # The model still received the whole output, through history.
+    # The model read a preview and a reference; the whole output is in S3.
     tool_message = next(m for m in pipeline.model.requests[1]["messages"] if m["role"] == "tool")
-    assert len(tool_message["content"]) == 100_000
+    ref = f"runs/{run_id}/results/000003.txt"
+    assert tool_message["content"] == "x" * 20_000 + (
+        f"\n[… result truncated: 100000 characters in all, the first 20000 shown. Whole result stored as {ref}.]"
+    )
+    stored = pipeline.runtime.s3.get_object(Bucket="toolpipe-local-contents", Key=ref)["Body"].read()
+    assert stored == b"x" * 100_000
+    assert body["executions"][0]["full_result_ref"] == ref
     sizes = _payload_sizes(pipeline.runtime.execution_events(run_id))
     assert sizes, "no inputs or outputs found in the execution history"
     assert max(sizes) < 2048, max(sizes)
