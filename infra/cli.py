@@ -30,7 +30,8 @@ def format_item(item: dict[str, Any]) -> list[str]:
     """How one history item reads on a terminal."""
     kind = item["kind"]
     if kind == "user":
-        return [f"user: {_short(item['content'])}"]
+        who = "toolpipe (asks the model to repair its answer)" if item.get("repair") else "user"
+        return [f"{who}: {_short(item['content'])}"]
     if kind == "assistant":
         lines = []
         if item["tool_calls"]:

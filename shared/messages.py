@@ -31,6 +31,8 @@ class ToolCall(BaseModel):
 class UserMessage(_Item):
     kind: Literal["user"] = "user"
     content: str
+    # Written by toolpipe, not the user: asks the model to fix an answer that failed validation.
+    repair: bool = False
 
 
 class AssistantMessage(_Item):

@@ -107,10 +107,20 @@ def recall(key: str, ctx: ToolContext) -> str:
     return str(ctx.state.get(key, "nothing"))
 
 
+@tool(return_direct=True)
+def render_report(title: str) -> str:
+    """Render the final report; its text is the run's answer.
+
+    Args:
+        title: The report's title.
+    """
+    return f"# {title}\nAll good."
+
+
 TEST_AGENT = Agent(
     name="tester",
     instructions="You test toolpipe.",
-    tools=[count_once, big_output, explode, slow, remember, recall],
+    tools=[count_once, big_output, explode, slow, remember, recall, render_report],
     max_iterations=4,
 )
 

@@ -1,8 +1,11 @@
 """An agent: a name, a system prompt, a model, tools and the limits of its loop."""
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
+
+from pydantic import BaseModel
 
 from shared.tools import Tool, ToolRegistry
 
@@ -61,6 +64,8 @@ class Agent:
     tool_provider: ToolProvider | None = None
     # Longer results are stored whole in S3; the model reads this many characters and a reference.
     max_result_chars: int | None = 20_000
+    # The final answer must be JSON that validates against this model; it is stored as JSON.
+    output_type: type[BaseModel] | None = None
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1 or self.max_calls_per_turn < 1:
@@ -79,4 +84,11 @@ class Agent:
     registry: ToolRegistry = field(init=False, repr=False, compare=False)
 
     def system_prompt(self, timezone: str) -> str:
-        return f"{self.instructions}\n\nThe user's time zone is {timezone}."
+        prompt = f"{self.instructions}\n\nThe user's time zone is {timezone}."
+        if self.output_type is not None:
+            schema = json.dumps(self.output_type.model_json_schema())
+            prompt += (
+                "\n\nWhen you give your final answer, reply with only a JSON object that matches this "
+                f"JSON Schema, with no other text:\n{schema}"
+            )
+        return prompt

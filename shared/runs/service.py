@@ -2,11 +2,14 @@
 
 import contextlib
 import json
+import re
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from pydantic import ValidationError
 
 from shared.agents import Agent, get_agent
 from shared.errors import (
@@ -15,6 +18,7 @@ from shared.errors import (
     ToolNotAllowedError,
     TooManyCallsError,
     UnknownToolsRequestedError,
+    describe_validation_error,
 )
 from shared.history import HistoryStore
 from shared.messages import (
@@ -114,6 +118,10 @@ class ModelStep:
             if failure is not None:
                 self._store.finish_run(run.run_id, RunStatus.FAILED, error=failure)
                 return Decision(status=DecisionStatus.FAILED, turn=run.turn)
+            direct = _direct_answer(agent, last_reply, history)
+            if direct is not None:
+                self._store.finish_run(run.run_id, RunStatus.SUCCEEDED, output=direct)
+                return Decision(status=DecisionStatus.FINAL, turn=run.turn)
 
         limit = _budget_reached(run, agent, history)
         if limit is not None:
@@ -170,7 +178,22 @@ class ModelStep:
         self, run: RunRecord, agent: Agent, reply: AssistantMessage, history: list[HistoryItem]
     ) -> Decision:
         if not reply.tool_calls:
-            self._store.finish_run(run.run_id, RunStatus.SUCCEEDED, output=reply.content or "")
+            try:
+                output = _final_output(agent, reply.content or "")
+            except ValidationError as e:
+                # Ask again: the next model step sees this message; repair turns are bounded.
+                self._store.append(
+                    run.run_id,
+                    UserMessage(
+                        seq=reply.seq + 1,
+                        turn=reply.turn,
+                        repair=True,
+                        content="Your final answer does not match the required JSON Schema: "
+                        f"{describe_validation_error(e, '(answer)')}. Reply again with only the JSON object.",
+                    ),
+                )
+                return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn)
+            self._store.finish_run(run.run_id, RunStatus.SUCCEEDED, output=output)
             return Decision(status=DecisionStatus.FINAL, turn=reply.turn)
         limit = _calls_limit(agent, history)
         if limit is not None:
@@ -239,14 +262,41 @@ def _tool_failure(agent: Agent, reply: AssistantMessage, history: list[HistoryIt
     return None
 
 
+def _direct_answer(agent: Agent, reply: AssistantMessage, history: list[HistoryItem]) -> str | None:
+    """Results of `return_direct` tools in the last turn are the run's answer."""
+    direct = [
+        item.content
+        for item in history
+        if isinstance(item, ToolResult)
+        and item.turn == reply.turn
+        and item.status == "ok"
+        and item.tool in agent.registry
+        and agent.registry.get(item.tool).return_direct
+    ]
+    return "\n\n".join(direct) if direct else None
+
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+
+
+def _final_output(agent: Agent, content: str) -> str:
+    """The run's output: the answer as is, or with `output_type`, validated JSON."""
+    if agent.output_type is None:
+        return content
+    match = _FENCE.match(content)  # models often wrap JSON in a code fence
+    parsed = agent.output_type.model_validate_json(match.group(1) if match else content)
+    return parsed.model_dump_json()
+
+
 def _budget_reached(run: RunRecord, agent: Agent, history: list[HistoryItem]) -> str | None:
     """Checked before each model call: iterations, repair turns, tokens, cost."""
     if run.turn >= agent.max_iterations:
         return f"stopped after {agent.max_iterations} model turns (the agent's max_iterations)"
     repair_turns = {i.turn for i in history if isinstance(i, ToolResult) and i.error_type in _INVALID_CALL}
+    repair_turns |= {i.turn for i in history if isinstance(i, UserMessage) and i.repair}
     if len(repair_turns) > agent.max_repair_turns:
         return (
-            f"the model sent invalid tool calls in {len(repair_turns)} turns "
+            f"the model needed repairing (invalid tool calls or answers) in {len(repair_turns)} turns "
             f"(the agent's max_repair_turns is {agent.max_repair_turns})"
         )
     if agent.max_tokens is not None and run.usage.total_tokens >= agent.max_tokens:

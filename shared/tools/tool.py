@@ -59,6 +59,8 @@ class Tool:
     # and keeps the name as written where the wire name had to differ.
     validator: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
     source_name: str | None = None
+    # The result is the run's answer: no further model call (e.g. a rendered report).
+    return_direct: bool = False
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def spec(self) -> dict[str, Any]:
@@ -263,6 +265,7 @@ def tool(
     retry_on: tuple[type[BaseException], ...] = (),
     max_retries: int = 0,
     retry_backoff_seconds: float = 0.5,
+    return_direct: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 

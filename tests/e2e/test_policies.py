@@ -63,7 +63,7 @@ def test_repair_turns_are_bounded(pipeline: Pipeline, agent: Any) -> None:
     assert body["run"]["status"] == "limit"
     assert (
         body["run"]["error"]
-        == "the model sent invalid tool calls in 2 turns (the agent's max_repair_turns is 1)"
+        == "the model needed repairing (invalid tool calls or answers) in 2 turns (the agent's max_repair_turns is 1)"
     )
     assert len(pipeline.model.requests) == 2
     assert [m["content"] for m in body["messages"] if m["kind"] == "tool_result"][1].startswith(
