@@ -2,6 +2,7 @@
 
 from shared.agents.agent import Agent, ModelPrice, ToolProvider, history_events
 from shared.agents.assistant import assistant
+from shared.agents.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
 from shared.errors import UnknownAgentError
 
 AGENTS: dict[str, Agent] = {a.name: a for a in (assistant,)}
@@ -14,4 +15,16 @@ def get_agent(name: str) -> Agent:
         raise UnknownAgentError(name, list(AGENTS)) from None
 
 
-__all__ = ["AGENTS", "Agent", "ModelPrice", "ToolProvider", "get_agent", "history_events"]
+__all__ = [
+    "AGENTS",
+    "AfterModel",
+    "AfterTool",
+    "Agent",
+    "BeforeModel",
+    "BeforeTool",
+    "Hooks",
+    "ModelPrice",
+    "ToolProvider",
+    "get_agent",
+    "history_events",
+]

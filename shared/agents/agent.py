@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from shared.agents.hooks import Hooks
 from shared.tools import Tool, ToolRegistry
 
 # Step Functions caps an execution at 25,000 history events. Measured on the state machine
@@ -66,6 +67,7 @@ class Agent:
     max_result_chars: int | None = 20_000
     # The final answer must be JSON that validates against this model; it is stored as JSON.
     output_type: type[BaseModel] | None = None
+    hooks: list[Hooks] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1 or self.max_calls_per_turn < 1:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from pydantic import ValidationError
 
-from shared.agents import Agent, get_agent
+from shared.agents import AfterModel, AfterTool, Agent, BeforeModel, BeforeTool, get_agent
 from shared.errors import (
     CallInProgressError,
     ModelVisibleError,
@@ -33,6 +33,7 @@ from shared.messages import (
     RunStatus,
     StartRunRequest,
     StepRequest,
+    ToolCall,
     ToolCallMessage,
     ToolResult,
     UserMessage,
@@ -40,7 +41,7 @@ from shared.messages import (
 from shared.model import ModelClient, to_openai_messages
 from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.settings import CallTimeouts
-from shared.tools import RunState, ToolContext
+from shared.tools import Execution, RunState, ToolContext
 
 
 def new_run_id() -> str:
@@ -129,12 +130,24 @@ class ModelStep:
             return Decision(status=DecisionStatus.LIMIT, turn=run.turn)
 
         turn = run.turn + 1
-        reply = self._model.complete(
-            model=agent.model or self._default_model,
+        before = BeforeModel(
+            run_id=run.run_id,
+            agent=agent.name,
             messages=to_openai_messages(agent.system_prompt(run.timezone), history),
             tools=agent.registry.specs(only=run.tools),
+        )
+        for hooks in agent.hooks:
+            hooks.before_model(before)
+        reply = before.reply or self._model.complete(
+            model=agent.model or self._default_model,
+            messages=before.messages,
+            tools=before.tools,
             deadline=deadline,
         )
+        after = AfterModel(run_id=run.run_id, agent=agent.name, reply=reply)
+        for hooks in agent.hooks:
+            hooks.after_model(after)
+        reply = after.reply
         message_item = AssistantMessage(
             seq=max(i.seq for i in history) + 1, turn=turn, content=reply.content, tool_calls=reply.tool_calls
         )
@@ -372,7 +385,7 @@ class ToolCallExecutor:
             )
             agent = get_agent(run.agent)
             with self._heartbeats(message.task_token):
-                execution = agent.registry.execute(call, context, allowed=run.tools)
+                execution = _execute_with_hooks(agent, call, context, run.tools)
             self._store.save_state(run.run_id, {key: context.state[key] for key in context.state.changed})
         except BaseException:
             # A system error: free the call so the redelivery can run it at once.
@@ -424,6 +437,26 @@ class ToolCallExecutor:
         finally:
             stop.set()
             thread.join(timeout=5)
+
+
+def _execute_with_hooks(
+    agent: Agent, call: ToolCall, context: ToolContext, allowed: list[str] | None
+) -> Execution:
+    before = BeforeTool(run_id=context.run_id, agent=agent.name, call=call, context=context)
+    for hooks in agent.hooks:
+        hooks.before_tool(before)
+        if before.blocked is not None or before.result is not None:
+            break
+    if before.blocked is not None:
+        execution = Execution(f"Error: Blocked: {before.blocked}", "error", 0, "BlockedByHook")
+    elif before.result is not None:
+        execution = Execution(before.result, "ok", 0)
+    else:
+        execution = agent.registry.execute(before.call, context, allowed=allowed)
+    after = AfterTool(run_id=context.run_id, agent=agent.name, call=before.call, execution=execution)
+    for hooks in agent.hooks:
+        hooks.after_tool(after)
+    return after.execution
 
 
 def monotonic_deadline(remaining_ms: int) -> float:
