@@ -107,6 +107,19 @@ def recall(key: str, ctx: ToolContext) -> str:
     return str(ctx.state.get(key, "nothing"))
 
 
+@tool(retry_on=(ConnectionError,), max_retries=2, retry_backoff_seconds=0.01)
+def flaky(failures: int) -> str:
+    """Fail with a connection error this many times, then answer.
+
+    Args:
+        failures: How many attempts fail first.
+    """
+    CALLS.add("flaky")
+    if CALLS.counts["flaky"] <= failures:
+        raise ConnectionError("connection reset")
+    return f"answered on attempt {CALLS.counts['flaky']}"
+
+
 @tool(return_direct=True)
 def render_report(title: str) -> str:
     """Render the final report; its text is the run's answer.
@@ -120,7 +133,7 @@ def render_report(title: str) -> str:
 TEST_AGENT = Agent(
     name="tester",
     instructions="You test toolpipe.",
-    tools=[count_once, big_output, explode, slow, remember, recall, render_report],
+    tools=[count_once, big_output, explode, slow, remember, recall, render_report, flaky],
     max_iterations=4,
 )
 

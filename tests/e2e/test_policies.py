@@ -8,7 +8,7 @@ import pytest
 
 from infra.local.scripted_model import Reply
 from shared.agents import AGENTS, ModelPrice
-from tests.conftest import Pipeline, call
+from tests.conftest import CALLS, Pipeline, call
 
 
 @pytest.fixture
@@ -78,6 +78,20 @@ def test_a_tool_over_its_timeout_is_answered_timed_out(pipeline: Pipeline, agent
 
     assert _tool_messages(pipeline, 1) == ["Error: Tool 'slow' timed out after 0.3 s."]
     assert body["executions"][0]["error_type"] == "ToolTimeoutError"
+
+
+def test_opt_in_retries_recover_transient_errors_and_give_up_after_the_last(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("flaky", failures=2)]), Reply(content="ok"))
+    pipeline.finish(pipeline.start("x"))
+    assert _tool_messages(pipeline, 1) == ["answered on attempt 3"]
+
+    CALLS.counts.clear()
+    pipeline.script(Reply(tool_calls=[call("flaky", failures=5)]), Reply(content="ok"))
+    body = pipeline.finish(pipeline.start("x"))
+    assert _tool_messages(pipeline, 1) == [
+        "Error: Tool 'flaky' failed after 3 attempts: ConnectionError: connection reset"
+    ]
+    assert body["run"]["status"] == "succeeded"
 
 
 def test_a_run_sees_only_its_allowed_tools_and_dispatch_refuses_others(pipeline: Pipeline) -> None:
