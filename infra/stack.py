@@ -186,6 +186,22 @@ class ToolpipeStack(Stack):
             table.grant_read_write_data(fn)
         model_key.grant_read(orchestrator)
         machine.grant_task_response(worker)
+        # Agent tools: the worker starts a child run, whose orchestrator answers the parent's task.
+        machine.grant_start_execution(worker)
+        worker.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
+        # A policy of its own, not the role's default one: the function depends on its default
+        # policy and the state machine on the function, so a grant there would be a cycle.
+        iam.Policy(
+            self,
+            "OrchestratorAnswersParentTasks",
+            roles=[orchestrator.role],  # type: ignore[list-item]
+            statements=[
+                iam.PolicyStatement(
+                    actions=["states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"],
+                    resources=[machine.state_machine_arn],
+                )
+            ],
+        )
         machine.grant_start_execution(api_fn)
         api_fn.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
 

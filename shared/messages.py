@@ -82,6 +82,17 @@ class Usage(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
 
+class ParentCall(BaseModel):
+    """The tool call of another run that this (child) run answers."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    call_id: str
+    seq: int
+    turn: int
+    tool: str
+
+
 class RunRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
     run_id: str
@@ -90,6 +101,7 @@ class RunRecord(BaseModel):
     timezone: str = "UTC"
     caller: str | None = None
     tools: list[str] | None = None  # the tools this run may use; None: all the agent's
+    parent: ParentCall | None = None
     turn: int = 0
     usage: Usage = Field(default_factory=Usage)
     output: str | None = None

@@ -60,7 +60,7 @@ class ModelSettings(_EnvSettings):
     max_retries: int = 3
 
 
-class ApiSettings(_EnvSettings):
+class StateMachineSettings(_EnvSettings):
     state_machine_arn: str
 
 

@@ -21,18 +21,18 @@ from shared.messages import HISTORY_ITEM, StartRunRequest
 from shared.runs import RunStarter
 from shared.runs.factory import build_run_starter, build_store
 from shared.runs.report import tool_executions
-from shared.settings import ApiSettings, StoreSettings
+from shared.settings import StateMachineSettings, StoreSettings
 
 logger = Logger()
 tracer = Tracer()
 app = APIGatewayRestResolver()
 store_settings = StoreSettings.from_env()
-api_settings = ApiSettings.from_env()
+machine_settings = StateMachineSettings.from_env()
 
 
 @cache
 def starter() -> RunStarter:
-    return build_run_starter(store_settings, api_settings)
+    return build_run_starter(store_settings, machine_settings)
 
 
 @cache

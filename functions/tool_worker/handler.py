@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shared.messages import ToolCallMessage
 from shared.runs import ToolCallExecutor
 from shared.runs.factory import build_tool_executor
-from shared.settings import StoreSettings, WorkerSettings
+from shared.settings import StateMachineSettings, StoreSettings, WorkerSettings
 
 logger = Logger()
 tracer = Tracer()
@@ -21,12 +21,13 @@ tracer = Tracer()
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 store_settings = StoreSettings.from_env()
 worker_settings = WorkerSettings.from_env()
+machine_settings = StateMachineSettings.from_env()
 _lease_seconds = 900
 
 
 @cache
 def service() -> ToolCallExecutor:
-    return build_tool_executor(store_settings, worker_settings)
+    return build_tool_executor(store_settings, worker_settings, machine_settings)
 
 
 def record_handler(record: SQSRecord) -> None:
@@ -35,7 +36,10 @@ def record_handler(record: SQSRecord) -> None:
     outcome = service().execute(
         message, lease_seconds=_lease_seconds, attempt=int(record.attributes.approximate_receive_count or 1)
     )
-    logger.info("tool call done", status=outcome.status)
+    if outcome is None:
+        logger.info("tool call handed to a child run")
+    else:
+        logger.info("tool call done", status=outcome.status)
 
 
 @logger.inject_lambda_context(clear_state=True)

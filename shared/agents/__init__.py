@@ -1,6 +1,7 @@
 """The agents a deployment knows, by name. Register yours in `AGENTS`."""
 
 from shared.agents.agent import Agent, ModelPrice, ToolProvider, history_events
+from shared.agents.agent_tool import agent_tool
 from shared.agents.assistant import assistant
 from shared.agents.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
 from shared.errors import UnknownAgentError
@@ -25,6 +26,7 @@ __all__ = [
     "Hooks",
     "ModelPrice",
     "ToolProvider",
+    "agent_tool",
     "get_agent",
     "history_events",
 ]

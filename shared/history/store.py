@@ -48,6 +48,8 @@ class HistoryStore(Protocol):
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
     ) -> None: ...
+    def put_parent_token(self, run_id: str, token: str) -> None: ...
+    def get_parent_token(self, run_id: str) -> str | None: ...
     def put_result(self, run_id: str, seq: int, content: str) -> str: ...
     def get_result(self, key: str) -> str: ...
     def load_state(self, run_id: str) -> dict[str, Any]: ...
@@ -212,6 +214,18 @@ class DynamoHistoryStore:
             if "LastEvaluatedKey" not in page:
                 return items
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    # --- the task token a child run answers -----------------------------------------------
+
+    def put_parent_token(self, run_id: str, token: str) -> None:
+        # Kept apart from the run record, which the API returns: a token is a bearer credential.
+        self._table.put_item(Item={"pk": _pk(run_id), "sk": "PARENT_TOKEN", "token": token})
+
+    def get_parent_token(self, run_id: str) -> str | None:
+        row = self._table.get_item(Key={"pk": _pk(run_id), "sk": "PARENT_TOKEN"}, ConsistentRead=True).get(
+            "Item"
+        )
+        return None if row is None else str(row["token"])
 
     # --- whole tool results kept out of the model's context --------------------------------
 

@@ -6,7 +6,7 @@ from aws_lambda_powertools.utilities import parameters
 from shared.history import DynamoHistoryStore
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
 from shared.runs.service import ModelStep, RunStarter, ToolCallExecutor
-from shared.settings import ApiSettings, CallTimeouts, ModelSettings, StoreSettings, WorkerSettings
+from shared.settings import CallTimeouts, ModelSettings, StateMachineSettings, StoreSettings, WorkerSettings
 
 
 def build_store(settings: StoreSettings) -> DynamoHistoryStore:
@@ -35,16 +35,23 @@ def build_model_step(store: StoreSettings, model: ModelSettings, timeouts: CallT
         timeout_seconds=model.timeout_seconds,
         max_retries=model.max_retries,
     )
-    return ModelStep(build_store(store), client, model.model, timeouts)
+    reporter = StepFunctionsTaskReporter(boto3.client("stepfunctions"))
+    return ModelStep(build_store(store), client, model.model, timeouts, reporter)
 
 
-def build_tool_executor(store: StoreSettings, worker: WorkerSettings) -> ToolCallExecutor:
+def build_tool_executor(
+    store: StoreSettings, worker: WorkerSettings, machine: StateMachineSettings
+) -> ToolCallExecutor:
+    sfn = boto3.client("stepfunctions")
     return ToolCallExecutor(
-        build_store(store), StepFunctionsTaskReporter(boto3.client("stepfunctions")), worker.heartbeat_every
+        build_store(store),
+        StepFunctionsTaskReporter(sfn),
+        StepFunctionsStarter(sfn, machine.state_machine_arn),  # agent tools start child runs
+        worker.heartbeat_every,
     )
 
 
-def build_run_starter(store: StoreSettings, api: ApiSettings) -> RunStarter:
+def build_run_starter(store: StoreSettings, machine: StateMachineSettings) -> RunStarter:
     return RunStarter(
-        build_store(store), StepFunctionsStarter(boto3.client("stepfunctions"), api.state_machine_arn)
+        build_store(store), StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn)
     )

@@ -1,6 +1,7 @@
 """What a run does, independent of Lambda: start it, take one model step, run one tool call."""
 
 import contextlib
+import hashlib
 import json
 import re
 import threading
@@ -17,6 +18,7 @@ from shared.errors import (
     ModelVisibleError,
     ToolNotAllowedError,
     TooManyCallsError,
+    UnknownAgentError,
     UnknownToolsRequestedError,
     describe_validation_error,
 )
@@ -29,6 +31,7 @@ from shared.messages import (
     DecisionStatus,
     FailRequest,
     HistoryItem,
+    ParentCall,
     RunRecord,
     RunStatus,
     StartRunRequest,
@@ -92,12 +95,18 @@ class ModelStep:
     """One invocation of the orchestrator: at most one model call."""
 
     def __init__(
-        self, store: HistoryStore, model: ModelClient, default_model: str, timeouts: CallTimeouts
+        self,
+        store: HistoryStore,
+        model: ModelClient,
+        default_model: str,
+        timeouts: CallTimeouts,
+        reporter: TaskReporter,
     ) -> None:
         self._store = store
         self._model = model
         self._default_model = default_model
         self._timeouts = timeouts
+        self._reporter = reporter
 
     def step(self, request: StepRequest, deadline: float) -> Decision:
         run = self._store.get_run(request.run_id)
@@ -106,6 +115,11 @@ class ModelStep:
         last_reply = next((i for i in reversed(history) if isinstance(i, AssistantMessage)), None)
         if run.status is not RunStatus.RUNNING:
             return Decision(status=_ended_status(run.status), turn=run.turn)
+        if run.parent is not None:
+            # The parent's call waits with a heartbeat timeout: each step of the child is a beat.
+            token = self._store.get_parent_token(run.run_id)
+            if token is not None:
+                self._reporter.heartbeat(token)
         if last_reply is not None:
             answered = {i.call_id for i in history if isinstance(i, ToolResult)}
             pending = [c for c in last_reply.tool_calls if c.id not in answered]
@@ -117,16 +131,16 @@ class ModelStep:
             history.extend(self._record_missing_results(run, last_reply, answered, request))
             failure = _tool_failure(agent, last_reply, history)
             if failure is not None:
-                self._store.finish_run(run.run_id, RunStatus.FAILED, error=failure)
+                self._finish(run, RunStatus.FAILED, error=failure)
                 return Decision(status=DecisionStatus.FAILED, turn=run.turn)
             direct = _direct_answer(agent, last_reply, history)
             if direct is not None:
-                self._store.finish_run(run.run_id, RunStatus.SUCCEEDED, output=direct)
+                self._finish(run, RunStatus.SUCCEEDED, output=direct)
                 return Decision(status=DecisionStatus.FINAL, turn=run.turn)
 
         limit = _budget_reached(run, agent, history)
         if limit is not None:
-            self._store.finish_run(run.run_id, RunStatus.LIMIT, error=limit)
+            self._finish(run, RunStatus.LIMIT, error=limit)
             return Decision(status=DecisionStatus.LIMIT, turn=run.turn)
 
         turn = run.turn + 1
@@ -206,11 +220,11 @@ class ModelStep:
                     ),
                 )
                 return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn)
-            self._store.finish_run(run.run_id, RunStatus.SUCCEEDED, output=output)
+            self._finish(run, RunStatus.SUCCEEDED, output=output)
             return Decision(status=DecisionStatus.FINAL, turn=reply.turn)
         limit = _calls_limit(agent, history)
         if limit is not None:
-            self._store.finish_run(run.run_id, RunStatus.LIMIT, error=limit)
+            self._finish(run, RunStatus.LIMIT, error=limit)
             return Decision(status=DecisionStatus.LIMIT, turn=reply.turn)
         calls: list[CallRef] = []
         for index, call in enumerate(reply.tool_calls):
@@ -256,9 +270,34 @@ class ModelStep:
         with contextlib.suppress(ValueError, AttributeError):
             # A Lambda function error's cause is the function's error JSON.
             cause = str(json.loads(cause).get("errorMessage", cause))
-        self._store.finish_run(
-            request.run_id, RunStatus.FAILED, error=f"{error}: {cause}" if cause else error
+        run = self._store.get_run(request.run_id)
+        self._finish(run, RunStatus.FAILED, error=f"{error}: {cause}" if cause else error)
+
+    def _finish(
+        self, run: RunRecord, status: RunStatus, output: str | None = None, error: str | None = None
+    ) -> None:
+        """Every ending of a run: record it, and answer the parent's call if this is a child run."""
+        self._store.finish_run(run.run_id, status, output=output, error=error)
+        parent = run.parent
+        if parent is None:
+            return
+        ok = status is RunStatus.SUCCEEDED
+        failure = f"Error: the '{run.agent}' agent stopped ({status.value}): {error}"
+        result = ToolResult(
+            seq=parent.seq,
+            turn=parent.turn,
+            call_id=parent.call_id,
+            tool=parent.tool,
+            content=(output or "") if ok else failure,
+            status="ok" if ok else "error",
+            error_type=None if ok else "ChildRunEnded",
         )
+        # Conditional: a retried ending finds the parent's slot taken and changes nothing.
+        self._store.append(parent.run_id, result)
+        token = self._store.get_parent_token(run.run_id)
+        if token is not None:
+            outcome = CallOutcome(call_id=parent.call_id, status=result.status)
+            self._reporter.succeed(token, outcome.model_dump(exclude_none=True))
 
 
 def _tool_failure(agent: Agent, reply: AssistantMessage, history: list[HistoryItem]) -> str | None:
@@ -354,21 +393,27 @@ def _ended_status(status: RunStatus) -> DecisionStatus:
 class ToolCallExecutor:
     """One tool call from the queue: run it once, store its result, tell Step Functions."""
 
-    def __init__(self, store: HistoryStore, reporter: TaskReporter, heartbeat_every: float) -> None:
+    def __init__(
+        self, store: HistoryStore, reporter: TaskReporter, starter: ExecutionStarter, heartbeat_every: float
+    ) -> None:
         self._store = store
         self._reporter = reporter
+        self._starter = starter
         self._heartbeat_every = heartbeat_every
 
-    def execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int = 1) -> CallOutcome:
+    def execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int = 1) -> CallOutcome | None:
+        """The call's outcome, or None when it was handed to a child run, which answers it."""
         result = self._store.get_item(message.run_id, message.seq)
         if result is None:
             result = self._run(message, lease_seconds, attempt)
+        if result is None:
+            return None
         assert isinstance(result, ToolResult)
         outcome = CallOutcome(call_id=result.call_id, status=result.status)
         self._reporter.succeed(message.task_token, outcome.model_dump(exclude_none=True))
         return outcome
 
-    def _run(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> HistoryItem:
+    def _run(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> HistoryItem | None:
         if not self._store.claim_call(message.run_id, message.seq, lease_seconds):
             raise CallInProgressError(f"call {message.call_id} is being run by another delivery")
         try:
@@ -384,9 +429,16 @@ class ToolCallExecutor:
                 state=RunState(self._store.load_state(run.run_id)),
             )
             agent = get_agent(run.agent)
-            with self._heartbeats(message.task_token):
-                execution = _execute_with_hooks(agent, call, context, run.tools)
-            self._store.save_state(run.run_id, {key: context.state[key] for key in context.state.changed})
+            child_agent = agent.registry.get(call.name).child_agent if call.name in agent.registry else None
+            if child_agent is None:
+                with self._heartbeats(message.task_token):
+                    execution = _execute_with_hooks(agent, call, context, run.tools)
+                self._store.save_state(run.run_id, {key: context.state[key] for key in context.state.changed})
+            elif self._delegate(run, reply, call, child_agent, message):
+                return None
+            else:
+                message_text = f"Error: no agent named '{child_agent}' is registered."
+                execution = Execution(message_text, "error", 0, "UnknownAgentError")
         except BaseException:
             # A system error: free the call so the redelivery can run it at once.
             self._store.release_call(message.run_id, message.seq)
@@ -419,6 +471,37 @@ class ToolCallExecutor:
             assert stored is not None
             return stored
         return result
+
+    def _delegate(
+        self,
+        run: RunRecord,
+        reply: AssistantMessage,
+        call: ToolCall,
+        child_agent: str,
+        message: ToolCallMessage,
+    ) -> bool:
+        """Start the child run that answers this call; False if its agent does not exist."""
+        try:
+            get_agent(child_agent)
+        except UnknownAgentError:
+            return False
+        task = str(get_agent(run.agent).registry.get(call.name).parse_arguments(call.arguments)["task"])
+        # Named by the parent's call: a redelivered message finds the child already there.
+        child_id = hashlib.sha256(f"{run.run_id}:{message.seq}".encode()).hexdigest()[:32]
+        self._store.put_parent_token(child_id, message.task_token)
+        child = RunRecord(
+            run_id=child_id,
+            agent=child_agent,
+            status=RunStatus.RUNNING,
+            timezone=run.timezone,
+            caller=run.caller,
+            parent=ParentCall(
+                run_id=run.run_id, call_id=call.id, seq=message.seq, turn=reply.turn, tool=call.name
+            ),
+        )
+        self._store.create_run(child, UserMessage(seq=1, turn=0, content=task))
+        self._starter.start(child_id)
+        return True
 
     @contextmanager
     def _heartbeats(self, token: str) -> Iterator[None]:

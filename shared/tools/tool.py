@@ -61,6 +61,8 @@ class Tool:
     source_name: str | None = None
     # The result is the run's answer: no further model call (e.g. a rendered report).
     return_direct: bool = False
+    # Set by agent_tool(): the call runs as a child run of this agent.
+    child_agent: str | None = None
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def spec(self) -> dict[str, Any]:

@@ -111,16 +111,36 @@ def test_rest_api_is_iam_authorized_with_validated_bodies(template: Any) -> None
     assert all("RequestValidatorId" in m["Properties"] for m in methods.values())
 
 
-def test_the_worker_may_answer_tasks_and_nothing_more_on_the_state_machine(template: Any) -> None:
-    policies = template.find_resources("AWS::IAM::Policy")
-    worker_policy = next(p for name, p in policies.items() if name.startswith("ToolWorker"))
-    states_actions = {
+def _states_actions(policy: dict[str, Any]) -> set[str]:
+    return {
         action
-        for statement in worker_policy["Properties"]["PolicyDocument"]["Statement"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
         for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
         if action.startswith("states:")
     }
-    assert states_actions == {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
+
+
+def test_state_machine_permissions_are_exactly_what_each_function_uses(template: Any) -> None:
+    policies = template.find_resources("AWS::IAM::Policy")
+    worker = next(p for name, p in policies.items() if name.startswith("ToolWorker"))
+    # Answer its task; start a child run for an agent tool.
+    assert _states_actions(worker) == {
+        "states:SendTaskSuccess",
+        "states:SendTaskFailure",
+        "states:SendTaskHeartbeat",
+        "states:StartExecution",
+    }
+    api = next(p for name, p in policies.items() if name.startswith("ApiServiceRole"))
+    assert _states_actions(api) == {"states:StartExecution"}
+    orchestrator = next(p for name, p in policies.items() if name.startswith("OrchestratorServiceRole"))
+    assert _states_actions(orchestrator) == set()
+    # A child run's orchestrator answers its parent's task, through a policy of its own.
+    answers = next(p for name, p in policies.items() if name.startswith("OrchestratorAnswersParentTasks"))
+    assert _states_actions(answers) == {
+        "states:SendTaskSuccess",
+        "states:SendTaskFailure",
+        "states:SendTaskHeartbeat",
+    }
 
 
 def test_cdk_nag_is_live() -> None:

@@ -1,0 +1,26 @@
+"""Another agent as a tool: each call is a child run through the same pipeline."""
+
+import dataclasses
+from typing import Annotated
+
+from shared.tools import Param, Tool, tool
+
+
+def agent_tool(agent: str, *, name: str | None = None, description: str | None = None) -> Tool:
+    """A tool that hands a task to the agent registered as `agent`.
+
+    The call runs as a child run (its own execution, history and limits); the parent's call
+    waits on its task token and gets the child's answer, or an error result if the child
+    ends any other way.
+    """
+
+    def delegate(
+        task: Annotated[str, Param("The whole task, with everything the agent needs to know.")],
+    ) -> str:
+        raise RuntimeError("an agent tool runs as a child run of the pipeline, never in-process")
+
+    built = tool(
+        name=name or agent,
+        description=description or f"Hand a task to the '{agent}' agent; it works on it and answers in text.",
+    )(delegate)
+    return dataclasses.replace(built, child_agent=agent)
