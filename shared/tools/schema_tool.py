@@ -14,9 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import yaml
-
 from shared.errors import InvalidArgumentsError
 from shared.tools.tool import WIRE_NAME, Tool
 
@@ -79,6 +76,8 @@ def normalise(schema: Any, where: str = "parameters") -> Any:
 def _load(source: dict[str, Any] | str | Path) -> dict[str, Any]:
     if isinstance(source, dict):
         return source
+    import yaml  # here, not at module level: only schema tools pay for it at cold start
+
     path = Path(source)
     try:
         text = path.read_text()
@@ -123,6 +122,8 @@ def schema_tool(
     if parameters["type"] != "object":
         raise SchemaError(f"tool '{name}': parameters must be of type object, not {parameters['type']}")
     parameters.setdefault("properties", {})
+    import jsonschema  # here, not at module level: only schema tools pay for it at cold start
+
     try:
         validator_class = jsonschema.validators.validator_for(
             parameters, default=jsonschema.Draft202012Validator
