@@ -53,7 +53,7 @@ class HistoryStore(Protocol):
     def put_result(self, run_id: str, seq: int, content: str) -> str: ...
     def get_result(self, key: str) -> str: ...
     def load_state(self, run_id: str) -> dict[str, Any]: ...
-    def save_state(self, run_id: str, changes: dict[str, Any]) -> None: ...
+    def save_state(self, run_id: str, changed: dict[str, Any], removed: list[str]) -> None: ...
     def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> bool: ...
     def release_call(self, run_id: str, seq: int) -> None: ...
 
@@ -245,18 +245,25 @@ class DynamoHistoryStore:
         )
         return {name[2:]: json.loads(str(value)) for name, value in row.items() if name.startswith("s_")}
 
-    def save_state(self, run_id: str, changes: dict[str, Any]) -> None:
+    def save_state(self, run_id: str, changed: dict[str, Any], removed: list[str]) -> None:
         """One attribute per key, values as JSON text: parallel calls writing different keys
         do not overwrite each other, and numbers keep their type (no Decimal)."""
-        if not changes:
+        if not changed and not removed:
             return
-        names = {f"#k{i}": f"s_{key}" for i, key in enumerate(changes)}
-        values = {f":v{i}": json.dumps(value) for i, value in enumerate(changes.values())}
+        names = {f"#k{i}": f"s_{key}" for i, key in enumerate(changed)}
+        names |= {f"#r{i}": f"s_{key}" for i, key in enumerate(removed)}
+        expression = ""
+        if changed:
+            expression += "SET " + ", ".join(f"#k{i} = :v{i}" for i in range(len(changed)))
+        if removed:
+            expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(removed)))
+        kwargs: dict[str, Any] = {"ExpressionAttributeNames": names}
+        if changed:
+            kwargs["ExpressionAttributeValues"] = {
+                f":v{i}": json.dumps(value) for i, value in enumerate(changed.values())
+            }
         self._table.update_item(
-            Key={"pk": _pk(run_id), "sk": "STATE"},
-            UpdateExpression="SET " + ", ".join(f"#k{i} = :v{i}" for i in range(len(changes))),
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
+            Key={"pk": _pk(run_id), "sk": "STATE"}, UpdateExpression=expression.strip(), **kwargs
         )
 
     # --- tool call claims -----------------------------------------------------------------

@@ -433,7 +433,7 @@ class ToolCallExecutor:
             if child_agent is None:
                 with self._heartbeats(message.task_token):
                     execution = _execute_with_hooks(agent, call, context, run.tools)
-                self._store.save_state(run.run_id, {key: context.state[key] for key in context.state.changed})
+                self._store.save_state(run.run_id, *context.state.changes())
             elif self._delegate(run, reply, call, child_agent, message):
                 return None
             else:

@@ -1,5 +1,6 @@
 """What a tool may know about the call it serves. Injected, never in the schema."""
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -7,17 +8,25 @@ from typing import Any
 class RunState(dict[str, Any]):
     """Per-run key/value state a tool can read and write; values must be JSON-serialisable.
 
-    Writes are tracked so the worker stores only the keys this call changed: parallel calls
-    that touch different keys do not overwrite each other.
+    What changed is found by comparing each key's JSON with the state as loaded, so every
+    way of changing a dict counts (assignment, update, setdefault, del, mutating a value in
+    place), and the worker stores only those keys: parallel calls that touch different keys
+    do not overwrite each other.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.changed: set[str] = set()
+        self._loaded = {key: json.dumps(value, sort_keys=True) for key, value in self.items()}
 
-    def __setitem__(self, key: str, value: Any) -> None:
-        super().__setitem__(key, value)
-        self.changed.add(key)
+    def changes(self) -> tuple[dict[str, Any], list[str]]:
+        """(keys set or changed with their values, keys removed)."""
+        changed = {
+            key: value
+            for key, value in self.items()
+            if self._loaded.get(key) != json.dumps(value, sort_keys=True)
+        }
+        removed = [key for key in self._loaded if key not in self]
+        return changed, removed
 
 
 @dataclass(frozen=True)

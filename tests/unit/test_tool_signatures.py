@@ -252,7 +252,7 @@ def test_context_is_injected_and_hidden_from_the_model() -> None:
     assert list(whoami.parameters["properties"]) == ["greeting"]
     context = ToolContext(run_id="r1", agent="a", call_id="c1", caller="ana")
     assert whoami.invoke('{"greeting": "hi"}', context) == "hi ana (r1/c1)"
-    assert context.state == {"greeted": True} and context.state.changed == {"greeted"}
+    assert context.state == {"greeted": True} and context.state.changes() == ({"greeted": True}, [])
     with pytest.raises(ToolExecutionError, match="needs a ToolContext"):
         whoami.invoke('{"greeting": "hi"}')
 
@@ -303,3 +303,16 @@ def test_opt_in_retries_with_backoff() -> None:
 
     with pytest.raises(ValueError, match="max_retries needs retry_on"):
         tool(max_retries=2)(flaky)
+
+
+def test_every_way_of_changing_the_state_is_saved() -> None:
+    from shared.tools import RunState
+
+    state = RunState({"cart": ["a"], "gone": 1, "same": {"x": 1}, "also_gone": 2})
+    state["cart"].append("b")  # in place
+    state.update(new=1)
+    state.setdefault("other", [])
+    del state["gone"]
+    state.pop("also_gone")
+    state["same"] = {"x": 1}  # assigned, but equal: not a change
+    assert state.changes() == ({"cart": ["a", "b"], "new": 1, "other": []}, ["gone", "also_gone"])
