@@ -1,10 +1,12 @@
+from shared.runs.model_step import ModelStep, monotonic_deadline
 from shared.runs.ports import (
     ExecutionStarter,
     StepFunctionsStarter,
     StepFunctionsTaskReporter,
     TaskReporter,
 )
-from shared.runs.service import ModelStep, RunStarter, ToolCallExecutor, monotonic_deadline
+from shared.runs.starter import RunStarter
+from shared.runs.tool_executor import ToolCallExecutor
 
 __all__ = [
     "ExecutionStarter",

@@ -4,8 +4,10 @@ import boto3
 from aws_lambda_powertools.utilities import parameters
 
 from shared.history import DynamoHistoryStore
+from shared.runs.model_step import ModelStep
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
-from shared.runs.service import ModelStep, RunStarter, ToolCallExecutor
+from shared.runs.starter import RunStarter
+from shared.runs.tool_executor import ToolCallExecutor
 from shared.settings import CallTimeouts, ModelSettings, StateMachineSettings, StoreSettings, WorkerSettings
 
 

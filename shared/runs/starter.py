@@ -1,0 +1,56 @@
+"""Starting a run: validate the request, write the run and its first message, start the execution."""
+
+import uuid
+
+from shared.agents import Agent, get_agent
+from shared.errors import (
+    UnknownToolsRequestedError,
+)
+from shared.history import HistoryStore
+from shared.messages import (
+    RunRecord,
+    RunStatus,
+    StartRunRequest,
+    UserMessage,
+)
+from shared.runs.ports import ExecutionStarter
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+class RunStarter:
+    def __init__(self, store: HistoryStore, starter: ExecutionStarter) -> None:
+        self._store = store
+        self._starter = starter
+
+    def start(self, request: StartRunRequest) -> RunRecord:
+        agent = get_agent(request.agent)  # an unknown agent is the caller's error, before anything is written
+        record = RunRecord(
+            run_id=new_run_id(),
+            agent=request.agent,
+            status=RunStatus.RUNNING,
+            timezone=request.timezone,
+            caller=request.caller,
+            tools=run_tools(agent, request),
+        )
+        created = self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt))
+        # Started even when the run already existed: a retried request whose first attempt
+        # wrote the run but died before starting it must not leave it stranded.
+        self._starter.start(record.run_id)
+        return record if created else self._store.get_run(record.run_id)
+
+
+def run_tools(agent: Agent, request: StartRunRequest) -> list[str] | None:
+    """The tools a run may use: the agent's, narrowed by its tool provider and by the caller's
+    allow-list. None means all of the agent's tools."""
+    chosen: set[str] | None = None
+    if agent.tool_provider is not None:
+        chosen = set(agent.tool_provider(request.prompt, request.caller))
+    if request.tools is not None:
+        unknown = sorted(set(request.tools) - set(agent.registry.names))
+        if unknown:
+            raise UnknownToolsRequestedError(agent.name, unknown)
+        chosen = set(request.tools) if chosen is None else chosen & set(request.tools)
+    return None if chosen is None else [name for name in agent.registry.names if name in chosen]
