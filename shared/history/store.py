@@ -292,6 +292,11 @@ class DynamoHistoryStore:
 
 
 def _plain(value: Any) -> Any:
+    """DynamoDB numbers come back as Decimal, at any depth (the run's parent link is a map)."""
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
     return value

@@ -17,3 +17,17 @@ def test_state_keys_are_set_and_removed_independently(pipeline: Pipeline) -> Non
     assert store.load_state("s-1") == {"a": 1, "b": [1, 2, 3], "d": {"k": True}}
     store.save_state("s-1", {}, [])  # nothing changed: nothing written
     assert store.load_state("other") == {}
+
+
+def test_a_run_record_with_nested_numbers_reads_back_as_plain_ints(pipeline: Pipeline) -> None:
+    from shared.messages import ParentCall, RunRecord, RunStatus, UserMessage
+
+    parent = ParentCall(run_id="p", call_id="c", seq=3, turn=1, tool="helper")
+    record = RunRecord(
+        run_id="child-1", agent="tester", status=RunStatus.RUNNING, parent=parent, tools=["count_once"]
+    )
+    assert _store().create_run(record, UserMessage(seq=1, turn=0, content="task"))
+
+    loaded = _store().get_run("child-1")
+    assert loaded.parent == parent and type(loaded.parent.seq) is int
+    assert loaded.tools == ["count_once"]
