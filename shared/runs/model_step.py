@@ -73,10 +73,11 @@ class ModelStep:
         if last_reply is not None:
             answered = {i.call_id for i in history if isinstance(i, ToolResult)}
             pending = [c for c in last_reply.tool_calls if c.id not in answered]
-            came_back = {o.call_id for o in request.results}
-            if history[-1] is last_reply and not (pending and came_back & {c.id for c in pending}):
-                # This step already stored its reply and died before returning: decide again
-                # from the stored reply instead of asking the model a second time.
+            came_back = {o.call_id for o in request.results} & {c.id for c in last_reply.tool_calls}
+            if not came_back and (history[-1] is last_reply or pending):
+                # This step already stored its reply and died before returning (the reply may be
+                # followed by error results the step wrote for invalid calls): decide again from
+                # the stored reply instead of asking the model a second time.
                 return self._decide(run, agent, last_reply, history)
             history.extend(self._record_missing_results(run, last_reply, answered, request))
             failure = tool_failure(agent, last_reply, history)

@@ -118,3 +118,21 @@ def test_a_call_that_times_out_becomes_an_error_result(short_calls: Pipeline) ->
         "Error: the tool call did not complete (States.HeartbeatTimeout).",
     )
     assert [m["kind"] for m in body["messages"]] == ["user", "assistant", "tool_result", "assistant"]
+
+
+def test_a_retried_step_keeps_valid_calls_beside_invalid_ones(pipeline: Pipeline) -> None:
+    """The orchestrator answered the invalid call itself, so its reply is no longer the last
+    history item; a retry must still re-dispatch the valid call, not give up on it."""
+    _new_run("retry-2")
+    pipeline.script(Reply(tool_calls=[call("no_such_tool"), call("count_once", label="x")]))
+    step = {"action": "step", "run_id": "retry-2", "results": []}
+
+    first = call_handler(ORCHESTRATOR, step, _context("orchestrator"))
+    second = call_handler(ORCHESTRATOR, step, _context("orchestrator"))
+
+    assert first == second
+    assert [c["tool"] for c in second["calls"]] == ["count_once"]
+    assert len(pipeline.model.requests) == 1
+    history = _store().load_history("retry-2")
+    assert [i.kind for i in history] == ["user", "assistant", "tool_result"]
+    assert history[2].error_type == "UnknownToolError"
