@@ -35,11 +35,10 @@ class RunStarter:
             caller=request.caller,
             tools=run_tools(agent, request),
         )
-        created = self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt))
-        # Started even when the run already existed: a retried request whose first attempt
-        # wrote the run but died before starting it must not leave it stranded.
+        if not self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt)):
+            raise RuntimeError(f"run id {record.run_id} is taken")  # a fresh UUID: never expected
         self._starter.start(record.run_id)
-        return record if created else self._store.get_run(record.run_id)
+        return record
 
 
 def run_tools(agent: Agent, request: StartRunRequest) -> list[str] | None:

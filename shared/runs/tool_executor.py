@@ -25,7 +25,7 @@ from shared.messages import (
     UserMessage,
 )
 from shared.runs.ports import ExecutionStarter, TaskReporter
-from shared.tools import Execution, RunState, ToolContext
+from shared.tools import Execution, RunState, Tool, ToolContext
 
 
 class ToolCallExecutor:
@@ -59,23 +59,24 @@ class ToolCallExecutor:
             reply = self._store.get_item(message.run_id, message.message_seq)
             assert isinstance(reply, AssistantMessage), "message_seq does not point at a model reply"
             call = next(c for c in reply.tool_calls if c.id == message.call_id)
-            context = ToolContext(
-                run_id=run.run_id,
-                agent=run.agent,
-                call_id=call.id,
-                caller=run.caller,
-                state=RunState(self._store.load_state(run.run_id)),
-            )
             agent = get_agent(run.agent)
-            child_agent = agent.registry.get(call.name).child_agent if call.name in agent.registry else None
-            if child_agent is None:
+            tool = agent.registry.get(call.name) if call.name in agent.registry else None
+            if tool is None or tool.child_agent is None:
+                # State is loaded only for calls that run here: a child run does not read it.
+                context = ToolContext(
+                    run_id=run.run_id,
+                    agent=run.agent,
+                    call_id=call.id,
+                    caller=run.caller,
+                    state=RunState(self._store.load_state(run.run_id)),
+                )
                 with self._heartbeats(message.task_token):
                     execution = _execute_with_hooks(agent, call, context, run.tools)
                 self._store.save_state(run.run_id, *context.state.changes())
-            elif self._delegate(run, reply, call, child_agent, message):
+            elif self._delegate(run, reply, call, tool, message):
                 return None
             else:
-                message_text = f"Error: no agent named '{child_agent}' is registered."
+                message_text = f"Error: no agent named '{tool.child_agent}' is registered."
                 execution = Execution(message_text, "error", 0, "UnknownAgentError")
         except BaseException:
             # A system error: free the call so the redelivery can run it at once.
@@ -115,21 +116,22 @@ class ToolCallExecutor:
         run: RunRecord,
         reply: AssistantMessage,
         call: ToolCall,
-        child_agent: str,
+        tool: Tool,
         message: ToolCallMessage,
     ) -> bool:
         """Start the child run that answers this call; False if its agent does not exist."""
+        assert tool.child_agent is not None
         try:
-            get_agent(child_agent)
+            get_agent(tool.child_agent)
         except UnknownAgentError:
             return False
-        task = str(get_agent(run.agent).registry.get(call.name).parse_arguments(call.arguments)["task"])
+        task = str(tool.parse_arguments(call.arguments)["task"])
         # Named by the parent's call: a redelivered message finds the child already there.
         child_id = hashlib.sha256(f"{run.run_id}:{message.seq}".encode()).hexdigest()[:32]
         self._store.put_parent_token(child_id, message.task_token)
         child = RunRecord(
             run_id=child_id,
-            agent=child_agent,
+            agent=tool.child_agent,
             status=RunStatus.RUNNING,
             timezone=run.timezone,
             caller=run.caller,
