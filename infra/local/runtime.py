@@ -22,7 +22,7 @@ from moto import mock_aws
 
 from infra import limits
 from infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json, substitute
-from infra.local import lambdas
+from infra.local import lambdas, serial
 from infra.local.workers import WorkerPool
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ class LocalRuntime:
         )
         self._mock.start()
         lambdas.install()
+        serial.install()
         self._create_resources()
         self._cold_start()
         if self._state_dir is not None:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
 
 WORKER_HANDLER = "functions.tool_worker.handler.lambda_handler"
+POLL_INTERVAL_SECONDS = 0.02
 
 
 class WorkerPool:
@@ -43,14 +44,16 @@ class WorkerPool:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            # Short polls: a long poll waits inside moto's request, which holds the lock that
+            # every other local request needs (infra/local/serial.py).
             received = self._sqs.receive_message(
-                QueueUrl=self._queue_url,
-                MaxNumberOfMessages=1,
-                WaitTimeSeconds=1,
-                AttributeNames=["All"],
+                QueueUrl=self._queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=0, AttributeNames=["All"]
             )
-            for message in received.get("Messages", []):
+            messages = received.get("Messages", [])
+            for message in messages:
                 self._handle(message)
+            if not messages:
+                self._stop.wait(POLL_INTERVAL_SECONDS)
 
     def _handle(self, message: dict[str, Any]) -> None:
         event = {

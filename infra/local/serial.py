@@ -1,0 +1,47 @@
+"""One request at a time into moto's in-memory backends.
+
+moto keeps tables, buckets and executions in plain dicts with no locks of their own. With
+the local workers, the API and moto's execution threads all calling it at once, a query
+iterating a table while a worker puts an item fails with "dictionary changed size during
+iteration" (seen in CI, and reproduced in tests/functional/test_local_concurrency.py), and
+a conditional put is a check followed by a write, so two threads could both pass the check
+that our idempotency claims rely on. AWS applies each request atomically; one lock around
+every request gives moto the same property.
+
+Lambda invocations stay outside the lock: an invocation runs a whole handler, and under
+the lock workers and the orchestrator would run one at a time; the handler's own requests
+take the lock one by one. SQS is inside it: moto's queue drops a message sent while another
+is being deleted, and lets two workers receive the same visible message. So nothing may
+long-poll here (the wait would hold the lock): the local workers short-poll instead.
+"""
+
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+from moto.core.botocore_stubber import BotocoreStubber
+
+# The endpoint host, as botocore builds it: lambda.us-east-1.amazonaws.com
+_UNSERIALISED_HOST = "lambda."
+
+_request_lock = threading.RLock()  # re-entrant: a request moto serves may make another
+_install_lock = threading.Lock()
+_installed = False
+
+
+def install() -> None:
+    """Wrap moto's request dispatch in the lock, once per process."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        dispatch = BotocoreStubber.process_request
+
+        def process_request(self: BotocoreStubber, request: Any) -> Any:
+            if (urlsplit(request.url).hostname or "").startswith(_UNSERIALISED_HOST):
+                return dispatch(self, request)
+            with _request_lock:
+                return dispatch(self, request)
+
+        BotocoreStubber.process_request = process_request  # type: ignore[method-assign]
+        _installed = True

@@ -1,0 +1,135 @@
+"""The local runtime under concurrent requests, as its workers, API and executions make them.
+
+Thread switches are made far more frequent than Python's default so that an unguarded
+race in moto shows within seconds instead of once in a CI run (where it was first seen).
+"""
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from infra.local.runtime import TABLE, LocalRuntime
+
+
+@pytest.fixture
+def runtime() -> Iterator[LocalRuntime]:
+    with LocalRuntime(workers=1) as rt:
+        yield rt
+
+
+@contextmanager
+def _frequent_thread_switches() -> Iterator[None]:
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _run_together(seconds: float, *loops: Callable[[], None]) -> list[BaseException]:
+    """Run each loop on its own thread until `seconds` pass; return what they raised."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def repeat(loop: Callable[[], None]) -> None:
+        while not stop.is_set():
+            try:
+                loop()
+            except Exception as e:  # collected: the assertion names them
+                errors.append(e)
+
+    threads = [threading.Thread(target=repeat, args=(loop,)) for loop in loops]
+    with _frequent_thread_switches():
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join()
+    return errors
+
+
+def test_reading_a_run_while_workers_write_to_it(runtime: LocalRuntime) -> None:
+    db = runtime.dynamodb
+    for i in range(300):
+        db.put_item(TableName=TABLE, Item={"pk": {"S": "RUN#r"}, "sk": {"S": f"MSG#{i:06d}"}})
+    written = iter(range(10**9))
+
+    def write() -> None:
+        db.put_item(TableName=TABLE, Item={"pk": {"S": "RUN#r"}, "sk": {"S": f"CALL#{next(written):09d}"}})
+
+    def read() -> None:
+        db.query(
+            TableName=TABLE,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": "RUN#r"}},
+            Limit=5,
+        )
+
+    errors = _run_together(3, write, read)
+    assert errors == []
+
+
+def test_a_conditional_put_succeeds_once_among_racing_threads(runtime: LocalRuntime) -> None:
+    db = runtime.dynamodb
+    racers, rounds = 4, 300
+    start_line = threading.Barrier(racers)
+    wins = [0] * rounds
+    count = threading.Lock()
+
+    def race() -> None:
+        for n in range(rounds):
+            start_line.wait()
+            claim = {"pk": {"S": f"RUN#{n}"}, "sk": {"S": "CALL#1"}}
+            try:
+                db.put_item(TableName=TABLE, Item=claim, ConditionExpression="attribute_not_exists(pk)")
+            except db.exceptions.ConditionalCheckFailedException:
+                continue
+            with count:
+                wins[n] += 1
+
+    threads = [threading.Thread(target=race) for _ in range(racers)]
+    with _frequent_thread_switches():
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert wins == [1] * rounds
+
+
+def test_a_queue_loses_and_repeats_nothing_while_workers_send_and_delete(runtime: LocalRuntime) -> None:
+    sqs = runtime.sqs
+    queue_url = sqs.create_queue(QueueName="concurrency", Attributes={"VisibilityTimeout": "600"})["QueueUrl"]
+    sent = [str(i) for i in range(300)]
+    received: list[str] = []
+
+    def send() -> None:
+        for body in sent:
+            sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+
+    def waiting() -> bool:
+        attributes = sqs.get_queue_attributes(
+            QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )
+        return attributes["Attributes"]["ApproximateNumberOfMessages"] != "0"
+
+    def consume() -> None:
+        while sender.is_alive() or waiting():
+            for message in sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=1).get("Messages", []):
+                received.append(message["Body"])
+                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+    sender = threading.Thread(target=send)
+    consumers = [threading.Thread(target=consume) for _ in range(3)]
+    with _frequent_thread_switches():
+        sender.start()
+        for t in consumers:
+            t.start()
+        for t in [sender, *consumers]:
+            t.join()
+    assert sorted(received, key=int) == sent
