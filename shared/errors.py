@@ -85,6 +85,11 @@ class ModelCallError(ToolpipeError):
     later (the state machine retries the step)."""
 
 
+class ModelResponseError(ModelCallError):
+    """The endpoint answered 200 with something that is not a chat completion (HTML, garbled
+    JSON, no choices): retried like a 5xx."""
+
+
 class ModelRejectedError(ToolpipeError):
     """The endpoint refused the request (bad key, unknown model, invalid tools): retrying the
     same request cannot help, so the run fails at once."""

@@ -21,11 +21,15 @@ class _Item(BaseModel):
 
 class ToolCall(BaseModel):
     model_config = ConfigDict(frozen=True)
+    # The id the model is shown: unique within the run. A call's identity is its history slot;
+    # this id only pairs the call with its result in the messages sent back to the model.
     id: str
     name: str
     # Raw JSON text exactly as the model sent it: validation happens at execution, and the
     # model must see its own call unchanged on the next turn.
     arguments: str
+    # The id the model gave, when it was replaced because it was empty, repeated or reused.
+    model_id: str | None = None
 
 
 class UserMessage(_Item):
@@ -104,8 +108,16 @@ class RunRecord(BaseModel):
     parent: ParentCall | None = None
     turn: int = 0
     usage: Usage = Field(default_factory=Usage)
+    # The answer; when longer than the record may hold, its beginning, with the whole answer
+    # in S3 under `output_ref` (`output_chars` long).
     output: str | None = None
+    output_ref: str | None = None
+    output_chars: int | None = None
     error: str | None = None
+    # The run at the top of a tree of agent-tool runs (itself for a root) and this run's depth
+    # in it (0 for a root): limits are shared by the whole tree.
+    root_run_id: str | None = None
+    depth: int = 0
     created_at: str = Field(default_factory=utc_now)
     updated_at: str = Field(default_factory=utc_now)
 
