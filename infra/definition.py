@@ -45,7 +45,12 @@ def build_definition() -> dict[str, Any]:
                 "Resource": "arn:aws:states:::lambda:invoke",
                 "Parameters": {
                     "FunctionName": orchestrator,
-                    "Payload": {"action": "step", "run_id.$": "$.run_id", "results.$": "$.results"},
+                    "Payload": {
+                        "action": "step",
+                        "run_id.$": "$.run_id",
+                        "results.$": "$.results",
+                        "state_machine_arn.$": "$$.StateMachine.Id",
+                    },
                 },
                 "ResultSelector": {"decision.$": "$.Payload"},
                 "ResultPath": "$.model",
@@ -90,7 +95,6 @@ def build_definition() -> dict[str, Any]:
                                 "QueueUrl": _ref(TOOL_QUEUE_URL),
                                 "MessageBody": {
                                     "run_id.$": "$.run_id",
-                                    "call_id.$": "$.call.call_id",
                                     "seq.$": "$.call.seq",
                                     "message_seq.$": "$.call.message_seq",
                                     "task_token.$": "$$.Task.Token",
@@ -108,7 +112,7 @@ def build_definition() -> dict[str, Any]:
                         "CallFailed": {
                             "Type": "Pass",
                             "Parameters": {
-                                "call_id.$": "$.call.call_id",
+                                "seq.$": "$.call.seq",
                                 "status": "error",
                                 "error.$": "$.error.Error",
                             },

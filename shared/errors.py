@@ -1,10 +1,13 @@
 """Three families of errors under one root (see STYLE.md).
 
 - `ModelVisibleError`: the model should see it as an error tool result; the run goes on.
-- `RunControlError`: control flow that ends or parks a run cleanly.
-- anything else (including `SystemError` subclasses here) fails the invocation so SQS or
-  Step Functions retry it.
+- `DefinitionError`: a tool or agent is defined wrongly; raised at import, never mid-run.
+- the rest fail the invocation so SQS or Step Functions retry it (or, for a request, become
+  a 4xx). Control flow (a limit reached, an answer given) is not an exception: the model
+  step returns it as its decision.
 """
+
+from enum import StrEnum
 
 from pydantic import ValidationError
 
@@ -16,21 +19,58 @@ def describe_validation_error(error: ValidationError, root: str) -> str:
     )
 
 
+class ErrorKind(StrEnum):
+    """Why a tool result is an error: what policies, limits and reports match on.
+
+    The values are the names stored in history items, so they never change.
+    """
+
+    UNKNOWN_TOOL = "UnknownToolError"
+    TOOL_NOT_ALLOWED = "ToolNotAllowedError"
+    INVALID_ARGUMENTS = "InvalidArgumentsError"
+    TOO_MANY_CALLS = "TooManyCallsError"
+    TOOL_TIMEOUT = "ToolTimeoutError"
+    TOOL_FAILED = "ToolExecutionError"
+    BLOCKED = "BlockedByHook"
+    # The call's task ended without a result: the worker crashed, timed out or went silent.
+    NOT_COMPLETED = "NotCompleted"
+    # A delivery found the call started and never finished: it may or may not have had its effect.
+    IN_DOUBT = "InDoubt"
+    CHILD_RUN_ENDED = "ChildRunEnded"
+    UNKNOWN_AGENT = "UnknownAgentError"
+    AGENT_DEPTH = "AgentDepthError"
+
+    @property
+    def is_invalid_call(self) -> bool:
+        """The model's call itself was wrong: a turn with one is a repair turn."""
+        return self in (ErrorKind.UNKNOWN_TOOL, ErrorKind.INVALID_ARGUMENTS, ErrorKind.TOOL_NOT_ALLOWED)
+
+
 class ToolpipeError(Exception):
     """Root of every error toolpipe raises on purpose."""
+
+
+class DefinitionError(ToolpipeError, ValueError):
+    """A tool or an agent is defined wrongly; raised when it is defined, never at run time."""
 
 
 class ModelVisibleError(ToolpipeError):
     """An error the model can act on: it becomes an error tool result."""
 
+    kind: ErrorKind = ErrorKind.TOOL_FAILED
+
 
 class UnknownToolError(ModelVisibleError):
+    kind = ErrorKind.UNKNOWN_TOOL
+
     def __init__(self, name: str) -> None:
         super().__init__(f"Unknown tool '{name}'. Call only the tools you were given.")
         self.name = name
 
 
 class ToolNotAllowedError(ModelVisibleError):
+    kind = ErrorKind.TOOL_NOT_ALLOWED
+
     def __init__(self, name: str) -> None:
         super().__init__(f"Tool '{name}' is not available in this run.")
 
@@ -38,13 +78,19 @@ class ToolNotAllowedError(ModelVisibleError):
 class InvalidArgumentsError(ModelVisibleError):
     """The model's arguments were not JSON or did not match the tool's schema."""
 
+    kind = ErrorKind.INVALID_ARGUMENTS
+
 
 class TooManyCallsError(ModelVisibleError):
+    kind = ErrorKind.TOO_MANY_CALLS
+
     def __init__(self, limit: int) -> None:
         super().__init__(f"Not run: at most {limit} tool calls are run per reply. Ask again for the rest.")
 
 
 class ToolTimeoutError(ModelVisibleError):
+    kind = ErrorKind.TOOL_TIMEOUT
+
     def __init__(self, name: str, seconds: float) -> None:
         super().__init__(f"Tool '{name}' timed out after {seconds:g} s.")
 
@@ -52,9 +98,7 @@ class ToolTimeoutError(ModelVisibleError):
 class ToolExecutionError(ModelVisibleError):
     """The tool itself raised."""
 
-
-class RunControlError(ToolpipeError):
-    """Ends or parks a run cleanly."""
+    kind = ErrorKind.TOOL_FAILED
 
 
 class ConfigurationError(ToolpipeError):

@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from shared.errors import ErrorKind
+
 
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
@@ -47,18 +49,19 @@ class AssistantMessage(_Item):
 
 class ToolResult(_Item):
     kind: Literal["tool_result"] = "tool_result"
-    call_id: str
+    call_id: str  # the id of the call it answers, as the model was shown it
     tool: str
     content: str
     status: Literal["ok", "error"]
     duration_ms: int | None = None
-    error_type: str | None = None
+    error_type: ErrorKind | None = None
     attempts: int = 1  # deliveries of the call (SQS receive count)
     # Set when the result was longer than the agent's max_result_chars: `content` is then a
     # preview, and the whole result is the S3 object under this key.
     full_result_ref: str | None = None
     full_result_chars: int | None = None
-    # What the operator needs and the model was not shown (the "generic" error policy).
+    # What the operator needs and the model was not shown (the "generic" error policy, the
+    # Step Functions error of a call that did not complete).
     error_detail: str | None = None
 
 
@@ -118,6 +121,10 @@ class RunRecord(BaseModel):
     # in it (0 for a root): limits are shared by the whole tree.
     root_run_id: str | None = None
     depth: int = 0
+    # Long runs go on in fresh executions (Step Functions caps one at 25,000 history events):
+    # the current one's number, and the turn it started after.
+    execution: int = 1
+    execution_start_turn: int = 0
     created_at: str = Field(default_factory=utc_now)
     updated_at: str = Field(default_factory=utc_now)
 
@@ -132,8 +139,10 @@ class ExecutionInput(BaseModel):
 
 
 class CallRef(BaseModel):
+    """One call to dispatch. A call is its history slot: the model's ids are not trusted to be
+    unique, so dispatch, claims and results key on `seq`."""
+
     model_config = ConfigDict(frozen=True)
-    call_id: str
     seq: int = Field(description="History slot the result goes to.")
     message_seq: int = Field(description="History slot of the model reply that made the call.")
     tool: str
@@ -146,6 +155,8 @@ class DecisionStatus(StrEnum):
     TOOL_CALLS = "tool_calls"
     LIMIT = "limit"
     FAILED = "failed"
+    # The run goes on in a fresh execution (this one neared the history-event limit).
+    CONTINUED = "continued"
 
 
 class Decision(BaseModel):
@@ -159,7 +170,7 @@ class Decision(BaseModel):
 class CallOutcome(BaseModel):
     """One Map branch's output: what the worker reported, or what the Catch caught."""
 
-    call_id: str
+    seq: int
     status: Literal["ok", "error"]
     error: str | None = None
 
@@ -170,6 +181,9 @@ class StepRequest(BaseModel):
     action: Literal["step"] = "step"
     run_id: str
     results: list[CallOutcome] = Field(default_factory=list)
+    # `$$.StateMachine.Id`: where a long run continues. From the execution's context, since
+    # the orchestrator's own settings cannot name the state machine that names it.
+    state_machine_arn: str | None = None
 
 
 class FailRequest(BaseModel):
@@ -187,11 +201,10 @@ ORCHESTRATOR_REQUEST: TypeAdapter[OrchestratorRequest] = TypeAdapter(Orchestrato
 class ToolCallMessage(BaseModel):
     """SQS body for one tool call. The task token is a bearer credential: never log it."""
 
-    run_id: str
-    call_id: str
-    seq: int
-    message_seq: int
-    task_token: str = Field(repr=False)
+    run_id: str = Field(max_length=128)
+    seq: int = Field(ge=1, le=999_999)
+    message_seq: int = Field(ge=1, le=999_999)
+    task_token: str = Field(repr=False, max_length=8192)
 
 
 class StartRunRequest(BaseModel):

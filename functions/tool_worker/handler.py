@@ -16,13 +16,12 @@ from shared.settings import StateMachineSettings, StoreSettings, WorkerSettings
 
 logger = Logger()
 tracer = Tracer()
-# With batch size 1 every failure is an entire-batch failure: report it as a partial one,
-# so Lambda returns the message to the queue instead of counting a crashed invocation.
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 store_settings = StoreSettings.from_env()
 worker_settings = WorkerSettings.from_env()
 machine_settings = StateMachineSettings.from_env()
-_lease_seconds = 900
+# A claim outlives the invocation by this margin, so a redelivery takes it over only after
+# the invocation that holds it is certainly over.
+LEASE_MARGIN_SECONDS = 30
 
 
 @cache
@@ -30,14 +29,16 @@ def service() -> ToolCallExecutor:
     return build_tool_executor(store_settings, worker_settings, machine_settings)
 
 
-def record_handler(record: SQSRecord) -> None:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
     message = ToolCallMessage.model_validate_json(record.body)
-    logger.append_keys(run_id=message.run_id, call_id=message.call_id)
+    logger.append_keys(run_id=message.run_id, seq=message.seq)
     outcome = service().execute(
-        message, lease_seconds=_lease_seconds, attempt=int(record.attributes.approximate_receive_count or 1)
+        message,
+        lease_seconds=lambda_context.get_remaining_time_in_millis() // 1000 + LEASE_MARGIN_SECONDS,
+        attempt=int(record.attributes.approximate_receive_count or 1),
     )
     if outcome is None:
-        logger.info("tool call handed to a child run")
+        logger.info("tool call handed to a child run, or already over")
     else:
         logger.info("tool call done", status=outcome.status)
 
@@ -45,9 +46,11 @@ def record_handler(record: SQSRecord) -> None:
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    global _lease_seconds
-    # A claim outlives this invocation by a margin, so a redelivery waits until it is over.
-    _lease_seconds = context.get_remaining_time_in_millis() // 1000 + 30
+    # A processor per invocation: it holds the batch's results, and the local runtime runs
+    # several invocations of this handler at once on threads.
+    # With batch size 1 every failure is an entire-batch failure: report it as a partial one,
+    # so Lambda returns the message to the queue instead of counting a crashed invocation.
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from shared.agents.hooks import Hooks
+from shared.errors import DefinitionError
 from shared.tools import Tool, ToolRegistry
 
 # Step Functions caps an execution at 25,000 history events. Measured on the state machine
@@ -60,6 +61,9 @@ class Agent:
     max_tokens: int | None = None
     max_cost_usd: float | None = None
     price: ModelPrice | None = None
+    # How deep agents used as tools may nest below a run of this agent (its children, their
+    # children...). The budgets above (calls, tokens, cost) count the whole tree of runs.
+    max_agent_depth: int = 3
     # The same tool with the same arguments this many times ends the run: the model is looping.
     max_identical_calls: int = 3
     tool_provider: ToolProvider | None = None
@@ -71,12 +75,14 @@ class Agent:
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1 or self.max_calls_per_turn < 1:
-            raise ValueError(f"agent '{self.name}': max_iterations and max_calls_per_turn must be at least 1")
+            raise DefinitionError(
+                f"agent '{self.name}': max_iterations and max_calls_per_turn must be at least 1"
+            )
         if self.max_cost_usd is not None and self.price is None:
-            raise ValueError(f"agent '{self.name}': max_cost_usd needs a price to count cost with")
+            raise DefinitionError(f"agent '{self.name}': max_cost_usd needs a price to count cost with")
         worst = history_events(self.max_iterations, self.max_calls_per_turn)
         if worst > HISTORY_EVENT_LIMIT:
-            raise ValueError(
+            raise DefinitionError(
                 f"agent '{self.name}': {self.max_iterations} turns of {self.max_calls_per_turn} calls could write "
                 f"{worst} Step Functions history events; the limit is {HISTORY_EVENT_LIMIT}"
             )

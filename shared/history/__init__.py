@@ -1,3 +1,5 @@
-from shared.history.store import DynamoHistoryStore, HistoryStore
+from shared.history.memory import MemoryHistoryStore
+from shared.history.ports import Claim, ClaimState, HistoryStore, TreeUsage
+from shared.history.store import DynamoHistoryStore
 
-__all__ = ["DynamoHistoryStore", "HistoryStore"]
+__all__ = ["Claim", "ClaimState", "DynamoHistoryStore", "HistoryStore", "MemoryHistoryStore", "TreeUsage"]

@@ -1,26 +1,36 @@
 """Run history in one DynamoDB table: one item per message, appended, never rewritten.
 
 Keys: `pk=RUN#<id>` with `sk=META` (the run record), `sk=MSG#<seq:06d>` (one history item
-each) and `sk=CALL#<seq:06d>` (a claim that keeps a duplicate SQS delivery from running a
-tool twice). An item whose JSON would pass `inline_content_limit` is stored in S3 and the
+each), `sk=CALL#<seq:06d>` (the tool-call ledger: CLAIMED, then DONE in the same transaction
+that stores the result) and `sk=STATE` (what tools share within a run). An item whose JSON would pass `inline_content_limit` is stored in S3 and the
 DynamoDB item keeps a reference: items stop at 400 KB.
 """
 
 import json
 import time
+import uuid
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from shared.errors import RunNotFoundError
-from shared.messages import HISTORY_ITEM, HistoryItem, RunRecord, RunStatus, Usage, utc_now
+from shared.history.ports import (
+    ERROR_MAX_CHARS,
+    OUTPUT_INLINE_CHARS,
+    Claim,
+    ClaimState,
+    TreeUsage,
+)
+from shared.messages import HISTORY_ITEM, HistoryItem, RunRecord, RunStatus, ToolResult, Usage, utc_now
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
     from mypy_boto3_s3.client import S3Client
 
 MSG_PREFIX = "MSG#"
+_USAGE = ("prompt_tokens", "completion_tokens", "model_calls", "cost_micro_usd")
+_TREE = ("tree_prompt_tokens", "tree_completion_tokens", "tree_cost_micro_usd", "tree_tool_calls")
 
 
 def _pk(run_id: str) -> str:
@@ -31,34 +41,24 @@ def _msg_sk(seq: int) -> str:
     return f"{MSG_PREFIX}{seq:06d}"
 
 
+def _call_sk(seq: int) -> str:
+    return f"CALL#{seq:06d}"
+
+
 def _is_conditional_failure(e: ClientError) -> bool:
     code = e.response.get("Error", {}).get("Code")
     return code in ("ConditionalCheckFailedException", "TransactionCanceledException")
 
 
-class HistoryStore(Protocol):
-    def create_run(self, record: RunRecord, first: HistoryItem) -> bool: ...
-    def get_run(self, run_id: str) -> RunRecord: ...
-    def load_history(self, run_id: str) -> list[HistoryItem]: ...
-    def get_item(self, run_id: str, seq: int) -> HistoryItem | None: ...
-    def append(self, run_id: str, item: HistoryItem) -> bool: ...
-    def record_model_call(
-        self, run_id: str, turn: int, prompt_tokens: int, completion_tokens: int, cost_micro_usd: int
-    ) -> None: ...
-    def finish_run(
-        self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
-    ) -> None: ...
-    def put_parent_token(self, run_id: str, token: str) -> None: ...
-    def get_parent_token(self, run_id: str) -> str | None: ...
-    def put_result(self, run_id: str, seq: int, content: str) -> str: ...
-    def get_result(self, key: str) -> str: ...
-    def load_state(self, run_id: str) -> dict[str, Any]: ...
-    def save_state(self, run_id: str, changed: dict[str, Any], removed: list[str]) -> None: ...
-    def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> bool: ...
-    def release_call(self, run_id: str, seq: int) -> None: ...
+def bounded(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text)} characters in all]"
 
 
 class DynamoHistoryStore:
+    """Every port of `shared.history.ports` on one table and one bucket."""
+
     def __init__(self, table: "Table", s3: "S3Client", bucket: str, inline_limit: int = 100_000) -> None:
         self._table = table
         self._s3 = s3
@@ -73,10 +73,8 @@ class DynamoHistoryStore:
             "pk": _pk(record.run_id),
             "sk": "META",
             **record.model_dump(mode="json", exclude={"usage"}),
-            "prompt_tokens": 0,
-            "completion_tokens": 0,
-            "model_calls": 0,
-            "cost_micro_usd": 0,
+            **dict.fromkeys(_USAGE, 0),
+            **dict.fromkeys(_TREE, 0),
         }
         meta = {k: v for k, v in meta.items() if v is not None}
         client = self._table.meta.client
@@ -109,43 +107,74 @@ class DynamoHistoryStore:
         item = self._table.get_item(Key={"pk": _pk(run_id), "sk": "META"}, ConsistentRead=True).get("Item")
         if item is None:
             raise RunNotFoundError(run_id)
-        data = {k: _plain(v) for k, v in item.items() if k not in ("pk", "sk")}
-        data["usage"] = Usage(
-            prompt_tokens=data.pop("prompt_tokens", 0),
-            completion_tokens=data.pop("completion_tokens", 0),
-            model_calls=data.pop("model_calls", 0),
-            cost_micro_usd=data.pop("cost_micro_usd", 0),
-        )
+        data = {k: _plain(v) for k, v in item.items() if k not in ("pk", "sk") and k not in _TREE}
+        data["usage"] = Usage(**{name: data.pop(name, 0) for name in _USAGE})
         return RunRecord.model_validate(data)
 
     def record_model_call(
-        self, run_id: str, turn: int, prompt_tokens: int, completion_tokens: int, cost_micro_usd: int
+        self,
+        run_id: str,
+        turn: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_micro_usd: int,
+        tool_calls: int,
+        root_run_id: str | None = None,
     ) -> None:
+        own = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "model_calls": 1}
+        own["cost_micro_usd"] = cost_micro_usd
+        tree = dict(zip(_TREE, (prompt_tokens, completion_tokens, cost_micro_usd, tool_calls), strict=True))
+        root = root_run_id or run_id
+        # A root run keeps its tree's totals beside its own: one update for a root's call.
+        self._add(run_id, own | tree if root == run_id else own, {"turn": turn})
+        if root != run_id:
+            self._add(root, tree, {})
+
+    def _add(self, run_id: str, counters: dict[str, int], values: dict[str, Any]) -> None:
+        names = {f"#{name}": name for name in (*counters, *values, "updated_at")}
         self._table.update_item(
             Key={"pk": _pk(run_id), "sk": "META"},
-            UpdateExpression="ADD prompt_tokens :p, completion_tokens :c, model_calls :one, cost_micro_usd :cost "
-            "SET turn = :t, updated_at = :now",
+            UpdateExpression="ADD "
+            + ", ".join(f"#{name} :{name}" for name in counters)
+            + " SET "
+            + ", ".join(f"#{name} = :{name}" for name in (*values, "updated_at")),
+            ExpressionAttributeNames=names,
             ExpressionAttributeValues={
-                ":p": prompt_tokens,
-                ":c": completion_tokens,
-                ":one": 1,
-                ":cost": cost_micro_usd,
-                ":t": turn,
-                ":now": utc_now(),
+                **{f":{name}": value for name, value in counters.items()},
+                **{f":{name}": value for name, value in values.items()},
+                ":updated_at": utc_now(),
             },
         )
 
+    def tree_usage(self, root_run_id: str) -> TreeUsage:
+        item = self._table.get_item(
+            Key={"pk": _pk(root_run_id), "sk": "META"},
+            ConsistentRead=True,
+            ProjectionExpression=", ".join(_TREE),
+        ).get("Item", {})
+        values = [int(_plain(item.get(name, 0))) for name in _TREE]
+        return TreeUsage(*values)
+
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
-    ) -> None:
-        # status, output and error are DynamoDB reserved words: every name goes through "#".
+    ) -> bool:
         changes: dict[str, Any] = {
             "status": status.value,
             "updated_at": utc_now(),
             "output": output,
-            "error": error,
+            "error": bounded(error, ERROR_MAX_CHARS),
         }
+        if output is not None and len(output) > OUTPUT_INLINE_CHARS:
+            # Answers of any size: the record keeps the beginning, S3 the whole (items stop at 400 KB).
+            key = f"runs/{run_id}/output.txt"
+            self._s3.put_object(Bucket=self._bucket, Key=key, Body=output.encode(), ContentType="text/plain")
+            changes |= {
+                "output": output[:OUTPUT_INLINE_CHARS],
+                "output_ref": key,
+                "output_chars": len(output),
+            }
         changes = {name: value for name, value in changes.items() if value is not None}
+        # status, output and error are DynamoDB reserved words: every name goes through "#".
         try:
             self._table.update_item(
                 Key={"pk": _pk(run_id), "sk": "META"},
@@ -161,6 +190,16 @@ class DynamoHistoryStore:
         except ClientError as e:
             if not _is_conditional_failure(e):
                 raise
+            return False
+        return True
+
+    def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:
+        self._table.update_item(
+            Key={"pk": _pk(run_id), "sk": "META"},
+            UpdateExpression="SET #execution = :n, execution_start_turn = :t",
+            ExpressionAttributeNames={"#execution": "execution"},
+            ExpressionAttributeValues={":n": execution, ":t": start_turn},
+        )
 
     # --- messages -------------------------------------------------------------------------
 
@@ -245,11 +284,10 @@ class DynamoHistoryStore:
         )
         return {name[2:]: json.loads(str(value)) for name, value in row.items() if name.startswith("s_")}
 
-    def save_state(self, run_id: str, changed: dict[str, Any], removed: list[str]) -> None:
+    @staticmethod
+    def _state_update(changed: dict[str, Any], removed: list[str]) -> dict[str, Any]:
         """One attribute per key, values as JSON text: parallel calls writing different keys
         do not overwrite each other, and numbers keep their type (no Decimal)."""
-        if not changed and not removed:
-            return
         names = {f"#k{i}": f"s_{key}" for i, key in enumerate(changed)}
         names |= {f"#r{i}": f"s_{key}" for i, key in enumerate(removed)}
         expression = ""
@@ -257,38 +295,121 @@ class DynamoHistoryStore:
             expression += "SET " + ", ".join(f"#k{i} = :v{i}" for i in range(len(changed)))
         if removed:
             expression += " REMOVE " + ", ".join(f"#r{i}" for i in range(len(removed)))
-        kwargs: dict[str, Any] = {"ExpressionAttributeNames": names}
+        update: dict[str, Any] = {"UpdateExpression": expression.strip(), "ExpressionAttributeNames": names}
         if changed:
-            kwargs["ExpressionAttributeValues"] = {
+            update["ExpressionAttributeValues"] = {
                 f":v{i}": json.dumps(value) for i, value in enumerate(changed.values())
             }
-        self._table.update_item(
-            Key={"pk": _pk(run_id), "sk": "STATE"}, UpdateExpression=expression.strip(), **kwargs
-        )
+        return update
 
-    # --- tool call claims -----------------------------------------------------------------
+    # --- the tool-call ledger: CLAIMED -> DONE, keyed by history slot ------------------------
 
-    def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> bool:
-        """Take the call for this delivery; False if another live delivery holds it.
+    def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> Claim:
+        """Claim the call for this delivery (see `CallLedger`).
 
-        Keyed by the call's history slot, not the model's call id: some OpenAI-compatible
-        servers reuse ids such as `call_0` on every turn.
+        Keyed by the call's history slot, never the model's call id: models and compatible
+        servers repeat, reuse and omit ids.
         """
-        now = int(time.time())
+        key = {"pk": _pk(run_id), "sk": _call_sk(seq)}
+        owner, now = uuid.uuid4().hex, time.time()
         try:
             self._table.put_item(
-                Item={"pk": _pk(run_id), "sk": f"CALL#{seq:06d}", "lease_until": now + lease_seconds},
-                ConditionExpression="attribute_not_exists(pk) OR lease_until < :now",
-                ExpressionAttributeValues={":now": now},
+                Item={
+                    **key,
+                    "state": "CLAIMED",
+                    "owner": owner,
+                    "lease_until": Decimal(str(now + lease_seconds)),
+                    "attempt": 1,
+                },
+                ConditionExpression="attribute_not_exists(pk)",
             )
+            return Claim(ClaimState.NEW, owner, 1)
+        except ClientError as e:
+            if not _is_conditional_failure(e):
+                raise
+        row = self._table.get_item(Key=key, ConsistentRead=True).get("Item", {})
+        if row.get("state") == "DONE":
+            return Claim(ClaimState.DONE)
+        if float(_plain(row.get("lease_until", 0))) >= now:
+            return Claim(ClaimState.BUSY)
+        attempt = int(_plain(row.get("attempt", 1))) + 1
+        try:
+            # Conditional on the claim we read: two redeliveries cannot both take it over.
+            self._table.update_item(
+                Key=key,
+                UpdateExpression="SET #owner = :owner, lease_until = :lease, attempt = :attempt",
+                ConditionExpression="#owner = :previous AND #state = :claimed",
+                ExpressionAttributeNames={"#owner": "owner", "#state": "state"},
+                ExpressionAttributeValues={
+                    ":owner": owner,
+                    ":lease": Decimal(str(now + lease_seconds)),
+                    ":attempt": attempt,
+                    ":previous": row.get("owner", ""),
+                    ":claimed": "CLAIMED",
+                },
+            )
+        except ClientError as e:
+            if _is_conditional_failure(e):
+                return Claim(ClaimState.BUSY)
+            raise
+        return Claim(ClaimState.TAKEN_OVER, owner, attempt)
+
+    def complete_call(
+        self,
+        run_id: str,
+        result: ToolResult,
+        owner: str,
+        state_changes: tuple[dict[str, Any], list[str]] = ({}, []),
+    ) -> bool:
+        items: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self._table.name,
+                    "Item": self._message_item(run_id, result),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self._table.name,
+                    "Key": {"pk": _pk(run_id), "sk": _call_sk(result.seq)},
+                    "UpdateExpression": "SET #state = :done",
+                    "ConditionExpression": "#owner = :owner",
+                    "ExpressionAttributeNames": {"#state": "state", "#owner": "owner"},
+                    "ExpressionAttributeValues": {":done": "DONE", ":owner": owner},
+                }
+            },
+        ]
+        changed, removed = state_changes
+        if changed or removed:
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self._table.name,
+                        "Key": {"pk": _pk(run_id), "sk": "STATE"},
+                        **self._state_update(changed, removed),
+                    }
+                }
+            )
+        try:
+            self._table.meta.client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         except ClientError as e:
             if _is_conditional_failure(e):
                 return False
             raise
         return True
 
-    def release_call(self, run_id: str, seq: int) -> None:
-        self._table.delete_item(Key={"pk": _pk(run_id), "sk": f"CALL#{seq:06d}"})
+    def release_call(self, run_id: str, seq: int, owner: str) -> None:
+        try:
+            self._table.delete_item(
+                Key={"pk": _pk(run_id), "sk": _call_sk(seq)},
+                ConditionExpression="#owner = :owner AND #state = :claimed",
+                ExpressionAttributeNames={"#owner": "owner", "#state": "state"},
+                ExpressionAttributeValues={":owner": owner, ":claimed": "CLAIMED"},
+            )
+        except ClientError as e:
+            if not _is_conditional_failure(e):
+                raise
 
 
 def _plain(value: Any) -> Any:

@@ -37,8 +37,16 @@ def build_model_step(store: StoreSettings, model: ModelSettings, timeouts: CallT
         timeout_seconds=model.timeout_seconds,
         max_retries=model.max_retries,
     )
-    reporter = StepFunctionsTaskReporter(boto3.client("stepfunctions"))
-    return ModelStep(build_store(store), client, model.model, timeouts, reporter)
+    sfn = boto3.client("stepfunctions")
+    reporter = StepFunctionsTaskReporter(sfn)
+    return ModelStep(
+        build_store(store),
+        client,
+        model.model,
+        timeouts,
+        reporter,
+        lambda arn: StepFunctionsStarter(sfn, arn),
+    )
 
 
 def build_tool_executor(

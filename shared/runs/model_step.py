@@ -1,13 +1,17 @@
-"""One orchestrator invocation: at most one model call, then a decision for the state machine."""
+"""One orchestrator invocation: settle the last turn, check the budgets, at most one model
+call, then a decision for the state machine."""
 
 import contextlib
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from shared.agents import AfterModel, Agent, BeforeModel, get_agent
 from shared.errors import (
+    ErrorKind,
     ModelVisibleError,
     ToolNotAllowedError,
     TooManyCallsError,
@@ -16,7 +20,6 @@ from shared.errors import (
 from shared.history import HistoryStore
 from shared.messages import (
     AssistantMessage,
-    CallOutcome,
     CallRef,
     Decision,
     DecisionStatus,
@@ -28,8 +31,11 @@ from shared.messages import (
     ToolResult,
     UserMessage,
 )
-from shared.model import ModelClient, to_openai_messages
-from shared.runs.ports import TaskReporter
+from shared.model import ModelClient, ModelReply, to_openai_messages
+from shared.runs import children
+from shared.runs.calls import assign_call_ids, result_slot
+from shared.runs.executions import needs_fresh_execution
+from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.runs.rules import (
     budget_reached,
     calls_limit,
@@ -37,8 +43,22 @@ from shared.runs.rules import (
     ended_status,
     final_output,
     tool_failure,
+    tree_budget_reached,
 )
 from shared.settings import CallTimeouts
+
+
+@dataclass
+class _Step:
+    """What one invocation works on."""
+
+    run: RunRecord
+    agent: Agent
+    history: list[HistoryItem]
+
+    @property
+    def last_reply(self) -> AssistantMessage | None:
+        return next((i for i in reversed(self.history) if isinstance(i, AssistantMessage)), None)
 
 
 class ModelStep:
@@ -51,54 +71,88 @@ class ModelStep:
         default_model: str,
         timeouts: CallTimeouts,
         reporter: TaskReporter,
+        starters: Callable[[str], ExecutionStarter],
     ) -> None:
         self._store = store
         self._model = model
         self._default_model = default_model
         self._timeouts = timeouts
         self._reporter = reporter
+        self._starters = starters
 
     def step(self, request: StepRequest, deadline: float) -> Decision:
         run = self._store.get_run(request.run_id)
-        agent = get_agent(run.agent)
-        history = self._store.load_history(run.run_id)
-        last_reply = next((i for i in reversed(history) if isinstance(i, AssistantMessage)), None)
         if run.status is not RunStatus.RUNNING:
             return Decision(status=ended_status(run.status), turn=run.turn)
-        if run.parent is not None:
-            # The parent's call waits with a heartbeat timeout: each step of the child is a beat.
-            token = self._store.get_parent_token(run.run_id)
-            if token is not None:
-                self._reporter.heartbeat(token)
-        if last_reply is not None:
-            answered = {i.call_id for i in history if isinstance(i, ToolResult)}
-            pending = [c for c in last_reply.tool_calls if c.id not in answered]
-            came_back = {o.call_id for o in request.results} & {c.id for c in last_reply.tool_calls}
-            if not came_back and (history[-1] is last_reply or pending):
-                # This step already stored its reply and died before returning (the reply may be
-                # followed by error results the step wrote for invalid calls): decide again from
-                # the stored reply instead of asking the model a second time.
-                return self._decide(run, agent, last_reply, history)
-            history.extend(self._record_missing_results(run, last_reply, answered, request))
-            failure = tool_failure(agent, last_reply, history)
-            if failure is not None:
-                self._finish(run, RunStatus.FAILED, error=failure)
-                return Decision(status=DecisionStatus.FAILED, turn=run.turn)
-            direct = direct_answer(agent, last_reply, history)
-            if direct is not None:
-                self._finish(run, RunStatus.SUCCEEDED, output=direct)
-                return Decision(status=DecisionStatus.FINAL, turn=run.turn)
+        step = _Step(run, get_agent(run.agent), self._store.load_history(run.run_id))
+        children.heartbeat_parent(self._store, self._reporter, run)
+        reply = step.last_reply
+        if reply is not None:
+            if self._is_retry(step, reply, request):
+                # This step already stored its reply and died before returning: decide again
+                # from the stored reply instead of asking the model a second time.
+                return self._decide(step, reply)
+            ended = self._settle_turn(step, reply, request)
+            if ended is not None:
+                return ended
+        ended = self._check_budgets(step)
+        if ended is not None:
+            return ended
+        if request.state_machine_arn and needs_fresh_execution(step.run, step.agent, step.history):
+            return self._continue_in_fresh_execution(step, self._starters(request.state_machine_arn))
+        return self._decide(step, self._ask_model(step, deadline))
 
-        limit = budget_reached(run, agent, history)
-        if limit is not None:
-            self._finish(run, RunStatus.LIMIT, error=limit)
-            return Decision(status=DecisionStatus.LIMIT, turn=run.turn)
+    # --- phases -----------------------------------------------------------------------------
 
-        turn = run.turn + 1
+    @staticmethod
+    def _is_retry(step: _Step, reply: AssistantMessage, request: StepRequest) -> bool:
+        """No outcome came back for the reply's calls, and some are unanswered or it is the
+        last item (invalid calls get their error results right after it, from the same step)."""
+        slots = {result_slot(reply, i) for i in range(len(reply.tool_calls))}
+        if {o.seq for o in request.results} & slots:
+            return False
+        answered = {i.seq for i in step.history if isinstance(i, ToolResult)}
+        return step.history[-1] is reply or bool(slots - answered)
+
+    def _settle_turn(self, step: _Step, reply: AssistantMessage, request: StepRequest) -> Decision | None:
+        """Error results for calls that came back without one; then the answer policies."""
+        step.history.extend(self._record_missing_results(step.run, reply, step.history, request))
+        failure = tool_failure(step.agent, reply, step.history)
+        if failure is not None:
+            return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=failure)
+        direct = direct_answer(step.agent, reply, step.history)
+        if direct is not None:
+            return self._end(step.run, RunStatus.SUCCEEDED, DecisionStatus.FINAL, output=direct)
+        return None
+
+    def _check_budgets(self, step: _Step) -> Decision | None:
+        limit = budget_reached(step.run, step.agent, step.history)
+        if limit is None:
+            root_id = step.run.root_run_id or step.run.run_id
+            root_agent = (
+                step.agent if root_id == step.run.run_id else get_agent(self._store.get_run(root_id).agent)
+            )
+            limit = tree_budget_reached(
+                root_agent, self._store.tree_usage(root_id), root_id != step.run.run_id
+            )
+        if limit is None:
+            return None
+        return self._end(step.run, RunStatus.LIMIT, DecisionStatus.LIMIT, error=limit)
+
+    def _continue_in_fresh_execution(self, step: _Step, starter: ExecutionStarter) -> Decision:
+        """Hand the run to a new execution before this one nears the history-event limit.
+        Recorded first: a retry of this step finds the next execution named and started."""
+        following = step.run.execution + 1
+        self._store.set_execution(step.run.run_id, following, step.run.turn)
+        starter.start(step.run.run_id, following)
+        return Decision(status=DecisionStatus.CONTINUED, turn=step.run.turn)
+
+    def _ask_model(self, step: _Step, deadline: float) -> AssistantMessage:
+        run, agent = step.run, step.agent
         before = BeforeModel(
             run_id=run.run_id,
             agent=agent.name,
-            messages=to_openai_messages(agent.system_prompt(run.timezone), history),
+            messages=to_openai_messages(agent.system_prompt(run.timezone), step.history),
             tools=agent.registry.specs(only=run.tools),
         )
         for hooks in agent.hooks:
@@ -112,77 +166,103 @@ class ModelStep:
         after = AfterModel(run_id=run.run_id, agent=agent.name, reply=reply)
         for hooks in agent.hooks:
             hooks.after_model(after)
-        reply = after.reply
-        message_item = AssistantMessage(
-            seq=max(i.seq for i in history) + 1, turn=turn, content=reply.content, tool_calls=reply.tool_calls
+        return self._store_reply(step, after.reply)
+
+    def _store_reply(self, step: _Step, reply: ModelReply) -> AssistantMessage:
+        run, agent = step.run, step.agent
+        seq = max(i.seq for i in step.history) + 1
+        item = AssistantMessage(
+            seq=seq,
+            turn=run.turn + 1,
+            content=reply.content,
+            tool_calls=assign_call_ids(reply.tool_calls, seq, step.history),
         )
-        if self._store.append(run.run_id, message_item):
+        if self._store.append(run.run_id, item):
             cost = agent.price.micro_usd(reply.prompt_tokens, reply.completion_tokens) if agent.price else 0
             self._store.record_model_call(
-                run.run_id, turn, reply.prompt_tokens, reply.completion_tokens, cost
+                run.run_id,
+                item.turn,
+                reply.prompt_tokens,
+                reply.completion_tokens,
+                cost,
+                len(item.tool_calls),
+                run.root_run_id,
             )
         else:
-            stored = self._store.get_item(run.run_id, message_item.seq)
+            # Another invocation of this step stored its reply first: act on that one.
+            stored = self._store.get_item(run.run_id, seq)
             assert isinstance(stored, AssistantMessage), "history slot after the last item holds a non-reply"
-            message_item = stored
-        history.append(message_item)
-        return self._decide(run, agent, message_item, history)
+            item = stored
+        step.history.append(item)
+        return item
 
     def _record_missing_results(
-        self, run: RunRecord, reply: AssistantMessage, answered: set[str], request: StepRequest
+        self, run: RunRecord, reply: AssistantMessage, history: list[HistoryItem], request: StepRequest
     ) -> list[ToolResult]:
         """Error results for calls whose worker never wrote one: crashed, timed out, cut off."""
-        outcomes = {o.call_id: o for o in request.results}
+        answered = {i.seq for i in history if isinstance(i, ToolResult)}
+        outcomes = {o.seq: o for o in request.results}
         written = []
         for index, call in enumerate(reply.tool_calls):
-            if call.id in answered:
+            seq = result_slot(reply, index)
+            if seq in answered:
                 continue
-            outcome = outcomes.get(call.id)
+            outcome = outcomes.get(seq)
             reason = outcome.error if outcome and outcome.error else "no result was recorded"
             item = ToolResult(
-                seq=reply.seq + 1 + index,
+                seq=seq,
                 turn=reply.turn,
                 call_id=call.id,
                 tool=call.name,
                 content=f"Error: the tool call did not complete ({reason}).",
                 status="error",
-                error_type=outcome.error if outcome and outcome.error else "NoResult",
+                error_type=ErrorKind.NOT_COMPLETED,
+                error_detail=reason,
             )
-            self._store.append(run.run_id, item)
+            if not self._store.append(run.run_id, item):
+                # A worker's result landed between the read and now: it wins.
+                stored = self._store.get_item(run.run_id, seq)
+                assert isinstance(stored, ToolResult)
+                item = stored
             written.append(item)
         return written
 
-    def _decide(
-        self, run: RunRecord, agent: Agent, reply: AssistantMessage, history: list[HistoryItem]
-    ) -> Decision:
+    def _decide(self, step: _Step, reply: AssistantMessage) -> Decision:
         if not reply.tool_calls:
-            try:
-                output = final_output(agent, reply.content or "")
-            except ValidationError as e:
-                # Ask again: the next model step sees this message; repair turns are bounded.
-                self._store.append(
-                    run.run_id,
-                    UserMessage(
-                        seq=reply.seq + 1,
-                        turn=reply.turn,
-                        repair=True,
-                        content="Your final answer does not match the required JSON Schema: "
-                        f"{describe_validation_error(e, '(answer)')}. Reply again with only the JSON object.",
-                    ),
-                )
-                return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn)
-            self._finish(run, RunStatus.SUCCEEDED, output=output)
-            return Decision(status=DecisionStatus.FINAL, turn=reply.turn)
-        limit = calls_limit(agent, history)
+            return self._answer(step, reply)
+        limit = calls_limit(step.agent, step.history)
         if limit is not None:
-            self._finish(run, RunStatus.LIMIT, error=limit)
-            return Decision(status=DecisionStatus.LIMIT, turn=reply.turn)
+            return self._end(step.run, RunStatus.LIMIT, DecisionStatus.LIMIT, error=limit)
+        return Decision(
+            status=DecisionStatus.TOOL_CALLS, turn=reply.turn, calls=self._dispatchable(step, reply)
+        )
+
+    def _answer(self, step: _Step, reply: AssistantMessage) -> Decision:
+        try:
+            output = final_output(step.agent, reply.content or "")
+        except ValidationError as e:
+            # Ask again: the next model step sees this message; repair turns are bounded.
+            self._store.append(
+                step.run.run_id,
+                UserMessage(
+                    seq=reply.seq + 1,
+                    turn=reply.turn,
+                    repair=True,
+                    content="Your final answer does not match the required JSON Schema: "
+                    f"{describe_validation_error(e, '(answer)')}. Reply again with only the JSON object.",
+                ),
+            )
+            return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn)
+        return self._end(step.run, RunStatus.SUCCEEDED, DecisionStatus.FINAL, output=output)
+
+    def _dispatchable(self, step: _Step, reply: AssistantMessage) -> list[CallRef]:
+        """The calls to dispatch. Unknown tools, tools outside the run's set, malformed
+        arguments and calls over the per-turn limit get an error result here instead."""
+        run, agent = step.run, step.agent
         calls: list[CallRef] = []
         for index, call in enumerate(reply.tool_calls):
-            seq = reply.seq + 1 + index
+            seq = result_slot(reply, index)
             try:
-                # Unknown tools, tools outside the run's set, malformed arguments and calls over
-                # the per-turn limit are answered here, without a dispatch.
                 if index >= agent.max_calls_per_turn:
                     raise TooManyCallsError(agent.max_calls_per_turn)
                 tool = agent.registry.get(call.name)
@@ -199,56 +279,49 @@ class ModelStep:
                         tool=call.name,
                         content=f"Error: {e}",
                         status="error",
-                        error_type=type(e).__name__,
+                        error_type=e.kind,
                     ),
                 )
                 continue
             calls.append(
                 CallRef(
-                    call_id=call.id,
                     seq=seq,
                     message_seq=reply.seq,
-                    tool=call.name,
+                    tool=tool.name,
                     timeout_seconds=self._timeouts.timeout_seconds,
                     heartbeat_seconds=self._timeouts.heartbeat_seconds,
                 )
             )
-        return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn, calls=calls)
+        return calls
+
+    # --- endings ----------------------------------------------------------------------------
 
     def fail(self, request: FailRequest) -> None:
         error = str(request.error.get("Error", "Error"))
         cause = str(request.error.get("Cause", ""))
-        with contextlib.suppress(ValueError, AttributeError):
+        with contextlib.suppress(ValueError, AttributeError, RecursionError):
             # A Lambda function error's cause is the function's error JSON.
             cause = str(json.loads(cause).get("errorMessage", cause))
         run = self._store.get_run(request.run_id)
         self._finish(run, RunStatus.FAILED, error=f"{error}: {cause}" if cause else error)
+
+    def _end(
+        self,
+        run: RunRecord,
+        status: RunStatus,
+        decision: DecisionStatus,
+        output: str | None = None,
+        error: str | None = None,
+    ) -> Decision:
+        self._finish(run, status, output=output, error=error)
+        return Decision(status=decision, turn=run.turn)
 
     def _finish(
         self, run: RunRecord, status: RunStatus, output: str | None = None, error: str | None = None
     ) -> None:
         """Every ending of a run: record it, and answer the parent's call if this is a child run."""
         self._store.finish_run(run.run_id, status, output=output, error=error)
-        parent = run.parent
-        if parent is None:
-            return
-        ok = status is RunStatus.SUCCEEDED
-        failure = f"Error: the '{run.agent}' agent stopped ({status.value}): {error}"
-        result = ToolResult(
-            seq=parent.seq,
-            turn=parent.turn,
-            call_id=parent.call_id,
-            tool=parent.tool,
-            content=(output or "") if ok else failure,
-            status="ok" if ok else "error",
-            error_type=None if ok else "ChildRunEnded",
-        )
-        # Conditional: a retried ending finds the parent's slot taken and changes nothing.
-        self._store.append(parent.run_id, result)
-        token = self._store.get_parent_token(run.run_id)
-        if token is not None:
-            outcome = CallOutcome(call_id=parent.call_id, status=result.status)
-            self._reporter.succeed(token, outcome.model_dump(exclude_none=True))
+        children.answer_parent(self._store, self._reporter, run, status, output, error)
 
 
 def monotonic_deadline(remaining_ms: int) -> float:

@@ -5,16 +5,26 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 
+from shared.runs.executions import execution_name
+
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions.client import SFNClient
 
 
 class ExecutionStarter(Protocol):
-    def start(self, run_id: str) -> None: ...
+    """Starts a run's state machine execution."""
+
+    def start(self, run_id: str, execution: int = 1) -> None:
+        """Start the run's `execution`-th execution; starting one that exists does nothing."""
+        ...
 
 
 class TaskReporter(Protocol):
+    """Answers the Step Functions task a call waits on. Both return False when the execution
+    no longer waits for the token (timed out, stopped, already answered)."""
+
     def succeed(self, token: str, output: dict[str, Any]) -> bool: ...
+
     def heartbeat(self, token: str) -> bool: ...
 
 
@@ -28,12 +38,14 @@ class StepFunctionsStarter:
         self._client = client
         self._arn = state_machine_arn
 
-    def start(self, run_id: str) -> None:
+    def start(self, run_id: str, execution: int = 1) -> None:
         try:
             # The execution is named after the run: a second start of the same run is refused
             # by Step Functions instead of running the agent twice.
             self._client.start_execution(
-                stateMachineArn=self._arn, name=run_id, input=json.dumps({"run_id": run_id})
+                stateMachineArn=self._arn,
+                name=execution_name(run_id, execution),
+                input=json.dumps({"run_id": run_id}),
             )
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":

@@ -5,6 +5,8 @@ import json
 import re
 
 from shared.agents import Agent
+from shared.errors import ErrorKind
+from shared.history import TreeUsage
 from shared.messages import (
     AssistantMessage,
     DecisionStatus,
@@ -15,9 +17,6 @@ from shared.messages import (
     UserMessage,
 )
 
-# Results that mean the model's call itself was wrong: each turn with one is a repair turn.
-_INVALID_CALL = {"UnknownToolError", "InvalidArgumentsError", "ToolNotAllowedError"}
-
 
 def tool_failure(agent: Agent, reply: AssistantMessage, history: list[HistoryItem]) -> str | None:
     """With `on_tool_error="fail"`, the first tool of the last turn that raised ends the run."""
@@ -27,7 +26,7 @@ def tool_failure(agent: Agent, reply: AssistantMessage, history: list[HistoryIte
         if (
             isinstance(item, ToolResult)
             and item.turn == reply.turn
-            and item.error_type == "ToolExecutionError"
+            and item.error_type is ErrorKind.TOOL_FAILED
         ):
             return (item.error_detail or item.content).removeprefix("Error: ")
     return None
@@ -63,7 +62,11 @@ def budget_reached(run: RunRecord, agent: Agent, history: list[HistoryItem]) -> 
     """Checked before each model call: iterations, repair turns, tokens, cost."""
     if run.turn >= agent.max_iterations:
         return f"stopped after {agent.max_iterations} model turns (the agent's max_iterations)"
-    repair_turns = {i.turn for i in history if isinstance(i, ToolResult) and i.error_type in _INVALID_CALL}
+    repair_turns = {
+        i.turn
+        for i in history
+        if isinstance(i, ToolResult) and i.error_type is not None and i.error_type.is_invalid_call
+    }
     repair_turns |= {i.turn for i in history if isinstance(i, UserMessage) and i.repair}
     if len(repair_turns) > agent.max_repair_turns:
         return (
@@ -75,6 +78,19 @@ def budget_reached(run: RunRecord, agent: Agent, history: list[HistoryItem]) -> 
     cost = run.usage.cost_micro_usd / 1_000_000
     if agent.max_cost_usd is not None and cost >= agent.max_cost_usd:
         return f"cost ${cost:.4f} (the agent's max_cost_usd is ${agent.max_cost_usd:.4f})"
+    return None
+
+
+def tree_budget_reached(root_agent: Agent, tree: TreeUsage, is_child: bool) -> str | None:
+    """The root agent's budgets, counted over the root run and every child run it started."""
+    whose = "this run and the runs its agent tools started" if not is_child else "the runs of this run's tree"
+    if tree.tool_calls > root_agent.max_tool_calls:
+        return f"{whose} asked for {tree.tool_calls} tool calls (the root agent's max_tool_calls is {root_agent.max_tool_calls})"
+    if root_agent.max_tokens is not None and tree.total_tokens >= root_agent.max_tokens:
+        return f"{whose} used {tree.total_tokens} tokens (the root agent's max_tokens is {root_agent.max_tokens})"
+    cost = tree.cost_micro_usd / 1_000_000
+    if root_agent.max_cost_usd is not None and cost >= root_agent.max_cost_usd:
+        return f"{whose} cost ${cost:.4f} (the root agent's max_cost_usd is ${root_agent.max_cost_usd:.4f})"
     return None
 
 

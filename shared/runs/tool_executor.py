@@ -1,101 +1,210 @@
-"""One tool call from the queue: run it once (or hand it to a child run), store its result,
-answer the waiting Step Functions task."""
+"""One tool call from the queue, exactly once: claim it, run it (or hand it to a child run),
+persist the outcome, answer the waiting Step Functions task.
 
-import hashlib
+The order is the contract. Once a tool has returned, its outcome is persisted (result, ledger
+DONE and the tool's state changes, in one transaction) before the task is answered, so no
+redelivery or retry runs it again: a redelivery that finds the result answers from it. A
+delivery that finds the call claimed by one that vanished cannot know whether the tool had
+its effect: an `idempotent` tool runs again, any other ends "in doubt", never silently twice.
+"""
+
+import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from shared.agents import AfterTool, Agent, BeforeTool, get_agent
-from shared.errors import (
-    CallInProgressError,
-    UnknownAgentError,
-)
-from shared.history import HistoryStore
+from shared.errors import CallInProgressError, ErrorKind, UnknownAgentError
+from shared.history import Claim, ClaimState, HistoryStore
 from shared.messages import (
     AssistantMessage,
     CallOutcome,
-    HistoryItem,
-    ParentCall,
     RunRecord,
-    RunStatus,
     ToolCall,
     ToolCallMessage,
     ToolResult,
-    UserMessage,
 )
+from shared.runs import children
 from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.tools import Execution, RunState, Tool, ToolContext
 
+logger = logging.getLogger(__name__)
+
+# Writing the outcome is retried in-process before giving up: the tool has run, and a failed
+# invocation would leave the call in doubt.
+PERSIST_ATTEMPTS = 3
+PERSIST_BACKOFF_SECONDS = 0.2
+
+
+@dataclass
+class _Call:
+    """A claimed call and what it needs to run."""
+
+    message: ToolCallMessage
+    claim: Claim
+    run: RunRecord
+    agent: Agent
+    reply: AssistantMessage
+    call: ToolCall
+    tool: Tool | None  # None: not one of the agent's tools (the registry answers with an error)
+
 
 class ToolCallExecutor:
-    """One tool call from the queue: run it once, store its result, tell Step Functions."""
-
     def __init__(
-        self, store: HistoryStore, reporter: TaskReporter, starter: ExecutionStarter, heartbeat_every: float
+        self,
+        store: HistoryStore,
+        reporter: TaskReporter,
+        starter: ExecutionStarter,
+        heartbeat_every: float,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._store = store
         self._reporter = reporter
         self._starter = starter
         self._heartbeat_every = heartbeat_every
+        self._sleep = sleep
 
     def execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int = 1) -> CallOutcome | None:
         """The call's outcome, or None when it was handed to a child run, which answers it."""
+        # Each delivery beats at once, so a crashed delivery's silence lasts one visibility
+        # timeout at most; a closed token means the call is already over for Step Functions.
+        if not self._reporter.heartbeat(message.task_token):
+            return None
         result = self._store.get_item(message.run_id, message.seq)
         if result is None:
-            result = self._run(message, lease_seconds, attempt)
+            result = self._claim_and_run(message, lease_seconds, attempt)
         if result is None:
             return None
-        assert isinstance(result, ToolResult)
-        outcome = CallOutcome(call_id=result.call_id, status=result.status)
-        self._reporter.succeed(message.task_token, outcome.model_dump(exclude_none=True))
-        return outcome
+        assert isinstance(result, ToolResult), "a call's result slot holds a non-result"
+        return self._answer(message, result)
 
-    def _run(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> HistoryItem | None:
-        if not self._store.claim_call(message.run_id, message.seq, lease_seconds):
-            raise CallInProgressError(f"call {message.call_id} is being run by another delivery")
+    # --- phases -----------------------------------------------------------------------------
+
+    def _claim_and_run(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> ToolResult | None:
+        claim = self._store.claim_call(message.run_id, message.seq, lease_seconds)
+        if claim.state is ClaimState.BUSY:
+            raise CallInProgressError(
+                f"call {message.seq} of run {message.run_id} is being run by another delivery"
+            )
+        if claim.state is ClaimState.DONE:
+            stored = self._store.get_item(message.run_id, message.seq)
+            assert isinstance(stored, ToolResult), "a call marked DONE has no result"
+            return stored
         try:
-            run = self._store.get_run(message.run_id)
-            reply = self._store.get_item(message.run_id, message.message_seq)
-            assert isinstance(reply, AssistantMessage), "message_seq does not point at a model reply"
-            call = next(c for c in reply.tool_calls if c.id == message.call_id)
-            agent = get_agent(run.agent)
-            tool = agent.registry.get(call.name) if call.name in agent.registry else None
-            if tool is None or tool.child_agent is None:
-                # State is loaded only for calls that run here: a child run does not read it.
-                context = ToolContext(
-                    run_id=run.run_id,
-                    agent=run.agent,
-                    call_id=call.id,
-                    caller=run.caller,
-                    state=RunState(self._store.load_state(run.run_id)),
-                )
-                with self._heartbeats(message.task_token):
-                    execution = _execute_with_hooks(agent, call, context, run.tools)
-                self._store.save_state(run.run_id, *context.state.changes())
-            elif self._delegate(run, reply, call, tool, message):
-                return None
-            else:
-                message_text = f"Error: no agent named '{tool.child_agent}' is registered."
-                execution = Execution(message_text, "error", 0, "UnknownAgentError")
+            call = self._load(message, claim)
         except BaseException:
-            # A system error: free the call so the redelivery can run it at once.
-            self._store.release_call(message.run_id, message.seq)
+            # Nothing ran yet: free the call so the redelivery can run it at once.
+            self._store.release_call(message.run_id, message.seq, claim.owner)
             raise
+        if call.tool is not None and call.tool.child_agent is not None:
+            return self._delegate(call)
+        if claim.state is ClaimState.TAKEN_OVER and not (call.tool is not None and call.tool.idempotent):
+            return self._persist(call, self._in_doubt(call), attempt, ({}, []))
+        state = RunState(self._store.load_state(call.run.run_id))
+        context = ToolContext(
+            run_id=call.run.run_id,
+            agent=call.run.agent,
+            call_id=call.call.id,
+            caller=call.run.caller,
+            state=state,
+            idempotency_key=f"{call.run.run_id}:{message.seq}",
+        )
+        with self._heartbeats(message.task_token):
+            execution = _execute_with_hooks(call.agent, call.call, context, call.run.tools)
+        return self._persist(call, execution, attempt, state.changes())
+
+    def _load(self, message: ToolCallMessage, claim: Claim) -> _Call:
+        run = self._store.get_run(message.run_id)
+        reply = self._store.get_item(message.run_id, message.message_seq)
+        index = message.seq - message.message_seq - 1
+        if not isinstance(reply, AssistantMessage) or not 0 <= index < len(reply.tool_calls):
+            raise ValueError(f"message_seq {message.message_seq} and seq {message.seq} name no call")
+        call = reply.tool_calls[index]
+        agent = get_agent(run.agent)
+        tool = agent.registry.get(call.name) if call.name in agent.registry else None
+        return _Call(message, claim, run, agent, reply, call, tool)
+
+    def _in_doubt(self, call: _Call) -> Execution:
+        return Execution(
+            f"Error: the call to '{call.call.name}' was interrupted and may or may not have taken effect; "
+            "it was not run again. Check its effect before calling it again.",
+            "error",
+            0,
+            ErrorKind.IN_DOUBT,
+        )
+
+    def _delegate(self, call: _Call) -> ToolResult | None:
+        """Start the child run that answers this call, or an error result if it may not start."""
+        assert call.tool is not None and call.tool.child_agent is not None
+        root_id = call.run.root_run_id or call.run.run_id
+        root_agent = (
+            call.agent if root_id == call.run.run_id else get_agent(self._store.get_run(root_id).agent)
+        )
+        refusal = children.depth_refusal(call.run, root_agent)
+        if refusal is not None:
+            return self._persist(call, Execution(refusal, "error", 0, ErrorKind.AGENT_DEPTH), 1, ({}, []))
+        try:
+            get_agent(call.tool.child_agent)
+        except UnknownAgentError:
+            missing = Execution(
+                f"Error: no agent named '{call.tool.child_agent}' is registered.",
+                "error",
+                0,
+                ErrorKind.UNKNOWN_AGENT,
+            )
+            return self._persist(call, missing, 1, ({}, []))
+        task = str(call.tool.parse_arguments(call.call.arguments)["task"])
+        children.start_child(
+            self._store,
+            self._starter,
+            call.run,
+            call.reply,
+            call.call,
+            call.message.seq,
+            call.tool.child_agent,
+            task,
+            call.message.task_token,
+        )
+        return None
+
+    def _persist(
+        self, call: _Call, execution: Execution, attempt: int, changes: tuple[dict[str, object], list[str]]
+    ) -> ToolResult:
+        """Store the outcome before anything else happens; the stored one wins a race."""
+        result = self._to_result(call, execution, attempt)
+        for tries in range(1, PERSIST_ATTEMPTS + 1):
+            try:
+                if self._store.complete_call(call.run.run_id, result, call.claim.owner, changes):
+                    return result
+                break
+            except Exception:
+                if tries == PERSIST_ATTEMPTS:
+                    raise
+                logger.warning("storing a tool result failed; retrying", extra={"run_id": call.run.run_id})
+                self._sleep(PERSIST_BACKOFF_SECONDS * 2 ** (tries - 1))
+        stored = self._store.get_item(call.run.run_id, call.message.seq)
+        if not isinstance(stored, ToolResult):
+            raise CallInProgressError(f"call {call.message.seq} of run {call.run.run_id} was taken over")
+        return stored
+
+    def _to_result(self, call: _Call, execution: Execution, attempt: int) -> ToolResult:
         content, detail, ref, chars = execution.content, None, None, None
-        if execution.error_type == "ToolExecutionError" and agent.on_tool_error == "generic":
-            content, detail = f"Error: the tool '{call.name}' failed.", execution.content
+        agent = call.agent
+        if execution.error_type is ErrorKind.TOOL_FAILED and agent.on_tool_error == "generic":
+            content, detail = f"Error: the tool '{call.call.name}' failed.", execution.content
         elif agent.max_result_chars is not None and len(content) > agent.max_result_chars:
-            ref, chars = self._store.put_result(message.run_id, message.seq, content), len(content)
+            ref, chars = self._store.put_result(call.run.run_id, call.message.seq, content), len(content)
             content = (
                 f"{content[: agent.max_result_chars]}\n[… result truncated: {chars} characters in all, "
                 f"the first {agent.max_result_chars} shown. Whole result stored as {ref}.]"
             )
-        result = ToolResult(
-            seq=message.seq,
-            turn=reply.turn,
-            call_id=call.id,
-            tool=call.name,
+        return ToolResult(
+            seq=call.message.seq,
+            turn=call.reply.turn,
+            call_id=call.call.id,
+            tool=call.call.name,
             content=content,
             status=execution.status,
             duration_ms=execution.duration_ms,
@@ -105,43 +214,11 @@ class ToolCallExecutor:
             full_result_ref=ref,
             full_result_chars=chars,
         )
-        if not self._store.append(message.run_id, result):
-            stored = self._store.get_item(message.run_id, message.seq)
-            assert stored is not None
-            return stored
-        return result
 
-    def _delegate(
-        self,
-        run: RunRecord,
-        reply: AssistantMessage,
-        call: ToolCall,
-        tool: Tool,
-        message: ToolCallMessage,
-    ) -> bool:
-        """Start the child run that answers this call; False if its agent does not exist."""
-        assert tool.child_agent is not None
-        try:
-            get_agent(tool.child_agent)
-        except UnknownAgentError:
-            return False
-        task = str(tool.parse_arguments(call.arguments)["task"])
-        # Named by the parent's call: a redelivered message finds the child already there.
-        child_id = hashlib.sha256(f"{run.run_id}:{message.seq}".encode()).hexdigest()[:32]
-        self._store.put_parent_token(child_id, message.task_token)
-        child = RunRecord(
-            run_id=child_id,
-            agent=tool.child_agent,
-            status=RunStatus.RUNNING,
-            timezone=run.timezone,
-            caller=run.caller,
-            parent=ParentCall(
-                run_id=run.run_id, call_id=call.id, seq=message.seq, turn=reply.turn, tool=call.name
-            ),
-        )
-        self._store.create_run(child, UserMessage(seq=1, turn=0, content=task))
-        self._starter.start(child_id)
-        return True
+    def _answer(self, message: ToolCallMessage, result: ToolResult) -> CallOutcome:
+        outcome = CallOutcome(seq=result.seq, status=result.status)
+        self._reporter.succeed(message.task_token, outcome.model_dump(exclude_none=True))
+        return outcome
 
     @contextmanager
     def _heartbeats(self, token: str) -> Iterator[None]:
@@ -171,7 +248,7 @@ def _execute_with_hooks(
         if before.blocked is not None or before.result is not None:
             break
     if before.blocked is not None:
-        execution = Execution(f"Error: Blocked: {before.blocked}", "error", 0, "BlockedByHook")
+        execution = Execution(f"Error: Blocked: {before.blocked}", "error", 0, ErrorKind.BLOCKED)
     elif before.result is not None:
         execution = Execution(before.result, "ok", 0)
     else:

@@ -36,3 +36,10 @@ class ToolContext:
     call_id: str
     caller: str | None = None
     state: RunState = field(default_factory=RunState)
+    # The same for every delivery and retry of this call, and different for every other call:
+    # pass it downstream (as Stripe's `Idempotency-Key`) so a repeated request has one effect.
+    idempotency_key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.idempotency_key:
+            object.__setattr__(self, "idempotency_key", f"{self.run_id}:{self.call_id}")

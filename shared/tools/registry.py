@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.errors import ModelVisibleError, ToolNotAllowedError, UnknownToolError
+from shared.errors import DefinitionError, ErrorKind, ModelVisibleError, ToolNotAllowedError, UnknownToolError
 from shared.messages import ToolCall
 from shared.tools.context import ToolContext
 from shared.tools.tool import Tool
@@ -17,7 +17,7 @@ class Execution:
     content: str
     status: Literal["ok", "error"]
     duration_ms: int
-    error_type: str | None = None  # the ModelVisibleError subclass, for policies and reports
+    error_type: ErrorKind | None = None  # why it failed, for policies and reports
 
 
 class ToolRegistry:
@@ -25,7 +25,7 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
         for t in tools:
             if t.name in self._tools:
-                raise ValueError(f"two tools are named '{t.name}'")
+                raise DefinitionError(f"two tools are named '{t.name}'")
             if t.timeout_seconds is None and default_timeout_seconds is not None:
                 t = dataclasses.replace(t, timeout_seconds=default_timeout_seconds)
             self._tools[t.name] = t
@@ -64,7 +64,7 @@ class ToolRegistry:
                 raise ToolNotAllowedError(call.name)
             content = tool.invoke(call.arguments, context)
         except ModelVisibleError as e:
-            return Execution(f"Error: {e}", "error", _ms_since(started), type(e).__name__)
+            return Execution(f"Error: {e}", "error", _ms_since(started), e.kind)
         return Execution(content, "ok", _ms_since(started))
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shared.errors import InvalidArgumentsError
+from shared.errors import DefinitionError, InvalidArgumentsError
 from shared.tools.tool import WIRE_NAME, Tool
 
 _LOOSE_TYPES = {
@@ -29,7 +29,7 @@ _LOOSE_TYPES = {
 _ANY = {"any", "anything", "mixed"}
 
 
-class SchemaError(ValueError):
+class SchemaError(DefinitionError):
     """An explicit tool schema that cannot be made valid."""
 
 

@@ -17,6 +17,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
 from shared.errors import (
+    DefinitionError,
     InvalidArgumentsError,
     ToolExecutionError,
     ToolTimeoutError,
@@ -63,6 +64,10 @@ class Tool:
     return_direct: bool = False
     # Set by agent_tool(): the call runs as a child run of this agent.
     child_agent: str | None = None
+    # Safe to run again when a worker died mid-call and nobody knows whether it had its effect
+    # (reads, or writes keyed by `ToolContext.idempotency_key`). Otherwise such a call ends
+    # "in doubt" instead of running twice.
+    idempotent: bool = False
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def spec(self) -> dict[str, Any]:
@@ -78,6 +83,9 @@ class Tool:
             raw = json.loads(arguments or "{}")
         except json.JSONDecodeError as e:
             raise InvalidArgumentsError(f"Arguments for '{self.name}' are not valid JSON: {e.msg}.") from e
+        except (ValueError, RecursionError) as e:
+            # Valid JSON Python will not read: integers past 4,300 digits, nesting past the stack.
+            raise InvalidArgumentsError(f"Arguments for '{self.name}' could not be read: {e}.") from e
         if not isinstance(raw, dict):
             raise InvalidArgumentsError(f"Arguments for '{self.name}' must be a JSON object.")
         if self.validator is not None:
@@ -218,16 +226,16 @@ def _explicit(annotation: Any) -> tuple[str | None, bool]:
 def _build(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
     wire_name = options.pop("name", None) or fn.__name__
     if not WIRE_NAME.match(wire_name):
-        raise ValueError(f"tool name '{wire_name}' must match {WIRE_NAME.pattern}")
+        raise DefinitionError(f"tool name '{wire_name}' must match {WIRE_NAME.pattern}")
     doc = parse_docstring(fn.__doc__)
     hints = get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
     context_param = None
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ValueError(f"tool '{wire_name}': *args and **kwargs cannot be described to a model")
+            raise DefinitionError(f"tool '{wire_name}': *args and **kwargs cannot be described to a model")
         if param.name not in hints:
-            raise ValueError(f"tool '{wire_name}': parameter '{param.name}' needs a type hint")
+            raise DefinitionError(f"tool '{wire_name}': parameter '{param.name}' needs a type hint")
         annotation = hints[param.name]
         if _is_context(annotation):
             context_param = param.name
@@ -241,7 +249,7 @@ def _build(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
     model = create_model(f"{wire_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
     text = options.pop("description", None) or doc.description
     if not text:
-        raise ValueError(f"tool '{wire_name}' needs a description: give it a docstring")
+        raise DefinitionError(f"tool '{wire_name}' needs a description: give it a docstring")
     schema = clean_schema(model.model_json_schema())
     schema.setdefault("properties", {})
     return Tool(
@@ -268,6 +276,7 @@ def tool(
     max_retries: int = 0,
     retry_backoff_seconds: float = 0.5,
     return_direct: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -282,7 +291,7 @@ def tool(
     is injected and never shown to the model.
     """
     if options.get("max_retries", 0) and not options.get("retry_on"):
-        raise ValueError("max_retries needs retry_on: the exception types worth retrying")
+        raise DefinitionError("max_retries needs retry_on: the exception types worth retrying")
     if fn is not None:
         return _build(fn, dict(options))
     return lambda f: _build(f, dict(options))

@@ -31,11 +31,13 @@ def test_sample_post_and_get_events_start_and_show_a_run(pipeline: Pipeline) -> 
     assert "689706.486532" in body["run"]["output"]
 
 
-def test_sample_worker_event_for_an_unknown_run_is_kept_for_retry(pipeline: Pipeline) -> None:
+def test_sample_worker_event_whose_task_waits_no_more_is_consumed_without_running(pipeline: Pipeline) -> None:
+    """The sample's task token names no waiting task: the call is over for Step Functions,
+    so the message is consumed and nothing runs (the worker beats first, and learns it)."""
     response = call_handler(
         "functions.tool_worker.handler.lambda_handler", _event("tool_worker_sqs.json"), _ctx()
     )
-    assert response == {"batchItemFailures": [{"itemIdentifier": "0b7b1e2c-sample"}]}
+    assert response == {"batchItemFailures": []}
 
 
 def test_sample_orchestrator_event_for_an_unknown_run_fails_clearly(pipeline: Pipeline) -> None:

@@ -1,6 +1,6 @@
 """Lambdas die, messages arrive twice, calls time out: nothing is lost or done twice."""
 
-import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,37 +63,51 @@ def test_a_retried_model_step_does_not_ask_the_model_again(pipeline: Pipeline) -
     assert [i.kind for i in _store().load_history("retry-1")] == ["user", "assistant"]
 
 
-def _tool_call_body(run_id: str) -> str:
-    return json.dumps(
-        {"run_id": run_id, "call_id": "call_1_0", "seq": 3, "message_seq": 2, "task_token": "t"}
-    )
+@pytest.fixture
+def held() -> Iterator[Pipeline]:
+    """No local workers: dispatched calls wait in the queue for the test to deliver them."""
+    yield from _pipeline(workers=0)
 
 
-def test_a_duplicate_delivery_does_not_run_the_tool_twice(pipeline: Pipeline) -> None:
-    _new_run("dup-1")
-    pipeline.script(Reply(tool_calls=[call("count_once", label="x")]))
-    call_handler(ORCHESTRATOR, {"action": "step", "run_id": "dup-1"}, _context("orchestrator"))
+def waiting_calls(p: Pipeline, count: int = 1, timeout: float = 20) -> list[dict[str, Any]]:
+    """The SQS messages of calls whose Step Functions tasks wait (real task tokens)."""
+    messages: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while len(messages) < count:
+        assert time.monotonic() < deadline, f"only {len(messages)} of {count} calls were dispatched"
+        got = p.runtime.sqs.receive_message(
+            QueueUrl=p.runtime.queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
+        )
+        messages.extend(got.get("Messages", []))
+        time.sleep(0.02)
+    return messages
+
+
+def deliver(message: dict[str, Any], delivery: str = "m-1") -> dict[str, Any]:
+    return dict(call_handler(WORKER, _sqs_event(message["Body"], delivery), _context("worker")))
+
+
+def test_a_duplicate_delivery_does_not_run_the_tool_twice(held: Pipeline) -> None:
+    held.script(Reply(tool_calls=[call("count_once", label="x")]), Reply(content="done"))
+    run_id = held.start("count")
+    [message] = waiting_calls(held)
 
     for attempt in range(2):
-        response = call_handler(
-            WORKER, _sqs_event(_tool_call_body("dup-1"), f"m-{attempt}"), _context("worker")
-        )
-        assert response == {"batchItemFailures": []}
+        assert deliver(message, f"m-{attempt}") == {"batchItemFailures": []}
 
+    assert held.finish(run_id)["run"]["status"] == "succeeded"
     assert CALLS.counts == {"count_once": 1}
-    result = _store().get_item("dup-1", 3)
+    result = _store().get_item(run_id, 3)
     assert result.kind == "tool_result" and result.content == "counted x"
 
 
-def test_a_delivery_while_another_runs_the_call_is_retried_later(pipeline: Pipeline) -> None:
-    _new_run("busy-1")
-    pipeline.script(Reply(tool_calls=[call("count_once", label="x")]))
-    call_handler(ORCHESTRATOR, {"action": "step", "run_id": "busy-1"}, _context("orchestrator"))
-    assert _store().claim_call("busy-1", 3, lease_seconds=60)  # the first delivery, still running
+def test_a_delivery_while_another_runs_the_call_is_retried_later(held: Pipeline) -> None:
+    held.script(Reply(tool_calls=[call("count_once", label="x")]), Reply(content="done"))
+    run_id = held.start("count")
+    [message] = waiting_calls(held)
+    assert _store().claim_call(run_id, 3, lease_seconds=60).state == "new"  # another delivery, running
 
-    response = call_handler(WORKER, _sqs_event(_tool_call_body("busy-1"), "m-2"), _context("worker"))
-
-    assert response == {"batchItemFailures": [{"itemIdentifier": "m-2"}]}
+    assert deliver(message, "m-2") == {"batchItemFailures": [{"itemIdentifier": "m-2"}]}
     assert CALLS.counts == {}
 
 

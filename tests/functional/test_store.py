@@ -1,5 +1,7 @@
 """The history store on moto: per-run state round trip."""
 
+from shared.history import ClaimState
+from shared.messages import RunRecord, RunStatus, ToolResult, UserMessage
 from tests.conftest import Pipeline
 
 
@@ -9,18 +11,68 @@ def _store():  # type: ignore[no-untyped-def]
     return handler.service()._store
 
 
+def _result(seq: int, content: str = "ok") -> ToolResult:
+    return ToolResult(seq=seq, turn=1, call_id=f"c{seq}", tool="t", content=content, status="ok")
+
+
 def test_state_keys_are_set_and_removed_independently(pipeline: Pipeline) -> None:
     store = _store()
-    store.save_state("s-1", {"a": 1, "b": [1, 2], "c": "x"}, [])
-    store.save_state("s-1", {"b": [1, 2, 3]}, ["c"])  # one call's changes
-    store.save_state("s-1", {"d": {"k": True}}, [])  # another call's, in parallel
+    for seq, changes in enumerate(
+        [({"a": 1, "b": [1, 2], "c": "x"}, []), ({"b": [1, 2, 3]}, ["c"]), ({"d": {"k": True}}, [])], start=3
+    ):
+        claim = store.claim_call("s-1", seq, lease_seconds=60)
+        assert store.complete_call("s-1", _result(seq), claim.owner, changes)
     assert store.load_state("s-1") == {"a": 1, "b": [1, 2, 3], "d": {"k": True}}
-    store.save_state("s-1", {}, [])  # nothing changed: nothing written
     assert store.load_state("other") == {}
 
 
+def test_the_ledger_moves_from_claimed_to_done_once(pipeline: Pipeline) -> None:
+    store = _store()
+    first = store.claim_call("l-1", 3, lease_seconds=60)
+    assert first.state is ClaimState.NEW and first.attempt == 1
+    assert store.claim_call("l-1", 3, lease_seconds=60).state is ClaimState.BUSY  # live lease
+    assert not store.complete_call("l-1", _result(3), "not-the-owner")  # a stale delivery: refused
+    assert store.get_item("l-1", 3) is None
+    assert store.complete_call("l-1", _result(3, "first"), first.owner, ({"k": 1}, []))
+    assert store.claim_call("l-1", 3, lease_seconds=60).state is ClaimState.DONE
+    assert not store.complete_call("l-1", _result(3, "second"), first.owner)  # the slot is taken
+    assert store.get_item("l-1", 3).content == "first" and store.load_state("l-1") == {"k": 1}
+
+
+def test_a_claim_whose_lease_ran_out_is_taken_over_by_one_delivery(pipeline: Pipeline) -> None:
+    store = _store()
+    vanished = store.claim_call("l-2", 3, lease_seconds=-1)
+    taken = store.claim_call("l-2", 3, lease_seconds=60)
+    assert taken.state is ClaimState.TAKEN_OVER and taken.attempt == 2
+    assert store.claim_call("l-2", 3, lease_seconds=60).state is ClaimState.BUSY
+    assert not store.complete_call("l-2", _result(3), vanished.owner)  # the vanished one came back
+    assert store.complete_call("l-2", _result(3), taken.owner)
+
+
+def test_a_release_frees_only_the_owners_claim(pipeline: Pipeline) -> None:
+    store = _store()
+    claim = store.claim_call("l-3", 3, lease_seconds=60)
+    store.release_call("l-3", 3, "someone-else")
+    assert store.claim_call("l-3", 3, lease_seconds=60).state is ClaimState.BUSY
+    store.release_call("l-3", 3, claim.owner)
+    assert store.claim_call("l-3", 3, lease_seconds=60).state is ClaimState.NEW
+
+
+def test_a_long_answer_is_stored_by_reference(pipeline: Pipeline) -> None:
+    store = _store()
+    record = RunRecord(run_id="o-1", agent="tester", status=RunStatus.RUNNING)
+    assert store.create_run(record, UserMessage(seq=1, turn=0, content="hi"))
+    answer = "a" * 600_000  # past DynamoDB's 400 KB item limit
+    assert store.finish_run("o-1", RunStatus.SUCCEEDED, output=answer, error="e" * 50_000)
+    run = store.get_run("o-1")
+    assert run.output_chars == 600_000 and run.output == answer[: len(run.output or "")]
+    assert run.output_ref is not None and store.get_result(run.output_ref) == answer
+    assert len(run.error or "") < 5_000
+    assert not store.finish_run("o-1", RunStatus.FAILED, error="later")  # a run ends once
+
+
 def test_a_run_record_with_nested_numbers_reads_back_as_plain_ints(pipeline: Pipeline) -> None:
-    from shared.messages import ParentCall, RunRecord, RunStatus, UserMessage
+    from shared.messages import ParentCall
 
     parent = ParentCall(run_id="p", call_id="c", seq=3, turn=1, tool="helper")
     record = RunRecord(

@@ -42,7 +42,6 @@ def test_only_ids_travel_through_the_state_machine() -> None:
     dispatch = states["RunTools"]["ItemProcessor"]["States"]["Dispatch"]
     assert set(dispatch["Parameters"]["MessageBody"]) == {
         "run_id.$",
-        "call_id.$",
         "seq.$",
         "message_seq.$",
         "task_token.$",
@@ -51,6 +50,7 @@ def test_only_ids_travel_through_the_state_machine() -> None:
         "action": "step",
         "run_id.$": "$.run_id",
         "results.$": "$.results",
+        "state_machine_arn.$": "$$.StateMachine.Id",
     }
     assert dispatch["TimeoutSecondsPath"] and dispatch["HeartbeatSecondsPath"] and dispatch["Catch"]
 

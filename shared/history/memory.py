@@ -1,0 +1,199 @@
+"""Every storage port in memory, with the same conditional semantics as the DynamoDB store:
+what unit tests of `shared/runs` run against."""
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from shared.errors import RunNotFoundError
+from shared.history.ports import ERROR_MAX_CHARS, OUTPUT_INLINE_CHARS, Claim, ClaimState, TreeUsage
+from shared.history.store import bounded
+from shared.messages import HistoryItem, RunRecord, RunStatus, ToolResult, Usage
+
+
+@dataclass
+class _Claim:
+    state: str
+    owner: str
+    lease_until: float
+    attempt: int
+
+
+class MemoryHistoryStore:
+    def __init__(self, clock: Any = time.time) -> None:
+        self._lock = threading.RLock()
+        self._clock = clock
+        self.runs: dict[str, RunRecord] = {}
+        self.items: dict[str, dict[int, HistoryItem]] = {}
+        self.claims: dict[tuple[str, int], _Claim] = {}
+        self.trees: dict[str, TreeUsage] = {}
+        self.objects: dict[str, str] = {}
+        self.state: dict[str, dict[str, Any]] = {}
+        self.tokens: dict[str, str] = {}
+        # Set to an exception to make the next `complete_call` raise it (a failed write).
+        self.fail_next_complete: BaseException | None = None
+
+    # --- run records ----------------------------------------------------------------------
+
+    def create_run(self, record: RunRecord, first: HistoryItem) -> bool:
+        with self._lock:
+            if record.run_id in self.runs:
+                return False
+            self.runs[record.run_id] = record
+            self.items[record.run_id] = {first.seq: first}
+            return True
+
+    def get_run(self, run_id: str) -> RunRecord:
+        try:
+            return self.runs[run_id]
+        except KeyError:
+            raise RunNotFoundError(run_id) from None
+
+    def record_model_call(
+        self,
+        run_id: str,
+        turn: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_micro_usd: int,
+        tool_calls: int,
+        root_run_id: str | None = None,
+    ) -> None:
+        with self._lock:
+            run = self.get_run(run_id)
+            usage = run.usage
+            self.runs[run_id] = run.model_copy(
+                update={
+                    "turn": turn,
+                    "usage": Usage(
+                        prompt_tokens=usage.prompt_tokens + prompt_tokens,
+                        completion_tokens=usage.completion_tokens + completion_tokens,
+                        model_calls=usage.model_calls + 1,
+                        cost_micro_usd=usage.cost_micro_usd + cost_micro_usd,
+                    ),
+                }
+            )
+            root = root_run_id or run_id
+            tree = self.trees.get(root, TreeUsage())
+            self.trees[root] = TreeUsage(
+                tree.prompt_tokens + prompt_tokens,
+                tree.completion_tokens + completion_tokens,
+                tree.cost_micro_usd + cost_micro_usd,
+                tree.tool_calls + tool_calls,
+            )
+
+    def tree_usage(self, root_run_id: str) -> TreeUsage:
+        return self.trees.get(root_run_id, TreeUsage())
+
+    def finish_run(
+        self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
+    ) -> bool:
+        with self._lock:
+            run = self.get_run(run_id)
+            if run.status is not RunStatus.RUNNING:
+                return False
+            update: dict[str, Any] = {
+                "status": status,
+                "output": output,
+                "error": bounded(error, ERROR_MAX_CHARS),
+            }
+            if output is not None and len(output) > OUTPUT_INLINE_CHARS:
+                key = f"runs/{run_id}/output.txt"
+                self.objects[key] = output
+                update |= {
+                    "output": output[:OUTPUT_INLINE_CHARS],
+                    "output_ref": key,
+                    "output_chars": len(output),
+                }
+            self.runs[run_id] = run.model_copy(update=update)
+            return True
+
+    def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:
+        with self._lock:
+            run = self.get_run(run_id)
+            self.runs[run_id] = run.model_copy(
+                update={"execution": execution, "execution_start_turn": start_turn}
+            )
+
+    # --- history --------------------------------------------------------------------------
+
+    def load_history(self, run_id: str) -> list[HistoryItem]:
+        with self._lock:
+            return [item for _, item in sorted(self.items.get(run_id, {}).items())]
+
+    def get_item(self, run_id: str, seq: int) -> HistoryItem | None:
+        return self.items.get(run_id, {}).get(seq)
+
+    def append(self, run_id: str, item: HistoryItem) -> bool:
+        with self._lock:
+            slots = self.items.setdefault(run_id, {})
+            if item.seq in slots:
+                return False
+            slots[item.seq] = item
+            return True
+
+    # --- the ledger -----------------------------------------------------------------------
+
+    def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> Claim:
+        with self._lock:
+            now, owner = self._clock(), uuid.uuid4().hex
+            claim = self.claims.get((run_id, seq))
+            if claim is None:
+                self.claims[(run_id, seq)] = _Claim("CLAIMED", owner, now + lease_seconds, 1)
+                return Claim(ClaimState.NEW, owner, 1)
+            if claim.state == "DONE":
+                return Claim(ClaimState.DONE)
+            if claim.lease_until >= now:
+                return Claim(ClaimState.BUSY)
+            claim.owner, claim.lease_until, claim.attempt = owner, now + lease_seconds, claim.attempt + 1
+            return Claim(ClaimState.TAKEN_OVER, owner, claim.attempt)
+
+    def complete_call(
+        self,
+        run_id: str,
+        result: ToolResult,
+        owner: str,
+        state_changes: tuple[dict[str, Any], list[str]] = ({}, []),
+    ) -> bool:
+        with self._lock:
+            if self.fail_next_complete is not None:
+                error, self.fail_next_complete = self.fail_next_complete, None
+                raise error
+            claim = self.claims.get((run_id, result.seq))
+            if claim is None or claim.owner != owner or result.seq in self.items.get(run_id, {}):
+                return False
+            self.append(run_id, result)
+            claim.state = "DONE"
+            changed, removed = state_changes
+            state = self.state.setdefault(run_id, {})
+            state.update(changed)
+            for key in removed:
+                state.pop(key, None)
+            return True
+
+    def release_call(self, run_id: str, seq: int, owner: str) -> None:
+        with self._lock:
+            claim = self.claims.get((run_id, seq))
+            if claim is not None and claim.owner == owner and claim.state == "CLAIMED":
+                del self.claims[(run_id, seq)]
+
+    # --- contents, state, tokens ------------------------------------------------------------
+
+    def put_result(self, run_id: str, seq: int, content: str) -> str:
+        key = f"runs/{run_id}/results/{seq:06d}.txt"
+        self.objects[key] = content
+        return key
+
+    def get_result(self, key: str) -> str:
+        return self.objects[key]
+
+    def load_state(self, run_id: str) -> dict[str, Any]:
+        return dict(self.state.get(run_id, {}))
+
+    def put_parent_token(self, run_id: str, token: str) -> None:
+        self.tokens[run_id] = token
+
+    def get_parent_token(self, run_id: str) -> str | None:
+        return self.tokens.get(run_id)

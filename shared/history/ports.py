@@ -1,0 +1,143 @@
+"""What the run services need from storage, as small ports.
+
+`DynamoHistoryStore` implements them all on one DynamoDB table and one S3 bucket;
+`MemoryHistoryStore` implements them in memory, for unit tests of `shared/runs`.
+"""
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from shared.messages import HistoryItem, RunRecord, RunStatus, ToolResult
+
+# Answers longer than this stay in the run record only as their beginning; the whole answer
+# goes to S3. DynamoDB items stop at 400 KB, and the record also holds the error and usage.
+OUTPUT_INLINE_CHARS = 4_000
+# Errors come from tools, models and Step Functions: bounded so the record always fits.
+ERROR_MAX_CHARS = 4_000
+
+
+class RunRecords(Protocol):
+    """The run record: status, usage, answer."""
+
+    def create_run(self, record: RunRecord, first: HistoryItem) -> bool:
+        """Write the record and its first message together; False if the run exists."""
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The record, or `RunNotFoundError`."""
+        ...
+
+    def record_model_call(
+        self,
+        run_id: str,
+        turn: int,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_micro_usd: int,
+        tool_calls: int,
+        root_run_id: str | None = None,
+    ) -> None:
+        """Add one model call's usage to the run, and to its root's tree totals."""
+        ...
+
+    def tree_usage(self, root_run_id: str) -> "TreeUsage":
+        """What a root run and all its child runs used together."""
+        ...
+
+    def finish_run(
+        self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
+    ) -> bool:
+        """End a running run; False (and nothing changed) if it had already ended."""
+        ...
+
+    def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:
+        """Record which execution of the run is current, and the turn it starts after."""
+        ...
+
+
+class History(Protocol):
+    """A run's messages: append-only, one per history slot."""
+
+    def load_history(self, run_id: str) -> list[HistoryItem]: ...
+
+    def get_item(self, run_id: str, seq: int) -> HistoryItem | None: ...
+
+    def append(self, run_id: str, item: HistoryItem) -> bool:
+        """Write at `item.seq`; False if the slot is taken (a retry or a duplicate)."""
+        ...
+
+
+class ClaimState(StrEnum):
+    NEW = "new"  # this delivery owns the call; nothing ran before
+    TAKEN_OVER = "taken_over"  # an earlier delivery claimed it and vanished: it may have run
+    BUSY = "busy"  # another delivery holds a live claim
+    DONE = "done"  # the outcome is stored: answer from it
+
+
+@dataclass(frozen=True)
+class Claim:
+    state: ClaimState
+    owner: str = ""  # this delivery's claim token, for `complete_call`
+    attempt: int = 0  # how many deliveries have claimed the call, this one included
+
+
+class CallLedger(Protocol):
+    """Exactly-once bookkeeping of tool calls, keyed by history slot: CLAIMED -> DONE."""
+
+    def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> Claim:
+        """Claim the call for this delivery. A claim whose lease ran out is taken over."""
+        ...
+
+    def complete_call(
+        self,
+        run_id: str,
+        result: ToolResult,
+        owner: str,
+        state_changes: tuple[dict[str, Any], list[str]] = ({}, []),
+    ) -> bool:
+        """In one transaction: store the result, mark the call DONE, save the tool's state
+        changes. False (nothing written) if the slot is taken or the claim is not `owner`'s."""
+        ...
+
+    def release_call(self, run_id: str, seq: int, owner: str) -> None:
+        """Give up a claim before anything ran, so a redelivery runs the call at once."""
+        ...
+
+
+class Contents(Protocol):
+    """Whole contents kept out of the model's context and out of DynamoDB items."""
+
+    def put_result(self, run_id: str, seq: int, content: str) -> str: ...
+
+    def get_result(self, key: str) -> str: ...
+
+
+class RunState(Protocol):
+    """The per-run state tools share (`ToolContext.state`)."""
+
+    def load_state(self, run_id: str) -> dict[str, Any]: ...
+
+
+class ParentTokens(Protocol):
+    """The task token a child run answers its parent's call with; kept apart from the record."""
+
+    def put_parent_token(self, run_id: str, token: str) -> None: ...
+
+    def get_parent_token(self, run_id: str) -> str | None: ...
+
+
+class HistoryStore(RunRecords, History, CallLedger, Contents, RunState, ParentTokens, Protocol):
+    """Everything the run services store."""
+
+
+@dataclass(frozen=True)
+class TreeUsage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_micro_usd: int = 0
+    tool_calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens

@@ -1,0 +1,108 @@
+"""The life of a child run, the run an agent tool's call starts: started by the worker, kept
+alive by heartbeats from each of its model steps, and answering its parent's call when it ends.
+
+A tree of runs is bounded twice: by depth (`Agent.max_agent_depth` of the root agent) and by
+one budget of calls, tokens and cost that the root and all its children share.
+"""
+
+import hashlib
+
+from shared.agents import Agent
+from shared.errors import ErrorKind
+from shared.history import HistoryStore
+from shared.messages import (
+    AssistantMessage,
+    CallOutcome,
+    ParentCall,
+    RunRecord,
+    RunStatus,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
+from shared.runs.ports import ExecutionStarter, TaskReporter
+
+
+def child_run_id(parent_run_id: str, seq: int) -> str:
+    """Named by the parent's call slot: a redelivered call finds its child already there."""
+    return hashlib.sha256(f"{parent_run_id}:{seq}".encode()).hexdigest()[:32]
+
+
+def depth_refusal(run: RunRecord, root_agent: Agent) -> str | None:
+    """Why a child run may not start here, or None."""
+    if run.depth + 1 > root_agent.max_agent_depth:
+        return (
+            f"Not run: agents used as tools nest at most {root_agent.max_agent_depth} deep "
+            "in this run. Do this part yourself."
+        )
+    return None
+
+
+def start_child(
+    store: HistoryStore,
+    starter: ExecutionStarter,
+    run: RunRecord,
+    reply: AssistantMessage,
+    call: ToolCall,
+    seq: int,
+    child_agent: str,
+    task: str,
+    task_token: str,
+) -> str:
+    """Create and start the child run that answers this call. Idempotent: every step is keyed
+    by the parent's call slot."""
+    child_id = child_run_id(run.run_id, seq)
+    store.put_parent_token(child_id, task_token)
+    child = RunRecord(
+        run_id=child_id,
+        agent=child_agent,
+        status=RunStatus.RUNNING,
+        timezone=run.timezone,
+        caller=run.caller,
+        parent=ParentCall(run_id=run.run_id, call_id=call.id, seq=seq, turn=reply.turn, tool=call.name),
+        root_run_id=run.root_run_id or run.run_id,
+        depth=run.depth + 1,
+    )
+    store.create_run(child, UserMessage(seq=1, turn=0, content=task))
+    starter.start(child_id)
+    return child_id
+
+
+def heartbeat_parent(store: HistoryStore, reporter: TaskReporter, run: RunRecord) -> None:
+    """The parent's call waits with a heartbeat timeout: each step of the child is a beat."""
+    if run.parent is None:
+        return
+    token = store.get_parent_token(run.run_id)
+    if token is not None:
+        reporter.heartbeat(token)
+
+
+def answer_parent(
+    store: HistoryStore,
+    reporter: TaskReporter,
+    run: RunRecord,
+    status: RunStatus,
+    output: str | None,
+    error: str | None,
+) -> None:
+    """Give the parent's call the child's answer, or an error result saying how it ended.
+    Conditional: a retried ending finds the parent's slot taken and changes nothing."""
+    parent = run.parent
+    if parent is None:
+        return
+    ok = status is RunStatus.SUCCEEDED
+    result = ToolResult(
+        seq=parent.seq,
+        turn=parent.turn,
+        call_id=parent.call_id,
+        tool=parent.tool,
+        content=(output or "") if ok else f"Error: the '{run.agent}' agent stopped ({status.value}): {error}",
+        status="ok" if ok else "error",
+        error_type=None if ok else ErrorKind.CHILD_RUN_ENDED,
+    )
+    store.append(parent.run_id, result)
+    token = store.get_parent_token(run.run_id)
+    if token is not None:
+        reporter.succeed(
+            token, CallOutcome(seq=parent.seq, status=result.status).model_dump(exclude_none=True)
+        )
