@@ -21,6 +21,7 @@ class Reply:
     content: str | None = None
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (tool, arguments)
     raw_arguments: dict[int, str] = field(default_factory=dict)  # index -> arguments text as sent
+    raw_ids: dict[int, str] = field(default_factory=dict)  # index -> call id as sent
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ Responder = Callable[[dict[str, Any]], Reply | HttpError]
 def _completion(request: dict[str, Any], reply: Reply, counter: int) -> dict[str, Any]:
     calls = [
         {
-            "id": f"call_{counter}_{i}",
+            "id": reply.raw_ids.get(i, f"call_{counter}_{i}"),
             "type": "function",
             "function": {"name": name, "arguments": reply.raw_arguments.get(i, json.dumps(args))},
         }

@@ -32,8 +32,8 @@ class MemoryHistoryStore:
         self.objects: dict[str, str] = {}
         self.state: dict[str, dict[str, Any]] = {}
         self.tokens: dict[str, str] = {}
-        # Set to an exception to make the next `complete_call` raise it (a failed write).
-        self.fail_next_complete: BaseException | None = None
+        # Make the next `failing_completes` calls of `complete_call` raise (a failed write).
+        self.failing_completes = 0
 
     # --- run records ----------------------------------------------------------------------
 
@@ -158,9 +158,9 @@ class MemoryHistoryStore:
         state_changes: tuple[dict[str, Any], list[str]] = ({}, []),
     ) -> bool:
         with self._lock:
-            if self.fail_next_complete is not None:
-                error, self.fail_next_complete = self.fail_next_complete, None
-                raise error
+            if self.failing_completes > 0:
+                self.failing_completes -= 1
+                raise ConnectionError("the store did not answer")
             claim = self.claims.get((run_id, result.seq))
             if claim is None or claim.owner != owner or result.seq in self.items.get(run_id, {}):
                 return False

@@ -1,0 +1,334 @@
+"""The run services on the in-memory store: call identity, the ledger's exactly-once contract,
+child-run bounds. The model is the scripted OpenAI-compatible server, through the real client."""
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
+from shared.agents import AGENTS, Agent, agent_tool
+from shared.errors import CallInProgressError, ErrorKind
+from shared.history import MemoryHistoryStore
+from shared.messages import (
+    AssistantMessage,
+    DecisionStatus,
+    RunRecord,
+    RunStatus,
+    StepRequest,
+    ToolCallMessage,
+    ToolResult,
+    UserMessage,
+)
+from shared.model.openai_client import OpenAIModelClient, build_openai_client
+from shared.runs import ModelStep, ToolCallExecutor
+from shared.settings import CallTimeouts
+from shared.tools import ToolContext, tool
+
+EFFECTS: list[str] = []
+
+
+@tool
+def charge(amount: int, ctx: ToolContext) -> str:
+    """Charge the customer.
+
+    Args:
+        amount: Cents.
+    """
+    EFFECTS.append(ctx.idempotency_key)
+    return f"charged {amount}"
+
+
+@tool(idempotent=True)
+def lookup(key: str) -> str:
+    """Look a key up.
+
+    Args:
+        key: The key.
+    """
+    EFFECTS.append(key)
+    return f"value of {key}"
+
+
+class Reporter:
+    """A recording TaskReporter; `closed` tokens no longer wait."""
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[str, dict[str, Any]]] = []
+        self.closed: set[str] = set()
+
+    def succeed(self, token: str, output: dict[str, Any]) -> bool:
+        self.answers.append((token, output))
+        return token not in self.closed
+
+    def heartbeat(self, token: str) -> bool:
+        return token not in self.closed
+
+
+class Starter:
+    def __init__(self) -> None:
+        self.started: list[tuple[str, int]] = []
+
+    def start(self, run_id: str, execution: int = 1) -> None:
+        self.started.append((run_id, execution))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def agents(monkeypatch: pytest.MonkeyPatch) -> None:
+    EFFECTS.clear()
+    monkeypatch.setitem(AGENTS, "payer", Agent(name="payer", instructions="Pay.", tools=[charge, lookup]))
+    monkeypatch.setitem(
+        AGENTS, "loop", Agent(name="loop", instructions="Delegate.", tools=[agent_tool("loop", name="again")])
+    )
+
+
+@pytest.fixture
+def model() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer(ScriptResponder([])) as server:
+        yield server
+
+
+def _step(
+    store: MemoryHistoryStore, server: ScriptedModelServer, starter: Starter | None = None
+) -> ModelStep:
+    client = OpenAIModelClient(build_openai_client(server.base_url, "k"), max_retries=0)
+    started = starter or Starter()
+    return ModelStep(store, client, "m", CallTimeouts(), Reporter(), lambda arn: started)
+
+
+def _run(store: MemoryHistoryStore, run_id: str = "r1", agent: str = "payer", **fields: Any) -> None:
+    record = RunRecord(run_id=run_id, agent=agent, status=RunStatus.RUNNING, **fields)
+    assert store.create_run(record, UserMessage(seq=1, turn=0, content="go"))
+
+
+def _raw_calls(*calls: tuple[str, str, str]) -> Any:
+    """A responder answering once with calls given as (id, name, arguments) exactly as sent."""
+
+    def respond(request: dict[str, Any]) -> Any:
+        return Reply(
+            tool_calls=[(name, {}) for _, name, _ in calls],
+            raw_arguments={i: args for i, (_, _, args) in enumerate(calls)},
+            raw_ids={i: call_id for i, (call_id, _, _) in enumerate(calls)},
+        )
+
+    return respond
+
+
+def _deadline() -> float:
+    return time.monotonic() + 60
+
+
+# --- call identity ----------------------------------------------------------------------------
+
+
+def test_calls_sharing_an_id_each_get_their_own_slot_and_id(model: ScriptedModelServer) -> None:
+    store = MemoryHistoryStore()
+    _run(store)
+    model.responder = _raw_calls(*[("call_0", "charge", f'{{"amount": {n}}}') for n in (1, 2, 3)])
+
+    decision = _step(store, model).step(StepRequest(run_id="r1"), _deadline())
+
+    assert [c.seq for c in decision.calls] == [3, 4, 5]
+    reply = store.get_item("r1", 2)
+    assert isinstance(reply, AssistantMessage)
+    ids = [c.id for c in reply.tool_calls]
+    assert ids[0] == "call_0" and len(set(ids)) == 3
+    assert [c.model_id for c in reply.tool_calls] == [None, "call_0", "call_0"]
+
+
+def test_an_empty_or_reused_id_is_replaced(model: ScriptedModelServer) -> None:
+    store = MemoryHistoryStore()
+    _run(store)
+    model.responder = _raw_calls(("call_0", "charge", '{"amount": 1}'))
+    step = _step(store, model)
+    step.step(StepRequest(run_id="r1"), _deadline())
+    store.append("r1", ToolResult(seq=3, turn=1, call_id="call_0", tool="charge", content="ok", status="ok"))
+    model.responder = _raw_calls(("call_0", "charge", '{"amount": 2}'), ("", "charge", '{"amount": 3}'))
+
+    decision = step.step(StepRequest(run_id="r1", results=[]), _deadline())
+
+    reply = store.get_item("r1", 4)
+    assert isinstance(reply, AssistantMessage)
+    ids = [c.id for c in reply.tool_calls]
+    assert "call_0" not in ids and "" not in ids and len(set(ids)) == 2
+    assert [c.seq for c in decision.calls] == [5, 6]
+
+
+def test_a_huge_number_in_the_arguments_is_an_error_the_model_reads(model: ScriptedModelServer) -> None:
+    store = MemoryHistoryStore()
+    _run(store)
+    model.responder = _raw_calls(("a", "charge", '{"amount": ' + "9" * 5000 + "}"), ("b", "", "{}"))
+
+    decision = _step(store, model).step(StepRequest(run_id="r1"), _deadline())
+
+    assert decision.status is DecisionStatus.TOOL_CALLS and decision.calls == []
+    huge, nameless = store.get_item("r1", 3), store.get_item("r1", 4)
+    assert isinstance(huge, ToolResult) and huge.error_type is ErrorKind.INVALID_ARGUMENTS
+    assert isinstance(nameless, ToolResult) and nameless.error_type is ErrorKind.UNKNOWN_TOOL
+
+
+# --- the ledger -------------------------------------------------------------------------------
+
+
+def _dispatched(
+    store: MemoryHistoryStore, tool_name: str = "charge", arguments: str = '{"amount": 5}'
+) -> ToolCallMessage:
+    from shared.messages import ToolCall
+
+    _run(store)
+    store.append(
+        "r1",
+        AssistantMessage(seq=2, turn=1, tool_calls=[ToolCall(id="c", name=tool_name, arguments=arguments)]),
+    )
+    return ToolCallMessage(run_id="r1", seq=3, message_seq=2, task_token="token")
+
+
+def _executor(store: MemoryHistoryStore, reporter: Reporter | None = None) -> ToolCallExecutor:
+    return ToolCallExecutor(
+        store, reporter or Reporter(), Starter(), heartbeat_every=60, sleep=lambda s: None
+    )
+
+
+def test_a_failed_result_write_is_retried_in_process_not_by_running_the_tool_again() -> None:
+    store = MemoryHistoryStore()
+    message = _dispatched(store)
+    store.failing_completes = 2
+
+    outcome = _executor(store).execute(message, lease_seconds=60)
+
+    assert outcome is not None and outcome.status == "ok"
+    assert EFFECTS == ["r1:3"]
+
+
+def test_a_worker_that_died_after_a_non_idempotent_tool_leaves_the_call_in_doubt() -> None:
+    clock = Clock()
+    store = MemoryHistoryStore(clock=clock)
+    message = _dispatched(store)
+    store.failing_completes = 3  # every in-process attempt: the invocation fails
+    with pytest.raises(ConnectionError):
+        _executor(store).execute(message, lease_seconds=60)
+    clock.now += 61  # the lease runs out; SQS redelivers
+
+    reporter = Reporter()
+    outcome = _executor(store, reporter).execute(message, lease_seconds=60, attempt=2)
+
+    assert EFFECTS == ["r1:3"]  # charged once, never twice
+    result = store.get_item("r1", 3)
+    assert isinstance(result, ToolResult) and result.error_type is ErrorKind.IN_DOUBT
+    assert "may or may not have taken effect" in result.content
+    assert outcome is not None and reporter.answers == [("token", {"seq": 3, "status": "error"})]
+
+
+def test_an_idempotent_tool_runs_again_after_its_worker_died() -> None:
+    clock = Clock()
+    store = MemoryHistoryStore(clock=clock)
+    message = _dispatched(store, "lookup", '{"key": "k"}')
+    store.failing_completes = 3
+    with pytest.raises(ConnectionError):
+        _executor(store).execute(message, lease_seconds=60)
+    clock.now += 61
+
+    outcome = _executor(store).execute(message, lease_seconds=60, attempt=2)
+
+    assert EFFECTS == ["k", "k"] and outcome is not None and outcome.status == "ok"
+    result = store.get_item("r1", 3)
+    assert isinstance(result, ToolResult) and result.content == "value of k" and result.attempts == 2
+
+
+def test_a_delivery_during_a_live_claim_is_retried_later_and_a_late_one_answers_from_the_result() -> None:
+    store = MemoryHistoryStore()
+    message = _dispatched(store)
+    store.claim_call("r1", 3, lease_seconds=60)
+    with pytest.raises(CallInProgressError):
+        _executor(store).execute(message, lease_seconds=60)
+    assert EFFECTS == []
+
+    other = MemoryHistoryStore()
+    message = _dispatched(other)
+    reporter = Reporter()
+    _executor(other, reporter).execute(message, lease_seconds=60)
+    _executor(other, reporter).execute(message, lease_seconds=60)
+    assert EFFECTS == ["r1:3"] and len(reporter.answers) == 2
+
+
+def test_a_call_whose_task_no_longer_waits_is_not_run() -> None:
+    store = MemoryHistoryStore()
+    message = _dispatched(store)
+    reporter = Reporter()
+    reporter.closed.add("token")
+
+    assert _executor(store, reporter).execute(message, lease_seconds=60) is None
+    assert EFFECTS == [] and store.get_item("r1", 3) is None
+
+
+# --- child runs -------------------------------------------------------------------------------
+
+
+def test_agent_tools_nest_at_most_max_agent_depth_deep() -> None:
+    store = MemoryHistoryStore()
+    starter = Starter()
+    from shared.messages import ToolCall
+
+    record = RunRecord(run_id="deep", agent="loop", status=RunStatus.RUNNING, root_run_id="root", depth=3)
+    store.create_run(
+        RunRecord(run_id="root", agent="loop", status=RunStatus.RUNNING),
+        UserMessage(seq=1, turn=0, content="x"),
+    )
+    store.create_run(record, UserMessage(seq=1, turn=0, content="go"))
+    store.append(
+        "deep",
+        AssistantMessage(
+            seq=2, turn=1, tool_calls=[ToolCall(id="c", name="again", arguments='{"task": "t"}')]
+        ),
+    )
+    executor = ToolCallExecutor(store, Reporter(), starter, heartbeat_every=60)
+
+    outcome = executor.execute(
+        ToolCallMessage(run_id="deep", seq=3, message_seq=2, task_token="t"), lease_seconds=60
+    )
+
+    assert outcome is not None and outcome.status == "error" and starter.started == []
+    result = store.get_item("deep", 3)
+    assert isinstance(result, ToolResult) and result.error_type is ErrorKind.AGENT_DEPTH
+
+
+def test_a_child_run_stops_when_the_trees_budget_is_spent(model: ScriptedModelServer) -> None:
+    store = MemoryHistoryStore()
+    AGENTS["loop"] = Agent(
+        name="loop", instructions="Delegate.", tools=[agent_tool("loop", name="again")], max_tokens=100
+    )
+    _run(store, "root", "loop")
+    _run(store, "child", "loop", root_run_id="root", depth=1)
+    store.record_model_call("root", 1, 90, 20, 0, 1)
+
+    decision = _step(store, model).step(StepRequest(run_id="child"), _deadline())
+
+    assert decision.status is DecisionStatus.LIMIT and model.requests == []
+    assert "the root agent's max_tokens is 100" in (store.get_run("child").error or "")
+
+
+def test_a_long_run_continues_in_a_fresh_execution(
+    model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLPIPE_EXECUTION_EVENT_BUDGET", "150")
+    store = MemoryHistoryStore()
+    _run(store)
+    starter = Starter()
+    step = _step(store, model, starter)
+    model.responder = _raw_calls(("a", "lookup", '{"key": "k"}'))
+    step.step(StepRequest(run_id="r1", state_machine_arn="arn:sm"), _deadline())
+    store.append("r1", ToolResult(seq=3, turn=1, call_id="a", tool="lookup", content="v", status="ok"))
+
+    decision = step.step(StepRequest(run_id="r1", state_machine_arn="arn:sm", results=[]), _deadline())
+
+    assert decision.status is DecisionStatus.CONTINUED and starter.started == [("r1", 2)]
+    assert store.get_run("r1").execution == 2 and len(model.requests) == 1
