@@ -24,6 +24,7 @@ from infra import limits
 from infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json, substitute
 from infra.local import lambdas, serial
 from infra.local.workers import WorkerPool
+from shared.runs.executions import execution_name
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -215,14 +216,26 @@ class LocalRuntime:
 
     # --- runs ------------------------------------------------------------------------------
 
-    def execution_arn(self, run_id: str) -> str:
-        return self.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{run_id}"
+    def execution_arn(self, run_id: str, execution: int = 1) -> str:
+        return (
+            self.state_machine_arn.replace(":stateMachine:", ":execution:")
+            + f":{execution_name(run_id, execution)}"
+        )
+
+    def current_execution(self, run_id: str) -> int:
+        """Which execution of the run is current: long runs continue in fresh ones."""
+        item = self.dynamodb.get_item(
+            TableName=TABLE, Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}, ConsistentRead=True
+        ).get("Item", {})
+        return int(item.get("execution", {}).get("N", "1"))
 
     def wait_for_execution(self, run_id: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait for the run's last execution to end (following any it continued in)."""
         deadline = time.monotonic() + timeout
         while True:
-            described = self.sfn.describe_execution(executionArn=self.execution_arn(run_id))
-            if described["status"] != "RUNNING":
+            execution = self.current_execution(run_id)
+            described = self.sfn.describe_execution(executionArn=self.execution_arn(run_id, execution))
+            if described["status"] != "RUNNING" and self.current_execution(run_id) == execution:
                 return dict(described)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} still running after {timeout} s")
