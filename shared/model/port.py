@@ -4,6 +4,7 @@ Only the orchestrator imports the `openai` adapter (`shared.model.openai_client`
 other functions ship without the openai package.
 """
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +25,16 @@ class ModelClient(Protocol):
     ) -> ModelReply: ...
 
 
+# The Chat Completions API refuses function names outside this pattern, in the history too.
+_WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _echo(name: str) -> str:
+    """The model's own call, as it is sent back: a name the API would refuse (empty, dotted,
+    huge) would fail the whole next request, so it is replaced; its result says what was wrong."""
+    return name if _WIRE_NAME.match(name) else "invalid_tool_name"
+
+
 def to_openai_messages(system_prompt: str, history: list[HistoryItem]) -> list[dict[str, Any]]:
     """Render history items as Chat Completions messages."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
@@ -34,7 +45,11 @@ def to_openai_messages(system_prompt: str, history: list[HistoryItem]) -> list[d
             message: dict[str, Any] = {"role": "assistant", "content": item.content}
             if item.tool_calls:
                 message["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": _echo(c.name), "arguments": c.arguments},
+                    }
                     for c in item.tool_calls
                 ]
             messages.append(message)

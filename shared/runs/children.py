@@ -7,7 +7,7 @@ one budget of calls, tokens and cost that the root and all its children share.
 
 import hashlib
 
-from shared.agents import Agent
+from shared.agents import Agent, get_agent
 from shared.errors import ErrorKind
 from shared.history import HistoryStore
 from shared.messages import (
@@ -21,6 +21,7 @@ from shared.messages import (
     UserMessage,
 )
 from shared.runs.ports import ExecutionStarter, TaskReporter
+from shared.runs.results import fit_for_model
 
 
 def child_run_id(parent_run_id: str, seq: int) -> str:
@@ -91,14 +92,20 @@ def answer_parent(
     if parent is None:
         return
     ok = status is RunStatus.SUCCEEDED
+    content = (output or "") if ok else f"Error: the '{run.agent}' agent stopped ({status.value}): {error}"
+    # The parent's model reads the child's answer as any tool result: bounded by its agent.
+    parent_agent = get_agent(store.get_run(parent.run_id).agent)
+    content, ref, chars = fit_for_model(store, parent_agent, parent.run_id, parent.seq, content)
     result = ToolResult(
         seq=parent.seq,
         turn=parent.turn,
         call_id=parent.call_id,
         tool=parent.tool,
-        content=(output or "") if ok else f"Error: the '{run.agent}' agent stopped ({status.value}): {error}",
+        content=content,
         status="ok" if ok else "error",
         error_type=None if ok else ErrorKind.CHILD_RUN_ENDED,
+        full_result_ref=ref,
+        full_result_chars=chars,
     )
     store.append(parent.run_id, result)
     token = store.get_parent_token(run.run_id)

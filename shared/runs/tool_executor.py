@@ -28,6 +28,7 @@ from shared.messages import (
 )
 from shared.runs import children
 from shared.runs.ports import ExecutionStarter, TaskReporter
+from shared.runs.results import fit_for_model
 from shared.tools import Execution, RunState, Tool, ToolContext
 
 logger = logging.getLogger(__name__)
@@ -191,14 +192,11 @@ class ToolCallExecutor:
 
     def _to_result(self, call: _Call, execution: Execution, attempt: int) -> ToolResult:
         content, detail, ref, chars = execution.content, None, None, None
-        agent = call.agent
-        if execution.error_type is ErrorKind.TOOL_FAILED and agent.on_tool_error == "generic":
+        if execution.error_type is ErrorKind.TOOL_FAILED and call.agent.on_tool_error == "generic":
             content, detail = f"Error: the tool '{call.call.name}' failed.", execution.content
-        elif agent.max_result_chars is not None and len(content) > agent.max_result_chars:
-            ref, chars = self._store.put_result(call.run.run_id, call.message.seq, content), len(content)
-            content = (
-                f"{content[: agent.max_result_chars]}\n[… result truncated: {chars} characters in all, "
-                f"the first {agent.max_result_chars} shown. Whole result stored as {ref}.]"
+        else:
+            content, ref, chars = fit_for_model(
+                self._store, call.agent, call.run.run_id, call.message.seq, content
             )
         return ToolResult(
             seq=call.message.seq,

@@ -1,0 +1,20 @@
+"""What the model reads of a long result: its beginning, and where the whole is kept."""
+
+from shared.agents import Agent
+from shared.history.ports import Contents
+
+
+def fit_for_model(
+    contents: Contents, agent: Agent, run_id: str, seq: int, content: str
+) -> tuple[str, str | None, int | None]:
+    """(what the model reads, the S3 key of the whole result, its length) — the last two only
+    when the result is longer than the agent's `max_result_chars`."""
+    limit = agent.max_result_chars
+    if limit is None or len(content) <= limit:
+        return content, None, None
+    ref = contents.put_result(run_id, seq, content)
+    preview = (
+        f"{content[:limit]}\n[… result truncated: {len(content)} characters in all, "
+        f"the first {limit} shown. Whole result stored as {ref}.]"
+    )
+    return preview, ref, len(content)
