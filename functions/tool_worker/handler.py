@@ -31,7 +31,9 @@ def service() -> ToolCallExecutor:
 
 def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
     message = ToolCallMessage.model_validate_json(record.body)
-    logger.append_keys(run_id=message.run_id, seq=message.seq)
+    # Thread-safe keys: the local runtime runs invocations of this handler on several threads.
+    logger.thread_safe_clear_keys()
+    logger.thread_safe_append_keys(run_id=message.run_id, seq=message.seq)
     outcome = service().execute(
         message,
         lease_seconds=lambda_context.get_remaining_time_in_millis() // 1000 + LEASE_MARGIN_SECONDS,

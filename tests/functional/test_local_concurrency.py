@@ -133,3 +133,47 @@ def test_a_queue_loses_and_repeats_nothing_while_workers_send_and_delete(runtime
         for t in [sender, *consumers]:
             t.join()
     assert sorted(received, key=int) == sent
+
+
+def test_concurrent_worker_invocations_each_report_only_their_own_failures(runtime: LocalRuntime) -> None:
+    """The local workers run the handler on several threads at once, as Lambda runs several
+    execution environments: one invocation's poison message must not show up in another's
+    batch response (they once shared one batch processor)."""
+    from infra.local.lambdas import LocalContext, call_handler
+
+    wrong: list[str] = []
+
+    def invoke(index: int) -> None:
+        poison = index % 2 == 0
+        # A good message whose task no longer waits is consumed without running anything.
+        body = "{not json" if poison else '{"run_id": "gone", "seq": 3, "message_seq": 2, "task_token": "x"}'
+        record = {
+            "messageId": f"m-{index}",
+            "receiptHandle": "r",
+            "body": body,
+            "attributes": {"ApproximateReceiveCount": "1"},
+            "messageAttributes": {},
+            "md5OfBody": "",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tools",
+            "awsRegion": "us-east-1",
+        }
+        response = call_handler(
+            "functions.tool_worker.handler.lambda_handler",
+            {"Records": [record]},
+            LocalContext(function_name="worker", timeout_seconds=60),
+        )
+        expected = [{"itemIdentifier": f"m-{index}"}] if poison else []
+        if response["batchItemFailures"] != expected:
+            wrong.append(f"m-{index}: {response}")
+
+    with _frequent_thread_switches():
+        threads = [
+            threading.Thread(target=lambda i=i: [invoke(i * 25 + k) for k in range(25)]) for i in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    assert wrong == []
