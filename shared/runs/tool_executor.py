@@ -8,6 +8,7 @@ delivery that finds the call claimed by one that vanished cannot know whether th
 its effect: an `idempotent` tool runs again, any other ends "in doubt", never silently twice.
 """
 
+import json
 import logging
 import threading
 import time
@@ -37,6 +38,8 @@ logger = logging.getLogger(__name__)
 # invocation would leave the call in doubt.
 PERSIST_ATTEMPTS = 3
 PERSIST_BACKOFF_SECONDS = 0.2
+# What `ToolContext.state` may hold, as JSON: it is one DynamoDB item, and items stop at 400 KB.
+STATE_LIMIT_BYTES = 300_000
 
 
 @dataclass
@@ -114,7 +117,19 @@ class ToolCallExecutor:
         )
         with self._heartbeats(message.task_token):
             execution = _execute_with_hooks(call.agent, call.call, context, call.run.tools)
-        return self._persist(call, execution, attempt, state.changes())
+        changes = state.changes()
+        size = len(json.dumps(dict(state)).encode())
+        if size > STATE_LIMIT_BYTES:
+            # The state shares one DynamoDB item (400 KB): refused as the tool's error, not a crash.
+            changes = ({}, [])
+            execution = Execution(
+                f"Error: Tool '{call.call.name}' left {size} bytes of run state; a run keeps at most "
+                f"{STATE_LIMIT_BYTES}. Nothing it stored was kept.",
+                "error",
+                execution.duration_ms,
+                ErrorKind.TOOL_FAILED,
+            )
+        return self._persist(call, execution, attempt, changes)
 
     def _load(self, message: ToolCallMessage, claim: Claim) -> _Call:
         run = self._store.get_run(message.run_id)

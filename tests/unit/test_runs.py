@@ -332,3 +332,29 @@ def test_a_long_run_continues_in_a_fresh_execution(
 
     assert decision.status is DecisionStatus.CONTINUED and starter.started == [("r1", 2)]
     assert store.get_run("r1").execution == 2 and len(model.requests) == 1
+
+
+@tool
+def hoard(kilobytes: int, ctx: ToolContext) -> str:
+    """Keep a lot in the run's state.
+
+    Args:
+        kilobytes: How much.
+    """
+    ctx.state["pile"] = "x" * (kilobytes * 1000)
+    return "kept"
+
+
+def test_run_state_past_its_item_limit_is_the_tools_error_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(AGENTS, "payer", Agent(name="payer", instructions="Pay.", tools=[hoard]))
+    store = MemoryHistoryStore()
+    message = _dispatched(store, "hoard", '{"kilobytes": 500}')
+
+    outcome = _executor(store).execute(message, lease_seconds=60)
+
+    assert outcome is not None and outcome.status == "error"
+    result = store.get_item("r1", 3)
+    assert isinstance(result, ToolResult) and "a run keeps at most 300000" in result.content
+    assert store.load_state("r1") == {}
