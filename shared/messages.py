@@ -83,10 +83,14 @@ class Usage(BaseModel):
     model_calls: int = 0
     # Integer micro-dollars: DynamoDB counters are exact for integers (floats need Decimal).
     cost_micro_usd: int = 0
+    tool_calls: int = 0  # calls the model asked for
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(**{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields})
 
 
 class ParentCall(BaseModel):

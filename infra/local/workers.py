@@ -18,6 +18,23 @@ WORKER_HANDLER = "functions.tool_worker.handler.lambda_handler"
 POLL_INTERVAL_SECONDS = 0.02
 
 
+def sqs_record(
+    message: dict[str, Any], queue_arn: str = "arn:aws:sqs:us-east-1:123456789012:tools"
+) -> dict[str, Any]:
+    """One record of the event Lambda's SQS poller sends, from a `ReceiveMessage` message."""
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message.get("ReceiptHandle", "r"),
+        "body": message["Body"],
+        "attributes": message.get("Attributes", {"ApproximateReceiveCount": "1"}),
+        "messageAttributes": {},
+        "md5OfBody": message.get("MD5OfBody", ""),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": "us-east-1",
+    }
+
+
 class WorkerPool:
     def __init__(
         self, sqs: "SQSClient", queue_url: str, queue_arn: str, size: int, timeout_seconds: int
@@ -56,21 +73,7 @@ class WorkerPool:
                 self._stop.wait(POLL_INTERVAL_SECONDS)
 
     def _handle(self, message: dict[str, Any]) -> None:
-        event = {
-            "Records": [
-                {
-                    "messageId": message["MessageId"],
-                    "receiptHandle": message["ReceiptHandle"],
-                    "body": message["Body"],
-                    "attributes": message.get("Attributes", {}),
-                    "messageAttributes": {},
-                    "md5OfBody": message["MD5OfBody"],
-                    "eventSource": "aws:sqs",
-                    "eventSourceARN": self._queue_arn,
-                    "awsRegion": "us-east-1",
-                }
-            ]
-        }
+        event = {"Records": [sqs_record(message, self._queue_arn)]}
         with self._count_lock:
             self.invocations += 1
         try:

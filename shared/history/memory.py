@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import RunNotFoundError
-from shared.history.ports import ERROR_MAX_CHARS, OUTPUT_INLINE_CHARS, Claim, ClaimState, TreeUsage
+from shared.history.ports import ERROR_MAX_CHARS, OUTPUT_INLINE_CHARS, Claim, ClaimState
 from shared.history.store import bounded
 from shared.messages import HistoryItem, RunRecord, RunStatus, ToolResult, Usage
 
@@ -28,7 +28,7 @@ class MemoryHistoryStore:
         self.runs: dict[str, RunRecord] = {}
         self.items: dict[str, dict[int, HistoryItem]] = {}
         self.claims: dict[tuple[str, int], _Claim] = {}
-        self.trees: dict[str, TreeUsage] = {}
+        self.trees: dict[str, Usage] = {}
         self.objects: dict[str, str] = {}
         self.state: dict[str, dict[str, Any]] = {}
         self.tokens: dict[str, str] = {}
@@ -61,31 +61,21 @@ class MemoryHistoryStore:
         tool_calls: int,
         root_run_id: str | None = None,
     ) -> None:
+        used = Usage(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            model_calls=1,
+            cost_micro_usd=cost_micro_usd,
+            tool_calls=tool_calls,
+        )
         with self._lock:
             run = self.get_run(run_id)
-            usage = run.usage
-            self.runs[run_id] = run.model_copy(
-                update={
-                    "turn": turn,
-                    "usage": Usage(
-                        prompt_tokens=usage.prompt_tokens + prompt_tokens,
-                        completion_tokens=usage.completion_tokens + completion_tokens,
-                        model_calls=usage.model_calls + 1,
-                        cost_micro_usd=usage.cost_micro_usd + cost_micro_usd,
-                    ),
-                }
-            )
+            self.runs[run_id] = run.model_copy(update={"turn": turn, "usage": run.usage + used})
             root = root_run_id or run_id
-            tree = self.trees.get(root, TreeUsage())
-            self.trees[root] = TreeUsage(
-                tree.prompt_tokens + prompt_tokens,
-                tree.completion_tokens + completion_tokens,
-                tree.cost_micro_usd + cost_micro_usd,
-                tree.tool_calls + tool_calls,
-            )
+            self.trees[root] = self.trees.get(root, Usage()) + used
 
-    def tree_usage(self, root_run_id: str) -> TreeUsage:
-        return self.trees.get(root_run_id, TreeUsage())
+    def tree_usage(self, root_run_id: str) -> Usage:
+        return self.trees.get(root_run_id, Usage())
 
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None

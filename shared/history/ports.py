@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from shared.messages import HistoryItem, RunRecord, RunStatus, ToolResult
+from shared.messages import HistoryItem, RunRecord, RunStatus, ToolResult, Usage
 
 # Answers longer than this stay in the run record only as their beginning; the whole answer
 # goes to S3. DynamoDB items stop at 400 KB, and the record also holds the error and usage.
@@ -41,7 +41,7 @@ class RunRecords(Protocol):
         """Add one model call's usage to the run, and to its root's tree totals."""
         ...
 
-    def tree_usage(self, root_run_id: str) -> "TreeUsage":
+    def tree_usage(self, root_run_id: str) -> Usage:
         """What a root run and all its child runs used together."""
         ...
 
@@ -129,15 +129,3 @@ class ParentTokens(Protocol):
 
 class HistoryStore(RunRecords, History, CallLedger, Contents, RunState, ParentTokens, Protocol):
     """Everything the run services store."""
-
-
-@dataclass(frozen=True)
-class TreeUsage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_micro_usd: int = 0
-    tool_calls: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens

@@ -20,7 +20,6 @@ from shared.history.ports import (
     OUTPUT_INLINE_CHARS,
     Claim,
     ClaimState,
-    TreeUsage,
 )
 from shared.messages import HISTORY_ITEM, HistoryItem, RunRecord, RunStatus, ToolResult, Usage, utc_now
 
@@ -29,8 +28,9 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
 
 MSG_PREFIX = "MSG#"
-_USAGE = ("prompt_tokens", "completion_tokens", "model_calls", "cost_micro_usd")
-_TREE = ("tree_prompt_tokens", "tree_completion_tokens", "tree_cost_micro_usd", "tree_tool_calls")
+_USAGE = tuple(Usage.model_fields)
+# A root run's record also counts what its whole tree of runs used.
+_TREE = tuple(f"tree_{name}" for name in _USAGE)
 
 
 def _pk(run_id: str) -> str:
@@ -121,9 +121,15 @@ class DynamoHistoryStore:
         tool_calls: int,
         root_run_id: str | None = None,
     ) -> None:
-        own = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "model_calls": 1}
-        own["cost_micro_usd"] = cost_micro_usd
-        tree = dict(zip(_TREE, (prompt_tokens, completion_tokens, cost_micro_usd, tool_calls), strict=True))
+        used = Usage(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            model_calls=1,
+            cost_micro_usd=cost_micro_usd,
+            tool_calls=tool_calls,
+        )
+        own = used.model_dump()
+        tree = {f"tree_{name}": value for name, value in own.items()}
         root = root_run_id or run_id
         # A root run keeps its tree's totals beside its own: one update for a root's call.
         self._add(run_id, own | tree if root == run_id else own, {"turn": turn})
@@ -146,14 +152,13 @@ class DynamoHistoryStore:
             },
         )
 
-    def tree_usage(self, root_run_id: str) -> TreeUsage:
+    def tree_usage(self, root_run_id: str) -> Usage:
         item = self._table.get_item(
             Key={"pk": _pk(root_run_id), "sk": "META"},
             ConsistentRead=True,
             ProjectionExpression=", ".join(_TREE),
         ).get("Item", {})
-        values = [int(_plain(item.get(name, 0))) for name in _TREE]
-        return TreeUsage(*values)
+        return Usage(**{name: int(_plain(item.get(f"tree_{name}", 0))) for name in _USAGE})
 
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None

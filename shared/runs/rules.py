@@ -6,7 +6,6 @@ import re
 
 from shared.agents import Agent
 from shared.errors import ErrorKind
-from shared.history import TreeUsage
 from shared.messages import (
     AssistantMessage,
     DecisionStatus,
@@ -14,6 +13,7 @@ from shared.messages import (
     RunRecord,
     RunStatus,
     ToolResult,
+    Usage,
     UserMessage,
 )
 
@@ -81,7 +81,7 @@ def budget_reached(run: RunRecord, agent: Agent, history: list[HistoryItem]) -> 
     return None
 
 
-def tree_budget_reached(root_agent: Agent, tree: TreeUsage, is_child: bool) -> str | None:
+def tree_budget_reached(root_agent: Agent, tree: Usage, is_child: bool) -> str | None:
     """The root agent's budgets, counted over the root run and every child run it started."""
     whose = "this run and the runs its agent tools started" if not is_child else "the runs of this run's tree"
     if tree.tool_calls > root_agent.max_tool_calls:

@@ -140,6 +140,7 @@ def test_concurrent_worker_invocations_each_report_only_their_own_failures(runti
     execution environments: one invocation's poison message must not show up in another's
     batch response (they once shared one batch processor)."""
     from infra.local.lambdas import LocalContext, call_handler
+    from infra.local.workers import sqs_record
 
     wrong: list[str] = []
 
@@ -147,17 +148,7 @@ def test_concurrent_worker_invocations_each_report_only_their_own_failures(runti
         poison = index % 2 == 0
         # A good message whose task no longer waits is consumed without running anything.
         body = "{not json" if poison else '{"run_id": "gone", "seq": 3, "message_seq": 2, "task_token": "x"}'
-        record = {
-            "messageId": f"m-{index}",
-            "receiptHandle": "r",
-            "body": body,
-            "attributes": {"ApproximateReceiveCount": "1"},
-            "messageAttributes": {},
-            "md5OfBody": "",
-            "eventSource": "aws:sqs",
-            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tools",
-            "awsRegion": "us-east-1",
-        }
+        record = sqs_record({"MessageId": f"m-{index}", "Body": body})
         response = call_handler(
             "functions.tool_worker.handler.lambda_handler",
             {"Records": [record]},

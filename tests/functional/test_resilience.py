@@ -8,6 +8,7 @@ import pytest
 
 from infra.local.lambdas import LocalContext, call_handler
 from infra.local.scripted_model import Reply
+from infra.local.workers import sqs_record
 from shared.messages import RunRecord, RunStatus, UserMessage
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 
@@ -28,21 +29,7 @@ def _new_run(run_id: str, prompt: str = "hi") -> None:
 
 
 def _sqs_event(body: str, message_id: str = "m-1") -> dict[str, Any]:
-    return {
-        "Records": [
-            {
-                "messageId": message_id,
-                "receiptHandle": "r",
-                "body": body,
-                "attributes": {"ApproximateReceiveCount": "1"},
-                "messageAttributes": {},
-                "md5OfBody": "",
-                "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tools",
-                "awsRegion": "us-east-1",
-            }
-        ]
-    }
+    return {"Records": [sqs_record({"MessageId": message_id, "Body": body})]}
 
 
 def _context(name: str) -> LocalContext:
