@@ -131,12 +131,12 @@ class ModelStep:
             return None
         return self._end(step.run, RunStatus.LIMIT, DecisionStatus.LIMIT, error=limit)
 
-    def _tree_limit(self, step: _Step) -> str | None:
+    def _tree_limit(self, step: _Step, calls_only: bool = False) -> str | None:
         """The root agent's budgets over the run's whole tree (itself, when it has no parent)."""
         root_id = step.run.root_run_id or step.run.run_id
         is_child = root_id != step.run.run_id
         root_agent = get_agent(self._store.get_run(root_id).agent) if is_child else step.agent
-        return tree_budget_reached(root_agent, self._store.tree_usage(root_id), is_child)
+        return tree_budget_reached(root_agent, self._store.tree_usage(root_id), is_child, calls_only)
 
     def _continue_in_fresh_execution(self, step: _Step, starter: ExecutionStarter) -> Decision:
         """Hand the run to a new execution before this one nears the history-event limit.
@@ -229,7 +229,7 @@ class ModelStep:
     def _decide(self, step: _Step, reply: AssistantMessage) -> Decision:
         if not reply.tool_calls:
             return self._answer(step, reply)
-        limit = calls_limit(step.agent, step.history) or self._tree_limit(step)
+        limit = calls_limit(step.agent, step.history) or self._tree_limit(step, calls_only=True)
         if limit is not None:
             return self._end(step.run, RunStatus.LIMIT, DecisionStatus.LIMIT, error=limit)
         return Decision(

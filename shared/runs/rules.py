@@ -81,11 +81,16 @@ def budget_reached(run: RunRecord, agent: Agent, history: list[HistoryItem]) -> 
     return None
 
 
-def tree_budget_reached(root_agent: Agent, tree: Usage, is_child: bool) -> str | None:
-    """The root agent's budgets, counted over the root run and every child run it started."""
+def tree_budget_reached(
+    root_agent: Agent, tree: Usage, is_child: bool, calls_only: bool = False
+) -> str | None:
+    """The root agent's budgets, counted over the root run and every child run it started.
+    `calls_only` on a reply with calls: tokens and cost are checked before the next model call."""
     whose = "this run and the runs its agent tools started" if not is_child else "the runs of this run's tree"
     if tree.tool_calls > root_agent.max_tool_calls:
         return f"{whose} asked for {tree.tool_calls} tool calls (the root agent's max_tool_calls is {root_agent.max_tool_calls})"
+    if calls_only:
+        return None
     if root_agent.max_tokens is not None and tree.total_tokens >= root_agent.max_tokens:
         return f"{whose} used {tree.total_tokens} tokens (the root agent's max_tokens is {root_agent.max_tokens})"
     cost = tree.cost_micro_usd / 1_000_000
