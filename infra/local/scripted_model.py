@@ -186,7 +186,10 @@ class ScriptedModelServer:
                 pass  # requests carry prompts: keep them out of the console
 
         self._server = ThreadingHTTPServer((host, port), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-model", daemon=True)
+        # shutdown() waits for the serving loop's next poll: the default 0.5 s, paid by every test.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="scripted-model", daemon=True
+        )
 
     @property
     def base_url(self) -> str:
