@@ -8,6 +8,7 @@ DynamoDB item keeps a reference: items stop at 400 KB.
 
 import json
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,6 +57,10 @@ class HistoryStore(Protocol):
     def save_state(self, run_id: str, changed: dict[str, Any], removed: list[str]) -> None: ...
     def claim_call(self, run_id: str, seq: int, lease_seconds: int) -> bool: ...
     def release_call(self, run_id: str, seq: int) -> None: ...
+
+    # --- reading a run page by page (the runs API) ---
+    def iter_history(self, run_id: str, after: int = 0) -> Iterator[HistoryItem]: ...
+    def stored_message_key(self, run_id: str, seq: int) -> str | None: ...
 
 
 class DynamoHistoryStore:
@@ -289,6 +294,36 @@ class DynamoHistoryStore:
 
     def release_call(self, run_id: str, seq: int) -> None:
         self._table.delete_item(Key={"pk": _pk(run_id), "sk": f"CALL#{seq:06d}"})
+
+    # --- reading a run page by page (the runs API) -----------------------------------------
+
+    def iter_history(self, run_id: str, after: int = 0) -> Iterator[HistoryItem]:
+        """The items after `after`, in order, each read (from S3 too) only when the caller
+        asks for it: a page stops early without loading what it will not show."""
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :first AND :last",
+            "ExpressionAttributeValues": {
+                ":pk": _pk(run_id),
+                ":first": _msg_sk(after + 1),
+                ":last": _msg_sk(999_999),
+            },
+            "ConsistentRead": True,
+            "Limit": 100,
+        }
+        while True:
+            page = self._table.query(**kwargs)
+            for row in page.get("Items", []):
+                yield self._load(row)
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def stored_message_key(self, run_id: str, seq: int) -> str | None:
+        """The S3 key of an item too large for DynamoDB; None if it is stored inline or absent."""
+        row = self._table.get_item(
+            Key={"pk": _pk(run_id), "sk": _msg_sk(seq)}, ProjectionExpression="data_ref", ConsistentRead=True
+        ).get("Item")
+        return None if row is None or "data_ref" not in row else str(row["data_ref"])
 
 
 def _plain(value: Any) -> Any:
