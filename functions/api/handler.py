@@ -112,13 +112,13 @@ def request_body() -> str | bytes:
     """The raw body, bounded and base64-decoded when API Gateway encoded it."""
     body = app.current_event.body or ""
     if len(body) > MAX_BODY_CHARS:
-        raise BadRequestError(f"invalid request: body: larger than {MAX_BODY_CHARS:,} characters")
+        raise BadRequestError(f"invalid run request: body: larger than {MAX_BODY_CHARS:,} characters")
     if not app.current_event.is_base64_encoded:
         return body
     try:
         return base64.b64decode(body, validate=True)  # invalid UTF-8 inside is the parser's to refuse
     except binascii.Error as e:
-        raise BadRequestError("invalid request: body: not valid base64") from e
+        raise BadRequestError("invalid run request: body: not valid base64") from e
 
 
 def bad_parameters(error: RequestValidationError) -> Response[dict[str, Any]]:
