@@ -139,7 +139,8 @@ def unexpected(error: Exception) -> Response[dict[str, Any]]:
         raise error  # a 4xx raised on purpose: Powertools answers it
     # A system error (AWS unavailable, a bug): logged whole, answered in one line.
     logger.exception("request failed")
-    request_id = app.current_event.request_context.request_id
+    context = app.current_event.raw_event.get("requestContext")
+    request_id = context.get("requestId") if isinstance(context, dict) else None
     return Response(
         status_code=HTTPStatus.INTERNAL_SERVER_ERROR,
         content_type=content_types.APPLICATION_JSON,
