@@ -246,3 +246,11 @@ def _event(
 def _raw(event: dict) -> tuple[int, Any]:
     response = call_handler(API_HANDLER, event, LocalContext(function_name="api", timeout_seconds=29))
     return int(response["statusCode"]), json.loads(response["body"]) if response.get("body") else None
+
+
+def test_a_system_error_is_one_line_without_internals(pipeline: Pipeline) -> None:
+    pipeline.runtime.dynamodb.delete_table(TableName="toolpipe-local")  # AWS failing under the API
+
+    status, answer = pipeline.runtime.api("GET", "/runs/some-run")
+    assert status == 500
+    assert answer["message"].startswith("internal error (request ") and "Traceback" not in answer["message"]
