@@ -35,7 +35,9 @@ def format_item(item: dict[str, Any]) -> list[str]:
     if kind == "assistant":
         lines = []
         if item["tool_calls"]:
-            lines.append(f"model (turn {item['turn']}): {len(item['tool_calls'])} tool call(s)")
+            # A long list comes as its first entries; `truncated` has the whole count.
+            count = item.get("truncated", {}).get("tool_calls", len(item["tool_calls"]))
+            lines.append(f"model (turn {item['turn']}): {count} tool call(s)")
             lines.extend(f"  call {c['name']}({_short(c['arguments'], 200)})" for c in item["tool_calls"])
             if item.get("content"):
                 lines.insert(1, f"  says: {_short(item['content'])}")
@@ -72,6 +74,19 @@ def _model_endpoint(out: TextIO) -> Iterator[None]:
                     os.environ[k] = v
 
 
+def _messages(runtime: Any, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+    """Every history item after seq `after`, page by page (long contents are previews)."""
+    items: list[dict[str, Any]] = []
+    page: str | None = f"/runs/{run_id}/messages?after={after}"
+    while page:
+        status, body = runtime.api("GET", page)
+        if status != 200:
+            raise RuntimeError(body.get("message", body) if isinstance(body, dict) else body)
+        items.extend(body["messages"])
+        page = body["next"]
+    return items
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from infra.local.runtime import LocalRuntime
 
@@ -86,16 +101,21 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             return 2
         run_id = body["run_id"]
         out.write(f"run {run_id} (agent {args.agent})\n")
-        printed = 0
+        printed = 0  # the last seq printed
         deadline = time.monotonic() + args.timeout
         while True:
             _, state = runtime.api("GET", f"/runs/{run_id}")
-            for item in state["messages"][printed:]:
+            record = state["run"]
+            ended = record["status"] != RUNNING
+            for item in _messages(runtime, run_id, after=printed):
+                # Parallel results land in any order: while the run goes on, print only up to
+                # the first slot still empty, so the cursor never skips one.
+                if not ended and item["seq"] != printed + 1:
+                    break
                 out.write("\n".join(format_item(item)) + "\n")
                 out.flush()
-            printed = len(state["messages"])
-            record = state["run"]
-            if record["status"] != RUNNING:
+                printed = item["seq"]
+            if ended:
                 break
             if time.monotonic() > deadline:
                 out.write(f"error: run {run_id} still running after {args.timeout:g} s\n")
@@ -118,6 +138,12 @@ def show(args: argparse.Namespace, out: TextIO) -> int:
 
     with LocalRuntime(state_dir=_state_dir(), workers=0) as runtime:
         status, body = runtime.api("GET", f"/runs/{args.run_id}")
+        if status == 200:
+            executions = list(body["executions"])
+            while body["executions_next"]:
+                _, body = runtime.api("GET", body["executions_next"])
+                executions.extend(body["executions"])
+            body = {**body, "executions": executions, "messages": _messages(runtime, args.run_id)}
     if status != 200:
         out.write(f"error: {body.get('message', body) if isinstance(body, dict) else body}\n")
         return 1

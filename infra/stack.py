@@ -204,6 +204,10 @@ class ToolpipeStack(Stack):
         )
         machine.grant_start_execution(api_fn)
         api_fn.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
+        # `cdk deploy -c admin_principal=arn:aws:iam::...`: who may read every run, not only their own.
+        admin_principal = self.node.try_get_context("admin_principal")
+        if admin_principal:
+            api_fn.add_environment("TOOLPIPE_ADMIN_PRINCIPAL", str(admin_principal))
 
         api = self._rest_api(api_fn)
 
@@ -281,7 +285,6 @@ class ToolpipeStack(Stack):
                     ),
                     "agent": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
                     "timezone": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
-                    "caller": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING, max_length=256),
                     "tools": apigw.JsonSchema(
                         type=apigw.JsonSchemaType.ARRAY,
                         items=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
@@ -307,7 +310,14 @@ class ToolpipeStack(Stack):
             request_validator=validator,
             request_parameters={"method.request.path.run_id": True},
         )
-        run.add_resource("messages").add_resource("{seq}").add_method(
+        messages = run.add_resource("messages")
+        messages.add_method(
+            "GET",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.path.run_id": True},
+        )
+        messages.add_resource("{seq}").add_method(
             "GET",
             integration,
             request_validator=validator,

@@ -1,11 +1,14 @@
 """What crosses a boundary: history items, run records, and the small contracts that travel
 through Step Functions and SQS (ids only, never message contents)."""
 
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from shared.errors import ErrorKind
 
@@ -211,14 +214,62 @@ class ToolCallMessage(BaseModel):
     task_token: str = Field(repr=False, max_length=8192)
 
 
+# What a caller may send: every field bounded, so a request can neither fill the history item
+# nor reach the system prompt with text of its choosing (the time zone is written into it).
+NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # agent and tool names (OpenAI function names allow the same)
+TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$"  # no dots: no "../" paths
+MAX_PROMPT_CHARS = 100_000
+MAX_TOOLS = 128
+
+
 class StartRunRequest(BaseModel):
+    """The body of `POST /runs`. The caller is not a field: it is the request's identity."""
+
     model_config = ConfigDict(extra="forbid")
-    prompt: str = Field(min_length=1, max_length=100_000)
-    agent: str = "assistant"
-    timezone: str = "UTC"
-    caller: str | None = Field(
-        default=None, max_length=256, description="Who the run acts for (user, tenant)."
+    prompt: str = Field(max_length=MAX_PROMPT_CHARS, description="The user's message; not blank.")
+    agent: str = Field(default="assistant", pattern=NAME_PATTERN, description="A registered agent's name.")
+    timezone: str = Field(
+        default="UTC", max_length=64, description="The user's IANA time zone, e.g. Europe/Paris."
     )
-    tools: list[str] | None = Field(
-        default=None, description="Allow-list: the run may use only these of the agent's tools."
+    tools: list[Annotated[str, Field(pattern=NAME_PATTERN)]] | None = Field(
+        default=None,
+        max_length=MAX_TOOLS,
+        description="Allow-list: the run may use only these of the agent's tools.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _caller_is_not_a_field(cls, data: Any) -> Any:
+        # Before `extra="forbid"` answers "Extra inputs are not permitted": say where it comes from.
+        if isinstance(data, dict) and "caller" in data:
+            raise PydanticCustomError(
+                "caller_from_identity",
+                "caller is not a body field: the caller comes from the request's identity (IAM)",
+            )
+        return data
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise PydanticCustomError("blank", "the prompt is blank")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _iana_zone(cls, value: str) -> str:
+        # The pattern comes first: ZoneInfo opens a file named after the key.
+        if value != "UTC" and not re.fullmatch(TIMEZONE_PATTERN, value):
+            raise PydanticCustomError(
+                "timezone", "not an IANA time zone name (such as 'Europe/Paris' or 'UTC')"
+            )
+        if value != "UTC":  # UTC needs no tz database, which a Lambda runtime may lack
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError, OSError) as e:
+                raise PydanticCustomError(
+                    "timezone",
+                    "unknown time zone {zone} (use an IANA name such as 'Europe/Paris')",
+                    {"zone": repr(value)},
+                ) from e
+        return value

@@ -83,3 +83,11 @@ class WorkerSettings(_EnvSettings):
     env_names: ClassVar[dict[str, str]] = {"heartbeat_every": "TOOLPIPE_HEARTBEAT_EVERY"}
     # Well below the state's heartbeat timeout, so one lost beat does not fail the call.
     heartbeat_every: float = 60.0
+
+
+class ApiSettings(_EnvSettings):
+    """Who may read every run, besides the principal that started it (the stack's CDK context
+    `admin_principal`): an IAM ARN as API Gateway reports it in `requestContext.identity.userArn`."""
+
+    env_names: ClassVar[dict[str, str]] = {"admin_principal": "TOOLPIPE_ADMIN_PRINCIPAL"}
+    admin_principal: str | None = None

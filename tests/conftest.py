@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -22,7 +22,7 @@ for _name, _value in {
 for _name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
     os.environ.pop(_name, None)
 
-from infra.local.runtime import LocalRuntime  # noqa: E402
+from infra.local.runtime import LOCAL_CALLER, LocalRuntime  # noqa: E402
 from infra.local.scripted_model import DemoResponder, Reply, ScriptedModelServer, ScriptResponder  # noqa: E402
 from shared.agents import AGENTS, Agent  # noqa: E402
 from shared.tools import ToolContext, tool  # noqa: E402
@@ -153,20 +153,39 @@ def call(tool_name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
 class Pipeline:
     runtime: LocalRuntime
     model: ScriptedModelServer
+    # Who started each run: only that identity may read it back.
+    callers: dict[str, str] = field(default_factory=dict)
 
     def script(self, *replies: Any) -> None:
         self.model.responder = ScriptResponder(list(replies))
 
-    def start(self, prompt: str, agent: str = "tester", **fields: Any) -> str:
-        status, body = self.runtime.api("POST", "/runs", {"prompt": prompt, "agent": agent, **fields})
+    def start(self, prompt: str, agent: str = "tester", caller: str = LOCAL_CALLER, **fields: Any) -> str:
+        status, body = self.runtime.api(
+            "POST", "/runs", {"prompt": prompt, "agent": agent, **fields}, caller=caller
+        )
         assert status == 202, body
+        self.callers[body["run_id"]] = caller
         return str(body["run_id"])
 
     def finish(self, run_id: str, timeout: float = 60) -> dict[str, Any]:
+        """The run once it ended: `GET /runs/{id}`, with every whole history item under
+        "messages" (read page by page, long items one by one)."""
         self.runtime.wait_for_execution(run_id, timeout)
-        status, body = self.runtime.api("GET", f"/runs/{run_id}")
+        caller = self.callers.get(run_id, LOCAL_CALLER)
+        status, body = self.runtime.api("GET", f"/runs/{run_id}", caller=caller)
         assert status == 200, body
-        return dict(body)
+        messages: list[dict[str, Any]] = []
+        page: str | None = f"/runs/{run_id}/messages"
+        while page is not None:
+            status, listed = self.runtime.api("GET", page, caller=caller)
+            assert status == 200, listed
+            for item in listed["messages"]:
+                if "ref" in item:
+                    status, item = self.runtime.api("GET", item["ref"], caller=caller)
+                    assert status == 200, item
+                messages.append(item)
+            page = listed["next"]
+        return {**body, "messages": messages}
 
 
 def _pipeline(extra_env: dict[str, str] | None = None, **kwargs: Any) -> Iterator[Pipeline]:

@@ -1,13 +1,29 @@
-"""REST API: start a run, inspect a run. GET never changes state."""
+"""REST API: start a run, inspect a run. GET never changes state.
 
+Who calls is the request's identity as API Gateway reports it (IAM: the signer's ARN), never
+a body field. Every bad input is a 400 naming the field (`invalid request: path.seq: ...`),
+bodies included; a run that is not the caller's is a 404, like an unknown one.
+"""
+
+import base64
+import binascii
 from functools import cache
 from http import HTTPStatus
-from typing import Any
+from typing import Annotated, Any
 
+import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
-from aws_lambda_powertools.event_handler.exceptions import BadRequestError, NotFoundError
+from aws_lambda_powertools.event_handler.exceptions import (
+    BadRequestError,
+    ForbiddenError,
+    NotFoundError,
+    ServiceError,
+)
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.config import Config
 from pydantic import ValidationError
 
 from shared.errors import (
@@ -16,18 +32,35 @@ from shared.errors import (
     UnknownToolsRequestedError,
     describe_validation_error,
 )
-from shared.history import DynamoHistoryStore
-from shared.messages import HISTORY_ITEM, StartRunRequest
+from shared.messages import StartRunRequest
 from shared.runs import RunStarter
 from shared.runs.factory import build_run_starter, build_store
-from shared.runs.report import tool_executions
-from shared.settings import StateMachineSettings, StoreSettings
+from shared.runs.report import PAGE_LIMIT, URL_SECONDS, RunReader
+from shared.settings import ApiSettings, StateMachineSettings, StoreSettings
 
 logger = Logger()
 tracer = Tracer()
-app = APIGatewayRestResolver()
+# Validation of path and query parameters; its errors are answered as 400 below, like bodies.
+app = APIGatewayRestResolver(enable_validation=True)
 store_settings = StoreSettings.from_env()
 machine_settings = StateMachineSettings.from_env()
+api_settings = ApiSettings.from_env()
+
+RUN_ID = r"^[A-Za-z0-9_-]{1,64}$"
+SEQ = r"^[0-9]{1,6}$"  # [0-9], not \d: \d also matches digits such as "²" or "٣"
+LIMIT = r"^[0-9]{1,3}$"
+# The prompt is at most 100,000 characters; a body many times that is refused before parsing.
+MAX_BODY_CHARS = 1_000_000
+# What each parameter must look like, in the words a 400 uses.
+PARAMETER_RULES = {
+    "run_id": "a run id is 1 to 64 letters, digits, '_' or '-'",
+    "seq": "a message number is 1 to 6 digits",
+    "after": "after is a message number: 1 to 6 digits",
+    "executions_after": "executions_after is a message number: 1 to 6 digits",
+    "limit": f"limit is a number from 1 to {PAGE_LIMIT}",
+}
+
+RunId = Annotated[str, Path(pattern=RUN_ID)]
 
 
 @cache
@@ -36,18 +69,102 @@ def starter() -> RunStarter:
 
 
 @cache
-def store() -> DynamoHistoryStore:
-    return build_store(store_settings)
+def reader() -> RunReader:
+    # SigV4 signs URLs that work in every region and with the function's session credentials.
+    s3 = boto3.client("s3", config=Config(signature_version="s3v4"))
+
+    def presign(key: str) -> str:
+        return str(
+            s3.generate_presigned_url(
+                "get_object", Params={"Bucket": store_settings.bucket_name, "Key": key}, ExpiresIn=URL_SECONDS
+            )
+        )
+
+    return RunReader(build_store(store_settings), presign, api_settings.admin_principal)
+
+
+def caller_identity(request_context: Any) -> str | None:
+    """The authenticated principal: the IAM signer's ARN (IAM authorization), else a Lambda
+    authorizer's principal id, else the API key's id. None when the request carries none."""
+    if not isinstance(request_context, dict):
+        return None
+    identity = request_context.get("identity") or {}
+    authorizer = request_context.get("authorizer") or {}
+    for value, prefix in (
+        (identity.get("userArn") if isinstance(identity, dict) else None, ""),
+        (authorizer.get("principalId") if isinstance(authorizer, dict) else None, ""),
+        # Prefixed: a key id must never equal a principal's name.
+        (identity.get("apiKeyId") if isinstance(identity, dict) else None, "api-key:"),
+    ):
+        if isinstance(value, str) and value:
+            return prefix + value
+    return None
+
+
+def current_caller() -> str:
+    caller = caller_identity(app.current_event.raw_event.get("requestContext"))
+    if caller is None:
+        raise ForbiddenError("the request carries no caller identity: sign it with SigV4 (IAM authorization)")
+    return caller
+
+
+def request_body() -> str | bytes:
+    """The raw body, bounded and base64-decoded when API Gateway encoded it."""
+    body = app.current_event.body or ""
+    if len(body) > MAX_BODY_CHARS:
+        raise BadRequestError(f"invalid run request: body: larger than {MAX_BODY_CHARS:,} characters")
+    if not app.current_event.is_base64_encoded:
+        return body
+    try:
+        return base64.b64decode(body, validate=True)  # invalid UTF-8 inside is the parser's to refuse
+    except binascii.Error as e:
+        raise BadRequestError("invalid run request: body: not valid base64") from e
+
+
+def bad_parameters(error: RequestValidationError) -> Response[dict[str, Any]]:
+    # 400, not Powertools' 422: a bad path or query parameter is answered like a bad body.
+    details = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'])}: {PARAMETER_RULES.get(str(e['loc'][-1]), e.get('msg', e['type']))}"
+        for e in error.errors()
+    )
+    return Response(
+        status_code=HTTPStatus.BAD_REQUEST,
+        content_type=content_types.APPLICATION_JSON,
+        body={"statusCode": HTTPStatus.BAD_REQUEST, "message": f"invalid request: {details}"},
+    )
+
+
+def unexpected(error: Exception) -> Response[dict[str, Any]]:
+    if isinstance(error, ServiceError):
+        raise error  # a 4xx raised on purpose: Powertools answers it
+    # A system error (AWS unavailable, a bug): logged whole, answered in one line.
+    logger.exception("request failed")
+    context = app.current_event.raw_event.get("requestContext")
+    request_id = context.get("requestId") if isinstance(context, dict) else None
+    return Response(
+        status_code=HTTPStatus.INTERNAL_SERVER_ERROR,
+        content_type=content_types.APPLICATION_JSON,
+        body={
+            "statusCode": HTTPStatus.INTERNAL_SERVER_ERROR,
+            "message": f"internal error (request {request_id})",
+        },
+    )
+
+
+# Registered by call: the decorator is untyped.
+app.exception_handler(RequestValidationError)(bad_parameters)
+app.exception_handler(Exception)(unexpected)
 
 
 @app.post("/runs")
 def start_run() -> Response[dict[str, Any]]:
+    caller = current_caller()
     try:
-        request = StartRunRequest.model_validate_json(app.current_event.body or "")
+        request = StartRunRequest.model_validate_json(request_body())
     except ValidationError as e:
         raise BadRequestError(f"invalid run request: {describe_validation_error(e, 'body')}") from e
     try:
-        record = starter().start(request)
+        record = starter().start(request, caller)
     except (UnknownAgentError, UnknownToolsRequestedError) as e:
         raise BadRequestError(str(e)) from e
     logger.info("run started", run_id=record.run_id, agent=record.agent)
@@ -57,32 +174,45 @@ def start_run() -> Response[dict[str, Any]]:
         body={
             "run_id": record.run_id,
             "status": record.status.value,
-            "links": {"self": f"/runs/{record.run_id}"},
+            "links": {"self": f"/runs/{record.run_id}", "messages": f"/runs/{record.run_id}/messages"},
         },
     )
 
 
 @app.get("/runs/<run_id>")
-def get_run(run_id: str) -> dict[str, Any]:
+def get_run(run_id: RunId, executions_after: Annotated[str, Query(pattern=SEQ)] = "0") -> dict[str, Any]:
+    """The run and a page of its tool executions (previews); `executions_next` reads on."""
     try:
-        record = store().get_run(run_id)
+        return reader().run(run_id, current_caller(), int(executions_after))
     except RunNotFoundError as e:
         raise NotFoundError(str(e)) from e
-    history = store().load_history(run_id)
-    return {
-        "run": {**record.model_dump(mode="json"), "cost_usd": record.usage.cost_micro_usd / 1_000_000},
-        "executions": [e.model_dump(mode="json") for e in tool_executions(run_id, history)],
-        "messages": [HISTORY_ITEM.dump_python(i, mode="json") for i in history],
-    }
+
+
+@app.get("/runs/<run_id>/messages")
+def get_messages(
+    run_id: RunId,
+    after: Annotated[str, Query(pattern=SEQ)] = "0",
+    limit: Annotated[str, Query(pattern=LIMIT)] = str(PAGE_LIMIT),
+) -> dict[str, Any]:
+    """The history, a page of previews at a time, after seq `after`; `next` reads on."""
+    if not 1 <= int(limit) <= PAGE_LIMIT:
+        raise BadRequestError(f"invalid request: query.limit: {PARAMETER_RULES['limit']}")
+    try:
+        return reader().messages(run_id, current_caller(), int(after), int(limit))
+    except RunNotFoundError as e:
+        raise NotFoundError(str(e)) from e
 
 
 @app.get("/runs/<run_id>/messages/<seq>")
-def get_message(run_id: str, seq: str) -> dict[str, Any]:
-    """One whole history item: where a long tool result in `executions` points."""
-    item = store().get_item(run_id, int(seq)) if seq.isdigit() else None
+def get_message(run_id: RunId, seq: Annotated[str, Path(pattern=SEQ)]) -> dict[str, Any]:
+    """One whole history item, or a preview and a presigned `url` when it is too large."""
+    try:
+        item = reader().message(run_id, current_caller(), int(seq))
+    except RunNotFoundError as e:
+        raise NotFoundError(str(e)) from e
     if item is None:
-        raise NotFoundError(f"run {run_id} has no message {seq}")
-    return dict(HISTORY_ITEM.dump_python(item, mode="json"))
+        raise NotFoundError(f"run {run_id} has no message {int(seq)}")
+    return item
 
 
 @logger.inject_lambda_context(clear_state=True)

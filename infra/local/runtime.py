@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +35,8 @@ TABLE = "toolpipe-local"
 BUCKET = "toolpipe-local-contents"
 ORCHESTRATOR_HANDLER = "functions.orchestrator.handler.lambda_handler"
 API_HANDLER = "functions.api.handler.lambda_handler"
+# The identity local requests carry, as API Gateway reports an IAM user.
+LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"
 _HANDLER_MODULES = (
     "functions.orchestrator.handler",
     "functions.tool_worker.handler",
@@ -192,17 +195,29 @@ class LocalRuntime:
 
     # --- the API, as API Gateway would call it ----------------------------------------------
 
-    def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """Send one request to the real API handler as a REST API proxy event."""
+    def api(
+        self, method: str, path: str, body: Any = None, *, caller: str | None = LOCAL_CALLER
+    ) -> tuple[int, Any]:
+        """Send one request to the real API handler as a REST API proxy event.
+
+        `path` may carry a query string. `caller` is the identity API Gateway puts in the request
+        context after IAM authorization (the signer's ARN); None sends a request without one.
+        """
+        resource, _, query = path.partition("?")
+        parameters = urllib.parse.parse_qs(query, keep_blank_values=True)
+        context: dict[str, Any] = {"requestId": str(uuid.uuid4()), "stage": "local", "httpMethod": method}
+        if caller is not None:
+            context["identity"] = {"userArn": caller, "caller": caller.rsplit("/", 1)[-1]}
         event = {
-            "resource": path,
-            "path": path,
+            "resource": resource,
+            "path": resource,
             "httpMethod": method,
             "headers": {"content-type": "application/json"},
             "multiValueHeaders": {},
-            "queryStringParameters": None,
+            "queryStringParameters": {k: v[-1] for k, v in parameters.items()} or None,
+            "multiValueQueryStringParameters": parameters or None,
             "pathParameters": None,
-            "requestContext": {"requestId": str(uuid.uuid4()), "stage": "local", "httpMethod": method},
+            "requestContext": context,
             "body": None if body is None else body if isinstance(body, str) else json.dumps(body),
             "isBase64Encoded": False,
         }

@@ -4,6 +4,7 @@ what unit tests of `shared/runs` run against."""
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +113,12 @@ class MemoryHistoryStore:
     def load_history(self, run_id: str) -> list[HistoryItem]:
         with self._lock:
             return [item for _, item in sorted(self.items.get(run_id, {}).items())]
+
+    def iter_history(self, run_id: str, after: int = 0, page_size: int | None = 100) -> Iterator[HistoryItem]:
+        return iter([item for item in self.load_history(run_id) if item.seq > after])
+
+    def stored_message_key(self, run_id: str, seq: int) -> str | None:
+        return None  # nothing is too large to keep in memory
 
     def get_item(self, run_id: str, seq: int) -> HistoryItem | None:
         return self.items.get(run_id, {}).get(seq)

@@ -4,6 +4,7 @@
 `MemoryHistoryStore` implements them in memory, for unit tests of `shared/runs`.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -65,6 +66,14 @@ class History(Protocol):
 
     def append(self, run_id: str, item: HistoryItem) -> bool:
         """Write at `item.seq`; False if the slot is taken (a retry or a duplicate)."""
+        ...
+
+    def iter_history(self, run_id: str, after: int = 0, page_size: int | None = 100) -> Iterator[HistoryItem]:
+        """The items after slot `after`, read page by page as they are consumed."""
+        ...
+
+    def stored_message_key(self, run_id: str, seq: int) -> str | None:
+        """The S3 key of an item stored there (too large for DynamoDB), else None."""
         ...
 
 

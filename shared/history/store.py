@@ -9,6 +9,7 @@ DynamoDB item keeps a reference: items stop at 400 KB.
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -246,18 +247,7 @@ class DynamoHistoryStore:
         return None if row is None else self._load(row)
 
     def load_history(self, run_id: str) -> list[HistoryItem]:
-        items: list[HistoryItem] = []
-        kwargs: dict[str, Any] = {
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :msg)",
-            "ExpressionAttributeValues": {":pk": _pk(run_id), ":msg": MSG_PREFIX},
-            "ConsistentRead": True,
-        }
-        while True:
-            page = self._table.query(**kwargs)
-            items.extend(self._load(row) for row in page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                return items
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return list(self.iter_history(run_id, page_size=None))
 
     # --- the task token a child run answers -----------------------------------------------
 
@@ -415,6 +405,37 @@ class DynamoHistoryStore:
         except ClientError as e:
             if not _is_conditional_failure(e):
                 raise
+
+    # --- reading a run page by page (the runs API) -----------------------------------------
+
+    def iter_history(self, run_id: str, after: int = 0, page_size: int | None = 100) -> Iterator[HistoryItem]:
+        """The items after `after`, in order, each read (from S3 too) only when the caller
+        asks for it: a page stops early without loading what it will not show."""
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :first AND :last",
+            "ExpressionAttributeValues": {
+                ":pk": _pk(run_id),
+                ":first": _msg_sk(after + 1),
+                ":last": _msg_sk(999_999),
+            },
+            "ConsistentRead": True,
+        }
+        if page_size is not None:
+            kwargs["Limit"] = page_size
+        while True:
+            page = self._table.query(**kwargs)
+            for row in page.get("Items", []):
+                yield self._load(row)
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def stored_message_key(self, run_id: str, seq: int) -> str | None:
+        """The S3 key of an item too large for DynamoDB; None if it is stored inline or absent."""
+        row = self._table.get_item(
+            Key={"pk": _pk(run_id), "sk": _msg_sk(seq)}, ProjectionExpression="data_ref", ConsistentRead=True
+        ).get("Item")
+        return None if row is None or "data_ref" not in row else str(row["data_ref"])
 
 
 def _plain(value: Any) -> Any:

@@ -1,53 +1,135 @@
-"""What ran in a run: every tool call with its arguments, result, status, duration, attempts."""
+"""What a run did, for the runs API: the run, its tool executions and its history, in pieces
+that each fit one Lambda response whatever the run holds.
 
+A Lambda response stops at 6 MB (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html):
+long strings are shown as previews with a reference to the whole item, pages stop at a
+count and at a JSON size, and an item too large even alone is answered with a presigned S3
+URL of its stored object.
+"""
+
+import contextlib
 import json
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import BaseModel
 
-from shared.messages import AssistantMessage, HistoryItem, ToolResult
+from shared.errors import RunNotFoundError
+from shared.history import HistoryStore
+from shared.messages import HISTORY_ITEM, AssistantMessage, HistoryItem, RunRecord, ToolResult
 
-# Results longer than this are shown as a preview plus a reference to the full message.
+# Strings longer than this are cut to a preview; lists and objects keep this many entries.
 PREVIEW_CHARS = 1000
+PREVIEW_LIST_ITEMS = 20
+PREVIEW_OBJECT_KEYS = 50
+# Items per page, by default and at most.
+PAGE_LIMIT = 100
+# JSON bytes one response may hold, with room under the 6 MB Lambda limit for the envelope.
+RESPONSE_BUDGET = 5_000_000
+# Presigned URLs outlive a slow download but not a leaked log line by much.
+URL_SECONDS = 900
+
+# Turns an S3 key under runs/ into a URL a caller can GET for `URL_SECONDS`.
+Presigner = Callable[[str], str]
+
+
+def json_size(value: Any) -> int:
+    """Bytes `value` takes in the Lambda response: serialized as the API does (compact, ASCII
+    with escapes), then escaped again as the proxy response's `body` string."""
+    return len(json.dumps(json.dumps(value, separators=(",", ":"))))
+
+
+def shorten(value: Any, cut: dict[str, int], path: str = "") -> Any:
+    """`value` with every string cut to `PREVIEW_CHARS` and every list or object to its first
+    entries; `cut` gets each shortened field's dotted path and its whole length."""
+    if isinstance(value, str):
+        if len(value) <= PREVIEW_CHARS:
+            return value
+        cut[path] = len(value)
+        return value[:PREVIEW_CHARS] + "…"
+    if isinstance(value, list):
+        if len(value) > PREVIEW_LIST_ITEMS:
+            cut[path] = len(value)
+        return [shorten(v, cut, _join(path, str(i))) for i, v in enumerate(value[:PREVIEW_LIST_ITEMS])]
+    if isinstance(value, dict):
+        if len(value) > PREVIEW_OBJECT_KEYS:
+            cut[path] = len(value)
+        kept = list(value.items())[:PREVIEW_OBJECT_KEYS]
+        return {k: shorten(v, cut, _join(path, str(k)[:PREVIEW_CHARS])) for k, v in kept}
+    return value
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def message_link(run_id: str, seq: int) -> str:
+    return f"/runs/{run_id}/messages/{seq}"
+
+
+def message_preview(run_id: str, item: HistoryItem) -> dict[str, Any]:
+    """A history item with long fields cut; `truncated` names them, `ref` reads the whole item."""
+    cut: dict[str, int] = {}
+    preview: dict[str, Any] = shorten(HISTORY_ITEM.dump_python(item, mode="json"), cut)
+    if cut:
+        preview |= {"truncated": cut, "ref": message_link(run_id, item.seq)}
+    return preview
 
 
 class ToolExecution(BaseModel):
     call_id: str
     tool: str
     turn: int
-    arguments: Any  # parsed JSON where the model sent valid JSON, else the raw text
+    seq: int  # the history slot of the call's result: the cursor of the executions pages
+    arguments: Any  # parsed JSON where the model sent short valid JSON, else (a preview of) the text
+    arguments_chars: int
+    arguments_ref: str | None = None  # the model reply holding the whole arguments, when cut
     status: str  # ok | error | pending (no result yet)
     result: str | None = None
     result_chars: int | None = None
     result_ref: str | None = None  # the history item holding the whole result
     full_result_ref: str | None = None  # S3 key of a result longer than the agent's max_result_chars
+    full_result_url: str | None = None  # a presigned GET of that object
     error_type: str | None = None
     error_detail: str | None = None
     duration_ms: int | None = None
     attempts: int | None = None
 
 
+def _preview_text(text: str) -> str:
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+
+
 def tool_executions(run_id: str, history: list[HistoryItem]) -> list[ToolExecution]:
+    """Every tool call of the run in call order, paired with its result; texts are previews."""
     results = {i.call_id: i for i in history if isinstance(i, ToolResult)}
     report = []
     for reply in (i for i in history if isinstance(i, AssistantMessage)):
         for index, call in enumerate(reply.tool_calls):
-            try:
-                arguments: Any = json.loads(call.arguments)
-            except ValueError:
-                arguments = call.arguments
-            result = results.get(call.id)
+            arguments: Any = _preview_text(call.arguments)
+            if len(call.arguments) <= PREVIEW_CHARS:
+                with contextlib.suppress(ValueError):  # not JSON: shown as the model sent it
+                    arguments = json.loads(call.arguments)
+            long_arguments = len(call.arguments) > PREVIEW_CHARS
             entry = ToolExecution(
-                call_id=call.id, tool=call.name, turn=reply.turn, arguments=arguments, status="pending"
+                call_id=call.id,
+                tool=call.name,
+                turn=reply.turn,
+                seq=reply.seq + 1 + index,
+                arguments=arguments,
+                arguments_chars=len(call.arguments),
+                arguments_ref=message_link(run_id, reply.seq) if long_arguments else None,
+                status="pending",
             )
+            result = results.get(call.id)
             if result is not None:
                 long = len(result.content) > PREVIEW_CHARS
                 entry = entry.model_copy(
                     update={
                         "status": result.status,
-                        "result": result.content[:PREVIEW_CHARS] + "…" if long else result.content,
+                        "result": _preview_text(result.content),
                         "result_chars": len(result.content),
-                        "result_ref": f"/runs/{run_id}/messages/{reply.seq + 1 + index}" if long else None,
+                        "result_ref": message_link(run_id, result.seq) if long else None,
                         "error_type": result.error_type,
                         "error_detail": result.error_detail,
                         "duration_ms": result.duration_ms,
@@ -57,3 +139,91 @@ def tool_executions(run_id: str, history: list[HistoryItem]) -> list[ToolExecuti
                 )
             report.append(entry)
     return report
+
+
+class RunReader:
+    """The read side of the runs API. A run is visible to the principal that started it and
+    to the admin principal; to anyone else it does not exist (the same 404 as an unknown id)."""
+
+    def __init__(self, store: HistoryStore, presign: Presigner, admin_principal: str | None = None) -> None:
+        self._store = store
+        self._presign = presign
+        self._admin = admin_principal
+
+    def _readable(self, run_id: str, caller: str) -> RunRecord:
+        record = self._store.get_run(run_id)
+        if caller != record.caller and caller != self._admin:
+            raise RunNotFoundError(run_id)
+        return record
+
+    def run(self, run_id: str, caller: str, executions_after: int = 0) -> dict[str, Any]:
+        """The run record and a page of its tool executions (those whose slot is after
+        `executions_after`); `executions_next` reads the next page."""
+        record = self._readable(run_id, caller)
+        view = {**record.model_dump(mode="json"), "cost_usd": record.usage.cost_micro_usd / 1_000_000}
+        if record.output_ref:
+            view["output_url"] = self._presign(record.output_ref)
+        executions = (
+            e for e in tool_executions(run_id, self._store.load_history(run_id)) if e.seq > executions_after
+        )
+        # The record is bounded by DynamoDB's 400 KB item; executions get what is left.
+        page, more = _fill(
+            map(self._execution_view, executions), PAGE_LIMIT, RESPONSE_BUDGET - json_size(view)
+        )
+        return {
+            "run": view,
+            "executions": page,
+            "executions_next": f"/runs/{run_id}?executions_after={page[-1]['seq']}" if more else None,
+            "links": {"self": f"/runs/{run_id}", "messages": f"/runs/{run_id}/messages"},
+        }
+
+    def _execution_view(self, execution: ToolExecution) -> dict[str, Any]:
+        if execution.full_result_ref:
+            execution = execution.model_copy(
+                update={"full_result_url": self._presign(execution.full_result_ref)}
+            )
+        cut: dict[str, int] = {}
+        view: dict[str, Any] = shorten(execution.model_dump(mode="json"), cut)
+        if cut:  # parsed arguments or an error detail were long: the messages hold them whole
+            view["truncated"] = cut
+        return view
+
+    def messages(self, run_id: str, caller: str, after: int = 0, limit: int = PAGE_LIMIT) -> dict[str, Any]:
+        """Previews of the history items after seq `after`, in order; `next` reads on."""
+        self._readable(run_id, caller)
+        previews = (message_preview(run_id, item) for item in self._store.iter_history(run_id, after))
+        page, more = _fill(previews, limit, RESPONSE_BUDGET)
+        return {
+            "messages": page,
+            "next": f"/runs/{run_id}/messages?after={page[-1]['seq']}&limit={limit}" if more else None,
+        }
+
+    def message(self, run_id: str, caller: str, seq: int) -> dict[str, Any] | None:
+        """One whole history item; when its JSON would not fit a response, a preview and a
+        presigned URL of the stored object (`url`). None if the run has no such item."""
+        self._readable(run_id, caller)
+        item = self._store.get_item(run_id, seq)
+        if item is None:
+            return None
+        whole: dict[str, Any] = HISTORY_ITEM.dump_python(item, mode="json")
+        if json_size(whole) <= RESPONSE_BUDGET:
+            return whole
+        preview = message_preview(run_id, item)
+        key = self._store.stored_message_key(run_id, seq)
+        if key is not None:
+            preview |= {"url": self._presign(key), "url_expires_in": URL_SECONDS}
+        return preview
+
+
+def _fill(entries: Iterable[dict[str, Any]], limit: int, budget: int) -> tuple[list[dict[str, Any]], bool]:
+    """Take entries while the page has fewer than `limit` and its JSON stays within `budget`
+    (one entry always, so a page makes progress); also whether any entry was left."""
+    page: list[dict[str, Any]] = []
+    used = 0
+    for entry in entries:
+        size = json_size(entry) - 1  # its quotes once, a separating comma
+        if len(page) == limit or (page and used + size > budget):
+            return page, True
+        page.append(entry)
+        used += size
+    return page, False

@@ -25,15 +25,17 @@ class RunStarter:
         self._store = store
         self._starter = starter
 
-    def start(self, request: StartRunRequest) -> RunRecord:
+    def start(self, request: StartRunRequest, caller: str) -> RunRecord:
+        """Start a run for `caller`, the request's authenticated identity (never a body field):
+        tools see it as `ToolContext.caller`, and only this principal may read the run."""
         agent = get_agent(request.agent)  # an unknown agent is the caller's error, before anything is written
         record = RunRecord(
             run_id=new_run_id(),
             agent=request.agent,
             status=RunStatus.RUNNING,
             timezone=request.timezone,
-            caller=request.caller,
-            tools=run_tools(agent, request),
+            caller=caller,
+            tools=run_tools(agent, request, caller),
         )
         if not self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt)):
             raise RuntimeError(f"run id {record.run_id} is taken")  # a fresh UUID: never expected
@@ -41,12 +43,12 @@ class RunStarter:
         return record
 
 
-def run_tools(agent: Agent, request: StartRunRequest) -> list[str] | None:
+def run_tools(agent: Agent, request: StartRunRequest, caller: str) -> list[str] | None:
     """The tools a run may use: the agent's, narrowed by its tool provider and by the caller's
     allow-list. None means all of the agent's tools."""
     chosen: set[str] | None = None
     if agent.tool_provider is not None:
-        chosen = set(agent.tool_provider(request.prompt, request.caller))
+        chosen = set(agent.tool_provider(request.prompt, caller))
     if request.tools is not None:
         unknown = sorted(set(request.tools) - set(agent.registry.names))
         if unknown:

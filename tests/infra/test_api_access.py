@@ -1,0 +1,46 @@
+"""The API function's access settings and routes in the synthesized template."""
+
+from typing import Any
+
+import pytest
+
+from infra.app import SKIP_BUNDLING
+
+ADMIN = "arn:aws:iam::123456789012:role/Operator"
+
+
+def _api_environment(template: Any) -> dict[str, Any]:
+    functions = template.find_resources("AWS::Lambda::Function")
+    api = next(
+        f for f in functions.values() if f["Properties"]["Handler"] == "functions.api.handler.lambda_handler"
+    )
+    return dict(api["Properties"]["Environment"]["Variables"])
+
+
+@pytest.mark.slow
+def test_the_admin_principal_comes_from_cdk_context(tmp_path: Any) -> None:
+    from aws_cdk import App
+    from aws_cdk.assertions import Template
+
+    from infra.stack import ToolpipeStack
+
+    app = App(outdir=str(tmp_path), context={"admin_principal": ADMIN}, post_cli_context=SKIP_BUNDLING)
+    stack = ToolpipeStack(app, "Toolpipe")
+    assert _api_environment(Template.from_stack(stack))["TOOLPIPE_ADMIN_PRINCIPAL"] == ADMIN
+
+
+def test_without_context_no_principal_reads_other_runs(template: Any) -> None:
+    assert "TOOLPIPE_ADMIN_PRINCIPAL" not in _api_environment(template)
+
+
+def test_the_messages_pages_have_a_route(template: Any) -> None:
+    resources = template.find_resources("AWS::ApiGateway::Resource")
+    assert {r["Properties"]["PathPart"] for r in resources.values()} >= {
+        "runs",
+        "{run_id}",
+        "messages",
+        "{seq}",
+    }
+    messages = next(name for name, r in resources.items() if r["Properties"]["PathPart"] == "messages")
+    methods = template.find_resources("AWS::ApiGateway::Method")
+    assert any(m["Properties"]["ResourceId"] == {"Ref": messages} for m in methods.values())
