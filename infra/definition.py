@@ -50,6 +50,7 @@ def build_definition() -> dict[str, Any]:
                         "run_id.$": "$.run_id",
                         "results.$": "$.results",
                         "state_machine_arn.$": "$$.StateMachine.Id",
+                        "execution.$": "$$.Execution.Name",
                     },
                 },
                 "ResultSelector": {"decision.$": "$.Payload"},

@@ -191,6 +191,7 @@ class StepRequest(BaseModel):
     # `$$.StateMachine.Id`: where a long run continues. From the execution's context, since
     # the orchestrator's own settings cannot name the state machine that names it.
     state_machine_arn: str | None = None
+    execution: str | None = None  # `$$.Execution.Name`
 
 
 class FailRequest(BaseModel):

@@ -249,7 +249,10 @@ class LocalRuntime:
         deadline = time.monotonic() + timeout
         while True:
             execution = self.current_execution(run_id)
-            described = self.sfn.describe_execution(executionArn=self.execution_arn(run_id, execution))
+            try:
+                described = self.sfn.describe_execution(executionArn=self.execution_arn(run_id, execution))
+            except self.sfn.exceptions.ExecutionDoesNotExist:
+                described = {"status": "RUNNING"}  # recorded as next, about to start
             if described["status"] != "RUNNING" and self.current_execution(run_id) == execution:
                 return dict(described)
             if time.monotonic() > deadline:

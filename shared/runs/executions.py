@@ -28,6 +28,11 @@ def run_id_of(execution_name: str) -> str:
     return execution_name.rsplit("--", 1)[0]
 
 
+def execution_number(execution_name: str) -> int:
+    _, _, suffix = execution_name.rpartition("--")
+    return int(suffix) if "--" in execution_name and suffix.isdigit() else 1
+
+
 def event_budget() -> int:
     return int(os.environ.get("TOOLPIPE_EXECUTION_EVENT_BUDGET", DEFAULT_EVENT_BUDGET))
 

@@ -34,7 +34,7 @@ from shared.messages import (
 from shared.model import ModelClient, ModelReply, to_openai_messages
 from shared.runs import children
 from shared.runs.calls import assign_call_ids, result_slot
-from shared.runs.executions import needs_fresh_execution
+from shared.runs.executions import execution_number, needs_fresh_execution
 from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.runs.rules import (
     budget_reached,
@@ -84,6 +84,15 @@ class ModelStep:
         run = self._store.get_run(request.run_id)
         if run.status is not RunStatus.RUNNING:
             return Decision(status=ended_status(run.status), turn=run.turn)
+        if (
+            request.execution
+            and request.state_machine_arn
+            and execution_number(request.execution) < run.execution
+        ):
+            # This execution already handed the run on and died before returning: make sure
+            # the next one runs (starting it again does nothing), and end this one.
+            self._starters(request.state_machine_arn).start(run.run_id, run.execution)
+            return Decision(status=DecisionStatus.CONTINUED, turn=run.turn)
         step = _Step(run, get_agent(run.agent), self._store.load_history(run.run_id))
         children.heartbeat_parent(self._store, self._reporter, run)
         reply = step.last_reply

@@ -51,6 +51,7 @@ def test_only_ids_travel_through_the_state_machine() -> None:
         "run_id.$": "$.run_id",
         "results.$": "$.results",
         "state_machine_arn.$": "$$.StateMachine.Id",
+        "execution.$": "$$.Execution.Name",
     }
     assert dispatch["TimeoutSecondsPath"] and dispatch["HeartbeatSecondsPath"] and dispatch["Catch"]
 

@@ -358,3 +358,19 @@ def test_run_state_past_its_item_limit_is_the_tools_error_not_a_crash(
     result = store.get_item("r1", 3)
     assert isinstance(result, ToolResult) and "a run keeps at most 300000" in result.content
     assert store.load_state("r1") == {}
+
+
+def test_a_step_of_an_execution_that_already_handed_the_run_on_restarts_the_next_one(
+    model: ScriptedModelServer,
+) -> None:
+    store = MemoryHistoryStore()
+    _run(store)
+    store.set_execution("r1", 2, 0)  # recorded, then the step died before starting it
+    starter = Starter()
+
+    decision = _step(store, model, starter).step(
+        StepRequest(run_id="r1", state_machine_arn="arn:sm", execution="r1"), _deadline()
+    )
+
+    assert decision.status is DecisionStatus.CONTINUED and starter.started == [("r1", 2)]
+    assert model.requests == []
