@@ -10,6 +10,8 @@ of an execution stays near 1 KB whatever the tools return (Step Functions caps i
 import json
 from typing import Any
 
+from infra import limits
+
 ORCHESTRATOR_ARN = "OrchestratorFunctionArn"
 TOOL_QUEUE_URL = "ToolQueueUrl"
 SUBSTITUTIONS = (ORCHESTRATOR_ARN, TOOL_QUEUE_URL)
@@ -34,6 +36,8 @@ def build_definition() -> dict[str, Any]:
     return {
         "Comment": "toolpipe: model step, tool calls fanned out over SQS, loop until a plain answer",
         "StartAt": "Start",
+        # Ends with TIMED_OUT, which the execution-status rule turns into a failed run.
+        "TimeoutSeconds": limits.EXECUTION_TIMEOUT_SECONDS,
         "States": {
             "Start": {
                 "Type": "Pass",

@@ -143,6 +143,9 @@ class ToolpipeStack(Stack):
             [deps, model_deps],
             OPENAI_API_KEY_SECRET_ARN=model_key.secret_arn,
             TOOLPIPE_MODEL=model_name,
+            # Set here, not left to defaults: they must agree with the queue's (infra/limits.py).
+            TOOLPIPE_CALL_TIMEOUT_SECONDS=str(limits.CALL_TIMEOUT_SECONDS),
+            TOOLPIPE_CALL_HEARTBEAT_SECONDS=str(limits.CALL_HEARTBEAT_SECONDS),
             **({"OPENAI_BASE_URL": model_base_url} if model_base_url else {}),
         )
         worker = function(
@@ -150,6 +153,7 @@ class ToolpipeStack(Stack):
             "functions.tool_worker.handler.lambda_handler",
             limits.WORKER_TIMEOUT_SECONDS,
             [deps],
+            TOOLPIPE_HEARTBEAT_EVERY=str(limits.HEARTBEAT_EVERY_SECONDS),
         )
         worker.add_event_source(
             # Batch size 1: every tool call runs in its own invocation.

@@ -53,7 +53,7 @@ def test_tool_queue_has_a_dlq_and_six_times_the_worker_timeout(template: Any) ->
     template.has_resource_properties(
         "AWS::SQS::Queue",
         {
-            "VisibilityTimeout": 6 * limits.WORKER_TIMEOUT_SECONDS,
+            "VisibilityTimeout": limits.QUEUE_VISIBILITY_SECONDS,
             "RedrivePolicy": {"deadLetterTargetArn": {"Fn::GetAtt": [dlq, "Arn"]}, "maxReceiveCount": 3},
             "SqsManagedSseEnabled": True,
         },
