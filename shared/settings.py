@@ -7,7 +7,7 @@ with a message that names it, not at the first AWS call.
 import os
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shared.errors import ConfigurationError
 
@@ -85,3 +85,16 @@ class WorkerSettings(_EnvSettings):
     env_names: ClassVar[dict[str, str]] = {"heartbeat_every": "TOOLPIPE_HEARTBEAT_EVERY"}
     # Well below the state's heartbeat timeout (900 s), so one lost beat does not fail the call.
     heartbeat_every: float = 60.0
+
+
+# Of Step Functions' 25,000 events an execution may write: the rest is headroom for events the
+# bound in shared/agents/agent.py does not model.
+EXECUTION_EVENT_BUDGET = 20_000
+
+
+class ExecutionBudget(_EnvSettings):
+    """How many history events one execution may write before its run continues in a fresh one
+    (`TOOLPIPE_EXECUTION_EVENT_BUDGET`: tests lower it to see continuations)."""
+
+    env_names: ClassVar[dict[str, str]] = {"event_budget": "TOOLPIPE_EXECUTION_EVENT_BUDGET"}
+    event_budget: int = Field(default=EXECUTION_EVENT_BUDGET, ge=1, le=25_000)
