@@ -9,6 +9,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from infra.local.lambdas import LocalContext, call_handler
 from infra.local.scripted_model import Reply
 from shared.agents import AGENTS, Agent, agent_tool
 from shared.tools import tool
-from tests.conftest import TEST_AGENT, Pipeline, call
+from tests.conftest import TEST_AGENT, Pipeline, _pipeline, call
 
 ORCHESTRATOR = "functions.orchestrator.handler.lambda_handler"
 RELEASE = threading.Event()
@@ -36,7 +37,7 @@ def hold(label: str) -> str:
     return f"released {label}"
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def holding(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Calls of `hold` stay in flight until the test is over (released before the runtime stops)."""
     monkeypatch.setitem(AGENTS, "tester", dataclasses.replace(TEST_AGENT, tools=[*TEST_AGENT.tools, hold]))
@@ -58,7 +59,7 @@ def _stop(pipeline: Pipeline, run_id: str) -> None:
     )
 
 
-def test_a_run_stopped_by_hand_is_failed_with_the_reason(pipeline: Pipeline) -> None:
+def test_a_run_stopped_by_hand_is_failed_with_the_reason(pipeline: Pipeline, holding: None) -> None:
     pipeline.script(Reply(tool_calls=[call("hold", label="x")]), Reply(content="never asked"))
     run_id = pipeline.start("take your time")
     _wait_until_waiting_on_a_call(pipeline, run_id)
@@ -73,7 +74,7 @@ def test_a_run_stopped_by_hand_is_failed_with_the_reason(pipeline: Pipeline) -> 
 
 
 @pytest.fixture
-def slow_helper(monkeypatch: pytest.MonkeyPatch) -> Agent:
+def slow_helper(holding: None, monkeypatch: pytest.MonkeyPatch) -> Agent:
     child = Agent(name="helper", instructions="You wait.", tools=[hold])
     monkeypatch.setitem(AGENTS, "helper", child)
     parent = dataclasses.replace(AGENTS["tester"], tools=[*AGENTS["tester"].tools, agent_tool("helper")])
@@ -117,6 +118,30 @@ def test_stopping_a_child_run_answers_the_parents_call(pipeline: Pipeline, slow_
     assert status == 200 and child["run"]["status"] == "failed"
 
 
+def test_a_run_left_running_at_shutdown_is_failed_not_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`toolpipe run` interrupted: the runtime stops what still runs, and the saved run says so."""
+    monkeypatch.setitem(AGENTS, "tester", dataclasses.replace(TEST_AGENT, tools=[*TEST_AGENT.tools, hold]))
+    RELEASE.clear()
+    try:
+        for pipeline in _pipeline(state_dir=tmp_path):
+            pipeline.script(Reply(tool_calls=[call("hold", label="x")]))
+            run_id = pipeline.start("never finishes")
+            _wait_until_waiting_on_a_call(pipeline, run_id)
+            pipeline.runtime.drain_seconds = 0.1
+    finally:
+        RELEASE.set()
+    for pipeline in _pipeline(state_dir=tmp_path):
+        code, body = pipeline.runtime.api("GET", f"/runs/{run_id}")
+
+    assert code == 200
+    assert (body["run"]["status"], body["run"]["error"]) == (
+        "failed",
+        "execution aborted (stopped outside the run)",
+    )
+
+
 def test_a_run_the_model_step_already_ended_keeps_its_ending(pipeline: Pipeline) -> None:
     """The rule also sees executions our own Catch failed, and repeated events: no change."""
     pipeline.script(Reply(content="all done"))
@@ -139,7 +164,7 @@ def test_a_run_the_model_step_already_ended_keeps_its_ending(pipeline: Pipeline)
         ("FAILED", "execution failed outside the model step (see its Step Functions history)"),
     ],
 )
-def test_each_ending_names_its_reason(pipeline: Pipeline, status: str, error: str) -> None:
+def test_each_ending_names_its_reason(pipeline: Pipeline, holding: None, status: str, error: str) -> None:
     pipeline.script(Reply(tool_calls=[call("hold", label="x")]), Reply(content="never asked"))
     run_id = pipeline.start("take your time")
     _wait_until_waiting_on_a_call(pipeline, run_id)
