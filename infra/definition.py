@@ -10,6 +10,8 @@ of an execution stays near 1 KB whatever the tools return (Step Functions caps i
 import json
 from typing import Any
 
+from infra import limits
+
 ORCHESTRATOR_ARN = "OrchestratorFunctionArn"
 TOOL_QUEUE_URL = "ToolQueueUrl"
 SUBSTITUTIONS = (ORCHESTRATOR_ARN, TOOL_QUEUE_URL)
@@ -25,6 +27,49 @@ _LAMBDA_TRANSIENT = [
 ]
 
 
+# The EventBridge rule on this state machine's execution status changes, described once: the
+# stack builds the rule from it and the local runtime applies it to the events it emits.
+# An execution that ends FAILED, TIMED_OUT or ABORTED may have ended where no state of its own
+# could record it (stopped by hand, the whole execution timed out): the orchestrator fails the run.
+EXECUTION_ENDED_SOURCE = "aws.states"
+EXECUTION_ENDED_DETAIL_TYPE = "Step Functions Execution Status Change"
+EXECUTION_ENDED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
+EXECUTION_ENDED_ACTION = "execution_ended"
+# Request field -> path in the event, as the rule's input transformer reads it.
+EXECUTION_ENDED_PATHS = {"execution": "$.detail.name", "status": "$.detail.status"}
+
+
+def execution_ended_pattern(state_machine_arn: str) -> dict[str, Any]:
+    return {
+        "source": [EXECUTION_ENDED_SOURCE],
+        "detail-type": [EXECUTION_ENDED_DETAIL_TYPE],
+        "detail": {"stateMachineArn": [state_machine_arn], "status": list(EXECUTION_ENDED_STATUSES)},
+    }
+
+
+def matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
+    """EventBridge matching for the patterns above: every field's value is one of those listed."""
+    for name, wanted in pattern.items():
+        value = event.get(name)
+        if isinstance(wanted, dict):
+            if not isinstance(value, dict) or not matches(wanted, value):
+                return False
+        elif value not in wanted:
+            return False
+    return True
+
+
+def execution_ended_request(event: dict[str, Any]) -> dict[str, Any]:
+    """What the rule's input transformer makes of `event`: the orchestrator's request."""
+    request: dict[str, Any] = {"action": EXECUTION_ENDED_ACTION}
+    for name, path in EXECUTION_ENDED_PATHS.items():
+        value: Any = event
+        for key in path.removeprefix("$.").split("."):
+            value = value[key]
+        request[name] = value
+    return request
+
+
 def _ref(name: str) -> str:
     return "${" + name + "}"
 
@@ -34,6 +79,8 @@ def build_definition() -> dict[str, Any]:
     return {
         "Comment": "toolpipe: model step, tool calls fanned out over SQS, loop until a plain answer",
         "StartAt": "Start",
+        # Ends with TIMED_OUT, which the execution-status rule turns into a failed run.
+        "TimeoutSeconds": limits.EXECUTION_TIMEOUT_SECONDS,
         "States": {
             "Start": {
                 "Type": "Pass",

@@ -2,10 +2,13 @@
 Standard state machine from `infra.definition`, and a REST API."""
 
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import Acknowledgment, CfnOutput, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -17,7 +20,14 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra import bundling, limits
-from infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json
+from infra.definition import (
+    EXECUTION_ENDED_ACTION,
+    EXECUTION_ENDED_PATHS,
+    ORCHESTRATOR_ARN,
+    TOOL_QUEUE_URL,
+    definition_json,
+    execution_ended_pattern,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 # One code asset for every function: our source only; dependencies come from layers.
@@ -143,6 +153,9 @@ class ToolpipeStack(Stack):
             [deps, model_deps],
             OPENAI_API_KEY_SECRET_ARN=model_key.secret_arn,
             TOOLPIPE_MODEL=model_name,
+            # Set here, not left to defaults: they must agree with the queue's (infra/limits.py).
+            TOOLPIPE_CALL_TIMEOUT_SECONDS=str(limits.CALL_TIMEOUT_SECONDS),
+            TOOLPIPE_CALL_HEARTBEAT_SECONDS=str(limits.CALL_HEARTBEAT_SECONDS),
             **({"OPENAI_BASE_URL": model_base_url} if model_base_url else {}),
         )
         worker = function(
@@ -150,6 +163,7 @@ class ToolpipeStack(Stack):
             "functions.tool_worker.handler.lambda_handler",
             limits.WORKER_TIMEOUT_SECONDS,
             [deps],
+            TOOLPIPE_HEARTBEAT_EVERY=str(limits.HEARTBEAT_EVERY_SECONDS),
         )
         worker.add_event_source(
             # Batch size 1: every tool call runs in its own invocation.
@@ -191,6 +205,7 @@ class ToolpipeStack(Stack):
         worker.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
         # A policy of its own, not the role's default one: the function depends on its default
         # policy and the state machine on the function, so a grant there would be a cycle.
+        # It answers a parent run's task, and starts the fresh execution a long run continues in.
         iam.Policy(
             self,
             "OrchestratorAnswersParentTasks",
@@ -199,7 +214,8 @@ class ToolpipeStack(Stack):
                 iam.PolicyStatement(
                     actions=["states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"],
                     resources=[machine.state_machine_arn],
-                )
+                ),
+                iam.PolicyStatement(actions=["states:StartExecution"], resources=[machine.state_machine_arn]),
             ],
         )
         machine.grant_start_execution(api_fn)
@@ -209,6 +225,7 @@ class ToolpipeStack(Stack):
         if admin_principal:
             api_fn.add_environment("TOOLPIPE_ADMIN_PRINCIPAL", str(admin_principal))
 
+        self._fail_runs_of_ended_executions(machine, orchestrator)
         api = self._rest_api(api_fn)
 
         for fn in (orchestrator, worker, api_fn):
@@ -243,6 +260,50 @@ class ToolpipeStack(Stack):
         CfnOutput(self, "TableName", value=table.table_name)
         CfnOutput(self, "ModelApiKeySecretArn", value=model_key.secret_arn)
         CfnOutput(self, "ToolDeadLetterQueueUrl", value=dlq.queue_url)
+
+    def _fail_runs_of_ended_executions(
+        self, machine: sfn.StateMachine, orchestrator: lambda_.IFunction
+    ) -> None:
+        """An execution stopped by hand, or past its own timeout, ends where no state of it can
+        mark its run: an EventBridge rule hands each such ending to the orchestrator, whose
+        failure path (the one the state machine's Catch uses) is idempotent and answers a
+        parent's call for a child run. The orchestrator, not a function of its own: it already
+        has that path, the table and the right to answer parent tasks."""
+        dead_letters = sqs.Queue(
+            self,
+            "ExecutionEndedDeadLetters",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+        )
+        acknowledge(
+            dead_letters,
+            id="AwsSolutions-SQS3",
+            reason="This queue is itself the dead-letter queue of the execution-ended rule's target.",
+        )
+        request = {"action": EXECUTION_ENDED_ACTION} | {
+            name: events.EventField.from_path(path) for name, path in EXECUTION_ENDED_PATHS.items()
+        }
+        events.Rule(
+            self,
+            "ExecutionEnded",
+            description="Fail the run of a toolpipe execution that ended FAILED, TIMED_OUT or ABORTED",
+            event_pattern=events.EventPattern(
+                **_pattern_kwargs(execution_ended_pattern(machine.state_machine_arn))
+            ),
+            targets=[
+                targets.LambdaFunction(
+                    orchestrator,
+                    event=events.RuleTargetInput.from_object(request),
+                    dead_letter_queue=dead_letters,
+                    # A failed attempt is a throttle or an outage: retry for a day, then keep the
+                    # event in the DLQ for an operator (the run stays "running" until then).
+                    retry_attempts=185,
+                    max_event_age=Duration.hours(24),
+                )
+            ],
+        )
+        CfnOutput(self, "ExecutionEndedDeadLetterQueueUrl", value=dead_letters.queue_url)
 
     def _rest_api(self, handler: lambda_.IFunction) -> apigw.RestApi:
         access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=logs.RetentionDays.ONE_MONTH)
@@ -339,3 +400,8 @@ class ToolpipeStack(Stack):
             reason="API Gateway's account-level CloudWatch role uses the AWS managed push-to-logs policy.",
         )
         return api
+
+
+def _pattern_kwargs(pattern: dict[str, Any]) -> dict[str, Any]:
+    """An EventBridge pattern as `events.EventPattern` keyword arguments."""
+    return {name.replace("-", "_"): value for name, value in pattern.items()}

@@ -202,10 +202,6 @@ class FailRequest(BaseModel):
     error: dict[str, Any] = Field(default_factory=dict)
 
 
-OrchestratorRequest = Annotated[StepRequest | FailRequest, Field(discriminator="action")]
-ORCHESTRATOR_REQUEST: TypeAdapter[OrchestratorRequest] = TypeAdapter(OrchestratorRequest)
-
-
 class ToolCallMessage(BaseModel):
     """SQS body for one tool call. The task token is a bearer credential: never log it."""
 
@@ -274,3 +270,30 @@ class StartRunRequest(BaseModel):
                     {"zone": repr(value)},
                 ) from e
         return value
+
+
+# Why an execution ended outside the state machine's own Catch, as the run's error reads it.
+_EXECUTION_ENDED_REASONS = {
+    "ABORTED": "execution aborted (stopped outside the run)",
+    "TIMED_OUT": "execution timed out (it passed the state machine's TimeoutSeconds)",
+    "FAILED": "execution failed outside the model step (see its Step Functions history)",
+}
+
+
+class ExecutionEndedRequest(BaseModel):
+    """Orchestrator input from the EventBridge rule on the state machine's execution status
+    changes: an execution ended FAILED, TIMED_OUT or ABORTED, perhaps where no state of its
+    own could record it (stopped by hand, the whole execution timed out)."""
+
+    action: Literal["execution_ended"]
+    execution: str = Field(description="The execution's name: the run id, or `<run_id>--<n>`.")
+    status: Literal["FAILED", "TIMED_OUT", "ABORTED"]
+
+    def reason(self) -> str:
+        return _EXECUTION_ENDED_REASONS[self.status]
+
+
+OrchestratorRequest = Annotated[
+    StepRequest | FailRequest | ExecutionEndedRequest, Field(discriminator="action")
+]
+ORCHESTRATOR_REQUEST: TypeAdapter[OrchestratorRequest] = TypeAdapter(OrchestratorRequest)

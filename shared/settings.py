@@ -7,7 +7,7 @@ with a message that names it, not at the first AWS call.
 import os
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shared.errors import ConfigurationError
 
@@ -67,21 +67,23 @@ class StateMachineSettings(_EnvSettings):
 class CallTimeouts(_EnvSettings):
     """Per-call limits the state machine reads from each decision (`TimeoutSecondsPath`).
 
-    Timeout: three SQS deliveries of the worker's full run fit inside it. Heartbeat: above the
-    queue's visibility timeout, so a crashed delivery is redelivered before the task gives up.
+    Heartbeat: a visibility timeout (720 s) plus a margin, so a crashed delivery is redelivered,
+    and beats again, before the task gives up. Timeout: every delivery (3 x 720 s) and the last
+    one's heartbeat timeout fit inside it. The stack sets both from `infra/limits.py`; these
+    defaults are the same numbers (a test holds them equal).
     """
 
     env_names: ClassVar[dict[str, str]] = {
         "timeout_seconds": "TOOLPIPE_CALL_TIMEOUT_SECONDS",
         "heartbeat_seconds": "TOOLPIPE_CALL_HEARTBEAT_SECONDS",
     }
-    timeout_seconds: int = 3600
+    timeout_seconds: int = 3060
     heartbeat_seconds: int = 900
 
 
 class WorkerSettings(_EnvSettings):
     env_names: ClassVar[dict[str, str]] = {"heartbeat_every": "TOOLPIPE_HEARTBEAT_EVERY"}
-    # Well below the state's heartbeat timeout, so one lost beat does not fail the call.
+    # Well below the state's heartbeat timeout (900 s), so one lost beat does not fail the call.
     heartbeat_every: float = 60.0
 
 
@@ -91,3 +93,16 @@ class ApiSettings(_EnvSettings):
 
     env_names: ClassVar[dict[str, str]] = {"admin_principal": "TOOLPIPE_ADMIN_PRINCIPAL"}
     admin_principal: str | None = None
+
+
+# Of Step Functions' 25,000 events an execution may write: the rest is headroom for events the
+# bound in shared/agents/agent.py does not model.
+EXECUTION_EVENT_BUDGET = 20_000
+
+
+class ExecutionBudget(_EnvSettings):
+    """How many history events one execution may write before its run continues in a fresh one
+    (`TOOLPIPE_EXECUTION_EVENT_BUDGET`: tests lower it to see continuations)."""
+
+    env_names: ClassVar[dict[str, str]] = {"event_budget": "TOOLPIPE_EXECUTION_EVENT_BUDGET"}
+    event_budget: int = Field(default=EXECUTION_EVENT_BUDGET, ge=1, le=25_000)

@@ -6,8 +6,10 @@ from typing import Any
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.messages import ORCHESTRATOR_REQUEST, FailRequest
+from shared.errors import RunNotFoundError
+from shared.messages import ORCHESTRATOR_REQUEST, ExecutionEndedRequest, FailRequest
 from shared.runs import ModelStep, monotonic_deadline
+from shared.runs.executions import run_id_of
 from shared.runs.factory import build_model_step
 from shared.settings import CallTimeouts, ModelSettings, StoreSettings
 
@@ -27,6 +29,8 @@ def service() -> ModelStep:
 @tracer.capture_lambda_handler(capture_response=False)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = ORCHESTRATOR_REQUEST.validate_python(event)
+    if isinstance(request, ExecutionEndedRequest):
+        return execution_ended(request)
     logger.append_keys(run_id=request.run_id)
     if isinstance(request, FailRequest):
         service().fail(request)
@@ -35,3 +39,21 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     decision = service().step(request, monotonic_deadline(context.get_remaining_time_in_millis()))
     logger.info("model step", status=decision.status.value, turn=decision.turn, calls=len(decision.calls))
     return decision.model_dump(mode="json")
+
+
+def execution_ended(request: ExecutionEndedRequest) -> dict[str, Any]:
+    """An execution ended badly: fail its run, unless a state of the execution already ended it.
+
+    The same path as the state machine's own Catch, so a repeated event, or one for a run the
+    model step already finished, changes nothing, and a child run answers its parent's call.
+    """
+    run_id = run_id_of(request.execution)
+    logger.append_keys(run_id=run_id)
+    try:
+        service().fail(FailRequest(action="fail", run_id=run_id, error={"Error": request.reason()}))
+    except RunNotFoundError:
+        # An execution started by hand, not by a run: nothing to mark, and retrying won't help.
+        logger.warning("ended execution has no run", execution=request.execution, status=request.status)
+        return {"status": "ignored"}
+    logger.warning("run's execution ended", status=request.status)
+    return {"status": "failed"}

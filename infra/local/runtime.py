@@ -22,8 +22,16 @@ import boto3
 from moto import mock_aws
 
 from infra import limits
-from infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json, substitute
-from infra.local import lambdas, serial
+from infra.definition import (
+    ORCHESTRATOR_ARN,
+    TOOL_QUEUE_URL,
+    definition_json,
+    execution_ended_pattern,
+    execution_ended_request,
+    matches,
+    substitute,
+)
+from infra.local import execution_events, lambdas, serial
 from infra.local.workers import WorkerPool
 from shared.runs.executions import execution_name
 
@@ -89,7 +97,9 @@ class LocalRuntime:
         self._mock.start()
         lambdas.install()
         serial.install()
+        execution_events.install()
         self._create_resources()
+        execution_events.subscribe(self.state_machine_arn, self._execution_status_changed)
         self._cold_start()
         if self._state_dir is not None:
             self._load_state(self._state_dir)
@@ -111,6 +121,7 @@ class LocalRuntime:
             if self._state_dir is not None:
                 self._save_state(self._state_dir)
         finally:
+            execution_events.unsubscribe(self.state_machine_arn)
             self._mock.stop()
             for name, value in self._saved_env.items():
                 if value is None:
@@ -229,6 +240,19 @@ class LocalRuntime:
         payload = response.get("body")
         return int(response["statusCode"]), json.loads(payload) if payload else None
 
+    # --- the execution-status rule, as EventBridge would apply it ---------------------------
+
+    def _execution_status_changed(self, event: dict[str, Any]) -> None:
+        """The stack's rule: an execution of this state machine that ended badly fails its run."""
+        if matches(execution_ended_pattern(self.state_machine_arn), event):
+            lambdas.call_handler(
+                ORCHESTRATOR_HANDLER,
+                execution_ended_request(event),
+                lambdas.LocalContext(
+                    function_name="orchestrator", timeout_seconds=limits.ORCHESTRATOR_TIMEOUT_SECONDS
+                ),
+            )
+
     # --- runs ------------------------------------------------------------------------------
 
     def execution_arn(self, run_id: str, execution: int = 1) -> str:
@@ -253,27 +277,40 @@ class LocalRuntime:
                 described = self.sfn.describe_execution(executionArn=self.execution_arn(run_id, execution))
             except self.sfn.exceptions.ExecutionDoesNotExist:
                 described = {"status": "RUNNING"}  # recorded as next, about to start
-            if described["status"] != "RUNNING" and self.current_execution(run_id) == execution:
+            # An execution that ended badly is also handed to the status-change rule: wait for it
+            # too, so the run record is final when this returns.
+            if (
+                described["status"] != "RUNNING"
+                and self.current_execution(run_id) == execution
+                and execution_events.idle(self.state_machine_arn, max(0.0, deadline - time.monotonic()))
+            ):
                 return dict(described)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} still running after {timeout} s")
             time.sleep(0.02)
 
-    def drain(self, timeout: float) -> None:
+    def drain(self, timeout: float, grace: float = 5.0) -> None:
+        """Let running executions finish; after `timeout`, stop them and give them `grace`."""
         deadline = time.monotonic() + timeout
+        stopped = False
         while True:
             running = self.sfn.list_executions(
                 stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
             )["executions"]
             if not running:
-                return
+                break
             if time.monotonic() > deadline:
+                if stopped:
+                    break
                 for execution in running:
                     self.sfn.stop_execution(
                         executionArn=execution["executionArn"], cause="local runtime shut down"
                     )
-                return
+                stopped, deadline = True, time.monotonic() + grace
             time.sleep(0.05)
+        # A stopped (or failed) execution's run is marked failed by the status-change rule:
+        # let that finish before the mock goes away and the state is saved.
+        execution_events.idle(self.state_machine_arn, timeout=grace)
 
     def execution_events(self, run_id: str) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []

@@ -1,6 +1,6 @@
 """The agents a deployment knows, by name. Register yours in `AGENTS`."""
 
-from shared.agents.agent import Agent, ModelPrice, ToolProvider, history_events
+from shared.agents.agent import Agent, ModelPrice, ToolProvider, execution_events_bound, worst_turn_events
 from shared.agents.agent_tool import agent_tool
 from shared.agents.assistant import assistant
 from shared.agents.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
@@ -27,6 +27,7 @@ __all__ = [
     "ModelPrice",
     "ToolProvider",
     "agent_tool",
+    "execution_events_bound",
     "get_agent",
-    "history_events",
+    "worst_turn_events",
 ]

@@ -9,20 +9,51 @@ from pydantic import BaseModel
 
 from shared.agents.hooks import Hooks
 from shared.errors import DefinitionError
+from shared.settings import EXECUTION_EVENT_BUDGET
 from shared.tools import Tool, ToolRegistry
 
-# Step Functions caps an execution at 25,000 history events. Measured on the state machine
-# as built (tests/e2e/test_limits.py measures them again): a run costs 13 events, each turn
-# with tool calls 11 more, and each call 8 more.
+# Step Functions caps an execution at 25,000 history events; a run whose execution nears its
+# budget continues in a fresh execution. Measured on the state machine as built (moto's
+# interpreter; tests/e2e/test_limits.py measures each again):
 HISTORY_EVENT_LIMIT = 25_000
-EVENTS_PER_RUN = 13
-EVENTS_PER_TURN = 11
-EVENTS_PER_CALL = 8
+EVENTS_PER_RUN = 13  # start, the last model step, Done
+EVENTS_PER_TURN = 11  # a model step that dispatched calls, and its Map
+EVENTS_PER_CALL = 8  # one call its worker answered
+EVENTS_PER_STEP_RETRY = 3  # a failed Lambda attempt: TaskFailed, TaskScheduled, TaskStarted
+EVENTS_PER_FAILED_CALL = 2  # more, when the task times out or misses a heartbeat: the Catch's CallFailed
+EVENTS_PER_FAILED_ENDING = 2  # more, when the run ends through MarkFailed instead of Done
+# Heartbeats write no history events. The definition's retriers, at most (a test holds these
+# to infra/definition.py): CallModel 6 transient Lambda errors + 2 ModelCallError; MarkFailed 6.
+MODEL_STEP_RETRIES = 8
+MARK_FAILED_RETRIES = 6
 
 
-def history_events(iterations: int, calls_per_turn: int) -> int:
-    """The most events a run of this agent can write to its execution history."""
-    return EVENTS_PER_RUN + iterations * (EVENTS_PER_TURN + EVENTS_PER_CALL * calls_per_turn)
+def worst_turn_events(calls: int) -> int:
+    """The most events one turn with `calls` dispatched calls can write: its model step retried
+    as often as the definition allows, and every call ended by its timeout's Catch."""
+    return (
+        EVENTS_PER_TURN
+        + MODEL_STEP_RETRIES * EVENTS_PER_STEP_RETRY
+        + calls * (EVENTS_PER_CALL + EVENTS_PER_FAILED_CALL)
+    )
+
+
+def execution_events_bound(turn_calls: list[int]) -> int:
+    """An upper bound of the events an execution will have written once it ends, given the
+    number of dispatched calls in each turn it ran: those turns at their worst (see
+    `worst_turn_events`), plus the worst way to end from here (one more model step retried to
+    the limit, then MarkFailed retried to the limit).
+
+    Before each model step, a run whose `execution_events_bound(turns) +
+    worst_turn_events(agent.max_calls_per_turn)` passes the budget continues in a fresh execution.
+    """
+    ending = (
+        EVENTS_PER_RUN
+        + MODEL_STEP_RETRIES * EVENTS_PER_STEP_RETRY
+        + EVENTS_PER_FAILED_ENDING
+        + MARK_FAILED_RETRIES * EVENTS_PER_STEP_RETRY
+    )
+    return ending + sum(worst_turn_events(calls) for calls in turn_calls)
 
 
 @dataclass(frozen=True)
@@ -80,11 +111,12 @@ class Agent:
             )
         if self.max_cost_usd is not None and self.price is None:
             raise DefinitionError(f"agent '{self.name}': max_cost_usd needs a price to count cost with")
-        worst = history_events(self.max_iterations, self.max_calls_per_turn)
-        if worst > HISTORY_EVENT_LIMIT:
+        # Long runs continue in fresh executions, but one turn cannot be split across two.
+        worst = execution_events_bound([self.max_calls_per_turn])
+        if worst > EXECUTION_EVENT_BUDGET:
             raise DefinitionError(
-                f"agent '{self.name}': {self.max_iterations} turns of {self.max_calls_per_turn} calls could write "
-                f"{worst} Step Functions history events; the limit is {HISTORY_EVENT_LIMIT}"
+                f"agent '{self.name}': one turn of {self.max_calls_per_turn} calls could write {worst} Step "
+                f"Functions history events; one execution's budget is {EXECUTION_EVENT_BUDGET}"
             )
         # Fails at import, not mid-run, when two tools share a name.
         object.__setattr__(self, "registry", ToolRegistry(self.tools, self.tool_timeout_seconds))

@@ -1,57 +1,56 @@
-"""A run's executions: named after the run, and renewed before one nears Step Functions'
-limit of 25,000 history events."""
+"""A run's Step Functions executions: how they are named, and when a run continues in a fresh one.
 
-import os
+The first execution of a run is named after the run, so a second start of the same run is
+refused by Step Functions. A long run continues in fresh executions (each with its own
+25,000-event history): the n-th is `<run_id>--<n>`, n = 2, 3, ... Run ids never contain
+`--`, so the run id is everything before the last one.
+"""
 
-from shared.agents import Agent
+from shared.agents import Agent, execution_events_bound, worst_turn_events
 from shared.messages import AssistantMessage, HistoryItem, RunRecord
+from shared.settings import ExecutionBudget
 
-HISTORY_EVENT_LIMIT = 25_000
-# Measured on the state machine as built (tests/e2e/test_limits.py measures them again).
-EVENTS_PER_RUN = 13
-EVENTS_PER_TURN = 11
-EVENTS_PER_CALL = 8
-# What retries and timeouts can add at worst: the model step retried (6 Lambda-service + 2
-# model-endpoint retries, 5 events each) and each call failing through its Catch (3 events).
-EVENTS_PER_TURN_RETRIES = 8 * 5
-EVENTS_PER_CALL_FAILURE = 3
-# Below the limit, so the step that decides to continue always fits.
-DEFAULT_EVENT_BUDGET = 20_000
+SEPARATOR = "--"
+# Step Functions execution names: 1-80 characters.
+MAX_NAME_LENGTH = 80
 
 
-def execution_name(run_id: str, execution: int) -> str:
-    """The first execution is named after the run; the ones it continues in get a suffix."""
-    return run_id if execution == 1 else f"{run_id}--{execution}"
+def execution_name(run_id: str, n: int = 1) -> str:
+    """The name of the `n`-th execution of `run_id` (1 is the first).
+
+    Raises:
+        ValueError: `run_id` contains the separator, `n` is below 1, or the name is too long.
+    """
+    if SEPARATOR in run_id:
+        raise ValueError(f"run id {run_id!r} contains {SEPARATOR!r}")
+    if n < 1:
+        raise ValueError(f"execution number {n} is below 1")
+    name = run_id if n == 1 else f"{run_id}{SEPARATOR}{n}"
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"execution name {name!r} is longer than {MAX_NAME_LENGTH} characters")
+    return name
 
 
-def run_id_of(execution_name: str) -> str:
-    return execution_name.rsplit("--", 1)[0]
+def run_id_of(name: str) -> str:
+    """The run an execution belongs to, from the execution's name."""
+    run_id, separator, number = name.rpartition(SEPARATOR)
+    return run_id if separator and number.isdigit() else name
 
 
-def execution_number(execution_name: str) -> int:
-    _, _, suffix = execution_name.rpartition("--")
-    return int(suffix) if "--" in execution_name and suffix.isdigit() else 1
-
-
-def event_budget() -> int:
-    return int(os.environ.get("TOOLPIPE_EXECUTION_EVENT_BUDGET", DEFAULT_EVENT_BUDGET))
-
-
-def worst_turn_events(calls: int) -> int:
-    return EVENTS_PER_TURN + EVENTS_PER_TURN_RETRIES + calls * (EVENTS_PER_CALL + EVENTS_PER_CALL_FAILURE)
-
-
-def execution_events_bound(turn_calls: list[int]) -> int:
-    """An upper bound of the events an execution wrote, given the calls of each turn it ran."""
-    return EVENTS_PER_RUN + sum(worst_turn_events(calls) for calls in turn_calls)
+def execution_number(name: str) -> int:
+    """Which execution of its run this is (1 for the first)."""
+    _, separator, number = name.rpartition(SEPARATOR)
+    return int(number) if separator and number.isdigit() else 1
 
 
 def needs_fresh_execution(run: RunRecord, agent: Agent, history: list[HistoryItem]) -> bool:
-    """True when another worst-case turn might not fit in this execution's budget."""
+    """True when one more worst-case turn might not fit in this execution's event budget.
+    Every turn this execution ran is counted at its worst (all retries, every call failing
+    through its Catch), so the decision holds whatever the history really holds."""
     turn_calls = [
         min(len(i.tool_calls), agent.max_calls_per_turn)
         for i in history
         if isinstance(i, AssistantMessage) and i.turn > run.execution_start_turn
     ]
     bound = execution_events_bound(turn_calls) + worst_turn_events(agent.max_calls_per_turn)
-    return bool(turn_calls) and bound > event_budget()
+    return bool(turn_calls) and bound > ExecutionBudget.from_env().event_budget

@@ -53,7 +53,7 @@ def test_tool_queue_has_a_dlq_and_six_times_the_worker_timeout(template: Any) ->
     template.has_resource_properties(
         "AWS::SQS::Queue",
         {
-            "VisibilityTimeout": 6 * limits.WORKER_TIMEOUT_SECONDS,
+            "VisibilityTimeout": limits.QUEUE_VISIBILITY_SECONDS,
             "RedrivePolicy": {"deadLetterTargetArn": {"Fn::GetAtt": [dlq, "Arn"]}, "maxReceiveCount": 3},
             "SqsManagedSseEnabled": True,
         },
@@ -134,12 +134,14 @@ def test_state_machine_permissions_are_exactly_what_each_function_uses(template:
     assert _states_actions(api) == {"states:StartExecution"}
     orchestrator = next(p for name, p in policies.items() if name.startswith("OrchestratorServiceRole"))
     assert _states_actions(orchestrator) == set()
-    # A child run's orchestrator answers its parent's task, through a policy of its own.
+    # A child run's orchestrator answers its parent's task, and a long run's starts its next
+    # execution, through a policy of its own.
     answers = next(p for name, p in policies.items() if name.startswith("OrchestratorAnswersParentTasks"))
     assert _states_actions(answers) == {
         "states:SendTaskSuccess",
         "states:SendTaskFailure",
         "states:SendTaskHeartbeat",
+        "states:StartExecution",
     }
 
 
@@ -176,7 +178,8 @@ def test_cdk_cli_synthesizes_offline(tmp_path: Path) -> None:
     template = json.loads((tmp_path / "Toolpipe.template.json").read_text())
     kinds = [r["Type"] for r in template["Resources"].values()]
     assert kinds.count("AWS::StepFunctions::StateMachine") == 1
-    assert kinds.count("AWS::SQS::Queue") == 2
+    assert kinds.count("AWS::SQS::Queue") == 3  # tool calls, their DLQ, the execution-ended rule's DLQ
+    assert kinds.count("AWS::Events::Rule") == 1
     assert kinds.count("AWS::DynamoDB::Table") == 1
     assert kinds.count("AWS::Lambda::Function") >= 2
     assert kinds.count("AWS::ApiGateway::RestApi") == 1
@@ -191,3 +194,50 @@ def test_api_gateway_request_model_matches_the_handler_model(template: Any) -> N
     assert set(schema["properties"]) == set(StartRunRequest.model_fields)
     assert schema["required"] == [n for n, f in StartRunRequest.model_fields.items() if f.is_required()]
     assert schema["additionalProperties"] is False
+
+
+def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: Any) -> None:
+    """Stopped by hand, timed out or failed outside its own Catch: the run must not stay running."""
+    from infra.definition import execution_ended_request
+
+    machine = _logical(template, "AWS::StepFunctions::StateMachine")
+    orchestrator = _logical(
+        template, "AWS::Lambda::Function", Handler="functions.orchestrator.handler.lambda_handler"
+    )
+    _, rule = _one(template, "AWS::Events::Rule")
+    props = rule["Properties"]
+    assert props["EventPattern"] == {
+        "source": ["aws.states"],
+        "detail-type": ["Step Functions Execution Status Change"],
+        "detail": {"stateMachineArn": [{"Ref": machine}], "status": ["FAILED", "TIMED_OUT", "ABORTED"]},
+    }
+    [target] = props["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": [orchestrator, "Arn"]}
+    # The transformer's output, applied to an event, is the request the local runtime sends.
+    transformer = target["InputTransformer"]
+    event = {"detail": {"name": "run-1--2", "status": "TIMED_OUT", "stateMachineArn": "arn"}}
+    rendered = transformer["InputTemplate"]
+    for placeholder, path in transformer["InputPathsMap"].items():
+        value = event
+        for key in path.removeprefix("$.").split("."):
+            value = value[key]
+        rendered = rendered.replace(f"<{placeholder}>", json.dumps(value))
+    assert json.loads(rendered) == execution_ended_request(event)
+    assert json.loads(rendered) == {
+        "action": "execution_ended",
+        "execution": "run-1--2",
+        "status": "TIMED_OUT",
+    }
+    # Undelivered events are kept, not lost.
+    dlq = target["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
+    assert template.find_resources("AWS::SQS::Queue")[dlq]["Properties"]["SqsManagedSseEnabled"] is True
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] > 0
+    template.has_resource_properties(
+        "AWS::Lambda::Permission",
+        {
+            "Action": "lambda:InvokeFunction",
+            "FunctionName": {"Fn::GetAtt": [orchestrator, "Arn"]},
+            "Principal": "events.amazonaws.com",
+            "SourceArn": {"Fn::GetAtt": [_logical(template, "AWS::Events::Rule"), "Arn"]},
+        },
+    )
