@@ -61,14 +61,21 @@ class WorkerPool:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            # Short polls: a long poll waits inside moto's request, which holds the lock that
-            # every other local request needs (infra/local/serial.py).
-            received = self._sqs.receive_message(
-                QueueUrl=self._queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=0, AttributeNames=["All"]
-            )
-            messages = received.get("Messages", [])
-            for message in messages:
-                self._handle(message)
+            try:
+                # Short polls: a long poll waits inside moto's request, which holds the lock that
+                # every other local request needs (infra/local/serial.py).
+                received = self._sqs.receive_message(
+                    QueueUrl=self._queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=0, AttributeNames=["All"]
+                )
+                messages = received.get("Messages", [])
+                for message in messages:
+                    self._handle(message)
+            except Exception:
+                if self._stop.is_set():
+                    return  # the runtime shut down under a running invocation: its queue is gone
+                # As Lambda's poller: a failed receive or delete is tried again, never the end of it.
+                logging.getLogger(__name__).exception("tool worker poll failed")
+                messages = []
             if not messages:
                 self._stop.wait(POLL_INTERVAL_SECONDS)
 
