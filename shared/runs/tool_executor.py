@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from shared.agents import AfterTool, Agent, BeforeTool, get_agent
-from shared.errors import CallInProgressError, ErrorKind, UnknownAgentError
+from shared.errors import CallInProgressError, ErrorKind, UnknownAgentError, UnknownToolError
 from shared.history import Claim, ClaimState, HistoryStore
 from shared.messages import (
     AssistantMessage,
@@ -139,7 +139,10 @@ class ToolCallExecutor:
             raise ValueError(f"message_seq {message.message_seq} and seq {message.seq} name no call")
         call = reply.tool_calls[index]
         agent = get_agent(run.agent)
-        tool = agent.registry.get(call.name) if call.name in agent.registry else None
+        try:
+            tool: Tool | None = agent.registry.get(call.name)  # by wire name, or a schema tool's own
+        except UnknownToolError:
+            tool = None
         return _Call(message, claim, run, agent, reply, call, tool)
 
     def _in_doubt(self, call: _Call) -> Execution:

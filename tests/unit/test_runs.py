@@ -374,3 +374,27 @@ def test_a_step_of_an_execution_that_already_handed_the_run_on_restarts_the_next
 
     assert decision.status is DecisionStatus.CONTINUED and starter.started == [("r1", 2)]
     assert model.requests == []
+
+
+def test_a_schema_tool_called_by_its_own_name_keeps_its_idempotent_declaration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shared.tools import schema_tool
+
+    lookup_crm = schema_tool(
+        {"name": "crm.lookup", "description": "Look up.", "parameters": {"properties": {}}},
+        lambda args: EFFECTS.append("crm") or "found",
+        idempotent=True,
+    )
+    monkeypatch.setitem(AGENTS, "payer", Agent(name="payer", instructions="Pay.", tools=[lookup_crm]))
+    clock = Clock()
+    store = MemoryHistoryStore(clock=clock)
+    message = _dispatched(store, "crm.lookup", "{}")  # the model echoed the dotted name
+    store.failing_completes = 3
+    with pytest.raises(ConnectionError):
+        _executor(store).execute(message, lease_seconds=60)
+    clock.now += 61
+
+    outcome = _executor(store).execute(message, lease_seconds=60, attempt=2)
+
+    assert outcome is not None and outcome.status == "ok" and EFFECTS == ["crm", "crm"]
