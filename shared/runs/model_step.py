@@ -267,9 +267,13 @@ class ModelStep:
         """The calls to dispatch. Unknown tools, tools outside the run's set, malformed
         arguments and calls over the per-turn limit get an error result here instead."""
         run, agent = step.run, step.agent
+        # A step decided again (after a crash, or in a resumed execution) skips calls with results.
+        answered = {i.seq for i in step.history if isinstance(i, ToolResult)}
         calls: list[CallRef] = []
         for index, call in enumerate(reply.tool_calls):
             seq = result_slot(reply, index)
+            if seq in answered:
+                continue
             try:
                 if index >= agent.max_calls_per_turn:
                     raise TooManyCallsError(agent.max_calls_per_turn)

@@ -398,3 +398,17 @@ def test_a_schema_tool_called_by_its_own_name_keeps_its_idempotent_declaration(
     outcome = _executor(store).execute(message, lease_seconds=60, attempt=2)
 
     assert outcome is not None and outcome.status == "ok" and EFFECTS == ["crm", "crm"]
+
+
+def test_a_step_decided_again_dispatches_only_calls_without_results(model: ScriptedModelServer) -> None:
+    store = MemoryHistoryStore()
+    _run(store)
+    model.responder = _raw_calls(("a", "lookup", '{"key": "1"}'), ("b", "lookup", '{"key": "2"}'))
+    step = _step(store, model)
+    step.step(StepRequest(run_id="r1"), _deadline())
+    store.append("r1", ToolResult(seq=3, turn=1, call_id="a", tool="lookup", content="v", status="ok"))
+
+    # The execution that dispatched both is gone (a restart): a fresh one starts with no results.
+    decision = step.step(StepRequest(run_id="r1"), _deadline())
+
+    assert [c.seq for c in decision.calls] == [4] and len(model.requests) == 1
