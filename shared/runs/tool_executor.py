@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 # invocation would leave the call in doubt.
 PERSIST_ATTEMPTS = 3
 PERSIST_BACKOFF_SECONDS = 0.2
+START_BEAT_DELAYS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8)
 # What `ToolContext.state` may hold, as JSON: it is one DynamoDB item, and items stop at 400 KB.
 STATE_LIMIT_BYTES = 300_000
 
@@ -72,9 +73,7 @@ class ToolCallExecutor:
 
     def execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int = 1) -> CallOutcome | None:
         """The call's outcome, or None when it was handed to a child run, which answers it."""
-        # Each delivery beats at once, so a crashed delivery's silence lasts one visibility
-        # timeout at most; a closed token means the call is already over for Step Functions.
-        if not self._reporter.heartbeat(message.task_token):
+        if not self._beat_at_start(message.task_token):
             return None
         result = self._store.get_item(message.run_id, message.seq)
         if result is None:
@@ -85,6 +84,17 @@ class ToolCallExecutor:
         return self._answer(message, result)
 
     # --- phases -----------------------------------------------------------------------------
+
+    def _beat_at_start(self, token: str) -> bool:
+        """Each delivery beats at once, so a crashed delivery's silence lasts one visibility
+        timeout at most. A token that stays closed means the call is over for Step Functions
+        (timed out, stopped): nothing runs. Tried a few times over ~1.5 s first, since a worker
+        can take the message before the task is seen to wait (measured on moto's interpreter)."""
+        for delay in START_BEAT_DELAYS:
+            self._sleep(delay)
+            if self._reporter.heartbeat(token):
+                return True
+        return False
 
     def _claim_and_run(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> ToolResult | None:
         claim = self._store.claim_call(message.run_id, message.seq, lease_seconds)
