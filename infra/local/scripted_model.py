@@ -4,10 +4,17 @@ It answers `POST /v1/chat/completions` like the real API, so the real `openai` c
 our model client run unchanged; only the model's choices are scripted. `DemoResponder`
 drives the demo prompts by rules; `ScriptResponder` plays back replies a test wrote, and
 every request the server receives is kept for assertions.
+
+A responder can also return a `RawResponse`, so tests can make the server misbehave the
+way sloppy endpoints and proxies do: an HTML 200, garbled JSON, a body that is JSON but not a
+completion, or bytes trickled out slowly enough to defeat a per-read timeout.
 """
 
+import contextlib
+import http
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +37,34 @@ class HttpError:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Responder = Callable[[dict[str, Any]], Reply | HttpError]
+@dataclass(frozen=True)
+class RawResponse:
+    """Bytes sent as given, with only `content-type` and `content-length` filled in when missing.
+
+    With `trickle_seconds_per_byte`, the server waits that long before each byte of the body,
+    and of the status line and headers too when `trickle_headers` is set: every byte restarts
+    a per-read timeout, so only a total deadline stops the client waiting. A long wait per
+    byte with `trickle_headers` is a server that accepts the request and never answers.
+    """
+
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    trickle_seconds_per_byte: float | None = None
+    trickle_headers: bool = False
+
+
+Answer = Reply | HttpError | RawResponse
+Responder = Callable[[dict[str, Any]], Answer]
+
+
+def _head(status: int, headers: dict[str, str]) -> bytes:
+    try:
+        reason = http.HTTPStatus(status).phrase
+    except ValueError:
+        reason = "Unknown"
+    lines = [f"HTTP/1.1 {status} {reason}", *(f"{name}: {value}" for name, value in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def _completion(request: dict[str, Any], reply: Reply, counter: int) -> dict[str, Any]:
@@ -66,40 +100,87 @@ class ScriptedModelServer:
     def __init__(self, responder: Responder, host: str = "127.0.0.1", port: int = 0) -> None:
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
+        # The client's port for each request in `requests`: equal ports mean a reused connection.
+        self.client_ports: list[int] = []
+        # Set each time a client hangs up on a response still being sent (a trickle cut short).
+        self.hung_up = threading.Event()
         self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._connections: set[socket.socket] = set()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Keep-alive, as real endpoints do, so a client's connection reuse can be measured.
+            protocol_version = "HTTP/1.1"
+            # Measured: with Nagle on and headers and body in two writes, delayed ACK added
+            # ~40 ms to every call and hid everything else in timings.
+            disable_nagle_algorithm = True
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with server._lock:
+                    server._connections.discard(self.connection)
+                super().finish()
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 try:
                     request = json.loads(self.rfile.read(length) or b"{}")
                 except json.JSONDecodeError:
-                    self._send(
+                    self._send_json(
                         400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}}
                     )
                     return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return
                 with server._lock:
                     server.requests.append(request)
+                    server.client_ports.append(self.client_address[1])
                     counter = len(server.requests)
                 answer = server.responder(request)
                 if isinstance(answer, HttpError):
-                    self._send(answer.status, answer.body, answer.headers)
+                    self._send_json(answer.status, answer.body, answer.headers)
+                elif isinstance(answer, RawResponse):
+                    self._send_raw(answer)
                 else:
-                    self._send(200, _completion(request, answer, counter))
+                    self._send_json(200, _completion(request, answer, counter))
 
-            def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+            def _send_json(
+                self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
+                self._send_raw(RawResponse(status, json.dumps(body).encode(), headers or {}))
+
+            def _send_raw(self, answer: RawResponse) -> None:
+                headers = dict(answer.headers)
+                given = {name.lower() for name in headers}
+                if "content-type" not in given:
+                    headers["content-type"] = "application/json"
+                if "content-length" not in given:
+                    headers["content-length"] = str(len(answer.body))
+                if any(n.lower() == "connection" and v.lower() == "close" for n, v in headers.items()):
+                    self.close_connection = True
+                head = _head(answer.status, headers)
+                data = head + answer.body
+                delay = answer.trickle_seconds_per_byte
+                steady = 0 if delay is None else 0 if answer.trickle_headers else len(head)
+                try:
+                    if delay is None:
+                        self.wfile.write(data)  # one write: see disable_nagle_algorithm
+                        return
+                    if steady:
+                        self.wfile.write(data[:steady])
+                    for i in range(steady, len(data)):
+                        if server._closing.wait(delay):
+                            break
+                        self.wfile.write(data[i : i + 1])
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                    server.hung_up.set()
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # requests carry prompts: keep them out of the console
@@ -117,18 +198,25 @@ class ScriptedModelServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()  # ends trickles at once
         self._server.shutdown()
         self._server.server_close()
+        # Keep-alive connections would hold their handler threads until each client let go.
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):  # the client closed it first
+                connection.shutdown(socket.SHUT_RDWR)
 
 
 class ScriptResponder:
     """Plays back the given replies in order; a test fails loudly if the model is asked more."""
 
-    def __init__(self, replies: list[Reply | HttpError]) -> None:
+    def __init__(self, replies: list[Answer]) -> None:
         self._replies = list(replies)
         self._lock = threading.Lock()
 
-    def __call__(self, request: dict[str, Any]) -> Reply | HttpError:
+    def __call__(self, request: dict[str, Any]) -> Answer:
         with self._lock:
             if not self._replies:
                 return HttpError(
