@@ -173,7 +173,7 @@ def _fuzz(replies: int, hostile_types: bool, scenario: str, on_moto: int) -> Non
     problems: list[str] = []
     calls_seen = dispatched = answered = ended_with_run = 0
     steps = 0
-    outside = duplicate_ids = 0
+    outside = duplicate_ids = bad_replies = 0
     with ScriptedModelServer(responder) as server, moto_tables() as tables:
         client = OpenAIModelClient(
             build_openai_client(server.base_url, "fuzz"), timeout_seconds=10, max_retries=0
@@ -215,6 +215,7 @@ def _fuzz(replies: int, hostile_types: bool, scenario: str, on_moto: int) -> Non
                     crashes.append(f"{run_id}: {type(e).__name__}: {str(e)[:160]}")
                     break
                 steps += 1
+                problems_before = len(problems)
                 if responder.served == before:
                     break  # the run had ended: no model call
                 history = store.load_history(run_id)
@@ -246,6 +247,7 @@ def _fuzz(replies: int, hostile_types: bool, scenario: str, on_moto: int) -> Non
                 if len(set(ids)) != len(ids):
                     duplicate_ids += 1
                     problems.append(f"{run_id}: call ids repeat within the run")
+                bad_replies += len(problems) > problems_before
                 if decision.status is not DecisionStatus.TOOL_CALLS:
                     break
                 # The workers' part: a result for every dispatched call, then the next step.
@@ -264,12 +266,14 @@ def _fuzz(replies: int, hostile_types: bool, scenario: str, on_moto: int) -> Non
                     )
                 results = [CallOutcome(seq=ref.seq, status="ok") for ref in decision.calls]
 
-    lost = len(crashes) + sum("neither" in p for p in problems)
+    # A reply is lost when its step crashed (no decision); it survives when its step decided
+    # and every check above held.
+    lost = len(crashes)
     met = not crashes and not problems and outside == 0
     record(
         scenario,
         tried=responder.served,
-        survived=responder.served - len(crashes),
+        survived=responder.served - len(crashes) - bad_replies,
         lost=lost,
         duplicated=sum("twice" in p or "and a dispatch" in p for p in problems) + duplicate_ids,
         goal="a decision for every reply; 1 result or 1 dispatch per call; unique ids; 0 outside the tool set",
