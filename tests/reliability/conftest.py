@@ -16,7 +16,6 @@ import pytest
 from tests.reliability.figures import FIGURES, Figure
 
 REPORT_ENV = "TOOLPIPE_RELIABILITY_REPORT"
-_started = time.monotonic()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -69,7 +68,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def _write_report(path: Path, figures: list[Figure]) -> None:
-    total = time.monotonic() - _started
+    total = sum(_TIMING.seconds.values())
     notes = [f"- **{f.scenario}**: {f.note}" for f in figures if f.note]
     text = "\n".join(
         [
@@ -103,7 +102,7 @@ def _write_report(path: Path, figures: list[Figure]) -> None:
             "per size, 7: two root runs). `TOOLPIPE_FUZZ_REPLIES` and `TOOLPIPE_FUZZ_ON_MOTO` raise",
             "scenario 5's counts.",
             "",
-            f"Suite wall time for this report: {total:.0f} s on {os.cpu_count()} CPU(s), "
+            f"Time of the reliability tests in this report: {total:.0f} s on {os.cpu_count()} CPU(s), "
             f"Python {platform.python_version()}. Everything runs offline: AWS is moto, the model is",
             "`infra/local/scripted_model.py` behind the real `openai` client.",
             "",
