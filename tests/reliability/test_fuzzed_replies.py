@@ -85,7 +85,7 @@ class Fuzzer:
 
     def _arguments(self, name: Any) -> Any:
         r = self.rng.random()
-        if r < 0.5 and name in GOOD_ARGS:
+        if r < 0.5 and isinstance(name, str) and name in GOOD_ARGS:
             return json.dumps(GOOD_ARGS[name])
         if self.hostile and r < 0.75:
             return self.rng.choice(["[" * 3_000 + "]" * 3_000, '{"label": ' * 2_000 + "1" + "}" * 2_000])
