@@ -10,7 +10,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install demo test lint unit synth deploy bench clean
+.PHONY: install demo test lint unit reliability synth deploy bench clean
 
 install: $(VENV)/.installed node_modules/.installed
 
@@ -37,6 +37,10 @@ test: lint
 
 unit: install
 	$(BIN)/python -m pytest tests/unit
+
+# The reliability scenarios only (they also run in `make test`); rewrites docs/RELIABILITY.md.
+reliability: install
+	TOOLPIPE_RELIABILITY_REPORT=docs/RELIABILITY.md $(BIN)/python -m pytest -m reliability tests/reliability
 
 # The template only, offline (no layers built): for review and checks.
 synth: install
