@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from shared.errors import RunNotFoundError
 from shared.history import HistoryStore
 from shared.messages import HISTORY_ITEM, AssistantMessage, HistoryItem, RunRecord, ToolResult
+from shared.runs.calls import result_slot
 
 # Strings longer than this are cut to a preview; lists and objects keep this many entries.
 PREVIEW_CHARS = 1000
@@ -102,26 +103,27 @@ def _preview_text(text: str) -> str:
 
 def tool_executions(run_id: str, history: list[HistoryItem]) -> list[ToolExecution]:
     """Every tool call of the run in call order, paired with its result; texts are previews."""
-    results = {i.call_id: i for i in history if isinstance(i, ToolResult)}
+    results = {i.seq: i for i in history if isinstance(i, ToolResult)}  # a call is its slot
     report = []
     for reply in (i for i in history if isinstance(i, AssistantMessage)):
         for index, call in enumerate(reply.tool_calls):
+            slot = result_slot(reply, index)
             arguments: Any = _preview_text(call.arguments)
             if len(call.arguments) <= PREVIEW_CHARS:
-                with contextlib.suppress(ValueError):  # not JSON: shown as the model sent it
+                with contextlib.suppress(ValueError, RecursionError):  # not JSON: shown as sent
                     arguments = json.loads(call.arguments)
             long_arguments = len(call.arguments) > PREVIEW_CHARS
             entry = ToolExecution(
                 call_id=call.id,
                 tool=call.name,
                 turn=reply.turn,
-                seq=reply.seq + 1 + index,
+                seq=slot,
                 arguments=arguments,
                 arguments_chars=len(call.arguments),
                 arguments_ref=message_link(run_id, reply.seq) if long_arguments else None,
                 status="pending",
             )
-            result = results.get(call.id)
+            result = results.get(slot)
             if result is not None:
                 long = len(result.content) > PREVIEW_CHARS
                 entry = entry.model_copy(

@@ -119,7 +119,7 @@ def calls_limit(agent: Agent, history: list[HistoryItem]) -> str | None:
 def _canonical(arguments: str) -> str:
     try:
         return json.dumps(json.loads(arguments), sort_keys=True)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or JSON Python will not read: compared as text
         return arguments
 
 

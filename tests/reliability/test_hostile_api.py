@@ -163,15 +163,6 @@ def api() -> Iterator[Pipeline]:
     yield from _pipeline(workers=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "GET /runs/{id}/messages/{seq} (functions/api/handler.py get_message) guards int(seq) with "
-        "str.isdigit(), which is True for '²' (a digit, not a decimal) that int() refuses, and for a "
-        "5,000-digit seq that int() refuses (over Python's 4,300-digit limit): ValueError escapes the "
-        "handler, a Lambda error that API Gateway answers with 502. wip-api rewrites these routes."
-    ),
-)
 def test_hostile_requests_get_no_5xx(api: Pipeline) -> None:
     requests = _requests(random.Random(8))
     api.runtime.drain_seconds = 0  # the runs some requests start are not the point: stop them

@@ -122,17 +122,6 @@ def test_status_faults_every_run_completes(pipeline_short_timeout: Pipeline) -> 
     assert met, details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "OpenAIModelClient (shared/model/openai_client.py) catches only openai.APIConnectionError/"
-        "APIStatusError: a 200 with garbled JSON raises json.JSONDecodeError out of the openai client, a 200 "
-        "with text/html makes the client return a str and `response.choices` raises AttributeError; neither "
-        "is retried (nor is it ModelCallError, the only error the state machine retries), so the run is "
-        "marked failed. A trickled body is read to its end: the per-attempt timeout is httpx's per-read "
-        "timeout, with no total deadline. Hardening is on branch wip-model, not merged yet."
-    ),
-)
 def test_body_faults_every_run_completes(pipeline_short_timeout: Pipeline) -> None:
     p = pipeline_short_timeout
     met, details = _run_all(

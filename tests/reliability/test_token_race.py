@@ -30,18 +30,6 @@ def racing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
     yield from _pipeline({"TOOLPIPE_CALL_HEARTBEAT_SECONDS": "3"})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "moto's interpreter sends the SQS message before it sets up the task's heartbeat endpoint; in "
-        "between, send_task_heartbeat answers InvalidToken. ToolCallExecutor.execute heartbeats first and "
-        "StepFunctionsTaskReporter maps InvalidToken (with TaskTimedOut and TaskDoesNotExist, "
-        "shared/runs/ports.py _CLOSED_TOKEN) to 'no longer waiting', so the worker returns without running, "
-        "answering or reporting the call; the message is deleted and the task waits for its heartbeat timeout "
-        "(900 s by default). Locally this hangs runs at random (scenario 7); on AWS an InvalidToken on the "
-        "first heartbeat also drops the message silently instead of sending it to the DLQ."
-    ),
-)
 def test_a_call_taken_before_the_task_waits_is_not_dropped(racing: Pipeline) -> None:
     racing.script(Reply(tool_calls=[call("count_once", label="x")]), Reply(content="done"))
     run_id = racing.start("count")
