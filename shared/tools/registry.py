@@ -34,7 +34,10 @@ class ToolSourceError(ToolpipeError):
 class ToolSource(Protocol):
     """Tools known only at run time (an MCP server's), listed when needed and cached."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """Unique among an agent's sources; names its tools' prefix."""
+        ...
 
     def tools(self) -> list[Tool]:
         """Every tool of the source; raises `ToolSourceError` when it cannot be listed."""
