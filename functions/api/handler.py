@@ -36,8 +36,8 @@ from shared.messages import StartRunRequest
 from shared.runs import RunStarter
 from shared.runs.factory import build_run_starter, build_store
 from shared.runs.report import PAGE_LIMIT, URL_SECONDS, RunReader
-from shared.tools import ToolSourceError
 from shared.settings import ApiSettings, StateMachineSettings, StoreSettings
+from shared.tools import ToolSourceError
 
 logger = Logger()
 tracer = Tracer()

@@ -123,8 +123,11 @@ def describe_failure(error: BaseException) -> str:
 
     leaves = _leaves(error)
     for leaf in leaves:
-        if isinstance(leaf, MCPError) and leaf.error.code == CONNECTION_CLOSED:
-            return "dropped the connection before answering"
+        if isinstance(leaf, MCPError):
+            if leaf.error.code == CONNECTION_CLOSED:
+                return "dropped the connection before answering"
+            # The SDK drops a non-2xx HTTP status (401, 503...) for a generic message.
+            return f"answered with an error: {leaf.error.message}"
         if isinstance(leaf, httpx2.ConnectError | ConnectionRefusedError):
             return "is not reachable (connection refused)"
         if isinstance(leaf, httpx2.HTTPStatusError):

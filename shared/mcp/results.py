@@ -30,13 +30,13 @@ def _block_text(block: Any) -> str:
         text = getattr(resource, "text", None)
         if text is not None:
             return f"[resource {resource.uri}{mime}]\n{text}"
-        size = len(getattr(resource, "blob", "") or "") * 3 // 4
+        size = _decoded_size(getattr(resource, "blob", "") or "")
         return f"[resource {resource.uri}{mime}: {size} bytes of binary content, not shown]"
     if kind == "resource_link":
         described = f": {block.description}" if block.description else ""
         return f"[resource link {block.uri} ({block.name}){described}]"
     if kind in ("image", "audio"):
-        size = len(block.data or "") * 3 // 4
+        size = _decoded_size(block.data or "")
         return f"[{kind} ({block.mime_type}): {size} bytes, not shown]"
     return f"[{kind or 'unknown'} content, not shown]"
 
@@ -48,3 +48,8 @@ def _repeats(content: list[Any], structured: dict[str, Any]) -> bool:
         return bool(json.loads(content[0].text) == structured)
     except ValueError:
         return False
+
+
+def _decoded_size(data: str) -> int:
+    """Bytes a base64 text holds, without decoding it."""
+    return len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))
