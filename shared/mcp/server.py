@@ -20,6 +20,8 @@ from shared.tools.registry import ToolSourceError
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+# After a failed refresh, the list in hand is used this long before the next try.
+STALE_RETRY_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,20 @@ class McpServer:
         with self._cache.lock:
             now = self.clock()
             if self._cache.tools is None or now >= self._cache.expires:
-                self._cache.tools = self._fetch()
-                self._cache.expires = now + self.list_ttl_seconds
+                try:
+                    self._cache.tools = self._fetch()
+                    self._cache.expires = now + self.list_ttl_seconds
+                except ToolSourceError as e:
+                    if self._cache.tools is None:
+                        raise
+                    # A refresh that fails keeps the list it had, so a blip does not end runs
+                    # already using these tools (their calls fail one by one if it is down);
+                    # it is tried again soon.
+                    logger.warning(
+                        "MCP tool list kept after a failed refresh",
+                        extra={"server": self.name, "reason": str(e)},
+                    )
+                    self._cache.expires = now + min(self.list_ttl_seconds, STALE_RETRY_SECONDS)
             return self._cache.tools
 
     def resolve(self, name: str) -> Tool | None:

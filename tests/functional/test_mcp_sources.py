@@ -57,7 +57,7 @@ def test_arguments_are_checked_against_the_servers_schema_before_the_call(url: s
     assert content.startswith("Error: Invalid arguments for 'ex_add': a: 'two' is not of type 'number'")
 
 
-def test_the_list_is_cached_for_its_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_list_is_cached_for_its_ttl_and_kept_when_a_refresh_fails() -> None:
     now = [0.0]
     with example_server() as served:
         server = McpServer("ex", url=served, list_ttl_seconds=60, clock=lambda: now[0])
@@ -65,8 +65,9 @@ def test_the_list_is_cached_for_its_ttl(monkeypatch: pytest.MonkeyPatch) -> None
     now[0] = 59.0
     assert server.tools() is first  # the server is gone: this came from the cache
     now[0] = 60.0
+    assert server.tools() is first  # the refresh failed: runs using these tools go on
     with pytest.raises(ToolSourceError, match="is not reachable"):
-        server.tools()
+        McpServer("ex", url=served).tools()  # a cold start has nothing to fall back on
 
 
 def test_a_stalled_listing_is_cut_off_at_the_connect_timeout() -> None:
