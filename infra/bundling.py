@@ -23,7 +23,13 @@ RUNTIME = lambda_.Runtime.PYTHON_3_14
 ARCHITECTURE = lambda_.Architecture.ARM_64
 _PLATFORM = "manylinux2014_aarch64"
 
-DEPS_REQUIREMENTS = ["aws-lambda-powertools[tracer]>=3.0", "pydantic>=2.7", "jsonschema>=4.18", "PyYAML>=6"]
+DEPS_REQUIREMENTS = [
+    "aws-lambda-powertools[tracer]>=3.0",
+    "pydantic>=2.7",
+    "jsonschema>=4.18",
+    "PyYAML>=6",
+    "mcp>=2.3,<3",
+]
 MODEL_REQUIREMENTS = ["openai>=1.40"]
 # The Python runtime already has boto3 and what it needs (aws-xray-sdk pulls them in again).
 _RUNTIME_PROVIDED = [

@@ -92,10 +92,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.model:
         os.environ["TOOLPIPE_MODEL"] = args.model
+    request = {"prompt": args.prompt, "agent": args.agent, "timezone": args.timezone}
+    if args.mcp:
+        # Locally, the caller is the user: let this run name its own MCP servers.
+        os.environ["TOOLPIPE_ALLOW_RUN_MCP_SERVERS"] = "1"
+        request["mcp_servers"] = args.mcp
     with _model_endpoint(out), LocalRuntime(state_dir=_state_dir()) as runtime:
-        status, body = runtime.api(
-            "POST", "/runs", {"prompt": args.prompt, "agent": args.agent, "timezone": args.timezone}
-        )
+        status, body = runtime.api("POST", "/runs", request)
         if status != 202:
             out.write(f"error: {body.get('message', body) if isinstance(body, dict) else body}\n")
             return 2
@@ -218,6 +221,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         "--timezone", default=os.environ.get("TZ") or "UTC", help="the user's IANA time zone"
     )
     run_parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the run")
+    run_parser.add_argument(
+        "--mcp", action="append", metavar="URL", help="also offer this MCP server's tools (mcp_<tool>)"
+    )
     show_parser = commands.add_parser("show", help="print a run's history")
     show_parser.add_argument("run_id")
     show_parser.add_argument("--json", action="store_true", help="print the API's JSON")

@@ -350,6 +350,11 @@ class ToolpipeStack(Stack):
                         type=apigw.JsonSchemaType.ARRAY,
                         items=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
                     ),
+                    # Refused by the handler unless TOOLPIPE_ALLOW_RUN_MCP_SERVERS is set.
+                    "mcp_servers": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.ARRAY,
+                        items=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
+                    ),
                 },
             ),
         )

@@ -115,6 +115,8 @@ class RunRecord(BaseModel):
     timezone: str = "UTC"
     caller: str | None = None
     tools: list[str] | None = None  # the tools this run may use; None: all the agent's
+    # MCP server URLs whose tools this run offers besides the agent's (`toolpipe run --mcp`).
+    mcp_servers: list[str] | None = None
     parent: ParentCall | None = None
     turn: int = 0
     usage: Usage = Field(default_factory=Usage)
@@ -217,6 +219,7 @@ NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # agent and tool names (OpenAI function
 TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$"  # no dots: no "../" paths
 MAX_PROMPT_CHARS = 100_000
 MAX_TOOLS = 128
+MAX_RUN_MCP_SERVERS = 5
 
 
 class StartRunRequest(BaseModel):
@@ -232,6 +235,13 @@ class StartRunRequest(BaseModel):
         default=None,
         max_length=MAX_TOOLS,
         description="Allow-list: the run may use only these of the agent's tools.",
+    )
+    mcp_servers: list[Annotated[str, Field(pattern=r"^https?://[^\s]{1,2000}$")]] | None = Field(
+        default=None,
+        max_length=MAX_RUN_MCP_SERVERS,
+        description="MCP server URLs (streamable HTTP) whose tools this run offers too, named mcp_<tool> "
+        "(mcp1_, mcp2_... for several). Refused unless the deployment allows it "
+        "(TOOLPIPE_ALLOW_RUN_MCP_SERVERS): the workers would call any URL a caller names.",
     )
 
     @model_validator(mode="before")

@@ -91,8 +91,14 @@ class ApiSettings(_EnvSettings):
     """Who may read every run, besides the principal that started it (the stack's CDK context
     `admin_principal`): an IAM ARN as API Gateway reports it in `requestContext.identity.userArn`."""
 
-    env_names: ClassVar[dict[str, str]] = {"admin_principal": "TOOLPIPE_ADMIN_PRINCIPAL"}
+    env_names: ClassVar[dict[str, str]] = {
+        "admin_principal": "TOOLPIPE_ADMIN_PRINCIPAL",
+        "allow_run_mcp_servers": "TOOLPIPE_ALLOW_RUN_MCP_SERVERS",
+    }
     admin_principal: str | None = None
+    # Runs may name MCP servers of their own (`POST /runs {"mcp_servers": [...]}`): off unless
+    # set, since workers would then call whatever URL a caller gives (the local CLI sets it).
+    allow_run_mcp_servers: bool = False
 
 
 # Of Step Functions' 25,000 events an execution may write: the rest is headroom for events the

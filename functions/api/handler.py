@@ -37,6 +37,7 @@ from shared.runs import RunStarter
 from shared.runs.factory import build_run_starter, build_store
 from shared.runs.report import PAGE_LIMIT, URL_SECONDS, RunReader
 from shared.settings import ApiSettings, StateMachineSettings, StoreSettings
+from shared.tools import ToolSourceError
 
 logger = Logger()
 tracer = Tracer()
@@ -163,9 +164,11 @@ def start_run() -> Response[dict[str, Any]]:
         request = StartRunRequest.model_validate_json(request_body())
     except ValidationError as e:
         raise BadRequestError(f"invalid run request: {describe_validation_error(e, 'body')}") from e
+    if request.mcp_servers and not api_settings.allow_run_mcp_servers:
+        raise BadRequestError("mcp_servers is not enabled here (TOOLPIPE_ALLOW_RUN_MCP_SERVERS)")
     try:
         record = starter().start(request, caller)
-    except (UnknownAgentError, UnknownToolsRequestedError) as e:
+    except (UnknownAgentError, UnknownToolsRequestedError, ToolSourceError) as e:
         raise BadRequestError(str(e)) from e
     logger.info("run started", run_id=record.run_id, agent=record.agent)
     return Response(

@@ -1,10 +1,15 @@
 """The agents a deployment knows, by name. Register yours in `AGENTS`."""
 
+import dataclasses
+import threading
+from collections.abc import Sequence
+
 from shared.agents.agent import Agent, ModelPrice, ToolProvider, execution_events_bound, worst_turn_events
 from shared.agents.agent_tool import agent_tool
 from shared.agents.assistant import assistant
 from shared.agents.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
 from shared.errors import UnknownAgentError
+from shared.messages import RunRecord
 
 AGENTS: dict[str, Agent] = {a.name: a for a in (assistant,)}
 
@@ -14,6 +19,38 @@ def get_agent(name: str) -> Agent:
         return AGENTS[name]
     except KeyError:
         raise UnknownAgentError(name, list(AGENTS)) from None
+
+
+# Agents extended with a run's own MCP servers, per cold start: each keeps its servers' tool
+# lists cached, so the run's steps and calls do not list them again. Bounded: runs name servers.
+_EXTENDED: dict[tuple[str, tuple[str, ...]], tuple[Agent, Agent]] = {}
+_EXTENDED_LIMIT = 64
+_EXTENDED_LOCK = threading.Lock()
+
+
+def with_mcp_servers(agent: Agent, urls: Sequence[str] | None) -> Agent:
+    """`agent` with the tools of these MCP servers too, named `mcp_<tool>` (`mcp1_`, `mcp2_`...
+    for several): how `toolpipe run --mcp URL` tries a server before it goes into an agent."""
+    if not urls:
+        return agent
+    from shared.mcp import McpServer  # only runs that name servers pay for the MCP SDK
+
+    key = (agent.name, tuple(urls))
+    with _EXTENDED_LOCK:
+        base, found = _EXTENDED.get(key, (None, None))
+        if base is not agent or found is None:  # the agent was registered again: extend the new one
+            names = ["mcp"] if len(urls) == 1 else [f"mcp{i}" for i in range(1, len(urls) + 1)]
+            servers = [McpServer(name, url=url) for name, url in zip(names, urls, strict=True)]
+            found = dataclasses.replace(agent, tool_sources=[*agent.tool_sources, *servers])
+            if len(_EXTENDED) >= _EXTENDED_LIMIT:
+                _EXTENDED.pop(next(iter(_EXTENDED)))
+            _EXTENDED[key] = (agent, found)
+        return found
+
+
+def run_agent(run: RunRecord) -> Agent:
+    """The agent a run uses: its registered agent, with the run's own MCP servers if any."""
+    return with_mcp_servers(get_agent(run.agent), run.mcp_servers)
 
 
 __all__ = [
@@ -29,5 +66,7 @@ __all__ = [
     "agent_tool",
     "execution_events_bound",
     "get_agent",
+    "run_agent",
+    "with_mcp_servers",
     "worst_turn_events",
 ]

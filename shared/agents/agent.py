@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from shared.agents.hooks import Hooks
 from shared.errors import DefinitionError
 from shared.settings import EXECUTION_EVENT_BUDGET
-from shared.tools import Tool, ToolRegistry
+from shared.tools import Tool, ToolRegistry, ToolSource
 
 # Step Functions caps an execution at 25,000 history events; a run whose execution nears its
 # budget continues in a fresh execution. Measured on the state machine as built (moto's
@@ -76,6 +76,9 @@ class Agent:
     name: str
     instructions: str
     tools: list[Tool] = field(default_factory=list)
+    # Tools listed at run time, e.g. `McpServer("docs", url=...)` (shared/mcp): each of their
+    # calls is an ordinary call (own invocation, timeout, heartbeat, ledger).
+    tool_sources: list[ToolSource] = field(default_factory=list)
     model: str | None = None  # None: the deployment's default (TOOLPIPE_MODEL)
     max_iterations: int = 10
     # Calls past this in one model reply get an error result instead of a dispatch.
@@ -118,8 +121,13 @@ class Agent:
                 f"agent '{self.name}': one turn of {self.max_calls_per_turn} calls could write {worst} Step "
                 f"Functions history events; one execution's budget is {EXECUTION_EVENT_BUDGET}"
             )
+        names = [source.name for source in self.tool_sources]
+        if len(set(names)) != len(names):
+            raise DefinitionError(f"agent '{self.name}': two tool sources share a name")
         # Fails at import, not mid-run, when two tools share a name.
-        object.__setattr__(self, "registry", ToolRegistry(self.tools, self.tool_timeout_seconds))
+        object.__setattr__(
+            self, "registry", ToolRegistry(self.tools, self.tool_timeout_seconds, self.tool_sources)
+        )
 
     registry: ToolRegistry = field(init=False, repr=False, compare=False)
 

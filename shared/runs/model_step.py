@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from shared.agents import AfterModel, Agent, BeforeModel, get_agent
+from shared.agents import AfterModel, Agent, BeforeModel, get_agent, run_agent
 from shared.errors import (
     ErrorKind,
     ModelVisibleError,
@@ -93,7 +93,7 @@ class ModelStep:
             # the next one runs (starting it again does nothing), and end this one.
             self._starters(request.state_machine_arn).start(run.run_id, run.execution)
             return Decision(status=DecisionStatus.CONTINUED, turn=run.turn)
-        step = _Step(run, get_agent(run.agent), self._store.load_history(run.run_id))
+        step = _Step(run, run_agent(run), self._store.load_history(run.run_id))
         children.heartbeat_parent(self._store, self._reporter, run)
         reply = step.last_reply
         if reply is not None:

@@ -2,7 +2,7 @@
 
 import uuid
 
-from shared.agents import Agent, get_agent
+from shared.agents import Agent, get_agent, with_mcp_servers
 from shared.errors import (
     UnknownToolsRequestedError,
 )
@@ -28,7 +28,8 @@ class RunStarter:
     def start(self, request: StartRunRequest, caller: str) -> RunRecord:
         """Start a run for `caller`, the request's authenticated identity (never a body field):
         tools see it as `ToolContext.caller`, and only this principal may read the run."""
-        agent = get_agent(request.agent)  # an unknown agent is the caller's error, before anything is written
+        # An unknown agent is the caller's error, before anything is written.
+        agent = with_mcp_servers(get_agent(request.agent), request.mcp_servers)
         record = RunRecord(
             run_id=new_run_id(),
             agent=request.agent,
@@ -36,6 +37,7 @@ class RunStarter:
             timezone=request.timezone,
             caller=caller,
             tools=run_tools(agent, request, caller),
+            mcp_servers=request.mcp_servers or None,
         )
         if not self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt)):
             raise RuntimeError(f"run id {record.run_id} is taken")  # a fresh UUID: never expected

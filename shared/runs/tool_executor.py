@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from shared.agents import AfterTool, Agent, BeforeTool, get_agent
+from shared.agents import AfterTool, Agent, BeforeTool, get_agent, run_agent
 from shared.errors import CallInProgressError, ErrorKind, UnknownAgentError, UnknownToolError
 from shared.history import Claim, ClaimState, HistoryStore
 from shared.messages import (
@@ -148,7 +148,7 @@ class ToolCallExecutor:
         if not isinstance(reply, AssistantMessage) or not 0 <= index < len(reply.tool_calls):
             raise ValueError(f"message_seq {message.message_seq} and seq {message.seq} name no call")
         call = reply.tool_calls[index]
-        agent = get_agent(run.agent)
+        agent = run_agent(run)
         try:
             tool: Tool | None = agent.registry.get(call.name)  # by wire name, or a schema tool's own
         except UnknownToolError:

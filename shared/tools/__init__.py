@@ -1,5 +1,5 @@
 from shared.tools.context import RunState, ToolContext
-from shared.tools.registry import Execution, ToolRegistry
+from shared.tools.registry import Execution, ToolRegistry, ToolSource, ToolSourceError
 from shared.tools.schema_tool import SchemaError, schema_tool, wire_name
 from shared.tools.tool import Param, Tool, clean_schema, to_model_text, tool
 
@@ -11,6 +11,8 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolRegistry",
+    "ToolSource",
+    "ToolSourceError",
     "clean_schema",
     "schema_tool",
     "to_model_text",

@@ -2,11 +2,18 @@
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from shared.errors import DefinitionError, ErrorKind, ModelVisibleError, ToolNotAllowedError, UnknownToolError
+from shared.errors import (
+    DefinitionError,
+    ErrorKind,
+    ModelVisibleError,
+    ToolNotAllowedError,
+    ToolpipeError,
+    UnknownToolError,
+)
 from shared.messages import ToolCall
 from shared.tools.context import ToolContext
 from shared.tools.tool import Tool
@@ -20,37 +27,89 @@ class Execution:
     error_type: ErrorKind | None = None  # why it failed, for policies and reports
 
 
+class ToolSourceError(ToolpipeError):
+    """A tool source (an MCP server) could not give its tools: the run cannot offer them."""
+
+
+class ToolSource(Protocol):
+    """Tools known only at run time (an MCP server's), listed when needed and cached."""
+
+    @property
+    def name(self) -> str:
+        """Unique among an agent's sources; names its tools' prefix."""
+        ...
+
+    def tools(self) -> list[Tool]:
+        """Every tool of the source; raises `ToolSourceError` when it cannot be listed."""
+        ...
+
+    def resolve(self, name: str) -> Tool | None:
+        """The tool called `name` (wire or source name), or None when the source has none."""
+        ...
+
+
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool], default_timeout_seconds: float | None = None) -> None:
-        self._tools: dict[str, Tool] = {}
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        default_timeout_seconds: float | None = None,
+        sources: Sequence[ToolSource] = (),
+    ) -> None:
+        self._default_timeout = default_timeout_seconds
+        self._static: dict[str, Tool] = {}
+        self._sources = list(sources)
         for t in tools:
-            if t.name in self._tools:
+            if t.name in self._static:
                 raise DefinitionError(f"two tools are named '{t.name}'")
-            if t.timeout_seconds is None and default_timeout_seconds is not None:
-                t = dataclasses.replace(t, timeout_seconds=default_timeout_seconds)
-            self._tools[t.name] = t
+            self._static[t.name] = self._with_default(t)
+
+    def _with_default(self, t: Tool) -> Tool:
+        if t.timeout_seconds is None and self._default_timeout is not None:
+            return dataclasses.replace(t, timeout_seconds=self._default_timeout)
+        return t
+
+    def _tools(self) -> dict[str, Tool]:
+        """The agent's own tools and every source's: listing a source may raise ToolSourceError."""
+        if not self._sources:
+            return self._static
+        tools = dict(self._static)
+        for source in self._sources:
+            for t in source.tools():
+                if t.name in tools:
+                    raise ToolSourceError(
+                        f"tool source '{source.name}' offers '{t.name}', a name already taken"
+                    )
+                tools[t.name] = self._with_default(t)
+        return tools
 
     def __contains__(self, name: object) -> bool:
-        return name in self._tools
+        if not isinstance(name, str):
+            return False
+        try:
+            self.get(name)
+        except UnknownToolError:
+            return False
+        return True
 
     @property
     def names(self) -> list[str]:
-        return list(self._tools)
+        return list(self._tools())
 
     def specs(self, only: Iterable[str] | None = None) -> list[dict[str, Any]]:
         allowed = None if only is None else set(only)
-        return [t.spec() for t in self._tools.values() if allowed is None or t.name in allowed]
+        return [t.spec() for t in self._tools().values() if allowed is None or t.name in allowed]
 
     def get(self, name: str) -> Tool:
-        try:
-            return self._tools[name]
-        except KeyError:
-            pass
+        """The tool called `name`. Sources are asked one by one, so a source that is down
+        cannot hide the agent's own tools or another source's."""
+        found = self._static.get(name)
         # A model may echo a schema tool's original name (dots, spaces) instead of its wire name.
-        for t in self._tools.values():
-            if t.source_name == name:
-                return t
-        raise UnknownToolError(name)
+        found = found or next((t for t in self._static.values() if t.source_name == name), None)
+        for source in self._sources:
+            found = found or source.resolve(name)
+        if found is None:
+            raise UnknownToolError(name)
+        return self._with_default(found)
 
     def execute(
         self, call: ToolCall, context: ToolContext | None = None, allowed: Iterable[str] | None = None

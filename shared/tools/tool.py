@@ -19,6 +19,7 @@ from pydantic_core import to_jsonable_python
 from shared.errors import (
     DefinitionError,
     InvalidArgumentsError,
+    ModelVisibleError,
     ToolExecutionError,
     ToolTimeoutError,
     describe_validation_error,
@@ -118,8 +119,8 @@ class Tool:
                     ) from e
                 self.sleep(self.retry_backoff_seconds * 2**attempt)
                 attempt += 1
-            except ToolTimeoutError:
-                raise
+            except ModelVisibleError:
+                raise  # already says what the model should read (a timeout, a remote tool's own error)
             except Exception as e:
                 raise ToolExecutionError(f"Tool '{self.name}' failed: {type(e).__name__}: {e}") from e
         converter = self.result_converter or to_model_text
@@ -128,10 +129,11 @@ class Tool:
     def _run(self, kwargs: dict[str, Any]) -> Any:
         if self.timeout_seconds is None:
             return _call(self.fn, kwargs)
-        # The function keeps its thread if it overruns (Python cannot stop a thread); the call
-        # is answered at once and the invocation ends, which freezes it on Lambda.
+        # A sync function keeps its thread if it overruns (Python cannot stop a thread); the call
+        # is answered at once and the invocation ends, which freezes it on Lambda. An async one
+        # is cancelled at the same deadline, so its connections close and its thread ends.
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tool-{self.name}")
-        future = pool.submit(_call, self.fn, kwargs)
+        future = pool.submit(_call, self.fn, kwargs, self.timeout_seconds)
         try:
             return future.result(timeout=self.timeout_seconds)
         except concurrent.futures.TimeoutError:
@@ -140,15 +142,16 @@ class Tool:
             pool.shutdown(wait=False)
 
 
-def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+def _call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float | None = None) -> Any:
     result = fn(**kwargs)
     if inspect.isawaitable(result):
-        result = asyncio.run(_await(result))
+        result = asyncio.run(_await(result, timeout))
     return result
 
 
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
+async def _await(awaitable: Any, timeout: float | None) -> Any:
+    # TimeoutError when it overruns: `_run` answers it like the thread's own timeout.
+    return await asyncio.wait_for(awaitable, timeout)
 
 
 def to_model_text(result: Any) -> str:
