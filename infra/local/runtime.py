@@ -32,7 +32,7 @@ from infra.definition import (
     matches,
     substitute,
 )
-from infra.local import execution_events, lambdas, serial
+from infra.local import execution_events, lambdas, moto_patches, serial
 from infra.local.workers import WorkerPool
 from shared.runs.executions import execution_name
 
@@ -97,6 +97,7 @@ class LocalRuntime:
         )
         self._mock.start()
         lambdas.install()
+        moto_patches.install()
         serial.install()
         execution_events.install()
         self._create_resources()
