@@ -50,7 +50,9 @@ synth: install
 deploy: install
 	cdk deploy
 
+# Figures against peers on one scripted server; installs the `bench` extra (the Agents SDK) first.
 bench: install
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python benchmarks/pipeline.py
 
 clean:

@@ -1,17 +1,26 @@
-"""Prints figures for the local pipeline and the handlers' cold starts.
+"""Prints figures for the local pipeline, its peers and the handlers' cold starts.
 
-    make bench            # or: python benchmarks/pipeline.py --runs 20
+    make bench            # or: python benchmarks/pipeline.py --repeats 5
 
-Figures, not pass/fail: compare them across changes on the same machine.
+Everything runs in one process against one scripted OpenAI-compatible server on 127.0.0.1:
+the bare `openai` client's loop (call the model, run the tool, append, again), the OpenAI
+Agents SDK's run loop (`pip install '.[bench]'`; skipped when absent) and toolpipe's local
+runtime, each driving the same N tool turns. "Overhead per tool turn" is how much longer a
+loop takes than the bare client's, divided by N. Medians of `--repeats` runs: the machine is
+noisy. Figures, not pass/fail: compare them across changes on the same machine.
 """
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 HANDLERS = ["functions.orchestrator.handler", "functions.tool_worker.handler", "functions.api.handler"]
 COLD_START = """
@@ -20,6 +29,10 @@ t = time.perf_counter()
 import {module}
 print(round((time.perf_counter() - t) * 1000), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
+MODEL = "scripted"
+PROMPT = "Count up, one tool call a turn."
+FAN_OUT = 10
+TOOL_SECONDS = 1.0
 
 
 def cold_starts() -> None:
@@ -47,47 +60,224 @@ def cold_starts() -> None:
         print(f"  {module:<34} {ms:>5.0f} ms  {rss:>4d} MB")
 
 
-def pipeline(runs: int) -> None:
+# --- the scripted model: N turns of one `sum` call, or one turn of parallel waits ------------
+
+
+def turns_responder(request: dict[str, Any]) -> Any:
+    """Stateless, so every loop under test gets the same replies: the prompt says how many
+    tool turns to make; each turn calls `sum`, then a plain answer ends the run."""
+    from infra.local.scripted_model import Reply
+
+    messages = request.get("messages", [])
+    prompt = next(str(m.get("content")) for m in messages if m.get("role") == "user")
+    wanted = int(prompt.rsplit(" ", 1)[-1]) if prompt.rsplit(" ", 1)[-1].isdigit() else 0
+    done = sum(1 for m in messages if m.get("role") == "assistant")
+    if prompt.startswith("wait"):
+        if done:
+            return Reply(content="waited")
+        return Reply(tool_calls=[("wait_a_second", {"n": i}) for i in range(wanted)])
+    if done < wanted:
+        return Reply(tool_calls=[("sum", {"a": done, "b": 1})])
+    return Reply(content=f"counted to {done}")
+
+
+def _sum(a: float, b: float) -> float:
+    return a + b
+
+
+# --- the loops under test ---------------------------------------------------------------------
+
+
+def bare_loop(base_url: str, turns: int) -> float:
+    """The floor: the `openai` client alone, the tool run inline."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=base_url, api_key="scripted")
+    spec = {
+        "type": "function",
+        "function": {
+            "name": "sum",
+            "description": "Add two numbers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
+    started = time.perf_counter()
+    messages: list[Any] = [{"role": "user", "content": f"{PROMPT} {turns}"}]
+    for _ in range(turns + 2):
+        reply = client.chat.completions.create(model=MODEL, messages=messages, tools=[spec])  # type: ignore[list-item]
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            break
+        for call in message.tool_calls:
+            args = json.loads(call.function.arguments)  # type: ignore[union-attr]
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": str(_sum(**args))})
+    client.close()
+    return time.perf_counter() - started
+
+
+def agents_sdk_loop(base_url: str, turns: int) -> float:
+    """The OpenAI Agents SDK's run loop, on the same server, tracing off."""
+    from agents import (  # type: ignore[import-not-found]
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def sum(a: float, b: float) -> float:
+        """Add two numbers."""
+        return a + b
+
+    async def run() -> float:
+        client = AsyncOpenAI(base_url=base_url, api_key="scripted")
+        agent = Agent(
+            name="bench",
+            instructions="Count.",
+            tools=[sum],
+            model=OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
+        )
+        started = time.perf_counter()
+        await Runner.run(agent, f"{PROMPT} {turns}", max_turns=turns + 2)
+        elapsed = time.perf_counter() - started
+        await client.close()
+        return elapsed
+
+    return asyncio.run(run())
+
+
+def _register_bench_agent() -> None:
+    from shared.agents import AGENTS, Agent
+    from shared.agents.assistant import sum
+    from shared.tools import tool
+
+    @tool
+    def wait_a_second(n: int) -> str:
+        """Wait one second, as a slow API call would.
+
+        Args:
+            n: Which call this is.
+        """
+        time.sleep(TOOL_SECONDS)
+        return f"waited {n}"
+
+    AGENTS["bench"] = Agent(
+        name="bench",
+        instructions="Count.",
+        tools=[sum, wait_a_second],
+        max_iterations=1000,
+        max_tool_calls=10_000,
+        max_identical_calls=1000,
+    )
+
+
+def median_of(repeats: int, measure: Callable[[], float]) -> float:
+    measure()  # warm-up: imports, connections, caches
+    return statistics.median(measure() for _ in range(repeats))
+
+
+def figures(repeats: int) -> dict[str, Any]:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     from infra.local.runtime import LocalRuntime
-    from infra.local.scripted_model import DemoResponder, ScriptedModelServer
+    from infra.local.scripted_model import ScriptedModelServer
 
-    with ScriptedModelServer(DemoResponder()) as model:
-        env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "scripted"}
+    try:
+        import agents  # type: ignore[import-not-found]  # noqa: F401
+
+        have_agents = True
+    except ImportError:
+        have_agents = False
+    _register_bench_agent()
+    out: dict[str, Any] = {}
+    with ScriptedModelServer(turns_responder) as model:
+        env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "scripted", "TOOLPIPE_MODEL": MODEL}
         started = time.perf_counter()
         with LocalRuntime(extra_env=env) as runtime:
-            startup = time.perf_counter() - started
-            latencies, events = [], []
-            for prompt in [
-                "What is the square root of 475695037565?",
-                "What is 2+3 and the square root of 16?",
-            ] * (runs // 2):
+            out["startup_ms"] = (time.perf_counter() - started) * 1000
+
+            def toolpipe(prompt: str) -> float:
                 t = time.perf_counter()
-                _, body = runtime.api("POST", "/runs", {"prompt": prompt})
-                runtime.wait_for_execution(body["run_id"], timeout=60)
-                latencies.append((time.perf_counter() - t) * 1000)
-                events.append(len(runtime.execution_events(body["run_id"])))
-    latencies.sort()
-    print(f"local runtime start-up: {startup * 1000:.0f} ms")
+                status, body = runtime.api("POST", "/runs", {"prompt": prompt, "agent": "bench"})
+                assert status == 202, body
+                described = runtime.wait_for_execution(body["run_id"], timeout=60)
+                elapsed = time.perf_counter() - t
+                if described["status"] != "SUCCEEDED":
+                    raise RuntimeError(
+                        f"run {body['run_id']}: {runtime.api('GET', '/runs/' + body['run_id'])}"
+                    )
+                return elapsed
+
+            for turns in (10, 50):
+                reps = repeats if turns == 10 else max(1, repeats // 2)
+                bare = median_of(reps, lambda: bare_loop(model.base_url, turns))  # noqa: B023
+                ours = median_of(reps, lambda: toolpipe(f"{PROMPT} {turns}"))  # noqa: B023
+                out[f"bare_{turns}_ms"] = bare * 1000
+                out[f"toolpipe_{turns}_ms"] = ours * 1000
+                out[f"toolpipe_overhead_{turns}_ms"] = (ours - bare) / turns * 1000
+                if have_agents:
+                    sdk = median_of(reps, lambda: agents_sdk_loop(model.base_url, turns))  # noqa: B023
+                    out[f"agents_{turns}_ms"] = sdk * 1000
+                    out[f"agents_overhead_{turns}_ms"] = (sdk - bare) / turns * 1000
+
+            fan_reps = max(1, repeats // 2)
+            one = median_of(fan_reps, lambda: toolpipe("wait 1"))
+            many = median_of(fan_reps, lambda: toolpipe(f"wait {FAN_OUT}"))
+            out["fan_out_1_ms"], out[f"fan_out_{FAN_OUT}_ms"] = one * 1000, many * 1000
+
+            idle = threading.Event()
+            cpu, wall = time.process_time(), time.perf_counter()
+            idle.wait(3.0)  # the runtime running, nothing to do
+            out["idle_cpu_percent"] = (time.process_time() - cpu) / (time.perf_counter() - wall) * 100
+    return out
+
+
+def report(f: dict[str, Any]) -> None:
+    print(f"local runtime start-up: {f['startup_ms']:.0f} ms")
     print(
-        f"runs: {len(latencies)} (two model turns each, one or two tool calls) · "
-        f"median {statistics.median(latencies):.0f} ms · p90 {latencies[int(len(latencies) * 0.9) - 1]:.0f} ms · "
-        f"max {latencies[-1]:.0f} ms"
+        "N tool turns, one scripted server, medians (ms): total run · overhead per tool turn above bare openai"
     )
-    print(f"Step Functions history events per run: {sorted(set(events))} (limit 25,000)")
-    print(
-        json.dumps(
-            {"startup_ms": round(startup * 1000), "median_run_ms": round(statistics.median(latencies))}
+    for turns in (10, 50):
+        line = f"  {turns:>2} turns: bare openai {f[f'bare_{turns}_ms']:.0f}"
+        line += (
+            f" · toolpipe {f[f'toolpipe_{turns}_ms']:.0f} (+{f[f'toolpipe_overhead_{turns}_ms']:.1f}/turn)"
         )
+        if f"agents_{turns}_ms" in f:
+            line += (
+                f" · Agents SDK {f[f'agents_{turns}_ms']:.0f} (+{f[f'agents_overhead_{turns}_ms']:.1f}/turn)"
+            )
+        print(line)
+    ratio = f["toolpipe_overhead_50_ms"] / f["toolpipe_overhead_10_ms"]
+    print(f"  overhead per turn, 50 turns / 10 turns: toolpipe {ratio:.2f}x", end="")
+    if "agents_overhead_10_ms" in f:
+        print(f" · Agents SDK {f['agents_overhead_50_ms'] / f['agents_overhead_10_ms']:.2f}x")
+    else:
+        print(" · Agents SDK not installed (pip install '.[bench]')")
+    one, many = f["fan_out_1_ms"], f[f"fan_out_{FAN_OUT}_ms"]
+    print(
+        f"fan-out: {FAN_OUT} parallel {TOOL_SECONDS:.0f}-second tools {many:.0f} ms, one {one:.0f} ms: "
+        f"{many / one:.2f}x"
     )
+    print(f"idle runtime: {f['idle_cpu_percent']:.1f}% of a core")
+    print(json.dumps({k: round(v, 1) for k, v in f.items()}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-cold-start", action="store_true")
     args = parser.parse_args()
-    cold_starts()
-    pipeline(args.runs)
+    if not args.no_cold_start:
+        cold_starts()
+    report(figures(args.repeats))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from moto import mock_aws
 
 from infra import limits
 from infra.definition import (
+    MAX_PARALLEL_CALLS,
     ORCHESTRATOR_ARN,
     TOOL_QUEUE_URL,
     definition_json,
@@ -31,7 +32,7 @@ from infra.definition import (
     matches,
     substitute,
 )
-from infra.local import execution_events, lambdas, serial
+from infra.local import execution_events, lambdas, moto_patches, serial
 from infra.local.workers import WorkerPool
 from shared.runs.executions import execution_name
 
@@ -63,7 +64,7 @@ class LocalRuntime:
         self,
         *,
         state_dir: Path | None = None,
-        workers: int = 4,
+        workers: int = MAX_PARALLEL_CALLS,  # one per branch the Map runs at once
         visibility_timeout: int = limits.QUEUE_VISIBILITY_SECONDS,
         extra_env: dict[str, str] | None = None,
     ) -> None:
@@ -96,6 +97,7 @@ class LocalRuntime:
         )
         self._mock.start()
         lambdas.install()
+        moto_patches.install()
         serial.install()
         execution_events.install()
         self._create_resources()

@@ -16,6 +16,7 @@ long-poll here (the wait would hold the lock): the local workers short-poll inst
 """
 
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,6 +28,28 @@ _UNSERIALISED_HOST = "lambda."
 _request_lock = threading.RLock()  # re-entrant: a request moto serves may make another
 _install_lock = threading.Lock()
 _installed = False
+# Called with each request after moto served it, outside the lock: how local consumers learn of
+# a send without polling (infra/local/workers.py). Set once by whoever installs it.
+_listeners: list[Callable[[Any], None]] = []
+
+
+def add_listener(listener: Callable[[Any], None]) -> None:
+    """Call `listener(request)` after every request moto serves (once per listener)."""
+    with _install_lock:
+        if listener not in _listeners:
+            _listeners.append(listener)
+
+
+def remove_listener(listener: Callable[[Any], None]) -> None:
+    """Stop calling `listener`; nothing happens if it was not added."""
+    with _install_lock:
+        if listener in _listeners:
+            _listeners.remove(listener)
+
+
+def _notify(request: Any) -> None:
+    for listener in list(_listeners):
+        listener(request)
 
 
 def install() -> None:
@@ -41,7 +64,9 @@ def install() -> None:
             if (urlsplit(request.url).hostname or "").startswith(_UNSERIALISED_HOST):
                 return dispatch(self, request)
             with _request_lock:
-                return dispatch(self, request)
+                response = dispatch(self, request)
+            _notify(request)
+            return response
 
         BotocoreStubber.process_request = process_request  # type: ignore[method-assign]
         _installed = True

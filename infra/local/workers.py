@@ -3,19 +3,32 @@
 Each worker takes one message at a time (batch size 1), passes it to the real handler as
 an SQS event, deletes it on success and leaves it for redelivery after the visibility
 timeout when the handler reports it in `batchItemFailures` or raises.
+
+Idle workers sleep until a message is sent to their queue: every request moto serves is
+announced by `infra/local/serial.py`, and a `SendMessage` to the queue wakes one worker. A
+worker that finds nothing waits again; a slow safety poll (one receive per pool every
+`SAFETY_POLL_SECONDS`) picks up what no send announces: messages whose visibility timeout
+ran out, and sends made before the pool started.
 """
 
+import json
 import logging
+import random
 import threading
 from typing import TYPE_CHECKING, Any
 
+from infra.local import serial
 from infra.local.lambdas import LocalContext, call_handler
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
 
 WORKER_HANDLER = "functions.tool_worker.handler.lambda_handler"
-POLL_INTERVAL_SECONDS = 0.02
+# How often the pool as a whole polls an idle queue: the delay before a message whose
+# visibility timeout ran out is received again. Each receive costs ~2 ms of moto's request path.
+SAFETY_POLL_SECONDS = 0.5
+# Targets of the requests that make a message visible at once (JSON protocol, as boto3 sends).
+_WAKING_TARGETS = (b"AmazonSQS.SendMessage", b"AmazonSQS.SendMessageBatch")
 
 
 def sqs_record(
@@ -35,35 +48,96 @@ def sqs_record(
     }
 
 
+def _sends_to(request: Any, queue_url: str) -> bool:
+    """Whether a request moto served sent a message to the queue at `queue_url`."""
+    target = request.headers.get("X-Amz-Target") or b""
+    if isinstance(target, str):
+        target = target.encode()
+    if target not in _WAKING_TARGETS:
+        return False
+    try:
+        sent_to = json.loads(request.body or b"{}").get("QueueUrl", "")
+    except (ValueError, AttributeError):
+        return False
+    # By name: the interpreter's clients and ours may spell the endpoint differently.
+    return isinstance(sent_to, str) and sent_to.rsplit("/", 1)[-1] == queue_url.rsplit("/", 1)[-1]
+
+
 class WorkerPool:
+    """`size` workers, each running one invocation at a time, woken by sends to the queue."""
+
     def __init__(
-        self, sqs: "SQSClient", queue_url: str, queue_arn: str, size: int, timeout_seconds: int
+        self,
+        sqs: "SQSClient",
+        queue_url: str,
+        queue_arn: str,
+        size: int,
+        timeout_seconds: int,
+        safety_poll_seconds: float = SAFETY_POLL_SECONDS,
+        handler: str = WORKER_HANDLER,
     ) -> None:
         self._sqs = sqs
+        self._handler = handler
         self._queue_url = queue_url
         self._queue_arn = queue_arn
         self._timeout = timeout_seconds
+        self._safety_poll = safety_poll_seconds
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._loop, name=f"tool-worker-{i}", daemon=True) for i in range(size)
         ]
         self.invocations = 0
+        self.receives = 0  # ReceiveMessage calls made, for tests and the benchmark
         self._count_lock = threading.Lock()
+        # Counts sends seen: a worker that read it before an empty receive sleeps only if it
+        # has not moved since, so a send landing between the receive and the wait is not lost.
+        self._wake = threading.Condition()
+        self._sends = 0
+        self.idle_workers = 0  # workers asleep until a send or their safety poll
+
+    @property
+    def size(self) -> int:
+        return len(self._threads)
 
     def start(self) -> None:
+        serial.add_listener(self._on_request)
         for t in self._threads:
             t.start()
 
     def stop(self) -> None:
         self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
         for t in self._threads:
             t.join(timeout=5)
+        serial.remove_listener(self._on_request)
+
+    def _on_request(self, request: Any) -> None:
+        if _sends_to(request, self._queue_url):
+            with self._wake:
+                self._sends += 1
+                self._wake.notify()
+
+    def _idle_wait(self, seen: int) -> None:
+        # Each worker's timeout is the pool's safety period times its size, jittered so the
+        # workers' polls spread out: about one receive per safety period for the whole pool.
+        timeout = self._safety_poll * len(self._threads) * random.uniform(0.5, 1.5)
+        with self._wake:
+            if self._sends == seen and not self._stop.is_set():
+                self.idle_workers += 1
+                try:
+                    self._wake.wait(timeout)
+                finally:
+                    self.idle_workers -= 1
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            seen = self._sends
             try:
                 # Short polls: a long poll waits inside moto's request, which holds the lock that
                 # every other local request needs (infra/local/serial.py).
+                with self._count_lock:
+                    self.receives += 1
                 received = self._sqs.receive_message(
                     QueueUrl=self._queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=0, AttributeNames=["All"]
                 )
@@ -77,7 +151,7 @@ class WorkerPool:
                 logging.getLogger(__name__).exception("tool worker poll failed")
                 messages = []
             if not messages:
-                self._stop.wait(POLL_INTERVAL_SECONDS)
+                self._idle_wait(seen)
 
     def _handle(self, message: dict[str, Any]) -> None:
         event = {"Records": [sqs_record(message, self._queue_arn)]}
@@ -85,7 +159,7 @@ class WorkerPool:
             self.invocations += 1
         try:
             response = call_handler(
-                WORKER_HANDLER,
+                self._handler,
                 event,
                 LocalContext(function_name="tool-worker", timeout_seconds=self._timeout),
             )

@@ -60,7 +60,10 @@ class RunRecords(Protocol):
 class History(Protocol):
     """A run's messages: append-only, one per history slot."""
 
-    def load_history(self, run_id: str) -> list[HistoryItem]: ...
+    def load_history(self, run_id: str) -> list[HistoryItem]:
+        """Every item of the run, in slot order. An adapter may keep items it has read (they
+        never change), but must return an item written since into any slot it found empty."""
+        ...
 
     def get_item(self, run_id: str, seq: int) -> HistoryItem | None: ...
 

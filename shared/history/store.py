@@ -7,8 +7,10 @@ DynamoDB item keeps a reference: items stop at 400 KB.
 """
 
 import json
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
 
 MSG_PREFIX = "MSG#"
+# Runs whose history prefix a warm container keeps: an orchestrator container serves one step
+# at a time, so a few runs cover the steps it serves back to back; the rest are read again.
+HISTORY_CACHE_RUNS = 32
 _USAGE = tuple(Usage.model_fields)
 # A root run's record also counts what its whole tree of runs used.
 _TREE = tuple(f"tree_{name}" for name in _USAGE)
@@ -51,6 +56,49 @@ def _is_conditional_failure(e: ClientError) -> bool:
     return code in ("ConditionalCheckFailedException", "TransactionCanceledException")
 
 
+class HistoryPrefixCache:
+    """Per run, the items of every slot up to the first empty one, for the runs used last.
+
+    History items are written once and never change, but not in slot order: a reply at slot
+    n reserves n+1..n+k for its calls' results, written as each worker finishes. Only the
+    contiguous prefix is safe to keep; everything after it is read again, so a result that
+    lands in an earlier gap is seen on the next load.
+    """
+
+    def __init__(self, max_runs: int = HISTORY_CACHE_RUNS) -> None:
+        self._max_runs = max_runs
+        self._runs: OrderedDict[str, tuple[HistoryItem, ...]] = OrderedDict()
+        self._lock = threading.Lock()  # the local runtime runs several steps in one process
+
+    def prefix(self, run_id: str) -> tuple[HistoryItem, ...]:
+        """The cached items of slots 1..n with none missing (empty if none are cached)."""
+        with self._lock:
+            items = self._runs.get(run_id, ())
+            if items:
+                self._runs.move_to_end(run_id)
+            return items
+
+    def extend(self, run_id: str, known: tuple[HistoryItem, ...], read: list[HistoryItem]) -> None:
+        """Keep `known` plus the items of `read` that continue it without a gap."""
+        if self._max_runs <= 0:
+            return
+        added: list[HistoryItem] = []
+        for item in read:
+            if item.seq != len(known) + len(added) + 1:
+                break  # a reserved slot not written yet: nothing past it is kept
+            added.append(item)
+        if not added:
+            return
+        prefix = known + tuple(added)
+        with self._lock:
+            # Another thread may have cached a longer prefix of the same run meanwhile.
+            if len(self._runs.get(run_id, ())) < len(prefix):
+                self._runs[run_id] = prefix
+            self._runs.move_to_end(run_id)
+            while len(self._runs) > self._max_runs:
+                self._runs.popitem(last=False)
+
+
 def bounded(text: str | None, limit: int) -> str | None:
     if text is None or len(text) <= limit:
         return text
@@ -60,11 +108,19 @@ def bounded(text: str | None, limit: int) -> str | None:
 class DynamoHistoryStore:
     """Every port of `shared.history.ports` on one table and one bucket."""
 
-    def __init__(self, table: "Table", s3: "S3Client", bucket: str, inline_limit: int = 100_000) -> None:
+    def __init__(
+        self,
+        table: "Table",
+        s3: "S3Client",
+        bucket: str,
+        inline_limit: int = 100_000,
+        history_cache_runs: int = HISTORY_CACHE_RUNS,
+    ) -> None:
         self._table = table
         self._s3 = s3
         self._bucket = bucket
         self._inline_limit = inline_limit
+        self._history_cache = HistoryPrefixCache(history_cache_runs)
 
     # --- run record -----------------------------------------------------------------------
 
@@ -247,7 +303,12 @@ class DynamoHistoryStore:
         return None if row is None else self._load(row)
 
     def load_history(self, run_id: str) -> list[HistoryItem]:
-        return list(self.iter_history(run_id, page_size=None))
+        """Every item, in slot order. Reads only the slots after the cached prefix: a step
+        costs O(new items) of DynamoDB reads, not O(history)."""
+        known = self._history_cache.prefix(run_id)
+        read = list(self.iter_history(run_id, after=len(known), page_size=None))
+        self._history_cache.extend(run_id, known, read)
+        return [*known, *read]
 
     # --- the task token a child run answers -----------------------------------------------
 

@@ -1,0 +1,129 @@
+"""The local worker pool: woken by sends, idle without burning CPU, as wide as the Map."""
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from infra.definition import MAX_PARALLEL_CALLS
+from infra.local import serial
+from infra.local.runtime import LocalRuntime
+from infra.local.workers import WorkerPool
+
+HANDLER = f"{__name__}.record_handler"
+_bodies: "queue.Queue[str]" = queue.Queue()
+_fail_first: set[str] = set()
+_barrier: threading.Barrier | None = None
+
+
+def record_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """A worker handler for these tests: records each body; can fail a first delivery or
+    wait at a barrier until every worker holds a message."""
+    body = event["Records"][0]["body"]
+    if body in _fail_first:
+        _fail_first.discard(body)
+        raise RuntimeError("first delivery fails")
+    if _barrier is not None:
+        _barrier.wait(timeout=10)
+    _bodies.put(body)
+    return {"batchItemFailures": []}
+
+
+@pytest.fixture
+def sqs_queue() -> Iterator[tuple[Any, str, str]]:
+    with mock_aws():
+        serial.install()
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        url = sqs.create_queue(QueueName="workers-test", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        while not _bodies.empty():
+            _bodies.get_nowait()
+        yield sqs, url, arn
+
+
+def _await_idle(pool: WorkerPool) -> None:
+    # No event marks "every worker asleep": a bounded look at the pool's own count.
+    deadline = time.monotonic() + 5
+    while pool.idle_workers < pool.size:
+        assert time.monotonic() < deadline, "workers never went idle"
+        time.sleep(0.005)
+
+
+def test_a_send_wakes_an_idle_worker_long_before_its_safety_poll(sqs_queue: tuple[Any, str, str]) -> None:
+    sqs, url, arn = sqs_queue
+    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    pool.start()
+    try:
+        _await_idle(pool)
+        started = time.monotonic()
+        sqs.send_message(QueueUrl=url, MessageBody="wake up")
+        assert _bodies.get(timeout=5) == "wake up"
+        # Without the wake-up, the first safety poll is >= 60 s away.
+        assert time.monotonic() - started < 2
+    finally:
+        pool.stop()
+
+
+def test_a_send_to_another_queue_wakes_no_worker(sqs_queue: tuple[Any, str, str]) -> None:
+    sqs, url, arn = sqs_queue
+    other = sqs.create_queue(QueueName="workers-test-other")["QueueUrl"]
+    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    pool.start()
+    try:
+        _await_idle(pool)
+        before = pool.receives
+        sqs.send_message(QueueUrl=other, MessageBody="not for the pool")
+        sqs.send_message(QueueUrl=url, MessageBody="for the pool")  # a marker: the pool's own send
+        assert _bodies.get(timeout=5) == "for the pool"
+        assert pool.receives - before <= 2  # the marker's wake-up and the receive after it
+    finally:
+        pool.stop()
+
+
+def test_a_message_visible_again_after_its_timeout_is_received_by_the_safety_poll(
+    sqs_queue: tuple[Any, str, str],
+) -> None:
+    sqs, url, arn = sqs_queue
+    _fail_first.add("retry me")
+    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=0.1, handler=HANDLER)
+    pool.start()
+    try:
+        sqs.send_message(QueueUrl=url, MessageBody="retry me")
+        # No send announces the redelivery (visibility timeout 1 s): only the safety poll finds it.
+        assert _bodies.get(timeout=10) == "retry me"
+        assert "retry me" not in _fail_first  # the first delivery did fail
+    finally:
+        pool.stop()
+
+
+def test_as_many_workers_run_at_once_as_the_map_runs_branches(sqs_queue: tuple[Any, str, str]) -> None:
+    global _barrier
+    sqs, url, arn = sqs_queue
+    _barrier = threading.Barrier(MAX_PARALLEL_CALLS)
+    pool = WorkerPool(sqs, url, arn, size=MAX_PARALLEL_CALLS, timeout_seconds=5, handler=HANDLER)
+    pool.start()
+    try:
+        for i in range(MAX_PARALLEL_CALLS):
+            sqs.send_message(QueueUrl=url, MessageBody=f"call {i}")
+        # Each handler waits at the barrier: it breaks (and nothing is recorded) unless every
+        # message is held by its own worker at the same time.
+        got = {_bodies.get(timeout=10) for _ in range(MAX_PARALLEL_CALLS)}
+        assert got == {f"call {i}" for i in range(MAX_PARALLEL_CALLS)}
+    finally:
+        _barrier = None
+        pool.stop()
+
+
+def test_an_idle_runtime_uses_under_two_percent_of_a_core() -> None:
+    with LocalRuntime() as runtime:
+        assert runtime.workers is not None and runtime.workers.size == MAX_PARALLEL_CALLS
+        _await_idle(runtime.workers)
+        cpu, wall = time.process_time(), time.monotonic()
+        threading.Event().wait(2.0)  # the measurement itself: two seconds of doing nothing
+        used = (time.process_time() - cpu) / (time.monotonic() - wall)
+    assert used < 0.02, f"idle runtime used {used:.1%} of a core"
