@@ -16,6 +16,7 @@ long-poll here (the wait would hold the lock): the local workers short-poll inst
 """
 
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,6 +28,24 @@ _UNSERIALISED_HOST = "lambda."
 _request_lock = threading.RLock()  # re-entrant: a request moto serves may make another
 _install_lock = threading.Lock()
 _installed = False
+# Told of every request before moto serves it (infra/local/persistence.py journals the writes);
+# what it returns is called with the response's status, still under the lock, so the journal
+# has the order moto applied the requests in.
+Completion = Callable[[int], None]
+Observer = Callable[[Any], Completion | None]
+_observer: Observer | None = None
+
+
+def observe(observer: Observer | None) -> None:
+    """Set (or, with None, remove) the one observer of requests."""
+    global _observer
+    with _request_lock:
+        _observer = observer
+
+
+def exclusive() -> threading.RLock:
+    """The request lock itself: held, no request reaches moto from another thread."""
+    return _request_lock
 
 
 def install() -> None:
@@ -41,7 +60,11 @@ def install() -> None:
             if (urlsplit(request.url).hostname or "").startswith(_UNSERIALISED_HOST):
                 return dispatch(self, request)
             with _request_lock:
-                return dispatch(self, request)
+                done = _observer(request) if _observer is not None else None
+                response = dispatch(self, request)
+                if done is not None and response is not None:
+                    done(response[0])
+                return response
 
         BotocoreStubber.process_request = process_request  # type: ignore[method-assign]
         _installed = True
