@@ -6,7 +6,6 @@ in-process; a pool of local workers consumes the tool queue in parallel; API cal
 the real API handler as API Gateway proxy events.
 """
 
-import base64
 import importlib
 import json
 import os
@@ -32,9 +31,11 @@ from infra.definition import (
     matches,
     substitute,
 )
-from infra.local import execution_events, lambdas, moto_patches, serial
+from infra.local import execution_events, lambdas, moto_patches, persistence, recovery, serial
 from infra.local.workers import WorkerPool
+from shared.history.store import DynamoHistoryStore
 from shared.runs.executions import execution_name
+from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -56,8 +57,9 @@ _HANDLER_MODULES = (
 class LocalRuntime:
     """`with LocalRuntime() as rt:` the stack's resources in moto, workers running.
 
-    `state_dir`, when given, keeps the table and the content bucket between processes, so
-    `toolpipe show` can read a run that `toolpipe run` made.
+    `state_dir`, when given, keeps the table and the content bucket between processes, kill -9
+    included (`infra/local/persistence.py`), and at start every run still recorded running goes
+    on in a fresh execution, or ends saying why (`resume`, by default when there are workers).
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class LocalRuntime:
         workers: int = MAX_PARALLEL_CALLS,  # one per branch the Map runs at once
         visibility_timeout: int = limits.QUEUE_VISIBILITY_SECONDS,
         extra_env: dict[str, str] | None = None,
+        resume: bool | None = None,
     ) -> None:
         self._state_dir = state_dir
         self._worker_count = workers
@@ -76,6 +79,11 @@ class LocalRuntime:
         self._saved_env: dict[str, str | None] = {}
         self.workers: WorkerPool | None = None
         self.drain_seconds = 30.0
+        # A viewer (no workers) shows runs as they are; a runtime with workers takes them up.
+        self._resume = resume if resume is not None else workers > 0
+        self._durable: persistence.DurableState | None = None
+        self.restored = persistence.Restored()
+        self.resumed: list[str] = []
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -109,6 +117,8 @@ class LocalRuntime:
             self.sqs, self.queue_url, self.queue_arn, self._worker_count, limits.WORKER_TIMEOUT_SECONDS
         )
         self.workers.start()
+        if self._state_dir is not None and self._resume:
+            self.resumed = self._resume_runs()
         return self
 
     def __exit__(
@@ -120,8 +130,7 @@ class LocalRuntime:
             self.drain(timeout=self.drain_seconds)
             if self.workers is not None:
                 self.workers.stop()
-            if self._state_dir is not None:
-                self._save_state(self._state_dir)
+            self._save_state()
         finally:
             execution_events.unsubscribe(self.state_machine_arn)
             self._mock.stop()
@@ -326,26 +335,24 @@ class LocalRuntime:
 
     # --- state kept between processes ------------------------------------------------------
 
-    def _save_state(self, state_dir: Path) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        items: list[dict[str, Any]] = []
-        for page in self.dynamodb.get_paginator("scan").paginate(TableName=TABLE):
-            items.extend(page.get("Items", []))
-        objects = {}
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
-            for obj in page.get("Contents", []):
-                body = self.s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
-                objects[obj["Key"]] = base64.b64encode(body).decode()
-        tmp = state_dir / "state.json.tmp"
-        tmp.write_text(json.dumps({"items": items, "objects": objects}))
-        tmp.replace(state_dir / "state.json")
+    def _save_state(self) -> None:
+        if self._durable is not None:
+            self._durable.close()
+            self._durable = None
 
     def _load_state(self, state_dir: Path) -> None:
-        path = state_dir / "state.json"
-        if not path.exists():
-            return
-        state = json.loads(path.read_text())
-        for item in state.get("items", []):
-            self.dynamodb.put_item(TableName=TABLE, Item=item)
-        for key, body in state.get("objects", {}).items():
-            self.s3.put_object(Bucket=BUCKET, Key=key, Body=base64.b64decode(body))
+        self._durable = persistence.DurableState(state_dir, self.dynamodb, self.s3, TABLE, BUCKET)
+        self.restored = self._durable.open()
+
+    def _resume_runs(self) -> list[str]:
+        """Take up the runs the previous process left running; the ids of those that go on.
+
+        Their executions died with that process, and so did every task token its messages carry
+        (the queue is not kept: each message is re-dispatched from the history instead).
+        """
+        store = DynamoHistoryStore(
+            boto3.resource("dynamodb", region_name=REGION).Table(TABLE), self.s3, BUCKET
+        )
+        recovery.expire_claims(self.dynamodb, TABLE)
+        starter = StepFunctionsStarter(self.sfn, self.state_machine_arn)
+        return recovery.resume_runs(self.dynamodb, TABLE, store, starter, StepFunctionsTaskReporter(self.sfn))

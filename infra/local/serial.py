@@ -52,6 +52,26 @@ def _notify(request: Any) -> None:
         listener(request)
 
 
+# Told of every request before moto serves it (infra/local/persistence.py journals the writes);
+# what it returns is called with the response's status, still under the lock, so the journal
+# has the order moto applied the requests in.
+Completion = Callable[[int], None]
+Observer = Callable[[Any], Completion | None]
+_observer: Observer | None = None
+
+
+def observe(observer: Observer | None) -> None:
+    """Set (or, with None, remove) the one observer of requests."""
+    global _observer
+    with _request_lock:
+        _observer = observer
+
+
+def exclusive() -> threading.RLock:
+    """The request lock itself: held, no request reaches moto from another thread."""
+    return _request_lock
+
+
 def install() -> None:
     """Wrap moto's request dispatch in the lock, once per process."""
     global _installed
@@ -64,7 +84,10 @@ def install() -> None:
             if (urlsplit(request.url).hostname or "").startswith(_UNSERIALISED_HOST):
                 return dispatch(self, request)
             with _request_lock:
+                done = _observer(request) if _observer is not None else None
                 response = dispatch(self, request)
+                if done is not None and response is not None:
+                    done(response[0])
             _notify(request)
             return response
 
