@@ -360,6 +360,11 @@ class LocalServer:
         with self._state:
             return 0.0 if self._active else time.monotonic() - self._last_activity
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no request is in progress; False if one still is after `timeout`."""
+        with self._state:
+            return self._state.wait_for(lambda: not self._active, timeout)
+
     def close(self, timeout: float = 10.0) -> None:
         """Stop accepting, end the event streams, let requests in progress finish (bounded)."""
         self.draining.set()

@@ -202,7 +202,7 @@ def test_http_answers_as_the_api_function_does(tmp_path: Path) -> None:
 
 
 def test_routes_the_deployed_api_has_not(served: Served) -> None:
-    assert _http(served.url, "DELETE", f"/v1/runs/x")[:2] == (
+    assert _http(served.url, "DELETE", "/v1/runs/x")[:2] == (
         403,
         {"message": "Missing Authentication Token"},
     )
@@ -230,14 +230,7 @@ def test_sigterm_drains_a_run_in_progress_saves_and_exits_0(tmp_path: Path) -> N
     assert json.loads(shown.stdout)["run"]["status"] == "succeeded"
 
 
-def test_ctrl_c_exits_0_and_removes_server_json(tmp_path: Path) -> None:
-    served = Served(tmp_path)
-    code, output = served.stop(signal.SIGINT)
-    assert code == 0, output
-    assert not server_file(tmp_path).exists()
-
-
-def test_a_stale_server_file_is_ignored_and_replaced(tmp_path: Path) -> None:
+def test_a_stale_server_file_is_replaced_and_ctrl_c_removes_it(tmp_path: Path) -> None:
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
@@ -251,7 +244,9 @@ def test_a_stale_server_file_is_ignored_and_replaced(tmp_path: Path) -> None:
         info = read_server_file(tmp_path)
         assert info is not None and info.pid == served.process.pid
     finally:
-        assert served.stop()[0] == 0
+        code, output = served.stop(signal.SIGINT)
+    assert code == 0, output
+    assert not server_file(tmp_path).exists()
 
 
 def test_two_concurrent_runs_with_no_server_share_one_and_neither_is_lost(tmp_path: Path) -> None:
@@ -268,8 +263,9 @@ def test_two_concurrent_runs_with_no_server_share_one_and_neither_is_lost(tmp_pa
     log = (tmp_path / "server.log").read_text()
     assert log.count("toolpipe server at ") == 1, log  # one server served both
 
-    for result in runs:
-        run_id = result.stdout.split("\nrun ")[1].split()[0]
-        shown = _toolpipe(tmp_path, "show", run_id)
-        assert shown.returncode == 0, shown.stdout
-        assert f"run {run_id} · agent assistant · succeeded" in shown.stdout
+    run_ids = [result.stdout.split("\nrun ")[1].split()[0] for result in runs]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        shown = list(pool.map(lambda run_id: _toolpipe(tmp_path, "show", run_id), run_ids))
+    for run_id, result in zip(run_ids, shown, strict=True):
+        assert result.returncode == 0, result.stdout
+        assert f"run {run_id} · agent assistant · succeeded" in result.stdout
