@@ -1,20 +1,29 @@
-"""`toolpipe run "PROMPT"` and `toolpipe show RUN_ID`, on the local runtime.
+"""`toolpipe serve`, `toolpipe run "PROMPT"`, `toolpipe show RUN_ID`: the local runtime and its clients.
 
-With no `OPENAI_BASE_URL` set, a scripted OpenAI-compatible model is served on 127.0.0.1
-so a run works offline through the same client code as with a real endpoint.
+`serve` holds the runtime in one long-lived process and answers HTTP (infra/local/server.py).
+`run` and `show` are its clients: they use the server serving the state folder, or start one
+for their own duration (infra/local/client.py), so concurrent commands share one state.
+With no `OPENAI_BASE_URL` set, the server serves a scripted OpenAI-compatible model on
+127.0.0.1, so a run works offline through the same client code as with a real endpoint.
 """
 
 import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-RUNNING = "running"
+from infra.local.client import read_server_file, try_lock
+
+_STARTED = time.monotonic()  # for `serve`'s "ready in"
+DEFAULT_PORT = 8710
 
 
 def _state_dir() -> Path:
@@ -50,22 +59,23 @@ def format_item(item: dict[str, Any]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _model_endpoint(out: TextIO) -> Iterator[None]:
+def _model_endpoint(out: TextIO) -> Iterator[str]:
+    """Point the orchestrator at a model for the block; yields how the endpoint reads."""
     if os.environ.get("OPENAI_BASE_URL"):
-        out.write(f"model endpoint: {os.environ['OPENAI_BASE_URL']}\n")
-        yield
+        description = os.environ["OPENAI_BASE_URL"]
+        out.write(f"model endpoint: {description}\n")
+        yield description
         return
     from infra.local.scripted_model import DemoResponder, ScriptedModelServer
 
     with ScriptedModelServer(DemoResponder()) as server:
-        out.write(
-            f"model endpoint: scripted demo model at {server.base_url} (set OPENAI_BASE_URL for a real one)\n"
-        )
+        description = f"scripted demo model at {server.base_url} (set OPENAI_BASE_URL for a real one)"
+        out.write(f"model endpoint: {description}\n")
         previous = {k: os.environ.get(k) for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
         os.environ["OPENAI_BASE_URL"] = server.base_url
         os.environ["OPENAI_API_KEY"] = "scripted"
         try:
-            yield
+            yield description
         finally:
             for k, v in previous.items():
                 if v is None:
@@ -74,81 +84,154 @@ def _model_endpoint(out: TextIO) -> Iterator[None]:
                     os.environ[k] = v
 
 
-def _messages(runtime: Any, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+class _Session:
+    """The local server for the state folder, found or started, found again if it goes away.
+
+    A server started for another client's duration stops once idle, and refuses new runs while
+    it stops (nothing written): a request that finds it gone or stopping goes to the next one,
+    which reads the state the last one saved.
+    """
+
+    ATTEMPTS = 5
+
+    def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
+        from infra.local.client import connect
+
+        self._home = home
+        self._env = env
+        self._connect = connect
+        self.connection = connect(home, env=env)
+        self._started: list[Any] = []  # every server this session started, to wait for at the end
+        self._remember()
+
+    def _remember(self) -> None:
+        if self.connection.child is not None:
+            self._started.append(self.connection)
+
+    def reconnect(self) -> None:
+        self.connection = self._connect(self._home, env=self._env)
+        self._remember()
+
+    def health(self) -> dict[str, Any]:
+        status, body = self.connection.client.health()
+        return body if status == 200 and isinstance(body, dict) else {}
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        from infra.local.client import ServerError
+
+        for attempt in range(self.ATTEMPTS):
+            try:
+                return self.connection.client.request(method, path, body)
+            except ServerError:
+                if attempt == self.ATTEMPTS - 1:
+                    raise
+                self.reconnect()
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        for connection in self._started:
+            connection.close()
+
+
+def _reason(body: Any) -> str:
+    return str(body.get("message", body) if isinstance(body, dict) else body)
+
+
+def _messages(session: _Session, run_id: str, after: int = 0) -> list[dict[str, Any]]:
     """Every history item after seq `after`, page by page (long contents are previews)."""
     items: list[dict[str, Any]] = []
     page: str | None = f"/runs/{run_id}/messages?after={after}"
     while page:
-        status, body = runtime.api("GET", page)
+        status, body = session.request("GET", page)
         if status != 200:
-            raise RuntimeError(body.get("message", body) if isinstance(body, dict) else body)
+            raise RuntimeError(_reason(body))
         items.extend(body["messages"])
         page = body["next"]
     return items
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    from infra.local.runtime import LocalRuntime
+    """Start a run on the local server (found, or started for this command) and print its events."""
+    from infra.local.client import ServerError
 
-    if args.model:
-        os.environ["TOOLPIPE_MODEL"] = args.model
-    request = {"prompt": args.prompt, "agent": args.agent, "timezone": args.timezone}
-    if args.mcp:
-        # Locally, the caller is the user: let this run name its own MCP servers.
-        os.environ["TOOLPIPE_ALLOW_RUN_MCP_SERVERS"] = "1"
-        request["mcp_servers"] = args.mcp
-    with _model_endpoint(out), LocalRuntime(state_dir=_state_dir()) as runtime:
-        status, body = runtime.api("POST", "/runs", request)
+    session = _Session(_state_dir(), {"TOOLPIPE_MODEL": args.model} if args.model else None)
+    try:
+        health = session.health()
+        if args.model and session.connection.child is None and health.get("model") != args.model:
+            out.write(
+                f"error: the server at {session.connection.info.url} runs model "
+                f"{health.get('model') or 'default'} (its TOOLPIPE_MODEL); --model applies to a "
+                "server this command starts: stop it, or leave out --model\n"
+            )
+            return 2
+        out.write(f"model endpoint: {health.get('model_endpoint', 'unknown')}\n")
+        request: dict[str, Any] = {"prompt": args.prompt, "agent": args.agent, "timezone": args.timezone}
+        if args.mcp:
+            request["mcp_servers"] = args.mcp
+        status, body = session.request("POST", "/runs", request)
         if status != 202:
-            out.write(f"error: {body.get('message', body) if isinstance(body, dict) else body}\n")
+            out.write(f"error: {_reason(body)}\n")
             return 2
         run_id = body["run_id"]
         out.write(f"run {run_id} (agent {args.agent})\n")
-        printed = 0  # the last seq printed
+        out.flush()
         deadline = time.monotonic() + args.timeout
-        while True:
-            _, state = runtime.api("GET", f"/runs/{run_id}")
-            record = state["run"]
-            ended = record["status"] != RUNNING
-            for item in _messages(runtime, run_id, after=printed):
-                # Parallel results land in any order: while the run goes on, print only up to
-                # the first slot still empty, so the cursor never skips one.
-                if not ended and item["seq"] != printed + 1:
-                    break
-                out.write("\n".join(format_item(item)) + "\n")
-                out.flush()
-                printed = item["seq"]
-            if ended:
+        printed = 0  # the last seq printed: a stream that broke resumes after it
+        for attempt in range(_Session.ATTEMPTS):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 break
-            if time.monotonic() > deadline:
-                out.write(f"error: run {run_id} still running after {args.timeout:g} s\n")
-                return 1
-            time.sleep(0.05)
-        runtime.wait_for_execution(run_id, timeout=30)
-        usage = record["usage"]
-        out.write(
-            f"status: {record['status']} · {usage['model_calls']} model call(s) · "
-            f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens\n"
-        )
-        if record["status"] != "succeeded":
-            out.write(f"error: run {record['status']}: {record.get('error') or 'no reason recorded'}\n")
-            return 1
-        return 0
+            try:
+                for event, data in session.connection.client.events(run_id, after=printed, timeout=remaining):
+                    if event == "item":
+                        out.write("\n".join(format_item(data)) + "\n")
+                        out.flush()
+                        printed = int(data["seq"])
+                    elif event == "end":
+                        return _finish(data["run"], out)
+                    elif event == "timeout":
+                        break
+                    elif event == "error":
+                        raise ServerError(_reason(data))
+                else:
+                    raise ServerError("the event stream ended early")
+                break  # timed out
+            except ServerError:
+                if attempt == _Session.ATTEMPTS - 1:
+                    raise
+                session.reconnect()
+        out.write(f"error: run {run_id} still running after {args.timeout:g} s\n")
+        return 1
+    finally:
+        session.close()
+
+
+def _finish(record: dict[str, Any], out: TextIO) -> int:
+    usage = record["usage"]
+    out.write(
+        f"status: {record['status']} · {usage['model_calls']} model call(s) · "
+        f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens\n"
+    )
+    if record["status"] != "succeeded":
+        out.write(f"error: run {record['status']}: {record.get('error') or 'no reason recorded'}\n")
+        return 1
+    return 0
 
 
 def show(args: argparse.Namespace, out: TextIO) -> int:
-    from infra.local.runtime import LocalRuntime
-
-    with LocalRuntime(state_dir=_state_dir(), workers=0) as runtime:
-        status, body = runtime.api("GET", f"/runs/{args.run_id}")
+    session = _Session(_state_dir())
+    try:
+        status, body = session.request("GET", f"/runs/{args.run_id}")
         if status == 200:
             executions = list(body["executions"])
             while body["executions_next"]:
-                _, body = runtime.api("GET", body["executions_next"])
+                _, body = session.request("GET", body["executions_next"])
                 executions.extend(body["executions"])
-            body = {**body, "executions": executions, "messages": _messages(runtime, args.run_id)}
+            body = {**body, "executions": executions, "messages": _messages(session, args.run_id)}
+    finally:
+        session.close()
     if status != 200:
-        out.write(f"error: {body.get('message', body) if isinstance(body, dict) else body}\n")
+        out.write(f"error: {_reason(body)}\n")
         return 1
     if args.json:
         out.write(json.dumps(body, indent=2) + "\n")
@@ -201,13 +284,95 @@ def invoke(args: argparse.Namespace, out: TextIO) -> int:
         text = text.replace("RUN_ID", args.run_id)
     event = json.loads(text)
     handler, timeout = HANDLERS[args.function]
-    # Workers run too: a run the event starts finishes before the runtime shuts down.
-    with _model_endpoint(out), LocalRuntime(state_dir=_state_dir()):
-        result = call_handler(
-            handler, event, LocalContext(function_name=args.function, timeout_seconds=timeout)
-        )
+    home = _state_dir()
+    # This command holds the folder's state itself: with a server serving it too, whichever
+    # saved last would erase the other's runs.
+    lock = try_lock(home)
+    if lock is None:
+        info = read_server_file(home)
+        where = f" at {info.url}" if info else ""
+        out.write(f"error: a toolpipe server{where} is serving {home}: stop it first, or set TOOLPIPE_HOME\n")
+        return 2
+    try:
+        # Workers run too: a run the event starts finishes before the runtime shuts down.
+        with _model_endpoint(out), LocalRuntime(state_dir=home):
+            result = call_handler(
+                handler, event, LocalContext(function_name=args.function, timeout_seconds=timeout)
+            )
+    finally:
+        os.close(lock)
     out.write(json.dumps(result, indent=2) + "\n")
     return 0
+
+
+def serve(args: argparse.Namespace, out: TextIO) -> int:
+    """`toolpipe serve`: one process holding the runtime and answering HTTP until a signal."""
+    from infra.local.client import ServerInfo, remove_server_file, write_server_file
+
+    home = _state_dir()
+    # Locally the caller is the user, on 127.0.0.1: a run may name its own MCP servers
+    # (`toolpipe run --mcp URL`). Deployed, that stays off unless the deployer turns it on.
+    os.environ.setdefault("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "1")
+    lock = _take_lock(home)
+    if lock is None:
+        info = read_server_file(home)
+        where = f" at {info.url}" if info else ""
+        out.write(f"error: a toolpipe server{where} is already serving {home}\n")
+        return 2
+    stop, hurry = threading.Event(), threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # The first Ctrl-C drains (runs in progress end); a second one stops them now.
+        (hurry if stop.is_set() else stop).set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    try:
+        from infra.local.runtime import LocalRuntime
+        from infra.local.server import LocalServer, serve_until_stopped
+
+        if args.host not in ("127.0.0.1", "localhost", "::1"):
+            out.write(
+                f"warning: serving on {args.host}: anyone who reaches it can act as any caller "
+                "(the X-Toolpipe-Caller header stands in for IAM)\n"
+            )
+        with _model_endpoint(out) as model, LocalRuntime(state_dir=home) as runtime:
+            health = {"pid": os.getpid(), "home": str(home), "model": os.environ.get("TOOLPIPE_MODEL")}
+            try:
+                server = LocalServer(runtime, args.host, args.port, {**health, "model_endpoint": model})
+            except OSError as e:
+                out.write(
+                    f"error: cannot serve on {args.host}:{args.port}: {e.strerror} (--port 0 picks a free one)\n"
+                )
+                return 1
+            with server:
+                write_server_file(
+                    home, ServerInfo(server.url, os.getpid(), datetime.now(UTC).isoformat(timespec="seconds"))
+                )
+                out.write(
+                    f"toolpipe server at {server.api_url} · state {home} · ready in "
+                    f"{time.monotonic() - _STARTED:.1f} s · Ctrl-C stops it\n"
+                )
+                out.flush()
+                try:
+                    serve_until_stopped(runtime, server, stop, hurry, args.idle_exit)
+                finally:
+                    # Gone before the state is saved: a client that comes now waits for the lock,
+                    # then starts a server that reads that state.
+                    remove_server_file(home, os.getpid())
+        out.write(f"stopped; state saved in {home}\n")
+        return 0
+    finally:
+        remove_server_file(home, os.getpid())
+        os.close(lock)  # only now: the state is saved
+
+
+def _take_lock(home: Path) -> int | None:
+    # A client checking whether the lock is free holds it for an instant: try for a moment.
+    deadline = time.monotonic() + 0.5
+    while (lock := try_lock(home)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return lock
 
 
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
@@ -231,13 +396,29 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     invoke_parser.add_argument("function", choices=sorted(HANDLERS))
     invoke_parser.add_argument("event", help="path of a JSON event, e.g. events/api_post_run.json")
     invoke_parser.add_argument("--run-id", help="replaces RUN_ID in the event")
+    serve_parser = commands.add_parser("serve", help="serve the local runtime over HTTP until Ctrl-C")
+    serve_parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve_parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)"
+    )
+    serve_parser.add_argument(
+        "--idle-exit",
+        type=float,
+        metavar="SECONDS",
+        help="stop after this long with no request and no run in progress (default: never)",
+    )
     args = parser.parse_args(argv)
-    commands_by_name = {"run": run, "show": show, "invoke": invoke}
+    commands_by_name = {"run": run, "show": show, "invoke": invoke, "serve": serve}
     try:
         return commands_by_name[args.command](args, out)
     except KeyboardInterrupt:
         out.write("interrupted\n")
         return 130
+    except BrokenPipeError:
+        # The reader went away (`toolpipe show … | head`): nothing left to tell anyone.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except Exception as e:  # a user sees one line, never a traceback
         out.write(f"error: {type(e).__name__}: {e}\n")
         return 1
