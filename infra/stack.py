@@ -225,6 +225,20 @@ class ToolpipeStack(Stack):
         if admin_principal:
             api_fn.add_environment("TOOLPIPE_ADMIN_PRINCIPAL", str(admin_principal))
 
+        # `cdk deploy -c mcp_header_secrets=arn1,arn2`: the secrets agents' MCP servers read their
+        # headers from (`McpServer(headers_secret_arn=...)`). Only agent code names them, so the
+        # deployer lists them here; each function that lists or calls MCP tools may read them.
+        mcp_secrets = self.node.try_get_context("mcp_header_secrets")
+        if mcp_secrets:
+            arns = [arn.strip() for arn in str(mcp_secrets).split(",") if arn.strip()]
+            for fn in (orchestrator, worker, api_fn):
+                fn.add_to_role_policy(
+                    iam.PolicyStatement(
+                        actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+                        resources=arns,
+                    )
+                )
+
         self._fail_runs_of_ended_executions(machine, orchestrator)
         api = self._rest_api(api_fn)
 

@@ -7,6 +7,7 @@ import pytest
 from infra.app import SKIP_BUNDLING
 
 ADMIN = "arn:aws:iam::123456789012:role/Operator"
+MCP_SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:docs-mcp"
 
 
 def _api_environment(template: Any) -> dict[str, Any]:
@@ -18,15 +19,25 @@ def _api_environment(template: Any) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_the_admin_principal_comes_from_cdk_context(tmp_path: Any) -> None:
+def test_the_admin_principal_and_mcp_secrets_come_from_cdk_context(tmp_path: Any) -> None:
     from aws_cdk import App
     from aws_cdk.assertions import Template
 
     from infra.stack import ToolpipeStack
 
-    app = App(outdir=str(tmp_path), context={"admin_principal": ADMIN}, post_cli_context=SKIP_BUNDLING)
-    stack = ToolpipeStack(app, "Toolpipe")
-    assert _api_environment(Template.from_stack(stack))["TOOLPIPE_ADMIN_PRINCIPAL"] == ADMIN
+    context = {"admin_principal": ADMIN, "mcp_header_secrets": f"{MCP_SECRET}, {MCP_SECRET}-2"}
+    app = App(outdir=str(tmp_path), context=context, post_cli_context=SKIP_BUNDLING)
+    template = Template.from_stack(ToolpipeStack(app, "Toolpipe"))
+    assert _api_environment(template)["TOOLPIPE_ADMIN_PRINCIPAL"] == ADMIN
+    # The MCP header secrets the deployer names: readable by each function that lists or calls MCP tools.
+    granted = [
+        name
+        for name, policy in template.find_resources("AWS::IAM::Policy").items()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "secretsmanager:GetSecretValue" in statement["Action"]
+        and statement["Resource"] == [MCP_SECRET, f"{MCP_SECRET}-2"]
+    ]
+    assert sorted(name[:5] for name in granted) == ["ApiSe", "Orche", "ToolW"]
 
 
 def test_without_context_no_principal_reads_other_runs(template: Any) -> None:
