@@ -41,6 +41,18 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
 REGION = "us-east-1"
+# The history table's keys, as the stack defines them: `create_table(TableName=..., **HISTORY_TABLE)`.
+HISTORY_TABLE: dict[str, Any] = {
+    "KeySchema": [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ],
+    "AttributeDefinitions": [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "S"},
+    ],
+    "BillingMode": "PAY_PER_REQUEST",
+}
 TABLE = "toolpipe-local"
 BUCKET = "toolpipe-local-contents"
 ORCHESTRATOR_HANDLER = "functions.orchestrator.handler.lambda_handler"
@@ -157,18 +169,7 @@ class LocalRuntime:
 
     def _create_resources(self) -> None:
         self.dynamodb: DynamoDBClient = boto3.client("dynamodb", region_name=REGION)
-        self.dynamodb.create_table(
-            TableName=TABLE,
-            KeySchema=[
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        self.dynamodb.create_table(TableName=TABLE, **HISTORY_TABLE)
         self.s3 = boto3.client("s3", region_name=REGION)
         self.s3.create_bucket(Bucket=BUCKET)
 

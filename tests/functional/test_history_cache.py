@@ -11,6 +11,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from infra.local.runtime import HISTORY_TABLE
 from shared.history.store import DynamoHistoryStore
 from shared.messages import HistoryItem, ToolResult, UserMessage
 
@@ -19,18 +20,7 @@ from shared.messages import HistoryItem, ToolResult, UserMessage
 def table() -> Iterator[Any]:
     with mock_aws():
         dynamodb = boto3.resource("dynamodb", region_name="us-east-1")
-        table = dynamodb.create_table(
-            TableName="history",
-            KeySchema=[
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        table = dynamodb.create_table(TableName="history", **HISTORY_TABLE)
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket="contents")
         yield table

@@ -13,6 +13,7 @@ import boto3
 from moto import mock_aws
 
 from infra.local import serial
+from infra.local.runtime import HISTORY_TABLE
 from shared.agents import Agent
 from shared.history import DynamoHistoryStore
 from shared.messages import AssistantMessage, RunRecord, RunStatus, ToolCall, UserMessage
@@ -191,18 +192,7 @@ class MotoTables:
     def store(self, name: str = TABLE) -> DynamoHistoryStore:
         # moto copies a whole table for every item of a transaction (to roll back), so one
         # `complete_call` costs time in proportion to the table: scenarios shard their calls.
-        table = self._dynamodb.create_table(
-            TableName=name,
-            KeySchema=[
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        table = self._dynamodb.create_table(TableName=name, **HISTORY_TABLE)
         self.names.append(name)
         return DynamoHistoryStore(table, self._s3, BUCKET, self._inline_limit)
 
