@@ -135,11 +135,17 @@ def test_a_queue_loses_and_repeats_nothing_while_workers_send_and_delete(runtime
     assert sorted(received, key=int) == sent
 
 
-def test_concurrent_worker_invocations_each_report_only_their_own_failures(runtime: LocalRuntime) -> None:
+def test_concurrent_worker_invocations_each_report_only_their_own_failures(
+    runtime: LocalRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The local workers run the handler on several threads at once, as Lambda runs several
     execution environments: one invocation's poison message must not show up in another's
     batch response (they once shared one batch processor)."""
     from infra.local.lambdas import LocalContext, call_handler
+    from shared.runs import tool_executor
+
+    # The good messages' tokens wait for nothing: judge that at the first heartbeat, not after ~1.5 s.
+    monkeypatch.setattr(tool_executor, "START_BEAT_DELAYS", (0.0,))
     from infra.local.workers import sqs_record
 
     wrong: list[str] = []

@@ -53,7 +53,9 @@ def test_a_retried_model_step_does_not_ask_the_model_again(pipeline: Pipeline) -
 @pytest.fixture
 def held() -> Iterator[Pipeline]:
     """No local workers: dispatched calls wait in the queue for the test to deliver them."""
-    yield from _pipeline(workers=0)
+    for pipeline in _pipeline(workers=0):
+        pipeline.runtime.drain_seconds = 2  # a test may leave a call waiting: stop it at the end
+        yield pipeline
 
 
 def waiting_calls(p: Pipeline, count: int = 1, timeout: float = 20) -> list[dict[str, Any]]:
