@@ -13,6 +13,12 @@ from pydantic_core import PydanticCustomError
 from shared.errors import ErrorKind
 
 
+def text_safe(text: str) -> str:
+    """Lone surrogates (text cut mid-character, `\\ud800` escapes) cannot be stored as UTF-8:
+    each becomes `?`, so one odd character never fails a write."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -260,7 +266,7 @@ class StartRunRequest(BaseModel):
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise PydanticCustomError("blank", "the prompt is blank")
-        return value
+        return text_safe(value)
 
     @field_validator("timezone")
     @classmethod

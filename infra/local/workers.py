@@ -144,7 +144,9 @@ class WorkerPool:
                 messages = received.get("Messages", [])
                 for message in messages:
                     self._handle(message)
-            except Exception:
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException:  # a worker thread outlives anything one invocation raises
                 if self._stop.is_set():
                     return  # the runtime shut down under a running invocation: its queue is gone
                 # As Lambda's poller: a failed receive or delete is tried again, never the end of it.
@@ -163,7 +165,9 @@ class WorkerPool:
                 event,
                 LocalContext(function_name="tool-worker", timeout_seconds=self._timeout),
             )
-        except Exception:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:
             # As on Lambda: the message comes back after the visibility timeout. Said aloud, since
             # locally there is no CloudWatch to find it in.
             logging.getLogger(__name__).exception("tool worker invocation failed")

@@ -121,6 +121,11 @@ class Agent:
                 f"agent '{self.name}': one turn of {self.max_calls_per_turn} calls could write {worst} Step "
                 f"Functions history events; one execution's budget is {EXECUTION_EVENT_BUDGET}"
             )
+        if self.output_type is not None and any(t.return_direct for t in self.tools):
+            raise DefinitionError(
+                f"agent '{self.name}': a return_direct tool's text would be the answer, which must be "
+                f"{self.output_type.__name__} JSON: give the agent either, not both"
+            )
         names = [source.name for source in self.tool_sources]
         if len(set(names)) != len(names):
             raise DefinitionError(f"agent '{self.name}': two tool sources share a name")

@@ -31,7 +31,7 @@ import openai
 from openai import AsyncOpenAI
 
 from shared.errors import ModelCallError, ModelRejectedError, ModelResponseError
-from shared.messages import ToolCall
+from shared.messages import ToolCall, text_safe
 from shared.model.port import ModelReply
 
 # Time kept back for writing the reply to DynamoDB and returning to Step Functions.
@@ -250,9 +250,20 @@ def parse_completion(body: bytes) -> ModelReply:
     if content is None and isinstance(refusal := message.get("refusal"), str):
         content = refusal
     usage = data.get("usage")
+    # A `\ud800` escape (text cut mid-character) would fail the reply's write: replaced.
+    calls = [
+        call.model_copy(
+            update={
+                "id": text_safe(call.id),
+                "name": text_safe(call.name),
+                "arguments": text_safe(call.arguments),
+            }
+        )
+        for call in _tool_calls(message.get("tool_calls"))
+    ]
     return ModelReply(
-        content=content,
-        tool_calls=_tool_calls(message.get("tool_calls")),
+        content=None if content is None else text_safe(content),
+        tool_calls=calls,
         prompt_tokens=_tokens(usage, "prompt_tokens"),
         completion_tokens=_tokens(usage, "completion_tokens"),
     )

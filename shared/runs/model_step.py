@@ -39,7 +39,7 @@ from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.runs.rules import (
     budget_reached,
     calls_limit,
-    direct_answer,
+    direct_results,
     ended_status,
     final_output,
     tool_failure,
@@ -83,6 +83,8 @@ class ModelStep:
     def step(self, request: StepRequest, deadline: float) -> Decision:
         run = self._store.get_run(request.run_id)
         if run.status is not RunStatus.RUNNING:
+            # A retried ending may have died between recording it and answering the parent.
+            self._answer_parent_as_recorded(run)
             return Decision(status=ended_status(run.status), turn=run.turn)
         if (
             request.execution
@@ -129,9 +131,13 @@ class ModelStep:
         failure = tool_failure(step.agent, reply, step.history)
         if failure is not None:
             return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=failure)
-        direct = direct_answer(step.agent, reply, step.history)
-        if direct is not None:
-            return self._end(step.run, RunStatus.SUCCEEDED, DecisionStatus.FINAL, output=direct)
+        direct = direct_results(step.agent, reply, step.history)
+        if direct:
+            # The whole results, not the previews the model would have read.
+            output = "\n\n".join(
+                self._store.get_result(r.full_result_ref) if r.full_result_ref else r.content for r in direct
+            )
+            return self._end(step.run, RunStatus.SUCCEEDED, DecisionStatus.FINAL, output=output)
         return None
 
     def _check_budgets(self, step: _Step) -> Decision | None:
@@ -332,8 +338,18 @@ class ModelStep:
         self, run: RunRecord, status: RunStatus, output: str | None = None, error: str | None = None
     ) -> None:
         """Every ending of a run: record it, and answer the parent's call if this is a child run."""
-        self._store.finish_run(run.run_id, status, output=output, error=error)
-        children.answer_parent(self._store, self._reporter, run, status, output, error)
+        if self._store.finish_run(run.run_id, status, output=output, error=error):
+            children.answer_parent(self._store, self._reporter, run, status, output, error)
+        else:
+            # It had ended already (a retry, or the execution-status rule after the state
+            # machine's own Catch): the parent gets the first ending, never a later one.
+            self._answer_parent_as_recorded(self._store.get_run(run.run_id))
+
+    def _answer_parent_as_recorded(self, run: RunRecord) -> None:
+        if run.parent is None:
+            return
+        output = self._store.get_result(run.output_ref) if run.output_ref else run.output
+        children.answer_parent(self._store, self._reporter, run, run.status, output, run.error)
 
 
 def monotonic_deadline(remaining_ms: int) -> float:

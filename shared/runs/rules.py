@@ -32,10 +32,10 @@ def tool_failure(agent: Agent, reply: AssistantMessage, history: list[HistoryIte
     return None
 
 
-def direct_answer(agent: Agent, reply: AssistantMessage, history: list[HistoryItem]) -> str | None:
-    """Results of `return_direct` tools in the last turn are the run's answer."""
-    direct = [
-        item.content
+def direct_results(agent: Agent, reply: AssistantMessage, history: list[HistoryItem]) -> list[ToolResult]:
+    """Results of `return_direct` tools in the last turn: together, they are the run's answer."""
+    return [
+        item
         for item in history
         if isinstance(item, ToolResult)
         and item.turn == reply.turn
@@ -43,7 +43,6 @@ def direct_answer(agent: Agent, reply: AssistantMessage, history: list[HistoryIt
         and item.tool in agent.registry
         and agent.registry.get(item.tool).return_direct
     ]
-    return "\n\n".join(direct) if direct else None
 
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)

@@ -41,7 +41,14 @@ class RunStarter:
         )
         if not self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt)):
             raise RuntimeError(f"run id {record.run_id} is taken")  # a fresh UUID: never expected
-        self._starter.start(record.run_id)
+        try:
+            self._starter.start(record.run_id)
+        except Exception as e:
+            # No execution, so nothing would ever end it: the run must not stay `running`.
+            self._store.finish_run(
+                record.run_id, RunStatus.FAILED, error=f"the run could not be started: {e}"
+            )
+            raise
         return record
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from shared.agents import AfterTool, Agent, BeforeTool, get_agent, run_agent
 from shared.errors import CallInProgressError, ErrorKind, UnknownAgentError, UnknownToolError
@@ -26,6 +27,7 @@ from shared.messages import (
     ToolCall,
     ToolCallMessage,
     ToolResult,
+    text_safe,
 )
 from shared.runs import children
 from shared.runs.ports import ExecutionStarter, TaskReporter
@@ -126,12 +128,26 @@ class ToolCallExecutor:
             idempotency_key=f"{call.run.run_id}:{message.seq}",
         )
         with self._heartbeats(message.task_token):
+            execution, changes = self._run_tool(call, context, state)
+        return self._persist(call, execution, attempt, changes)
+
+    def _run_tool(
+        self, call: _Call, context: ToolContext, state: RunState
+    ) -> tuple[Execution, tuple[dict[str, Any], list[str]]]:
+        """The call's outcome and the state changes to keep. Whatever the tool, its hooks, its
+        result converter or its state do that the worker could not store becomes the tool's
+        error: a claimed call must always end with a result, never an invocation that dies."""
+        try:
             execution = _execute_with_hooks(call.agent, call.call, context, call.run.tools)
-        changes = state.changes()
-        size = len(json.dumps(dict(state)).encode())
+            changes = state.changes()
+            size = len(json.dumps(dict(state)).encode())
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:
+            failure = f"Error: Tool '{call.call.name}' failed: {_describe(e)}"
+            return Execution(failure, "error", 0, ErrorKind.TOOL_FAILED), ({}, [])
         if size > STATE_LIMIT_BYTES:
             # The state shares one DynamoDB item (400 KB): refused as the tool's error, not a crash.
-            changes = ({}, [])
             execution = Execution(
                 f"Error: Tool '{call.call.name}' left {size} bytes of run state; a run keeps at most "
                 f"{STATE_LIMIT_BYTES}. Nothing it stored was kept.",
@@ -139,7 +155,8 @@ class ToolCallExecutor:
                 execution.duration_ms,
                 ErrorKind.TOOL_FAILED,
             )
-        return self._persist(call, execution, attempt, changes)
+            return execution, ({}, [])
+        return execution, changes
 
     def _load(self, message: ToolCallMessage, claim: Claim) -> _Call:
         run = self._store.get_run(message.run_id)
@@ -219,9 +236,9 @@ class ToolCallExecutor:
         return stored
 
     def _to_result(self, call: _Call, execution: Execution, attempt: int) -> ToolResult:
-        content, detail, ref, chars = execution.content, None, None, None
+        content, detail, ref, chars = text_safe(execution.content), None, None, None
         if execution.error_type is ErrorKind.TOOL_FAILED and call.agent.on_tool_error == "generic":
-            content, detail = f"Error: the tool '{call.call.name}' failed.", execution.content
+            content, detail = f"Error: the tool '{call.call.name}' failed.", content
         else:
             content, ref, chars = fit_for_model(
                 self._store, call.agent, call.run.run_id, call.message.seq, content
@@ -263,6 +280,14 @@ class ToolCallExecutor:
         finally:
             stop.set()
             thread.join(timeout=5)
+
+
+def _describe(error: BaseException) -> str:
+    try:
+        text = str(error)
+    except Exception:
+        text = "(its message could not be read)"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _execute_with_hooks(

@@ -452,3 +452,20 @@ def test_an_http_date_retry_after_is_read(server: ScriptedModelServer, make_clie
     sleeps: list[float] = []
     assert _ask(make_client(sleeps)).content == "ok"
     assert sleeps == [0.0]  # a date in the past: go now
+
+
+def test_a_lone_surrogate_anywhere_in_a_reply_becomes_storable_text(
+    server: ScriptedModelServer, make_client: MakeClient
+) -> None:
+    """Servers cut text mid-emoji: a `\\ud83d` escape must not fail the reply's write."""
+    body = (
+        b'{"choices": [{"message": {"role": "assistant", "content": "half \\ud83d", "tool_calls": ['
+        b'{"id": "c\\ud800", "type": "function", "function": {"name": "s\\udc00um", "arguments": "{\\"a\\": \\"\\ud83d\\"}"}}]}}]}'
+    )
+    server.responder = ScriptResponder([RawResponse(body=body)])
+    reply = _ask(make_client([]))
+    from shared.messages import HISTORY_ITEM, AssistantMessage
+
+    item = AssistantMessage(seq=2, turn=1, content=reply.content, tool_calls=reply.tool_calls)
+    assert HISTORY_ITEM.dump_json(item)  # storable
+    assert reply.content == "half ?" and reply.tool_calls[0].name == "s?um"

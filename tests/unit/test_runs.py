@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
-from shared.agents import AGENTS, Agent, agent_tool
+from shared.agents import AGENTS, Agent, BeforeTool, Hooks, agent_tool
 from shared.errors import CallInProgressError, ErrorKind
 from shared.history import MemoryHistoryStore
 from shared.messages import (
@@ -20,6 +20,7 @@ from shared.messages import (
     ToolCallMessage,
     ToolResult,
     UserMessage,
+    text_safe,
 )
 from shared.model.openai_client import OpenAIModelClient, build_openai_client
 from shared.runs import ModelStep, ToolCallExecutor
@@ -412,3 +413,160 @@ def test_a_step_decided_again_dispatches_only_calls_without_results(model: Scrip
     decision = step.step(StepRequest(run_id="r1"), _deadline())
 
     assert [c.seq for c in decision.calls] == [4] and len(model.requests) == 1
+
+
+# --- found by probing: each would leave a call, a run or a parent without its answer ---------
+
+
+@tool
+def cancelled(n: int) -> str:
+    """Raise what asyncio raises on cancellation (a BaseException).
+
+    Args:
+        n: Anything.
+    """
+    import asyncio
+
+    raise asyncio.CancelledError()
+
+
+@tool
+def unstorable(n: int, ctx: ToolContext) -> str:
+    """Keep something that is not JSON in the run's state, and answer with a lone surrogate.
+
+    Args:
+        n: Anything.
+    """
+    ctx.state["odd"] = {1, 2}
+    return "half an emoji: \ud83d"
+
+
+class ExplodingHook(Hooks):
+    def before_tool(self, event: BeforeTool) -> None:
+        raise RuntimeError("the hook broke")
+
+
+@pytest.mark.parametrize(
+    ("tools", "hooks", "name", "expected"),
+    [
+        ([cancelled], [], "cancelled", "CancelledError"),
+        ([unstorable], [], "unstorable", "TypeError"),
+        ([charge], [ExplodingHook()], "charge", "RuntimeError: the hook broke"),
+    ],
+)
+def test_whatever_a_tool_or_hook_raises_ends_the_call_with_a_result(
+    monkeypatch: pytest.MonkeyPatch, tools: list[Any], hooks: list[Any], name: str, expected: str
+) -> None:
+    monkeypatch.setitem(AGENTS, "payer", Agent(name="payer", instructions="Pay.", tools=tools, hooks=hooks))
+    store = MemoryHistoryStore()
+    message = _dispatched(store, name, '{"n": 1, "amount": 1}' if name == "charge" else '{"n": 1}')
+
+    outcome = _executor(store).execute(message, lease_seconds=60)
+
+    assert outcome is not None and outcome.status == "error"
+    result = store.get_item("r1", 3)
+    assert isinstance(result, ToolResult) and result.error_type is ErrorKind.TOOL_FAILED
+    assert expected in result.content and store.claim_call("r1", 3, 60).state == "done"
+
+
+def test_a_result_with_a_lone_surrogate_is_stored() -> None:
+    store = MemoryHistoryStore()
+    _run(store)
+    from shared.messages import ToolCall
+
+    store.append(
+        "r1", AssistantMessage(seq=2, turn=1, tool_calls=[ToolCall(id="c", name="x", arguments="{}")])
+    )
+    result = ToolResult(seq=3, turn=1, call_id="c", tool="x", content=text_safe("a\ud83db"), status="ok")
+    assert result.content == "a?b"
+
+
+def test_a_child_whose_ending_died_before_answering_answers_on_the_retry(model: ScriptedModelServer) -> None:
+    store = MemoryHistoryStore()
+    _run(store, "parent", "loop")
+    from shared.messages import ParentCall, ToolCall
+
+    store.append(
+        "parent",
+        AssistantMessage(
+            seq=2, turn=1, tool_calls=[ToolCall(id="c", name="again", arguments='{"task": "t"}')]
+        ),
+    )
+    parent_call = ParentCall(run_id="parent", call_id="c", seq=3, turn=1, tool="again")
+    _run(store, "child", "loop", parent=parent_call, root_run_id="parent", depth=1)
+    store.put_parent_token("child", "parent-token")
+    store.finish_run("child", RunStatus.SUCCEEDED, output="x" * 10_000)  # recorded; then the invocation died
+
+    decision = _step(store, model).step(StepRequest(run_id="child"), _deadline())
+
+    assert decision.status is DecisionStatus.FINAL and model.requests == []
+    answer = store.get_item("parent", 3)
+    assert isinstance(answer, ToolResult) and answer.status == "ok" and answer.content == "x" * 10_000
+
+
+def test_a_later_failure_never_replaces_a_childs_first_ending(model: ScriptedModelServer) -> None:
+    store = MemoryHistoryStore()
+    _run(store, "parent", "loop")
+    from shared.messages import FailRequest, ParentCall
+
+    parent_call = ParentCall(run_id="parent", call_id="c", seq=3, turn=1, tool="again")
+    _run(store, "child", "loop", parent=parent_call, root_run_id="parent", depth=1)
+    store.finish_run("child", RunStatus.SUCCEEDED, output="done")
+
+    _step(store, model).fail(FailRequest(action="fail", run_id="child", error={"Error": "ExecutionAborted"}))
+
+    answer = store.get_item("parent", 3)
+    assert isinstance(answer, ToolResult) and answer.status == "ok" and answer.content == "done"
+
+
+def test_a_run_whose_execution_cannot_start_is_failed_not_left_running() -> None:
+    from shared.messages import StartRunRequest
+    from shared.runs import RunStarter
+
+    class Refusing:
+        def start(self, run_id: str, execution: int = 1) -> None:
+            raise ConnectionError("throttled")
+
+    store = MemoryHistoryStore()
+    with pytest.raises(ConnectionError):
+        RunStarter(store, Refusing()).start(StartRunRequest(prompt="hi", agent="payer"), "caller")
+
+    [run] = store.runs.values()
+    assert run.status is RunStatus.FAILED and "could not be started: throttled" in (run.error or "")
+
+
+@tool(return_direct=True)
+def report(pages: int) -> str:
+    """Render a long report; its text is the answer.
+
+    Args:
+        pages: How many.
+    """
+    return "p" * (pages * 10_000)
+
+
+def test_a_long_direct_answer_is_the_whole_result_not_the_models_preview(
+    model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(AGENTS, "payer", Agent(name="payer", instructions="Report.", tools=[report]))
+    store = MemoryHistoryStore()
+    message = _dispatched(store, "report", '{"pages": 3}')
+    _executor(store).execute(message, lease_seconds=60)
+
+    decision = _step(store, model).step(StepRequest(run_id="r1", results=[]), _deadline())
+
+    assert decision.status is DecisionStatus.FINAL
+    run = store.get_run("r1")
+    assert run.output_chars == 30_000 and run.output_ref and store.get_result(run.output_ref) == "p" * 30_000
+
+
+def test_return_direct_and_output_type_cannot_be_combined() -> None:
+    from pydantic import BaseModel
+
+    from shared.errors import DefinitionError
+
+    class Receipt(BaseModel):
+        total: float
+
+    with pytest.raises(DefinitionError, match="return_direct"):
+        Agent(name="x", instructions="x", tools=[report], output_type=Receipt)
