@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.agents import AfterTool, Agent, BeforeTool, get_agent, run_agent
-from shared.errors import CallInProgressError, ErrorKind, UnknownAgentError, UnknownToolError
+from shared.errors import (
+    CallInProgressError,
+    ErrorKind,
+    ModelVisibleError,
+    UnknownAgentError,
+    UnknownToolError,
+)
 from shared.history import Claim, ClaimState, HistoryStore
 from shared.messages import (
     AssistantMessage,
@@ -201,7 +207,29 @@ class ToolCallExecutor:
                 ErrorKind.UNKNOWN_AGENT,
             )
             return self._persist(call, missing, 1, ({}, []))
-        task = str(call.tool.parse_arguments(call.call.arguments)["task"])
+        # An agent tool passes the same `before_tool` hooks as any other: they may block it.
+        context = ToolContext(
+            run_id=call.run.run_id,
+            agent=call.run.agent,
+            call_id=call.call.id,
+            caller=call.run.caller,
+            idempotency_key=f"{call.run.run_id}:{call.message.seq}",
+        )
+        try:
+            hooked, answered = _before_hooks(call.agent, call.call, context)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:
+            failure = Execution(
+                f"Error: Tool '{call.call.name}' failed: {_describe(e)}", "error", 0, ErrorKind.TOOL_FAILED
+            )
+            return self._persist(call, failure, 1, ({}, []))
+        if answered is not None:
+            return self._persist(call, answered, 1, ({}, []))
+        try:
+            task = str(call.tool.parse_arguments(hooked.arguments)["task"])
+        except ModelVisibleError as e:  # a hook rewrote the arguments into something invalid
+            return self._persist(call, Execution(f"Error: {e}", "error", 0, e.kind), 1, ({}, []))
         children.start_child(
             self._store,
             self._starter,
@@ -290,21 +318,26 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _execute_with_hooks(
-    agent: Agent, call: ToolCall, context: ToolContext, allowed: list[str] | None
-) -> Execution:
+def _before_hooks(agent: Agent, call: ToolCall, context: ToolContext) -> tuple[ToolCall, Execution | None]:
+    """The call as the `before_tool` hooks leave it, and their answer if they gave one."""
     before = BeforeTool(run_id=context.run_id, agent=agent.name, call=call, context=context)
     for hooks in agent.hooks:
         hooks.before_tool(before)
         if before.blocked is not None or before.result is not None:
             break
     if before.blocked is not None:
-        execution = Execution(f"Error: Blocked: {before.blocked}", "error", 0, ErrorKind.BLOCKED)
-    elif before.result is not None:
-        execution = Execution(before.result, "ok", 0)
-    else:
-        execution = agent.registry.execute(before.call, context, allowed=allowed)
-    after = AfterTool(run_id=context.run_id, agent=agent.name, call=before.call, execution=execution)
+        return before.call, Execution(f"Error: Blocked: {before.blocked}", "error", 0, ErrorKind.BLOCKED)
+    if before.result is not None:
+        return before.call, Execution(before.result, "ok", 0)
+    return before.call, None
+
+
+def _execute_with_hooks(
+    agent: Agent, call: ToolCall, context: ToolContext, allowed: list[str] | None
+) -> Execution:
+    call, answered = _before_hooks(agent, call, context)
+    execution = answered or agent.registry.execute(call, context, allowed=allowed)
+    after = AfterTool(run_id=context.run_id, agent=agent.name, call=call, execution=execution)
     for hooks in agent.hooks:
         hooks.after_tool(after)
     return after.execution

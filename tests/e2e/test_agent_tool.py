@@ -77,3 +77,23 @@ def test_a_child_that_stops_early_gives_the_parent_an_error_result(
     assert tool_message["content"] == (
         "Error: the 'helper' agent stopped (limit): stopped after 1 model turns (the agent's max_iterations)"
     )
+
+
+def test_before_tool_hooks_can_block_an_agent_tool(
+    pipeline: Pipeline, helper: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared.agents import BeforeTool, Hooks
+
+    class NoDelegation(Hooks):
+        def before_tool(self, event: BeforeTool) -> None:
+            if event.call.name == "helper":
+                event.blocked = "no delegation here"
+
+    monkeypatch.setitem(AGENTS, "tester", dataclasses.replace(AGENTS["tester"], hooks=[NoDelegation()]))
+    pipeline.script(Reply(tool_calls=[call("helper", task="count the apple")]), Reply(content="I could not."))
+    body = pipeline.finish(pipeline.start("get the apple counted"))
+
+    assert body["run"]["status"] == "succeeded" and CALLS.counts == {}
+    assert len(_runs(pipeline)) == 1  # no child run was started
+    tool_message = next(m for m in pipeline.model.requests[1]["messages"] if m["role"] == "tool")
+    assert tool_message["content"] == "Error: Blocked: no delegation here"
