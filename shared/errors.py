@@ -91,8 +91,10 @@ class TooManyCallsError(ModelVisibleError):
 class ToolTimeoutError(ModelVisibleError):
     kind = ErrorKind.TOOL_TIMEOUT
 
-    def __init__(self, name: str, seconds: float) -> None:
-        super().__init__(f"Tool '{name}' timed out after {seconds:g} s.")
+    def __init__(self, name: str, seconds: float, idempotent: bool = True) -> None:
+        # A thread cannot be stopped: a tool that is not idempotent may still have its effect.
+        tail = "" if idempotent else " It may still take effect: check before calling it again."
+        super().__init__(f"Tool '{name}' timed out after {seconds:g} s.{tail}")
 
 
 class ToolExecutionError(ModelVisibleError):

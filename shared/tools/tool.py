@@ -137,7 +137,7 @@ class Tool:
         try:
             return future.result(timeout=self.timeout_seconds)
         except concurrent.futures.TimeoutError:
-            raise ToolTimeoutError(self.name, self.timeout_seconds) from None
+            raise ToolTimeoutError(self.name, self.timeout_seconds, self.idempotent) from None
         finally:
             pool.shutdown(wait=False)
 

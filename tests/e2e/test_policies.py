@@ -76,7 +76,9 @@ def test_a_tool_over_its_timeout_is_answered_timed_out(pipeline: Pipeline, agent
     pipeline.script(Reply(tool_calls=[call("slow", seconds=3)]), Reply(content="ok"))
     body = pipeline.finish(pipeline.start("x"))
 
-    assert _tool_messages(pipeline, 1) == ["Error: Tool 'slow' timed out after 0.3 s."]
+    assert _tool_messages(pipeline, 1) == [
+        "Error: Tool 'slow' timed out after 0.3 s. It may still take effect: check before calling it again."
+    ]
     assert body["executions"][0]["error_type"] == "ToolTimeoutError"
 
 

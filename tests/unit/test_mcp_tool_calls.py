@@ -27,7 +27,7 @@ def test_an_async_tool_is_cancelled_at_its_timeout() -> None:
     execution = ToolRegistry([stall]).execute(ToolCall(id="c", name="stall", arguments="{}"))
 
     assert (execution.content, execution.error_type) == (
-        "Error: Tool 'stall' timed out after 0.2 s.",
+        "Error: Tool 'stall' timed out after 0.2 s. It may still take effect: check before calling it again.",
         ErrorKind.TOOL_TIMEOUT,
     )
     assert cancelled.wait(5), "the tool's coroutine was left running after its timeout"
