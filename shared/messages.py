@@ -23,6 +23,23 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_calls: int = 0
+    # Integer micro-dollars: DynamoDB counters are exact for integers (floats need Decimal).
+    cost_micro_usd: int = 0
+    tool_calls: int = 0  # calls the model asked for
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(**{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields})
+
+
 class _Item(BaseModel):
     model_config = ConfigDict(frozen=True)
     seq: int = Field(ge=1, description="Position in the run's history; also the DynamoDB sort key.")
@@ -54,6 +71,8 @@ class AssistantMessage(_Item):
     kind: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    # What the model call that made it cost, kept so a retried step can still count it.
+    usage: Usage | None = None
 
 
 class ToolResult(_Item):
@@ -83,23 +102,6 @@ class RunStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     LIMIT = "limit"
-
-
-class Usage(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    model_calls: int = 0
-    # Integer micro-dollars: DynamoDB counters are exact for integers (floats need Decimal).
-    cost_micro_usd: int = 0
-    tool_calls: int = 0  # calls the model asked for
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def __add__(self, other: "Usage") -> "Usage":
-        return Usage(**{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields})
 
 
 class ParentCall(BaseModel):

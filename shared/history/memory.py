@@ -71,6 +71,8 @@ class MemoryHistoryStore:
         )
         with self._lock:
             run = self.get_run(run_id)
+            if run.turn >= turn:
+                return  # this turn is counted already (a retried step)
             self.runs[run_id] = run.model_copy(update={"turn": turn, "usage": run.usage + used})
             root = root_run_id or run_id
             self.trees[root] = self.trees.get(root, Usage()) + used

@@ -39,7 +39,8 @@ class RunRecords(Protocol):
         tool_calls: int,
         root_run_id: str | None = None,
     ) -> None:
-        """Add one model call's usage to the run, and to its root's tree totals."""
+        """Add one model call's usage to the run, and to its root's tree totals; once per turn
+        (a retried step that records the same turn again changes nothing)."""
         ...
 
     def tree_usage(self, root_run_id: str) -> Usage:

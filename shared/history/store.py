@@ -189,12 +189,24 @@ class DynamoHistoryStore:
         tree = {f"tree_{name}": value for name, value in own.items()}
         root = root_run_id or run_id
         # A root run keeps its tree's totals beside its own: one update for a root's call.
-        self._add(run_id, own | tree if root == run_id else own, {"turn": turn})
+        # Counted once per turn: a retried step records the same turn again, and is refused.
+        try:
+            self._add(run_id, own | tree if root == run_id else own, {"turn": turn}, first_of_turn=turn)
+        except ClientError as e:
+            if _is_conditional_failure(e):
+                return
+            raise
         if root != run_id:
             self._add(root, tree, {})
 
-    def _add(self, run_id: str, counters: dict[str, int], values: dict[str, Any]) -> None:
+    def _add(
+        self, run_id: str, counters: dict[str, int], values: dict[str, Any], first_of_turn: int | None = None
+    ) -> None:
         names = {f"#{name}": name for name in (*counters, *values, "updated_at")}
+        condition: dict[str, Any] = {}
+        if first_of_turn is not None:
+            names["#turn"] = "turn"
+            condition = {"ConditionExpression": "attribute_not_exists(#turn) OR #turn < :first_of_turn"}
         self._table.update_item(
             Key={"pk": _pk(run_id), "sk": "META"},
             UpdateExpression="ADD "
@@ -206,7 +218,9 @@ class DynamoHistoryStore:
                 **{f":{name}": value for name, value in counters.items()},
                 **{f":{name}": value for name, value in values.items()},
                 ":updated_at": utc_now(),
+                **({":first_of_turn": first_of_turn} if first_of_turn is not None else {}),
             },
+            **condition,
         )
 
     def tree_usage(self, root_run_id: str) -> Usage:

@@ -29,6 +29,7 @@ from shared.messages import (
     RunStatus,
     StepRequest,
     ToolResult,
+    Usage,
     UserMessage,
 )
 from shared.model import ModelClient, ModelReply, to_openai_messages
@@ -102,6 +103,7 @@ class ModelStep:
             if self._is_retry(step, reply, request):
                 # This step already stored its reply and died before returning: decide again
                 # from the stored reply instead of asking the model a second time.
+                self._record_usage(step.run, reply)
                 return self._decide(step, reply)
             ended = self._settle_turn(step, reply, request)
             if ended is not None:
@@ -185,30 +187,40 @@ class ModelStep:
     def _store_reply(self, step: _Step, reply: ModelReply) -> AssistantMessage:
         run, agent = step.run, step.agent
         seq = max(i.seq for i in step.history) + 1
-        item = AssistantMessage(
-            seq=seq,
-            turn=run.turn + 1,
-            content=reply.content,
-            tool_calls=assign_call_ids(reply.tool_calls, seq, step.history),
+        calls = assign_call_ids(reply.tool_calls, seq, step.history)
+        cost = agent.price.micro_usd(reply.prompt_tokens, reply.completion_tokens) if agent.price else 0
+        used = Usage(
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            model_calls=1,
+            cost_micro_usd=cost,
+            tool_calls=len(calls),
         )
-        if self._store.append(run.run_id, item):
-            cost = agent.price.micro_usd(reply.prompt_tokens, reply.completion_tokens) if agent.price else 0
-            self._store.record_model_call(
-                run.run_id,
-                item.turn,
-                reply.prompt_tokens,
-                reply.completion_tokens,
-                cost,
-                len(item.tool_calls),
-                run.root_run_id,
-            )
-        else:
+        item = AssistantMessage(
+            seq=seq, turn=run.turn + 1, content=reply.content, tool_calls=calls, usage=used
+        )
+        if not self._store.append(run.run_id, item):
             # Another invocation of this step stored its reply first: act on that one.
             stored = self._store.get_item(run.run_id, seq)
             assert isinstance(stored, AssistantMessage), "history slot after the last item holds a non-reply"
             item = stored
+        self._record_usage(run, item)
         step.history.append(item)
         return item
+
+    def _record_usage(self, run: RunRecord, reply: AssistantMessage) -> None:
+        """Count the reply's model call in the run and its tree, once: the store refuses a turn
+        it has counted, so a step retried after storing its reply counts it if it was not."""
+        used = reply.usage or Usage(model_calls=1, tool_calls=len(reply.tool_calls))
+        self._store.record_model_call(
+            run.run_id,
+            reply.turn,
+            used.prompt_tokens,
+            used.completion_tokens,
+            used.cost_micro_usd,
+            used.tool_calls,
+            run.root_run_id,
+        )
 
     def _record_missing_results(
         self, run: RunRecord, reply: AssistantMessage, history: list[HistoryItem], request: StepRequest

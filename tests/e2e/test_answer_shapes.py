@@ -19,7 +19,14 @@ class Forecast(BaseModel):
 @pytest.fixture
 def forecaster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(
-        AGENTS, "tester", dataclasses.replace(AGENTS["tester"], output_type=Forecast, max_repair_turns=1)
+        AGENTS,
+        "tester",
+        dataclasses.replace(
+            AGENTS["tester"],
+            tools=[t for t in AGENTS["tester"].tools if not t.return_direct],  # never both
+            output_type=Forecast,
+            max_repair_turns=1,
+        ),
     )
 
 

@@ -570,3 +570,26 @@ def test_return_direct_and_output_type_cannot_be_combined() -> None:
 
     with pytest.raises(DefinitionError, match="return_direct"):
         Agent(name="x", instructions="x", tools=[report], output_type=Receipt)
+
+
+def test_a_step_that_died_after_storing_its_reply_still_counts_the_model_call(
+    model: ScriptedModelServer,
+) -> None:
+    from shared.messages import ToolCall, Usage
+
+    store = MemoryHistoryStore()
+    _run(store)
+    used = Usage(prompt_tokens=100, completion_tokens=20, model_calls=1, tool_calls=1)
+    reply = AssistantMessage(
+        seq=2, turn=1, tool_calls=[ToolCall(id="a", name="lookup", arguments='{"key": "k"}')], usage=used
+    )
+    store.append("r1", reply)  # stored; then the invocation died before counting it
+    step = _step(store, model)
+
+    for _ in range(2):  # the retry, and a second retry that must not count it again
+        decision = step.step(StepRequest(run_id="r1"), _deadline())
+        assert [c.seq for c in decision.calls] == [3]
+
+    run = store.get_run("r1")
+    assert run.turn == 1 and run.usage.total_tokens == 120 and run.usage.model_calls == 1
+    assert store.tree_usage("r1").tool_calls == 1 and model.requests == []
