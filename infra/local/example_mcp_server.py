@@ -18,6 +18,7 @@ import asyncio
 import os
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -122,13 +123,36 @@ class _RequireBearer:
         await self._app(scope, receive, send)
 
 
+def _crowd() -> None:
+    """What sloppy servers list: more tools than a model request may carry, and names that
+    differ only in characters a wire name cannot hold."""
+
+    def answering(text: str) -> Callable[[], str]:
+        def answer() -> str:
+            return text
+
+        return answer
+
+    for n in range(100):
+        server.add_tool(answering(f"filler {n}"), name=f"filler_{n:03d}", description=f"Filler tool {n}.")
+    server.add_tool(answering("dotted"), name="dup.name", description="A dotted name.")
+    server.add_tool(answering("underscored"), name="dup_name", description="The same name, underscored.")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="toolpipe's example MCP server")
     parser.add_argument("--transport", choices=["streamable-http", "sse", "stdio"], default="streamable-http")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     parser.add_argument("--token", help="require this bearer token on every HTTP request")
+    parser.add_argument(
+        "--crowded",
+        action="store_true",
+        help="also list 100 filler tools and two names that map to one wire name (a sloppy server)",
+    )
     args = parser.parse_args(argv)
+    if args.crowded:
+        _crowd()
     if args.transport == "stdio":
         server.run("stdio")
         return

@@ -17,6 +17,9 @@ from shared.mcp.results import result_text
 from shared.tools import SchemaError, Tool, schema_tool
 from shared.tools.registry import ToolSourceError
 
+# Per server: a model request carries every tool, and APIs refuse more than 128 of them.
+MAX_TOOLS_PER_SERVER = 64
+
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
@@ -134,20 +137,34 @@ class McpServer:
             raise ToolSourceError(
                 f"MCP server '{self.name}' at {self.where} {client.describe_failure(e)}"
             ) from e
-        tools = []
+        tools: list[Tool] = []
+        names: set[str] = set()
         for remote in listed:
             if not self._wanted(remote.name):
                 continue
+            if len(tools) >= MAX_TOOLS_PER_SERVER:
+                # Chat Completions APIs refuse more than 128 tools in a request: the first ones are kept.
+                logger.warning("MCP tools past the limit skipped", extra={"server": self.name})
+                break
             hints = remote.annotations if self.trust_annotations else None
             idempotent = bool(hints and (hints.read_only_hint or hints.idempotent_hint))
             description = remote.description or remote.title or f"The '{remote.name}' tool of {self.name}."
             try:
-                tools.append(self._tool(remote.name, description, remote.input_schema, idempotent))
+                built = self._tool(remote.name, description, remote.input_schema, idempotent)
             except SchemaError as e:
                 # One malformed remote tool must not take the server's other tools away.
                 logger.warning(
                     "MCP tool skipped", extra={"server": self.name, "tool": remote.name, "reason": str(e)}
                 )
+                continue
+            if built.name in names:
+                # Two names that map to one wire name (`a.b`, `a_b`): the first listed keeps it.
+                logger.warning(
+                    "MCP tool skipped: its name is taken", extra={"server": self.name, "tool": remote.name}
+                )
+                continue
+            names.add(built.name)
+            tools.append(built)
         return tools
 
     def _wanted(self, name: str) -> bool:

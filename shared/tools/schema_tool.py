@@ -136,7 +136,14 @@ def schema_tool(
     safe = wire_name(name)
 
     def validate(arguments: dict[str, Any]) -> None:
-        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        try:
+            errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        except Exception as e:
+            # A schema valid in form that cannot be applied (a `$ref` to nowhere): the call fails,
+            # as the tool's own error the model reads, and the run goes on.
+            raise InvalidArgumentsError(
+                f"The schema of '{safe}' could not be applied to the arguments: {e}."
+            ) from e
         if errors:
             details = "; ".join(
                 f"{'.'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}" for e in errors

@@ -166,3 +166,16 @@ def test_contents_are_converted_for_the_model() -> None:
     assert result_text([block(type="text", text='{\n "rows": 2\n}')], {"rows": 2}) == '{"rows": 2}'
     assert result_text([block(type="text", text="hi")], {"result": "hi"}) == "hi"
     assert result_text([], None) == "Success"
+
+
+def test_a_crowded_server_gives_a_bounded_list_with_unique_names() -> None:
+    """A sloppy server: 100 filler tools beside its own, and `dup.name` beside `dup_name`."""
+    from shared.mcp.server import MAX_TOOLS_PER_SERVER
+
+    with example_server("--crowded") as crowded:
+        tools = McpServer("c", url=crowded).tools()
+        only_dups = McpServer("c", url=crowded, include=("dup*",)).tools()
+
+    names = [t.name for t in tools]
+    assert len(names) == MAX_TOOLS_PER_SERVER == len(set(names))
+    assert [t.name for t in only_dups] == ["c_dup_name"]  # the first listed keeps the wire name

@@ -149,3 +149,13 @@ def test_the_original_name_maps_back_to_the_tool() -> None:
 def test_a_handler_can_take_the_context() -> None:
     whoami = schema_tool({"properties": {}}, lambda args, ctx: ctx.caller, name="whoami", description="Who.")
     assert whoami.invoke("{}", ToolContext(run_id="r", agent="a", call_id="c", caller="ana")) == "ana"
+
+
+def test_a_schema_that_cannot_be_applied_is_an_error_the_model_reads() -> None:
+    from shared.errors import InvalidArgumentsError
+
+    weird = schema_tool(
+        {"properties": {"x": {"$ref": "#/nope"}}}, lambda args: "ran", name="weird", description="Weird."
+    )
+    with pytest.raises(InvalidArgumentsError, match="could not be applied"):
+        weird.invoke('{"x": 1}')
