@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -117,12 +118,15 @@ class _Session:
         return body if status == 200 and isinstance(body, dict) else {}
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        from infra.local.client import ServerError
+        from infra.local.client import ServerBusyError, ServerError
 
+        # A GET may be sent again; anything else only when the server certainly did nothing
+        # (refused the connection, or answered 503): a POST that timed out may have started a run.
+        retried = ServerError if method == "GET" else ServerBusyError
         for attempt in range(self.ATTEMPTS):
             try:
                 return self.connection.client.request(method, path, body)
-            except ServerError:
+            except retried:
                 if attempt == self.ATTEMPTS - 1:
                     raise
                 self.reconnect()
@@ -375,6 +379,23 @@ def _take_lock(home: Path) -> int | None:
     return lock
 
 
+def _wait_seconds(text: str) -> float:
+    """Checked before anything starts: a run must not be left behind by a wait that cannot be."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < seconds <= 3600:  # also refuses nan and inf; the event stream waits an hour at most
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600 seconds, not {text}")
+    return seconds
+
+
+def _run_id(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", text):
+        raise argparse.ArgumentTypeError(f"not a run id: {text!r}")
+    return text
+
+
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(prog="toolpipe", description="Run toolpipe agents on the local runtime.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -385,12 +406,14 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     run_parser.add_argument(
         "--timezone", default=os.environ.get("TZ") or "UTC", help="the user's IANA time zone"
     )
-    run_parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the run")
+    run_parser.add_argument(
+        "--timeout", type=_wait_seconds, default=300.0, help="seconds to wait for the run (0-3600]"
+    )
     run_parser.add_argument(
         "--mcp", action="append", metavar="URL", help="also offer this MCP server's tools (mcp_<tool>)"
     )
     show_parser = commands.add_parser("show", help="print a run's history")
-    show_parser.add_argument("run_id")
+    show_parser.add_argument("run_id", type=_run_id)
     show_parser.add_argument("--json", action="store_true", help="print the API's JSON")
     invoke_parser = commands.add_parser("invoke", help="run one handler on an event file (see events/)")
     invoke_parser.add_argument("function", choices=sorted(HANDLERS))

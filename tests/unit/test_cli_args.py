@@ -1,0 +1,51 @@
+"""The CLI refuses bad arguments before it starts anything, and never sends a POST twice."""
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from infra import cli
+from infra.local import client
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "hi", "--timeout", "nan"],
+        ["run", "hi", "--timeout", "-1"],
+        ["run", "hi", "--timeout", "4000"],
+        ["show", "a b"],
+        ["show", "x/messages"],
+        ["show", ""],
+    ],
+)
+def test_bad_arguments_exit_2_and_start_nothing(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_a_post_that_may_have_reached_the_server_is_not_sent_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[str] = []
+
+    class Lost:
+        def request(self, method: str, path: str, body: Any) -> Any:
+            sent.append(method)
+            raise client.ServerError("lost the local server: timed out")
+
+    monkeypatch.setattr(client, "connect", lambda home, env=None: SimpleNamespace(client=Lost(), child=None))
+    session = cli._Session(tmp_path)
+
+    with pytest.raises(client.ServerError):
+        session.request("POST", "/runs", {"prompt": "hi"})
+    assert sent == ["POST"]  # it may have started a run: never a second one
+    with pytest.raises(client.ServerError):
+        session.request("GET", "/runs/x")
+    assert sent.count("GET") == cli._Session.ATTEMPTS  # reads are safe to repeat
