@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -329,6 +330,16 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
         # The first Ctrl-C drains (runs in progress end); a second one stops them now.
         (hurry if stop.is_set() else stop).set()
 
+    if args.port:
+        try:
+            # Before the runtime starts: it would resume the folder's runs only to stop them.
+            socket.create_server((args.host, args.port)).close()
+        except OSError as e:
+            os.close(lock)
+            out.write(
+                f"error: cannot serve on {args.host}:{args.port}: {e.strerror} (--port 0 picks a free one)\n"
+            )
+            return 1
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     try:
@@ -390,6 +401,12 @@ def _wait_seconds(text: str) -> float:
     return seconds
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port (0-65535): {text!r}")
+    return int(text)
+
+
 def _run_id(text: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", text):
         raise argparse.ArgumentTypeError(f"not a run id: {text!r}")
@@ -422,7 +439,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     serve_parser = commands.add_parser("serve", help="serve the local runtime over HTTP until Ctrl-C")
     serve_parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve_parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)"
+        "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)"
     )
     serve_parser.add_argument(
         "--idle-exit",

@@ -314,6 +314,10 @@ class LocalRuntime:
             if time.monotonic() > deadline:
                 if stopped:
                     break
+                if self._state_dir is not None and self._resume:
+                    # Runs are kept, not failed: with the rule off, a stop leaves them `running`
+                    # in the saved state, and the next start resumes them (as after kill -9).
+                    execution_events.unsubscribe(self.state_machine_arn)
                 for execution in running:
                     self.sfn.stop_execution(
                         executionArn=execution["executionArn"], cause="local runtime shut down"

@@ -118,10 +118,11 @@ def test_stopping_a_child_run_answers_the_parents_call(pipeline: Pipeline, slow_
     assert status == 200 and child["run"]["status"] == "failed"
 
 
-def test_a_run_left_running_at_shutdown_is_failed_not_lost(
+def test_a_run_left_running_at_shutdown_is_resumed_at_the_next_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`toolpipe run` interrupted: the runtime stops what still runs, and the saved run says so."""
+    """`toolpipe serve` stopped with a run in progress: the saved run is not failed; the next
+    start resumes it, and the call the old process was running ends in doubt, never twice."""
     monkeypatch.setitem(AGENTS, "tester", dataclasses.replace(TEST_AGENT, tools=[*TEST_AGENT.tools, hold]))
     RELEASE.clear()
     try:
@@ -132,14 +133,16 @@ def test_a_run_left_running_at_shutdown_is_failed_not_lost(
             pipeline.runtime.drain_seconds = 0.1
     finally:
         RELEASE.set()
+    for pipeline in _pipeline(state_dir=tmp_path, workers=0):  # a viewer resumes nothing
+        _, body = pipeline.runtime.api("GET", f"/runs/{run_id}")
+        assert body["run"]["status"] == "running"
     for pipeline in _pipeline(state_dir=tmp_path):
-        code, body = pipeline.runtime.api("GET", f"/runs/{run_id}")
+        pipeline.script(Reply(content="I will check the hold first."))
+        body = pipeline.finish(run_id)
 
-    assert code == 200
-    assert (body["run"]["status"], body["run"]["error"]) == (
-        "failed",
-        "execution aborted (stopped outside the run)",
-    )
+    assert body["run"]["status"] == "succeeded" and body["run"]["execution"] == 2
+    [result] = [m for m in body["messages"] if m["kind"] == "tool_result"]
+    assert result["error_type"] == "InDoubt"
 
 
 def test_a_run_the_model_step_already_ended_keeps_its_ending(pipeline: Pipeline) -> None:

@@ -19,6 +19,7 @@ from infra.local import client
         ["show", "a b"],
         ["show", "x/messages"],
         ["show", ""],
+        ["serve", "--port", "70000"],
     ],
 )
 def test_bad_arguments_exit_2_and_start_nothing(
@@ -49,3 +50,26 @@ def test_a_post_that_may_have_reached_the_server_is_not_sent_again(
     with pytest.raises(client.ServerError):
         session.request("GET", "/runs/x")
     assert sent.count("GET") == cli._Session.ATTEMPTS  # reads are safe to repeat
+
+
+def test_serve_on_a_taken_port_says_so_at_once_and_resumes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import socket
+    import time
+
+    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
+    taken = socket.create_server(("127.0.0.1", 0))
+    out = io.StringIO()
+    started = time.monotonic()
+    try:
+        code = cli.main(["serve", "--port", str(taken.getsockname()[1])], out=out)
+    finally:
+        taken.close()
+    assert code == 1 and time.monotonic() - started < 2
+    assert (
+        out.getvalue().startswith("error: cannot serve on 127.0.0.1:")
+        and "Address already in use" in out.getvalue()
+    )
+    assert not (tmp_path / "state.json").exists()  # the runtime never started
