@@ -316,8 +316,10 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
 
     home = _state_dir()
     # Locally the caller is the user, on 127.0.0.1: a run may name its own MCP servers
-    # (`toolpipe run --mcp URL`). Deployed, that stays off unless the deployer turns it on.
-    os.environ.setdefault("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "1")
+    # (`toolpipe run --mcp URL`). Reachable from elsewhere, or deployed, that stays off unless
+    # turned on: otherwise anyone who reaches the port could make the workers call any URL.
+    if args.host in LOOPBACK:
+        os.environ.setdefault("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "1")
     lock = _take_lock(home)
     if lock is None:
         info = read_server_file(home)
@@ -346,7 +348,7 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
         from infra.local.runtime import LocalRuntime
         from infra.local.server import LocalServer, serve_until_stopped
 
-        if args.host not in ("127.0.0.1", "localhost", "::1"):
+        if args.host not in LOOPBACK:
             out.write(
                 f"warning: serving on {args.host}: anyone who reaches it can act as any caller "
                 "(the X-Toolpipe-Caller header stands in for IAM)\n"
@@ -380,6 +382,9 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         remove_server_file(home, os.getpid())
         os.close(lock)  # only now: the state is saved
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _take_lock(home: Path) -> int | None:

@@ -429,6 +429,9 @@ class LocalServer:
             protocol_version = "HTTP/1.1"
             # Nagle plus delayed ACK add ~40 ms to a response sent in two writes: one write, no Nagle.
             disable_nagle_algorithm = True
+            # A client that stops sending (or reading) mid-request is dropped after this long,
+            # instead of holding a thread and keeping an idle server from exiting.
+            timeout = 60
 
             def setup(self) -> None:
                 super().setup()
