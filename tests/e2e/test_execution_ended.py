@@ -125,20 +125,25 @@ def test_a_run_left_running_at_shutdown_is_resumed_at_the_next_start(
     start resumes it, and the call the old process was running ends in doubt, never twice."""
     monkeypatch.setitem(AGENTS, "tester", dataclasses.replace(TEST_AGENT, tools=[*TEST_AGENT.tools, hold]))
     RELEASE.clear()
+    # The old process's tool stays blocked to the end: in one test process, a thread left from
+    # the first runtime could otherwise write into the next one's state, which a real restart
+    # (a new process) never sees.
     try:
         for pipeline in _pipeline(state_dir=tmp_path):
             pipeline.script(Reply(tool_calls=[call("hold", label="x")]))
             run_id = pipeline.start("never finishes")
             _wait_until_waiting_on_a_call(pipeline, run_id)
             pipeline.runtime.drain_seconds = 0.1
+        for pipeline in _pipeline(state_dir=tmp_path, workers=0):  # a viewer resumes nothing
+            _, body = pipeline.runtime.api("GET", f"/runs/{run_id}")
+            assert body["run"]["status"] == "running"
+        for pipeline in _pipeline(state_dir=tmp_path):
+            pipeline.script(Reply(content="I will check the hold first."))
+            body = pipeline.finish(run_id)
+            RELEASE.set()  # while a runtime is up: the old thread's late write meets a taken slot
+            time.sleep(0.2)
     finally:
         RELEASE.set()
-    for pipeline in _pipeline(state_dir=tmp_path, workers=0):  # a viewer resumes nothing
-        _, body = pipeline.runtime.api("GET", f"/runs/{run_id}")
-        assert body["run"]["status"] == "running"
-    for pipeline in _pipeline(state_dir=tmp_path):
-        pipeline.script(Reply(content="I will check the hold first."))
-        body = pipeline.finish(run_id)
 
     assert body["run"]["status"] == "succeeded" and body["run"]["execution"] == 2
     [result] = [m for m in body["messages"] if m["kind"] == "tool_result"]

@@ -48,9 +48,10 @@ class Effects:
 EFFECTS = Effects()
 
 
-class Crash(BaseException):
-    """The process dies here. A BaseException, so no `except Exception` in product code can
-    treat it as a failure to recover from, as no code runs after a real Lambda death."""
+class Crash(SystemExit):
+    """The process dies here. A SystemExit, which product code never swallows (it turns any
+    other exception a tool raises, `BaseException`s included, into the call's error result),
+    as no code runs after a real Lambda death."""
 
 
 @tool
