@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from botocore.exceptions import ClientError
 
 from infra.local.runtime import TABLE, LocalRuntime
 
@@ -78,20 +79,30 @@ def test_reading_a_run_while_workers_write_to_it(runtime: LocalRuntime) -> None:
 def test_a_conditional_put_succeeds_once_among_racing_threads(runtime: LocalRuntime) -> None:
     db = runtime.dynamodb
     racers, rounds = 4, 300
-    start_line = threading.Barrier(racers)
+    # With a timeout: a racer that dies must fail the test, not leave the others waiting.
+    start_line = threading.Barrier(racers, timeout=30)
     wins = [0] * rounds
     count = threading.Lock()
+    errors: list[BaseException] = []
 
     def race() -> None:
-        for n in range(rounds):
-            start_line.wait()
-            claim = {"pk": {"S": f"RUN#{n}"}, "sk": {"S": "CALL#1"}}
-            try:
-                db.put_item(TableName=TABLE, Item=claim, ConditionExpression="attribute_not_exists(pk)")
-            except db.exceptions.ConditionalCheckFailedException:
-                continue
-            with count:
-                wins[n] += 1
+        try:
+            for n in range(rounds):
+                start_line.wait()
+                claim = {"pk": {"S": f"RUN#{n}"}, "sk": {"S": "CALL#1"}}
+                try:
+                    db.put_item(TableName=TABLE, Item=claim, ConditionExpression="attribute_not_exists(pk)")
+                except ClientError as e:
+                    # By code, as the store checks it: botocore builds a client's exception
+                    # classes lazily, and racing threads can see two copies of the class.
+                    if e.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                        raise
+                    continue
+                with count:
+                    wins[n] += 1
+        except BaseException as e:
+            errors.append(e)
+            start_line.abort()
 
     threads = [threading.Thread(target=race) for _ in range(racers)]
     with _frequent_thread_switches():
@@ -99,6 +110,7 @@ def test_a_conditional_put_succeeds_once_among_racing_threads(runtime: LocalRunt
             t.start()
         for t in threads:
             t.join()
+    assert [e for e in errors if not isinstance(e, threading.BrokenBarrierError)] == []
     assert wins == [1] * rounds
 
 
