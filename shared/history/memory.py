@@ -52,23 +52,7 @@ class MemoryHistoryStore:
         except KeyError:
             raise RunNotFoundError(run_id) from None
 
-    def record_model_call(
-        self,
-        run_id: str,
-        turn: int,
-        prompt_tokens: int,
-        completion_tokens: int,
-        cost_micro_usd: int,
-        tool_calls: int,
-        root_run_id: str | None = None,
-    ) -> None:
-        used = Usage(
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            model_calls=1,
-            cost_micro_usd=cost_micro_usd,
-            tool_calls=tool_calls,
-        )
+    def record_model_call(self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None) -> None:
         with self._lock:
             run = self.get_run(run_id)
             if run.turn >= turn:

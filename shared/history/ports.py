@@ -29,16 +29,7 @@ class RunRecords(Protocol):
         """The record, or `RunNotFoundError`."""
         ...
 
-    def record_model_call(
-        self,
-        run_id: str,
-        turn: int,
-        prompt_tokens: int,
-        completion_tokens: int,
-        cost_micro_usd: int,
-        tool_calls: int,
-        root_run_id: str | None = None,
-    ) -> None:
+    def record_model_call(self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None) -> None:
         """Add one model call's usage to the run, and to its root's tree totals; once per turn
         (a retried step that records the same turn again changes nothing)."""
         ...

@@ -168,23 +168,7 @@ class DynamoHistoryStore:
         data["usage"] = Usage(**{name: data.pop(name, 0) for name in _USAGE})
         return RunRecord.model_validate(data)
 
-    def record_model_call(
-        self,
-        run_id: str,
-        turn: int,
-        prompt_tokens: int,
-        completion_tokens: int,
-        cost_micro_usd: int,
-        tool_calls: int,
-        root_run_id: str | None = None,
-    ) -> None:
-        used = Usage(
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            model_calls=1,
-            cost_micro_usd=cost_micro_usd,
-            tool_calls=tool_calls,
-        )
+    def record_model_call(self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None) -> None:
         own = used.model_dump()
         tree = {f"tree_{name}": value for name, value in own.items()}
         root = root_run_id or run_id

@@ -212,15 +212,7 @@ class ModelStep:
         """Count the reply's model call in the run and its tree, once: the store refuses a turn
         it has counted, so a step retried after storing its reply counts it if it was not."""
         used = reply.usage or Usage(model_calls=1, tool_calls=len(reply.tool_calls))
-        self._store.record_model_call(
-            run.run_id,
-            reply.turn,
-            used.prompt_tokens,
-            used.completion_tokens,
-            used.cost_micro_usd,
-            used.tool_calls,
-            run.root_run_id,
-        )
+        self._store.record_model_call(run.run_id, reply.turn, used, run.root_run_id)
 
     def _record_missing_results(
         self, run: RunRecord, reply: AssistantMessage, history: list[HistoryItem], request: StepRequest

@@ -19,6 +19,7 @@ from shared.messages import (
     StepRequest,
     ToolCallMessage,
     ToolResult,
+    Usage,
     UserMessage,
     text_safe,
 )
@@ -309,7 +310,9 @@ def test_a_child_run_stops_when_the_trees_budget_is_spent(model: ScriptedModelSe
     )
     _run(store, "root", "loop")
     _run(store, "child", "loop", root_run_id="root", depth=1)
-    store.record_model_call("root", 1, 90, 20, 0, 1)
+    store.record_model_call(
+        "root", 1, Usage(prompt_tokens=90, completion_tokens=20, model_calls=1, tool_calls=1)
+    )
 
     decision = _step(store, model).step(StepRequest(run_id="child"), _deadline())
 
