@@ -149,6 +149,24 @@ def call(tool_name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
     return (tool_name, arguments)
 
 
+class Capture:
+    """Stands in for stdout: what a CLI command printed."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
 @dataclass
 class Pipeline:
     runtime: LocalRuntime
@@ -200,4 +218,4 @@ def pipeline() -> Iterator[Pipeline]:
     yield from _pipeline()
 
 
-__all__ = ["CALLS", "TEST_AGENT", "Pipeline", "Reply", "_pipeline", "call", "json"]
+__all__ = ["CALLS", "TEST_AGENT", "Capture", "Pipeline", "Reply", "_pipeline", "call", "json"]

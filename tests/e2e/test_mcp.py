@@ -11,7 +11,7 @@ from infra.cli import main
 from infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
 from shared.agents import AGENTS, Agent
 from shared.mcp import McpServer
-from tests.conftest import CALLS, Pipeline, call, count_once
+from tests.conftest import CALLS, Capture, Pipeline, call, count_once
 from tests.mcp_server import example_server
 
 CALL_TIMEOUT = 2.0
@@ -176,7 +176,7 @@ def test_cli_run_with_mcp_offers_the_servers_tools_within_the_allow_list(
     with ScriptedModelServer(script) as model:
         monkeypatch.setenv("OPENAI_BASE_URL", model.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "scripted")
-        out = _Capture()
+        out = Capture()
         code = main(["run", "Read about pipes", "--mcp", server_url], out)
 
     assert code == 0, out.text
@@ -211,19 +211,3 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-class _Capture:
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def write(self, text: str) -> int:
-        self.parts.append(text)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)

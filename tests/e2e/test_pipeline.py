@@ -5,12 +5,12 @@ from typing import Any
 
 from infra.cli import main
 from infra.local.scripted_model import Reply
-from tests.conftest import CALLS, Pipeline, call
+from tests.conftest import CALLS, Capture, Pipeline, call
 
 
 def test_cli_demo_answers_square_root_offline(tmp_path: Any, monkeypatch: Any) -> None:
     monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path / "state"))
-    out = _Capture()
+    out = Capture()
 
     code = main(["run", "What is the square root of 475695037565?"], out)
 
@@ -21,7 +21,7 @@ def test_cli_demo_answers_square_root_offline(tmp_path: Any, monkeypatch: Any) -
     assert "689706.486532" in text.split("answer:")[1]
 
     run_id = text.split("run ")[1].split()[0]
-    shown = _Capture()
+    shown = Capture()
     assert main(["show", run_id, "--json"], shown) == 0
     messages = json.loads(shown.text)["messages"]
     assert [m["kind"] for m in messages] == ["user", "assistant", "tool_result", "assistant"]
@@ -129,22 +129,6 @@ def _payload_sizes(events: list[dict[str, Any]]) -> list[int]:
     return sizes
 
 
-class _Capture:
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def write(self, text: str) -> int:
-        self.parts.append(text)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
 def test_cli_uses_the_configured_endpoint_for_two_parallel_calls(tmp_path: Any, monkeypatch: Any) -> None:
     from infra.local.scripted_model import ScriptedModelServer, ScriptResponder
 
@@ -153,7 +137,7 @@ def test_cli_uses_the_configured_endpoint_for_two_parallel_calls(tmp_path: Any, 
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "not-checked")
         monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
-        out = _Capture()
+        out = Capture()
         code = main(["run", "root of 16 and 2+3", "--model", "my-model"], out)
 
     assert code == 0, out.text

@@ -60,6 +60,9 @@ def test_serve_on_a_taken_port_says_so_at_once_and_resumes_nothing(
     import time
 
     monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
+    # serve sets this for its own process: the test's process gets it back as it was.
+    monkeypatch.setenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "")
+    monkeypatch.delenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS")
     taken = socket.create_server(("127.0.0.1", 0))
     out = io.StringIO()
     started = time.monotonic()
