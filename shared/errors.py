@@ -113,6 +113,15 @@ class RunNotFoundError(ToolpipeError):
         self.run_id = run_id
 
 
+class IdempotencyConflictError(ToolpipeError):
+    """An idempotency key already started a run with a different request."""
+
+    def __init__(self, key: str, run_id: str) -> None:
+        super().__init__(f"idempotency key {key!r} already started run {run_id} with a different request")
+        self.key = key
+        self.run_id = run_id
+
+
 class UnknownAgentError(ToolpipeError):
     def __init__(self, name: str, known: list[str]) -> None:
         super().__init__(f"unknown agent '{name}' (known: {', '.join(sorted(known))})")

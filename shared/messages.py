@@ -142,6 +142,9 @@ class RunRecord(BaseModel):
     # the current one's number, and the turn it started after.
     execution: int = 1
     execution_start_turn: int = 0
+    # A run started with an idempotency key: a hash of the request it started with, so the same
+    # key with another request is told apart from a retry of the same one.
+    request_hash: str | None = None
     created_at: str = Field(default_factory=utc_now)
     updated_at: str = Field(default_factory=utc_now)
 

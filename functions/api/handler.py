@@ -7,6 +7,7 @@ bodies included; a run that is not the caller's is a 404, like an unknown one.
 
 import base64
 import binascii
+import re
 from functools import cache
 from http import HTTPStatus
 from typing import Annotated, Any
@@ -27,6 +28,7 @@ from botocore.config import Config
 from pydantic import ValidationError
 
 from shared.errors import (
+    IdempotencyConflictError,
     RunNotFoundError,
     UnknownAgentError,
     UnknownToolsRequestedError,
@@ -62,6 +64,8 @@ PARAMETER_RULES = {
 }
 
 RunId = Annotated[str, Path(pattern=RUN_ID)]
+# Printable ASCII without spaces, as the IETF draft's examples and Stripe's keys (UUIDs, hashes).
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
 @cache
@@ -166,14 +170,23 @@ def start_run() -> Response[dict[str, Any]]:
         raise BadRequestError(f"invalid run request: {describe_validation_error(e, 'body')}") from e
     if request.mcp_servers and not api_settings.allow_run_mcp_servers:
         raise BadRequestError("mcp_servers is not enabled here (TOOLPIPE_ALLOW_RUN_MCP_SERVERS)")
+    key = app.current_event.headers.get("idempotency-key")  # Powertools matches any case
+    if key is not None and not IDEMPOTENCY_KEY.match(key):
+        raise BadRequestError(
+            "invalid request: header.Idempotency-Key: 1 to 255 printable characters, no spaces"
+        )
     try:
-        record = starter().start(request, caller)
+        record, replayed = starter().start(request, caller, idempotency_key=key)
     except (UnknownAgentError, UnknownToolsRequestedError, ToolSourceError) as e:
         raise BadRequestError(str(e)) from e
-    logger.info("run started", run_id=record.run_id, agent=record.agent)
+    except IdempotencyConflictError as e:
+        raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
+    logger.info("run started", run_id=record.run_id, agent=record.agent, replayed=replayed)
     return Response(
         status_code=HTTPStatus.ACCEPTED,
         content_type=content_types.APPLICATION_JSON,
+        # A retry gets the first answer again, marked as Stripe marks it.
+        headers={"Idempotent-Replayed": "true"} if replayed else None,
         body={
             "run_id": record.run_id,
             "status": record.status.value,

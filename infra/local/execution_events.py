@@ -40,6 +40,7 @@ _installed = False
 _state = threading.Condition()
 _subscribers: dict[str, Subscriber] = {}  # state machine ARN -> subscriber
 _delivering: dict[str, int] = {}  # state machine ARN -> endings not yet delivered
+_endings = 0  # executions that ended in this process, so waiters sleep until the next one
 
 
 def subscribe(state_machine_arn: str, subscriber: Subscriber) -> None:
@@ -62,6 +63,18 @@ def idle(state_machine_arn: str, timeout: float) -> bool:
                 return False
             _state.wait(remaining)
     return True
+
+
+def endings() -> int:
+    """How many executions have ended so far: pass it to `wait_for_ending`."""
+    with _state:
+        return _endings
+
+
+def wait_for_ending(seen: int, timeout: float) -> None:
+    """Sleep until an execution ends after `endings()` returned `seen`, or `timeout` passes."""
+    with _state:
+        _state.wait_for(lambda: _endings != seen, timeout)
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -128,8 +141,10 @@ def install() -> None:
                 terminated(self)  # sets the status that describe_execution shows
                 _deliver(self.execution)
             finally:
+                global _endings
                 with _state:
                     _delivering[arn] -= 1
+                    _endings += 1
                     _state.notify_all()
 
         BaseExecutionWorkerCommunication.terminated = emit_on_termination  # type: ignore[method-assign]

@@ -219,7 +219,13 @@ class LocalRuntime:
     # --- the API, as API Gateway would call it ----------------------------------------------
 
     def api(
-        self, method: str, path: str, body: Any = None, *, caller: str | None = LOCAL_CALLER
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        caller: str | None = LOCAL_CALLER,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
         """Send one request to the real API handler as a REST API proxy event.
 
@@ -235,7 +241,7 @@ class LocalRuntime:
             "resource": resource,
             "path": resource,
             "httpMethod": method,
-            "headers": {"content-type": "application/json"},
+            "headers": {"content-type": "application/json", **(headers or {})},
             "multiValueHeaders": {},
             "queryStringParameters": {k: v[-1] for k, v in parameters.items()} or None,
             "multiValueQueryStringParameters": parameters or None,
@@ -284,6 +290,7 @@ class LocalRuntime:
         """Wait for the run's last execution to end (following any it continued in)."""
         deadline = time.monotonic() + timeout
         while True:
+            ended = execution_events.endings()
             execution = self.current_execution(run_id)
             try:
                 described = self.sfn.describe_execution(executionArn=self.execution_arn(run_id, execution))
@@ -299,7 +306,10 @@ class LocalRuntime:
                 return dict(described)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} still running after {timeout} s")
-            time.sleep(0.02)
+            # An execution's end is what this waits for: sleep until one ends rather than asking
+            # moto on a timer (the asking cost as much CPU as the run itself). A run continued in
+            # a fresh execution is only recorded, not ended: the timeout catches that hand-over.
+            execution_events.wait_for_ending(ended, min(0.25, max(0.0, deadline - time.monotonic())))
 
     def drain(self, timeout: float, grace: float = 5.0) -> None:
         """Let running executions finish; after `timeout`, stop them and give them `grace`."""

@@ -5,13 +5,14 @@ from shared.runs.ports import (
     StepFunctionsTaskReporter,
     TaskReporter,
 )
-from shared.runs.starter import RunStarter
+from shared.runs.starter import RunStarter, StartedRun
 from shared.runs.tool_executor import ToolCallExecutor
 
 __all__ = [
     "ExecutionStarter",
     "ModelStep",
     "RunStarter",
+    "StartedRun",
     "StepFunctionsStarter",
     "StepFunctionsTaskReporter",
     "TaskReporter",

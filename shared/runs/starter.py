@@ -1,9 +1,12 @@
 """Starting a run: validate the request, write the run and its first message, start the execution."""
 
+import hashlib
 import uuid
+from typing import NamedTuple
 
 from shared.agents import Agent, get_agent, with_mcp_servers
 from shared.errors import (
+    IdempotencyConflictError,
     UnknownToolsRequestedError,
 )
 from shared.history import HistoryStore
@@ -20,27 +23,48 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
+def keyed_run_id(caller: str, key: str) -> str:
+    """The run an idempotency key names: one per caller and key, so a key is the caller's own
+    (another principal's same key is another run) and a retry finds the run by its id alone."""
+    return hashlib.sha256(f"{caller}\n{key}".encode()).hexdigest()[:32]
+
+
+class StartedRun(NamedTuple):
+    record: RunRecord
+    replayed: bool  # True: an earlier start with the same key made this run; nothing new began
+
+
 class RunStarter:
     def __init__(self, store: HistoryStore, starter: ExecutionStarter) -> None:
         self._store = store
         self._starter = starter
 
-    def start(self, request: StartRunRequest, caller: str) -> RunRecord:
+    def start(self, request: StartRunRequest, caller: str, idempotency_key: str | None = None) -> StartedRun:
         """Start a run for `caller`, the request's authenticated identity (never a body field):
-        tools see it as `ToolContext.caller`, and only this principal may read the run."""
+        tools see it as `ToolContext.caller`, and only this principal may read the run.
+
+        With an `idempotency_key` (an API client's retry, an S3 object version, an event id),
+        the same key and request start one run however often they come; the same key with
+        another request raises `IdempotencyConflictError`."""
         # An unknown agent is the caller's error, before anything is written.
         agent = with_mcp_servers(get_agent(request.agent), request.mcp_servers)
+        request_hash = None
+        if idempotency_key is not None:
+            request_hash = hashlib.sha256(request.model_dump_json().encode()).hexdigest()
         record = RunRecord(
-            run_id=new_run_id(),
+            run_id=new_run_id() if idempotency_key is None else keyed_run_id(caller, idempotency_key),
             agent=request.agent,
             status=RunStatus.RUNNING,
             timezone=request.timezone,
             caller=caller,
             tools=run_tools(agent, request, caller),
             mcp_servers=request.mcp_servers or None,
+            request_hash=request_hash,
         )
         if not self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt)):
-            raise RuntimeError(f"run id {record.run_id} is taken")  # a fresh UUID: never expected
+            if idempotency_key is None:
+                raise RuntimeError(f"run id {record.run_id} is taken")  # a fresh UUID: never expected
+            return StartedRun(self._replay(idempotency_key, record), replayed=True)
         try:
             self._starter.start(record.run_id)
         except Exception as e:
@@ -49,7 +73,17 @@ class RunStarter:
                 record.run_id, RunStatus.FAILED, error=f"the run could not be started: {e}"
             )
             raise
-        return record
+        return StartedRun(record, replayed=False)
+
+    def _replay(self, key: str, wanted: RunRecord) -> RunRecord:
+        existing = self._store.get_run(wanted.run_id)
+        if existing.request_hash != wanted.request_hash:
+            raise IdempotencyConflictError(key, existing.run_id)
+        if existing.status is RunStatus.RUNNING:
+            # The first start may have died between writing the run and starting its execution:
+            # starting one that exists does nothing, so a retry finishes what it began.
+            self._starter.start(existing.run_id, existing.execution)
+        return existing
 
 
 def run_tools(agent: Agent, request: StartRunRequest, caller: str) -> list[str] | None:

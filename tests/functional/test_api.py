@@ -36,6 +36,27 @@ def test_post_runs_rejects_an_unknown_agent_and_writes_nothing(pipeline: Pipelin
     assert _scan(pipeline) == []
 
 
+def test_an_idempotency_key_starts_one_run_per_caller_and_request(pipeline: Pipeline) -> None:
+    def post(body: Any, key: str, caller: str = LOCAL_CALLER) -> tuple[int, Any]:
+        return pipeline.runtime.api("POST", "/runs", body, headers={"Idempotency-Key": key}, caller=caller)
+
+    request = {"prompt": "What is the square root of 16?", "agent": "assistant"}
+    status, first = post(request, "order-42")
+    assert status == 202
+    for _ in range(3):  # a client retrying after a lost answer: the same run, nothing new
+        assert post(request, "order-42") == (202, first)
+    runs = [i for i in _scan(pipeline) if i["sk"]["S"] == "META"]
+    assert len(runs) == 1
+    status, conflict = post({**request, "prompt": "something else"}, "order-42")
+    assert status == 409 and first["run_id"] in conflict["message"]
+    status, bad = post(request, "has spaces")
+    assert status == 400 and "Idempotency-Key" in bad["message"]
+    # Another caller's same key is its own run, not a view of the first caller's.
+    status, other = post(request, "order-42", caller="arn:aws:iam::123456789012:user/bob")
+    assert status == 202 and other["run_id"] != first["run_id"]
+    assert pipeline.finish(first["run_id"])["run"]["status"] == "succeeded"
+
+
 def test_get_unknown_run_is_404(pipeline: Pipeline) -> None:
     status, body = pipeline.runtime.api("GET", "/runs/does-not-exist")
     assert status == 404

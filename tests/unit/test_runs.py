@@ -538,6 +538,33 @@ def test_a_run_whose_execution_cannot_start_is_failed_not_left_running() -> None
     assert run.status is RunStatus.FAILED and "could not be started: throttled" in (run.error or "")
 
 
+def test_an_idempotency_key_starts_one_run_and_refuses_another_request() -> None:
+    from shared.errors import IdempotencyConflictError
+    from shared.messages import StartRunRequest
+    from shared.runs import RunStarter
+
+    started: list[tuple[str, int]] = []
+
+    class Recording:
+        def start(self, run_id: str, execution: int = 1) -> None:
+            started.append((run_id, execution))
+
+    store = MemoryHistoryStore()
+    starter = RunStarter(store, Recording())
+    first = starter.start(StartRunRequest(prompt="hi", agent="payer"), "alice", idempotency_key="k1")
+    again = starter.start(StartRunRequest(prompt="hi", agent="payer"), "alice", idempotency_key="k1")
+    assert not first.replayed and again.replayed and again.record.run_id == first.record.run_id
+    # A retry re-starts the execution it names (a no-op when it exists): a start that died
+    # between the write and the execution is finished by the retry.
+    assert started == [(first.record.run_id, 1)] * 2
+    with pytest.raises(IdempotencyConflictError, match="k1"):
+        starter.start(StartRunRequest(prompt="bye", agent="payer"), "alice", idempotency_key="k1")
+    # The key is the caller's own: another caller's same key is another run.
+    other = starter.start(StartRunRequest(prompt="hi", agent="payer"), "bob", idempotency_key="k1")
+    assert not other.replayed and other.record.run_id != first.record.run_id
+    assert len(store.runs) == 2
+
+
 @tool(return_direct=True)
 def report(pages: int) -> str:
     """Render a long report; its text is the answer.
