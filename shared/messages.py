@@ -145,6 +145,9 @@ class RunRecord(BaseModel):
     # A run started with an idempotency key: a hash of the request it started with, so the same
     # key with another request is told apart from a retry of the same one.
     request_hash: str | None = None
+    # A root run's totals over its whole tree (itself and its agent-tool runs), as read with the
+    # record; None for a child run, whose tree totals are its root's.
+    tree_usage: Usage | None = None
     created_at: str = Field(default_factory=utc_now)
     updated_at: str = Field(default_factory=utc_now)
 

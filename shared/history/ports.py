@@ -29,9 +29,12 @@ class RunRecords(Protocol):
         """The record, or `RunNotFoundError`."""
         ...
 
-    def record_model_call(self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None) -> None:
+    def record_model_call(
+        self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None
+    ) -> Usage | None:
         """Add one model call's usage to the run, and to its root's tree totals; once per turn
-        (a retried step that records the same turn again changes nothing)."""
+        (a retried step that records the same turn again changes nothing, and gets None).
+        Returns the tree's totals just after the call was counted."""
         ...
 
     def tree_usage(self, root_run_id: str) -> Usage:

@@ -129,7 +129,7 @@ class DynamoHistoryStore:
         meta = {
             "pk": _pk(record.run_id),
             "sk": "META",
-            **record.model_dump(mode="json", exclude={"usage"}),
+            **record.model_dump(mode="json", exclude={"usage", "tree_usage"}),
             **dict.fromkeys(_USAGE, 0),
             **dict.fromkeys(_TREE, 0),
         }
@@ -166,32 +166,41 @@ class DynamoHistoryStore:
             raise RunNotFoundError(run_id)
         data = {k: _plain(v) for k, v in item.items() if k not in ("pk", "sk") and k not in _TREE}
         data["usage"] = Usage(**{name: data.pop(name, 0) for name in _USAGE})
+        if data.get("root_run_id") in (None, run_id):
+            # The tree's totals share the root's item: read with it, they cost no request of their own.
+            data["tree_usage"] = _tree_of(item)
         return RunRecord.model_validate(data)
 
-    def record_model_call(self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None) -> None:
+    def record_model_call(
+        self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None
+    ) -> Usage | None:
         own = used.model_dump()
         tree = {f"tree_{name}": value for name, value in own.items()}
         root = root_run_id or run_id
         # A root run keeps its tree's totals beside its own: one update for a root's call.
         # Counted once per turn: a retried step records the same turn again, and is refused.
         try:
-            self._add(run_id, own | tree if root == run_id else own, {"turn": turn}, first_of_turn=turn)
+            counted = self._add(
+                run_id, own | tree if root == run_id else own, {"turn": turn}, first_of_turn=turn
+            )
         except ClientError as e:
             if _is_conditional_failure(e):
-                return
+                return None
             raise
         if root != run_id:
-            self._add(root, tree, {})
+            counted = self._add(root, tree, {})
+        return _tree_of(counted)
 
     def _add(
         self, run_id: str, counters: dict[str, int], values: dict[str, Any], first_of_turn: int | None = None
-    ) -> None:
+    ) -> dict[str, Any]:
+        """Add the counters and set the values; what they are after, as one atomic read."""
         names = {f"#{name}": name for name in (*counters, *values, "updated_at")}
         condition: dict[str, Any] = {}
         if first_of_turn is not None:
             names["#turn"] = "turn"
             condition = {"ConditionExpression": "attribute_not_exists(#turn) OR #turn < :first_of_turn"}
-        self._table.update_item(
+        return self._table.update_item(
             Key={"pk": _pk(run_id), "sk": "META"},
             UpdateExpression="ADD "
             + ", ".join(f"#{name} :{name}" for name in counters)
@@ -204,8 +213,9 @@ class DynamoHistoryStore:
                 ":updated_at": utc_now(),
                 **({":first_of_turn": first_of_turn} if first_of_turn is not None else {}),
             },
+            ReturnValues="UPDATED_NEW",
             **condition,
-        )
+        )["Attributes"]
 
     def tree_usage(self, root_run_id: str) -> Usage:
         item = self._table.get_item(
@@ -213,7 +223,7 @@ class DynamoHistoryStore:
             ConsistentRead=True,
             ProjectionExpression=", ".join(_TREE),
         ).get("Item", {})
-        return Usage(**{name: int(_plain(item.get(f"tree_{name}", 0))) for name in _USAGE})
+        return _tree_of(item)
 
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
@@ -506,3 +516,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def _tree_of(item: dict[str, Any]) -> Usage:
+    return Usage(**{name: int(_plain(item.get(f"tree_{name}", 0))) for name in _USAGE})

@@ -56,6 +56,8 @@ class _Step:
     run: RunRecord
     agent: Agent
     history: list[HistoryItem]
+    # The tree's totals as last read or counted (a root run's come with its record); None: read them.
+    tree: Usage | None = None
 
     @property
     def last_reply(self) -> AssistantMessage | None:
@@ -96,14 +98,14 @@ class ModelStep:
             # the next one runs (starting it again does nothing), and end this one.
             self._starters(request.state_machine_arn).start(run.run_id, run.execution)
             return Decision(status=DecisionStatus.CONTINUED, turn=run.turn)
-        step = _Step(run, run_agent(run), self._store.load_history(run.run_id))
+        step = _Step(run, run_agent(run), self._store.load_history(run.run_id), run.tree_usage)
         children.heartbeat_parent(self._store, self._reporter, run)
         reply = step.last_reply
         if reply is not None:
             if self._is_retry(step, reply, request):
                 # This step already stored its reply and died before returning: decide again
                 # from the stored reply instead of asking the model a second time.
-                self._record_usage(step.run, reply)
+                self._record_usage(step, reply)
                 return self._decide(step, reply)
             ended = self._settle_turn(step, reply, request)
             if ended is not None:
@@ -153,7 +155,8 @@ class ModelStep:
         root_id = step.run.root_run_id or step.run.run_id
         is_child = root_id != step.run.run_id
         root_agent = get_agent(self._store.get_run(root_id).agent) if is_child else step.agent
-        return tree_budget_reached(root_agent, self._store.tree_usage(root_id), is_child, calls_only)
+        tree = step.tree if step.tree is not None else self._store.tree_usage(root_id)
+        return tree_budget_reached(root_agent, tree, is_child, calls_only)
 
     def _continue_in_fresh_execution(self, step: _Step, starter: ExecutionStarter) -> Decision:
         """Hand the run to a new execution before this one nears the history-event limit.
@@ -204,15 +207,16 @@ class ModelStep:
             stored = self._store.get_item(run.run_id, seq)
             assert isinstance(stored, AssistantMessage), "history slot after the last item holds a non-reply"
             item = stored
-        self._record_usage(run, item)
+        self._record_usage(step, item)
         step.history.append(item)
         return item
 
-    def _record_usage(self, run: RunRecord, reply: AssistantMessage) -> None:
+    def _record_usage(self, step: _Step, reply: AssistantMessage) -> None:
         """Count the reply's model call in the run and its tree, once: the store refuses a turn
         it has counted, so a step retried after storing its reply counts it if it was not."""
         used = reply.usage or Usage(model_calls=1, tool_calls=len(reply.tool_calls))
-        self._store.record_model_call(run.run_id, reply.turn, used, run.root_run_id)
+        # The totals just counted; None (counted before) leaves them to be read when needed.
+        step.tree = self._store.record_model_call(step.run.run_id, reply.turn, used, step.run.root_run_id)
 
     def _record_missing_results(
         self, run: RunRecord, reply: AssistantMessage, history: list[HistoryItem], request: StepRequest

@@ -124,7 +124,9 @@ class ToolCallExecutor:
             return self._delegate(call)
         if claim.state is ClaimState.TAKEN_OVER and not (call.tool is not None and call.tool.idempotent):
             return self._persist(call, self._in_doubt(call), attempt, ({}, []))
-        state = RunState(self._store.load_state(call.run.run_id))
+        # Only a tool that takes a context, or a hook, can see the run's state: others skip the read.
+        uses_state = call.tool is not None and (call.tool.context_param is not None or bool(call.agent.hooks))
+        state = RunState(self._store.load_state(call.run.run_id) if uses_state else {})
         context = ToolContext(
             run_id=call.run.run_id,
             agent=call.run.agent,
