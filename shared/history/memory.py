@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import RunNotFoundError
-from shared.history.ports import ERROR_MAX_CHARS, OUTPUT_INLINE_CHARS, Claim, ClaimState
+from shared.history.ports import ERROR_MAX_CHARS, OUTPUT_INLINE_CHARS, CallRead, Claim, ClaimState
 from shared.history.store import bounded
 from shared.messages import HistoryItem, RunRecord, RunStatus, ToolResult, Usage
 
@@ -114,6 +114,12 @@ class MemoryHistoryStore:
 
     def get_item(self, run_id: str, seq: int) -> HistoryItem | None:
         return self.items.get(run_id, {}).get(seq)
+
+    def load_call(self, run_id: str, reply_seq: int, seq: int) -> CallRead:
+        with self._lock:
+            return CallRead(
+                self.get_run(run_id), self.get_item(run_id, reply_seq), self.get_item(run_id, seq)
+            )
 
     def append(self, run_id: str, item: HistoryItem) -> bool:
         with self._lock:

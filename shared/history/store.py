@@ -21,6 +21,7 @@ from shared.errors import RunNotFoundError
 from shared.history.ports import (
     ERROR_MAX_CHARS,
     OUTPUT_INLINE_CHARS,
+    CallRead,
     Claim,
     ClaimState,
 )
@@ -164,6 +165,41 @@ class DynamoHistoryStore:
         item = self._table.get_item(Key={"pk": _pk(run_id), "sk": "META"}, ConsistentRead=True).get("Item")
         if item is None:
             raise RunNotFoundError(run_id)
+        return self._record(run_id, item)
+
+    def load_call(self, run_id: str, reply_seq: int, seq: int) -> CallRead:
+        # One request for what three reads fetched: a tool call's delivery starts with these.
+        wanted: dict[str, dict[str, Any] | None] = {
+            "META": None,
+            _msg_sk(reply_seq): None,
+            _msg_sk(seq): None,
+        }
+        keys: list[dict[str, Any]] = [{"pk": _pk(run_id), "sk": sk} for sk in wanted]
+        # The table resource's client takes and gives plain Python values (boto3's transformer).
+        client: Any = self._table.meta.client
+        for delay in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, None):
+            answer = client.batch_get_item(
+                RequestItems={self._table.name: {"Keys": keys, "ConsistentRead": True}}
+            )
+            for row in answer["Responses"].get(self._table.name, []):
+                wanted[str(row["sk"])] = row
+            keys = answer.get("UnprocessedKeys", {}).get(self._table.name, {}).get("Keys", [])
+            if not keys:
+                break
+            if delay is None:  # throttled past every retry: as any other read that fails
+                raise RuntimeError(f"DynamoDB left {len(keys)} keys of run {run_id} unread")
+            time.sleep(delay)
+        meta = wanted["META"]
+        if meta is None:
+            raise RunNotFoundError(run_id)
+        reply, result = wanted[_msg_sk(reply_seq)], wanted[_msg_sk(seq)]
+        return CallRead(
+            run=self._record(run_id, meta),
+            reply=None if reply is None else self._load(reply),
+            result=None if result is None else self._load(result),
+        )
+
+    def _record(self, run_id: str, item: dict[str, Any]) -> RunRecord:
         data = {k: _plain(v) for k, v in item.items() if k not in ("pk", "sk") and k not in _TREE}
         data["usage"] = Usage(**{name: data.pop(name, 0) for name in _USAGE})
         if data.get("root_run_id") in (None, run_id):

@@ -25,7 +25,7 @@ from shared.errors import (
     UnknownAgentError,
     UnknownToolError,
 )
-from shared.history import Claim, ClaimState, HistoryStore
+from shared.history import CallRead, Claim, ClaimState, HistoryStore
 from shared.messages import (
     AssistantMessage,
     CallOutcome,
@@ -83,9 +83,10 @@ class ToolCallExecutor:
         """The call's outcome, or None when it was handed to a child run, which answers it."""
         if not self._beat_at_start(message.task_token):
             return None
-        result = self._store.get_item(message.run_id, message.seq)
+        read = self._store.load_call(message.run_id, message.message_seq, message.seq)
+        result = read.result
         if result is None:
-            result = self._claim_and_run(message, lease_seconds, attempt)
+            result = self._claim_and_run(message, read, lease_seconds, attempt)
         if result is None:
             return None
         assert isinstance(result, ToolResult), "a call's result slot holds a non-result"
@@ -104,7 +105,9 @@ class ToolCallExecutor:
                 return True
         return False
 
-    def _claim_and_run(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> ToolResult | None:
+    def _claim_and_run(
+        self, message: ToolCallMessage, read: CallRead, lease_seconds: int, attempt: int
+    ) -> ToolResult | None:
         claim = self._store.claim_call(message.run_id, message.seq, lease_seconds)
         if claim.state is ClaimState.BUSY:
             raise CallInProgressError(
@@ -115,7 +118,7 @@ class ToolCallExecutor:
             assert isinstance(stored, ToolResult), "a call marked DONE has no result"
             return stored
         try:
-            call = self._load(message, claim)
+            call = self._load(message, claim, read)
         except BaseException:
             # Nothing ran yet: free the call so the redelivery can run it at once.
             self._store.release_call(message.run_id, message.seq, claim.owner)
@@ -166,9 +169,9 @@ class ToolCallExecutor:
             return execution, ({}, [])
         return execution, changes
 
-    def _load(self, message: ToolCallMessage, claim: Claim) -> _Call:
-        run = self._store.get_run(message.run_id)
-        reply = self._store.get_item(message.run_id, message.message_seq)
+    @staticmethod
+    def _load(message: ToolCallMessage, claim: Claim, read: CallRead) -> _Call:
+        run, reply = read.run, read.reply
         index = message.seq - message.message_seq - 1
         if not isinstance(reply, AssistantMessage) or not 0 <= index < len(reply.tool_calls):
             raise ValueError(f"message_seq {message.message_seq} and seq {message.seq} name no call")
