@@ -46,6 +46,10 @@ CLIENT_CONFIG = Config(
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
+def _time(description: str) -> Any:
+    return Field(description=f"{description} (ISO 8601, UTC).", json_schema_extra={"format": "date-time"})
+
+
 def preview(text: str | None) -> str | None:
     """The first `PREVIEW_CHARS` characters of `text`, with "…" when it was cut."""
     if text is None or len(text) <= PREVIEW_CHARS:
@@ -56,7 +60,8 @@ def preview(text: str | None) -> str | None:
 class RunEvent(BaseModel):
     """Fields every run event carries."""
 
-    model_config = ConfigDict(frozen=True)
+    # Fields with a default are always sent too: the schema says they are required.
+    model_config = ConfigDict(frozen=True, json_schema_serialization_defaults_required=True)
     run_id: str = Field(description="The run, as `POST /runs` returned it.")
     agent: str = Field(description="The agent the run runs.")
     caller: str | None = Field(
@@ -74,7 +79,7 @@ class RunStarted(RunEvent):
     status: Literal["running"] = "running"
     parent_run_id: str | None = Field(description="For a child run: the run whose call it answers.")
     depth: int = Field(ge=0, description="0 for a root run, 1 for its child runs, and so on.")
-    started_at: str = Field(description="When the run was created (ISO 8601, UTC).")
+    started_at: str = _time("When the run was created")
 
 
 class ToolCallCompleted(RunEvent):
@@ -94,15 +99,15 @@ class ToolCallCompleted(RunEvent):
     result_preview: str = Field(
         max_length=PREVIEW_CHARS, description=f"The result's first {PREVIEW_CHARS} characters at most."
     )
-    completed_at: str = Field(description="When the outcome was stored (ISO 8601, UTC).")
+    completed_at: str = _time("When the outcome was stored")
 
 
 class _RunEnded(RunEvent):
     parent_run_id: str | None = Field(description="For a child run: the run whose call it answers.")
     turns: int = Field(ge=0, description="Model turns the run took.")
     usage: Usage = Field(description="What the run's own model calls used (not its child runs').")
-    started_at: str = Field(description="When the run was created (ISO 8601, UTC).")
-    ended_at: str = Field(description="When its ending was recorded (ISO 8601, UTC).")
+    started_at: str = _time("When the run was created")
+    ended_at: str = _time("When its ending was recorded")
     error_preview: str | None = Field(
         max_length=PREVIEW_CHARS,
         description=f"Why it ended, when not with an answer: the first {PREVIEW_CHARS} characters.",

@@ -3,6 +3,7 @@
 
 import dataclasses
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -218,3 +219,15 @@ def test_runs_go_on_when_events_cannot_be_published(
 
     assert body["run"]["status"] == "succeeded" and CALLS.counts == {"count_once": 1}
     assert "run events not published" in [r.getMessage() for r in caplog.records]
+
+
+def test_the_readme_example_prints_the_events_of_a_run(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Run events") : readme.index("## Configuration")]
+    [example] = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[1:]
+
+    exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
+
+    printed = capsys.readouterr().out.splitlines()
+    expected = [line.removeprefix("# ") for line in example.splitlines() if line.startswith("# ")]
+    assert printed == expected == ["RunStarted running", "ToolCallCompleted sum", "RunCompleted succeeded"]
