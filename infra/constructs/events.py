@@ -21,7 +21,9 @@ class RunEvents(Construct):
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
         self.bus = events.EventBus(
-            self, "Bus", description="toolpipe run events: RunStarted, ToolCallCompleted, RunCompleted, RunFailed"
+            self,
+            "Bus",
+            description="toolpipe run events: RunStarted, ToolCallCompleted, RunCompleted, RunFailed",
         )
 
     def grant_publish(self, *functions: lambda_.Function) -> None:

@@ -231,3 +231,17 @@ def test_the_readme_example_prints_the_events_of_a_run(capsys: pytest.CaptureFix
     printed = capsys.readouterr().out.splitlines()
     expected = [line.removeprefix("# ") for line in example.splitlines() if line.startswith("# ")]
     assert printed == expected == ["RunStarted running", "ToolCallCompleted sum", "RunCompleted succeeded"]
+
+
+def test_a_start_replayed_by_its_idempotency_key_publishes_no_second_run_started(pipeline: Pipeline) -> None:
+    read = subscribe(pipeline.runtime)
+    pipeline.script(Reply(content="hello"))
+    body = {"prompt": "hi", "agent": "tester"}
+    started = [
+        pipeline.runtime.api("POST", "/runs", body, headers={"Idempotency-Key": "k-1"}) for _ in range(3)
+    ]
+    assert {b["run_id"] for _, b in started} == {started[0][1]["run_id"]}
+    pipeline.finish(started[0][1]["run_id"])
+
+    events = read(ended)
+    assert [e["detail-type"] for e in events] == ["RunStarted", "RunCompleted"]
