@@ -17,6 +17,7 @@ from infra.local.runtime import LocalRuntime
 from infra.local.scripted_model import HttpError, Reply
 from shared.agents import AGENTS, Agent, agent_tool
 from tests.conftest import CALLS, Pipeline, _pipeline, call
+from tests.e2e.test_execution_ended import _stop, _wait_until_waiting_on_a_call, holding  # noqa: F401
 from tests.functional.test_resilience import deliver, waiting_calls
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "events"
@@ -245,3 +246,48 @@ def test_a_start_replayed_by_its_idempotency_key_publishes_no_second_run_started
 
     events = read(ended)
     assert [e["detail-type"] for e in events] == ["RunStarted", "RunCompleted"]
+
+
+def test_a_run_whose_execution_is_stopped_publishes_run_failed(pipeline: Pipeline, holding: None) -> None:  # noqa: F811
+    """The execution-ended path (the stack's rule on execution status changes) ends the run."""
+    read = subscribe(pipeline.runtime)
+    pipeline.script(Reply(tool_calls=[call("hold", label="x")]))
+    run_id = pipeline.start("take your time")
+    _wait_until_waiting_on_a_call(pipeline, run_id)
+
+    _stop(pipeline, run_id)
+    assert pipeline.finish(run_id)["run"]["status"] == "failed"
+
+    events = read(ended)
+    validate(events)
+    [failed] = of(events, "RunFailed")
+    assert failed["error_preview"] == "execution aborted (stopped outside the run)"
+
+
+@pytest.fixture
+def held_short_calls() -> Iterator[Pipeline]:
+    """Calls time out after 1 s, and the test delivers them itself."""
+    env = {"TOOLPIPE_CALL_TIMEOUT_SECONDS": "1", "TOOLPIPE_CALL_HEARTBEAT_SECONDS": "1"}
+    for pipeline in _pipeline(env, workers=0):
+        pipeline.runtime.drain_seconds = 2
+        yield pipeline
+
+
+def test_a_call_that_timed_out_is_published_once_though_its_tool_finished_later(
+    held_short_calls: Pipeline,
+) -> None:
+    """The orchestrator stores "did not complete" when the task times out; the worker's late
+    result loses the slot, and publishes nothing."""
+    p = held_short_calls
+    read = subscribe(p.runtime)
+    p.script(Reply(tool_calls=[call("slow", seconds=3)]), Reply(content="too slow then"))
+    run_id = p.start("be slow")
+    [message] = waiting_calls(p)
+
+    assert deliver(message) == {"batchItemFailures": []}  # returns when the tool has
+    assert p.finish(run_id)["run"]["status"] == "succeeded"
+
+    events = read(ended)
+    validate(events)
+    [timed_out] = of(events, "ToolCallCompleted")
+    assert (timed_out["slot"], timed_out["outcome"], timed_out["error_kind"]) == (3, "error", "NotCompleted")
