@@ -20,6 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra import bundling, limits
+from infra.constructs.events import RunEvents  # run events
 from infra.definition import (
     EXECUTION_ENDED_ACTION,
     EXECUTION_ENDED_PATHS,
@@ -240,6 +241,11 @@ class ToolpipeStack(Stack):
                 )
 
         self._fail_runs_of_ended_executions(machine, orchestrator)
+        # --- run events (infra/constructs/events.py): the bus, and who may publish to it ---
+        run_events = RunEvents(self, "RunEvents")
+        run_events.grant_publish(orchestrator, worker, api_fn)
+        CfnOutput(self, "EventBusName", value=run_events.bus.event_bus_name)
+        # --- end of run events ---
         api = self._rest_api(api_fn)
 
         for fn in (orchestrator, worker, api_fn):

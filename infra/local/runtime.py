@@ -35,7 +35,9 @@ from infra.local import execution_events, lambdas, moto_patches, persistence, re
 from infra.local.workers import WorkerPool
 from shared.history.store import DynamoHistoryStore
 from shared.runs.executions import execution_name
+from shared.runs.factory import build_events
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
+from shared.settings import EventSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -55,6 +57,8 @@ HISTORY_TABLE: dict[str, Any] = {
 }
 TABLE = "toolpipe-local"
 BUCKET = "toolpipe-local-contents"
+# The stack's own bus for run events (shared/runs/events.py); subscribe with a rule on it.
+EVENT_BUS = "toolpipe-local-events"
 ORCHESTRATOR_HANDLER = "functions.orchestrator.handler.lambda_handler"
 API_HANDLER = "functions.api.handler.lambda_handler"
 # The identity local requests carry, as API Gateway reports an IAM user.
@@ -216,6 +220,12 @@ class LocalRuntime:
         )["stateMachineArn"]
         self._set_env({"STATE_MACHINE_ARN": self.state_machine_arn})
 
+        # moto's EventBridge delivers to SQS targets inside PutEvents, under the request lock.
+        self.events = boto3.client("events", region_name=REGION)
+        self.event_bus_name = EVENT_BUS
+        self.event_bus_arn = self.events.create_event_bus(Name=EVENT_BUS)["EventBusArn"]
+        self._set_env({"EVENT_BUS_NAME": EVENT_BUS})
+
     # --- the API, as API Gateway would call it ----------------------------------------------
 
     def api(
@@ -370,4 +380,11 @@ class LocalRuntime:
         )
         recovery.expire_claims(self.dynamodb, TABLE)
         starter = StepFunctionsStarter(self.sfn, self.state_machine_arn)
-        return recovery.resume_runs(self.dynamodb, TABLE, store, starter, StepFunctionsTaskReporter(self.sfn))
+        return recovery.resume_runs(
+            self.dynamodb,
+            TABLE,
+            store,
+            starter,
+            StepFunctionsTaskReporter(self.sfn),
+            build_events(EventSettings.from_env()),
+        )

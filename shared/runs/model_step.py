@@ -35,6 +35,7 @@ from shared.messages import (
 from shared.model import ModelClient, ModelReply, to_openai_messages
 from shared.runs import children
 from shared.runs.calls import assign_call_ids, result_slot
+from shared.runs.events import NO_EVENTS, EventPublisher
 from shared.runs.executions import execution_number, needs_fresh_execution
 from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.runs.rules import (
@@ -75,6 +76,8 @@ class ModelStep:
         timeouts: CallTimeouts,
         reporter: TaskReporter,
         starters: Callable[[str], ExecutionStarter],
+        *,
+        events: EventPublisher = NO_EVENTS,
     ) -> None:
         self._store = store
         self._model = model
@@ -82,8 +85,14 @@ class ModelStep:
         self._timeouts = timeouts
         self._reporter = reporter
         self._starters = starters
+        self._events = events
 
     def step(self, request: StepRequest, deadline: float) -> Decision:
+        # The step's events (results it wrote, the run's ending) go out together as it returns.
+        with self._events.deferred():
+            return self._step(request, deadline)
+
+    def _step(self, request: StepRequest, deadline: float) -> Decision:
         run = self._store.get_run(request.run_id)
         if run.status is not RunStatus.RUNNING:
             # A retried ending may have died between recording it and answering the parent.
@@ -241,7 +250,9 @@ class ModelStep:
                 error_type=ErrorKind.NOT_COMPLETED,
                 error_detail=reason,
             )
-            if not self._store.append(run.run_id, item):
+            if self._store.append(run.run_id, item):
+                self._events.tool_call_completed(run, item)
+            else:
                 # A worker's result landed between the read and now: it wins.
                 stored = self._store.get_item(run.run_id, seq)
                 assert isinstance(stored, ToolResult)
@@ -296,18 +307,17 @@ class ModelStep:
                     raise ToolNotAllowedError(call.name)
                 tool.parse_arguments(call.arguments)
             except ModelVisibleError as e:
-                self._store.append(
-                    run.run_id,
-                    ToolResult(
-                        seq=seq,
-                        turn=reply.turn,
-                        call_id=call.id,
-                        tool=call.name,
-                        content=f"Error: {e}",
-                        status="error",
-                        error_type=e.kind,
-                    ),
+                refused = ToolResult(
+                    seq=seq,
+                    turn=reply.turn,
+                    call_id=call.id,
+                    tool=call.name,
+                    content=f"Error: {e}",
+                    status="error",
+                    error_type=e.kind,
                 )
+                if self._store.append(run.run_id, refused):
+                    self._events.tool_call_completed(run, refused)
                 continue
             calls.append(
                 CallRef(
@@ -329,7 +339,8 @@ class ModelStep:
             # A Lambda function error's cause is the function's error JSON.
             cause = str(json.loads(cause).get("errorMessage", cause))
         run = self._store.get_run(request.run_id)
-        self._finish(run, RunStatus.FAILED, error=f"{error}: {cause}" if cause else error)
+        with self._events.deferred():
+            self._finish(run, RunStatus.FAILED, error=f"{error}: {cause}" if cause else error)
 
     def _end(
         self,
@@ -347,7 +358,8 @@ class ModelStep:
     ) -> None:
         """Every ending of a run: record it, and answer the parent's call if this is a child run."""
         if self._store.finish_run(run.run_id, status, output=output, error=error):
-            children.answer_parent(self._store, self._reporter, run, status, output, error)
+            self._events.run_ended(self._store, run.run_id)
+            children.answer_parent(self._store, self._reporter, run, status, output, error, self._events)
         else:
             # It had ended already (a retry, or the execution-status rule after the state
             # machine's own Catch): the parent gets the first ending, never a later one.
@@ -357,7 +369,7 @@ class ModelStep:
         if run.parent is None:
             return
         output = self._store.get_result(run.output_ref) if run.output_ref else run.output
-        children.answer_parent(self._store, self._reporter, run, run.status, output, run.error)
+        children.answer_parent(self._store, self._reporter, run, run.status, output, run.error, self._events)
 
 
 def monotonic_deadline(remaining_ms: int) -> float:

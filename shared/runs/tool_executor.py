@@ -36,6 +36,7 @@ from shared.messages import (
     text_safe,
 )
 from shared.runs import children
+from shared.runs.events import NO_EVENTS, EventPublisher
 from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.runs.results import fit_for_model
 from shared.tools import Execution, RunState, Tool, ToolContext
@@ -72,15 +73,23 @@ class ToolCallExecutor:
         starter: ExecutionStarter,
         heartbeat_every: float,
         sleep: Callable[[float], None] = time.sleep,
+        *,
+        events: EventPublisher = NO_EVENTS,
     ) -> None:
         self._store = store
         self._reporter = reporter
         self._starter = starter
         self._heartbeat_every = heartbeat_every
         self._sleep = sleep
+        self._events = events
 
     def execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int = 1) -> CallOutcome | None:
         """The call's outcome, or None when it was handed to a child run, which answers it."""
+        # Events wait until the task is answered: publishing is off the run's path.
+        with self._events.deferred():
+            return self._execute(message, lease_seconds, attempt)
+
+    def _execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> CallOutcome | None:
         if not self._beat_at_start(message.task_token):
             return None
         read = self._store.load_call(message.run_id, message.message_seq, message.seq)
@@ -245,6 +254,7 @@ class ToolCallExecutor:
             call.tool.child_agent,
             task,
             call.message.task_token,
+            self._events,
         )
         return None
 
@@ -256,6 +266,9 @@ class ToolCallExecutor:
         for tries in range(1, PERSIST_ATTEMPTS + 1):
             try:
                 if self._store.complete_call(call.run.run_id, result, call.claim.owner, changes):
+                    # Only here, where the outcome was first stored: a redelivery answering
+                    # from it, or a racer whose write lost, publishes nothing.
+                    self._events.tool_call_completed(call.run, result)
                     return result
                 break
             except Exception:

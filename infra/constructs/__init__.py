@@ -1,0 +1,1 @@
+"""The toolpipe stack's components, one construct each."""
