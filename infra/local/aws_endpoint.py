@@ -28,6 +28,7 @@ from xml.sax.saxutils import escape
 
 from botocore.awsrequest import AWSPreparedRequest
 from botocore.compat import HTTPHeaders
+from botocore.model import OperationNotFoundError
 from moto.core.botocore_stubber import BotocoreStubber
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wsgi import get_input_stream
@@ -164,6 +165,8 @@ class AwsEndpoint:
             # Looked up on each call: the wrappers (lock, journal, listeners) are installed on the
             # class after this module is imported.
             response = BotocoreStubber.process_request(self._stubber, request)
+        except OperationNotFoundError as e:
+            return _error(400, "UnknownOperationException", f"unknown operation {e}", json_protocol)
         except Exception as e:
             # moto answers a request it cannot parse with an exception, not an AWS error: here it
             # becomes the 500 AWS gives for an internal failure, and the server goes on.

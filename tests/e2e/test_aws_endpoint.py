@@ -29,7 +29,12 @@ from infra.local.runtime import BUCKET, TABLE, LocalRuntime
 from infra.local.workers import _sends_to
 from tests.e2e.test_serve import PROMPT, Served, _env
 
-# Any credentials do: moto checks none. The region is the runtime's.
+# moto checks no signature: the credential scope is what routes a request (and an unsigned one
+# is anonymous, which a private bucket refuses).
+SIGNED_FOR_S3 = (
+    "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0"
+)
+# Any credentials do. The region is the runtime's.
 CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local", "region_name": "us-east-1"}
 
 
@@ -126,6 +131,19 @@ def test_an_object_put_over_the_endpoint_is_read_back_whole(served: Served) -> N
         s3.get_object(Bucket=BUCKET, Key="inputs/report one.bin", Range="bytes=0-9")["Body"].read()
         == body[:10]
     )
+    # Sent to BUCKET.localhost (virtual-hosted style), as some clients address a bucket.
+    host, port = _endpoint(served).removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request(
+            "GET",
+            "/inputs/report%20one.bin",
+            headers={"Host": f"{BUCKET}.localhost:{port}", "Authorization": SIGNED_FOR_S3},
+        )
+        response = connection.getresponse()
+        assert (response.status, response.read()) == (200, body)
+    finally:
+        connection.close()
 
 
 @pytest.mark.skipif(shutil.which("aws") is None, reason="the aws CLI is not installed")
@@ -206,6 +224,8 @@ def test_malformed_requests_get_aws_errors_and_the_server_goes_on(served: Served
     for status, body in (not_json, unknown, no_table):
         assert 400 <= status < 600 and "__type" in json.loads(body), (status, body)
     assert no_table[0] == 400 and b"ResourceNotFoundException" in no_table[1]
+    assert unknown[0] == 400 and json.loads(unknown[1])["__type"] == "UnknownOperationException"
+    assert not_json[0] == 500 and json.loads(not_json[1])["__type"] == "InternalFailure"
     assert reset[0] == 404 and b"<Code>NotFound</Code>" in reset[1]
     assert TABLE in _client("dynamodb", endpoint).list_tables()["TableNames"]  # still serving, nothing reset
 
