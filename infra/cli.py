@@ -390,7 +390,7 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
                 )
                 out.flush()
                 try:
-                    serve_until_stopped(runtime, server, stop, hurry, args.idle_exit)
+                    serve_until_stopped(runtime, server, stop, hurry, args.idle_exit, also_serving=[aws])
                 finally:
                     # Gone before the state is saved: a client that comes now waits for the lock,
                     # then starts a server that reads that state.

@@ -20,6 +20,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from http import HTTPStatus
 from typing import Any
@@ -77,6 +78,7 @@ class AwsEndpoint:
         self._active = 0
         self._state = threading.Condition()
         self._closing = False
+        self._last_activity = time.monotonic()
         # Binds now (an address in use fails here, before anything is printed); serves from
         # `__enter__` on a thread of its own.
         self._http: BaseWSGIServer = make_server(host, port, self, threaded=True, request_handler=_Handler)
@@ -108,6 +110,12 @@ class AwsEndpoint:
         with self._state:
             self._state.wait_for(lambda: not self._active, timeout)
 
+    def idle_seconds(self) -> float:
+        """How long no request has been in progress (0 while one is): a server started for a
+        client's duration stays up while tools use its AWS endpoint."""
+        with self._state:
+            return 0.0 if self._active else time.monotonic() - self._last_activity
+
     @contextlib.contextmanager
     def _request(self) -> Iterator[bool]:
         with self._state:
@@ -120,6 +128,7 @@ class AwsEndpoint:
             if accepted:
                 with self._state:
                     self._active -= 1
+                    self._last_activity = time.monotonic()
                     self._state.notify_all()
 
     # --- WSGI -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from infra.local.aws_endpoint import AwsEndpoint
 from infra.local.client import Client, read_server_file
 from infra.local.runtime import BUCKET, TABLE, LocalRuntime
 from infra.local.workers import _sends_to
-from tests.e2e.test_serve import PROMPT, Served, _env
+from tests.e2e.test_serve import PROMPT, ROOT, Served, _env
 
 # moto checks no signature: the credential scope is what routes a request (and an unsigned one
 # is anonymous, which a private bucket refuses).
@@ -327,3 +328,33 @@ def test_the_endpoint_adds_little_to_start_up() -> None:
             _client("sts", endpoint.url).get_caller_identity()
     print(f"AWS endpoint bound and serving in {ready * 1000:.1f} ms")  # measured figure, see the report
     assert ready < 0.5
+
+
+def test_a_server_started_for_a_while_stays_up_while_the_aws_endpoint_is_used(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "infra.cli", "serve", "--port", "0", "--idle-exit", "1"],
+        env=_env(tmp_path),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("toolpipe server at "):
+                break
+        endpoint = next(line for line in lines if line.startswith("AWS endpoint: ")).split()[-1]
+        dynamodb = _client("dynamodb", endpoint)
+        busy_until = time.monotonic() + 2.5  # well past the idle exit
+        while time.monotonic() < busy_until:
+            dynamodb.list_tables()
+            time.sleep(0.3)
+        assert process.poll() is None, "".join(lines)
+        assert process.wait(timeout=30) == 0  # and once left alone, it stops
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=30)
