@@ -160,9 +160,11 @@ class AwsEndpoint:
         parts = urlsplit(target)
         path = parts.path or "/"
         json_protocol = any(n.lower() == "x-amz-target" for n, _ in headers)
-        if path.startswith("/moto-api"):
-            return _error(404, "NotFound", "moto's control API is not served here", json_protocol)
         host = _aws_host(headers, parts.query)
+        if host.startswith("motoapi."):
+            # Routed by signature like the rest, `/moto-api/...` is an S3 path here; only a request
+            # signed for moto's own service would reach it.
+            return _error(404, "NotFound", "moto's control API is not served here", json_protocol)
         request_headers = HTTPHeaders()
         for name, value in headers:
             if name.lower() != "host":
