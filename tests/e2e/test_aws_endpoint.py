@@ -90,6 +90,15 @@ def test_boto3_lists_the_runtimes_table_bucket_queue_and_state_machine(served: S
     assert [m["name"] for m in machines] == ["toolpipe-local"]
 
 
+def _copy_items(dynamodb: Any, items: list[dict[str, Any]], run_id: str, copy: str, **changes: Any) -> None:
+    for item in items:
+        text = json.dumps(item).replace(json.dumps(run_id), json.dumps(copy))
+        copied = {**json.loads(text), "pk": {"S": f"RUN#{copy}"}}
+        if item["sk"]["S"] == "META":
+            copied.update(changes)
+        dynamodb.put_item(TableName=TABLE, Item=copied)
+
+
 def test_the_runs_api_reads_what_was_written_over_the_endpoint(served: Served) -> None:
     endpoint = _endpoint(served)
     dynamodb = _client("dynamodb", endpoint)
@@ -104,9 +113,7 @@ def test_the_runs_api_reads_what_was_written_over_the_endpoint(served: Served) -
 
     # The run's items, written again under another id over the endpoint: the API (in-process)
     # reads them as a run of its own.
-    for item in items:
-        text = json.dumps(item).replace(json.dumps(run_id), json.dumps(copy))
-        dynamodb.put_item(TableName=TABLE, Item={**json.loads(text), "pk": {"S": f"RUN#{copy}"}})
+    _copy_items(dynamodb, items, run_id, copy)
 
     client = Client(served.url)
     original, copied = client.request("GET", f"/runs/{run_id}"), client.request("GET", f"/runs/{copy}")
@@ -117,6 +124,36 @@ def test_the_runs_api_reads_what_was_written_over_the_endpoint(served: Served) -
         == (client.request("GET", f"/runs/{run_id}/messages")[1]["messages"])
     )
     assert original[1]["run"]["output"] == copied[1]["run"]["output"]
+
+
+def test_a_write_over_the_endpoint_wakes_the_runs_event_stream(served: Served) -> None:
+    dynamodb = _client("dynamodb", _endpoint(served))
+    run_id = _finished_run(served.url)
+    items = dynamodb.query(
+        TableName=TABLE,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"RUN#{run_id}"}},
+        ConsistentRead=True,
+    )["Items"]
+    copy = f"{run_id}-live"
+    _copy_items(dynamodb, items, run_id, copy, status={"S": "running"})
+    history, published = sum(i["sk"]["S"].startswith("MSG#") for i in items), 0
+
+    # Shorter than the stream's keep-alive (10 s): only the write's wake-up ends it in time.
+    for event, data in Client(served.url).events(copy, timeout=8):
+        if event == "item":
+            published += 1
+            if published == history:  # every history item is out: the stream now waits
+                dynamodb.update_item(
+                    TableName=TABLE,
+                    Key={"pk": {"S": f"RUN#{copy}"}, "sk": {"S": "META"}},
+                    UpdateExpression="SET #s = :done",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={":done": {"S": "succeeded"}},
+                )
+        else:
+            assert (event, data["status"]) == ("end", "succeeded"), (event, data)
+            break
 
 
 def test_an_object_put_over_the_endpoint_is_read_back_whole(served: Served) -> None:
