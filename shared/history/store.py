@@ -36,7 +36,8 @@ MSG_PREFIX = "MSG#"
 # at a time, so a few runs cover the steps it serves back to back; the rest are read again.
 HISTORY_CACHE_RUNS = 32
 _USAGE = tuple(Usage.model_fields)
-# A root run's record also counts what its whole tree of runs used.
+# A root run's record also counts what the runs below it used (its agent-tool runs, theirs...):
+# its tree's totals are its own plus these. Kept apart so a root's own call adds its usage once.
 _TREE = tuple(f"tree_{name}" for name in _USAGE)
 
 
@@ -211,26 +212,22 @@ class DynamoHistoryStore:
         self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None
     ) -> Usage | None:
         own = used.model_dump()
-        tree = {f"tree_{name}": value for name, value in own.items()}
         root = root_run_id or run_id
-        # A root run keeps its tree's totals beside its own: one update for a root's call.
         # Counted once per turn: a retried step records the same turn again, and is refused.
         try:
-            counted = self._add(
-                run_id, own | tree if root == run_id else own, {"turn": turn}, first_of_turn=turn
-            )
+            counted = self._add(run_id, own, {"turn": turn}, first_of_turn=turn)
         except ClientError as e:
             if _is_conditional_failure(e):
                 return None
             raise
         if root != run_id:
-            counted = self._add(root, tree, {})
+            counted = self._add(root, {f"tree_{name}": value for name, value in own.items()}, {})
         return _tree_of(counted)
 
     def _add(
         self, run_id: str, counters: dict[str, int], values: dict[str, Any], first_of_turn: int | None = None
     ) -> dict[str, Any]:
-        """Add the counters and set the values; what they are after, as one atomic read."""
+        """Add the counters and set the values; the item as it is after, as one atomic read."""
         names = {f"#{name}": name for name in (*counters, *values, "updated_at")}
         condition: dict[str, Any] = {}
         if first_of_turn is not None:
@@ -249,7 +246,7 @@ class DynamoHistoryStore:
                 ":updated_at": utc_now(),
                 **({":first_of_turn": first_of_turn} if first_of_turn is not None else {}),
             },
-            ReturnValues="UPDATED_NEW",
+            ReturnValues="ALL_NEW",
             **condition,
         )["Attributes"]
 
@@ -257,7 +254,7 @@ class DynamoHistoryStore:
         item = self._table.get_item(
             Key={"pk": _pk(root_run_id), "sk": "META"},
             ConsistentRead=True,
-            ProjectionExpression=", ".join(_TREE),
+            ProjectionExpression=", ".join((*_USAGE, *_TREE)),
         ).get("Item", {})
         return _tree_of(item)
 
@@ -554,5 +551,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _tree_of(item: dict[str, Any]) -> Usage:
-    return Usage(**{name: int(_plain(item.get(f"tree_{name}", 0))) for name in _USAGE})
+def _tree_of(root: dict[str, Any]) -> Usage:
+    """A root run's tree totals: its own usage and its descendants'."""
+    return Usage(
+        **{name: int(_plain(root.get(name, 0))) + int(_plain(root.get(f"tree_{name}", 0))) for name in _USAGE}
+    )
