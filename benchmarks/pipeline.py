@@ -122,7 +122,7 @@ def bare_loop(base_url: str, turns: int) -> float:
 
 def agents_sdk_loop(base_url: str, turns: int) -> float:
     """The OpenAI Agents SDK's run loop, on the same server, tracing off."""
-    from agents import (  # type: ignore[import-not-found]
+    from agents import (
         Agent,
         OpenAIChatCompletionsModel,
         Runner,
@@ -191,7 +191,7 @@ def figures(repeats: int) -> dict[str, Any]:
     from infra.local.scripted_model import ScriptedModelServer
 
     try:
-        import agents  # type: ignore[import-not-found]  # noqa: F401
+        import agents  # noqa: F401
 
         have_agents = True
     except ImportError:

@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.parse
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -302,6 +303,7 @@ class LocalRuntime:
         while True:
             ended = execution_events.endings()
             execution = self.current_execution(run_id)
+            described: Mapping[str, Any]
             try:
                 described = self.sfn.describe_execution(executionArn=self.execution_arn(run_id, execution))
             except self.sfn.exceptions.ExecutionDoesNotExist:
@@ -353,7 +355,7 @@ class LocalRuntime:
         kwargs: dict[str, Any] = {"executionArn": self.execution_arn(run_id), "maxResults": 1000}
         while True:
             page = self.sfn.get_execution_history(**kwargs)
-            events.extend(page["events"])
+            events.extend(dict(event) for event in page["events"])
             if not page.get("nextToken"):
                 return events
             kwargs["nextToken"] = page["nextToken"]

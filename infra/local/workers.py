@@ -15,6 +15,7 @@ import json
 import logging
 import random
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from infra.local import serial
@@ -32,7 +33,7 @@ _WAKING_TARGETS = (b"AmazonSQS.SendMessage", b"AmazonSQS.SendMessageBatch")
 
 
 def sqs_record(
-    message: dict[str, Any], queue_arn: str = "arn:aws:sqs:us-east-1:123456789012:tools"
+    message: Mapping[str, Any], queue_arn: str = "arn:aws:sqs:us-east-1:123456789012:tools"
 ) -> dict[str, Any]:
     """One record of the event Lambda's SQS poller sends, from a `ReceiveMessage` message."""
     return {
@@ -155,7 +156,7 @@ class WorkerPool:
             if not messages:
                 self._idle_wait(seen)
 
-    def _handle(self, message: dict[str, Any]) -> None:
+    def _handle(self, message: Mapping[str, Any]) -> None:
         event = {"Records": [sqs_record(message, self._queue_arn)]}
         with self._count_lock:
             self.invocations += 1

@@ -241,3 +241,37 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
             "SourceArn": {"Fn::GetAtt": [_logical(template, "AWS::Events::Rule"), "Arn"]},
         },
     )
+
+
+# The ids the stack's resources had when it was one construct (before infra/constructs/).
+# CloudFormation replaces a resource whose id changes: the retained table, bucket and secret
+# would be orphaned and new, empty ones made. Only Lambda permissions and the event source
+# mapping changed id in the split (CDK names them after their targets' full paths).
+DEPLOYED_IDS = {
+    "HistoryC127576E",
+    "ContentsE890674E",
+    "ModelApiKeyF7948A61",
+    "ToolCallsD9D4B760",
+    "ToolDeadLetters4A9E45FE",
+    "ExecutionEndedDeadLetters38BFD48E",
+    "ExecutionEndedCD26BCE0",
+    "RunFlowD6B0121A",
+    "RunFlowRole14A27685",
+    "RunFlowLogs9C51F68C",
+    "Orchestrator6EF1216F",
+    "OrchestratorAnswersParentTasksBED89DE7",
+    "ToolWorkerD2951D5C",
+    "ApiF70053CD",
+    "ApiServiceRole1BD550DA",
+    "Dependencies1F4ECB40",
+    "ModelClient5FB5F3CA",
+    "RunsApiED2ADE92",
+    "RunsApiDeploymentStagev1FC2C1700",
+    "ApiAccessLogsE9DF007D",
+}
+
+
+def test_the_stack_keeps_the_logical_ids_it_was_deployed_with(template: Any) -> None:
+    resources = template.to_json()["Resources"]
+    assert set(resources) >= DEPLOYED_IDS, sorted(DEPLOYED_IDS - set(resources))
+    assert set(template.to_json()["Outputs"]) >= {"ApiUrl", "StateMachineArn", "TableName"}
