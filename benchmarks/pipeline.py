@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-HANDLERS = ["functions.orchestrator.handler", "functions.tool_worker.handler", "functions.api.handler"]
 COLD_START = """
 import resource, sys, time
 t = time.perf_counter()
@@ -43,8 +42,10 @@ def cold_starts() -> None:
         "STATE_MACHINE_ARN": "arn",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
+    from infra.functions import FUNCTIONS
+
     print("cold start: import time and peak RSS of each handler module (fresh interpreter, warm disk cache)")
-    for module in HANDLERS:
+    for module in (spec.module for spec in FUNCTIONS.values()):
         samples = []
         for _ in range(3):
             out = subprocess.run(

@@ -18,13 +18,13 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from infra.functions import TOOL_WORKER
 from infra.local import serial
 from infra.local.lambdas import LocalContext, call_handler
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
 
-WORKER_HANDLER = "functions.tool_worker.handler.lambda_handler"
 # How often the pool as a whole polls an idle queue: the delay before a message whose
 # visibility timeout ran out is received again. Each receive costs ~2 ms of moto's request path.
 SAFETY_POLL_SECONDS = 0.5
@@ -75,7 +75,7 @@ class WorkerPool:
         size: int,
         timeout_seconds: int,
         safety_poll_seconds: float = SAFETY_POLL_SECONDS,
-        handler: str = WORKER_HANDLER,
+        handler: str = TOOL_WORKER.handler,
     ) -> None:
         self._sqs = sqs
         self._handler = handler
@@ -164,7 +164,11 @@ class WorkerPool:
             response = call_handler(
                 self._handler,
                 event,
-                LocalContext(function_name="tool-worker", timeout_seconds=self._timeout),
+                LocalContext(
+                    function_name=TOOL_WORKER.name,
+                    timeout_seconds=self._timeout,
+                    memory_limit_in_mb=TOOL_WORKER.memory_mb,
+                ),
             )
         except (KeyboardInterrupt, SystemExit):
             raise
