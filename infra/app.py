@@ -5,6 +5,7 @@ network): for checks and tests only, and the assembly carries a warning saying s
 """
 
 import os
+import sys
 from typing import Any
 
 from aws_cdk import Annotations, App, Validations
@@ -35,5 +36,14 @@ def build_app(*, bundle: bool = True, outdir: str | None = None) -> tuple[App, T
     return app, stack
 
 
+def main() -> None:
+    try:
+        app, _ = build_app(bundle=os.environ.get("TOOLPIPE_BUNDLE", "1") != "0")
+    except ValueError as e:
+        # A bad context value (`-c api_auth=...`): one line naming it, not a traceback.
+        sys.exit(f"toolpipe: {e}")
+    app.synth()
+
+
 if __name__ == "__main__":
-    build_app(bundle=os.environ.get("TOOLPIPE_BUNDLE", "1") != "0")[0].synth()
+    main()

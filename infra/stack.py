@@ -63,6 +63,8 @@ class ToolpipeStack(Stack):
         components' construct ids are left out of the path the id is made from; constructs
         added to the pipeline since (run events, triggers) keep theirs. A stack of your own
         holding a `ToolPipeline` uses CDK's ids, which include the whole path.
+
+        (CDK's protected `allocateLogicalId`: jsii names protected members with a leading `_`.)
         """
         scopes = cfn_element.node.scopes
         within = scopes[scopes.index(self) + 1 :]

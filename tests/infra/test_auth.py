@@ -122,3 +122,29 @@ def test_a_bad_auth_setting_is_refused_in_one_line(
     with pytest.raises(ValueError, match=message) as refused:
         ToolpipeStack(app, "Toolpipe")
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.slow
+def test_the_cdk_app_refuses_a_bad_setting_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """As `cdk synth -c api_auth=oauth` runs the app: context and output folder in the environment."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "TOOLPIPE_BUNDLE": "0",
+        "CDK_CONTEXT_JSON": json.dumps({"api_auth": "oauth"}),
+        "CDK_OUTDIR": str(tmp_path),
+    }
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "infra.app"], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip().splitlines()[-1] == "toolpipe: api_auth must be 'iam' or 'api_key', not 'oauth'"
+    )
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
