@@ -27,9 +27,10 @@ from infra.constructs import Api, ApiAuth, Functions, RunEvents, RunFlow, Storag
 class ToolPipeline(Construct):
     """Storage, the tool queue, the three functions, the run flow and the runs API, wired.
 
-    Constructs that plug into a pipeline (run events, triggers) take what they need from its
-    attributes: `table`, `bucket`, `state_machine`, `functions` (`.orchestrator`,
-    `.tool_worker`, `.api`), `tool_queue`, `rest_api`.
+    Constructs that plug into a pipeline (triggers, ...) take what they need from its
+    attributes: `table`, `bucket`, `queue`, `state_machine`, `run_events.bus`, `rest_api`,
+    `functions` (`.orchestrator`, `.tool_worker`, `.api`, and `.code`, `.dependencies`,
+    `.environment` to build a function of their own the same way).
     """
 
     # The component ids, in build order. `ToolpipeStack` leaves them (and the pipeline's own)

@@ -42,8 +42,10 @@ class Functions(Construct):
         mcp_header_secrets: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
-        code = lambda_.Code.from_asset(str(ROOT), exclude=_SOURCE_ONLY, ignore_mode=IgnoreMode.GIT)
-        deps = lambda_.LayerVersion(
+        # Public, with the layers and the environment below: a construct that adds a function of
+        # its own (a trigger's) builds it from the same code, layers and settings.
+        self.code = lambda_.Code.from_asset(str(ROOT), exclude=_SOURCE_ONLY, ignore_mode=IgnoreMode.GIT)
+        self.dependencies = lambda_.LayerVersion(
             self,
             "Dependencies",
             code=bundling.deps_layer_code(),
@@ -51,7 +53,7 @@ class Functions(Construct):
             compatible_architectures=[bundling.ARCHITECTURE],
             description="aws-lambda-powertools, pydantic",
         )
-        model_deps = lambda_.LayerVersion(
+        self.model_client = lambda_.LayerVersion(
             self,
             "ModelClient",
             code=bundling.model_layer_code(),
@@ -59,8 +61,8 @@ class Functions(Construct):
             compatible_architectures=[bundling.ARCHITECTURE],
             description="openai (the orchestrator only)",
         )
-        self._code = code
-        self._common_env = {
+        # What every function reads: where the history lives.
+        self.environment = {
             "TABLE_NAME": storage.table.table_name,
             "BUCKET_NAME": storage.bucket.bucket_name,
             "POWERTOOLS_SERVICE_NAME": "toolpipe",
@@ -68,7 +70,7 @@ class Functions(Construct):
 
         self.orchestrator = self._function(
             specs.ORCHESTRATOR,
-            [deps, model_deps],
+            [self.dependencies, self.model_client],
             OPENAI_API_KEY_SECRET_ARN=storage.model_key.secret_arn,
             TOOLPIPE_MODEL=model_name,
             # Set here, not left to defaults: they must agree with the queue's (infra/limits.py).
@@ -77,13 +79,15 @@ class Functions(Construct):
             **({"OPENAI_BASE_URL": model_base_url} if model_base_url else {}),
         )
         self.tool_worker = self._function(
-            specs.TOOL_WORKER, [deps], TOOLPIPE_HEARTBEAT_EVERY=str(limits.HEARTBEAT_EVERY_SECONDS)
+            specs.TOOL_WORKER,
+            [self.dependencies],
+            TOOLPIPE_HEARTBEAT_EVERY=str(limits.HEARTBEAT_EVERY_SECONDS),
         )
         self.tool_worker.add_event_source(
             # Batch size 1: every tool call runs in its own invocation.
             sources.SqsEventSource(tool_queue.queue, batch_size=1, report_batch_item_failures=True)
         )
-        self.api = self._function(specs.API, [deps])
+        self.api = self._function(specs.API, [self.dependencies])
 
         # Large history items live under runs/: each function gets the object actions it uses there.
         run_objects = storage.bucket.arn_for_objects("runs/*")
@@ -137,13 +141,13 @@ class Functions(Construct):
             spec.construct_id,
             runtime=bundling.RUNTIME,
             architecture=bundling.ARCHITECTURE,
-            code=self._code,
+            code=self.code,
             handler=spec.handler,
             layers=layers,
             timeout=Duration.seconds(spec.timeout_seconds),
             memory_size=spec.memory_mb,
             tracing=lambda_.Tracing.ACTIVE,
-            environment={**self._common_env, **env},
+            environment={**self.environment, **env},
             log_group=logs.LogGroup(self, f"{spec.construct_id}Logs", retention=logs.RetentionDays.ONE_MONTH),
         )
 
