@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
@@ -25,7 +24,8 @@ from infra.constructs import Api, ApiAuth, Functions, RunEvents, RunFlow, Storag
 
 
 class ToolPipeline(Construct):
-    """Storage, the tool queue, the three functions, the run flow and the runs API, wired.
+    """Storage, the tool queue, the three functions, the run flow, the run-events bus and the
+    runs API, wired.
 
     Constructs that plug into a pipeline (triggers, ...) take what they need from its
     attributes: `table`, `bucket`, `queue`, `state_machine`, `run_events.bus`, `rest_api`,
@@ -99,7 +99,3 @@ class ToolPipeline(Construct):
     @property
     def rest_api(self) -> apigw.RestApi:
         return self.api.rest_api
-
-    @property
-    def orchestrator(self) -> lambda_.Function:
-        return self.functions.orchestrator
