@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from infra.functions import FUNCTIONS
 from infra.local.client import read_server_file, try_lock
 
 _STARTED = time.monotonic()  # for `serve`'s "ready in"
@@ -272,23 +273,15 @@ def show(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-HANDLERS = {
-    "api": ("functions.api.handler.lambda_handler", 29),
-    "orchestrator": ("functions.orchestrator.handler.lambda_handler", 300),
-    "tool_worker": ("functions.tool_worker.handler.lambda_handler", 120),
-}
-
-
 def invoke(args: argparse.Namespace, out: TextIO) -> int:
     """Feed an event file to one real handler on the local runtime; RUN_ID in it is replaced."""
-    from infra.local.lambdas import LocalContext, call_handler
+    from infra.local.lambdas import call_function
     from infra.local.runtime import LocalRuntime
 
     text = Path(args.event).read_text()
     if args.run_id:
         text = text.replace("RUN_ID", args.run_id)
     event = json.loads(text)
-    handler, timeout = HANDLERS[args.function]
     home = _state_dir()
     # This command holds the folder's state itself: with a server serving it too, whichever
     # saved last would erase the other's runs.
@@ -301,9 +294,7 @@ def invoke(args: argparse.Namespace, out: TextIO) -> int:
     try:
         # Workers run too: a run the event starts finishes before the runtime shuts down.
         with _model_endpoint(out), LocalRuntime(state_dir=home):
-            result = call_handler(
-                handler, event, LocalContext(function_name=args.function, timeout_seconds=timeout)
-            )
+            result = call_function(FUNCTIONS[args.function], event)
     finally:
         os.close(lock)
     out.write(json.dumps(result, indent=2) + "\n")
@@ -463,7 +454,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     show_parser.add_argument("run_id", type=_run_id)
     show_parser.add_argument("--json", action="store_true", help="print the API's JSON")
     invoke_parser = commands.add_parser("invoke", help="run one handler on an event file (see events/)")
-    invoke_parser.add_argument("function", choices=sorted(HANDLERS))
+    invoke_parser.add_argument("function", choices=sorted(FUNCTIONS))
     invoke_parser.add_argument("event", help="path of a JSON event, e.g. events/api_post_run.json")
     invoke_parser.add_argument("--run-id", help="replaces RUN_ID in the event")
     serve_parser = commands.add_parser("serve", help="serve the local runtime over HTTP until Ctrl-C")

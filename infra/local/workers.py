@@ -15,15 +15,16 @@ import json
 import logging
 import random
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from infra.functions import TOOL_WORKER
 from infra.local import serial
 from infra.local.lambdas import LocalContext, call_handler
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
 
-WORKER_HANDLER = "functions.tool_worker.handler.lambda_handler"
 # How often the pool as a whole polls an idle queue: the delay before a message whose
 # visibility timeout ran out is received again. Each receive costs ~2 ms of moto's request path.
 SAFETY_POLL_SECONDS = 0.5
@@ -32,7 +33,7 @@ _WAKING_TARGETS = (b"AmazonSQS.SendMessage", b"AmazonSQS.SendMessageBatch")
 
 
 def sqs_record(
-    message: dict[str, Any], queue_arn: str = "arn:aws:sqs:us-east-1:123456789012:tools"
+    message: Mapping[str, Any], queue_arn: str = "arn:aws:sqs:us-east-1:123456789012:tools"
 ) -> dict[str, Any]:
     """One record of the event Lambda's SQS poller sends, from a `ReceiveMessage` message."""
     return {
@@ -74,7 +75,7 @@ class WorkerPool:
         size: int,
         timeout_seconds: int,
         safety_poll_seconds: float = SAFETY_POLL_SECONDS,
-        handler: str = WORKER_HANDLER,
+        handler: str = TOOL_WORKER.handler,
     ) -> None:
         self._sqs = sqs
         self._handler = handler
@@ -155,7 +156,7 @@ class WorkerPool:
             if not messages:
                 self._idle_wait(seen)
 
-    def _handle(self, message: dict[str, Any]) -> None:
+    def _handle(self, message: Mapping[str, Any]) -> None:
         event = {"Records": [sqs_record(message, self._queue_arn)]}
         with self._count_lock:
             self.invocations += 1
@@ -163,7 +164,11 @@ class WorkerPool:
             response = call_handler(
                 self._handler,
                 event,
-                LocalContext(function_name="tool-worker", timeout_seconds=self._timeout),
+                LocalContext(
+                    function_name=TOOL_WORKER.name,
+                    timeout_seconds=self._timeout,
+                    memory_limit_in_mb=TOOL_WORKER.memory_mb,
+                ),
             )
         except (KeyboardInterrupt, SystemExit):
             raise
