@@ -18,7 +18,8 @@
   operations already build their answer as the wire's JSON, so it is dumped as it is.
 - A query by partition key looked at every item of the table for the few of its partition: a
   run's step read its history in time that grew with every other run's. It looks at the
-  partition alone now (tables keep items by partition key, so the set is the same).
+  partition alone now (tables keep items by partition key, so the set is the same), and only at
+  the items its sort key condition admits.
 - An update expression's clause counts were checked at every node of its clause chain, each
   check walking the rest of the chain: quadratic in the clauses (a 12-counter update took
   ~7 ms). The root's counts cover every node's, so they are checked there once.
@@ -181,18 +182,23 @@ def _execute_result_as_built(self: DynamoResult, context: Any) -> Any:
 
 _query = Table.query
 _all_items = Table.all_items
-_partition = threading.local()  # the partition a base-table query on this thread looks at
+_partition = threading.local()  # the partition (and sort key condition) a base-table query reads
 
 
 def _query_one_partition(self: Table, hash_key: DynamoType | None, *args: Any, **kwargs: Any) -> Any:
     index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)
     if index_name or hash_key is None:
         return _query(self, hash_key, *args, **kwargs)
+    range_comparison = kwargs.get("range_comparison", args[0] if args else None)
+    range_objs = kwargs.get("range_objs", args[1] if len(args) > 1 else [])
     _partition.key = hash_key
+    _partition.condition = (
+        (range_comparison, range_objs) if self.range_key_attr and range_comparison else None
+    )
     try:
         return _query(self, hash_key, *args, **kwargs)
     finally:
-        _partition.key = None
+        _partition.key = _partition.condition = None
 
 
 def _items_of_partition(self: Table) -> list[Item]:
@@ -202,7 +208,15 @@ def _items_of_partition(self: Table) -> list[Item]:
     found = self.items.get(hash_key)  # get, not []: the dict is a defaultdict
     if found is None:
         return []
-    return list(found.values()) if self.range_key_attr else [found]  # type: ignore[list-item]
+    if not self.range_key_attr:
+        return [found]  # type: ignore[list-item]
+    condition = _partition.condition
+    if condition is None:
+        return list(found.values())
+    # The sort key condition picks the same items before moto sorts them as after: a query for
+    # the newest items of a long history sorts those few, not the whole partition.
+    comparison, values = condition
+    return [item for item in found.values() if item.range_key.compare(comparison, values)]
 
 
 _count_at_every_node = ActionCountValidator.traverse
