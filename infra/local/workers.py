@@ -6,7 +6,9 @@ timeout when the handler reports it in `batchItemFailures` or raises.
 
 Idle workers sleep until a message is sent to their queue: every request moto serves is
 announced by `infra/local/serial.py`, and a `SendMessage` to the queue wakes one worker. A
-worker that finds nothing waits again; a slow safety poll (one receive per pool every
+worker that finds nothing waits again. A worker that just handled a message receives again
+only when a send came while no worker was asleep to take it (no empty receive after each
+message). A slow safety poll (one receive per pool every
 `SAFETY_POLL_SECONDS`) picks up what no send announces: messages whose visibility timeout
 ran out, and sends made before the pool started.
 """
@@ -94,6 +96,7 @@ class WorkerPool:
         # has not moved since, so a send landing between the receive and the wait is not lost.
         self._wake = threading.Condition()
         self._sends = 0
+        self._unwoken = 0  # sends made while no worker slept: a worker that is done takes each
         self.idle_workers = 0  # workers asleep until a send or their safety poll
 
     @property
@@ -117,6 +120,8 @@ class WorkerPool:
         if _sends_to(request, self._queue_url):
             with self._wake:
                 self._sends += 1
+                if not self.idle_workers:
+                    self._unwoken += 1
                 self._wake.notify()
 
     def _idle_wait(self, seen: int) -> None:
@@ -131,9 +136,22 @@ class WorkerPool:
                 finally:
                     self.idle_workers -= 1
 
+    def _more_to_take(self) -> bool:
+        """After a message: is there a send no worker was woken for?"""
+        with self._wake:
+            if self._unwoken:
+                self._unwoken -= 1
+                return True
+            return False
+
     def _loop(self) -> None:
+        just_handled = False
         while not self._stop.is_set():
             seen = self._sends
+            if just_handled and not self._more_to_take():
+                just_handled = False
+                self._idle_wait(seen)
+                continue
             try:
                 # Short polls: a long poll waits inside moto's request, which holds the lock that
                 # every other local request needs (infra/local/serial.py).
@@ -145,6 +163,7 @@ class WorkerPool:
                 messages = received.get("Messages", [])
                 for message in messages:
                     self._handle(message)
+                just_handled = bool(messages)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException:  # a worker thread outlives anything one invocation raises
