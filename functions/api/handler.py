@@ -85,7 +85,7 @@ def starter() -> RunStarter:
 
 @cache
 def canceller() -> RunCanceller:
-    return build_run_canceller(store_settings, machine_settings, api_settings.admin_principal)
+    return build_run_canceller(store_settings, machine_settings, event_settings, api_settings.admin_principal)
 
 
 @cache

@@ -13,6 +13,7 @@ from shared.errors import RunEndedError
 from shared.history import HistoryStore
 from shared.messages import RunRecord, RunStatus
 from shared.runs import children
+from shared.runs.events import NO_EVENTS, EventPublisher
 from shared.runs.ports import ExecutionStopper
 from shared.runs.report import readable
 
@@ -23,10 +24,18 @@ class Cancelled(NamedTuple):
 
 
 class RunCanceller:
-    def __init__(self, store: HistoryStore, stopper: ExecutionStopper, admin_principal: str | None = None):
+    def __init__(
+        self,
+        store: HistoryStore,
+        stopper: ExecutionStopper,
+        admin_principal: str | None = None,
+        *,
+        events: EventPublisher = NO_EVENTS,
+    ) -> None:
         self._store = store
         self._stopper = stopper
         self._admin = admin_principal
+        self._events = events
 
     def cancel(self, run_id: str, caller: str) -> Cancelled:
         """Cancel a running run and its child runs. A cancelled run is answered as it is (and
@@ -41,6 +50,7 @@ class RunCanceller:
             run_id, RunStatus.CANCELLED, error=f"cancelled by {caller}"
         ):
             replayed = False
+            self._events.run_ended(self._store, run_id)  # RunCancelled, once: this write ended it
         else:
             run = self._store.get_run(run_id)  # it ended meanwhile: how?
             if run.status is not RunStatus.CANCELLED:
@@ -53,7 +63,8 @@ class RunCanceller:
         self._stopper.stop(run.run_id, run.execution, f"run {run.run_id} cancelled")
         for child in children.child_runs(self._store, run):
             if child.status is RunStatus.RUNNING:
-                self._store.finish_run(child.run_id, RunStatus.CANCELLED, error=children.PARENT_CANCELLED)
+                if self._store.finish_run(child.run_id, RunStatus.CANCELLED, error=children.PARENT_CANCELLED):
+                    self._events.run_ended(self._store, child.run_id)
                 child = self._store.get_run(child.run_id)
             if child.status is RunStatus.CANCELLED:
                 self._stop_tree(child)

@@ -75,7 +75,8 @@ def start_child(
     # Read after the child is written: a cancel of the parent either saw the child (and
     # cancelled it) or ended before it existed, and is seen here. No child outlives it.
     if store.get_run(run.run_id).status is RunStatus.CANCELLED:
-        store.finish_run(child_id, RunStatus.CANCELLED, error=PARENT_CANCELLED)
+        if store.finish_run(child_id, RunStatus.CANCELLED, error=PARENT_CANCELLED):
+            events.run_ended(store, child_id)
         return child_id
     starter.start(child_id)
     return child_id

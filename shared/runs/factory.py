@@ -91,10 +91,11 @@ def build_run_starter(
 
 
 def build_run_canceller(
-    store: StoreSettings, machine: StateMachineSettings, admin_principal: str | None
+    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, admin_principal: str | None
 ) -> RunCanceller:
     return RunCanceller(
         build_store(store),
         StepFunctionsStopper(boto3.client("stepfunctions"), machine.state_machine_arn),
         admin_principal,
+        events=build_events(events),
     )

@@ -199,3 +199,26 @@ def test_cancelling_a_parent_cancels_its_running_child(pipeline: Pipeline, helpe
         status, run = pipeline.runtime.api("GET", f"/runs/{rid}")
         assert run["run"]["status"] == "cancelled", run["run"]
     assert len(pipeline.model.requests) == asked, [r["messages"][-1] for r in pipeline.model.requests]
+
+
+def test_cancelling_publishes_run_cancelled_once_per_run(pipeline: Pipeline, helper: Agent) -> None:
+    from tests.e2e.test_run_events import of, subscribe, validate
+
+    read = subscribe(pipeline.runtime)
+    pipeline.script(
+        Reply(tool_calls=[call("helper", task="wait a bit")]),
+        Reply(tool_calls=[call("slow", seconds=1)]),
+    )
+    run_id = pipeline.start("delegate")
+    child_id = _wait(lambda: next((r for r in _metas(pipeline) if r != run_id), None))
+    _wait(lambda: _executing(pipeline, child_id))
+    assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
+    assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200  # no second event
+    pipeline.runtime.wait_for_execution(run_id)
+    pipeline.runtime.wait_for_execution(child_id)
+
+    events = read(lambda got: len(of(got, "RunCancelled")) == 2)
+    validate(events)
+    cancelled = of(events, "RunCancelled")
+    assert sorted(e["run_id"] for e in cancelled) == sorted([run_id, child_id])
+    assert of(events, "RunFailed") == [] and of(events, "RunCompleted") == []
