@@ -119,6 +119,11 @@ def test_cancel_a_running_run_over_http(local_server: tuple[Pipeline, LocalServe
     run_id = started["run_id"]
     status, listed, _ = _http(f"{server.api_url}/runs?status=running", "GET")
     assert [r["run_id"] for r in listed["runs"]] == [run_id]
+    claim = {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "CALL#000003"}}
+    deadline = time.monotonic() + 20
+    while "Item" not in pipeline.runtime.dynamodb.get_item(TableName="toolpipe-local", Key=claim):
+        assert time.monotonic() < deadline, "the call never started"
+        time.sleep(0.05)  # until its tool is running: the run waits on it
     status, cancelled, _ = _http(f"{server.api_url}/runs/{run_id}/cancel", "POST")
     assert status == 200 and cancelled == {
         "run_id": run_id,
