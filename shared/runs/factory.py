@@ -8,7 +8,15 @@ from shared.runs.model_step import ModelStep
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
 from shared.runs.starter import RunStarter
 from shared.runs.tool_executor import ToolCallExecutor
-from shared.settings import CallTimeouts, ModelSettings, StateMachineSettings, StoreSettings, WorkerSettings
+from shared.runs.triggers import AnswerWriter, S3ObjectStore, TriggerService
+from shared.settings import (
+    CallTimeouts,
+    ModelSettings,
+    StateMachineSettings,
+    StoreSettings,
+    TriggerSettings,
+    WorkerSettings,
+)
 
 
 def build_store(settings: StoreSettings) -> DynamoHistoryStore:
@@ -46,6 +54,7 @@ def build_model_step(store: StoreSettings, model: ModelSettings, timeouts: CallT
         timeouts,
         reporter,
         lambda arn: StepFunctionsStarter(sfn, arn),
+        AnswerWriter(S3ObjectStore(boto3.client("s3"))),
     )
 
 
@@ -65,3 +74,9 @@ def build_run_starter(store: StoreSettings, machine: StateMachineSettings) -> Ru
     return RunStarter(
         build_store(store), StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn)
     )
+
+
+def build_trigger_service(
+    store: StoreSettings, machine: StateMachineSettings, triggers: TriggerSettings
+) -> TriggerService:
+    return TriggerService(build_run_starter(store, machine), S3ObjectStore(boto3.client("s3")), triggers)
