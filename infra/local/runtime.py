@@ -31,7 +31,7 @@ from infra.definition import (
     matches,
     substitute,
 )
-from infra.local import execution_events, lambdas, moto_patches, persistence, recovery, serial
+from infra.local import execution_events, lambdas, moto_patches, persistence, recovery, serial, triggers
 from infra.local.workers import WorkerPool
 from shared.history.store import DynamoHistoryStore
 from shared.runs.executions import execution_name
@@ -63,6 +63,7 @@ _HANDLER_MODULES = (
     "functions.orchestrator.handler",
     "functions.tool_worker.handler",
     "functions.api.handler",
+    "functions.triggers.handler",
 )
 
 
@@ -90,6 +91,12 @@ class LocalRuntime:
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
         self._saved_env: dict[str, str | None] = {}
         self.workers: WorkerPool | None = None
+        self.trigger_workers: WorkerPool | None = None
+        # Where a file starts a run, where its answer lands, and the bus RunRequested goes on.
+        self.trigger_bucket = triggers.TRIGGER_BUCKET
+        self.trigger_prefix = triggers.INPUT_PREFIX
+        self.output_prefix = triggers.OUTPUT_PREFIX
+        self.event_bus_name = triggers.EVENT_BUS
         self.drain_seconds = 30.0
         # A viewer (no workers) shows runs as they are; a runtime with workers takes them up.
         self._resume = resume if resume is not None else workers > 0
@@ -112,6 +119,11 @@ class LocalRuntime:
                 "POWERTOOLS_TRACE_DISABLED": "1",
                 "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
                 "POWERTOOLS_SERVICE_NAME": "toolpipe",
+                "TOOLPIPE_TRIGGER_BUCKET": triggers.TRIGGER_BUCKET,
+                "TOOLPIPE_TRIGGER_INPUT_PREFIX": triggers.INPUT_PREFIX,
+                "TOOLPIPE_TRIGGER_OUTPUT_PREFIX": triggers.OUTPUT_PREFIX,
+                # Triggered runs are the local user's: `toolpipe show` reads them.
+                "TOOLPIPE_TRIGGER_PRINCIPAL": LOCAL_CALLER,
                 **self._extra_env,
             }
         )
@@ -120,6 +132,7 @@ class LocalRuntime:
         moto_patches.install()
         serial.install()
         execution_events.install()
+        triggers.install()
         self._create_resources()
         execution_events.subscribe(self.state_machine_arn, self._execution_status_changed)
         self._cold_start()
@@ -129,6 +142,17 @@ class LocalRuntime:
             self.sqs, self.queue_url, self.queue_arn, self._worker_count, limits.WORKER_TIMEOUT_SECONDS
         )
         self.workers.start()
+        triggers.notify_on_input_prefix(self.s3, self._triggers_arn)
+        self.trigger_workers = WorkerPool(
+            self.sqs,
+            self.trigger_queue_url,
+            self.trigger_queue_arn,
+            1,
+            triggers.TRIGGERS_TIMEOUT_SECONDS,
+            handler=triggers.HANDLER,
+        )
+        serial.add_listener(self._on_put_events)
+        self.trigger_workers.start()
         if self._state_dir is not None and self._resume:
             self.resumed = self._resume_runs()
         return self
@@ -140,8 +164,10 @@ class LocalRuntime:
             # Executions run on moto's threads: left running, they would call AWS after the
             # mock is gone. Let them finish, then stop what is left.
             self.drain(timeout=self.drain_seconds)
-            if self.workers is not None:
-                self.workers.stop()
+            serial.remove_listener(self._on_put_events)
+            for pool in (self.trigger_workers, self.workers):
+                if pool is not None:
+                    pool.stop()
             self._save_state()
         finally:
             execution_events.unsubscribe(self.state_machine_arn)
@@ -207,6 +233,10 @@ class LocalRuntime:
             Timeout=limits.ORCHESTRATOR_TIMEOUT_SECONDS,
         )["FunctionArn"]
 
+        self._triggers_arn = triggers.create_s3_trigger(self.s3, self.lambda_client, role_arn)
+        self.events = boto3.client("events", region_name=REGION)
+        self.trigger_queue_url, self.trigger_queue_arn = triggers.create_event_trigger(self.events, self.sqs)
+
         self.sfn = boto3.client("stepfunctions", region_name=REGION)
         self.definition = substitute(
             definition_json(), {ORCHESTRATOR_ARN: orchestrator_arn, TOOL_QUEUE_URL: self.queue_url}
@@ -257,6 +287,11 @@ class LocalRuntime:
         )
         payload = response.get("body")
         return int(response["statusCode"]), json.loads(payload) if payload else None
+
+    def _on_put_events(self, request: Any) -> None:
+        # moto's rule delivers to the queue inside PutEvents, with no SendMessage to announce it.
+        if self.trigger_workers is not None and triggers.is_put_events(request):
+            self.trigger_workers.wake()
 
     # --- the execution-status rule, as EventBridge would apply it ---------------------------
 

@@ -146,7 +146,8 @@ class TriggerService:
             size=created.size,
             content_type=head.content_type,
             etag=created.etag or head.etag,
-            answer_key=settings.output_prefix + created.key,
+            # inbox/a/b.txt -> answers/a/b.txt(.answer.md): the input's place under the output prefix.
+            answer_key=settings.output_prefix + created.key.removeprefix(settings.input_prefix),
         )
         request = _request(settings.agent, file_prompt(settings.instructions, source))
         started = self._starter.start(

@@ -13,7 +13,7 @@ hand-written one) still works; every field it uses is checked.
 import urllib.parse
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shared.errors import ToolpipeError, describe_validation_error
 from shared.messages import MAX_PROMPT_CHARS, MAX_TOOLS, NAME_PATTERN, StartRunRequest
@@ -122,6 +122,13 @@ class RunRequestedDetail(BaseModel):
             description="Your own labels for the run (at most 16, short strings); toolpipe does not read them.",
         )
     )
+
+    @field_validator("input")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the input is blank")
+        return value
 
     def start_request(self) -> StartRunRequest:
         """The run request this detail asks for, checked as `POST /runs` checks a body."""
