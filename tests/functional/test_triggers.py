@@ -13,11 +13,11 @@ import pytest
 from infra.local import triggers
 from infra.local.lambdas import LocalContext, call_handler
 from infra.local.runtime import LOCAL_CALLER, TABLE
+from infra.local.scripted_model import DemoResponder, HttpError
 from shared.errors import InvalidArgumentsError, ToolExecutionError
 from shared.messages import InputObject
 from shared.tools import ToolContext
 from shared.triggers import MAX_READ_BYTES, read_input
-from infra.local.scripted_model import DemoResponder, HttpError
 from tests.conftest import Pipeline, Reply, _pipeline, call
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
