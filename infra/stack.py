@@ -20,6 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra import bundling, limits
+from infra.constructs.triggers import TriggerOptions, Triggers  # triggers
 from infra.definition import (
     EXECUTION_ENDED_ACTION,
     EXECUTION_ENDED_PATHS,
@@ -240,6 +241,26 @@ class ToolpipeStack(Stack):
                 )
 
         self._fail_runs_of_ended_executions(machine, orchestrator)
+
+        # --- triggers (infra/constructs/triggers.py) ---------------------------------------
+        # The stack's own bus; the events construct (infra/constructs/events.py) provides it
+        # once merged, and this line then passes that one instead.
+        bus = events.EventBus(self, "Bus", description="toolpipe: RunRequested in, run events out")
+        Triggers(
+            self,
+            "Triggers",
+            bus=bus,
+            table=table,
+            contents=contents,
+            machine=machine,
+            orchestrator=orchestrator,
+            worker=worker,
+            code=code,
+            layers=[deps],
+            environment=common_env,
+            options=TriggerOptions.from_context(self),
+        )
+        # --- end triggers --------------------------------------------------------------------
         api = self._rest_api(api_fn)
 
         for fn in (orchestrator, worker, api_fn):

@@ -1,0 +1,1 @@
+"""The stack's components, one construct each."""
