@@ -380,13 +380,13 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
                 write_server_file(
                     home, ServerInfo(server.url, os.getpid(), datetime.now(UTC).isoformat(timespec="seconds"))
                 )
+                # Triggers (README "Triggers"): a file put here, or an event put on the bus, starts a run.
+                out.write(f"S3 trigger: s3://{runtime.trigger_bucket}/{runtime.trigger_prefix}\n")
+                out.write(f"EventBridge bus: {runtime.event_bus_name}\n")
                 out.write(
                     f"toolpipe server at {server.api_url} · state {home} · ready in "
                     f"{time.monotonic() - _STARTED:.1f} s · Ctrl-C stops it\n"
                 )
-                # Triggers (README "Triggers"): a file put here, or an event put on the bus, starts a run.
-                out.write(f"S3 trigger: s3://{runtime.trigger_bucket}/{runtime.trigger_prefix}\n")
-                out.write(f"EventBridge bus: {runtime.event_bus_name}\n")
                 out.flush()
                 try:
                     serve_until_stopped(runtime, server, stop, hurry, args.idle_exit)

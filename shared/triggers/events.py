@@ -10,6 +10,7 @@ Only the fields toolpipe uses are read, so a notification with fewer fields (a r
 hand-written one) still works; every field it uses is checked.
 """
 
+import json
 import urllib.parse
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -144,6 +145,18 @@ class RunRequestedDetail(BaseModel):
             raise TriggerEventError(
                 f"invalid RunRequested detail: {describe_validation_error(e, 'detail')}"
             ) from e
+
+
+def run_requested_schema() -> str:
+    """docs/events/RunRequested.json, as checked in (a test holds the file to this)."""
+    schema = RunRequestedDetail.model_json_schema()
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **schema,
+        "description": "The detail of an EventBridge event with source 'toolpipe' and detail-type "
+        "'RunRequested': one run of `agent` on `input`, one per event id.",
+    }
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
 class RunRequested(BaseModel):
