@@ -391,7 +391,10 @@ class LocalRuntime:
             self._durable = None
 
     def _load_state(self, state_dir: Path) -> None:
-        self._durable = persistence.DurableState(state_dir, self.dynamodb, self.s3, TABLE, BUCKET)
+        # The trigger bucket's notification is set only after this: a restored file starts no run.
+        self._durable = persistence.DurableState(
+            state_dir, self.dynamodb, self.s3, TABLE, BUCKET, more_buckets=(triggers.TRIGGER_BUCKET,)
+        )
         self.restored = self._durable.open()
 
     def _resume_runs(self) -> list[str]:

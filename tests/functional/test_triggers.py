@@ -133,6 +133,17 @@ def test_a_put_under_the_prefix_starts_one_run_per_write(pipeline: Pipeline) -> 
     assert len(runs(pipeline)) == 2
 
 
+def test_the_trigger_bucket_survives_a_restart_and_a_restored_file_starts_no_run(tmp_path: Path) -> None:
+    for pipeline in _pipeline(state_dir=tmp_path):
+        pipeline.runtime.s3.put_object(Bucket=triggers.TRIGGER_BUCKET, Key="inbox/q.txt", Body=b"hello")
+        [run] = runs(pipeline)
+        pipeline.runtime.wait_for_execution(run["run_id"]["S"])
+    for pipeline in _pipeline(state_dir=tmp_path):
+        listed = pipeline.runtime.s3.list_objects_v2(Bucket=triggers.TRIGGER_BUCKET)["Contents"]
+        assert sorted(o["Key"] for o in listed) == ["answers/q.txt.answer.md", "inbox/q.txt"]
+        assert [r["run_id"] for r in runs(pipeline)] == [run["run_id"]]
+
+
 def _context(source: InputObject | None) -> ToolContext:
     return ToolContext(run_id="r1", agent="tester", call_id="c1", input_object=source)
 
