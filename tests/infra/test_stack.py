@@ -205,9 +205,9 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
     orchestrator = _logical(
         template, "AWS::Lambda::Function", Handler="functions.orchestrator.handler.lambda_handler"
     )
-    rule = next(
-        r
-        for r in template.find_resources("AWS::Events::Rule").values()
+    rule_id, rule = next(
+        (name, r)
+        for name, r in template.find_resources("AWS::Events::Rule").items()
         if r["Properties"]["EventPattern"]["source"] == ["aws.states"]
     )
     props = rule["Properties"]
@@ -243,6 +243,6 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
             "Action": "lambda:InvokeFunction",
             "FunctionName": {"Fn::GetAtt": [orchestrator, "Arn"]},
             "Principal": "events.amazonaws.com",
-            "SourceArn": {"Fn::GetAtt": [_logical(template, "AWS::Events::Rule"), "Arn"]},
+            "SourceArn": {"Fn::GetAtt": [rule_id, "Arn"]},
         },
     )
