@@ -10,7 +10,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install demo test lint unit reliability synth deploy bench clean
+.PHONY: install demo test lint unit reliability synth deploy bench clean event-schemas
 
 install: $(VENV)/.installed node_modules/.installed
 
@@ -41,6 +41,10 @@ unit: install
 # The reliability scenarios only (they also run in `make test`); rewrites docs/RELIABILITY.md.
 reliability: install
 	TOOLPIPE_RELIABILITY_REPORT=docs/RELIABILITY.md $(BIN)/python -m pytest -m reliability tests/reliability
+
+# Rewrites docs/events/*.json, the run events' JSON Schemas, from the models in shared/runs/events.py.
+event-schemas: install
+	$(BIN)/python -m infra.event_schemas
 
 # The template only, offline (no layers built): for review and checks.
 synth: install

@@ -14,9 +14,11 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -180,6 +182,28 @@ def _register_bench_agent() -> None:
     )
 
 
+def serve_ready_ms() -> float:
+    """From `toolpipe serve` starting (a fresh interpreter, an empty state folder) to its URL."""
+    with tempfile.TemporaryDirectory() as state:
+        started = time.perf_counter()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "infra.cli", "serve", "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "POWERTOOLS_LOG_LEVEL": "ERROR", "TOOLPIPE_HOME": state},
+        )
+        try:
+            assert server.stdout is not None
+            for line in server.stdout:
+                if line.startswith("toolpipe server at"):
+                    return (time.perf_counter() - started) * 1000
+            raise RuntimeError("toolpipe serve ended before it was ready")
+        finally:
+            server.send_signal(signal.SIGINT)
+            server.wait(timeout=30)
+
+
 def median_of(repeats: int, measure: Callable[[], float]) -> float:
     measure()  # warm-up: imports, connections, caches
     return statistics.median(measure() for _ in range(repeats))
@@ -197,7 +221,7 @@ def figures(repeats: int) -> dict[str, Any]:
     except ImportError:
         have_agents = False
     _register_bench_agent()
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"serve_ready_ms": statistics.median(serve_ready_ms() for _ in range(3))}
     with ScriptedModelServer(turns_responder) as model:
         env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "scripted", "TOOLPIPE_MODEL": MODEL}
         started = time.perf_counter()
@@ -241,6 +265,7 @@ def figures(repeats: int) -> dict[str, Any]:
 
 
 def report(f: dict[str, Any]) -> None:
+    print(f"toolpipe serve: ready {f['serve_ready_ms']:.0f} ms after it starts (median of 3)")
     print(f"local runtime start-up: {f['startup_ms']:.0f} ms")
     print(
         "N tool turns, one scripted server, medians (ms): total run · overhead per tool turn above bare openai"

@@ -346,14 +346,21 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
         # The first Ctrl-C drains (runs in progress end); a second one stops them now.
         (hurry if stop.is_set() else stop).set()
 
-    if args.port:
+    aws_port = _aws_port(args)
+    if aws_port and aws_port == args.port:
+        os.close(lock)
+        out.write(f"error: --aws-port {aws_port} is the API's port: choose another, or 0 for a free one\n")
+        return 2
+    for option, port in (("--port", args.port), ("--aws-port", aws_port)):
+        if not port:
+            continue
         try:
             # Before the runtime starts: it would resume the folder's runs only to stop them.
-            socket.create_server((args.host, args.port)).close()
+            socket.create_server((args.host, port)).close()
         except OSError as e:
             os.close(lock)
             out.write(
-                f"error: cannot serve on {args.host}:{args.port}: {e.strerror} (--port 0 picks a free one)\n"
+                f"error: cannot serve on {args.host}:{port}: {e.strerror} ({option} 0 picks a free one)\n"
             )
             return 1
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -365,21 +372,32 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
         if args.host not in LOOPBACK:
             out.write(
                 f"warning: serving on {args.host}: anyone who reaches it can act as any caller "
-                "(the X-Toolpipe-Caller header stands in for IAM)\n"
+                "(the X-Toolpipe-Caller header stands in for IAM) and, through the AWS endpoint, "
+                "read and change all local state (it accepts any credentials)\n"
             )
         with _model_endpoint(out) as model, LocalRuntime(state_dir=home) as runtime:
             health = {"pid": os.getpid(), "home": str(home), "model": os.environ.get("TOOLPIPE_MODEL")}
+            from infra.local.aws_endpoint import AwsEndpoint  # after the runtime: its own cost only
+
+            option, port = "--aws-port", aws_port
             try:
+                aws = AwsEndpoint(args.host, aws_port)
+                option, port = "--port", args.port
+                health["aws_endpoint"] = aws.url
                 server = LocalServer(runtime, args.host, args.port, {**health, "model_endpoint": model})
             except OSError as e:
+                if option == "--port":
+                    aws.close()
                 out.write(
-                    f"error: cannot serve on {args.host}:{args.port}: {e.strerror} (--port 0 picks a free one)\n"
+                    f"error: cannot serve on {args.host}:{port}: {e.strerror} ({option} 0 picks a free one)\n"
                 )
                 return 1
-            with server:
-                write_server_file(
-                    home, ServerInfo(server.url, os.getpid(), datetime.now(UTC).isoformat(timespec="seconds"))
-                )
+            # The AWS endpoint outlives the API server's drain: tools still read and write while
+            # the runs in progress end.
+            with aws, server:
+                started = datetime.now(UTC).isoformat(timespec="seconds")
+                write_server_file(home, ServerInfo(server.url, os.getpid(), started, aws_endpoint=aws.url))
+                out.write(f"AWS endpoint: {aws.url}\n")
                 # Triggers (README "Triggers"): a file put here, or an event put on the bus, starts a run.
                 out.write(f"S3 trigger: s3://{runtime.trigger_bucket}/{runtime.trigger_prefix}\n")
                 out.write(f"EventBridge bus: {runtime.event_bus_name}\n")
@@ -389,7 +407,7 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
                 )
                 out.flush()
                 try:
-                    serve_until_stopped(runtime, server, stop, hurry, args.idle_exit)
+                    serve_until_stopped(runtime, server, stop, hurry, args.idle_exit, also_serving=[aws])
                 finally:
                     # Gone before the state is saved: a client that comes now waits for the lock,
                     # then starts a server that reads that state.
@@ -402,6 +420,13 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _aws_port(args: argparse.Namespace) -> int:
+    """`--aws-port`, or the API port + 1 (a free one when the API port is chosen free)."""
+    if args.aws_port is not None:
+        return int(args.aws_port)
+    return args.port + 1 if 0 < args.port < 65535 else 0
 
 
 def _take_lock(home: Path) -> int | None:
@@ -465,6 +490,11 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     serve_parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve_parser.add_argument(
         "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)"
+    )
+    serve_parser.add_argument(
+        "--aws-port",
+        type=_port,
+        help="port of the AWS endpoint (default: --port + 1, or a free one with --port 0)",
     )
     serve_parser.add_argument(
         "--idle-exit",

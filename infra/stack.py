@@ -20,6 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra import bundling, limits
+from infra.constructs.events import RunEvents  # run events
 from infra.constructs.triggers import TriggerOptions, Triggers  # triggers
 from infra.definition import (
     EXECUTION_ENDED_ACTION,
@@ -241,15 +242,17 @@ class ToolpipeStack(Stack):
                 )
 
         self._fail_runs_of_ended_executions(machine, orchestrator)
+        # --- run events (infra/constructs/events.py): the bus, and who may publish to it ---
+        run_events = RunEvents(self, "RunEvents")
+        run_events.grant_publish(orchestrator, worker, api_fn)
+        CfnOutput(self, "EventBusName", value=run_events.bus.event_bus_name)
+        # --- end of run events ---
 
-        # --- triggers (infra/constructs/triggers.py) ---------------------------------------
-        # The stack's own bus; the events construct (infra/constructs/events.py) provides it
-        # once merged, and this line then passes that one instead.
-        bus = events.EventBus(self, "Bus", description="toolpipe: RunRequested in, run events out")
-        Triggers(
+        # --- triggers (infra/constructs/triggers.py): files and RunRequested events start runs ---
+        triggers = Triggers(
             self,
             "Triggers",
-            bus=bus,
+            bus=run_events.bus,
             table=table,
             contents=contents,
             machine=machine,
@@ -260,7 +263,8 @@ class ToolpipeStack(Stack):
             environment=common_env,
             options=TriggerOptions.from_context(self),
         )
-        # --- end triggers --------------------------------------------------------------------
+        run_events.grant_publish(triggers.function)  # RunStarted for the runs it starts
+        # --- end triggers ---
         api = self._rest_api(api_fn)
 
         for fn in (orchestrator, worker, api_fn):

@@ -163,6 +163,9 @@ class RunRecord(BaseModel):
     request_hash: str | None = None
     # Set for a run an S3 object started (shared/runs/triggers.py).
     input_object: InputObject | None = None
+    # A root run's totals over its whole tree (itself and its agent-tool runs), as read with the
+    # record; None for a child run, whose tree totals are its root's.
+    tree_usage: Usage | None = None
     created_at: str = Field(default_factory=utc_now)
     updated_at: str = Field(default_factory=utc_now)
 

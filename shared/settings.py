@@ -60,6 +60,13 @@ class ModelSettings(_EnvSettings):
     max_retries: int = 3
 
 
+class EventSettings(_EnvSettings):
+    """The EventBridge bus run events go to (`shared/runs/events.py`); unset, none are published."""
+
+    env_names: ClassVar[dict[str, str]] = {"bus_name": "EVENT_BUS_NAME"}
+    bus_name: str | None = None
+
+
 class StateMachineSettings(_EnvSettings):
     state_machine_arn: str
 

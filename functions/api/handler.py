@@ -38,7 +38,7 @@ from shared.messages import StartRunRequest
 from shared.runs import RunStarter
 from shared.runs.factory import build_run_starter, build_store
 from shared.runs.report import PAGE_LIMIT, URL_SECONDS, RunReader
-from shared.settings import ApiSettings, StateMachineSettings, StoreSettings
+from shared.settings import ApiSettings, EventSettings, StateMachineSettings, StoreSettings
 from shared.tools import ToolSourceError
 
 logger = Logger()
@@ -48,6 +48,7 @@ app = APIGatewayRestResolver(enable_validation=True)
 store_settings = StoreSettings.from_env()
 machine_settings = StateMachineSettings.from_env()
 api_settings = ApiSettings.from_env()
+event_settings = EventSettings.from_env()
 
 RUN_ID = r"^[A-Za-z0-9_-]{1,64}$"
 SEQ = r"^[0-9]{1,6}$"  # [0-9], not \d: \d also matches digits such as "²" or "٣"
@@ -70,7 +71,7 @@ IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 @cache
 def starter() -> RunStarter:
-    return build_run_starter(store_settings, machine_settings)
+    return build_run_starter(store_settings, machine_settings, event_settings)
 
 
 @cache

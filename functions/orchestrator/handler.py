@@ -11,18 +11,19 @@ from shared.messages import ORCHESTRATOR_REQUEST, ExecutionEndedRequest, FailReq
 from shared.runs import ModelStep, monotonic_deadline
 from shared.runs.executions import run_id_of
 from shared.runs.factory import build_model_step
-from shared.settings import CallTimeouts, ModelSettings, StoreSettings
+from shared.settings import CallTimeouts, EventSettings, ModelSettings, StoreSettings
 
 logger = Logger()
 tracer = Tracer()
 store_settings = StoreSettings.from_env()
 model_settings = ModelSettings.from_env()
 call_timeouts = CallTimeouts.from_env()
+event_settings = EventSettings.from_env()
 
 
 @cache
 def service() -> ModelStep:
-    return build_model_step(store_settings, model_settings, call_timeouts)
+    return build_model_step(store_settings, model_settings, call_timeouts, event_settings)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -12,13 +12,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shared.messages import ToolCallMessage
 from shared.runs import ToolCallExecutor
 from shared.runs.factory import build_tool_executor
-from shared.settings import StateMachineSettings, StoreSettings, WorkerSettings
+from shared.settings import EventSettings, StateMachineSettings, StoreSettings, WorkerSettings
 
 logger = Logger()
 tracer = Tracer()
 store_settings = StoreSettings.from_env()
 worker_settings = WorkerSettings.from_env()
 machine_settings = StateMachineSettings.from_env()
+event_settings = EventSettings.from_env()
 # A claim outlives the invocation by this margin, so a redelivery takes it over only after
 # the invocation that holds it is certainly over.
 LEASE_MARGIN_SECONDS = 30
@@ -26,7 +27,7 @@ LEASE_MARGIN_SECONDS = 30
 
 @cache
 def service() -> ToolCallExecutor:
-    return build_tool_executor(store_settings, worker_settings, machine_settings)
+    return build_tool_executor(store_settings, worker_settings, machine_settings, event_settings)
 
 
 def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:

@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from shared.errors import IdempotencyConflictError, UnknownAgentError, UnknownToolsRequestedError
 from shared.runs.factory import build_trigger_service
 from shared.runs.triggers import TriggerResult, TriggerService
-from shared.settings import StateMachineSettings, StoreSettings, TriggerSettings
+from shared.settings import EventSettings, StateMachineSettings, StoreSettings, TriggerSettings
 from shared.triggers import RunRequested, S3ObjectCreated, TriggerEventError, parse_trigger_event
 from shared.triggers.events import S3TestEvent
 
@@ -25,13 +25,14 @@ tracer = Tracer()
 store_settings = StoreSettings.from_env()
 machine_settings = StateMachineSettings.from_env()
 trigger_settings = TriggerSettings.from_env()
+event_settings = EventSettings.from_env()  # RunStarted for the runs it starts
 # Errors of the event itself: the same event fails the same way every time.
 _REJECTED = (TriggerEventError, UnknownAgentError, UnknownToolsRequestedError, IdempotencyConflictError)
 
 
 @cache
 def service() -> TriggerService:
-    return build_trigger_service(store_settings, machine_settings, trigger_settings)
+    return build_trigger_service(store_settings, machine_settings, event_settings, trigger_settings)
 
 
 def _start(item: S3ObjectCreated | RunRequested) -> dict[str, Any]:

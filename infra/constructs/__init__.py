@@ -1,1 +1,1 @@
-"""The stack's components, one construct each."""
+"""The toolpipe stack's components, one construct each."""

@@ -234,7 +234,6 @@ class Triggers(Construct):
         self._acknowledge_function(contents, orchestrator, worker)
         CfnOutput(self, "InputBucketName", value=self.bucket.bucket_name)
         CfnOutput(self, "InputPrefix", value=settings.input_prefix)
-        CfnOutput(self, "EventBusName", value=bus.event_bus_name)
         CfnOutput(self, "DeadLetterQueueUrl", value=self.dead_letters.queue_url)
 
     def _schedules(self, bus: events.IEventBus, schedules: list[TriggerSchedule]) -> None:

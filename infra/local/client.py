@@ -7,8 +7,9 @@ The state folder (`TOOLPIPE_HOME`, default `.toolpipe`) holds two files for disc
 - `server.lock`: the server holds an exclusive `fcntl.flock` on it for its whole life, state
   saved included. The lock is the truth (the kernel drops it when the process dies, however it
   dies); a second server for the same folder cannot take it and exits 2.
-- `server.json`: `{"url", "pid", "started"}`, written atomically once the server answers and
-  removed when it starts to shut down. Only an address: a file whose pid is dead or whose
+- `server.json`: `{"url", "pid", "started", "aws_endpoint"}`, written atomically once the server
+  answers and removed when it starts to shut down. `aws_endpoint` is where the server answers the
+  AWS APIs it emulates (`endpoint_url` for boto3, `--endpoint-url` for the aws CLI). Only an address: a file whose pid is dead or whose
   server does not answer is stale and ignored (the next server replaces it).
 """
 
@@ -54,6 +55,7 @@ class ServerInfo:
     url: str
     pid: int
     started: str
+    aws_endpoint: str | None = None
 
 
 def server_file(home: Path) -> Path:
@@ -89,7 +91,8 @@ def lock_is_held(home: Path) -> bool:
 def write_server_file(home: Path, info: ServerInfo) -> None:
     # Atomic: a client reads either no file or a whole one, never half of it.
     tmp = home / f"{SERVER_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"url": info.url, "pid": info.pid, "started": info.started}))
+    fields = {"url": info.url, "pid": info.pid, "started": info.started, "aws_endpoint": info.aws_endpoint}
+    tmp.write_text(json.dumps(fields))
     tmp.replace(server_file(home))
 
 
@@ -104,7 +107,13 @@ def remove_server_file(home: Path, pid: int) -> None:
 def read_server_file(home: Path) -> ServerInfo | None:
     try:
         data = json.loads(server_file(home).read_text())
-        return ServerInfo(url=str(data["url"]), pid=int(data["pid"]), started=str(data["started"]))
+        aws = data.get("aws_endpoint")
+        return ServerInfo(
+            url=str(data["url"]),
+            pid=int(data["pid"]),
+            started=str(data["started"]),
+            aws_endpoint=None if aws is None else str(aws),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None  # absent, or not ours to read: treated as no server
 

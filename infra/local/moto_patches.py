@@ -1,4 +1,4 @@
-"""Per-task costs and one race of moto's Step Functions interpreter, patched once per process.
+"""Per-request costs of moto, and one race of its Step Functions interpreter, patched once per process.
 
 - A new boto3 client per Task state (~2.2 ms each: botocore's service model decoded again):
   clients are kept per region and service, as boto3 clients are thread-safe.
@@ -9,15 +9,47 @@
   its first heartbeat refused as an invalid token, and a success arriving then waited out the
   whole heartbeat timeout. On AWS the token is valid from the send: a heartbeat before the
   clock starts is accepted, and an outcome already in ends the wait at once.
+- A DynamoDB transaction deep-copied every table it touched, to roll back on failure: every
+  item of every run, for each tool call's one-item transaction, so a long-lived dev server got
+  slower with all it ever stored. The items the transaction names are copied instead (its
+  operations touch distinct items, so restoring those is the whole rollback).
+- Responses went through moto's shape-driven serializer, which looks up ~6 attribute aliases
+  per member of every attribute value (a third of a GetItem's time): DynamoDB's item
+  operations already build their answer as the wire's JSON, so it is dumped as it is.
+- A query by partition key looked at every item of the table for the few of its partition: a
+  run's step read its history in time that grew with every other run's. It looks at the
+  partition alone now (tables keep items by partition key, so the set is the same).
+- An update expression's clause counts were checked at every node of its clause chain, each
+  check walking the rest of the chain: quadratic in the clauses (a 12-counter update took
+  ~7 ms). The root's counts cover every node's, so they are checked there once.
+- Update validation walks the expression tree once per validator (nine), and at each node rebuilt
+  the validator's map of node types to handlers, twice: built once per validator now (the map
+  holds the validator's own bound methods, so it cannot change under it).
+- Each update expression was tokenised and parsed twice a request (to check it, then to run it):
+  parsed once per text now; the tree is only read, and validation works on its own copy.
+- The method list of a response class was rebuilt with `inspect.getmembers` on every request.
+- botocore cleans each part of its User-Agent header character by character on every request
+  (a tenth of a local request's time): the same few parts, so each is cleaned once.
 """
 
+import base64
+import copy
 import functools
+import json
 import sys
 import threading
 from typing import Any
 
+import botocore.useragent
 from jsonpath_ng import parse as jsonpath_parse
 from jsonpath_ng.ext import parse as jsonpath_ext_parse
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import DynamoType, Item
+from moto.dynamodb.models.table import Table
+from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, UpdateExpression
+from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+from moto.dynamodb.parsing.validators import ActionCountValidator
+from moto.dynamodb.responses import DynamoResult
 from moto.stepfunctions.parser.asl.component.common.path import result_path
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, HeartbeatEndpoint
 from moto.stepfunctions.parser.asl.utils import boto_client, json_path
@@ -61,6 +93,145 @@ def _notify_heartbeat(self: CallbackEndpoint) -> bool:
     return True
 
 
+class _TablesNotCopied:
+    """The `copy` module as moto's DynamoDB backend sees it: tables come back as they are (the
+    transaction's rollback is done per item, below); anything else is copied as before."""
+
+    copy = staticmethod(copy.copy)
+
+    @staticmethod
+    def deepcopy(value: Any, memo: Any = None) -> Any:
+        return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+
+Saved = tuple[Table, DynamoType, DynamoType | None, Item | None]
+_transact_write_items = DynamoDBBackend.transact_write_items
+
+
+def _items_named(backend: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> list[Saved]:
+    saved: list[Saved] = []
+    for entry in transact_items[:100]:  # more is refused before anything is written
+        try:
+            ((op_type, op),) = entry.items()
+            table = backend.tables[op["TableName"]]
+            attributes = op["Item"] if op_type == "Put" else op["Key"]
+            hash_key = DynamoType(attributes[table.hash_key_attr])
+            range_key = DynamoType(attributes[table.range_key_attr]) if table.range_key_attr else None
+            current = table.get_item(hash_key, range_key)
+        except Exception:
+            continue  # a malformed operation: the transaction refuses it and writes nothing of it
+        saved.append((table, hash_key, range_key, copy.deepcopy(current)))
+    return saved
+
+
+def _transact_write_items_copying_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
+    saved = _items_named(self, transact_items)
+    try:
+        _transact_write_items(self, transact_items)
+    except BaseException:
+        for table, hash_key, range_key, item in reversed(saved):
+            if item is None:
+                table.delete_item(hash_key, range_key)
+            elif range_key is not None:
+                table.items[hash_key][range_key] = item
+            else:
+                table.items[hash_key] = item  # type: ignore[assignment]
+        raise
+
+
+# Item operations whose result moto builds as the wire's JSON already (`dynamo_to_dict`).
+_AS_BUILT = {
+    "GetItem",
+    "PutItem",
+    "UpdateItem",
+    "DeleteItem",
+    "Query",
+    "Scan",
+    "BatchGetItem",
+    "BatchWriteItem",
+    "TransactGetItems",
+    "TransactWriteItems",
+}
+_serialize_result = DynamoResult.execute_result
+
+
+def _as_wire(value: Any) -> Any:
+    # As the serializer: members that are None are left out, and blobs are base64 text.
+    if isinstance(value, dict):
+        return {k: _as_wire(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_as_wire(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return value
+
+
+def _execute_result_as_built(self: DynamoResult, context: Any) -> Any:
+    if context.operation_model.name not in _AS_BUILT or not isinstance(self.result, dict):
+        return _serialize_result(self, context)
+    # Only what the operation's answer has (moto adds the odd extra, e.g. to DeleteItem's).
+    members = context.operation_model.output_shape.members
+    answer = {k: v for k, v in self.result.items() if k in members}
+    return 200, {"Content-Type": "application/x-amz-json-1.0"}, json.dumps(_as_wire(answer))
+
+
+_query = Table.query
+_all_items = Table.all_items
+_partition = threading.local()  # the partition a base-table query on this thread looks at
+
+
+def _query_one_partition(self: Table, hash_key: DynamoType | None, *args: Any, **kwargs: Any) -> Any:
+    index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)
+    if index_name or hash_key is None:
+        return _query(self, hash_key, *args, **kwargs)
+    _partition.key = hash_key
+    try:
+        return _query(self, hash_key, *args, **kwargs)
+    finally:
+        _partition.key = None
+
+
+def _items_of_partition(self: Table) -> list[Item]:
+    hash_key = getattr(_partition, "key", None)
+    if hash_key is None:
+        return _all_items(self)
+    found = self.items.get(hash_key)  # get, not []: the dict is a defaultdict
+    if found is None:
+        return []
+    return list(found.values()) if self.range_key_attr else [found]  # type: ignore[list-item]
+
+
+_count_at_every_node = ActionCountValidator.traverse
+
+
+def _count_at_the_root(self: ActionCountValidator, node: Any) -> Any:
+    # The root's clauses include every sub-expression's: too many anywhere is too many here.
+    if isinstance(node, UpdateExpression):
+        return self.verify_action_counts(node)
+    return _count_at_every_node(self, node)
+
+
+def _handlers(self: DepthFirstTraverser) -> dict[type, Any]:
+    handlers: dict[type, Any] | None = self.__dict__.get("_toolpipe_handlers")
+    if handlers is None:
+        handlers = self.__dict__["_toolpipe_handlers"] = self._processing_map()
+        self.__dict__["_toolpipe_types"] = tuple(handlers)
+    return handlers
+
+
+def _types_handled(self: DepthFirstTraverser) -> tuple[type, ...]:
+    _handlers(self)
+    types: tuple[type, ...] = self.__dict__["_toolpipe_types"]
+    return types
+
+
+def _process_once_mapped(self: DepthFirstTraverser, node: Any) -> Any:
+    for node_type, handler in _handlers(self).items():
+        if isinstance(node, node_type):
+            return handler(node)
+    return None
+
+
 def install() -> None:
     """Apply the patches, once per process."""
     global _installed
@@ -68,7 +239,7 @@ def install() -> None:
         if _installed:
             return
         # Modules imported `boto_client_for` by name: rebind it wherever it was taken.
-        import moto.stepfunctions.parser.asl.parse.preprocessor  # noqa: F401  (imports every state)
+        import moto.stepfunctions.parser.asl.parse.preprocessor
 
         for module in list(sys.modules.values()):
             if getattr(module, "boto_client_for", None) is _original_client:
@@ -77,4 +248,22 @@ def install() -> None:
         result_path.parse = cached_result_path_parse  # type: ignore[attr-defined]
         CallbackEndpoint.setup_heartbeat_endpoint = _setup_heartbeat_endpoint  # type: ignore[method-assign]
         CallbackEndpoint.notify_heartbeat = _notify_heartbeat  # type: ignore[method-assign]
+        moto.dynamodb.models.copy = _TablesNotCopied  # type: ignore[assignment]
+        DynamoDBBackend.transact_write_items = _transact_write_items_copying_items  # type: ignore[method-assign]
+        DynamoResult.execute_result = _execute_result_as_built  # type: ignore[method-assign]
+        ActionCountValidator.traverse = _count_at_the_root  # type: ignore[method-assign]
+        DepthFirstTraverser.nodes_to_be_processed = _types_handled  # type: ignore[method-assign]
+        DepthFirstTraverser.process = _process_once_mapped  # type: ignore[method-assign]
+        UpdateExpressionParser.make = classmethod(  # type: ignore[method-assign, assignment]
+            functools.lru_cache(maxsize=512)(UpdateExpressionParser.make.__func__)  # type: ignore[attr-defined]
+        )
+        Table.query = _query_one_partition  # type: ignore[method-assign]
+        Table.all_items = _items_of_partition  # type: ignore[method-assign]
+        # Response classes do not change once imported: their method lists need listing once.
+        moto.core.responses.method_names_from_class = functools.cache(  # type: ignore[attr-defined]
+            moto.core.responses.method_names_from_class
+        )
+        botocore.useragent.sanitize_user_agent_string_component = functools.lru_cache(maxsize=4096)(
+            botocore.useragent.sanitize_user_agent_string_component
+        )
         _installed = True

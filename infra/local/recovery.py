@@ -28,6 +28,7 @@ from shared.agents import get_agent
 from shared.history.store import DynamoHistoryStore
 from shared.messages import RunRecord, RunStatus
 from shared.runs import children
+from shared.runs.events import NO_EVENTS, EventPublisher
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ def resume_runs(
     store: DynamoHistoryStore,
     starter: StepFunctionsStarter,
     reporter: StepFunctionsTaskReporter,
+    events: EventPublisher = NO_EVENTS,
 ) -> list[str]:
     """Hand every running run to a fresh execution; the ids of those that went on.
 
@@ -101,7 +103,7 @@ def resume_runs(
     ]
     for run in runs:
         if run.status is not RunStatus.RUNNING and run.parent is not None:
-            _answer_waiting_parent(store, reporter, run)
+            _answer_waiting_parent(store, reporter, run, events)
     running = [run for run in runs if run.status is RunStatus.RUNNING]
     # Every run is pointed at its next execution before any starts: a parent's re-dispatched
     # agent call starts its child's first execution again, which then finds it superseded.
@@ -112,19 +114,19 @@ def resume_runs(
             store.set_execution(run.run_id, run.execution + 1, run.turn)
             planned.append(run)
         except Exception as e:
-            _fail(store, reporter, run, e)
+            _fail(store, reporter, run, e, events)
     resumed = []
     for run in planned:
         try:
             starter.start(run.run_id, run.execution + 1)
             resumed.append(run.run_id)
         except Exception as e:
-            _fail(store, reporter, run, e)
+            _fail(store, reporter, run, e, events)
     return resumed
 
 
 def _answer_waiting_parent(
-    store: DynamoHistoryStore, reporter: StepFunctionsTaskReporter, child: RunRecord
+    store: DynamoHistoryStore, reporter: StepFunctionsTaskReporter, child: RunRecord, events: EventPublisher
 ) -> None:
     """A child that ended before the crash and whose parent's call slot is still empty."""
     parent = child.parent
@@ -134,13 +136,18 @@ def _answer_waiting_parent(
     if store.get_item(parent.run_id, parent.seq) is not None:
         return
     output = store.get_result(child.output_ref) if child.output_ref else child.output
-    children.answer_parent(store, reporter, child, child.status, output, child.error)
+    children.answer_parent(store, reporter, child, child.status, output, child.error, events)
 
 
 def _fail(
-    store: DynamoHistoryStore, reporter: StepFunctionsTaskReporter, run: RunRecord, error: Exception
+    store: DynamoHistoryStore,
+    reporter: StepFunctionsTaskReporter,
+    run: RunRecord,
+    error: Exception,
+    events: EventPublisher,
 ) -> None:
     logger.warning("a run could not be resumed", extra={"run_id": run.run_id, "error": type(error).__name__})
     reason = f"{RESTART_FAILURE}: {error}"
     if store.finish_run(run.run_id, RunStatus.FAILED, error=reason):
-        children.answer_parent(store, reporter, run, RunStatus.FAILED, None, reason)
+        events.run_ended(store, run.run_id)
+        children.answer_parent(store, reporter, run, RunStatus.FAILED, None, reason, events)

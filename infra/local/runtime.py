@@ -35,7 +35,9 @@ from infra.local import execution_events, lambdas, moto_patches, persistence, re
 from infra.local.workers import WorkerPool
 from shared.history.store import DynamoHistoryStore
 from shared.runs.executions import execution_name
+from shared.runs.factory import build_events
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
+from shared.settings import EventSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -55,6 +57,8 @@ HISTORY_TABLE: dict[str, Any] = {
 }
 TABLE = "toolpipe-local"
 BUCKET = "toolpipe-local-contents"
+# The stack's own bus for run events (shared/runs/events.py); subscribe with a rule on it.
+EVENT_BUS = "toolpipe-local-events"
 ORCHESTRATOR_HANDLER = "functions.orchestrator.handler.lambda_handler"
 API_HANDLER = "functions.api.handler.lambda_handler"
 # The identity local requests carry, as API Gateway reports an IAM user.
@@ -92,11 +96,10 @@ class LocalRuntime:
         self._saved_env: dict[str, str | None] = {}
         self.workers: WorkerPool | None = None
         self.trigger_workers: WorkerPool | None = None
-        # Where a file starts a run, where its answer lands, and the bus RunRequested goes on.
+        # Where a file starts a run and where its answer lands (RunRequested: `event_bus_name`).
         self.trigger_bucket = triggers.TRIGGER_BUCKET
         self.trigger_prefix = triggers.INPUT_PREFIX
         self.output_prefix = triggers.OUTPUT_PREFIX
-        self.event_bus_name = triggers.EVENT_BUS
         self.drain_seconds = 30.0
         # A viewer (no workers) shows runs as they are; a runtime with workers takes them up.
         self._resume = resume if resume is not None else workers > 0
@@ -234,8 +237,6 @@ class LocalRuntime:
         )["FunctionArn"]
 
         self._triggers_arn = triggers.create_s3_trigger(self.s3, self.lambda_client, role_arn)
-        self.events = boto3.client("events", region_name=REGION)
-        self.trigger_queue_url, self.trigger_queue_arn = triggers.create_event_trigger(self.events, self.sqs)
 
         self.sfn = boto3.client("stepfunctions", region_name=REGION)
         self.definition = substitute(
@@ -245,6 +246,16 @@ class LocalRuntime:
             name="toolpipe-local", definition=self.definition, roleArn=role_arn, type="STANDARD"
         )["stateMachineArn"]
         self._set_env({"STATE_MACHINE_ARN": self.state_machine_arn})
+
+        # moto's EventBridge delivers to SQS targets inside PutEvents, under the request lock.
+        self.events = boto3.client("events", region_name=REGION)
+        self.event_bus_name = EVENT_BUS
+        self.event_bus_arn = self.events.create_event_bus(Name=EVENT_BUS)["EventBusArn"]
+        self._set_env({"EVENT_BUS_NAME": EVENT_BUS})
+        # RunRequested on the same bus starts runs (infra/local/triggers.py).
+        self.trigger_queue_url, self.trigger_queue_arn = triggers.create_event_trigger(
+            self.events, self.sqs, EVENT_BUS
+        )
 
     # --- the API, as API Gateway would call it ----------------------------------------------
 
@@ -408,4 +419,11 @@ class LocalRuntime:
         )
         recovery.expire_claims(self.dynamodb, TABLE)
         starter = StepFunctionsStarter(self.sfn, self.state_machine_arn)
-        return recovery.resume_runs(self.dynamodb, TABLE, store, starter, StepFunctionsTaskReporter(self.sfn))
+        return recovery.resume_runs(
+            self.dynamodb,
+            TABLE,
+            store,
+            starter,
+            StepFunctionsTaskReporter(self.sfn),
+            build_events(EventSettings.from_env()),
+        )

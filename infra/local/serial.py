@@ -88,7 +88,10 @@ def install() -> None:
                 response = dispatch(self, request)
                 if done is not None and response is not None:
                     done(response[0])
-            _notify(request)
+            if response is not None:
+                # None: not moto's to serve, and sent over the network instead (to the runtime's
+                # own AWS endpoint, say, which announces it when it serves it).
+                _notify(request)
             return response
 
         BotocoreStubber.process_request = process_request  # type: ignore[method-assign]

@@ -29,12 +29,12 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from email.utils import formatdate
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from moto.core.botocore_stubber import BotocoreStubber
 
@@ -613,21 +613,30 @@ def _map_response(response: dict[str, Any]) -> tuple[int, list[tuple[str, str]],
 # --- `toolpipe serve` -------------------------------------------------------------------------
 
 
+class Idle(Protocol):
+    """A server that can say how long it has had no request in progress."""
+
+    def idle_seconds(self) -> float: ...
+
+
 def serve_until_stopped(
     runtime: "LocalRuntime",
     server: LocalServer,
     stop: threading.Event,
     hurry: threading.Event,
     idle_exit: float | None,
+    also_serving: Sequence[Idle] = (),
 ) -> None:
     """Serve until `stop` (a signal) or, with `idle_exit`, until idle that long; then drain.
 
     Draining refuses new runs (503, nothing written, so clients send them to the next server)
     while reads and event streams go on, until the runs in progress end, `runtime.drain_seconds`
     pass or `hurry` (a second signal) is set; the runtime's own exit stops whatever is left.
+    Requests to `also_serving` (the AWS endpoint) count as activity too.
     """
     while not stop.wait(0.1):
-        if idle_exit is not None and server.idle_seconds() >= idle_exit and not _running(runtime):
+        idle = min(s.idle_seconds() for s in (server, *also_serving))
+        if idle_exit is not None and idle >= idle_exit and not _running(runtime):
             break
     server.draining.set()
     deadline = time.monotonic() + runtime.drain_seconds

@@ -40,7 +40,6 @@ HANDLER = "infra.local.triggers.sqs_to_triggers"  # the queue consumer standing 
 TRIGGER_BUCKET = "toolpipe-local-inputs"
 INPUT_PREFIX = "inbox/"
 OUTPUT_PREFIX = "answers/"
-EVENT_BUS = "toolpipe-local-events"
 TRIGGERS_TIMEOUT_SECONDS = 60
 # The RunRequested rule's pattern, as the stack's (infra/constructs/triggers.py).
 RUN_REQUESTED_PATTERN = {"source": ["toolpipe"], "detail-type": ["RunRequested"]}
@@ -138,19 +137,18 @@ def put_quietly(s3: "S3Client", key: str, body: bytes) -> None:
         )
 
 
-def create_event_trigger(events: "EventBridgeClient", sqs: "SQSClient") -> tuple[str, str]:
-    """The bus, its RunRequested rule and the queue standing in for the rule's Lambda target:
-    (queue URL, queue ARN)."""
-    events.create_event_bus(Name=EVENT_BUS)
+def create_event_trigger(events: "EventBridgeClient", sqs: "SQSClient", bus: str) -> tuple[str, str]:
+    """The RunRequested rule on the runtime's bus and the queue standing in for the rule's
+    Lambda target: (queue URL, queue ARN)."""
     url = sqs.create_queue(QueueName="toolpipe-local-trigger-events")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     events.put_rule(
         Name="toolpipe-local-run-requested",
-        EventBusName=EVENT_BUS,
+        EventBusName=bus,
         EventPattern=json.dumps(RUN_REQUESTED_PATTERN),
     )
     events.put_targets(
-        Rule="toolpipe-local-run-requested", EventBusName=EVENT_BUS, Targets=[{"Id": "triggers", "Arn": arn}]
+        Rule="toolpipe-local-run-requested", EventBusName=bus, Targets=[{"Id": "triggers", "Arn": arn}]
     )
     return url, arn
 

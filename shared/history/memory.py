@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import RunNotFoundError
-from shared.history.ports import ERROR_MAX_CHARS, OUTPUT_INLINE_CHARS, Claim, ClaimState
+from shared.history.ports import ERROR_MAX_CHARS, OUTPUT_INLINE_CHARS, CallRead, Claim, ClaimState
 from shared.history.store import bounded
 from shared.messages import HistoryItem, RunRecord, RunStatus, ToolResult, Usage
 
@@ -48,18 +48,24 @@ class MemoryHistoryStore:
 
     def get_run(self, run_id: str) -> RunRecord:
         try:
-            return self.runs[run_id]
+            run = self.runs[run_id]
         except KeyError:
             raise RunNotFoundError(run_id) from None
+        if run.root_run_id in (None, run_id):
+            return run.model_copy(update={"tree_usage": self.trees.get(run_id, Usage())})
+        return run
 
-    def record_model_call(self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None) -> None:
+    def record_model_call(
+        self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None
+    ) -> Usage | None:
         with self._lock:
-            run = self.get_run(run_id)
+            run = self.runs[run_id]
             if run.turn >= turn:
-                return  # this turn is counted already (a retried step)
+                return None  # this turn is counted already (a retried step)
             self.runs[run_id] = run.model_copy(update={"turn": turn, "usage": run.usage + used})
             root = root_run_id or run_id
             self.trees[root] = self.trees.get(root, Usage()) + used
+            return self.trees[root]
 
     def tree_usage(self, root_run_id: str) -> Usage:
         return self.trees.get(root_run_id, Usage())
@@ -108,6 +114,12 @@ class MemoryHistoryStore:
 
     def get_item(self, run_id: str, seq: int) -> HistoryItem | None:
         return self.items.get(run_id, {}).get(seq)
+
+    def load_call(self, run_id: str, reply_seq: int, seq: int) -> CallRead:
+        with self._lock:
+            return CallRead(
+                self.get_run(run_id), self.get_item(run_id, reply_seq), self.get_item(run_id, seq)
+            )
 
     def append(self, run_id: str, item: HistoryItem) -> bool:
         with self._lock:

@@ -29,9 +29,12 @@ class RunRecords(Protocol):
         """The record, or `RunNotFoundError`."""
         ...
 
-    def record_model_call(self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None) -> None:
+    def record_model_call(
+        self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None
+    ) -> Usage | None:
         """Add one model call's usage to the run, and to its root's tree totals; once per turn
-        (a retried step that records the same turn again changes nothing)."""
+        (a retried step that records the same turn again changes nothing, and gets None).
+        Returns the tree's totals just after the call was counted."""
         ...
 
     def tree_usage(self, root_run_id: str) -> Usage:
@@ -131,5 +134,22 @@ class ParentTokens(Protocol):
     def get_parent_token(self, run_id: str) -> str | None: ...
 
 
-class HistoryStore(RunRecords, History, CallLedger, Contents, RunState, ParentTokens, Protocol):
+@dataclass(frozen=True)
+class CallRead:
+    """What a tool call's delivery reads first: the run, the reply that asked for the call,
+    and the call's result slot (None while no result is stored)."""
+
+    run: RunRecord
+    reply: HistoryItem | None
+    result: HistoryItem | None
+
+
+class CallReads(Protocol):
+    def load_call(self, run_id: str, reply_seq: int, seq: int) -> CallRead:
+        """The run record and the two slots, read together (consistently); `RunNotFoundError`
+        if the run does not exist."""
+        ...
+
+
+class HistoryStore(RunRecords, History, CallLedger, CallReads, Contents, RunState, ParentTokens, Protocol):
     """Everything the run services store."""

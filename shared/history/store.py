@@ -21,6 +21,7 @@ from shared.errors import RunNotFoundError
 from shared.history.ports import (
     ERROR_MAX_CHARS,
     OUTPUT_INLINE_CHARS,
+    CallRead,
     Claim,
     ClaimState,
 )
@@ -35,7 +36,8 @@ MSG_PREFIX = "MSG#"
 # at a time, so a few runs cover the steps it serves back to back; the rest are read again.
 HISTORY_CACHE_RUNS = 32
 _USAGE = tuple(Usage.model_fields)
-# A root run's record also counts what its whole tree of runs used.
+# A root run's record also counts what the runs below it used (its agent-tool runs, theirs...):
+# its tree's totals are its own plus these. Kept apart so a root's own call adds its usage once.
 _TREE = tuple(f"tree_{name}" for name in _USAGE)
 
 
@@ -129,7 +131,7 @@ class DynamoHistoryStore:
         meta = {
             "pk": _pk(record.run_id),
             "sk": "META",
-            **record.model_dump(mode="json", exclude={"usage"}),
+            **record.model_dump(mode="json", exclude={"usage", "tree_usage"}),
             **dict.fromkeys(_USAGE, 0),
             **dict.fromkeys(_TREE, 0),
         }
@@ -164,34 +166,74 @@ class DynamoHistoryStore:
         item = self._table.get_item(Key={"pk": _pk(run_id), "sk": "META"}, ConsistentRead=True).get("Item")
         if item is None:
             raise RunNotFoundError(run_id)
+        return self._record(run_id, item)
+
+    def load_call(self, run_id: str, reply_seq: int, seq: int) -> CallRead:
+        # One request for what three reads fetched: a tool call's delivery starts with these.
+        wanted: dict[str, dict[str, Any] | None] = {
+            "META": None,
+            _msg_sk(reply_seq): None,
+            _msg_sk(seq): None,
+        }
+        keys: list[dict[str, Any]] = [{"pk": _pk(run_id), "sk": sk} for sk in wanted]
+        # The table resource's client takes and gives plain Python values (boto3's transformer).
+        client: Any = self._table.meta.client
+        for delay in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, None):
+            answer = client.batch_get_item(
+                RequestItems={self._table.name: {"Keys": keys, "ConsistentRead": True}}
+            )
+            for row in answer["Responses"].get(self._table.name, []):
+                wanted[str(row["sk"])] = row
+            keys = answer.get("UnprocessedKeys", {}).get(self._table.name, {}).get("Keys", [])
+            if not keys:
+                break
+            if delay is None:  # throttled past every retry: as any other read that fails
+                raise RuntimeError(f"DynamoDB left {len(keys)} keys of run {run_id} unread")
+            time.sleep(delay)
+        meta = wanted["META"]
+        if meta is None:
+            raise RunNotFoundError(run_id)
+        reply, result = wanted[_msg_sk(reply_seq)], wanted[_msg_sk(seq)]
+        return CallRead(
+            run=self._record(run_id, meta),
+            reply=None if reply is None else self._load(reply),
+            result=None if result is None else self._load(result),
+        )
+
+    def _record(self, run_id: str, item: dict[str, Any]) -> RunRecord:
         data = {k: _plain(v) for k, v in item.items() if k not in ("pk", "sk") and k not in _TREE}
         data["usage"] = Usage(**{name: data.pop(name, 0) for name in _USAGE})
+        if data.get("root_run_id") in (None, run_id):
+            # The tree's totals share the root's item: read with it, they cost no request of their own.
+            data["tree_usage"] = _tree_of(item)
         return RunRecord.model_validate(data)
 
-    def record_model_call(self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None) -> None:
+    def record_model_call(
+        self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None
+    ) -> Usage | None:
         own = used.model_dump()
-        tree = {f"tree_{name}": value for name, value in own.items()}
         root = root_run_id or run_id
-        # A root run keeps its tree's totals beside its own: one update for a root's call.
         # Counted once per turn: a retried step records the same turn again, and is refused.
         try:
-            self._add(run_id, own | tree if root == run_id else own, {"turn": turn}, first_of_turn=turn)
+            counted = self._add(run_id, own, {"turn": turn}, first_of_turn=turn)
         except ClientError as e:
             if _is_conditional_failure(e):
-                return
+                return None
             raise
         if root != run_id:
-            self._add(root, tree, {})
+            counted = self._add(root, {f"tree_{name}": value for name, value in own.items()}, {})
+        return _tree_of(counted)
 
     def _add(
         self, run_id: str, counters: dict[str, int], values: dict[str, Any], first_of_turn: int | None = None
-    ) -> None:
+    ) -> dict[str, Any]:
+        """Add the counters and set the values; the item as it is after, as one atomic read."""
         names = {f"#{name}": name for name in (*counters, *values, "updated_at")}
         condition: dict[str, Any] = {}
         if first_of_turn is not None:
             names["#turn"] = "turn"
             condition = {"ConditionExpression": "attribute_not_exists(#turn) OR #turn < :first_of_turn"}
-        self._table.update_item(
+        return self._table.update_item(
             Key={"pk": _pk(run_id), "sk": "META"},
             UpdateExpression="ADD "
             + ", ".join(f"#{name} :{name}" for name in counters)
@@ -204,16 +246,17 @@ class DynamoHistoryStore:
                 ":updated_at": utc_now(),
                 **({":first_of_turn": first_of_turn} if first_of_turn is not None else {}),
             },
+            ReturnValues="ALL_NEW",
             **condition,
-        )
+        )["Attributes"]
 
     def tree_usage(self, root_run_id: str) -> Usage:
         item = self._table.get_item(
             Key={"pk": _pk(root_run_id), "sk": "META"},
             ConsistentRead=True,
-            ProjectionExpression=", ".join(_TREE),
+            ProjectionExpression=", ".join((*_USAGE, *_TREE)),
         ).get("Item", {})
-        return Usage(**{name: int(_plain(item.get(f"tree_{name}", 0))) for name in _USAGE})
+        return _tree_of(item)
 
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
@@ -506,3 +549,10 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def _tree_of(root: dict[str, Any]) -> Usage:
+    """A root run's tree totals: its own usage and its descendants'."""
+    return Usage(
+        **{name: int(_plain(root.get(name, 0))) + int(_plain(root.get(f"tree_{name}", 0))) for name in _USAGE}
+    )

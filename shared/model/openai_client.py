@@ -131,26 +131,30 @@ class OpenAIModelClient:
     def _attempt(
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], timeout: float
     ) -> ModelReply:
-        kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": timeout}
+        body: dict[str, Any] = {"model": model, "messages": messages}
         if tools:
-            kwargs["tools"] = tools
-            kwargs["parallel_tool_calls"] = True
-        future = asyncio.run_coroutine_threadsafe(self._post(kwargs), self._loop)
+            body["tools"] = tools
+            body["parallel_tool_calls"] = True
+        future = asyncio.run_coroutine_threadsafe(self._post(body, timeout), self._loop)
         try:
             # Waiting here rather than in asyncio.wait_for: the caller is back at the deadline
             # even if the cancelled request takes a while to clean up on the loop.
-            body = future.result(timeout)
+            answer = future.result(timeout)
         except concurrent.futures.TimeoutError as e:
             future.cancel()
             raise TimeoutError(f"no complete answer within {timeout:.1f} s") from e
-        return parse_completion(body)
+        return parse_completion(answer)
 
-    async def _post(self, kwargs: dict[str, Any]) -> bytes:
-        # The raw response: the SDK's own parse would hand back a str for an HTML body and
-        # fail on a null tool name, so the body is read here, all of it, before parsing.
-        response = await self._client.chat.completions.with_raw_response.create(**kwargs)
-        body: bytes = response.content
-        return body
+    async def _post(self, body: dict[str, Any], timeout: float) -> bytes:
+        # The client's documented way to post a body as it is (`client.post`), and the answer as
+        # text: the SDK's own parse would hand back a str for an HTML body and fail on a null
+        # tool name, so the body is parsed here. `chat.completions.create` would first walk every
+        # message of the history through its type hints (`maybe_transform`), a cost that grew
+        # with each turn; the messages here are already the wire's JSON.
+        text: str = await self._client.post(
+            "/chat/completions", cast_to=str, body=body, options={"timeout": timeout}
+        )
+        return text.encode()
 
 
 def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: AsyncOpenAI) -> None:

@@ -20,6 +20,7 @@ from shared.messages import (
     ToolResult,
     UserMessage,
 )
+from shared.runs.events import NO_EVENTS, EventPublisher
 from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.runs.results import fit_for_model
 
@@ -49,6 +50,7 @@ def start_child(
     child_agent: str,
     task: str,
     task_token: str,
+    events: EventPublisher = NO_EVENTS,
 ) -> str:
     """Create and start the child run that answers this call. Idempotent: every step is keyed
     by the parent's call slot."""
@@ -64,7 +66,8 @@ def start_child(
         root_run_id=run.root_run_id or run.run_id,
         depth=run.depth + 1,
     )
-    store.create_run(child, UserMessage(seq=1, turn=0, content=task))
+    if store.create_run(child, UserMessage(seq=1, turn=0, content=task)):
+        events.run_started(child)  # only where it was created: a redelivery finds it there
     starter.start(child_id)
     return child_id
 
@@ -85,6 +88,7 @@ def answer_parent(
     status: RunStatus,
     output: str | None,
     error: str | None,
+    events: EventPublisher = NO_EVENTS,
 ) -> None:
     """Give the parent's call the child's answer, or an error result saying how it ended.
     Conditional: a retried ending finds the parent's slot taken and changes nothing."""
@@ -94,7 +98,8 @@ def answer_parent(
     ok = status is RunStatus.SUCCEEDED
     content = (output or "") if ok else f"Error: the '{run.agent}' agent stopped ({status.value}): {error}"
     # The parent's model reads the child's answer as any tool result: bounded by its agent.
-    parent_agent = get_agent(store.get_run(parent.run_id).agent)
+    parent_run = store.get_run(parent.run_id)
+    parent_agent = get_agent(parent_run.agent)
     content, ref, chars = fit_for_model(store, parent_agent, parent.run_id, parent.seq, content)
     result = ToolResult(
         seq=parent.seq,
@@ -107,7 +112,8 @@ def answer_parent(
         full_result_ref=ref,
         full_result_chars=chars,
     )
-    store.append(parent.run_id, result)
+    if store.append(parent.run_id, result):
+        events.tool_call_completed(parent_run, result)
     token = store.get_parent_token(run.run_id)
     if token is not None:
         reporter.succeed(

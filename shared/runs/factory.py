@@ -4,6 +4,7 @@ import boto3
 from aws_lambda_powertools.utilities import parameters
 
 from shared.history import DynamoHistoryStore
+from shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
 from shared.runs.model_step import ModelStep
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
 from shared.runs.starter import RunStarter
@@ -11,6 +12,7 @@ from shared.runs.tool_executor import ToolCallExecutor
 from shared.runs.triggers import AnswerWriter, S3ObjectStore, TriggerService
 from shared.settings import (
     CallTimeouts,
+    EventSettings,
     ModelSettings,
     StateMachineSettings,
     StoreSettings,
@@ -22,6 +24,12 @@ from shared.settings import (
 def build_store(settings: StoreSettings) -> DynamoHistoryStore:
     table = boto3.resource("dynamodb").Table(settings.table_name)
     return DynamoHistoryStore(table, boto3.client("s3"), settings.bucket_name, settings.inline_content_limit)
+
+
+def build_events(settings: EventSettings) -> EventPublisher:
+    if not settings.bus_name:
+        return NO_EVENTS  # no client either: events are off
+    return EventPublisher(boto3.client("events", config=CLIENT_CONFIG), settings.bus_name)
 
 
 def _api_key(settings: ModelSettings) -> str:
@@ -36,7 +44,9 @@ def _api_key(settings: ModelSettings) -> str:
     raise ValueError("set OPENAI_API_KEY_SECRET_ARN (deployed) or OPENAI_API_KEY (local)")
 
 
-def build_model_step(store: StoreSettings, model: ModelSettings, timeouts: CallTimeouts) -> ModelStep:
+def build_model_step(
+    store: StoreSettings, model: ModelSettings, timeouts: CallTimeouts, events: EventSettings
+) -> ModelStep:
     # Imported here: only the orchestrator has the openai package.
     from shared.model.openai_client import OpenAIModelClient, build_openai_client
 
@@ -54,12 +64,13 @@ def build_model_step(store: StoreSettings, model: ModelSettings, timeouts: CallT
         timeouts,
         reporter,
         lambda arn: StepFunctionsStarter(sfn, arn),
-        AnswerWriter(S3ObjectStore(boto3.client("s3"))),
+        events=build_events(events),
+        answers=AnswerWriter(S3ObjectStore(boto3.client("s3"))),
     )
 
 
 def build_tool_executor(
-    store: StoreSettings, worker: WorkerSettings, machine: StateMachineSettings
+    store: StoreSettings, worker: WorkerSettings, machine: StateMachineSettings, events: EventSettings
 ) -> ToolCallExecutor:
     sfn = boto3.client("stepfunctions")
     return ToolCallExecutor(
@@ -67,16 +78,23 @@ def build_tool_executor(
         StepFunctionsTaskReporter(sfn),
         StepFunctionsStarter(sfn, machine.state_machine_arn),  # agent tools start child runs
         worker.heartbeat_every,
+        events=build_events(events),
     )
 
 
-def build_run_starter(store: StoreSettings, machine: StateMachineSettings) -> RunStarter:
+def build_run_starter(
+    store: StoreSettings, machine: StateMachineSettings, events: EventSettings
+) -> RunStarter:
     return RunStarter(
-        build_store(store), StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn)
+        build_store(store),
+        StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
+        events=build_events(events),
     )
 
 
 def build_trigger_service(
-    store: StoreSettings, machine: StateMachineSettings, triggers: TriggerSettings
+    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, triggers: TriggerSettings
 ) -> TriggerService:
-    return TriggerService(build_run_starter(store, machine), S3ObjectStore(boto3.client("s3")), triggers)
+    return TriggerService(
+        build_run_starter(store, machine, events), S3ObjectStore(boto3.client("s3")), triggers
+    )

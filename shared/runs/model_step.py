@@ -35,6 +35,7 @@ from shared.messages import (
 from shared.model import ModelClient, ModelReply, to_openai_messages
 from shared.runs import children
 from shared.runs.calls import assign_call_ids, result_slot
+from shared.runs.events import NO_EVENTS, EventPublisher
 from shared.runs.executions import execution_number, needs_fresh_execution
 from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.runs.rules import (
@@ -57,6 +58,8 @@ class _Step:
     run: RunRecord
     agent: Agent
     history: list[HistoryItem]
+    # The tree's totals as last read or counted (a root run's come with its record); None: read them.
+    tree: Usage | None = None
 
     @property
     def last_reply(self) -> AssistantMessage | None:
@@ -74,6 +77,8 @@ class ModelStep:
         timeouts: CallTimeouts,
         reporter: TaskReporter,
         starters: Callable[[str], ExecutionStarter],
+        *,
+        events: EventPublisher = NO_EVENTS,
         answers: AnswerWriter | None = None,
     ) -> None:
         self._store = store
@@ -84,8 +89,14 @@ class ModelStep:
         self._starters = starters
         # Where a run an S3 object started writes its ending (shared/runs/triggers.py).
         self._answers = answers
+        self._events = events
 
     def step(self, request: StepRequest, deadline: float) -> Decision:
+        # The step's events (results it wrote, the run's ending) go out together as it returns.
+        with self._events.deferred():
+            return self._step(request, deadline)
+
+    def _step(self, request: StepRequest, deadline: float) -> Decision:
         run = self._store.get_run(request.run_id)
         if run.status is not RunStatus.RUNNING:
             # A retried ending may have died between recording it and answering the parent.
@@ -101,14 +112,14 @@ class ModelStep:
             # the next one runs (starting it again does nothing), and end this one.
             self._starters(request.state_machine_arn).start(run.run_id, run.execution)
             return Decision(status=DecisionStatus.CONTINUED, turn=run.turn)
-        step = _Step(run, run_agent(run), self._store.load_history(run.run_id))
+        step = _Step(run, run_agent(run), self._store.load_history(run.run_id), run.tree_usage)
         children.heartbeat_parent(self._store, self._reporter, run)
         reply = step.last_reply
         if reply is not None:
             if self._is_retry(step, reply, request):
                 # This step already stored its reply and died before returning: decide again
                 # from the stored reply instead of asking the model a second time.
-                self._record_usage(step.run, reply)
+                self._record_usage(step, reply)
                 return self._decide(step, reply)
             ended = self._settle_turn(step, reply, request)
             if ended is not None:
@@ -158,7 +169,8 @@ class ModelStep:
         root_id = step.run.root_run_id or step.run.run_id
         is_child = root_id != step.run.run_id
         root_agent = get_agent(self._store.get_run(root_id).agent) if is_child else step.agent
-        return tree_budget_reached(root_agent, self._store.tree_usage(root_id), is_child, calls_only)
+        tree = step.tree if step.tree is not None else self._store.tree_usage(root_id)
+        return tree_budget_reached(root_agent, tree, is_child, calls_only)
 
     def _continue_in_fresh_execution(self, step: _Step, starter: ExecutionStarter) -> Decision:
         """Hand the run to a new execution before this one nears the history-event limit.
@@ -209,15 +221,16 @@ class ModelStep:
             stored = self._store.get_item(run.run_id, seq)
             assert isinstance(stored, AssistantMessage), "history slot after the last item holds a non-reply"
             item = stored
-        self._record_usage(run, item)
+        self._record_usage(step, item)
         step.history.append(item)
         return item
 
-    def _record_usage(self, run: RunRecord, reply: AssistantMessage) -> None:
+    def _record_usage(self, step: _Step, reply: AssistantMessage) -> None:
         """Count the reply's model call in the run and its tree, once: the store refuses a turn
         it has counted, so a step retried after storing its reply counts it if it was not."""
         used = reply.usage or Usage(model_calls=1, tool_calls=len(reply.tool_calls))
-        self._store.record_model_call(run.run_id, reply.turn, used, run.root_run_id)
+        # The totals just counted; None (counted before) leaves them to be read when needed.
+        step.tree = self._store.record_model_call(step.run.run_id, reply.turn, used, step.run.root_run_id)
 
     def _record_missing_results(
         self, run: RunRecord, reply: AssistantMessage, history: list[HistoryItem], request: StepRequest
@@ -242,7 +255,9 @@ class ModelStep:
                 error_type=ErrorKind.NOT_COMPLETED,
                 error_detail=reason,
             )
-            if not self._store.append(run.run_id, item):
+            if self._store.append(run.run_id, item):
+                self._events.tool_call_completed(run, item)
+            else:
                 # A worker's result landed between the read and now: it wins.
                 stored = self._store.get_item(run.run_id, seq)
                 assert isinstance(stored, ToolResult)
@@ -297,18 +312,17 @@ class ModelStep:
                     raise ToolNotAllowedError(call.name)
                 tool.parse_arguments(call.arguments)
             except ModelVisibleError as e:
-                self._store.append(
-                    run.run_id,
-                    ToolResult(
-                        seq=seq,
-                        turn=reply.turn,
-                        call_id=call.id,
-                        tool=call.name,
-                        content=f"Error: {e}",
-                        status="error",
-                        error_type=e.kind,
-                    ),
+                refused = ToolResult(
+                    seq=seq,
+                    turn=reply.turn,
+                    call_id=call.id,
+                    tool=call.name,
+                    content=f"Error: {e}",
+                    status="error",
+                    error_type=e.kind,
                 )
+                if self._store.append(run.run_id, refused):
+                    self._events.tool_call_completed(run, refused)
                 continue
             calls.append(
                 CallRef(
@@ -330,7 +344,8 @@ class ModelStep:
             # A Lambda function error's cause is the function's error JSON.
             cause = str(json.loads(cause).get("errorMessage", cause))
         run = self._store.get_run(request.run_id)
-        self._finish(run, RunStatus.FAILED, error=f"{error}: {cause}" if cause else error)
+        with self._events.deferred():
+            self._finish(run, RunStatus.FAILED, error=f"{error}: {cause}" if cause else error)
 
     def _end(
         self,
@@ -348,7 +363,8 @@ class ModelStep:
     ) -> None:
         """Every ending of a run: record it, and answer the parent's call if this is a child run."""
         if self._store.finish_run(run.run_id, status, output=output, error=error):
-            children.answer_parent(self._store, self._reporter, run, status, output, error)
+            self._events.run_ended(self._store, run.run_id)
+            children.answer_parent(self._store, self._reporter, run, status, output, error, self._events)
             if run.input_object is not None:
                 self._write_answer(self._store.get_run(run.run_id))
         else:
@@ -371,7 +387,7 @@ class ModelStep:
         if run.parent is None:
             return
         output = self._store.get_result(run.output_ref) if run.output_ref else run.output
-        children.answer_parent(self._store, self._reporter, run, run.status, output, run.error)
+        children.answer_parent(self._store, self._reporter, run, run.status, output, run.error, self._events)
 
 
 def monotonic_deadline(remaining_ms: int) -> float:

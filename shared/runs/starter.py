@@ -17,6 +17,7 @@ from shared.messages import (
     StartRunRequest,
     UserMessage,
 )
+from shared.runs.events import NO_EVENTS, EventPublisher
 from shared.runs.ports import ExecutionStarter
 from shared.triggers.read_input import read_input, with_input_reader
 
@@ -37,9 +38,12 @@ class StartedRun(NamedTuple):
 
 
 class RunStarter:
-    def __init__(self, store: HistoryStore, starter: ExecutionStarter) -> None:
+    def __init__(
+        self, store: HistoryStore, starter: ExecutionStarter, *, events: EventPublisher = NO_EVENTS
+    ) -> None:
         self._store = store
         self._starter = starter
+        self._events = events
 
     def start(
         self,
@@ -85,13 +89,17 @@ class RunStarter:
             if idempotency_key is None:
                 raise RuntimeError(f"run id {record.run_id} is taken")  # a fresh UUID: never expected
             return StartedRun(self._replay(idempotency_key, record), replayed=True)
+        # Only for the start that created the run (a replayed key publishes nothing), and before
+        # the execution starts: a fast run's ending is then seldom published before it.
+        self._events.run_started(record)
         try:
             self._starter.start(record.run_id)
         except Exception as e:
             # No execution, so nothing would ever end it: the run must not stay `running`.
-            self._store.finish_run(
+            if self._store.finish_run(
                 record.run_id, RunStatus.FAILED, error=f"the run could not be started: {e}"
-            )
+            ):
+                self._events.run_ended(self._store, record.run_id)
             raise
         return StartedRun(record, replayed=False)
 

@@ -25,7 +25,7 @@ from shared.errors import (
     UnknownAgentError,
     UnknownToolError,
 )
-from shared.history import Claim, ClaimState, HistoryStore
+from shared.history import CallRead, Claim, ClaimState, HistoryStore
 from shared.messages import (
     AssistantMessage,
     CallOutcome,
@@ -36,6 +36,7 @@ from shared.messages import (
     text_safe,
 )
 from shared.runs import children
+from shared.runs.events import NO_EVENTS, EventPublisher
 from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.runs.results import fit_for_model
 from shared.tools import Execution, RunState, Tool, ToolContext
@@ -72,20 +73,29 @@ class ToolCallExecutor:
         starter: ExecutionStarter,
         heartbeat_every: float,
         sleep: Callable[[float], None] = time.sleep,
+        *,
+        events: EventPublisher = NO_EVENTS,
     ) -> None:
         self._store = store
         self._reporter = reporter
         self._starter = starter
         self._heartbeat_every = heartbeat_every
         self._sleep = sleep
+        self._events = events
 
     def execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int = 1) -> CallOutcome | None:
         """The call's outcome, or None when it was handed to a child run, which answers it."""
+        # Events wait until the task is answered: publishing is off the run's path.
+        with self._events.deferred():
+            return self._execute(message, lease_seconds, attempt)
+
+    def _execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> CallOutcome | None:
         if not self._beat_at_start(message.task_token):
             return None
-        result = self._store.get_item(message.run_id, message.seq)
+        read = self._store.load_call(message.run_id, message.message_seq, message.seq)
+        result = read.result
         if result is None:
-            result = self._claim_and_run(message, lease_seconds, attempt)
+            result = self._claim_and_run(message, read, lease_seconds, attempt)
         if result is None:
             return None
         assert isinstance(result, ToolResult), "a call's result slot holds a non-result"
@@ -104,7 +114,9 @@ class ToolCallExecutor:
                 return True
         return False
 
-    def _claim_and_run(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> ToolResult | None:
+    def _claim_and_run(
+        self, message: ToolCallMessage, read: CallRead, lease_seconds: int, attempt: int
+    ) -> ToolResult | None:
         claim = self._store.claim_call(message.run_id, message.seq, lease_seconds)
         if claim.state is ClaimState.BUSY:
             raise CallInProgressError(
@@ -115,7 +127,7 @@ class ToolCallExecutor:
             assert isinstance(stored, ToolResult), "a call marked DONE has no result"
             return stored
         try:
-            call = self._load(message, claim)
+            call = self._load(message, claim, read)
         except BaseException:
             # Nothing ran yet: free the call so the redelivery can run it at once.
             self._store.release_call(message.run_id, message.seq, claim.owner)
@@ -124,7 +136,9 @@ class ToolCallExecutor:
             return self._delegate(call)
         if claim.state is ClaimState.TAKEN_OVER and not (call.tool is not None and call.tool.idempotent):
             return self._persist(call, self._in_doubt(call), attempt, ({}, []))
-        state = RunState(self._store.load_state(call.run.run_id))
+        # Only a tool that takes a context, or a hook, can see the run's state: others skip the read.
+        uses_state = call.tool is not None and (call.tool.context_param is not None or bool(call.agent.hooks))
+        state = RunState(self._store.load_state(call.run.run_id) if uses_state else {})
         context = ToolContext(
             run_id=call.run.run_id,
             agent=call.run.agent,
@@ -165,9 +179,9 @@ class ToolCallExecutor:
             return execution, ({}, [])
         return execution, changes
 
-    def _load(self, message: ToolCallMessage, claim: Claim) -> _Call:
-        run = self._store.get_run(message.run_id)
-        reply = self._store.get_item(message.run_id, message.message_seq)
+    @staticmethod
+    def _load(message: ToolCallMessage, claim: Claim, read: CallRead) -> _Call:
+        run, reply = read.run, read.reply
         index = message.seq - message.message_seq - 1
         if not isinstance(reply, AssistantMessage) or not 0 <= index < len(reply.tool_calls):
             raise ValueError(f"message_seq {message.message_seq} and seq {message.seq} name no call")
@@ -241,6 +255,7 @@ class ToolCallExecutor:
             call.tool.child_agent,
             task,
             call.message.task_token,
+            self._events,
         )
         return None
 
@@ -252,6 +267,9 @@ class ToolCallExecutor:
         for tries in range(1, PERSIST_ATTEMPTS + 1):
             try:
                 if self._store.complete_call(call.run.run_id, result, call.claim.owner, changes):
+                    # Only here, where the outcome was first stored: a redelivery answering
+                    # from it, or a racer whose write lost, publishes nothing.
+                    self._events.tool_call_completed(call.run, result)
                     return result
                 break
             except Exception:

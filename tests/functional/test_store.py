@@ -83,3 +83,25 @@ def test_a_run_record_with_nested_numbers_reads_back_as_plain_ints(pipeline: Pip
     loaded = _store().get_run("child-1")
     assert loaded.parent == parent and type(loaded.parent.seq) is int
     assert loaded.tools == ["count_once"]
+
+
+def test_counting_a_model_call_answers_with_the_trees_totals(pipeline: Pipeline) -> None:
+    from shared.messages import Usage
+
+    store = _store()
+    for run_id, root in (("tree-root", None), ("tree-child", "tree-root")):
+        record = RunRecord(run_id=run_id, agent="assistant", status=RunStatus.RUNNING, root_run_id=root)
+        assert store.create_run(record, UserMessage(seq=1, turn=0, content="go"))
+    assert store.record_model_call("tree-root", 1, Usage(prompt_tokens=10, model_calls=1)) == Usage(
+        prompt_tokens=10, model_calls=1
+    )
+    # A child's call is counted in its own record and in its root's tree: the answer is the tree's.
+    assert store.record_model_call(
+        "tree-child", 1, Usage(prompt_tokens=5, model_calls=1), "tree-root"
+    ) == Usage(prompt_tokens=15, model_calls=2)
+    assert (
+        store.record_model_call("tree-child", 1, Usage(prompt_tokens=5, model_calls=1), "tree-root") is None
+    )
+    assert store.get_run("tree-root").tree_usage == Usage(prompt_tokens=15, model_calls=2)
+    assert store.get_run("tree-child").tree_usage is None  # a child's tree is its root's
+    assert store.get_run("tree-child").usage == Usage(prompt_tokens=5, model_calls=1)

@@ -20,6 +20,7 @@ from infra.local import client
         ["show", "x/messages"],
         ["show", ""],
         ["serve", "--port", "70000"],
+        ["serve", "--aws-port", "-1"],
     ],
 )
 def test_bad_arguments_exit_2_and_start_nothing(
@@ -76,3 +77,55 @@ def test_serve_on_a_taken_port_says_so_at_once_and_resumes_nothing(
         and "Address already in use" in out.getvalue()
     )
     assert not (tmp_path / "state.json").exists()  # the runtime never started
+
+
+def test_serve_on_a_taken_aws_port_names_the_option_and_resumes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import socket
+
+    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
+    monkeypatch.setenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "")
+    monkeypatch.delenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS")
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    out = io.StringIO()
+    try:
+        code = cli.main(["serve", "--port", "0", "--aws-port", str(port)], out=out)
+    finally:
+        taken.close()
+    assert code == 1
+    message = out.getvalue()
+    assert (
+        message.startswith(f"error: cannot serve on 127.0.0.1:{port}: ")
+        and "Address already in use" in message
+    )
+    assert message.endswith("(--aws-port 0 picks a free one)\n")
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_serve_refuses_one_port_for_the_api_and_the_aws_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
+    monkeypatch.setenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "")
+    monkeypatch.delenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS")
+    out = io.StringIO()
+
+    code = cli.main(["serve", "--port", "8799", "--aws-port", "8799"], out=out)
+
+    assert code == 2
+    assert out.getvalue() == "error: --aws-port 8799 is the API's port: choose another, or 0 for a free one\n"
+    assert not (tmp_path / "state.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("port", "aws_port", "chosen"), [(8710, None, 8711), (0, None, 0), (65535, None, 0), (8710, 9000, 9000)]
+)
+def test_the_aws_endpoint_defaults_to_the_port_after_the_apis(
+    port: int, aws_port: int | None, chosen: int
+) -> None:
+    assert cli._aws_port(SimpleNamespace(port=port, aws_port=aws_port)) == chosen  # type: ignore[arg-type]

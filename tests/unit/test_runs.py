@@ -211,6 +211,22 @@ def test_a_failed_result_write_is_retried_in_process_not_by_running_the_tool_aga
     assert EFFECTS == ["r1:3"]
 
 
+def test_only_a_tool_that_takes_a_context_reads_the_runs_state() -> None:
+    class Counting(MemoryHistoryStore):
+        state_reads = 0
+
+        def load_state(self, run_id: str) -> dict[str, Any]:
+            self.state_reads += 1
+            return super().load_state(run_id)
+
+    store = Counting()
+    outcome = _executor(store).execute(_dispatched(store, "lookup", '{"key": "k"}'), lease_seconds=60)
+    assert outcome is not None and outcome.status == "ok" and store.state_reads == 0
+    store = Counting()
+    outcome = _executor(store).execute(_dispatched(store), lease_seconds=60)  # charge takes a context
+    assert outcome is not None and outcome.status == "ok" and store.state_reads == 1
+
+
 def test_a_worker_that_died_after_a_non_idempotent_tool_leaves_the_call_in_doubt() -> None:
     clock = Clock()
     store = MemoryHistoryStore(clock=clock)
@@ -318,6 +334,30 @@ def test_a_child_run_stops_when_the_trees_budget_is_spent(model: ScriptedModelSe
 
     assert decision.status is DecisionStatus.LIMIT and model.requests == []
     assert "the root agent's max_tokens is 100" in (store.get_run("child").error or "")
+
+
+def test_a_root_runs_tree_budget_is_read_with_its_record_and_counted_by_its_own_update() -> None:
+    class Counting(MemoryHistoryStore):
+        tree_reads = 0
+
+        def tree_usage(self, root_run_id: str) -> Usage:
+            self.tree_reads += 1
+            return super().tree_usage(root_run_id)
+
+    store = Counting()
+    AGENTS["spender"] = Agent(name="spender", instructions="Spend.", tools=[], max_tokens=100)
+    _run(store, "root", "spender")
+    store.record_model_call("root", 1, Usage(prompt_tokens=60, model_calls=1))
+    assert store.get_run("root").tree_usage == Usage(prompt_tokens=60, model_calls=1)
+    # The next call's own update answers with the tree's totals: they are past the budget.
+    assert store.record_model_call("root", 2, Usage(prompt_tokens=50, model_calls=1)) == Usage(
+        prompt_tokens=110, model_calls=2
+    )
+    assert store.record_model_call("root", 2, Usage(prompt_tokens=50, model_calls=1)) is None  # counted
+    with ScriptedModelServer(ScriptResponder([])) as server:
+        decision = _step(store, server).step(StepRequest(run_id="root"), _deadline())
+        assert decision.status is DecisionStatus.LIMIT and server.requests == []
+    assert store.tree_reads == 0
 
 
 def test_a_long_run_continues_in_a_fresh_execution(
