@@ -98,3 +98,48 @@ def test_toolpipe_invoke_runs_each_trigger_sample_against_the_real_handler(
         assert [r["outcome"] for r in result["results"]] == ["started"]
     else:
         assert {k: result[k] for k in expected} == expected
+
+
+def test_through_serves_aws_endpoint_a_file_and_an_event_each_start_a_run_that_completes(
+    tmp_path: Path,
+) -> None:
+    """As a user outside the process does it: boto3 with the `AWS endpoint:` serve prints."""
+    from infra.local.client import Client
+    from shared.runs.starter import keyed_run_id
+    from tests.e2e.test_aws_endpoint import _client, _endpoint
+    from tests.e2e.test_serve import Served
+
+    served = Served(tmp_path)
+    try:
+        endpoint = _endpoint(served)
+        s3, events = _client("s3", endpoint), _client("events", endpoint)
+        s3.put_object(Bucket="toolpipe-local-inputs", Key="inbox/served.txt", Body=b"What is 2+3?")
+        put = events.put_events(
+            Entries=[
+                {
+                    "EventBusName": "toolpipe-local-events",
+                    "Source": "toolpipe",
+                    "DetailType": "RunRequested",
+                    "Detail": json.dumps({"agent": "assistant", "input": "What is the square root of 16?"}),
+                }
+            ]
+        )
+        # One run per event id, owned by the local user: its id follows from both.
+        run_id = keyed_run_id(LOCAL_CALLER, f"eventbridge:{put['Entries'][0]['EventId']}")
+        deadline = time.monotonic() + 10
+        while Client(served.url).request("GET", f"/runs/{run_id}")[0] != 200:  # started off the request
+            assert time.monotonic() < deadline, "the event started no run"
+            time.sleep(0.02)
+        ends = [data for event, data in Client(served.url).events(run_id, timeout=60) if event == "end"]
+        assert ends and ends[0]["run"]["status"] == "succeeded", ends
+        deadline = time.monotonic() + 60
+        while True:  # the file's run ends by writing its answer
+            listed = s3.list_objects_v2(Bucket="toolpipe-local-inputs", Prefix="answers/")
+            if listed.get("KeyCount"):
+                break
+            assert time.monotonic() < deadline, "no answer written"
+            time.sleep(0.05)
+        assert [o["Key"] for o in listed["Contents"]] == ["answers/served.txt.answer.md"]
+    finally:
+        code, out = served.stop()
+    assert code == 0, out
