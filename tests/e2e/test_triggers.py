@@ -47,6 +47,8 @@ def test_a_file_put_with_boto3_under_the_prefix_starts_a_run_that_answers_next_t
     run = pipeline.finish(run_id)["run"]
     assert run["status"] == "succeeded" and run["caller"] == LOCAL_CALLER
     assert run["input_object"]["key"] == "inbox/notes/today.txt"
+    # The demo model read the file through read_input (the prompt only names it).
+    assert run["output"] == "The file says: Buy milk."
     answer = s3.get_object(Bucket=pipeline.runtime.trigger_bucket, Key="answers/notes/today.txt.answer.md")
     assert answer["Body"].read().decode() == run["output"]
 
