@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-HANDLERS = ["functions.orchestrator.handler", "functions.tool_worker.handler", "functions.api.handler"]
 COLD_START = """
 import resource, sys, time
 t = time.perf_counter()
@@ -45,8 +44,10 @@ def cold_starts() -> None:
         "STATE_MACHINE_ARN": "arn",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
+    from infra.functions import FUNCTIONS
+
     print("cold start: import time and peak RSS of each handler module (fresh interpreter, warm disk cache)")
-    for module in HANDLERS:
+    for module in (spec.module for spec in FUNCTIONS.values()):
         samples = []
         for _ in range(3):
             out = subprocess.run(
@@ -124,7 +125,7 @@ def bare_loop(base_url: str, turns: int) -> float:
 
 def agents_sdk_loop(base_url: str, turns: int) -> float:
     """The OpenAI Agents SDK's run loop, on the same server, tracing off."""
-    from agents import (  # type: ignore[import-not-found]
+    from agents import (
         Agent,
         OpenAIChatCompletionsModel,
         Runner,
@@ -215,7 +216,7 @@ def figures(repeats: int) -> dict[str, Any]:
     from infra.local.scripted_model import ScriptedModelServer
 
     try:
-        import agents  # type: ignore[import-not-found]  # noqa: F401
+        import agents  # noqa: F401
 
         have_agents = True
     except ImportError:

@@ -5,13 +5,15 @@ network): for checks and tests only, and the assembly carries a warning saying s
 """
 
 import os
+import sys
+from typing import Any
 
 from aws_cdk import Annotations, App, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from infra.stack import ToolpipeStack
 
-SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}
+SKIP_BUNDLING: dict[str, Any] = {"aws:cdk:bundling-stacks": []}
 
 
 def build_app(
@@ -31,10 +33,19 @@ def build_app(
             "toolpipe:NoBundling",
             "TOOLPIPE_BUNDLE=0: the layers were not built; do not deploy this assembly.",
         )
-    # Findings fail the synth; every acknowledgement carries its reason in the stack code.
+    # Findings fail the synth; each construct acknowledges its own, with the reason (infra/constructs/).
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app, stack
 
 
+def main() -> None:
+    try:
+        app, _ = build_app(bundle=os.environ.get("TOOLPIPE_BUNDLE", "1") != "0")
+    except ValueError as e:
+        # A bad context value (`-c api_auth=...`): one line naming it, not a traceback.
+        sys.exit(f"toolpipe: {e}")
+    app.synth()
+
+
 if __name__ == "__main__":
-    build_app(bundle=os.environ.get("TOOLPIPE_BUNDLE", "1") != "0")[0].synth()
+    main()

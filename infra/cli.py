@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from infra.functions import FUNCTIONS
 from infra.local.client import read_server_file, try_lock
 
 _STARTED = time.monotonic()  # for `serve`'s "ready in"
@@ -273,14 +274,6 @@ def show(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-HANDLERS = {
-    "api": ("functions.api.handler.lambda_handler", 29),
-    "orchestrator": ("functions.orchestrator.handler.lambda_handler", 300),
-    "tool_worker": ("functions.tool_worker.handler.lambda_handler", 120),
-    "triggers": ("functions.triggers.handler.lambda_handler", 60),
-}
-
-
 def invoke(args: argparse.Namespace, out: TextIO) -> int:
     """Feed an event file to one real handler on the local runtime; RUN_ID in it is replaced.
 
@@ -289,7 +282,7 @@ def invoke(args: argparse.Namespace, out: TextIO) -> int:
     (without the bucket's own notification, so only the sample starts a run)."""
     from infra.definition import EXECUTION_ENDED_DETAIL_TYPE, execution_ended_request
     from infra.local import triggers
-    from infra.local.lambdas import LocalContext, call_handler
+    from infra.local.lambdas import call_function
     from infra.local.runtime import LocalRuntime
 
     text = Path(args.event).read_text()
@@ -298,7 +291,6 @@ def invoke(args: argparse.Namespace, out: TextIO) -> int:
     event = json.loads(text)
     if args.function == "orchestrator" and event.get("detail-type") == EXECUTION_ENDED_DETAIL_TYPE:
         event = execution_ended_request(event)
-    handler, timeout = HANDLERS[args.function]
     home = _state_dir()
     # This command holds the folder's state itself: with a server serving it too, whichever
     # saved last would erase the other's runs.
@@ -315,9 +307,7 @@ def invoke(args: argparse.Namespace, out: TextIO) -> int:
                 for record in event.get("Records", []):
                     key = urllib.parse.unquote_plus(record["s3"]["object"]["key"])
                     triggers.put_quietly(runtime.s3, key, Path(args.object).read_bytes())
-            result = call_handler(
-                handler, event, LocalContext(function_name=args.function, timeout_seconds=timeout)
-            )
+            result = call_function(FUNCTIONS[args.function], event)
     finally:
         os.close(lock)
     out.write(json.dumps(result, indent=2) + "\n")
@@ -480,7 +470,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     show_parser.add_argument("run_id", type=_run_id)
     show_parser.add_argument("--json", action="store_true", help="print the API's JSON")
     invoke_parser = commands.add_parser("invoke", help="run one handler on an event file (see events/)")
-    invoke_parser.add_argument("function", choices=sorted(HANDLERS))
+    invoke_parser.add_argument("function", choices=sorted(FUNCTIONS))
     invoke_parser.add_argument("event", help="path of a JSON event, e.g. events/api_post_run.json")
     invoke_parser.add_argument("--run-id", help="replaces RUN_ID in the event")
     invoke_parser.add_argument(

@@ -1,44 +1,23 @@
-"""The toolpipe stack: table, content bucket, tool queue and DLQ, three functions, the
-Standard state machine from `infra.definition`, and a REST API."""
+"""The toolpipe stack: one `ToolPipeline` (infra/pipeline.py) and its outputs.
 
-from pathlib import Path
+Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.json):
+`api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (api_key only),
+`admin_principal`, `mcp_header_secrets` (comma-separated ARNs). `model_name` and
+`model_base_url` reach it from `infra/app.py`.
+"""
+
+import hashlib
+import re
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, Duration, RemovalPolicy, Stack, Validations
-from aws_cdk import aws_apigateway as apigw
-from aws_cdk import aws_dynamodb as dynamodb
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_event_sources as sources
-from aws_cdk import aws_logs as logs
-from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk import aws_sqs as sqs
-from aws_cdk import aws_stepfunctions as sfn
-from constructs import Construct
+from aws_cdk import CfnElement, CfnOutput, Stack
+from constructs import Construct, Node
 
-from infra import bundling, limits
-from infra.constructs.events import RunEvents  # run events
-from infra.constructs.triggers import TriggerOptions, Triggers  # triggers
-from infra.definition import (
-    EXECUTION_ENDED_ACTION,
-    EXECUTION_ENDED_PATHS,
-    ORCHESTRATOR_ARN,
-    TOOL_QUEUE_URL,
-    definition_json,
-    execution_ended_pattern,
-)
+from infra.constructs import ApiAuth, Throttle
+from infra.constructs.triggers import TriggerOptions
+from infra.pipeline import ToolPipeline
 
-ROOT = Path(__file__).resolve().parent.parent
-# One code asset for every function: our source only; dependencies come from layers.
-_SOURCE_ONLY = ["**", "!functions", "!functions/**", "!shared", "!shared/**", "**/__pycache__", "**/*.pyc"]
-
-
-def acknowledge(construct: Construct, id: str, reason: str) -> None:
-    """A cdk-nag finding accepted on purpose; the reason is the justification reviewers read."""
-    Validations.of(construct).acknowledge(Acknowledgment(id=id, reason=reason))
+PIPELINE_ID = "Pipeline"
 
 
 class ToolpipeStack(Stack):
@@ -49,403 +28,99 @@ class ToolpipeStack(Stack):
         *,
         model_base_url: str = "",
         model_name: str = "gpt-4o-mini",
-        **kwargs: object,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
-
-        table = dynamodb.Table(
+        super().__init__(scope, construct_id, **kwargs)
+        # Set before any resource exists: logical ids are allocated (for cdk-nag's findings)
+        # while the pipeline is being built.
+        pipeline_path = f"{self.node.path}/{PIPELINE_ID}"
+        self._flattened = {pipeline_path} | {f"{pipeline_path}/{c}" for c in ToolPipeline.COMPONENTS}
+        self.pipeline = ToolPipeline(
             self,
-            "History",
-            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
-            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            encryption=dynamodb.TableEncryption.AWS_MANAGED,
-            removal_policy=RemovalPolicy.RETAIN,
+            PIPELINE_ID,
+            model_name=model_name,
+            model_base_url=model_base_url,
+            **pipeline_settings(self.node),
         )
-        contents = s3.Bucket(
-            self,
-            "Contents",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            removal_policy=RemovalPolicy.RETAIN,
+        p = self.pipeline
+        CfnOutput(self, "ApiUrl", value=p.rest_api.url)
+        CfnOutput(self, "StateMachineArn", value=p.state_machine.state_machine_arn)
+        CfnOutput(self, "TableName", value=p.table.table_name)
+        CfnOutput(self, "ModelApiKeySecretArn", value=p.storage.model_key.secret_arn)
+        CfnOutput(self, "ToolDeadLetterQueueUrl", value=p.tool_queue.dead_letters.queue_url)
+        CfnOutput(
+            self, "ExecutionEndedDeadLetterQueueUrl", value=p.run_flow.execution_ended_dead_letters.queue_url
         )
-        acknowledge(
-            contents,
-            id="AwsSolutions-S1",
-            reason="Only toolpipe's own functions read and write this bucket; CloudTrail data events "
-            "are the audit path, and access logs would double every tool-output write.",
-        )
+        CfnOutput(self, "EventBusName", value=p.run_events.bus.event_bus_name)
+        if p.api.api_key is not None:
+            # The id, not the value: `aws apigateway get-api-key --api-key ID --include-value`.
+            CfnOutput(self, "ApiKeyId", value=p.api.api_key.key_id)
 
-        dlq = sqs.Queue(
-            self,
-            "ToolDeadLetters",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=Duration.days(14),
-        )
-        queue = sqs.Queue(
-            self,
-            "ToolCalls",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            visibility_timeout=Duration.seconds(limits.QUEUE_VISIBILITY_SECONDS),
-            dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, max_receive_count=limits.MAX_RECEIVES),
-        )
+    def _allocate_logical_id(self, cfn_element: CfnElement) -> str:
+        """The logical id the resource had when this stack built everything in one scope.
 
-        model_key = secretsmanager.Secret(
-            self,
-            "ModelApiKey",
-            description="API key of the OpenAI-compatible model endpoint; set its value after deploying.",
-        )
-        acknowledge(
-            model_key,
-            id="AwsSolutions-SMG4",
-            reason="A third-party API key: it is rotated at the model provider, not by a Lambda here.",
-        )
+        A changed logical id is a new resource to CloudFormation: the retained table, bucket and
+        secret would be orphaned and replaced by empty ones. So the pipeline's and its
+        components' construct ids are left out of the path the id is made from; constructs
+        added to the pipeline since (run events, triggers) keep theirs. A stack of your own
+        holding a `ToolPipeline` uses CDK's ids, which include the whole path.
 
-        code = lambda_.Code.from_asset(str(ROOT), exclude=_SOURCE_ONLY)
-        deps = lambda_.LayerVersion(
-            self,
-            "Dependencies",
-            code=bundling.deps_layer_code(),
-            compatible_runtimes=[bundling.RUNTIME],
-            compatible_architectures=[bundling.ARCHITECTURE],
-            description="aws-lambda-powertools, pydantic",
-        )
-        model_deps = lambda_.LayerVersion(
-            self,
-            "ModelClient",
-            code=bundling.model_layer_code(),
-            compatible_runtimes=[bundling.RUNTIME],
-            compatible_architectures=[bundling.ARCHITECTURE],
-            description="openai (the orchestrator only)",
-        )
-        common_env = {
-            "TABLE_NAME": table.table_name,
-            "BUCKET_NAME": contents.bucket_name,
-            "POWERTOOLS_SERVICE_NAME": "toolpipe",
-        }
-
-        def function(
-            name: str, handler: str, timeout: int, layers: list[lambda_.ILayerVersion], **env: str
-        ) -> lambda_.Function:
-            return lambda_.Function(
-                self,
-                name,
-                runtime=bundling.RUNTIME,
-                architecture=bundling.ARCHITECTURE,
-                code=code,
-                handler=handler,
-                layers=layers,
-                timeout=Duration.seconds(timeout),
-                memory_size=512,
-                tracing=lambda_.Tracing.ACTIVE,
-                environment={**common_env, **env},
-                log_group=logs.LogGroup(self, f"{name}Logs", retention=logs.RetentionDays.ONE_MONTH),
-            )
-
-        orchestrator = function(
-            "Orchestrator",
-            "functions.orchestrator.handler.lambda_handler",
-            limits.ORCHESTRATOR_TIMEOUT_SECONDS,
-            [deps, model_deps],
-            OPENAI_API_KEY_SECRET_ARN=model_key.secret_arn,
-            TOOLPIPE_MODEL=model_name,
-            # Set here, not left to defaults: they must agree with the queue's (infra/limits.py).
-            TOOLPIPE_CALL_TIMEOUT_SECONDS=str(limits.CALL_TIMEOUT_SECONDS),
-            TOOLPIPE_CALL_HEARTBEAT_SECONDS=str(limits.CALL_HEARTBEAT_SECONDS),
-            **({"OPENAI_BASE_URL": model_base_url} if model_base_url else {}),
-        )
-        worker = function(
-            "ToolWorker",
-            "functions.tool_worker.handler.lambda_handler",
-            limits.WORKER_TIMEOUT_SECONDS,
-            [deps],
-            TOOLPIPE_HEARTBEAT_EVERY=str(limits.HEARTBEAT_EVERY_SECONDS),
-        )
-        worker.add_event_source(
-            # Batch size 1: every tool call runs in its own invocation.
-            sources.SqsEventSource(queue, batch_size=1, report_batch_item_failures=True)
-        )
-        api_fn = function("Api", "functions.api.handler.lambda_handler", limits.API_TIMEOUT_SECONDS, [deps])
-
-        flow_logs = logs.LogGroup(self, "RunFlowLogs", retention=logs.RetentionDays.ONE_MONTH)
-        machine = sfn.StateMachine(
-            self,
-            "RunFlow",
-            definition_body=sfn.DefinitionBody.from_string(definition_json()),
-            definition_substitutions={
-                ORCHESTRATOR_ARN: orchestrator.function_arn,
-                TOOL_QUEUE_URL: queue.queue_url,
-            },
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            tracing_enabled=True,
-            # Execution data would put each SQS message, task token included, in the logs.
-            logs=sfn.LogOptions(destination=flow_logs, level=sfn.LogLevel.ALL, include_execution_data=False),
-        )
-        # A definition given as a string grants nothing by itself: give it exactly what it calls.
-        orchestrator.grant_invoke(machine)
-        queue.grant_send_messages(machine)
-
-        # Large history items live under runs/: each function gets the object actions it uses there.
-        run_objects = contents.arn_for_objects("runs/*")
-        for fn, actions in (
-            (orchestrator, ["s3:GetObject", "s3:PutObject"]),
-            (worker, ["s3:GetObject", "s3:PutObject"]),
-            (api_fn, ["s3:GetObject", "s3:PutObject"]),
-        ):
-            fn.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=[run_objects]))
-            table.grant_read_write_data(fn)
-        model_key.grant_read(orchestrator)
-        machine.grant_task_response(worker)
-        # Agent tools: the worker starts a child run, whose orchestrator answers the parent's task.
-        machine.grant_start_execution(worker)
-        worker.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
-        # A policy of its own, not the role's default one: the function depends on its default
-        # policy and the state machine on the function, so a grant there would be a cycle.
-        # It answers a parent run's task, and starts the fresh execution a long run continues in.
-        iam.Policy(
-            self,
-            "OrchestratorAnswersParentTasks",
-            roles=[orchestrator.role],  # type: ignore[list-item]
-            statements=[
-                iam.PolicyStatement(
-                    actions=["states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"],
-                    resources=[machine.state_machine_arn],
-                ),
-                iam.PolicyStatement(actions=["states:StartExecution"], resources=[machine.state_machine_arn]),
-            ],
-        )
-        machine.grant_start_execution(api_fn)
-        api_fn.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
-        # `cdk deploy -c admin_principal=arn:aws:iam::...`: who may read every run, not only their own.
-        admin_principal = self.node.try_get_context("admin_principal")
-        if admin_principal:
-            api_fn.add_environment("TOOLPIPE_ADMIN_PRINCIPAL", str(admin_principal))
-
-        # `cdk deploy -c mcp_header_secrets=arn1,arn2`: the secrets agents' MCP servers read their
-        # headers from (`McpServer(headers_secret_arn=...)`). Only agent code names them, so the
-        # deployer lists them here; each function that lists or calls MCP tools may read them.
-        mcp_secrets = self.node.try_get_context("mcp_header_secrets")
-        if mcp_secrets:
-            arns = [arn.strip() for arn in str(mcp_secrets).split(",") if arn.strip()]
-            for fn in (orchestrator, worker, api_fn):
-                fn.add_to_role_policy(
-                    iam.PolicyStatement(
-                        actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
-                        resources=arns,
-                    )
-                )
-
-        self._fail_runs_of_ended_executions(machine, orchestrator)
-        # --- run events (infra/constructs/events.py): the bus, and who may publish to it ---
-        run_events = RunEvents(self, "RunEvents")
-        run_events.grant_publish(orchestrator, worker, api_fn)
-        CfnOutput(self, "EventBusName", value=run_events.bus.event_bus_name)
-        # --- end of run events ---
-
-        # --- triggers (infra/constructs/triggers.py): files and RunRequested events start runs ---
-        triggers = Triggers(
-            self,
-            "Triggers",
-            bus=run_events.bus,
-            table=table,
-            contents=contents,
-            machine=machine,
-            orchestrator=orchestrator,
-            worker=worker,
-            code=code,
-            layers=[deps],
-            environment=common_env,
-            options=TriggerOptions.from_context(self),
-        )
-        run_events.grant_publish(triggers.function)  # RunStarted for the runs it starts
-        # --- end triggers ---
-        api = self._rest_api(api_fn)
-
-        for fn in (orchestrator, worker, api_fn):
-            acknowledge(
-                fn,
-                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
-                reason="AWSLambdaBasicExecutionRole only lets the function write its own logs.",
-            )
-            acknowledge(
-                fn,
-                id="AwsSolutions-IAM5[Resource::*]",
-                reason="X-Ray tracing actions (PutTraceSegments, PutTelemetryRecords) support no resource-level scope.",
-            )
-            acknowledge(
-                fn,
-                id=f"AwsSolutions-IAM5[Resource::<{self.get_logical_id(contents.node.default_child)}.Arn>/runs/*]",  # type: ignore[arg-type]
-                reason="Object keys are made per run and message; the grant stops at the runs/ prefix of one bucket.",
-            )
-        acknowledge(
-            machine,
-            id="AwsSolutions-IAM5[Resource::*]",
-            reason="Step Functions log delivery and X-Ray actions support no resource-level scope.",
-        )
-        acknowledge(
-            machine,
-            id=f"AwsSolutions-IAM5[Resource::<{self.get_logical_id(orchestrator.node.default_child)}.Arn>:*]",  # type: ignore[arg-type]
-            reason="CDK's invoke grant covers the orchestrator's versions and aliases, that one function only.",
-        )
-
-        CfnOutput(self, "ApiUrl", value=api.url)
-        CfnOutput(self, "StateMachineArn", value=machine.state_machine_arn)
-        CfnOutput(self, "TableName", value=table.table_name)
-        CfnOutput(self, "ModelApiKeySecretArn", value=model_key.secret_arn)
-        CfnOutput(self, "ToolDeadLetterQueueUrl", value=dlq.queue_url)
-
-    def _fail_runs_of_ended_executions(
-        self, machine: sfn.StateMachine, orchestrator: lambda_.IFunction
-    ) -> None:
-        """An execution stopped by hand, or past its own timeout, ends where no state of it can
-        mark its run: an EventBridge rule hands each such ending to the orchestrator, whose
-        failure path (the one the state machine's Catch uses) is idempotent and answers a
-        parent's call for a child run. The orchestrator, not a function of its own: it already
-        has that path, the table and the right to answer parent tasks."""
-        dead_letters = sqs.Queue(
-            self,
-            "ExecutionEndedDeadLetters",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=Duration.days(14),
-        )
-        acknowledge(
-            dead_letters,
-            id="AwsSolutions-SQS3",
-            reason="This queue is itself the dead-letter queue of the execution-ended rule's target.",
-        )
-        request = {"action": EXECUTION_ENDED_ACTION} | {
-            name: events.EventField.from_path(path) for name, path in EXECUTION_ENDED_PATHS.items()
-        }
-        events.Rule(
-            self,
-            "ExecutionEnded",
-            description="Fail the run of a toolpipe execution that ended FAILED, TIMED_OUT or ABORTED",
-            event_pattern=events.EventPattern(
-                **_pattern_kwargs(execution_ended_pattern(machine.state_machine_arn))
-            ),
-            targets=[
-                targets.LambdaFunction(
-                    orchestrator,
-                    event=events.RuleTargetInput.from_object(request),
-                    dead_letter_queue=dead_letters,
-                    # A failed attempt is a throttle or an outage: retry for a day, then keep the
-                    # event in the DLQ for an operator (the run stays "running" until then).
-                    retry_attempts=185,
-                    max_event_age=Duration.hours(24),
-                )
-            ],
-        )
-        CfnOutput(self, "ExecutionEndedDeadLetterQueueUrl", value=dead_letters.queue_url)
-
-    def _rest_api(self, handler: lambda_.IFunction) -> apigw.RestApi:
-        access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=logs.RetentionDays.ONE_MONTH)
-        api = apigw.RestApi(
-            self,
-            "RunsApi",
-            description="Start and inspect toolpipe runs",
-            cloud_watch_role=True,
-            deploy_options=apigw.StageOptions(
-                stage_name="v1",
-                tracing_enabled=True,
-                logging_level=apigw.MethodLoggingLevel.ERROR,
-                data_trace_enabled=False,  # request bodies carry prompts
-                access_log_destination=apigw.LogGroupLogDestination(access_logs),
-                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
-                    caller=True,
-                    http_method=True,
-                    ip=True,
-                    protocol=True,
-                    request_time=True,
-                    resource_path=True,
-                    response_length=True,
-                    status=True,
-                    user=True,
-                ),
-            ),
-            default_method_options=apigw.MethodOptions(authorization_type=apigw.AuthorizationType.IAM),
-        )
-        run_request = api.add_model(
-            "StartRunRequest",
-            content_type="application/json",
-            schema=apigw.JsonSchema(
-                schema=apigw.JsonSchemaVersion.DRAFT4,
-                type=apigw.JsonSchemaType.OBJECT,
-                required=["prompt"],
-                additional_properties=False,
-                properties={
-                    "prompt": apigw.JsonSchema(
-                        type=apigw.JsonSchemaType.STRING, min_length=1, max_length=100_000
-                    ),
-                    "agent": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
-                    "timezone": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
-                    "tools": apigw.JsonSchema(
-                        type=apigw.JsonSchemaType.ARRAY,
-                        items=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
-                    ),
-                    # Refused by the handler unless TOOLPIPE_ALLOW_RUN_MCP_SERVERS is set.
-                    "mcp_servers": apigw.JsonSchema(
-                        type=apigw.JsonSchemaType.ARRAY,
-                        items=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
-                    ),
-                },
-            ),
-        )
-        validator = api.add_request_validator(
-            "Validator", validate_request_body=True, validate_request_parameters=True
-        )
-        integration = apigw.LambdaIntegration(handler)
-        runs = api.root.add_resource("runs")
-        runs.add_method(
-            "POST",
-            integration,
-            request_models={"application/json": run_request},
-            request_validator=validator,
-        )
-        run = runs.add_resource("{run_id}")
-        run.add_method(
-            "GET",
-            integration,
-            request_validator=validator,
-            request_parameters={"method.request.path.run_id": True},
-        )
-        messages = run.add_resource("messages")
-        messages.add_method(
-            "GET",
-            integration,
-            request_validator=validator,
-            request_parameters={"method.request.path.run_id": True},
-        )
-        messages.add_resource("{seq}").add_method(
-            "GET",
-            integration,
-            request_validator=validator,
-            request_parameters={"method.request.path.run_id": True, "method.request.path.seq": True},
-        )
-        acknowledge(
-            api,
-            id="AwsSolutions-COG4",
-            reason="Callers sign requests with IAM (SigV4); a Cognito user pool is the operator's choice.",
-        )
-        acknowledge(
-            api,
-            id="AwsSolutions-APIG3",
-            reason="WAF web ACLs are owned per organisation; associate yours with the v1 stage.",
-        )
-        acknowledge(
-            api,
-            id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
-            reason="API Gateway's account-level CloudWatch role uses the AWS managed push-to-logs policy.",
-        )
-        return api
+        (CDK's protected `allocateLogicalId`: jsii names protected members with a leading `_`.)
+        """
+        scopes = cfn_element.node.scopes
+        within = scopes[scopes.index(self) + 1 :]
+        return _make_unique_id([s.node.id for s in within if s.node.path not in self._flattened])
 
 
-def _pattern_kwargs(pattern: dict[str, Any]) -> dict[str, Any]:
-    """An EventBridge pattern as `events.EventPattern` keyword arguments."""
-    return {name.replace("-", "_"): value for name, value in pattern.items()}
+def pipeline_settings(node: Node) -> dict[str, Any]:
+    """`ToolPipeline`'s deployment choices from CDK context; a bad value is a one-line error."""
+    settings: dict[str, Any] = {"api_auth": ApiAuth.parse(node.try_get_context("api_auth") or "iam")}
+    rate, burst = node.try_get_context("api_throttle_rate"), node.try_get_context("api_throttle_burst")
+    if rate is not None or burst is not None:
+        default = Throttle()
+        settings["api_throttle"] = Throttle(
+            rate_per_second=default.rate_per_second
+            if rate is None
+            else _number("api_throttle_rate", rate, float),
+            burst=default.burst if burst is None else _number("api_throttle_burst", burst, int),
+        )
+    admin = node.try_get_context("admin_principal")
+    if admin:
+        settings["admin_principal"] = str(admin)
+    settings["triggers"] = TriggerOptions.from_context(node)  # the trigger_* keys (README "Triggers")
+    secrets = node.try_get_context("mcp_header_secrets")
+    if secrets:
+        settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]
+    return settings
+
+
+def _number(name: str, value: object, kind: type[int] | type[float]) -> Any:
+    # `-c name=VALUE` arrives as a string, cdk.json's as a JSON number.
+    try:
+        return kind(str(value))
+    except ValueError:
+        raise ValueError(
+            f"{name} must be {'an integer' if kind is int else 'a number'}, not {value!r}"
+        ) from None
+
+
+# CDK's `makeUniqueId` (aws-cdk-lib core/lib/private/uniqueid.ts, which it does not export):
+# every logical id CDK has allocated depends on it, so it cannot change without breaking every
+# deployed CDK stack. `tests/infra/test_stack.py` holds the ids it gives against known ones.
+_HIDDEN_ID, _HIDDEN_FROM_HUMAN_ID = "Default", "Resource"
+
+
+def _make_unique_id(components: list[str]) -> str:
+    components = [c for c in components if c != _HIDDEN_ID]
+    if len(components) == 1 and len(candidate := _alphanumeric(components[0])) <= 255:
+        return candidate
+    digest = hashlib.md5("/".join(components).encode(), usedforsecurity=False).hexdigest()[:8].upper()
+    human: list[str] = []
+    for c in components:
+        if not human or not human[-1].endswith(c):
+            human.append(c)
+    return "".join(_alphanumeric(c) for c in human if c != _HIDDEN_FROM_HUMAN_ID)[:240] + digest
+
+
+def _alphanumeric(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "", text)

@@ -38,14 +38,13 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as scheduler_targets
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
-from constructs import Construct
+from constructs import Construct, IConstruct, Node
 
 from infra import bundling
+from infra.functions import TRIGGERS
 from shared.settings import TriggerSettings
 from shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE, RUN_REQUESTED_SOURCE, RunRequestedDetail
 
-HANDLER = "functions.triggers.handler.lambda_handler"
-TIMEOUT_SECONDS = 60
 SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,48}$")
 
 
@@ -83,9 +82,9 @@ class TriggerOptions:
     schedules: list[TriggerSchedule] = field(default_factory=list)
 
     @classmethod
-    def from_context(cls, scope: Construct) -> "TriggerOptions":
+    def from_context(cls, node: Node) -> "TriggerOptions":
         def context(name: str) -> Any:
-            return scope.node.try_get_context(f"trigger_{name}")
+            return node.try_get_context(f"trigger_{name}")
 
         env = {
             var: str(context(name))
@@ -98,7 +97,7 @@ class TriggerOptions:
         return cls(TriggerSettings.from_env(env), [TriggerSchedule.parse(s) for s in schedules])
 
 
-def _acknowledge(construct: Construct, id: str, reason: str) -> None:
+def _acknowledge(construct: IConstruct, id: str, reason: str) -> None:
     Validations.of(construct).acknowledge(Acknowledgment(id=id, reason=reason))
 
 
@@ -153,14 +152,14 @@ class Triggers(Construct):
         )
         self.function = lambda_.Function(
             self,
-            "Function",
+            TRIGGERS.construct_id,
             runtime=bundling.RUNTIME,
             architecture=bundling.ARCHITECTURE,
             code=code,
-            handler=HANDLER,
+            handler=TRIGGERS.handler,
             layers=layers,
-            timeout=Duration.seconds(TIMEOUT_SECONDS),
-            memory_size=512,
+            timeout=Duration.seconds(TRIGGERS.timeout_seconds),
+            memory_size=TRIGGERS.memory_mb,
             tracing=lambda_.Tracing.ACTIVE,
             environment={
                 **environment,

@@ -16,6 +16,8 @@ from typing import Any
 
 from moto.awslambda.models import LambdaFunction
 
+from infra.functions import FunctionSpec
+
 _lock = threading.Lock()
 _installed = False
 
@@ -33,6 +35,13 @@ class LocalContext:
     log_stream_name: str = ""
     _started: float = field(default_factory=time.monotonic)
 
+    @classmethod
+    def of(cls, spec: FunctionSpec) -> "LocalContext":
+        """A new invocation's context for one of the stack's functions: its timeout, its memory."""
+        return cls(
+            function_name=spec.name, timeout_seconds=spec.timeout_seconds, memory_limit_in_mb=spec.memory_mb
+        )
+
     @property
     def invoked_function_arn(self) -> str:
         return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
@@ -44,6 +53,11 @@ class LocalContext:
 def call_handler(handler_path: str, event: Any, context: LocalContext) -> Any:
     module_name, function_name = handler_path.rsplit(".", 1)
     return getattr(importlib.import_module(module_name), function_name)(event, context)
+
+
+def call_function(spec: FunctionSpec, event: Any) -> Any:
+    """Invoke one of the stack's functions in-process, as Lambda would: its handler, a fresh context."""
+    return call_handler(spec.handler, event, LocalContext.of(spec))
 
 
 def _invoke_in_process(self: LambdaFunction, event: Any = None) -> tuple[str, bool, str]:

@@ -18,7 +18,8 @@
   operations already build their answer as the wire's JSON, so it is dumped as it is.
 - A query by partition key looked at every item of the table for the few of its partition: a
   run's step read its history in time that grew with every other run's. It looks at the
-  partition alone now (tables keep items by partition key, so the set is the same).
+  partition alone now (tables keep items by partition key, so the set is the same), and only at
+  the items its sort key condition admits.
 - An update expression's clause counts were checked at every node of its clause chain, each
   check walking the rest of the chain: quadratic in the clauses (a 12-counter update took
   ~7 ms). The root's counts cover every node's, so they are checked there once.
@@ -41,13 +42,17 @@ import threading
 from typing import Any
 
 import botocore.useragent
-from jsonpath_ng import parse as jsonpath_parse
-from jsonpath_ng.ext import parse as jsonpath_ext_parse
+from jsonpath_ng.ext.parser import parse as jsonpath_ext_parse
+from jsonpath_ng.parser import parse as jsonpath_parse
+from moto.core.models import botocore_stubber
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
-from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser, UpdateExpression
-from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]  # untyped module
+    DepthFirstTraverser,
+    UpdateExpression,
+)
+from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]  # untyped module
 from moto.dynamodb.parsing.validators import ActionCountValidator
 from moto.dynamodb.responses import DynamoResult
 from moto.stepfunctions.parser.asl.component.common.path import result_path
@@ -63,7 +68,7 @@ _clients_lock = threading.Lock()
 
 def cached_client(region: str, service: str, state_credentials: Any = None) -> Any:
     """moto's `boto_client_for`, one client per region, service and endpoint."""
-    key = (region, service, bool(boto_client.botocore_stubber.enabled))
+    key = (region, service, bool(botocore_stubber.enabled))
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
@@ -81,7 +86,7 @@ def _setup_heartbeat_endpoint(self: CallbackEndpoint, heartbeat_seconds: int) ->
     # `notify` stores the outcome before it reads the endpoint: whichever runs second sees
     # the other's write, so an outcome that came in first still ends the wait.
     if self.get_outcome() is not None:
-        endpoint.notify()
+        endpoint.notify()  # type: ignore[no-untyped-call]  # moto leaves `notify` unannotated
     return endpoint
 
 
@@ -89,7 +94,7 @@ def _notify_heartbeat(self: CallbackEndpoint) -> bool:
     endpoint = self._heartbeat_endpoint
     if endpoint is None:
         return True  # the task is live; its heartbeat clock has not started yet
-    endpoint.notify()
+    endpoint.notify()  # type: ignore[no-untyped-call]  # moto leaves `notify` unannotated
     return True
 
 
@@ -177,18 +182,23 @@ def _execute_result_as_built(self: DynamoResult, context: Any) -> Any:
 
 _query = Table.query
 _all_items = Table.all_items
-_partition = threading.local()  # the partition a base-table query on this thread looks at
+_partition = threading.local()  # the partition (and sort key condition) a base-table query reads
 
 
 def _query_one_partition(self: Table, hash_key: DynamoType | None, *args: Any, **kwargs: Any) -> Any:
     index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)
     if index_name or hash_key is None:
         return _query(self, hash_key, *args, **kwargs)
+    range_comparison = kwargs.get("range_comparison", args[0] if args else None)
+    range_objs = kwargs.get("range_objs", args[1] if len(args) > 1 else [])
     _partition.key = hash_key
+    _partition.condition = (
+        (range_comparison, range_objs) if self.range_key_attr and range_comparison else None
+    )
     try:
         return _query(self, hash_key, *args, **kwargs)
     finally:
-        _partition.key = None
+        _partition.key = _partition.condition = None
 
 
 def _items_of_partition(self: Table) -> list[Item]:
@@ -198,7 +208,15 @@ def _items_of_partition(self: Table) -> list[Item]:
     found = self.items.get(hash_key)  # get, not []: the dict is a defaultdict
     if found is None:
         return []
-    return list(found.values()) if self.range_key_attr else [found]  # type: ignore[list-item]
+    if not self.range_key_attr:
+        return [found]  # type: ignore[list-item]
+    condition = _partition.condition
+    if condition is None:
+        return list(found.values())
+    # The sort key condition picks the same items before moto sorts them as after: a query for
+    # the newest items of a long history sorts those few, not the whole partition.
+    comparison, values = condition
+    return [item for item in found.values() if item.range_key.compare(comparison, values)]
 
 
 _count_at_every_node = ActionCountValidator.traverse
@@ -244,25 +262,27 @@ def install() -> None:
         for module in list(sys.modules.values()):
             if getattr(module, "boto_client_for", None) is _original_client:
                 module.boto_client_for = cached_client  # type: ignore[attr-defined]
-        json_path.parse = cached_parse
+        # Rebinds the name each module looks `parse` up by (imported there, not exported).
+        json_path.parse = cached_parse  # type: ignore[attr-defined]
         result_path.parse = cached_result_path_parse  # type: ignore[attr-defined]
         CallbackEndpoint.setup_heartbeat_endpoint = _setup_heartbeat_endpoint  # type: ignore[method-assign]
         CallbackEndpoint.notify_heartbeat = _notify_heartbeat  # type: ignore[method-assign]
-        moto.dynamodb.models.copy = _TablesNotCopied  # type: ignore[assignment]
+        # Rebinds the `copy` module the backend looks up (imported there, not exported).
+        moto.dynamodb.models.copy = _TablesNotCopied  # type: ignore[attr-defined, assignment]
         DynamoDBBackend.transact_write_items = _transact_write_items_copying_items  # type: ignore[method-assign]
-        DynamoResult.execute_result = _execute_result_as_built  # type: ignore[method-assign]
-        ActionCountValidator.traverse = _count_at_the_root  # type: ignore[method-assign]
-        DepthFirstTraverser.nodes_to_be_processed = _types_handled  # type: ignore[method-assign]
-        DepthFirstTraverser.process = _process_once_mapped  # type: ignore[method-assign]
-        UpdateExpressionParser.make = classmethod(  # type: ignore[method-assign, assignment]
-            functools.lru_cache(maxsize=512)(UpdateExpressionParser.make.__func__)  # type: ignore[attr-defined]
+        DynamoResult.execute_result = _execute_result_as_built  # type: ignore[method-assign, assignment]
+        ActionCountValidator.traverse = _count_at_the_root
+        DepthFirstTraverser.nodes_to_be_processed = _types_handled
+        DepthFirstTraverser.process = _process_once_mapped
+        UpdateExpressionParser.make = classmethod(
+            functools.lru_cache(maxsize=512)(UpdateExpressionParser.make.__func__)  # type: ignore[arg-type]
         )
         Table.query = _query_one_partition  # type: ignore[method-assign]
         Table.all_items = _items_of_partition  # type: ignore[method-assign]
         # Response classes do not change once imported: their method lists need listing once.
-        moto.core.responses.method_names_from_class = functools.cache(  # type: ignore[attr-defined]
-            moto.core.responses.method_names_from_class
-        )
+        responses = moto.core.responses
+        listed = responses.method_names_from_class  # type: ignore[attr-defined]  # imported there, not exported
+        responses.method_names_from_class = functools.cache(listed)  # type: ignore[attr-defined]
         botocore.useragent.sanitize_user_agent_string_component = functools.lru_cache(maxsize=4096)(
             botocore.useragent.sanitize_user_agent_string_component
         )

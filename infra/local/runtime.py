@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.parse
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from infra.definition import (
     matches,
     substitute,
 )
+from infra.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
 from infra.local import execution_events, lambdas, moto_patches, persistence, recovery, serial, triggers
 from infra.local.workers import WorkerPool
 from shared.history.store import DynamoHistoryStore
@@ -59,16 +61,8 @@ TABLE = "toolpipe-local"
 BUCKET = "toolpipe-local-contents"
 # The stack's own bus for run events (shared/runs/events.py); subscribe with a rule on it.
 EVENT_BUS = "toolpipe-local-events"
-ORCHESTRATOR_HANDLER = "functions.orchestrator.handler.lambda_handler"
-API_HANDLER = "functions.api.handler.lambda_handler"
 # The identity local requests carry, as API Gateway reports an IAM user.
 LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"
-_HANDLER_MODULES = (
-    "functions.orchestrator.handler",
-    "functions.tool_worker.handler",
-    "functions.api.handler",
-    "functions.triggers.handler",
-)
 
 
 class LocalRuntime:
@@ -142,7 +136,7 @@ class LocalRuntime:
         if self._state_dir is not None:
             self._load_state(self._state_dir)
         self.workers = WorkerPool(
-            self.sqs, self.queue_url, self.queue_arn, self._worker_count, limits.WORKER_TIMEOUT_SECONDS
+            self.sqs, self.queue_url, self.queue_arn, self._worker_count, TOOL_WORKER.timeout_seconds
         )
         self.workers.start()
         triggers.notify_on_input_prefix(self.s3, self._triggers_arn)
@@ -192,9 +186,9 @@ class LocalRuntime:
     def _cold_start() -> None:
         # Handlers read settings and build services once per cold start; a new runtime is a
         # new cold start, so modules already imported are imported again.
-        for name in _HANDLER_MODULES:
-            if name in sys.modules:
-                importlib.reload(sys.modules[name])
+        for spec in FUNCTIONS.values():
+            if spec.module in sys.modules:
+                importlib.reload(sys.modules[spec.module])
 
     def _create_resources(self) -> None:
         self.dynamodb: DynamoDBClient = boto3.client("dynamodb", region_name=REGION)
@@ -228,12 +222,13 @@ class LocalRuntime:
         )["Role"]["Arn"]
         self.lambda_client = boto3.client("lambda", region_name=REGION)
         orchestrator_arn = self.lambda_client.create_function(
-            FunctionName="toolpipe-local-orchestrator",
+            FunctionName=f"toolpipe-local-{ORCHESTRATOR.name}",
             Runtime="python3.11",
             Role=role_arn,
-            Handler=ORCHESTRATOR_HANDLER,
+            Handler=ORCHESTRATOR.handler,
             Code={"ZipFile": b"in-process"},  # never unpacked: lambdas.install() runs the handler
-            Timeout=limits.ORCHESTRATOR_TIMEOUT_SECONDS,
+            Timeout=ORCHESTRATOR.timeout_seconds,
+            MemorySize=ORCHESTRATOR.memory_mb,
         )["FunctionArn"]
 
         self._triggers_arn = triggers.create_s3_trigger(self.s3, self.lambda_client, role_arn)
@@ -291,11 +286,7 @@ class LocalRuntime:
             "body": None if body is None else body if isinstance(body, str) else json.dumps(body),
             "isBase64Encoded": False,
         }
-        response = lambdas.call_handler(
-            API_HANDLER,
-            event,
-            lambdas.LocalContext(function_name="api", timeout_seconds=limits.API_TIMEOUT_SECONDS),
-        )
+        response = lambdas.call_function(API, event)
         payload = response.get("body")
         return int(response["statusCode"]), json.loads(payload) if payload else None
 
@@ -309,13 +300,7 @@ class LocalRuntime:
     def _execution_status_changed(self, event: dict[str, Any]) -> None:
         """The stack's rule: an execution of this state machine that ended badly fails its run."""
         if matches(execution_ended_pattern(self.state_machine_arn), event):
-            lambdas.call_handler(
-                ORCHESTRATOR_HANDLER,
-                execution_ended_request(event),
-                lambdas.LocalContext(
-                    function_name="orchestrator", timeout_seconds=limits.ORCHESTRATOR_TIMEOUT_SECONDS
-                ),
-            )
+            lambdas.call_function(ORCHESTRATOR, execution_ended_request(event))
 
     # --- runs ------------------------------------------------------------------------------
 
@@ -338,6 +323,7 @@ class LocalRuntime:
         while True:
             ended = execution_events.endings()
             execution = self.current_execution(run_id)
+            described: Mapping[str, Any]
             try:
                 described = self.sfn.describe_execution(executionArn=self.execution_arn(run_id, execution))
             except self.sfn.exceptions.ExecutionDoesNotExist:
@@ -389,7 +375,7 @@ class LocalRuntime:
         kwargs: dict[str, Any] = {"executionArn": self.execution_arn(run_id), "maxResults": 1000}
         while True:
             page = self.sfn.get_execution_history(**kwargs)
-            events.extend(page["events"])
+            events.extend(dict(event) for event in page["events"])
             if not page.get("nextToken"):
                 return events
             kwargs["nextToken"] = page["nextToken"]

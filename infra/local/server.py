@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from moto.core.botocore_stubber import BotocoreStubber
 
-from infra import limits
+from infra.functions import API
 from infra.local import lambdas
 from infra.local.client import CALLER_HEADER, HEALTH_PATH, STAGE
-from infra.local.runtime import API_HANDLER, LOCAL_CALLER
+from infra.local.runtime import LOCAL_CALLER
 
 if TYPE_CHECKING:
     from infra.local.runtime import LocalRuntime
@@ -154,10 +154,9 @@ class ApiFunction:
         self._lock = threading.Lock()
 
     def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
-        context = lambdas.LocalContext(function_name="api", timeout_seconds=limits.API_TIMEOUT_SECONDS)
         with self._lock:
             try:
-                response = lambdas.call_handler(API_HANDLER, event, context)
+                response = lambdas.call_function(API, event)
             except Exception:
                 # What API Gateway answers when the function itself fails.
                 log.exception("api function failed")

@@ -27,20 +27,20 @@ from typing import TYPE_CHECKING, Any
 
 from moto.s3 import notifications
 
+from infra.functions import TRIGGERS
 from infra.local.lambdas import LocalContext, call_handler
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
-    from mypy_boto3_lambda.client import LambdaClient
     from mypy_boto3_s3.client import S3Client
     from mypy_boto3_sqs.client import SQSClient
 
-TRIGGERS_HANDLER = "functions.triggers.handler.lambda_handler"
+TRIGGERS_HANDLER = TRIGGERS.handler
 HANDLER = "infra.local.triggers.sqs_to_triggers"  # the queue consumer standing in for the rule's target
 TRIGGER_BUCKET = "toolpipe-local-inputs"
 INPUT_PREFIX = "inbox/"
 OUTPUT_PREFIX = "answers/"
-TRIGGERS_TIMEOUT_SECONDS = 60
+TRIGGERS_TIMEOUT_SECONDS = TRIGGERS.timeout_seconds
 # The RunRequested rule's pattern, as the stack's (infra/constructs/triggers.py).
 RUN_REQUESTED_PATTERN = {"source": ["toolpipe"], "detail-type": ["RunRequested"]}
 
@@ -92,17 +92,19 @@ def sqs_to_triggers(event: dict[str, Any], context: LocalContext) -> dict[str, A
     return {"batchItemFailures": failures}
 
 
-def create_s3_trigger(s3: "S3Client", lambdas: "LambdaClient", role_arn: str) -> str:
+def create_s3_trigger(s3: "S3Client", lambdas: Any, role_arn: str) -> str:  # Any: no Lambda stubs here
     """The trigger bucket and the function its input prefix notifies; the function's ARN."""
     s3.create_bucket(Bucket=TRIGGER_BUCKET)
-    return lambdas.create_function(
-        FunctionName="toolpipe-local-triggers",
-        Runtime="python3.11",
-        Role=role_arn,
-        Handler=TRIGGERS_HANDLER,
-        Code={"ZipFile": b"in-process"},  # never unpacked: lambdas.install() runs the handler
-        Timeout=TRIGGERS_TIMEOUT_SECONDS,
-    )["FunctionArn"]
+    return str(
+        lambdas.create_function(
+            FunctionName="toolpipe-local-triggers",
+            Runtime="python3.11",
+            Role=role_arn,
+            Handler=TRIGGERS_HANDLER,
+            Code={"ZipFile": b"in-process"},  # never unpacked: lambdas.install() runs the handler
+            Timeout=TRIGGERS_TIMEOUT_SECONDS,
+        )["FunctionArn"]
+    )
 
 
 def notify_on_input_prefix(s3: "S3Client", function_arn: str) -> None:

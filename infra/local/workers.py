@@ -6,7 +6,9 @@ timeout when the handler reports it in `batchItemFailures` or raises.
 
 Idle workers sleep until a message is sent to their queue: every request moto serves is
 announced by `infra/local/serial.py`, and a `SendMessage` to the queue wakes one worker. A
-worker that finds nothing waits again; a slow safety poll (one receive per pool every
+worker that finds nothing waits again. A worker that just handled a message receives again
+only when a send came while no worker was asleep to take it (no empty receive after each
+message). A slow safety poll (one receive per pool every
 `SAFETY_POLL_SECONDS`) picks up what no send announces: messages whose visibility timeout
 ran out, and sends made before the pool started.
 """
@@ -15,15 +17,16 @@ import json
 import logging
 import random
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from infra.functions import TOOL_WORKER
 from infra.local import serial
 from infra.local.lambdas import LocalContext, call_handler
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
 
-WORKER_HANDLER = "functions.tool_worker.handler.lambda_handler"
 # How often the pool as a whole polls an idle queue: the delay before a message whose
 # visibility timeout ran out is received again. Each receive costs ~2 ms of moto's request path.
 SAFETY_POLL_SECONDS = 0.5
@@ -32,7 +35,7 @@ _WAKING_TARGETS = (b"AmazonSQS.SendMessage", b"AmazonSQS.SendMessageBatch")
 
 
 def sqs_record(
-    message: dict[str, Any], queue_arn: str = "arn:aws:sqs:us-east-1:123456789012:tools"
+    message: Mapping[str, Any], queue_arn: str = "arn:aws:sqs:us-east-1:123456789012:tools"
 ) -> dict[str, Any]:
     """One record of the event Lambda's SQS poller sends, from a `ReceiveMessage` message."""
     return {
@@ -74,7 +77,7 @@ class WorkerPool:
         size: int,
         timeout_seconds: int,
         safety_poll_seconds: float = SAFETY_POLL_SECONDS,
-        handler: str = WORKER_HANDLER,
+        handler: str = TOOL_WORKER.handler,
     ) -> None:
         self._sqs = sqs
         self._handler = handler
@@ -93,6 +96,7 @@ class WorkerPool:
         # has not moved since, so a send landing between the receive and the wait is not lost.
         self._wake = threading.Condition()
         self._sends = 0
+        self._unwoken = 0  # sends made while no worker slept: a worker that is done takes each
         self.idle_workers = 0  # workers asleep until a send or their safety poll
 
     @property
@@ -117,10 +121,12 @@ class WorkerPool:
             self.wake()
 
     def wake(self) -> None:
-        """A message may be waiting that no `SendMessage` announced (an EventBridge rule's
-        delivery, made inside moto): one idle worker receives now."""
+        """A message may be waiting: one idle worker receives now. Also for a message no
+        `SendMessage` announced (an EventBridge rule's delivery, made inside moto)."""
         with self._wake:
             self._sends += 1
+            if not self.idle_workers:
+                self._unwoken += 1
             self._wake.notify()
 
     def _idle_wait(self, seen: int) -> None:
@@ -135,9 +141,22 @@ class WorkerPool:
                 finally:
                     self.idle_workers -= 1
 
+    def _more_to_take(self) -> bool:
+        """After a message: is there a send no worker was woken for?"""
+        with self._wake:
+            if self._unwoken:
+                self._unwoken -= 1
+                return True
+            return False
+
     def _loop(self) -> None:
+        just_handled = False
         while not self._stop.is_set():
             seen = self._sends
+            if just_handled and not self._more_to_take():
+                just_handled = False
+                self._idle_wait(seen)
+                continue
             try:
                 # Short polls: a long poll waits inside moto's request, which holds the lock that
                 # every other local request needs (infra/local/serial.py).
@@ -149,6 +168,7 @@ class WorkerPool:
                 messages = received.get("Messages", [])
                 for message in messages:
                     self._handle(message)
+                just_handled = bool(messages)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException:  # a worker thread outlives anything one invocation raises
@@ -160,7 +180,7 @@ class WorkerPool:
             if not messages:
                 self._idle_wait(seen)
 
-    def _handle(self, message: dict[str, Any]) -> None:
+    def _handle(self, message: Mapping[str, Any]) -> None:
         event = {"Records": [sqs_record(message, self._queue_arn)]}
         with self._count_lock:
             self.invocations += 1
@@ -168,7 +188,11 @@ class WorkerPool:
             response = call_handler(
                 self._handler,
                 event,
-                LocalContext(function_name="tool-worker", timeout_seconds=self._timeout),
+                LocalContext(
+                    function_name=TOOL_WORKER.name,
+                    timeout_seconds=self._timeout,
+                    memory_limit_in_mb=TOOL_WORKER.memory_mb,
+                ),
             )
         except (KeyboardInterrupt, SystemExit):
             raise

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from infra.local.lambdas import LocalContext, call_handler
-from infra.local.runtime import API_HANDLER, LOCAL_CALLER
+from infra.functions import API
+from infra.local.lambdas import call_function
+from infra.local.runtime import LOCAL_CALLER
 from tests.conftest import Pipeline, Reply, _pipeline, call
 
 
@@ -265,7 +266,7 @@ def _event(
 
 
 def _raw(event: dict) -> tuple[int, Any]:
-    response = call_handler(API_HANDLER, event, LocalContext(function_name="api", timeout_seconds=29))
+    response = call_function(API, event)
     return int(response["statusCode"]), json.loads(response["body"]) if response.get("body") else None
 
 

@@ -6,8 +6,9 @@ import json
 import random
 from typing import Any
 
-from infra.local.lambdas import LocalContext, call_handler
-from infra.local.runtime import API_HANDLER, LOCAL_CALLER
+from infra.functions import API
+from infra.local.lambdas import call_function
+from infra.local.runtime import LOCAL_CALLER
 from tests.conftest import Pipeline
 
 # Values no start field accepts.
@@ -155,7 +156,7 @@ def test_hostile_requests_never_get_a_5xx_nor_write(pipeline: Pipeline) -> None:
 
     answers = []
     for event in events:
-        response = call_handler(API_HANDLER, event, LocalContext(function_name="api", timeout_seconds=29))
+        response = call_function(API, event)
         body = json.loads(response["body"])
         answers.append((int(response["statusCode"]), event["httpMethod"], event["path"][:40], body))
 

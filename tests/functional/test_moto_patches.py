@@ -228,5 +228,22 @@ def test_a_query_reads_its_partition_alone_and_answers_as_before(monkeypatch: An
             )["Items"]
             == []
         )
-        assert set(looked_at) <= {30, 0}  # never the table's 90
+        between = client.query(
+            TableName="t",
+            KeyConditionExpression="pk = :p AND sk BETWEEN :a AND :b",
+            ExpressionAttributeValues={":p": {"S": "c"}, ":a": {"S": "MSG#005"}, ":b": {"S": "MSG#007"}},
+        )["Items"]
+        assert [int(i["v"]["N"]) for i in between] == [5, 6, 7]
+        prefixed = client.query(
+            TableName="t",
+            KeyConditionExpression="pk = :p AND begins_with(sk, :s)",
+            ExpressionAttributeValues={":p": {"S": "a"}, ":s": {"S": "MSG#02"}},
+        )["Items"]
+        assert [int(i["v"]["N"]) for i in prefixed] == list(range(20, 30))
+        assert set(looked_at) <= {
+            20,
+            10,
+            3,
+            0,
+        }  # the 20 its condition admits: not the partition's 30 or the table's 90
         assert len(client.scan(TableName="t")["Items"]) == 90  # a scan still sees every item

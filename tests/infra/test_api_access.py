@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from infra.app import SKIP_BUNDLING
+from infra.functions import API
 
 ADMIN = "arn:aws:iam::123456789012:role/Operator"
 MCP_SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:docs-mcp"
@@ -12,9 +13,7 @@ MCP_SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:docs-mcp"
 
 def _api_environment(template: Any) -> dict[str, Any]:
     functions = template.find_resources("AWS::Lambda::Function")
-    api = next(
-        f for f in functions.values() if f["Properties"]["Handler"] == "functions.api.handler.lambda_handler"
-    )
+    api = next(f for f in functions.values() if f["Properties"]["Handler"] == API.handler)
     return dict(api["Properties"]["Environment"]["Variables"])
 
 

@@ -4,12 +4,9 @@ that publish may put events on it, and only on it."""
 import json
 from typing import Any
 
-HANDLERS = {
-    "functions.api.handler.lambda_handler",
-    "functions.orchestrator.handler.lambda_handler",
-    "functions.tool_worker.handler.lambda_handler",
-    "functions.triggers.handler.lambda_handler",  # RunStarted for the runs it starts
-}
+from infra.functions import FUNCTIONS
+
+HANDLERS = {spec.handler for spec in FUNCTIONS.values()}
 
 
 def test_the_stack_has_its_own_bus_and_names_it_in_an_output(template: Any) -> None:

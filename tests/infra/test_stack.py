@@ -13,6 +13,7 @@ from aws_cdk.assertions import Capture, Match
 
 from infra import limits
 from infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json
+from infra.functions import FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,9 +36,7 @@ def test_one_standard_state_machine_runs_the_shared_definition(template: Any) ->
     assert props["StateMachineType"] == "STANDARD"
     # Exactly the definition the local runtime executes.
     assert props["DefinitionString"] == definition_json()
-    orchestrator = _logical(
-        template, "AWS::Lambda::Function", Handler="functions.orchestrator.handler.lambda_handler"
-    )
+    orchestrator = _logical(template, "AWS::Lambda::Function", Handler=ORCHESTRATOR.handler)
     queue = _logical(template, "AWS::SQS::Queue", RedrivePolicy=Match.any_value())
     assert props["DefinitionSubstitutions"] == {
         ORCHESTRATOR_ARN: {"Fn::GetAtt": [orchestrator, "Arn"]},
@@ -61,7 +60,7 @@ def test_tool_queue_has_a_dlq_and_six_times_the_worker_timeout(template: Any) ->
     assert dlq.as_string() in template.find_resources("AWS::SQS::Queue")
     template.has_resource_properties(
         "AWS::Lambda::Function",
-        {"Handler": "functions.tool_worker.handler.lambda_handler", "Timeout": limits.WORKER_TIMEOUT_SECONDS},
+        {"Handler": TOOL_WORKER.handler, "Timeout": limits.WORKER_TIMEOUT_SECONDS},
     )
     template.has_resource_properties(
         "AWS::Lambda::EventSourceMapping",
@@ -96,7 +95,7 @@ def test_functions_share_one_code_asset_and_only_the_orchestrator_gets_openai(te
 def test_model_key_comes_from_secrets_manager_not_the_environment(template: Any) -> None:
     secret = _logical(template, "AWS::SecretsManager::Secret")
     orchestrator = template.find_resources(
-        "AWS::Lambda::Function", {"Properties": {"Handler": "functions.orchestrator.handler.lambda_handler"}}
+        "AWS::Lambda::Function", {"Properties": {"Handler": ORCHESTRATOR.handler}}
     )
     env = next(iter(orchestrator.values()))["Properties"]["Environment"]["Variables"]
     assert env["OPENAI_API_KEY_SECRET_ARN"] == {"Ref": secret}
@@ -202,9 +201,7 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
     from infra.definition import execution_ended_request
 
     machine = _logical(template, "AWS::StepFunctions::StateMachine")
-    orchestrator = _logical(
-        template, "AWS::Lambda::Function", Handler="functions.orchestrator.handler.lambda_handler"
-    )
+    orchestrator = _logical(template, "AWS::Lambda::Function", Handler=ORCHESTRATOR.handler)
     rule_id, rule = next(
         (name, r)
         for name, r in template.find_resources("AWS::Events::Rule").items()
@@ -246,3 +243,53 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
             "SourceArn": {"Fn::GetAtt": [rule_id, "Arn"]},
         },
     )
+
+
+# The ids the stack's resources had when it was one construct (before infra/constructs/).
+# CloudFormation replaces a resource whose id changes: the retained table, bucket and secret
+# would be orphaned and new, empty ones made. Only Lambda permissions and the event source
+# mapping changed id in the split (CDK names them after their targets' full paths).
+DEPLOYED_IDS = {
+    "HistoryC127576E",
+    "ContentsE890674E",
+    "ModelApiKeyF7948A61",
+    "ToolCallsD9D4B760",
+    "ToolDeadLetters4A9E45FE",
+    "ExecutionEndedDeadLetters38BFD48E",
+    "ExecutionEndedCD26BCE0",
+    "RunFlowD6B0121A",
+    "RunFlowRole14A27685",
+    "RunFlowLogs9C51F68C",
+    "Orchestrator6EF1216F",
+    "OrchestratorAnswersParentTasksBED89DE7",
+    "ToolWorkerD2951D5C",
+    "ApiF70053CD",
+    "ApiServiceRole1BD550DA",
+    "Dependencies1F4ECB40",
+    "ModelClient5FB5F3CA",
+    "RunsApiED2ADE92",
+    "RunsApiDeploymentStagev1FC2C1700",
+    "ApiAccessLogsE9DF007D",
+}
+
+
+def test_the_stack_keeps_the_logical_ids_it_was_deployed_with(template: Any) -> None:
+    resources = template.to_json()["Resources"]
+    assert set(resources) >= DEPLOYED_IDS, sorted(DEPLOYED_IDS - set(resources))
+    assert set(template.to_json()["Outputs"]) >= {"ApiUrl", "StateMachineArn", "TableName"}
+
+
+def test_each_function_deploys_as_its_spec_says(template: Any) -> None:
+    """The handler, timeout and memory the CLI and the local runtime use are what deploys."""
+    deployed = {
+        f["Properties"]["Handler"]: f["Properties"]
+        for f in template.find_resources(
+            "AWS::Lambda::Function", {"Properties": {"Runtime": "python3.14"}}
+        ).values()
+    }
+    assert set(deployed) == {spec.handler for spec in FUNCTIONS.values()}
+    for spec in FUNCTIONS.values():
+        assert (deployed[spec.handler]["Timeout"], deployed[spec.handler]["MemorySize"]) == (
+            spec.timeout_seconds,
+            spec.memory_mb,
+        )

@@ -8,11 +8,11 @@ invariant from what would deploy, not from the constants that built it.
 from dataclasses import dataclass
 from typing import Any
 
-from infra import limits
+from infra import functions, limits
 from shared.settings import CallTimeouts, WorkerSettings
 
-ORCHESTRATOR = "functions.orchestrator.handler.lambda_handler"
-WORKER = "functions.tool_worker.handler.lambda_handler"
+ORCHESTRATOR = functions.ORCHESTRATOR.handler
+WORKER = functions.TOOL_WORKER.handler
 
 
 @dataclass(frozen=True)

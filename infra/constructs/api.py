@@ -1,0 +1,199 @@
+"""The runs REST API and how callers authenticate to it."""
+
+import enum
+from dataclasses import dataclass
+
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.constructs.nag import acknowledge
+
+
+class ApiAuth(enum.StrEnum):
+    """How callers authenticate. Either way the API function reads the caller from the request
+    context API Gateway fills in, never from the request: the signer's ARN with IAM, the key's
+    id (`api-key:<id>`) with an API key. That principal owns the runs it starts."""
+
+    IAM = "iam"  # SigV4-signed requests; an IAM policy grants execute-api:Invoke
+    API_KEY = "api_key"  # an `x-api-key` header; a usage plan throttles each key
+
+    @classmethod
+    def parse(cls, value: object) -> "ApiAuth":
+        try:
+            return cls(str(value))
+        except ValueError:
+            choices = " or ".join(repr(a.value) for a in cls)
+            raise ValueError(f"api_auth must be {choices}, not {value!r}") from None
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """The usage plan's limits for each API key: a steady rate and a burst above it."""
+
+    rate_per_second: float = 10.0
+    burst: int = 20
+
+    def __post_init__(self) -> None:
+        if not self.rate_per_second > 0:
+            raise ValueError(
+                f"the API throttle rate must be above 0 requests a second, not {self.rate_per_second}"
+            )
+        if self.burst < 1:
+            raise ValueError(f"the API throttle burst must be at least 1 request, not {self.burst}")
+
+
+class Api(Construct):
+    """`POST /runs`, `GET /runs/{run_id}`, `GET /runs/{run_id}/messages[/{seq}]` on stage `v1`,
+    all proxied to the API function. IAM authorization on every method by default; with
+    `auth=ApiAuth.API_KEY`, an API key on every method instead, and a usage plan throttling it."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        handler: lambda_.IFunction,
+        auth: ApiAuth = ApiAuth.IAM,
+        throttle: Throttle | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if throttle is not None and auth is not ApiAuth.API_KEY:
+            # Refused rather than ignored: a deployer who set a throttle expects one.
+            raise ValueError(
+                "an API throttle applies to api_auth='api_key' only (IAM callers have no usage plan)"
+            )
+        access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=logs.RetentionDays.ONE_MONTH)
+        self.rest_api = apigw.RestApi(
+            self,
+            "RunsApi",
+            description="Start and inspect toolpipe runs",
+            cloud_watch_role=True,
+            deploy_options=apigw.StageOptions(
+                stage_name="v1",
+                tracing_enabled=True,
+                logging_level=apigw.MethodLoggingLevel.ERROR,
+                data_trace_enabled=False,  # request bodies carry prompts
+                access_log_destination=apigw.LogGroupLogDestination(access_logs),
+                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
+                    caller=True,
+                    http_method=True,
+                    ip=True,
+                    protocol=True,
+                    request_time=True,
+                    resource_path=True,
+                    response_length=True,
+                    status=True,
+                    user=True,
+                ),
+            ),
+            default_method_options=(
+                apigw.MethodOptions(authorization_type=apigw.AuthorizationType.IAM)
+                if auth is ApiAuth.IAM
+                else apigw.MethodOptions(
+                    authorization_type=apigw.AuthorizationType.NONE, api_key_required=True
+                )
+            ),
+        )
+        self._routes(handler)
+        acknowledge(
+            self.rest_api,
+            id="AwsSolutions-COG4",
+            reason="Callers authenticate with IAM (SigV4) or an API key, as the deployer chose; a Cognito "
+            "user pool is the operator's choice.",
+        )
+        acknowledge(
+            self.rest_api,
+            id="AwsSolutions-APIG3",
+            reason="WAF web ACLs are owned per organisation; associate yours with the v1 stage.",
+        )
+        acknowledge(
+            self.rest_api,
+            id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
+            reason="API Gateway's account-level CloudWatch role uses the AWS managed push-to-logs policy.",
+        )
+
+        self.api_key: apigw.IApiKey | None = None
+        self.usage_plan: apigw.UsagePlan | None = None
+        if auth is ApiAuth.API_KEY:
+            self._api_key(throttle or Throttle())
+
+    def _api_key(self, throttle: Throttle) -> None:
+        """One key (its value generated by API Gateway) in a usage plan that throttles it."""
+        self.usage_plan = self.rest_api.add_usage_plan(
+            "UsagePlan",
+            description="toolpipe runs API: per-key throttling",
+            throttle=apigw.ThrottleSettings(rate_limit=throttle.rate_per_second, burst_limit=throttle.burst),
+            api_stages=[apigw.UsagePlanPerApiStage(api=self.rest_api, stage=self.rest_api.deployment_stage)],
+        )
+        self.api_key = self.rest_api.add_api_key(
+            "ApiKey", description="Calls the toolpipe runs API; its id is the caller that owns the runs"
+        )
+        self.usage_plan.add_api_key(self.api_key)
+        acknowledge(
+            self.rest_api,
+            id="AwsSolutions-APIG4",
+            reason="The deployer chose API keys (api_auth='api_key'): every method requires a key, a "
+            "usage plan throttles it, and the key's id is the caller that owns its runs.",
+        )
+
+    def _routes(self, handler: lambda_.IFunction) -> None:
+        api = self.rest_api
+        run_request = api.add_model(
+            "StartRunRequest",
+            content_type="application/json",
+            schema=apigw.JsonSchema(
+                schema=apigw.JsonSchemaVersion.DRAFT4,
+                type=apigw.JsonSchemaType.OBJECT,
+                required=["prompt"],
+                additional_properties=False,
+                properties={
+                    "prompt": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.STRING, min_length=1, max_length=100_000
+                    ),
+                    "agent": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
+                    "timezone": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
+                    "tools": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.ARRAY,
+                        items=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
+                    ),
+                    # Refused by the handler unless TOOLPIPE_ALLOW_RUN_MCP_SERVERS is set.
+                    "mcp_servers": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.ARRAY,
+                        items=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
+                    ),
+                },
+            ),
+        )
+        validator = api.add_request_validator(
+            "Validator", validate_request_body=True, validate_request_parameters=True
+        )
+        integration = apigw.LambdaIntegration(handler)
+        runs = api.root.add_resource("runs")
+        runs.add_method(
+            "POST",
+            integration,
+            request_models={"application/json": run_request},
+            request_validator=validator,
+        )
+        run = runs.add_resource("{run_id}")
+        run.add_method(
+            "GET",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.path.run_id": True},
+        )
+        messages = run.add_resource("messages")
+        messages.add_method(
+            "GET",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.path.run_id": True},
+        )
+        messages.add_resource("{seq}").add_method(
+            "GET",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.path.run_id": True, "method.request.path.seq": True},
+        )

@@ -1,0 +1,178 @@
+"""The three Lambda functions (`infra/functions.py` names them) and exactly what each may do."""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from aws_cdk import Duration, IgnoreMode
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from infra import bundling, limits
+from infra import functions as specs
+from infra.constructs.nag import acknowledge, logical_id
+from infra.constructs.storage import Storage
+from infra.constructs.tool_queue import ToolQueue
+
+ROOT = Path(__file__).resolve().parents[2]
+# One code asset for every function: our source only; dependencies come from layers. Git's
+# whitelist idiom, anchored at the root: unanchored globs also let in local caches that happen
+# to hold a `functions/` or `shared/` folder (mypy's did), changing the asset from machine to machine.
+_SOURCE_ONLY = ["/*", "!/functions/", "!/shared/", "__pycache__/", "*.pyc"]
+
+
+class Functions(Construct):
+    """The orchestrator, the tool worker (fed by the tool queue) and the API function, with
+    least-privilege grants on the storage. What they may do with the state machine comes
+    later, from `allow_runs`: the state machine is built from the orchestrator's ARN."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        storage: Storage,
+        tool_queue: ToolQueue,
+        model_name: str,
+        model_base_url: str = "",
+        admin_principal: str | None = None,
+        mcp_header_secrets: Sequence[str] = (),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        # Public, with the layers and the environment below: a construct that adds a function of
+        # its own (a trigger's) builds it from the same code, layers and settings.
+        self.code = lambda_.Code.from_asset(str(ROOT), exclude=_SOURCE_ONLY, ignore_mode=IgnoreMode.GIT)
+        self.dependencies = lambda_.LayerVersion(
+            self,
+            "Dependencies",
+            code=bundling.deps_layer_code(),
+            compatible_runtimes=[bundling.RUNTIME],
+            compatible_architectures=[bundling.ARCHITECTURE],
+            description="aws-lambda-powertools, pydantic",
+        )
+        self.model_client = lambda_.LayerVersion(
+            self,
+            "ModelClient",
+            code=bundling.model_layer_code(),
+            compatible_runtimes=[bundling.RUNTIME],
+            compatible_architectures=[bundling.ARCHITECTURE],
+            description="openai (the orchestrator only)",
+        )
+        # What every function reads: where the history lives.
+        self.environment = {
+            "TABLE_NAME": storage.table.table_name,
+            "BUCKET_NAME": storage.bucket.bucket_name,
+            "POWERTOOLS_SERVICE_NAME": "toolpipe",
+        }
+
+        self.orchestrator = self._function(
+            specs.ORCHESTRATOR,
+            [self.dependencies, self.model_client],
+            OPENAI_API_KEY_SECRET_ARN=storage.model_key.secret_arn,
+            TOOLPIPE_MODEL=model_name,
+            # Set here, not left to defaults: they must agree with the queue's (infra/limits.py).
+            TOOLPIPE_CALL_TIMEOUT_SECONDS=str(limits.CALL_TIMEOUT_SECONDS),
+            TOOLPIPE_CALL_HEARTBEAT_SECONDS=str(limits.CALL_HEARTBEAT_SECONDS),
+            **({"OPENAI_BASE_URL": model_base_url} if model_base_url else {}),
+        )
+        self.tool_worker = self._function(
+            specs.TOOL_WORKER,
+            [self.dependencies],
+            TOOLPIPE_HEARTBEAT_EVERY=str(limits.HEARTBEAT_EVERY_SECONDS),
+        )
+        self.tool_worker.add_event_source(
+            # Batch size 1: every tool call runs in its own invocation.
+            sources.SqsEventSource(tool_queue.queue, batch_size=1, report_batch_item_failures=True)
+        )
+        self.api = self._function(specs.API, [self.dependencies])
+
+        # Large history items live under runs/: each function gets the object actions it uses there.
+        run_objects = storage.bucket.arn_for_objects("runs/*")
+        for fn in self.all:
+            fn.add_to_role_policy(
+                iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[run_objects])
+            )
+            storage.table.grant_read_write_data(fn)
+        storage.model_key.grant_read(self.orchestrator)
+        # Who may read every run, not only their own (`cdk deploy -c admin_principal=arn:...`).
+        if admin_principal:
+            self.api.add_environment("TOOLPIPE_ADMIN_PRINCIPAL", admin_principal)
+        # The secrets agents' MCP servers read their headers from (`McpServer(headers_secret_arn=
+        # ...)`). Only agent code names them, so the deployer lists them; each function that
+        # lists or calls MCP tools may read them.
+        if mcp_header_secrets:
+            for fn in self.all:
+                fn.add_to_role_policy(
+                    iam.PolicyStatement(
+                        actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+                        resources=list(mcp_header_secrets),
+                    )
+                )
+
+        for fn in self.all:
+            acknowledge(
+                fn,
+                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+                reason="AWSLambdaBasicExecutionRole only lets the function write its own logs.",
+            )
+            acknowledge(
+                fn,
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="X-Ray tracing actions (PutTraceSegments, PutTelemetryRecords) support no resource-level scope.",
+            )
+            acknowledge(
+                fn,
+                id=f"AwsSolutions-IAM5[Resource::<{logical_id(storage.bucket)}.Arn>/runs/*]",
+                reason="Object keys are made per run and message; the grant stops at the runs/ prefix of one bucket.",
+            )
+
+    @property
+    def all(self) -> tuple[lambda_.Function, ...]:
+        return (self.orchestrator, self.tool_worker, self.api)
+
+    def _function(
+        self, spec: specs.FunctionSpec, layers: list[lambda_.ILayerVersion], **env: str
+    ) -> lambda_.Function:
+        return lambda_.Function(
+            self,
+            spec.construct_id,
+            runtime=bundling.RUNTIME,
+            architecture=bundling.ARCHITECTURE,
+            code=self.code,
+            handler=spec.handler,
+            layers=layers,
+            timeout=Duration.seconds(spec.timeout_seconds),
+            memory_size=spec.memory_mb,
+            tracing=lambda_.Tracing.ACTIVE,
+            environment={**self.environment, **env},
+            log_group=logs.LogGroup(self, f"{spec.construct_id}Logs", retention=logs.RetentionDays.ONE_MONTH),
+        )
+
+    def allow_runs(self, machine: sfn.IStateMachine) -> None:
+        """What each function may do with the state machine that runs the agents, and its ARN."""
+        # The worker answers its task, and starts a child run for an agent tool.
+        machine.grant_task_response(self.tool_worker)
+        machine.grant_start_execution(self.tool_worker)
+        self.tool_worker.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
+        # A policy of its own, not the role's default one: the function depends on its default
+        # policy and the state machine on the function, so a grant there would be a cycle.
+        # It answers a parent run's task, and starts the fresh execution a long run continues in.
+        role = self.orchestrator.role
+        assert role is not None  # a Function built without a role gets one of its own
+        iam.Policy(
+            self,
+            "OrchestratorAnswersParentTasks",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(
+                    actions=["states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"],
+                    resources=[machine.state_machine_arn],
+                ),
+                iam.PolicyStatement(actions=["states:StartExecution"], resources=[machine.state_machine_arn]),
+            ],
+        )
+        machine.grant_start_execution(self.api)
+        self.api.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)

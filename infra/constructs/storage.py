@@ -1,0 +1,53 @@
+"""Where runs live: the history table, the bucket for large items, the model's API key."""
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from infra.constructs.nag import acknowledge
+
+
+class Storage(Construct):
+    """The run history (DynamoDB), items too large for it (S3) and the model API key (Secrets
+    Manager). Table and bucket are kept when the stack goes: they hold every run."""
+
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.table = dynamodb.Table(
+            self,
+            "History",
+            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.bucket = s3.Bucket(
+            self,
+            "Contents",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            enforce_ssl=True,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        acknowledge(
+            self.bucket,
+            id="AwsSolutions-S1",
+            reason="Only toolpipe's own functions read and write this bucket; CloudTrail data events "
+            "are the audit path, and access logs would double every tool-output write.",
+        )
+        self.model_key = secretsmanager.Secret(
+            self,
+            "ModelApiKey",
+            description="API key of the OpenAI-compatible model endpoint; set its value after deploying.",
+        )
+        acknowledge(
+            self.model_key,
+            id="AwsSolutions-SMG4",
+            reason="A third-party API key: it is rotated at the model provider, not by a Lambda here.",
+        )

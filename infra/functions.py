@@ -1,0 +1,64 @@
+"""The Lambda functions: where each handler lives and how long it may run, defined once.
+
+The stack deploys them from this table (`infra/constructs/functions.py`); `toolpipe invoke`
+and the local runtime call the same handlers with the same timeouts. A handler moved or a
+timeout changed here reaches all three, so none can be left running another configuration.
+This module imports neither `aws_cdk` nor moto: the CLI and the runtime read it cheaply.
+"""
+
+from dataclasses import dataclass
+
+from infra import limits
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """One Lambda function as every place that runs it must see it."""
+
+    # `toolpipe invoke NAME`, and the function's name in the local runtime.
+    name: str
+    # The function's construct id in the stack (so its logical id: keep it stable).
+    construct_id: str
+    # `package.module.function`, as Lambda's Handler setting names it.
+    handler: str
+    timeout_seconds: int
+    memory_mb: int = 512
+
+    @property
+    def module(self) -> str:
+        """The handler's module: what a cold start imports."""
+        return self.handler.rpartition(".")[0]
+
+    @property
+    def function(self) -> str:
+        return self.handler.rpartition(".")[2]
+
+
+ORCHESTRATOR = FunctionSpec(
+    name="orchestrator",
+    construct_id="Orchestrator",
+    handler="functions.orchestrator.handler.lambda_handler",
+    timeout_seconds=limits.ORCHESTRATOR_TIMEOUT_SECONDS,
+)
+TOOL_WORKER = FunctionSpec(
+    name="tool_worker",
+    construct_id="ToolWorker",
+    handler="functions.tool_worker.handler.lambda_handler",
+    timeout_seconds=limits.WORKER_TIMEOUT_SECONDS,
+)
+API = FunctionSpec(
+    name="api",
+    construct_id="Api",
+    handler="functions.api.handler.lambda_handler",
+    timeout_seconds=limits.API_TIMEOUT_SECONDS,
+)
+# S3 files and RunRequested events (infra/constructs/triggers.py, README "Triggers").
+TRIGGERS = FunctionSpec(
+    name="triggers",
+    construct_id="Function",  # inside the Triggers construct
+    handler="functions.triggers.handler.lambda_handler",
+    timeout_seconds=60,
+)
+
+# Every function, by name: the choices of `toolpipe invoke`.
+FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (API, ORCHESTRATOR, TOOL_WORKER, TRIGGERS)}

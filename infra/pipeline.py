@@ -1,0 +1,119 @@
+"""`ToolPipeline`: the whole of toolpipe as one construct, for a CDK app of your own.
+
+    from aws_cdk import App, Stack
+    from infra.pipeline import ToolPipeline
+
+    app = App()
+    stack = Stack(app, "MyService")
+    agents = ToolPipeline(stack, "Agents", api_auth="api_key")
+    app.synth()
+
+`infra.stack.ToolpipeStack` is a stack holding exactly one of these.
+"""
+
+from collections.abc import Sequence
+
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from infra.constructs import Api, ApiAuth, Functions, RunEvents, RunFlow, Storage, Throttle, ToolQueue
+from infra.constructs.triggers import TriggerOptions, Triggers
+
+
+class ToolPipeline(Construct):
+    """Storage, the tool queue, the three functions, the run flow, the run-events bus and the
+    runs API, wired.
+
+    Constructs that plug into a pipeline (triggers, ...) take what they need from its
+    attributes: `table`, `bucket`, `queue`, `state_machine`, `run_events.bus`, `rest_api`,
+    `functions` (`.orchestrator`, `.tool_worker`, `.api`, and `.code`, `.dependencies`,
+    `.environment` to build a function of their own the same way).
+    """
+
+    # The component ids, in build order. `ToolpipeStack` leaves them (and the pipeline's own)
+    # out of its logical ids, so its resources keep the ids they had before these constructs.
+    COMPONENTS = ("Storage", "ToolQueue", "Functions", "RunFlow", "Api")
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        model_name: str = "gpt-4o-mini",
+        model_base_url: str = "",
+        api_auth: ApiAuth | str = ApiAuth.IAM,
+        api_throttle: Throttle | None = None,
+        admin_principal: str | None = None,
+        mcp_header_secrets: Sequence[str] = (),
+        triggers: TriggerOptions | None = None,
+    ) -> None:
+        """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls
+        (its key goes into the `ModelApiKey` secret after deploying). `api_auth`: "iam" (SigV4,
+        the default) or "api_key" (a key and a usage plan, throttled by `api_throttle`).
+        `admin_principal`: a caller who may read every run. `mcp_header_secrets`: ARNs of the
+        secrets agents' MCP servers read their headers from. `triggers`: the S3 and
+        RunRequested triggers' settings and schedules (README "Triggers")."""
+        super().__init__(scope, construct_id)
+        auth = ApiAuth.parse(api_auth)
+        self.storage = Storage(self, "Storage")
+        self.tool_queue = ToolQueue(self, "ToolQueue")
+        self.functions = Functions(
+            self,
+            "Functions",
+            storage=self.storage,
+            tool_queue=self.tool_queue,
+            model_name=model_name,
+            model_base_url=model_base_url,
+            admin_principal=admin_principal,
+            mcp_header_secrets=mcp_header_secrets,
+        )
+        self.run_flow = RunFlow(
+            self, "RunFlow", orchestrator=self.functions.orchestrator, tool_queue=self.tool_queue.queue
+        )
+        self.functions.allow_runs(self.run_flow.state_machine)
+        # Run events (infra/constructs/events.py): the bus, and the functions that publish to it.
+        self.run_events = RunEvents(self, "RunEvents")
+        self.run_events.grant_publish(*self.functions.all)
+        self.api = Api(self, "Api", handler=self.functions.api, auth=auth, throttle=api_throttle)
+
+        # Constructs that plug in (triggers, ...) go here: built after the components above,
+        # from the attributes below, each granting the functions what it needs itself.
+        self.triggers = Triggers(
+            self,
+            "Triggers",
+            bus=self.run_events.bus,
+            table=self.table,
+            contents=self.bucket,
+            machine=self.state_machine,
+            orchestrator=self.functions.orchestrator,
+            worker=self.functions.tool_worker,
+            code=self.functions.code,
+            layers=[self.functions.dependencies],
+            environment=self.functions.environment,
+            options=triggers or TriggerOptions(),
+        )
+        self.run_events.grant_publish(self.triggers.function)  # RunStarted for the runs it starts
+
+    @property
+    def table(self) -> dynamodb.Table:
+        return self.storage.table
+
+    @property
+    def bucket(self) -> s3.Bucket:
+        return self.storage.bucket
+
+    @property
+    def queue(self) -> sqs.Queue:
+        return self.tool_queue.queue
+
+    @property
+    def state_machine(self) -> sfn.StateMachine:
+        return self.run_flow.state_machine
+
+    @property
+    def rest_api(self) -> apigw.RestApi:
+        return self.api.rest_api
