@@ -10,7 +10,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install demo test lint unit reliability synth deploy bench clean event-schemas
+.PHONY: install demo test lint unit reliability openapi synth deploy bench clean event-schemas
 
 install: $(VENV)/.installed node_modules/.installed
 
@@ -45,6 +45,10 @@ reliability: install
 # Rewrites docs/events/*.json, the run events' JSON Schemas, from the models in shared/runs/events.py.
 event-schemas: install
 	$(BIN)/python -m infra.event_schemas
+
+# docs/openapi.json, generated from the API handler's routes (a test fails when it is stale).
+openapi: install
+	$(BIN)/python -m infra.openapi
 
 # The template only, offline (no layers built): for review and checks.
 synth: install

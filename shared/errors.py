@@ -38,6 +38,8 @@ class ErrorKind(StrEnum):
     IN_DOUBT = "InDoubt"
     CHILD_RUN_ENDED = "ChildRunEnded"
     UNKNOWN_AGENT = "UnknownAgentError"
+    # The call came after its run was cancelled: it was not run.
+    RUN_CANCELLED = "RunCancelled"
     AGENT_DEPTH = "AgentDepthError"
 
     @property
@@ -120,6 +122,22 @@ class IdempotencyConflictError(ToolpipeError):
         super().__init__(f"idempotency key {key!r} already started run {run_id} with a different request")
         self.key = key
         self.run_id = run_id
+
+
+class RunEndedError(ToolpipeError):
+    """The run already ended, so it cannot be cancelled (a 409)."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} already ended ({status}): only a running run can be cancelled")
+        self.run_id = run_id
+        self.status = status
+
+
+class InvalidCursorError(ToolpipeError):
+    """A pagination token that this listing did not give (forged, altered, or another caller's)."""
+
+    def __init__(self) -> None:
+        super().__init__("next: not a token this listing gave (pass `next` from the previous page as is)")
 
 
 class UnknownAgentError(ToolpipeError):

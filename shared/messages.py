@@ -7,7 +7,15 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from shared.errors import ErrorKind
@@ -102,6 +110,8 @@ class RunStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     LIMIT = "limit"
+    # Stopped by `POST /runs/{id}/cancel`: its execution stopped, its child runs cancelled too.
+    CANCELLED = "cancelled"
 
 
 class ParentCall(BaseModel):
@@ -166,8 +176,35 @@ class RunRecord(BaseModel):
     # A root run's totals over its whole tree (itself and its agent-tool runs), as read with the
     # record; None for a child run, whose tree totals are its root's.
     tree_usage: Usage | None = None
+    # The caller's own labels (`POST /runs {"metadata"}`), returned as given.
+    metadata: dict[str, str] | None = None
     created_at: str = Field(default_factory=utc_now)
     updated_at: str = Field(default_factory=utc_now)
+
+
+class RunSummary(BaseModel):
+    """One run in a listing (`GET /runs`): what the index by caller holds."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    agent: str
+    status: RunStatus
+    caller: str | None = None
+    created_at: str
+    metadata: dict[str, str] | None = None
+    parent_run_id: str | None = Field(default=None, description="Set for a child run (an agent tool's).")
+
+    @classmethod
+    def of(cls, record: RunRecord) -> "RunSummary":
+        return cls(
+            run_id=record.run_id,
+            agent=record.agent,
+            status=record.status,
+            caller=record.caller,
+            created_at=record.created_at,
+            metadata=record.metadata,
+            parent_run_id=record.parent.run_id if record.parent else None,
+        )
 
 
 # --- contracts that travel through Step Functions and SQS --------------------------------
@@ -252,13 +289,24 @@ TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$"  # no dot
 MAX_PROMPT_CHARS = 100_000
 MAX_TOOLS = 128
 MAX_RUN_MCP_SERVERS = 5
+# Metadata is a few labels, stored in the run record (one DynamoDB item): bounded in count and size.
+MAX_METADATA_ENTRIES = 16
+METADATA_KEY_PATTERN = r"^[A-Za-z0-9_.:/-]{1,64}$"
+MAX_METADATA_VALUE_CHARS = 256
+MetadataValue = Annotated[str, Field(max_length=MAX_METADATA_VALUE_CHARS)]
+MetadataKey = Annotated[str, Field(pattern=METADATA_KEY_PATTERN)]
 
 
 class StartRunRequest(BaseModel):
     """The body of `POST /runs`. The caller is not a field: it is the request's identity."""
 
     model_config = ConfigDict(extra="forbid")
-    prompt: str = Field(max_length=MAX_PROMPT_CHARS, description="The user's message; not blank.")
+    # `prompt` is the field's former name, still accepted (deprecated).
+    input: str = Field(
+        max_length=MAX_PROMPT_CHARS,
+        validation_alias=AliasChoices("input", "prompt"),
+        description="The user's message; not blank. (`prompt` is accepted as a deprecated alias.)",
+    )
     agent: str = Field(default="assistant", pattern=NAME_PATTERN, description="A registered agent's name.")
     timezone: str = Field(
         default="UTC", max_length=64, description="The user's IANA time zone, e.g. Europe/Paris."
@@ -275,6 +323,13 @@ class StartRunRequest(BaseModel):
         "(mcp1_, mcp2_... for several). Refused unless the deployment allows it "
         "(TOOLPIPE_ALLOW_RUN_MCP_SERVERS): the workers would call any URL a caller names.",
     )
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(
+        default=None,
+        max_length=MAX_METADATA_ENTRIES,
+        description=f"Your own labels, stored with the run and returned by GET: at most "
+        f"{MAX_METADATA_ENTRIES} entries, keys 1-64 of [A-Za-z0-9_.:/-], values at most "
+        f"{MAX_METADATA_VALUE_CHARS} characters.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -287,11 +342,18 @@ class StartRunRequest(BaseModel):
             )
         return data
 
-    @field_validator("prompt")
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_for_the_input(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "input" in data and "prompt" in data:
+            raise PydanticCustomError("input_twice", "send input or prompt (its deprecated name), not both")
+        return data
+
+    @field_validator("input")
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
-            raise PydanticCustomError("blank", "the prompt is blank")
+            raise PydanticCustomError("blank", "the input is blank")
         return text_safe(value)
 
     @field_validator("timezone")

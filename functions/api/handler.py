@@ -1,4 +1,4 @@
-"""REST API: start a run, inspect a run. GET never changes state.
+"""REST API: start, list, inspect and cancel runs; its OpenAPI document. GET never changes state.
 
 Who calls is the request's identity as API Gateway reports it (IAM: the signer's ARN), never
 a body field. Every bad input is a 400 naming the field (`invalid request: path.seq: ...`),
@@ -7,6 +7,7 @@ bodies included; a run that is not the caller's is a 404, like an unknown one.
 
 import base64
 import binascii
+import json
 import re
 from functools import cache
 from http import HTTPStatus
@@ -29,15 +30,19 @@ from pydantic import ValidationError
 
 from shared.errors import (
     IdempotencyConflictError,
+    InvalidCursorError,
+    RunEndedError,
     RunNotFoundError,
     UnknownAgentError,
     UnknownToolsRequestedError,
     describe_validation_error,
 )
-from shared.messages import StartRunRequest
+from shared.messages import NAME_PATTERN, RunStatus, StartRunRequest
 from shared.runs import RunStarter
-from shared.runs.factory import build_run_starter, build_store
-from shared.runs.report import PAGE_LIMIT, URL_SECONDS, RunReader
+from shared.runs.cancel import RunCanceller
+from shared.runs.factory import build_run_canceller, build_run_starter, build_store
+from shared.runs.report import PAGE_LIMIT, RUNS_PAGE_DEFAULT, URL_SECONDS, RunReader
+from shared.runs.views import ErrorBody, MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
 from shared.settings import ApiSettings, EventSettings, StateMachineSettings, StoreSettings
 from shared.tools import ToolSourceError
 
@@ -62,6 +67,10 @@ PARAMETER_RULES = {
     "after": "after is a message number: 1 to 6 digits",
     "executions_after": "executions_after is a message number: 1 to 6 digits",
     "limit": f"limit is a number from 1 to {PAGE_LIMIT}",
+    "status": f"status is one of {', '.join(s.value for s in RunStatus)}",
+    "agent": "an agent name is 1 to 64 letters, digits, '_' or '-'",
+    "caller": "caller is a principal's ARN, at most 2048 characters",
+    "next": "next is the token the previous page gave",
 }
 
 RunId = Annotated[str, Path(pattern=RUN_ID)]
@@ -72,6 +81,11 @@ IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 @cache
 def starter() -> RunStarter:
     return build_run_starter(store_settings, machine_settings, event_settings)
+
+
+@cache
+def canceller() -> RunCanceller:
+    return build_run_canceller(store_settings, machine_settings, event_settings, api_settings.admin_principal)
 
 
 @cache
@@ -112,6 +126,38 @@ def current_caller() -> str:
     if caller is None:
         raise ForbiddenError("the request carries no caller identity: sign it with SigV4 (IAM authorization)")
     return caller
+
+
+def api_url() -> str:
+    """The API's absolute base URL, as the caller reached it: API Gateway's domain name and
+    stage on AWS; the Host header where there is no domain name (the local server)."""
+    context = app.current_event.raw_event.get("requestContext") or {}
+    headers = app.current_event.headers
+    domain = context.get("domainName") if isinstance(context, dict) else None
+    host = domain or headers.get("host")
+    stage = context.get("stage") if isinstance(context, dict) else None
+    if not host:
+        return ""  # no way to know: links stay relative
+    scheme = headers.get("x-forwarded-proto") or ("https" if domain else "http")
+    return f"{scheme}://{host}" + (f"/{stage}" if stage else "")
+
+
+def status_url(run_id: str) -> str:
+    return f"{api_url()}/runs/{run_id}"
+
+
+def documented(status: int, model: Any, description: str, *errors: int) -> dict[int, Any]:
+    """OpenAPI responses of a route: its answer's model, and the error codes it can give."""
+    reasons = {
+        400: "A bad body, header or parameter: the message names the field.",
+        403: "The request carries no caller identity.",
+        404: "No such run (or not the caller's).",
+        409: "A conflict: the key started another request, or the run already ended.",
+    }
+    error = {"application/json": {"model": ErrorBody}}
+    return {status: {"description": description, "content": {"application/json": {"model": model}}}} | {
+        code: {"description": reasons[code], "content": error} for code in errors
+    }
 
 
 def request_body() -> str | bytes:
@@ -162,7 +208,14 @@ app.exception_handler(RequestValidationError)(bad_parameters)
 app.exception_handler(Exception)(unexpected)
 
 
-@app.post("/runs")
+@app.post(
+    "/runs",
+    summary="Start a run",
+    description="Body: StartRunRequest. With an `Idempotency-Key` header, the same key and body "
+    "start one run however often they are sent (a repeat is answered `Idempotent-Replayed: true`); "
+    "the same key with another body is a 409.",
+    responses=documented(202, RunStarted, "The run started.", 400, 403, 409),
+)
 def start_run() -> Response[dict[str, Any]]:
     caller = current_caller()
     try:
@@ -188,15 +241,53 @@ def start_run() -> Response[dict[str, Any]]:
         content_type=content_types.APPLICATION_JSON,
         # A retry gets the first answer again, marked as Stripe marks it.
         headers={"Idempotent-Replayed": "true"} if replayed else None,
-        body={
-            "run_id": record.run_id,
-            "status": record.status.value,
-            "links": {"self": f"/runs/{record.run_id}", "messages": f"/runs/{record.run_id}/messages"},
-        },
+        body=RunStarted(
+            run_id=record.run_id,
+            status=record.status,
+            status_url=status_url(record.run_id),
+            links={"self": f"/runs/{record.run_id}", "messages": f"/runs/{record.run_id}/messages"},
+        ).model_dump(mode="json"),
     )
 
 
-@app.get("/runs/<run_id>")
+@app.get(
+    "/runs",
+    summary="List runs, newest first",
+    description="The caller's runs; the admin principal may name another `caller`, or `caller=*` "
+    "for every run (a scan: in no set order). A page may hold fewer than `limit` runs when a "
+    "filter is set: follow `next` until it is null.",
+    responses=documented(200, RunList, "A page of runs.", 400, 403),
+)
+def list_runs(
+    status: Annotated[RunStatus | None, Query()] = None,
+    agent: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    caller: Annotated[str | None, Query(min_length=1, max_length=2048)] = None,
+    limit: Annotated[str, Query(pattern=LIMIT)] = str(RUNS_PAGE_DEFAULT),
+    next: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,  # the name the API uses
+) -> dict[str, Any]:
+    if not 1 <= int(limit) <= PAGE_LIMIT:
+        raise BadRequestError(f"invalid request: query.limit: {PARAMETER_RULES['limit']}")
+    try:
+        return reader().list_runs(
+            current_caller(),
+            owner=None if caller == "*" else caller,
+            every=caller == "*",
+            status=status,
+            agent=agent,
+            limit=int(limit),
+            token=next,
+        )
+    except InvalidCursorError as e:
+        raise BadRequestError(f"invalid request: query.{e}") from e
+    except PermissionError as e:
+        raise ForbiddenError(str(e)) from e
+
+
+@app.get(
+    "/runs/<run_id>",
+    summary="A run: status, usage, answer (or its link), a page of its tool executions",
+    responses=documented(200, RunDetail, "The run.", 400, 403, 404),
+)
 def get_run(run_id: RunId, executions_after: Annotated[str, Query(pattern=SEQ)] = "0") -> dict[str, Any]:
     """The run and a page of its tool executions (previews); `executions_next` reads on."""
     try:
@@ -205,7 +296,11 @@ def get_run(run_id: RunId, executions_after: Annotated[str, Query(pattern=SEQ)] 
         raise NotFoundError(str(e)) from e
 
 
-@app.get("/runs/<run_id>/messages")
+@app.get(
+    "/runs/<run_id>/messages",
+    summary="A page of the run's history, in order",
+    responses=documented(200, MessagesPage, "History items after `after`.", 400, 403, 404),
+)
 def get_messages(
     run_id: RunId,
     after: Annotated[str, Query(pattern=SEQ)] = "0",
@@ -220,7 +315,11 @@ def get_messages(
         raise NotFoundError(str(e)) from e
 
 
-@app.get("/runs/<run_id>/messages/<seq>")
+@app.get(
+    "/runs/<run_id>/messages/<seq>",
+    summary="One whole history item (a preview and a presigned `url` when over 5 MB)",
+    responses=documented(200, dict[str, Any], "The history item.", 400, 403, 404),
+)
 def get_message(run_id: RunId, seq: Annotated[str, Path(pattern=SEQ)]) -> dict[str, Any]:
     """One whole history item, or a preview and a presigned `url` when it is too large."""
     try:
@@ -230,6 +329,74 @@ def get_message(run_id: RunId, seq: Annotated[str, Path(pattern=SEQ)]) -> dict[s
     if item is None:
         raise NotFoundError(f"run {run_id} has no message {int(seq)}")
     return item
+
+
+@app.post(
+    "/runs/<run_id>/cancel",
+    summary="Cancel a run and its child runs",
+    description="Stops the run's execution and those of its child runs (agent tools) and marks "
+    "them `cancelled`. Cancelling a cancelled run answers the same again; a run that ended "
+    "otherwise is a 409.",
+    responses=documented(200, RunCancelled, "The run is cancelled.", 400, 403, 404, 409),
+)
+def cancel_run(run_id: RunId) -> dict[str, Any]:
+    caller = current_caller()
+    try:
+        record, replayed = canceller().cancel(run_id, caller)
+    except RunNotFoundError as e:
+        raise NotFoundError(str(e)) from e
+    except RunEndedError as e:
+        raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
+    logger.info("run cancelled", run_id=run_id, replayed=replayed)
+    return RunCancelled(run_id=record.run_id, status=record.status, status_url=status_url(run_id)).model_dump(
+        mode="json"
+    )
+
+
+OPENAPI_TITLE = "toolpipe runs API"
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document of this API, generated from the routes above. `POST /runs` reads
+    its body itself (to bound it and word every error), so its request body is added here
+    from the same `StartRunRequest` model that parses it."""
+    document: dict[str, Any] = json.loads(
+        app.get_openapi_json_schema(
+            title=OPENAPI_TITLE,
+            version="1",
+            description="LLM tool calling as a durable serverless pipeline. IAM (SigV4) authorized; "
+            "the caller is the signer.",
+        )
+    )
+    # Bad parameters are answered 400 (`bad_parameters`), never Powertools' 422.
+    for operation in (o for path in document["paths"].values() for o in path.values()):
+        operation["responses"].pop("422", None)
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
+        schemas.pop(unused, None)
+    request = StartRunRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(request.pop("$defs", {}))
+    document["components"]["schemas"]["StartRunRequest"] = request
+    operation = document["paths"]["/runs"]["post"]
+    operation["requestBody"] = {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StartRunRequest"}}},
+    }
+    operation["parameters"] = [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY.pattern},
+            "description": "One run per caller and key: a retry gets the first answer.",
+        }
+    ]
+    return document
+
+
+@app.get("/openapi.json", include_in_schema=False)
+def openapi() -> dict[str, Any]:
+    return openapi_document()
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -45,7 +45,8 @@ class Throttle:
 
 
 class Api(Construct):
-    """`POST /runs`, `GET /runs/{run_id}`, `GET /runs/{run_id}/messages[/{seq}]` on stage `v1`,
+    """`POST /runs`, `GET /runs`, `GET /runs/{run_id}`, `POST /runs/{run_id}/cancel`,
+    `GET /runs/{run_id}/messages[/{seq}]` and `GET /openapi.json` on stage `v1`,
     all proxied to the API function. IAM authorization on every method by default; with
     `auth=ApiAuth.API_KEY`, an API key on every method instead, and a usage plan throttling it."""
 
@@ -146,11 +147,19 @@ class Api(Construct):
             schema=apigw.JsonSchema(
                 schema=apigw.JsonSchemaVersion.DRAFT4,
                 type=apigw.JsonSchemaType.OBJECT,
-                required=["prompt"],
+                # `input`, or `prompt` (its deprecated name): one of them.
+                any_of=[apigw.JsonSchema(required=["input"]), apigw.JsonSchema(required=["prompt"])],
                 additional_properties=False,
                 properties={
+                    "input": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.STRING, min_length=1, max_length=100_000
+                    ),
                     "prompt": apigw.JsonSchema(
                         type=apigw.JsonSchemaType.STRING, min_length=1, max_length=100_000
+                    ),
+                    "metadata": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.OBJECT,
+                        additional_properties=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
                     ),
                     "agent": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
                     "timezone": apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
@@ -177,7 +186,23 @@ class Api(Construct):
             request_models={"application/json": run_request},
             request_validator=validator,
         )
+        runs.add_method(
+            "GET",
+            integration,
+            request_validator=validator,
+            request_parameters={
+                f"method.request.querystring.{name}": False
+                for name in ("status", "agent", "caller", "limit", "next")
+            },
+        )
+        api.root.add_resource("openapi.json").add_method("GET", integration, request_validator=validator)
         run = runs.add_resource("{run_id}")
+        run.add_resource("cancel").add_method(
+            "POST",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.path.run_id": True},
+        )
         run.add_method(
             "GET",
             integration,

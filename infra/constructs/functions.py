@@ -128,6 +128,11 @@ class Functions(Construct):
                 id=f"AwsSolutions-IAM5[Resource::<{logical_id(storage.bucket)}.Arn>/runs/*]",
                 reason="Object keys are made per run and message; the grant stops at the runs/ prefix of one bucket.",
             )
+            acknowledge(
+                fn,
+                id=f"AwsSolutions-IAM5[Resource::<{logical_id(storage.table)}.Arn>/index/*]",
+                reason="CDK's table grant covers that one table's indexes (the runs-by-caller index).",
+            )
 
     @property
     def all(self) -> tuple[lambda_.Function, ...]:
@@ -175,4 +180,13 @@ class Functions(Construct):
             ],
         )
         machine.grant_start_execution(self.api)
+        # `POST /runs/{id}/cancel` stops the executions of a run and of its child runs.
+        machine.grant_execution(self.api, "states:StopExecution")
+        acknowledge(
+            self.api,
+            # The state machine's name, as CDK's execution grant derives it from the ARN.
+            id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:"
+            f'execution:{{"Fn::Select":[6,{{"Fn::Split":[":",{{"Ref":"{logical_id(machine)}"}}]}}]}}:*]',
+            reason="A cancel stops executions named at run time; the grant stops at one state machine's executions.",
+        )
         self.api.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)

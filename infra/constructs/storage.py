@@ -7,6 +7,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from infra.constructs.nag import acknowledge
+from shared.history.store import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_PROJECTION, CALLER_INDEX_SK
 
 
 class Storage(Construct):
@@ -26,6 +27,14 @@ class Storage(Construct):
             ),
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
             removal_policy=RemovalPolicy.RETAIN,
+        )
+        # `GET /runs`: each caller's runs, newest first (the local runtime makes the same index).
+        self.table.add_global_secondary_index(
+            index_name=CALLER_INDEX,
+            partition_key=dynamodb.Attribute(name=CALLER_INDEX_PK, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=CALLER_INDEX_SK, type=dynamodb.AttributeType.STRING),
+            projection_type=dynamodb.ProjectionType.INCLUDE,
+            non_key_attributes=list(CALLER_INDEX_PROJECTION),
         )
         self.bucket = s3.Bucket(
             self,

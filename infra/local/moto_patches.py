@@ -29,6 +29,10 @@
 - Each update expression was tokenised and parsed twice a request (to check it, then to run it):
   parsed once per text now; the tree is only read, and validation works on its own copy.
 - The method list of a response class was rebuilt with `inspect.getmembers` on every request.
+- Per request, moto turned the action's name into snake case with regular expressions, and drew
+  a 52-character request id one random character at a time: names are converted once each, and
+  ids come from two UUIDs (they only have to be unique; moto's seeded random is for tests that
+  replay ids, which nothing here does).
 - botocore cleans each part of its User-Agent header character by character on every request
   (a tenth of a local request's time): the same few parts, so each is cleaned once.
 """
@@ -39,11 +43,13 @@ import functools
 import json
 import sys
 import threading
+import uuid
 from typing import Any
 
 import botocore.useragent
 from jsonpath_ng.ext.parser import parse as jsonpath_ext_parse
 from jsonpath_ng.parser import parse as jsonpath_parse
+from moto.core import responses as moto_responses
 from moto.core.models import botocore_stubber
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
@@ -58,6 +64,7 @@ from moto.dynamodb.responses import DynamoResult
 from moto.stepfunctions.parser.asl.component.common.path import result_path
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, HeartbeatEndpoint
 from moto.stepfunctions.parser.asl.utils import boto_client, json_path
+from moto.utilities import aws_headers
 
 _lock = threading.Lock()
 _installed = False
@@ -250,6 +257,13 @@ def _process_once_mapped(self: DepthFirstTraverser, node: Any) -> Any:
     return None
 
 
+def _request_id(headerdict: dict[str, Any] | None = None) -> str:
+    request_id = (uuid.uuid4().hex + uuid.uuid4().hex)[:52].upper()
+    if isinstance(headerdict, dict):
+        headerdict["x-amzn-requestid"] = request_id
+    return request_id
+
+
 def install() -> None:
     """Apply the patches, once per process."""
     global _installed
@@ -279,8 +293,12 @@ def install() -> None:
         )
         Table.query = _query_one_partition  # type: ignore[method-assign]
         Table.all_items = _items_of_partition  # type: ignore[method-assign]
+        responses = moto_responses
+        snake_case = responses.camelcase_to_underscores  # type: ignore[attr-defined]  # imported there, not exported
+        responses.camelcase_to_underscores = functools.lru_cache(maxsize=4096)(snake_case)  # type: ignore[attr-defined]
+        responses.gen_amzn_requestid_long = _request_id  # type: ignore[attr-defined]
+        aws_headers.gen_amzn_requestid_long = _request_id
         # Response classes do not change once imported: their method lists need listing once.
-        responses = moto.core.responses
         listed = responses.method_names_from_class  # type: ignore[attr-defined]  # imported there, not exported
         responses.method_names_from_class = functools.cache(listed)  # type: ignore[attr-defined]
         botocore.useragent.sanitize_user_agent_string_component = functools.lru_cache(maxsize=4096)(

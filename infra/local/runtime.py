@@ -35,7 +35,13 @@ from infra.definition import (
 from infra.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
 from infra.local import execution_events, lambdas, moto_patches, persistence, recovery, serial, triggers
 from infra.local.workers import WorkerPool
-from shared.history.store import DynamoHistoryStore
+from shared.history.store import (
+    CALLER_INDEX,
+    CALLER_INDEX_PK,
+    CALLER_INDEX_PROJECTION,
+    CALLER_INDEX_SK,
+    DynamoHistoryStore,
+)
 from shared.runs.executions import execution_name
 from shared.runs.factory import build_events
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
@@ -54,6 +60,19 @@ HISTORY_TABLE: dict[str, Any] = {
     "AttributeDefinitions": [
         {"AttributeName": "pk", "AttributeType": "S"},
         {"AttributeName": "sk", "AttributeType": "S"},
+        {"AttributeName": CALLER_INDEX_PK, "AttributeType": "S"},
+        {"AttributeName": CALLER_INDEX_SK, "AttributeType": "S"},
+    ],
+    # `GET /runs`: each caller's runs, newest first (the stack defines the same index).
+    "GlobalSecondaryIndexes": [
+        {
+            "IndexName": CALLER_INDEX,
+            "KeySchema": [
+                {"AttributeName": CALLER_INDEX_PK, "KeyType": "HASH"},
+                {"AttributeName": CALLER_INDEX_SK, "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(CALLER_INDEX_PROJECTION)},
+        }
     ],
     "BillingMode": "PAY_PER_REQUEST",
 }

@@ -50,8 +50,10 @@ log = logging.getLogger(__name__)
 
 # The REST API's resources (infra/stack.py) and the methods each one has.
 RESOURCES: dict[str, tuple[str, ...]] = {
-    "/runs": ("POST",),
+    "/openapi.json": ("GET",),
+    "/runs": ("GET", "POST"),
     "/runs/{run_id}": ("GET",),
+    "/runs/{run_id}/cancel": ("POST",),
     "/runs/{run_id}/messages": ("GET",),
     "/runs/{run_id}/messages/{seq}": ("GET",),
 }

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import RunNotFoundError
-from shared.history.ports import ERROR_MAX_CHARS, OUTPUT_INLINE_CHARS, CallRead, Claim, ClaimState
-from shared.history.store import bounded
-from shared.messages import HistoryItem, RunRecord, RunStatus, ToolResult, Usage
+from shared.history.ports import ERROR_MAX_CHARS, OUTPUT_INLINE_CHARS, CallRead, Claim, ClaimState, Cursor
+from shared.history.store import bounded, caller_index_keys, check_cursor
+from shared.messages import HistoryItem, RunRecord, RunStatus, RunSummary, ToolResult, Usage
 
 
 @dataclass
@@ -99,6 +99,38 @@ class MemoryHistoryStore:
             self.runs[run_id] = run.model_copy(
                 update={"execution": execution, "execution_start_turn": start_turn}
             )
+
+    def list_runs(
+        self,
+        caller: str | None,
+        *,
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+        start: Cursor | None = None,
+    ) -> tuple[list[RunSummary], Cursor | None]:
+        """As the DynamoDB store pages its index: cursors are the same keys, checked the same way."""
+        check_cursor(start, caller)
+
+        def keys(run: RunRecord) -> Cursor:
+            return {"pk": f"RUN#{run.run_id}", "sk": "META", **(caller_index_keys(run) if caller else {})}
+
+        with self._lock:
+            if caller is None:
+                runs = sorted(self.runs.values(), key=lambda r: r.run_id)
+            else:
+                runs = sorted(
+                    (r for r in self.runs.values() if r.caller == caller),
+                    key=lambda r: caller_index_keys(r)["gsi1sk"],
+                    reverse=True,
+                )
+        if start is not None:
+            position = next((i for i, r in enumerate(runs) if keys(r) == start), None)
+            runs = runs[position + 1 :] if position is not None else []
+        chosen = [r for r in runs if (status is None or r.status is status) and (agent in (None, r.agent))]
+        page = chosen[:limit]
+        more = len(chosen) > limit
+        return [RunSummary.of(r) for r in page], keys(page[-1]) if more else None
 
     # --- history --------------------------------------------------------------------------
 

@@ -9,11 +9,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from shared.messages import HistoryItem, RunRecord, RunStatus, ToolResult, Usage
+from shared.messages import HistoryItem, RunRecord, RunStatus, RunSummary, ToolResult, Usage
 
 # Answers longer than this stay in the run record only as their beginning; the whole answer
 # goes to S3. DynamoDB items stop at 400 KB, and the record also holds the error and usage.
 OUTPUT_INLINE_CHARS = 4_000
+# Where a listing goes on: the last run's keys, as the store gave them (opaque to callers).
+Cursor = dict[str, str]
+# A listing with a filter reads at most this many times its page size before answering with
+# what it found and a cursor: a selective filter never turns one request into a table walk.
+LIST_READ_FACTOR = 5
+
 # Errors come from tools, models and Step Functions: bounded so the record always fits.
 ERROR_MAX_CHARS = 4_000
 
@@ -49,6 +55,20 @@ class RunRecords(Protocol):
 
     def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:
         """Record which execution of the run is current, and the turn it starts after."""
+        ...
+
+    def list_runs(
+        self,
+        caller: str | None,
+        *,
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+        start: Cursor | None = None,
+    ) -> tuple[list[RunSummary], Cursor | None]:
+        """`caller`'s runs, newest first (None: every run, in no set order), and the cursor of
+        the next page, or None at the end. A page may hold fewer than `limit` runs when a
+        filter is set. A `start` this listing did not give raises `InvalidCursorError`."""
         ...
 
 

@@ -11,21 +11,32 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from shared.errors import RunNotFoundError
+from shared.errors import InvalidCursorError, RunNotFoundError
 from shared.history.ports import (
     ERROR_MAX_CHARS,
+    LIST_READ_FACTOR,
     OUTPUT_INLINE_CHARS,
     CallRead,
     Claim,
     ClaimState,
+    Cursor,
 )
-from shared.messages import HISTORY_ITEM, HistoryItem, RunRecord, RunStatus, ToolResult, Usage, utc_now
+from shared.messages import (
+    HISTORY_ITEM,
+    HistoryItem,
+    RunRecord,
+    RunStatus,
+    RunSummary,
+    ToolResult,
+    Usage,
+    utc_now,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -39,6 +50,62 @@ _USAGE = tuple(Usage.model_fields)
 # A root run's record also counts what the runs below it used (its agent-tool runs, theirs...):
 # its tree's totals are its own plus these. Kept apart so a root's own call adds its usage once.
 _TREE = tuple(f"tree_{name}" for name in _USAGE)
+
+
+# `GET /runs`: a global secondary index of run records by caller, newest first. Its keys are
+# written on the META item only, so the index holds one entry per run. It projects what a
+# listing shows and nothing that changes every turn (usage, updated_at): a run's steps never
+# rewrite its index entry.
+CALLER_INDEX = "ByCaller"
+CALLER_INDEX_PK = "gsi1pk"  # CALLER#<caller>
+CALLER_INDEX_SK = "gsi1sk"  # <created_at>#<run_id>
+CALLER_INDEX_PROJECTION = ("run_id", "agent", "status", "caller", "created_at", "metadata", "parent")
+_INDEX_KEYS = (CALLER_INDEX_PK, CALLER_INDEX_SK)
+# A scan (the admin's listing of every run) reads this many items a request: most are messages.
+SCAN_READ_ITEMS = 1000
+CURSOR_MAX_CHARS = 1024
+
+
+def caller_index_keys(record: RunRecord) -> dict[str, str]:
+    """The META item's keys in the caller index (none for a run without a caller)."""
+    if record.caller is None:
+        return {}
+    return {
+        CALLER_INDEX_PK: f"CALLER#{record.caller}",
+        CALLER_INDEX_SK: f"{record.created_at}#{record.run_id}",
+    }
+
+
+def check_cursor(start: Cursor | None, caller: str | None) -> None:
+    """A cursor must be exactly the keys of a run record in the listing it continues: the
+    caller's index partition, or (every run) the table. Anything else is refused, so a
+    forged cursor can neither fail deep in DynamoDB nor point into another caller's runs."""
+    if start is None:
+        return
+    wanted = {"pk", "sk", *(_INDEX_KEYS if caller is not None else ())}
+    if (
+        not isinstance(start, dict)
+        or set(start) != wanted
+        or not all(isinstance(v, str) and 0 < len(v) <= CURSOR_MAX_CHARS for v in start.values())
+        or start["sk"] != "META"
+        or not start["pk"].startswith("RUN#")
+        or (caller is not None and start[CALLER_INDEX_PK] != f"CALLER#{caller}")
+        or (caller is not None and not start[CALLER_INDEX_SK].endswith("#" + start["pk"][4:]))
+    ):
+        raise InvalidCursorError()
+
+
+def _summary(item: dict[str, Any]) -> RunSummary:
+    parent = item.get("parent")
+    return RunSummary(
+        run_id=str(item["run_id"]),
+        agent=str(item["agent"]),
+        status=RunStatus(str(item["status"])),
+        caller=item.get("caller"),
+        created_at=str(item["created_at"]),
+        metadata=item.get("metadata"),
+        parent_run_id=str(parent["run_id"]) if isinstance(parent, dict) else None,
+    )
 
 
 def _pk(run_id: str) -> str:
@@ -132,6 +199,7 @@ class DynamoHistoryStore:
             "pk": _pk(record.run_id),
             "sk": "META",
             **record.model_dump(mode="json", exclude={"usage", "tree_usage"}),
+            **caller_index_keys(record),
             **dict.fromkeys(_USAGE, 0),
             **dict.fromkeys(_TREE, 0),
         }
@@ -201,7 +269,9 @@ class DynamoHistoryStore:
         )
 
     def _record(self, run_id: str, item: dict[str, Any]) -> RunRecord:
-        data = {k: _plain(v) for k, v in item.items() if k not in ("pk", "sk") and k not in _TREE}
+        data = {
+            k: _plain(v) for k, v in item.items() if k not in ("pk", "sk", *_INDEX_KEYS) and k not in _TREE
+        }
         data["usage"] = Usage(**{name: data.pop(name, 0) for name in _USAGE})
         if data.get("root_run_id") in (None, run_id):
             # The tree's totals share the root's item: read with it, they cost no request of their own.
@@ -303,6 +373,65 @@ class DynamoHistoryStore:
             ExpressionAttributeNames={"#execution": "execution"},
             ExpressionAttributeValues={":n": execution, ":t": start_turn},
         )
+
+    def list_runs(
+        self,
+        caller: str | None,
+        *,
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+        start: Cursor | None = None,
+    ) -> tuple[list[RunSummary], Cursor | None]:
+        check_cursor(start, caller)
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        filters: list[str] = []
+        for name, value in (("status", status.value if status else None), ("agent", agent)):
+            if value is not None:
+                names[f"#{name}"], values[f":{name}"] = name, value
+                filters.append(f"#{name} = :{name}")
+        kwargs: dict[str, Any] = {}
+        operation: Callable[..., Any]
+        keys: tuple[str, ...]
+        if caller is None:
+            # The admin's "every run": a scan for the META items (rare, and unordered).
+            filters.insert(0, "sk = :meta")
+            values[":meta"] = "META"
+            read, keys, operation = SCAN_READ_ITEMS, ("pk", "sk"), self._table.scan
+        else:
+            kwargs = {
+                "IndexName": CALLER_INDEX,
+                "KeyConditionExpression": f"{CALLER_INDEX_PK} = :caller",
+                "ScanIndexForward": False,  # newest first
+            }
+            values[":caller"] = f"CALLER#{caller}"
+            read = limit if not filters else limit * LIST_READ_FACTOR
+            keys, operation = ("pk", "sk", *_INDEX_KEYS), self._table.query
+        if filters:
+            kwargs["FilterExpression"] = " AND ".join(filters)
+        if names:
+            kwargs["ExpressionAttributeNames"] = names
+        kwargs["ExpressionAttributeValues"] = values
+        found: list[RunSummary] = []
+        evaluated, key = 0, dict[str, Any](start) if start else None
+        while True:
+            request = {**kwargs, "Limit": read}
+            if key:
+                request["ExclusiveStartKey"] = key
+            page = operation(**request)
+            evaluated += page.get("ScannedCount", 0)
+            items = page.get("Items", [])
+            for index, item in enumerate(items):
+                found.append(_summary({k: _plain(v) for k, v in item.items()}))
+                if len(found) == limit:
+                    more = index < len(items) - 1 or "LastEvaluatedKey" in page
+                    return found, {k: str(item[k]) for k in keys} if more else None
+            key = page.get("LastEvaluatedKey")
+            if key is None:
+                return found, None
+            if evaluated >= max(read, limit * LIST_READ_FACTOR):
+                return found, {k: str(v) for k, v in key.items()}
 
     # --- messages -------------------------------------------------------------------------
 

@@ -6,9 +6,10 @@ one budget of calls, tokens and cost that the root and all its children share.
 """
 
 import hashlib
+from collections.abc import Iterator
 
 from shared.agents import Agent, get_agent
-from shared.errors import ErrorKind
+from shared.errors import ErrorKind, RunNotFoundError, ToolpipeError
 from shared.history import HistoryStore
 from shared.messages import (
     AssistantMessage,
@@ -20,9 +21,12 @@ from shared.messages import (
     ToolResult,
     UserMessage,
 )
+from shared.runs.calls import result_slot
 from shared.runs.events import NO_EVENTS, EventPublisher
 from shared.runs.ports import ExecutionStarter, TaskReporter
 from shared.runs.results import fit_for_model
+
+PARENT_CANCELLED = "its parent run was cancelled"
 
 
 def child_run_id(parent_run_id: str, seq: int) -> str:
@@ -68,8 +72,39 @@ def start_child(
     )
     if store.create_run(child, UserMessage(seq=1, turn=0, content=task)):
         events.run_started(child)  # only where it was created: a redelivery finds it there
+    # Read after the child is written: a cancel of the parent either saw the child (and
+    # cancelled it) or ended before it existed, and is seen here. No child outlives it.
+    if store.get_run(run.run_id).status is RunStatus.CANCELLED:
+        if store.finish_run(child_id, RunStatus.CANCELLED, error=PARENT_CANCELLED):
+            events.run_ended(store, child_id)
+        return child_id
     starter.start(child_id)
     return child_id
+
+
+def child_runs(store: HistoryStore, run: RunRecord) -> Iterator[RunRecord]:
+    """The child runs this run started: one per agent-tool call, named by the call's slot."""
+    try:
+        # The agent's own tools only: agent tools are never listed from a source (no MCP call).
+        agent_tools: set[str] | None = {
+            name
+            for t in get_agent(run.agent).tools
+            if t.child_agent
+            for name in (t.name, t.source_name)
+            if name
+        }
+    except ToolpipeError:
+        agent_tools = None  # an agent no longer registered: every call slot may hold a child
+    for item in store.iter_history(run.run_id):
+        if not isinstance(item, AssistantMessage):
+            continue
+        for index, call in enumerate(item.tool_calls):
+            if agent_tools is not None and call.name not in agent_tools:
+                continue
+            try:
+                yield store.get_run(child_run_id(run.run_id, result_slot(item, index)))
+            except RunNotFoundError:
+                continue  # refused before it started, or not started yet
 
 
 def heartbeat_parent(store: HistoryStore, reporter: TaskReporter, run: RunRecord) -> None:

@@ -4,9 +4,10 @@ import boto3
 from aws_lambda_powertools.utilities import parameters
 
 from shared.history import DynamoHistoryStore
+from shared.runs.cancel import RunCanceller
 from shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
 from shared.runs.model_step import ModelStep
-from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
+from shared.runs.ports import StepFunctionsStarter, StepFunctionsStopper, StepFunctionsTaskReporter
 from shared.runs.starter import RunStarter
 from shared.runs.tool_executor import ToolCallExecutor
 from shared.runs.triggers import AnswerWriter, S3ObjectStore, TriggerService
@@ -88,6 +89,17 @@ def build_run_starter(
     return RunStarter(
         build_store(store),
         StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
+        events=build_events(events),
+    )
+
+
+def build_run_canceller(
+    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, admin_principal: str | None
+) -> RunCanceller:
+    return RunCanceller(
+        build_store(store),
+        StepFunctionsStopper(boto3.client("stepfunctions"), machine.state_machine_arn),
+        admin_principal,
         events=build_events(events),
     )
 

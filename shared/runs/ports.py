@@ -19,6 +19,14 @@ class ExecutionStarter(Protocol):
         ...
 
 
+class ExecutionStopper(Protocol):
+    """Stops a run's state machine execution."""
+
+    def stop(self, run_id: str, execution: int, cause: str) -> None:
+        """Stop the run's `execution`-th execution; one that ended or never started is left be."""
+        ...
+
+
 class TaskReporter(Protocol):
     """Answers the Step Functions task a call waits on. Both return False when the execution
     no longer waits for the token (timed out, stopped, already answered)."""
@@ -71,3 +79,20 @@ class StepFunctionsTaskReporter:
                 return False
             raise
         return True
+
+
+class StepFunctionsStopper:
+    def __init__(self, client: "SFNClient", state_machine_arn: str) -> None:
+        self._client = client
+        # Execution ARNs are the state machine's with `:execution:` and the execution's name.
+        self._prefix = state_machine_arn.replace(":stateMachine:", ":execution:", 1)
+
+    def stop(self, run_id: str, execution: int, cause: str) -> None:
+        try:
+            self._client.stop_execution(
+                executionArn=f"{self._prefix}:{execution_name(run_id, execution)}", cause=cause
+            )
+        except ClientError as e:
+            # Never started (a cancel raced its start): the run is marked, its first step ends it.
+            if e.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+                raise

@@ -7,6 +7,8 @@ count and at a JSON size, and an item too large even alone is answered with a pr
 URL of its stored object.
 """
 
+import base64
+import binascii
 import contextlib
 import json
 from collections.abc import Callable, Iterable
@@ -14,9 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from shared.errors import RunNotFoundError
+from shared.errors import InvalidCursorError, RunNotFoundError
 from shared.history import HistoryStore
-from shared.messages import HISTORY_ITEM, AssistantMessage, HistoryItem, RunRecord, ToolResult
+from shared.history.ports import Cursor
+from shared.messages import HISTORY_ITEM, AssistantMessage, HistoryItem, RunRecord, RunStatus, ToolResult
 from shared.runs.calls import result_slot
 
 # Strings longer than this are cut to a preview; lists and objects keep this many entries.
@@ -27,6 +30,10 @@ PREVIEW_OBJECT_KEYS = 50
 PAGE_LIMIT = 100
 # JSON bytes one response may hold, with room under the 6 MB Lambda limit for the envelope.
 RESPONSE_BUDGET = 5_000_000
+# Runs per page of `GET /runs`, by default.
+RUNS_PAGE_DEFAULT = 20
+# A token is a few keys: anything much longer is not one.
+MAX_TOKEN_CHARS = 4096
 # Presigned URLs outlive a slow download but not a leaked log line by much.
 URL_SECONDS = 900
 
@@ -143,6 +150,33 @@ def tool_executions(run_id: str, history: list[HistoryItem]) -> list[ToolExecuti
     return report
 
 
+def readable(store: HistoryStore, run_id: str, caller: str, admin: str | None) -> RunRecord:
+    """The run, if `caller` may see it: its own principal or the admin. Anyone else gets the
+    same `RunNotFoundError` as for an unknown id."""
+    record = store.get_run(run_id)
+    if caller != record.caller and caller != admin:
+        raise RunNotFoundError(run_id)
+    return record
+
+
+def encode_cursor(cursor: Cursor) -> str:
+    """The `next` token: the store's cursor as URL-safe text. Not signed: every store checks a
+    cursor belongs to the listing it continues (`check_cursor`), which no edit can get past."""
+    return base64.urlsafe_b64encode(json.dumps(cursor, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode_cursor(token: str) -> Cursor:
+    if len(token) > MAX_TOKEN_CHARS:
+        raise InvalidCursorError()
+    try:
+        value = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError, RecursionError) as e:
+        raise InvalidCursorError() from e
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise InvalidCursorError()
+    return value
+
+
 class RunReader:
     """The read side of the runs API. A run is visible to the principal that started it and
     to the admin principal; to anyone else it does not exist (the same 404 as an unknown id)."""
@@ -153,10 +187,35 @@ class RunReader:
         self._admin = admin_principal
 
     def _readable(self, run_id: str, caller: str) -> RunRecord:
-        record = self._store.get_run(run_id)
-        if caller != record.caller and caller != self._admin:
-            raise RunNotFoundError(run_id)
-        return record
+        return readable(self._store, run_id, caller, self._admin)
+
+    def list_runs(
+        self,
+        caller: str,
+        *,
+        owner: str | None = None,
+        every: bool = False,
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        limit: int = RUNS_PAGE_DEFAULT,
+        token: str | None = None,
+    ) -> dict[str, Any]:
+        """A page of runs, newest first, and the `next` token (None on the last page). Whose:
+        the caller's own; the admin may name another `owner`, or ask for `every` run.
+
+        Raises:
+            PermissionError: a caller other than the admin named another owner or every run.
+            InvalidCursorError: `token` is not one this listing gave.
+        """
+        if (every or (owner is not None and owner != caller)) and caller != self._admin:
+            raise PermissionError("only the admin principal may list other callers' runs")
+        whose = None if every else owner or caller
+        start = decode_cursor(token) if token is not None else None
+        runs, cursor = self._store.list_runs(whose, status=status, agent=agent, limit=limit, start=start)
+        return {
+            "runs": [{**r.model_dump(mode="json"), "links": {"self": f"/runs/{r.run_id}"}} for r in runs],
+            "next": encode_cursor(cursor) if cursor is not None else None,
+        }
 
     def run(self, run_id: str, caller: str, executions_after: int = 0) -> dict[str, Any]:
         """The run record and a page of its tool executions (those whose slot is after

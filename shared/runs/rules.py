@@ -126,4 +126,5 @@ def ended_status(status: RunStatus) -> DecisionStatus:
     return {
         RunStatus.SUCCEEDED: DecisionStatus.FINAL,
         RunStatus.FAILED: DecisionStatus.FAILED,
+        RunStatus.CANCELLED: DecisionStatus.FAILED,
     }.get(status, DecisionStatus.LIMIT)

@@ -84,8 +84,9 @@ class RunStarter:
             mcp_servers=request.mcp_servers or None,
             request_hash=request_hash,
             input_object=input_object,
+            metadata=request.metadata,
         )
-        if not self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.prompt)):
+        if not self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.input)):
             if idempotency_key is None:
                 raise RuntimeError(f"run id {record.run_id} is taken")  # a fresh UUID: never expected
             return StartedRun(self._replay(idempotency_key, record), replayed=True)
@@ -119,7 +120,7 @@ def run_tools(agent: Agent, request: StartRunRequest, caller: str) -> list[str] 
     allow-list. None means all of the agent's tools."""
     chosen: set[str] | None = None
     if agent.tool_provider is not None:
-        chosen = set(agent.tool_provider(request.prompt, caller))
+        chosen = set(agent.tool_provider(request.input, caller))
     if request.tools is not None:
         unknown = sorted(set(request.tools) - set(agent.registry.names))
         if unknown:

@@ -30,6 +30,7 @@ from shared.messages import (
     AssistantMessage,
     CallOutcome,
     RunRecord,
+    RunStatus,
     ToolCall,
     ToolCallMessage,
     ToolResult,
@@ -132,6 +133,13 @@ class ToolCallExecutor:
             # Nothing ran yet: free the call so the redelivery can run it at once.
             self._store.release_call(message.run_id, message.seq, claim.owner)
             raise
+        if call.run.status is RunStatus.CANCELLED:
+            # Its execution was stopped: a delivery that still arrives runs nothing, not even a
+            # child run. The result says so, so the call does not look pending forever.
+            cancelled = Execution(
+                "Error: not run: the run was cancelled.", "error", 0, ErrorKind.RUN_CANCELLED
+            )
+            return self._persist(call, cancelled, attempt, ({}, []))
         if call.tool is not None and call.tool.child_agent is not None:
             return self._delegate(call)
         if claim.state is ClaimState.TAKEN_OVER and not (call.tool is not None and call.tool.idempotent):

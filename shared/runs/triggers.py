@@ -170,8 +170,7 @@ def _skipped(reason: str) -> TriggerResult:
 
 
 def _request(agent: str, text: str) -> StartRunRequest:
-    field = "input" if "input" in StartRunRequest.model_fields else "prompt"  # being renamed
-    return StartRunRequest.model_validate({field: text, "agent": agent})
+    return StartRunRequest.model_validate({"input": text, "agent": agent})
 
 
 def file_prompt(instructions: str, source: InputObject) -> str:

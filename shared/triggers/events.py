@@ -17,13 +17,20 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shared.errors import ToolpipeError, describe_validation_error
-from shared.messages import MAX_PROMPT_CHARS, MAX_TOOLS, NAME_PATTERN, StartRunRequest
+from shared.messages import (
+    MAX_METADATA_ENTRIES,
+    MAX_PROMPT_CHARS,
+    MAX_TOOLS,
+    NAME_PATTERN,
+    MetadataKey,
+    MetadataValue,
+    StartRunRequest,
+)
 
 RUN_REQUESTED_SOURCE = "toolpipe"
 RUN_REQUESTED_DETAIL_TYPE = "RunRequested"
 S3_EVENT_SOURCE = "aws.s3"
 S3_OBJECT_CREATED = "Object Created"
-MAX_METADATA_KEYS = 16
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -116,12 +123,11 @@ class RunRequestedDetail(BaseModel):
     timezone: str = Field(
         default="UTC", max_length=64, description="The user's IANA time zone, e.g. Europe/Paris."
     )
-    metadata: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=256)]] | None = (
-        Field(
-            default=None,
-            max_length=MAX_METADATA_KEYS,
-            description="Your own labels for the run (at most 16, short strings); toolpipe does not read them.",
-        )
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(
+        default=None,
+        max_length=MAX_METADATA_ENTRIES,
+        description="Your own labels for the run, kept on it as a POST /runs body's (at most 16; keys "
+        "1-64 of [A-Za-z0-9_.:/-], values at most 256 characters); toolpipe does not read them.",
     )
 
     @field_validator("input")
@@ -133,12 +139,13 @@ class RunRequestedDetail(BaseModel):
 
     def start_request(self) -> StartRunRequest:
         """The run request this detail asks for, checked as `POST /runs` checks a body."""
-        fields: dict[str, Any] = {"agent": self.agent, "timezone": self.timezone, "tools": self.tools}
-        # The request's message field is being renamed from `prompt` to `input` (`prompt` kept
-        # as an alias); metadata is kept where the request has a place for it.
-        fields["input" if "input" in StartRunRequest.model_fields else "prompt"] = self.input
-        if self.metadata is not None and "metadata" in StartRunRequest.model_fields:
-            fields["metadata"] = self.metadata
+        fields: dict[str, Any] = {
+            "agent": self.agent,
+            "input": self.input,
+            "timezone": self.timezone,
+            "tools": self.tools,
+            "metadata": self.metadata,  # kept on the run, as a POST /runs body's
+        }
         try:
             return StartRunRequest.model_validate(fields)
         except ValidationError as e:

@@ -203,6 +203,9 @@ def test_http_answers_as_the_api_function_does(tmp_path: Path) -> None:
         again = runtime.api("POST", "/runs", {"prompt": PROMPT})
     assert over_http == direct
     assert [status for status, _ in over_http] == [200, 200, 200, 200, 400, 400, 400, 404, 404]
+    # The status URL is absolute, from the Host the request came to (the direct event has none).
+    assert started.pop("status_url") == f"{served.url}/v1/runs/{run_id}"
+    assert again[1].pop("status_url") == f"/runs/{again[1]['run_id']}"
     assert started == json.loads(json.dumps(again[1]).replace(again[1]["run_id"], run_id))
 
 

@@ -26,7 +26,7 @@ def test_post_runs_rejects_a_body_that_is_not_json(pipeline: Pipeline) -> None:
 def test_post_runs_names_the_missing_and_unknown_fields(pipeline: Pipeline) -> None:
     status, body = pipeline.runtime.api("POST", "/runs", {"promt": "typo"})
     assert status == 400
-    assert "prompt: Field required" in body["message"]
+    assert "input: Field required" in body["message"]
     assert "promt: Extra inputs are not permitted" in body["message"]
 
 
@@ -97,7 +97,7 @@ def _executions(pipeline: Pipeline) -> list[dict]:
             "timezone: not an IANA time zone name",
         ),
         ({"prompt": "hi", "timezone": "Europe/" + "x" * 500_000}, "timezone: String should have at most 64"),
-        ({"prompt": " \n\t "}, "prompt: the prompt is blank"),
+        ({"prompt": " \n\t "}, "prompt: the input is blank"),
         ({"prompt": "x" * 100_001}, "prompt: String should have at most 100000 characters"),
         ({"prompt": 42}, "prompt: Input should be a valid string"),
         ({"prompt": "hi", "agent": "../tester"}, "agent: String should match pattern"),

@@ -1,11 +1,19 @@
 """The sample events in events/ drive the real handlers, as `toolpipe invoke` does."""
 
+import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from infra.cli import main
 from infra.local.lambdas import LocalContext, call_handler
-from tests.conftest import Pipeline
+from infra.local.scripted_model import Reply
+from tests.conftest import Capture, Pipeline, call
+
+API = "functions.api.handler.lambda_handler"
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 
@@ -18,17 +26,115 @@ def _ctx() -> LocalContext:
     return LocalContext(function_name="sample", timeout_seconds=60)
 
 
-def test_sample_post_and_get_events_start_and_show_a_run(pipeline: Pipeline) -> None:
-    started = call_handler("functions.api.handler.lambda_handler", _event("api_post_run.json"), _ctx())
-    assert started["statusCode"] == 202
-    run_id = json.loads(started["body"])["run_id"]
+def _api(event: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+    response = call_handler(API, event, _ctx())
+    body = response.get("body")
+    # The REST resolver answers headers as multiValueHeaders, as API Gateway expects them.
+    headers = {n: v[-1] for n, v in (response.get("multiValueHeaders") or {}).items() if n != "Content-Type"}
+    return int(response["statusCode"]), headers, json.loads(body) if body else None
+
+
+def _metas(pipeline: Pipeline) -> list[dict[str, Any]]:
+    items = pipeline.runtime.dynamodb.scan(TableName="toolpipe-local")["Items"]
+    return [i for i in items if i["sk"]["S"] == "META"]
+
+
+def test_every_api_sample_drives_the_real_handler(pipeline: Pipeline) -> None:
+    status, headers, started = _api(_event("api_post_run.json"))
+    assert status == 202 and "Idempotent-Replayed" not in headers
+    run_id = started["run_id"]
+    # The status URL is absolute: API Gateway's domain name and stage.
+    assert started["status_url"] == f"https://abc123.execute-api.us-east-1.amazonaws.com/v1/runs/{run_id}"
+    # The same sample again (a client's retry, same Idempotency-Key): the same run, nothing new.
+    assert _api(_event("api_post_run.json")) == (202, {**headers, "Idempotent-Replayed": "true"}, started)
+    assert len(_metas(pipeline)) == 1
     pipeline.finish(run_id)
 
-    shown = call_handler("functions.api.handler.lambda_handler", _event("api_get_run.json", run_id), _ctx())
-    body = json.loads(shown["body"])
-    assert body["run"]["status"] == "succeeded"
-    assert body["run"]["timezone"] == "Europe/Paris"
-    assert "689706.486532" in body["run"]["output"]
+    status, _, shown = _api(_event("api_get_run.json", run_id))
+    assert status == 200 and shown["run"]["status"] == "succeeded"
+    assert shown["run"]["timezone"] == "Europe/Paris" and shown["run"]["metadata"] == {"ticket": "T-42"}
+    assert "689706.486532" in shown["run"]["output"]
+    status, _, messages = _api(_event("api_get_messages.json", run_id))
+    assert status == 200 and messages["messages"][0]["content"].startswith("What is the square root")
+    status, _, listed = _api(_event("api_list_runs.json"))
+    assert status == 200 and [r["run_id"] for r in listed["runs"]] == [run_id]
+    # Cancelling an ended run is a conflict; a running one is cancelled, twice the same.
+    status, _, conflict = _api(_event("api_cancel_run.json", run_id))
+    assert status == 409 and "already ended" in conflict["message"]
+    pipeline.script(Reply(tool_calls=[call("slow", seconds=0.5)]), Reply(content="never asked"))
+    running = pipeline.start("wait")
+    status, _, cancelled = _api(_event("api_cancel_run.json", running))
+    assert (status, cancelled["status"]) == (200, "cancelled")
+    assert _api(_event("api_cancel_run.json", running))[::2] == (200, cancelled)
+    pipeline.runtime.wait_for_execution(running)  # stopped, or ended at its next step: either way
+    assert _api(_event("api_get_run.json", running))[2]["run"]["status"] == "cancelled"
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(event: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target = event
+        for name in parents:
+            target = target[name]
+        target[last] = value
+
+    return change
+
+
+def _body(**fields: Any) -> Callable[[dict[str, Any]], None]:
+    return _set("body", json.dumps(fields))
+
+
+@pytest.mark.parametrize(
+    ("sample", "change", "status", "message"),
+    [
+        ("api_post_run.json", _set("body", "{"), 400, "body: Invalid JSON"),
+        ("api_post_run.json", _body(input=" "), 400, "input: the input is blank"),
+        ("api_post_run.json", _body(input="hi", metadata={"k": "v" * 300}), 400, "metadata.k:"),
+        ("api_post_run.json", _set("headers.Idempotency-Key", "has spaces"), 400, "header.Idempotency-Key"),
+        ("api_post_run.json", _set("requestContext.identity", {}), 403, "no caller identity"),
+        ("api_list_runs.json", _set("queryStringParameters.status", "done"), 400, "query.status"),
+        ("api_list_runs.json", _set("queryStringParameters.next", "forged"), 400, "query.next"),
+        ("api_list_runs.json", _set("queryStringParameters.limit", "0"), 400, "query.limit"),
+        ("api_get_messages.json", _set("queryStringParameters.limit", "1000"), 400, "query.limit"),
+        ("api_get_messages.json", _set("queryStringParameters.after", "x"), 400, "query.after"),
+        ("api_get_run.json", lambda e: None, 404, "run RUN_ID not found"),
+        ("api_get_messages.json", lambda e: None, 404, "run RUN_ID not found"),
+        ("api_cancel_run.json", lambda e: None, 404, "run RUN_ID not found"),
+        ("api_cancel_run.json", _set("path", "/runs/bad.id/cancel"), 400, "path.run_id"),
+    ],
+)
+def test_malformed_api_samples_are_a_clear_4xx_and_write_nothing(
+    pipeline: Pipeline, sample: str, change: Callable[[dict[str, Any]], None], status: int, message: str
+) -> None:
+    event = copy.deepcopy(_event(sample))
+    change(event)
+    answered, _, body = _api(event)
+    assert answered == status and message in body["message"], body
+    assert pipeline.runtime.dynamodb.scan(TableName="toolpipe-local")["Items"] == []
+
+
+def test_toolpipe_invoke_runs_every_api_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
+
+    def invoke(sample: str, run_id: str | None = None) -> tuple[int, Any]:
+        out = Capture()
+        code = main(["invoke", "api", str(EVENTS / sample), *(["--run-id", run_id] if run_id else [])], out)
+        assert code == 0, out.text
+        response = json.loads(out.text[out.text.index("{") :])
+        return int(response["statusCode"]), json.loads(response["body"])
+
+    status, started = invoke("api_post_run.json")
+    assert status == 202
+    run_id = started["run_id"]
+    # One run for the key, across processes (the replay tells how the run stands now).
+    status, again = invoke("api_post_run.json")
+    assert (status, again["run_id"]) == (202, run_id)
+    status, shown = invoke("api_get_run.json", run_id)
+    assert status == 200 and shown["run"]["status"] == "succeeded"
+    assert invoke("api_get_messages.json", run_id)[0] == 200
+    assert [r["run_id"] for r in invoke("api_list_runs.json")[1]["runs"]] == [run_id]
+    assert invoke("api_cancel_run.json", run_id)[0] == 409
 
 
 def test_sample_worker_event_whose_task_waits_no_more_is_consumed_without_running(pipeline: Pipeline) -> None:

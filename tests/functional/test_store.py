@@ -1,5 +1,7 @@
 """The history store on moto: per-run state round trip."""
 
+import pytest
+
 from shared.history import ClaimState
 from shared.messages import RunRecord, RunStatus, ToolResult, UserMessage
 from tests.conftest import Pipeline
@@ -105,3 +107,43 @@ def test_counting_a_model_call_answers_with_the_trees_totals(pipeline: Pipeline)
     assert store.get_run("tree-root").tree_usage == Usage(prompt_tokens=15, model_calls=2)
     assert store.get_run("tree-child").tree_usage is None  # a child's tree is its root's
     assert store.get_run("tree-child").usage == Usage(prompt_tokens=5, model_calls=1)
+
+
+def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) -> None:
+    from shared.errors import InvalidCursorError
+
+    store = _store()
+    for i in range(7):
+        record = RunRecord(
+            run_id=f"r{i}",
+            agent="a" if i % 3 else "b",
+            status=RunStatus.RUNNING,
+            caller="alice" if i != 5 else "bob",
+            created_at=f"2026-11-22T10:00:0{i}.000+00:00",
+            metadata={"n": str(i)},
+        )
+        assert store.create_run(record, UserMessage(seq=1, turn=0, content="go"))
+    store.finish_run("r4", RunStatus.SUCCEEDED, output="ok")
+
+    def every(caller: str | None, **filters: object) -> list[str]:
+        seen, cursor = [], None
+        while True:
+            runs, cursor = store.list_runs(caller, limit=2, start=cursor, **filters)  # type: ignore[arg-type]
+            assert len(runs) <= 2
+            seen += [r.run_id for r in runs]
+            if cursor is None:
+                return seen
+
+    assert every("alice") == ["r6", "r4", "r3", "r2", "r1", "r0"]
+    assert every("alice", agent="a") == ["r4", "r2", "r1"]
+    assert every("alice", status=RunStatus.SUCCEEDED) == ["r4"]
+    assert sorted(every(None)) == [f"r{i}" for i in range(7)]
+    runs, cursor = store.list_runs("alice", limit=1)
+    assert runs[0].metadata == {"n": "6"} and runs[0].status is RunStatus.RUNNING
+    # The index entry keeps the status current: the listing shows how each run stands.
+    assert store.list_runs("alice", limit=2, start=cursor)[0][0].status is RunStatus.SUCCEEDED
+    assert cursor is not None
+    with pytest.raises(InvalidCursorError):
+        store.list_runs("bob", start=cursor)
+    with pytest.raises(InvalidCursorError):
+        store.list_runs(None, start=cursor)  # an index cursor is not a scan's

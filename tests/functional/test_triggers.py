@@ -121,6 +121,7 @@ def test_each_run_requested_sample_delivered_twice_starts_one_run(pipeline: Pipe
     pipeline.callers[first["run_id"]] = LOCAL_CALLER
     run = pipeline.finish(first["run_id"])["run"]
     assert run["status"] == "succeeded" and run["caller"] == LOCAL_CALLER
+    assert run.get("metadata") == sample(name)["detail"].get("metadata")  # kept, as the API keeps it
     status, _ = pipeline.runtime.api("GET", f"/runs/{first['run_id']}", caller="arn:aws:iam::1:user/other")
     assert status == 404
 

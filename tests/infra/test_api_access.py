@@ -54,3 +54,46 @@ def test_the_messages_pages_have_a_route(template: Any) -> None:
     messages = next(name for name, r in resources.items() if r["Properties"]["PathPart"] == "messages")
     methods = template.find_resources("AWS::ApiGateway::Method")
     assert any(m["Properties"]["ResourceId"] == {"Ref": messages} for m in methods.values())
+
+
+def test_runs_are_listed_from_an_index_by_caller_that_the_store_queries(template: Any) -> None:
+    from shared.history.store import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_PROJECTION, CALLER_INDEX_SK
+
+    [table] = template.find_resources("AWS::DynamoDB::Table").values()
+    [index] = table["Properties"]["GlobalSecondaryIndexes"]
+    assert index["IndexName"] == CALLER_INDEX
+    assert index["KeySchema"] == [
+        {"AttributeName": CALLER_INDEX_PK, "KeyType": "HASH"},
+        {"AttributeName": CALLER_INDEX_SK, "KeyType": "RANGE"},
+    ]
+    # Only what a listing shows: usage and updated_at change every turn and would rewrite it.
+    assert index["Projection"] == {
+        "ProjectionType": "INCLUDE",
+        "NonKeyAttributes": list(CALLER_INDEX_PROJECTION),
+    }
+    assert "usage" not in CALLER_INDEX_PROJECTION and "updated_at" not in CALLER_INDEX_PROJECTION
+
+
+def test_the_list_cancel_and_openapi_routes_exist(template: Any) -> None:
+    resources = template.find_resources("AWS::ApiGateway::Resource")
+    by_part = {r["Properties"]["PathPart"]: name for name, r in resources.items()}
+    methods = template.find_resources("AWS::ApiGateway::Method").values()
+
+    def has(part: str, method: str) -> bool:
+        return any(
+            m["Properties"]["HttpMethod"] == method
+            and m["Properties"]["ResourceId"] == {"Ref": by_part[part]}
+            for m in methods
+        )
+
+    assert has("runs", "GET") and has("runs", "POST") and has("cancel", "POST") and has("openapi.json", "GET")
+
+
+def test_the_api_may_stop_only_its_state_machines_executions(template: Any) -> None:
+    policies = template.find_resources("AWS::IAM::Policy")
+    api = next(p for name, p in policies.items() if name.startswith("ApiServiceRole"))
+    [statement] = [
+        s for s in api["Properties"]["PolicyDocument"]["Statement"] if s["Action"] == "states:StopExecution"
+    ]
+    text = str(statement["Resource"])
+    assert ":execution:" in text and "RunFlow" in text and text.rstrip("']}").endswith(":*")

@@ -130,7 +130,8 @@ def test_state_machine_permissions_are_exactly_what_each_function_uses(template:
         "states:StartExecution",
     }
     api = next(p for name, p in policies.items() if name.startswith("ApiServiceRole"))
-    assert _states_actions(api) == {"states:StartExecution"}
+    # Start a run; stop the executions of a cancelled run and its children.
+    assert _states_actions(api) == {"states:StartExecution", "states:StopExecution"}
     orchestrator = next(p for name, p in policies.items() if name.startswith("OrchestratorServiceRole"))
     assert _states_actions(orchestrator) == set()
     # A child run's orchestrator answers its parent's task, and a long run's starts its next
@@ -191,8 +192,10 @@ def test_api_gateway_request_model_matches_the_handler_model(template: Any) -> N
 
     _, model = _one(template, "AWS::ApiGateway::Model")
     schema = model["Properties"]["Schema"]
-    assert set(schema["properties"]) == set(StartRunRequest.model_fields)
-    assert schema["required"] == [n for n, f in StartRunRequest.model_fields.items() if f.is_required()]
+    # `prompt` is the deprecated name of `input`: either is accepted, and one is required.
+    assert set(schema["properties"]) == set(StartRunRequest.model_fields) | {"prompt"}
+    assert [n for n, f in StartRunRequest.model_fields.items() if f.is_required()] == ["input"]
+    assert schema["anyOf"] == [{"required": ["input"]}, {"required": ["prompt"]}]
     assert schema["additionalProperties"] is False
 
 

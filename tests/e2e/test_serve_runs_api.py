@@ -1,0 +1,137 @@
+"""The runs API over real HTTP, as a client uses it against `toolpipe serve` (issue 8, item 1)."""
+
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.local.server import LocalServer
+from shared.agents import AGENTS, Agent
+from shared.tools import tool
+from tests.conftest import Pipeline, Reply, _pipeline, call
+from tests.e2e.test_serve import Served
+
+PROMPT = "What is the square root of 475695037565?"  # the demo model answers it
+
+
+def _http(
+    url: str, method: str, body: Any = None, **headers: str
+) -> tuple[int, Any, http.client.HTTPMessage]:
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        connection.request(method, path, body=data, headers={"Content-Type": "application/json", **headers})
+        response = connection.getresponse()
+        raw = response.read()
+        return response.status, json.loads(raw) if raw else None, response.headers
+    finally:
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    server = Served(tmp_path_factory.mktemp("serve-api"))
+    yield server
+    code, output = server.stop()
+    assert code == 0, output
+
+
+def test_start_with_a_key_poll_read_list_over_http(served: Served) -> None:
+    request = {"input": PROMPT, "agent": "assistant", "metadata": {"ticket": "T-7"}}
+    status, started, headers = _http(
+        f"{served.api_url}/runs", "POST", request, **{"Idempotency-Key": "e2e-1"}
+    )
+    assert status == 202 and headers.get("Idempotent-Replayed") is None
+    run_id = started["run_id"]
+    # The status URL is absolute, from the Host header the server was reached by.
+    assert started["status_url"] == f"{served.api_url}/runs/{run_id}"
+    status, again, headers = _http(f"{served.api_url}/runs", "POST", request, **{"Idempotency-Key": "e2e-1"})
+    assert (status, again["run_id"], headers.get("Idempotent-Replayed")) == (202, run_id, "true")
+    status, conflict, _ = _http(
+        f"{served.api_url}/runs", "POST", {**request, "input": "other"}, **{"Idempotency-Key": "e2e-1"}
+    )
+    assert status == 409 and run_id in conflict["message"]
+
+    deadline = time.monotonic() + 60
+    while True:  # poll the status URL as a client would
+        status, shown, _ = _http(started["status_url"], "GET")
+        assert status == 200
+        if shown["run"]["status"] != "running" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert shown["run"]["status"] == "succeeded" and shown["run"]["metadata"] == {"ticket": "T-7"}
+    status, page, _ = _http(f"{served.api_url}/runs/{run_id}/messages?limit=2", "GET")
+    assert status == 200 and page["messages"][0]["content"] == PROMPT and len(page["messages"]) == 2
+    status, rest, _ = _http(f"{served.api_url}{page['next']}", "GET")
+    assert status == 200 and rest["messages"][-1]["kind"] == "assistant"
+    status, listed, _ = _http(f"{served.api_url}/runs?agent=assistant&status=succeeded", "GET")
+    assert status == 200 and run_id in [r["run_id"] for r in listed["runs"]]
+    assert [r["run_id"] for r in listed["runs"]].count(run_id) == 1
+    status, conflict, _ = _http(f"{served.api_url}/runs/{run_id}/cancel", "POST")
+    assert status == 409
+    status, document, _ = _http(f"{served.api_url}/openapi.json", "GET")
+    assert status == 200 and "/runs/{run_id}/cancel" in document["paths"]
+    assert json.loads((Path(__file__).parents[2] / "docs" / "openapi.json").read_text()) == document
+
+
+GATE = threading.Event()
+
+
+@tool
+def wait_for_gate(label: str) -> str:
+    """Wait until the test opens the gate, then answer.
+
+    Args:
+        label: Any text.
+    """
+    GATE.wait(20)
+    return f"passed {label}"
+
+
+HELD = Agent(name="held", instructions="You wait.", tools=[wait_for_gate], max_iterations=3)
+
+
+@pytest.fixture
+def local_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pipeline, LocalServer]]:
+    monkeypatch.setitem(AGENTS, HELD.name, HELD)
+    GATE.clear()
+    for pipeline in _pipeline():
+        with LocalServer(pipeline.runtime) as server:
+            try:
+                yield pipeline, server
+            finally:
+                GATE.set()
+
+
+def test_cancel_a_running_run_over_http(local_server: tuple[Pipeline, LocalServer]) -> None:
+    pipeline, server = local_server
+    pipeline.script(Reply(tool_calls=[call("wait_for_gate", label="a")]), Reply(content="never asked"))
+    status, started, _ = _http(f"{server.api_url}/runs", "POST", {"input": "wait", "agent": "held"})
+    assert status == 202
+    run_id = started["run_id"]
+    status, listed, _ = _http(f"{server.api_url}/runs?status=running", "GET")
+    assert [r["run_id"] for r in listed["runs"]] == [run_id]
+    claim = {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "CALL#000003"}}
+    deadline = time.monotonic() + 20
+    while "Item" not in pipeline.runtime.dynamodb.get_item(TableName="toolpipe-local", Key=claim):
+        assert time.monotonic() < deadline, "the call never started"
+        time.sleep(0.05)  # until its tool is running: the run waits on it
+    status, cancelled, _ = _http(f"{server.api_url}/runs/{run_id}/cancel", "POST")
+    assert status == 200 and cancelled == {
+        "run_id": run_id,
+        "status": "cancelled",
+        "status_url": started["status_url"],
+    }
+    assert _http(f"{server.api_url}/runs/{run_id}/cancel", "POST")[:2] == (200, cancelled)
+    assert pipeline.runtime.wait_for_execution(run_id)["status"] == "ABORTED"
+    GATE.set()
+    status, shown, _ = _http(started["status_url"], "GET")
+    assert shown["run"]["status"] == "cancelled"

@@ -1,0 +1,36 @@
+"""The OpenAPI document: generated from the handler, served at /openapi.json, checked in."""
+
+import json
+
+from infra.openapi import DOCUMENT, render
+from tests.conftest import Pipeline
+
+
+def test_the_checked_in_document_is_the_generated_one(pipeline: Pipeline) -> None:
+    assert DOCUMENT.read_text() == render(), "docs/openapi.json is stale: run `make openapi`"
+
+
+def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pipeline) -> None:
+    status, served = pipeline.runtime.api("GET", "/openapi.json")
+    assert status == 200
+    assert served == json.loads(DOCUMENT.read_text())
+    operations = {(path, method) for path, ops in served["paths"].items() for method in ops}
+    assert operations == {
+        ("/runs", "post"),
+        ("/runs", "get"),
+        ("/runs/{run_id}", "get"),
+        ("/runs/{run_id}/cancel", "post"),
+        ("/runs/{run_id}/messages", "get"),
+        ("/runs/{run_id}/messages/{seq}", "get"),
+    }
+    start = served["paths"]["/runs"]["post"]
+    assert start["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/StartRunRequest"
+    }
+    schemas = served["components"]["schemas"]
+    assert {"input", "metadata", "agent", "tools"} <= set(schemas["StartRunRequest"]["properties"])
+    assert start["responses"]["202"]["content"]["application/json"]["schema"]["$ref"].endswith("/RunStarted")
+    assert "status_url" in schemas["RunStarted"]["properties"]
+    assert "cancelled" in schemas["RunStatus"]["enum"]
+    cancel = served["paths"]["/runs/{run_id}/cancel"]["post"]["responses"]
+    assert set(cancel) == {"200", "400", "403", "404", "409"}
