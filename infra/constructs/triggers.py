@@ -41,6 +41,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct, Node
 
 from infra import bundling
+from infra.constructs.nag import logical_id
 from infra.functions import TRIGGERS
 from shared.settings import TriggerSettings
 from shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE, RUN_REQUESTED_SOURCE, RunRequestedDetail
@@ -230,7 +231,7 @@ class Triggers(Construct):
             ],
         )
         self._schedules(bus, options.schedules)
-        self._acknowledge_function(contents, orchestrator, worker)
+        self._acknowledge_function(contents, table, orchestrator, worker)
         CfnOutput(self, "InputBucketName", value=self.bucket.bucket_name)
         CfnOutput(self, "InputPrefix", value=settings.input_prefix)
         CfnOutput(self, "DeadLetterQueueUrl", value=self.dead_letters.queue_url)
@@ -273,7 +274,11 @@ class Triggers(Construct):
             )
 
     def _acknowledge_function(
-        self, contents: s3.IBucket, orchestrator: lambda_.IFunction, worker: lambda_.IFunction
+        self,
+        contents: s3.IBucket,
+        table: dynamodb.ITable,
+        orchestrator: lambda_.IFunction,
+        worker: lambda_.IFunction,
     ) -> None:
         stack = Stack.of(self)
         bucket = stack.get_logical_id(self.bucket.node.default_child)  # type: ignore[arg-type]
@@ -297,6 +302,11 @@ class Triggers(Construct):
             orchestrator,
             f"AwsSolutions-IAM5[Resource::<{bucket}.Arn>/{self._output_prefix}*]",
             "An answer is named after its file; the grant stops at the output prefix.",
+        )
+        _acknowledge(
+            self.function,
+            f"AwsSolutions-IAM5[Resource::<{logical_id(table)}.Arn>/index/*]",
+            "CDK's table grant covers that one table's indexes (the runs-by-caller index).",
         )
         _acknowledge(
             self.function,
