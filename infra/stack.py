@@ -52,6 +52,9 @@ class ToolpipeStack(Stack):
             self, "ExecutionEndedDeadLetterQueueUrl", value=p.run_flow.execution_ended_dead_letters.queue_url
         )
         CfnOutput(self, "EventBusName", value=p.run_events.bus.event_bus_name)
+        # Triggers (README "Triggers"): where files go, and where failed trigger events wait.
+        CfnOutput(self, "InputBucketName", value=p.triggers.bucket.bucket_name)
+        CfnOutput(self, "TriggerDeadLetterQueueUrl", value=p.triggers.dead_letters.queue_url)
         if p.api.api_key is not None:
             # The id, not the value: `aws apigateway get-api-key --api-key ID --include-value`.
             CfnOutput(self, "ApiKeyId", value=p.api.api_key.key_id)

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -232,9 +232,6 @@ class Triggers(Construct):
         )
         self._schedules(bus, options.schedules)
         self._acknowledge_function(contents, table, orchestrator, worker)
-        CfnOutput(self, "InputBucketName", value=self.bucket.bucket_name)
-        CfnOutput(self, "InputPrefix", value=settings.input_prefix)
-        CfnOutput(self, "DeadLetterQueueUrl", value=self.dead_letters.queue_url)
 
     def _schedules(self, bus: events.IEventBus, schedules: list[TriggerSchedule]) -> None:
         if not schedules:

@@ -196,3 +196,10 @@ def test_grants_stop_at_the_prefixes(template: Any) -> None:
 def test_a_bad_schedule_fails_the_synth(entry: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         TriggerSchedule.parse(entry)
+
+
+def test_the_stack_names_the_input_bucket_and_the_triggers_dlq_in_outputs(template: Any) -> None:
+    outputs = template.to_json()["Outputs"]
+    assert outputs["InputBucketName"]["Value"] == {"Ref": _bucket(template)}
+    dlq = outputs["TriggerDeadLetterQueueUrl"]["Value"]["Ref"]
+    assert template.find_resources("AWS::SQS::Queue")[dlq]["Properties"]["SqsManagedSseEnabled"] is True
