@@ -16,9 +16,11 @@ from infra.stack import ToolpipeStack
 SKIP_BUNDLING: dict[str, Any] = {"aws:cdk:bundling-stacks": []}
 
 
-def build_app(*, bundle: bool = True, outdir: str | None = None) -> tuple[App, ToolpipeStack]:
+def build_app(
+    *, bundle: bool = True, outdir: str | None = None, context: dict[str, object] | None = None
+) -> tuple[App, ToolpipeStack]:
     # post_cli_context: the CLI refuses user context keys under aws:, and this must win over it.
-    app = App(outdir=outdir, post_cli_context=None if bundle else SKIP_BUNDLING)
+    app = App(outdir=outdir, context=context, post_cli_context=None if bundle else SKIP_BUNDLING)
     stack = ToolpipeStack(
         app,
         "Toolpipe",

@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -274,7 +275,13 @@ def show(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def invoke(args: argparse.Namespace, out: TextIO) -> int:
-    """Feed an event file to one real handler on the local runtime; RUN_ID in it is replaced."""
+    """Feed an event file to one real handler on the local runtime; RUN_ID in it is replaced.
+
+    A Step Functions status-change event reaches the orchestrator as the stack's rule
+    transforms it; `--object FILE` first puts FILE as the object an S3 notification names
+    (without the bucket's own notification, so only the sample starts a run)."""
+    from infra.definition import EXECUTION_ENDED_DETAIL_TYPE, execution_ended_request
+    from infra.local import triggers
     from infra.local.lambdas import call_function
     from infra.local.runtime import LocalRuntime
 
@@ -282,6 +289,8 @@ def invoke(args: argparse.Namespace, out: TextIO) -> int:
     if args.run_id:
         text = text.replace("RUN_ID", args.run_id)
     event = json.loads(text)
+    if args.function == "orchestrator" and event.get("detail-type") == EXECUTION_ENDED_DETAIL_TYPE:
+        event = execution_ended_request(event)
     home = _state_dir()
     # This command holds the folder's state itself: with a server serving it too, whichever
     # saved last would erase the other's runs.
@@ -293,7 +302,11 @@ def invoke(args: argparse.Namespace, out: TextIO) -> int:
         return 2
     try:
         # Workers run too: a run the event starts finishes before the runtime shuts down.
-        with _model_endpoint(out), LocalRuntime(state_dir=home):
+        with _model_endpoint(out), LocalRuntime(state_dir=home) as runtime:
+            if args.object:
+                for record in event.get("Records", []):
+                    key = urllib.parse.unquote_plus(record["s3"]["object"]["key"])
+                    triggers.put_quietly(runtime.s3, key, Path(args.object).read_bytes())
             result = call_function(FUNCTIONS[args.function], event)
     finally:
         os.close(lock)
@@ -375,6 +388,9 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
                 started = datetime.now(UTC).isoformat(timespec="seconds")
                 write_server_file(home, ServerInfo(server.url, os.getpid(), started, aws_endpoint=aws.url))
                 out.write(f"AWS endpoint: {aws.url}\n")
+                # Triggers (README "Triggers"): a file put here, or an event put on the bus, starts a run.
+                out.write(f"S3 trigger: s3://{runtime.trigger_bucket}/{runtime.trigger_prefix}\n")
+                out.write(f"EventBridge bus: {runtime.event_bus_name}\n")
                 out.write(
                     f"toolpipe server at {server.api_url} · state {home} · ready in "
                     f"{time.monotonic() - _STARTED:.1f} s · Ctrl-C stops it\n"
@@ -457,6 +473,9 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     invoke_parser.add_argument("function", choices=sorted(FUNCTIONS))
     invoke_parser.add_argument("event", help="path of a JSON event, e.g. events/api_post_run.json")
     invoke_parser.add_argument("--run-id", help="replaces RUN_ID in the event")
+    invoke_parser.add_argument(
+        "--object", metavar="FILE", help="triggers: put FILE as the object an S3 notification names, first"
+    )
     serve_parser = commands.add_parser("serve", help="serve the local runtime over HTTP until Ctrl-C")
     serve_parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve_parser.add_argument(

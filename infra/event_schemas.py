@@ -1,4 +1,5 @@
-"""Writes the JSON Schema of each run event's detail to docs/events/ (`make event-schemas`).
+"""Writes the JSON Schema of each run event's detail, and of RunRequested's, to docs/events/
+(`make event-schemas`).
 
 The schemas come from the pydantic models in `shared/runs/events.py`; a test fails when a
 checked-in file differs from what this writes.
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 from shared.runs.events import schema_text, schemas
+from shared.triggers.events import run_requested_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "docs" / "events"
@@ -20,6 +22,10 @@ def write(folder: Path = FOLDER) -> list[Path]:
         path = folder / f"{name}.json"
         path.write_text(schema_text(schema))
         written.append(path)
+    # The one event toolpipe consumes rather than publishes (README "Triggers").
+    path = folder / "RunRequested.json"
+    path.write_text(run_requested_schema())
+    written.append(path)
     return written
 
 

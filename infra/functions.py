@@ -1,4 +1,4 @@
-"""The three Lambda functions: where each handler lives and how long it may run, defined once.
+"""The Lambda functions: where each handler lives and how long it may run, defined once.
 
 The stack deploys them from this table (`infra/constructs/functions.py`); `toolpipe invoke`
 and the local runtime call the same handlers with the same timeouts. A handler moved or a
@@ -52,6 +52,13 @@ API = FunctionSpec(
     handler="functions.api.handler.lambda_handler",
     timeout_seconds=limits.API_TIMEOUT_SECONDS,
 )
+# S3 files and RunRequested events (infra/constructs/triggers.py, README "Triggers").
+TRIGGERS = FunctionSpec(
+    name="triggers",
+    construct_id="Function",  # inside the Triggers construct
+    handler="functions.triggers.handler.lambda_handler",
+    timeout_seconds=60,
+)
 
 # Every function, by name: the choices of `toolpipe invoke`.
-FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (API, ORCHESTRATOR, TOOL_WORKER)}
+FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (API, ORCHESTRATOR, TOOL_WORKER, TRIGGERS)}

@@ -21,6 +21,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra.constructs import Api, ApiAuth, Functions, RunEvents, RunFlow, Storage, Throttle, ToolQueue
+from infra.constructs.triggers import TriggerOptions, Triggers
 
 
 class ToolPipeline(Construct):
@@ -48,12 +49,14 @@ class ToolPipeline(Construct):
         api_throttle: Throttle | None = None,
         admin_principal: str | None = None,
         mcp_header_secrets: Sequence[str] = (),
+        triggers: TriggerOptions | None = None,
     ) -> None:
         """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls
         (its key goes into the `ModelApiKey` secret after deploying). `api_auth`: "iam" (SigV4,
         the default) or "api_key" (a key and a usage plan, throttled by `api_throttle`).
         `admin_principal`: a caller who may read every run. `mcp_header_secrets`: ARNs of the
-        secrets agents' MCP servers read their headers from."""
+        secrets agents' MCP servers read their headers from. `triggers`: the S3 and
+        RunRequested triggers' settings and schedules (README "Triggers")."""
         super().__init__(scope, construct_id)
         auth = ApiAuth.parse(api_auth)
         self.storage = Storage(self, "Storage")
@@ -79,6 +82,21 @@ class ToolPipeline(Construct):
 
         # Constructs that plug in (triggers, ...) go here: built after the components above,
         # from the attributes below, each granting the functions what it needs itself.
+        self.triggers = Triggers(
+            self,
+            "Triggers",
+            bus=self.run_events.bus,
+            table=self.table,
+            contents=self.bucket,
+            machine=self.state_machine,
+            orchestrator=self.functions.orchestrator,
+            worker=self.functions.tool_worker,
+            code=self.functions.code,
+            layers=[self.functions.dependencies],
+            environment=self.functions.environment,
+            options=triggers or TriggerOptions(),
+        )
+        self.run_events.grant_publish(self.triggers.function)  # RunStarted for the runs it starts
 
     @property
     def table(self) -> dynamodb.Table:

@@ -14,6 +14,7 @@ from aws_cdk import CfnElement, CfnOutput, Stack
 from constructs import Construct, Node
 
 from infra.constructs import ApiAuth, Throttle
+from infra.constructs.triggers import TriggerOptions
 from infra.pipeline import ToolPipeline
 
 PIPELINE_ID = "Pipeline"
@@ -51,6 +52,9 @@ class ToolpipeStack(Stack):
             self, "ExecutionEndedDeadLetterQueueUrl", value=p.run_flow.execution_ended_dead_letters.queue_url
         )
         CfnOutput(self, "EventBusName", value=p.run_events.bus.event_bus_name)
+        # Triggers (README "Triggers"): where files go, and where failed trigger events wait.
+        CfnOutput(self, "InputBucketName", value=p.triggers.bucket.bucket_name)
+        CfnOutput(self, "TriggerDeadLetterQueueUrl", value=p.triggers.dead_letters.queue_url)
         if p.api.api_key is not None:
             # The id, not the value: `aws apigateway get-api-key --api-key ID --include-value`.
             CfnOutput(self, "ApiKeyId", value=p.api.api_key.key_id)
@@ -86,6 +90,7 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     admin = node.try_get_context("admin_principal")
     if admin:
         settings["admin_principal"] = str(admin)
+    settings["triggers"] = TriggerOptions.from_context(node)  # the trigger_* keys (README "Triggers")
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]

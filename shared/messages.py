@@ -125,6 +125,22 @@ class ParentCall(BaseModel):
     tool: str
 
 
+class InputObject(BaseModel):
+    """The S3 object a triggered run works on: a reference the `read_input` tool reads in
+    ranges, never contents. Written once with the run record, so no tool can point it elsewhere."""
+
+    model_config = ConfigDict(frozen=True)
+    bucket: str
+    key: str
+    version_id: str | None = None  # None: an unversioned bucket; reads then check `etag`
+    size: int
+    content_type: str | None = None
+    etag: str | None = None
+    # Where the run's ending is written, in the same bucket: `<answer_key>.answer.md` when it
+    # succeeded, `<answer_key>.error.md` otherwise.
+    answer_key: str
+
+
 class RunRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
     run_id: str
@@ -155,6 +171,8 @@ class RunRecord(BaseModel):
     # A run started with an idempotency key: a hash of the request it started with, so the same
     # key with another request is told apart from a retry of the same one.
     request_hash: str | None = None
+    # Set for a run an S3 object started (shared/runs/triggers.py).
+    input_object: InputObject | None = None
     # A root run's totals over its whole tree (itself and its agent-tool runs), as read with the
     # record; None for a child run, whose tree totals are its root's.
     tree_usage: Usage | None = None

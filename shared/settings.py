@@ -7,7 +7,7 @@ with a message that names it, not at the first AWS call.
 import os
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from shared.errors import ConfigurationError
 
@@ -119,3 +119,40 @@ class ExecutionBudget(_EnvSettings):
 
     env_names: ClassVar[dict[str, str]] = {"event_budget": "TOOLPIPE_EXECUTION_EVENT_BUDGET"}
     event_budget: int = Field(default=EXECUTION_EVENT_BUDGET, ge=1, le=25_000)
+
+
+class TriggerSettings(_EnvSettings):
+    """The S3 and EventBridge triggers (functions/triggers), set by the stack from CDK context.
+
+    Objects created under `input_prefix` of `bucket` start a run of `agent`; its ending is
+    written under `output_prefix` of the same bucket. The two prefixes may not contain each
+    other: an answer written under the input prefix would start a run of its own, forever.
+    """
+
+    env_names: ClassVar[dict[str, str]] = {
+        "bucket": "TOOLPIPE_TRIGGER_BUCKET",
+        "agent": "TOOLPIPE_TRIGGER_AGENT",
+        "input_prefix": "TOOLPIPE_TRIGGER_INPUT_PREFIX",
+        "output_prefix": "TOOLPIPE_TRIGGER_OUTPUT_PREFIX",
+        "max_object_bytes": "TOOLPIPE_TRIGGER_MAX_OBJECT_BYTES",
+        "instructions": "TOOLPIPE_TRIGGER_INSTRUCTIONS",
+        "principal": "TOOLPIPE_TRIGGER_PRINCIPAL",
+    }
+    bucket: str | None = None  # None: any bucket that notifies the function
+    agent: str = "assistant"
+    input_prefix: str = Field(default="inbox/", min_length=1)
+    output_prefix: str = Field(default="answers/", min_length=1)
+    # Larger objects start no run: reading them 64 KiB a call would spend the agent's budgets.
+    max_object_bytes: int = Field(default=1024 * 1024, ge=1)
+    instructions: str = "Read the file and do what it asks; if it asks nothing, summarise it."
+    # Who owns triggered runs (ToolContext.caller, and who may read them besides the admin):
+    # None means `trigger:s3` and `trigger:eventbridge`.
+    principal: str | None = None
+
+    @field_validator("output_prefix")
+    @classmethod
+    def _apart_from_input(cls, value: str, info: ValidationInfo) -> str:
+        given = info.data.get("input_prefix")
+        if isinstance(given, str) and (value.startswith(given) or given.startswith(value)):
+            raise ValueError("the output prefix may not contain the input prefix or be inside it")
+        return value

@@ -88,13 +88,21 @@ class DurableState:
     """
 
     def __init__(
-        self, state_dir: Path, dynamodb: "DynamoDBClient", s3: "S3Client", table: str, bucket: str
+        self,
+        state_dir: Path,
+        dynamodb: "DynamoDBClient",
+        s3: "S3Client",
+        table: str,
+        bucket: str,
+        more_buckets: tuple[str, ...] = (),
     ) -> None:
         self._dir = state_dir
         self._dynamodb = dynamodb
         self._s3 = s3
         self._table = table
         self._bucket = bucket
+        # Kept too (the trigger bucket: its files and answers), under "buckets" in the snapshot.
+        self._more_buckets = more_buckets
         self._generation = 0
         self._journal_fd: int | None = None
         self._lock_fd: int | None = None
@@ -160,6 +168,11 @@ class DurableState:
             for key, body in snapshot.get("objects", {}).items():
                 self._s3.put_object(Bucket=self._bucket, Key=key, Body=base64.b64decode(body))
             restored.items, restored.objects = len(items), len(snapshot.get("objects", {}))
+            for bucket, objects in snapshot.get("buckets", {}).items():
+                if bucket in self._more_buckets:
+                    for key, body in objects.items():
+                        self._s3.put_object(Bucket=bucket, Key=key, Body=base64.b64decode(body))
+                    restored.objects += len(objects)
         journal_path = self._dir / JOURNAL
         if journal_path.exists():
             self._replay(journal_path, restored)
@@ -230,14 +243,12 @@ class DurableState:
         items: list[dict[str, Any]] = []
         for page in self._dynamodb.get_paginator("scan").paginate(TableName=self._table):
             items.extend(page.get("Items", []))
-        objects = {}
-        for listing in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self._bucket):
-            for obj in listing.get("Contents", []):
-                body = self._s3.get_object(Bucket=self._bucket, Key=obj["Key"])["Body"].read()
-                objects[obj["Key"]] = base64.b64encode(body).decode()
+        objects = self._objects(self._bucket)
+        buckets = {bucket: self._objects(bucket) for bucket in self._more_buckets}
         generation = self._generation + 1
         _replace(
-            self._dir / SNAPSHOT, json.dumps({"generation": generation, "items": items, "objects": objects})
+            self._dir / SNAPSHOT,
+            json.dumps({"generation": generation, "items": items, "objects": objects, "buckets": buckets}),
         )
         # A crash here leaves snapshot g+1 and journal g: the journal is then ignored, rightly.
         self._close_journal()
@@ -245,6 +256,14 @@ class DurableState:
         self._generation = generation
         self._journal_fd = os.open(self._dir / JOURNAL, os.O_WRONLY | os.O_APPEND)
         self._lines = 0
+
+    def _objects(self, bucket: str) -> dict[str, str]:
+        objects = {}
+        for listing in self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for obj in listing.get("Contents", []):
+                body = self._s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+                objects[obj["Key"]] = base64.b64encode(body).decode()
+        return objects
 
     def _close_journal(self) -> None:
         if self._journal_fd is not None:
@@ -271,7 +290,7 @@ class DurableState:
         if request.method not in _S3_WRITES or ".s3." not in f".{host}":
             return None
         located = _s3_location(host, parts.path)
-        if located is None or located[0] != self._bucket or not located[1]:
+        if located is None or located[0] not in (self._bucket, *self._more_buckets) or not located[1]:
             return None
         bucket, key = located
         return lambda status: self._journal_object(bucket, key) if status < 300 else None

@@ -33,7 +33,7 @@ from infra.definition import (
     substitute,
 )
 from infra.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
-from infra.local import execution_events, lambdas, moto_patches, persistence, recovery, serial
+from infra.local import execution_events, lambdas, moto_patches, persistence, recovery, serial, triggers
 from infra.local.workers import WorkerPool
 from shared.history.store import (
     CALLER_INDEX,
@@ -108,6 +108,11 @@ class LocalRuntime:
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
         self._saved_env: dict[str, str | None] = {}
         self.workers: WorkerPool | None = None
+        self.trigger_workers: WorkerPool | None = None
+        # Where a file starts a run and where its answer lands (RunRequested: `event_bus_name`).
+        self.trigger_bucket = triggers.TRIGGER_BUCKET
+        self.trigger_prefix = triggers.INPUT_PREFIX
+        self.output_prefix = triggers.OUTPUT_PREFIX
         self.drain_seconds = 30.0
         # A viewer (no workers) shows runs as they are; a runtime with workers takes them up.
         self._resume = resume if resume is not None else workers > 0
@@ -130,6 +135,11 @@ class LocalRuntime:
                 "POWERTOOLS_TRACE_DISABLED": "1",
                 "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
                 "POWERTOOLS_SERVICE_NAME": "toolpipe",
+                "TOOLPIPE_TRIGGER_BUCKET": triggers.TRIGGER_BUCKET,
+                "TOOLPIPE_TRIGGER_INPUT_PREFIX": triggers.INPUT_PREFIX,
+                "TOOLPIPE_TRIGGER_OUTPUT_PREFIX": triggers.OUTPUT_PREFIX,
+                # Triggered runs are the local user's: `toolpipe show` reads them.
+                "TOOLPIPE_TRIGGER_PRINCIPAL": LOCAL_CALLER,
                 **self._extra_env,
             }
         )
@@ -138,6 +148,7 @@ class LocalRuntime:
         moto_patches.install()
         serial.install()
         execution_events.install()
+        triggers.install()
         self._create_resources()
         execution_events.subscribe(self.state_machine_arn, self._execution_status_changed)
         self._cold_start()
@@ -147,6 +158,17 @@ class LocalRuntime:
             self.sqs, self.queue_url, self.queue_arn, self._worker_count, TOOL_WORKER.timeout_seconds
         )
         self.workers.start()
+        triggers.notify_on_input_prefix(self.s3, self._triggers_arn)
+        self.trigger_workers = WorkerPool(
+            self.sqs,
+            self.trigger_queue_url,
+            self.trigger_queue_arn,
+            1,
+            triggers.TRIGGERS_TIMEOUT_SECONDS,
+            handler=triggers.HANDLER,
+        )
+        serial.add_listener(self._on_put_events)
+        self.trigger_workers.start()
         if self._state_dir is not None and self._resume:
             self.resumed = self._resume_runs()
         return self
@@ -158,8 +180,10 @@ class LocalRuntime:
             # Executions run on moto's threads: left running, they would call AWS after the
             # mock is gone. Let them finish, then stop what is left.
             self.drain(timeout=self.drain_seconds)
-            if self.workers is not None:
-                self.workers.stop()
+            serial.remove_listener(self._on_put_events)
+            for pool in (self.trigger_workers, self.workers):
+                if pool is not None:
+                    pool.stop()
             self._save_state()
         finally:
             execution_events.unsubscribe(self.state_machine_arn)
@@ -226,6 +250,8 @@ class LocalRuntime:
             MemorySize=ORCHESTRATOR.memory_mb,
         )["FunctionArn"]
 
+        self._triggers_arn = triggers.create_s3_trigger(self.s3, self.lambda_client, role_arn)
+
         self.sfn = boto3.client("stepfunctions", region_name=REGION)
         self.definition = substitute(
             definition_json(), {ORCHESTRATOR_ARN: orchestrator_arn, TOOL_QUEUE_URL: self.queue_url}
@@ -240,6 +266,10 @@ class LocalRuntime:
         self.event_bus_name = EVENT_BUS
         self.event_bus_arn = self.events.create_event_bus(Name=EVENT_BUS)["EventBusArn"]
         self._set_env({"EVENT_BUS_NAME": EVENT_BUS})
+        # RunRequested on the same bus starts runs (infra/local/triggers.py).
+        self.trigger_queue_url, self.trigger_queue_arn = triggers.create_event_trigger(
+            self.events, self.sqs, EVENT_BUS
+        )
 
     # --- the API, as API Gateway would call it ----------------------------------------------
 
@@ -278,6 +308,11 @@ class LocalRuntime:
         response = lambdas.call_function(API, event)
         payload = response.get("body")
         return int(response["statusCode"]), json.loads(payload) if payload else None
+
+    def _on_put_events(self, request: Any) -> None:
+        # moto's rule delivers to the queue inside PutEvents, with no SendMessage to announce it.
+        if self.trigger_workers is not None and triggers.is_put_events(request):
+            self.trigger_workers.wake()
 
     # --- the execution-status rule, as EventBridge would apply it ---------------------------
 
@@ -372,7 +407,10 @@ class LocalRuntime:
             self._durable = None
 
     def _load_state(self, state_dir: Path) -> None:
-        self._durable = persistence.DurableState(state_dir, self.dynamodb, self.s3, TABLE, BUCKET)
+        # The trigger bucket's notification is set only after this: a restored file starts no run.
+        self._durable = persistence.DurableState(
+            state_dir, self.dynamodb, self.s3, TABLE, BUCKET, more_buckets=(triggers.TRIGGER_BUCKET,)
+        )
         self.restored = self._durable.open()
 
     def _resume_runs(self) -> list[str]:

@@ -251,8 +251,15 @@ class DemoResponder:
                 400, {"error": {"message": "messages is empty", "type": "invalid_request_error"}}
             )
         if messages[-1].get("role") == "tool":
-            return Reply(content=self._answer(messages))
+            read = self._file_read(messages)
+            if read is None:
+                return Reply(content=self._answer(messages))
+            # A file a trigger started the run for: do what it asks, or say what it holds.
+            asked = self._calls(read, self._timezone(messages))
+            return Reply(tool_calls=asked) if asked else Reply(content=f"The file says: {read.strip()[:500]}")
         prompt = str(messages[-1].get("content") or "")
+        if "read_input tool" in prompt:
+            return Reply(tool_calls=[("read_input", {})])
         calls = self._calls(prompt, self._timezone(messages))
         if not calls:
             return Reply(
@@ -260,6 +267,16 @@ class DemoResponder:
                 "the current date and time, or an alarm."
             )
         return Reply(tool_calls=calls)
+
+    @staticmethod
+    def _file_read(messages: list[dict[str, Any]]) -> str | None:
+        """The text `read_input` returned, if the last reply was that one call (its first line
+        is the byte range)."""
+        reply = next(m for m in reversed(messages) if m.get("role") == "assistant")
+        calls = reply.get("tool_calls") or []
+        if len(calls) != 1 or calls[0]["function"]["name"] != "read_input":
+            return None
+        return str(messages[-1].get("content") or "").partition("\n")[2]
 
     @staticmethod
     def _timezone(messages: list[dict[str, Any]]) -> str:

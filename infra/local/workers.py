@@ -118,11 +118,16 @@ class WorkerPool:
 
     def _on_request(self, request: Any) -> None:
         if _sends_to(request, self._queue_url):
-            with self._wake:
-                self._sends += 1
-                if not self.idle_workers:
-                    self._unwoken += 1
-                self._wake.notify()
+            self.wake()
+
+    def wake(self) -> None:
+        """A message may be waiting: one idle worker receives now. Also for a message no
+        `SendMessage` announced (an EventBridge rule's delivery, made inside moto)."""
+        with self._wake:
+            self._sends += 1
+            if not self.idle_workers:
+                self._unwoken += 1
+            self._wake.notify()
 
     def _idle_wait(self, seen: int) -> None:
         # Each worker's timeout is the pool's safety period times its size, jittered so the

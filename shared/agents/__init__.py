@@ -49,8 +49,14 @@ def with_mcp_servers(agent: Agent, urls: Sequence[str] | None) -> Agent:
 
 
 def run_agent(run: RunRecord) -> Agent:
-    """The agent a run uses: its registered agent, with the run's own MCP servers if any."""
-    return with_mcp_servers(get_agent(run.agent), run.mcp_servers)
+    """The agent a run uses: its registered agent, with the run's own MCP servers if any, and
+    `read_input` if an S3 object started it."""
+    agent = with_mcp_servers(get_agent(run.agent), run.mcp_servers)
+    if run.input_object is not None:
+        from shared.triggers.read_input import with_input_reader
+
+        agent = with_input_reader(agent)
+    return agent
 
 
 __all__ = [

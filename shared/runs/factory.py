@@ -10,12 +10,14 @@ from shared.runs.model_step import ModelStep
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsStopper, StepFunctionsTaskReporter
 from shared.runs.starter import RunStarter
 from shared.runs.tool_executor import ToolCallExecutor
+from shared.runs.triggers import AnswerWriter, S3ObjectStore, TriggerService
 from shared.settings import (
     CallTimeouts,
     EventSettings,
     ModelSettings,
     StateMachineSettings,
     StoreSettings,
+    TriggerSettings,
     WorkerSettings,
 )
 
@@ -64,6 +66,7 @@ def build_model_step(
         reporter,
         lambda arn: StepFunctionsStarter(sfn, arn),
         events=build_events(events),
+        answers=AnswerWriter(S3ObjectStore(boto3.client("s3"))),
     )
 
 
@@ -98,4 +101,12 @@ def build_run_canceller(
         StepFunctionsStopper(boto3.client("stepfunctions"), machine.state_machine_arn),
         admin_principal,
         events=build_events(events),
+    )
+
+
+def build_trigger_service(
+    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, triggers: TriggerSettings
+) -> TriggerService:
+    return TriggerService(
+        build_run_starter(store, machine, events), S3ObjectStore(boto3.client("s3")), triggers
     )

@@ -47,6 +47,7 @@ from shared.runs.rules import (
     tool_failure,
     tree_budget_reached,
 )
+from shared.runs.triggers import AnswerWriter
 from shared.settings import CallTimeouts
 
 
@@ -78,6 +79,7 @@ class ModelStep:
         starters: Callable[[str], ExecutionStarter],
         *,
         events: EventPublisher = NO_EVENTS,
+        answers: AnswerWriter | None = None,
     ) -> None:
         self._store = store
         self._model = model
@@ -85,6 +87,8 @@ class ModelStep:
         self._timeouts = timeouts
         self._reporter = reporter
         self._starters = starters
+        # Where a run an S3 object started writes its ending (shared/runs/triggers.py).
+        self._answers = answers
         self._events = events
 
     def step(self, request: StepRequest, deadline: float) -> Decision:
@@ -97,6 +101,7 @@ class ModelStep:
         if run.status is not RunStatus.RUNNING:
             # A retried ending may have died between recording it and answering the parent.
             self._answer_parent_as_recorded(run)
+            self._write_answer(run)
             return Decision(status=ended_status(run.status), turn=run.turn)
         if (
             request.execution
@@ -360,10 +365,23 @@ class ModelStep:
         if self._store.finish_run(run.run_id, status, output=output, error=error):
             self._events.run_ended(self._store, run.run_id)
             children.answer_parent(self._store, self._reporter, run, status, output, error, self._events)
+            if run.input_object is not None:
+                self._write_answer(self._store.get_run(run.run_id))
         else:
             # It had ended already (a retry, or the execution-status rule after the state
             # machine's own Catch): the parent gets the first ending, never a later one.
-            self._answer_parent_as_recorded(self._store.get_run(run.run_id))
+            ended = self._store.get_run(run.run_id)
+            self._answer_parent_as_recorded(ended)
+            self._write_answer(ended)
+
+    def _write_answer(self, run: RunRecord) -> None:
+        """A run an S3 object started writes its ending under the output prefix, once; every
+        path that ends a run (or finds it ended, on a retry) calls this."""
+        if self._answers is None or run.input_object is None or run.status is RunStatus.RUNNING:
+            return
+        self._answers.write(
+            run, lambda: self._store.get_result(run.output_ref) if run.output_ref else run.output
+        )
 
     def _answer_parent_as_recorded(self, run: RunRecord) -> None:
         if run.parent is None:

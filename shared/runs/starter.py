@@ -11,6 +11,7 @@ from shared.errors import (
 )
 from shared.history import HistoryStore
 from shared.messages import (
+    InputObject,
     RunRecord,
     RunStatus,
     StartRunRequest,
@@ -18,6 +19,7 @@ from shared.messages import (
 )
 from shared.runs.events import NO_EVENTS, EventPublisher
 from shared.runs.ports import ExecutionStarter
+from shared.triggers.read_input import read_input, with_input_reader
 
 
 def new_run_id() -> str:
@@ -43,27 +45,45 @@ class RunStarter:
         self._starter = starter
         self._events = events
 
-    def start(self, request: StartRunRequest, caller: str, idempotency_key: str | None = None) -> StartedRun:
+    def start(
+        self,
+        request: StartRunRequest,
+        caller: str,
+        idempotency_key: str | None = None,
+        input_object: InputObject | None = None,
+    ) -> StartedRun:
         """Start a run for `caller`, the request's authenticated identity (never a body field):
         tools see it as `ToolContext.caller`, and only this principal may read the run.
 
         With an `idempotency_key` (an API client's retry, an S3 object version, an event id),
         the same key and request start one run however often they come; the same key with
-        another request raises `IdempotencyConflictError`."""
+        another request raises `IdempotencyConflictError`.
+
+        An `input_object` (the S3 trigger) is the file the run works on: its agent gets the
+        `read_input` tool, which reads that object and no other."""
         # An unknown agent is the caller's error, before anything is written.
         agent = with_mcp_servers(get_agent(request.agent), request.mcp_servers)
+        if input_object is not None:
+            agent = with_input_reader(agent)
+        tools = run_tools(agent, request, caller)
+        if input_object is not None and tools is not None and read_input.name not in tools:
+            tools.append(read_input.name)  # a triggered run's way to its file is never narrowed away
         request_hash = None
         if idempotency_key is not None:
-            request_hash = hashlib.sha256(request.model_dump_json().encode()).hexdigest()
+            started_with = request.model_dump_json()
+            if input_object is not None:
+                started_with += input_object.model_dump_json()
+            request_hash = hashlib.sha256(started_with.encode()).hexdigest()
         record = RunRecord(
             run_id=new_run_id() if idempotency_key is None else keyed_run_id(caller, idempotency_key),
             agent=request.agent,
             status=RunStatus.RUNNING,
             timezone=request.timezone,
             caller=caller,
-            tools=run_tools(agent, request, caller),
+            tools=tools,
             mcp_servers=request.mcp_servers or None,
             request_hash=request_hash,
+            input_object=input_object,
             metadata=request.metadata,
         )
         if not self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.input)):

@@ -154,6 +154,7 @@ class ToolCallExecutor:
             caller=call.run.caller,
             state=state,
             idempotency_key=f"{call.run.run_id}:{message.seq}",
+            input_object=call.run.input_object,
         )
         with self._heartbeats(message.task_token):
             execution, changes = self._run_tool(call, context, state)

@@ -4,6 +4,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.messages import InputObject
+
 
 class RunState(dict[str, Any]):
     """Per-run key/value state a tool can read and write; values must be JSON-serialisable.
@@ -39,6 +41,8 @@ class ToolContext:
     # The same for every delivery and retry of this call, and different for every other call:
     # pass it downstream (as Stripe's `Idempotency-Key`) so a repeated request has one effect.
     idempotency_key: str = ""
+    # The S3 object the run was started for (S3 trigger), read through `read_input`.
+    input_object: InputObject | None = None
 
     def __post_init__(self) -> None:
         if not self.idempotency_key:

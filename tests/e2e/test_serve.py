@@ -95,6 +95,11 @@ def test_serve_is_ready_fast_and_discoverable(served: Served) -> None:
     info = read_server_file(served.home)
     assert info is not None and info.url == served.url and info.pid == served.process.pid
     assert discover(served.home) == info
+    # Where a file or an event starts a run (README "Triggers").
+    assert {
+        "S3 trigger: s3://toolpipe-local-inputs/inbox/\n",
+        "EventBridge bus: toolpipe-local-events\n",
+    } <= set(served.lines)
     print(f"serve ready in {served.ready_seconds:.2f} s")  # measured figure, see the report
     assert served.ready_seconds < 15  # a bound for a loaded CI machine; the figure is printed
 

@@ -178,8 +178,9 @@ def test_cdk_cli_synthesizes_offline(tmp_path: Path) -> None:
     template = json.loads((tmp_path / "Toolpipe.template.json").read_text())
     kinds = [r["Type"] for r in template["Resources"].values()]
     assert kinds.count("AWS::StepFunctions::StateMachine") == 1
-    assert kinds.count("AWS::SQS::Queue") == 3  # tool calls, their DLQ, the execution-ended rule's DLQ
-    assert kinds.count("AWS::Events::Rule") == 1
+    # Tool calls, their DLQ, the execution-ended rule's DLQ, the triggers' DLQ.
+    assert kinds.count("AWS::SQS::Queue") == 4
+    assert kinds.count("AWS::Events::Rule") == 2  # execution ended; RunRequested
     assert kinds.count("AWS::DynamoDB::Table") == 1
     assert kinds.count("AWS::Lambda::Function") >= 2
     assert kinds.count("AWS::ApiGateway::RestApi") == 1
@@ -204,7 +205,11 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
 
     machine = _logical(template, "AWS::StepFunctions::StateMachine")
     orchestrator = _logical(template, "AWS::Lambda::Function", Handler=ORCHESTRATOR.handler)
-    _, rule = _one(template, "AWS::Events::Rule")
+    rule_id, rule = next(
+        (name, r)
+        for name, r in template.find_resources("AWS::Events::Rule").items()
+        if r["Properties"]["EventPattern"]["source"] == ["aws.states"]
+    )
     props = rule["Properties"]
     assert props["EventPattern"] == {
         "source": ["aws.states"],
@@ -238,7 +243,7 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
             "Action": "lambda:InvokeFunction",
             "FunctionName": {"Fn::GetAtt": [orchestrator, "Arn"]},
             "Principal": "events.amazonaws.com",
-            "SourceArn": {"Fn::GetAtt": [_logical(template, "AWS::Events::Rule"), "Arn"]},
+            "SourceArn": {"Fn::GetAtt": [rule_id, "Arn"]},
         },
     )
 

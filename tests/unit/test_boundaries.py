@@ -70,6 +70,7 @@ def test_substitution_fills_every_placeholder() -> None:
         ("functions.orchestrator.handler", True),
         ("functions.tool_worker.handler", False),
         ("functions.api.handler", False),
+        ("functions.triggers.handler", False),
     ],
 )
 def test_only_the_orchestrator_imports_openai(module: str, loads_openai: bool) -> None:

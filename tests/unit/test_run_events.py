@@ -28,7 +28,8 @@ RUN = RunRecord(run_id="r1", agent="tester", status=RunStatus.RUNNING, caller="a
 def test_checked_in_schemas_are_the_generated_ones() -> None:
     """Regenerate with `make event-schemas` when a model changes."""
     generated = schemas()
-    assert sorted(generated) == sorted(p.stem for p in DOCS.glob("*.json"))
+    # RunRequested.json is the detail toolpipe consumes (tests/unit/test_trigger_events.py).
+    assert sorted(generated) == sorted(p.stem for p in DOCS.glob("*.json") if p.stem != "RunRequested")
     for name, schema in generated.items():
         assert (DOCS / f"{name}.json").read_text() == schema_text(schema), f"docs/events/{name}.json is stale"
 

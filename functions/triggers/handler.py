@@ -1,0 +1,73 @@
+"""Starts runs from S3 object notifications and EventBridge `RunRequested` events.
+
+An event that can never start a run (malformed, an unknown agent, an event id reused with
+another detail) is answered with one error line and dropped: raising would only have Lambda
+retry it and then park it in the dead-letter queue. Anything else that fails (AWS unavailable)
+raises, so Lambda's asynchronous retries, then the DLQ, take it.
+"""
+
+from dataclasses import asdict
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from shared.errors import IdempotencyConflictError, UnknownAgentError, UnknownToolsRequestedError
+from shared.runs.factory import build_trigger_service
+from shared.runs.triggers import TriggerResult, TriggerService
+from shared.settings import EventSettings, StateMachineSettings, StoreSettings, TriggerSettings
+from shared.triggers import RunRequested, S3ObjectCreated, TriggerEventError, parse_trigger_event
+from shared.triggers.events import S3TestEvent
+
+logger = Logger()
+tracer = Tracer()
+store_settings = StoreSettings.from_env()
+machine_settings = StateMachineSettings.from_env()
+trigger_settings = TriggerSettings.from_env()
+event_settings = EventSettings.from_env()  # RunStarted for the runs it starts
+# Errors of the event itself: the same event fails the same way every time.
+_REJECTED = (TriggerEventError, UnknownAgentError, UnknownToolsRequestedError, IdempotencyConflictError)
+
+
+@cache
+def service() -> TriggerService:
+    return build_trigger_service(store_settings, machine_settings, event_settings, trigger_settings)
+
+
+def _start(item: S3ObjectCreated | RunRequested) -> dict[str, Any]:
+    try:
+        if isinstance(item, RunRequested):
+            result = service().run_requested(item)
+        else:
+            result = service().object_created(item)
+    except _REJECTED as e:
+        logger.error("trigger rejected", reason=str(e))
+        return {"outcome": "rejected", "reason": str(e)}
+    if result.outcome == "skipped":
+        logger.warning("trigger skipped", reason=result.reason)
+    else:
+        logger.info("run triggered", run_id=result.run_id, outcome=result.outcome)
+    return _view(result)
+
+
+def _view(result: TriggerResult) -> dict[str, Any]:
+    return {k: v for k, v in asdict(result).items() if v is not None}
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+def lambda_handler(event: Any, context: LambdaContext) -> dict[str, Any]:
+    if isinstance(event, dict) and isinstance(event.get("id"), str):
+        logger.append_keys(event_id=event["id"])
+    try:
+        parsed = parse_trigger_event(event)
+    except TriggerEventError as e:
+        logger.error("trigger rejected", reason=str(e))
+        return {"outcome": "rejected", "reason": str(e)}
+    if isinstance(parsed, S3TestEvent):
+        logger.info("S3 test event: the notification is configured")
+        return {"outcome": "ignored"}
+    if isinstance(parsed, RunRequested):
+        return _start(parsed)
+    return {"results": [_start(item) for item in parsed]}
