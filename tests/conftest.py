@@ -219,3 +219,18 @@ def pipeline() -> Iterator[Pipeline]:
 
 
 __all__ = ["CALLS", "TEST_AGENT", "Capture", "Pipeline", "Reply", "_pipeline", "call", "json"]
+
+
+# A tool that holds its call open until a test opens the gate: a run that waits on a tool.
+GATE = threading.Event()
+
+
+@tool
+def wait_for_gate(label: str) -> str:
+    """Wait until the test opens the gate, then answer.
+
+    Args:
+        label: Any text.
+    """
+    GATE.wait(20)
+    return f"passed {label}"

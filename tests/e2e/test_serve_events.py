@@ -14,20 +14,7 @@ from infra.local.scripted_model import Reply
 from infra.local.server import LocalServer, proxy_event, publishable
 from shared.agents import AGENTS, Agent
 from shared.tools import tool
-from tests.conftest import Pipeline, _pipeline, call
-
-GATE = threading.Event()
-
-
-@tool
-def wait_for_gate(label: str) -> str:
-    """Wait until the test opens the gate, then answer.
-
-    Args:
-        label: Any text.
-    """
-    GATE.wait(20)
-    return f"passed {label}"
+from tests.conftest import GATE, Pipeline, _pipeline, call, wait_for_gate
 
 
 @tool

@@ -2,7 +2,6 @@
 
 import http.client
 import json
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -13,8 +12,7 @@ import pytest
 
 from infra.local.server import LocalServer
 from shared.agents import AGENTS, Agent
-from shared.tools import tool
-from tests.conftest import Pipeline, Reply, _pipeline, call
+from tests.conftest import GATE, Pipeline, Reply, _pipeline, call, wait_for_gate
 from tests.e2e.test_serve import Served
 
 PROMPT = "What is the square root of 475695037565?"  # the demo model answers it
@@ -80,20 +78,6 @@ def test_start_with_a_key_poll_read_list_over_http(served: Served) -> None:
     status, document, _ = _http(f"{served.api_url}/openapi.json", "GET")
     assert status == 200 and "/runs/{run_id}/cancel" in document["paths"]
     assert json.loads((Path(__file__).parents[2] / "docs" / "openapi.json").read_text()) == document
-
-
-GATE = threading.Event()
-
-
-@tool
-def wait_for_gate(label: str) -> str:
-    """Wait until the test opens the gate, then answer.
-
-    Args:
-        label: Any text.
-    """
-    GATE.wait(20)
-    return f"passed {label}"
 
 
 HELD = Agent(name="held", instructions="You wait.", tools=[wait_for_gate], max_iterations=3)
