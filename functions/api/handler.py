@@ -225,6 +225,8 @@ def start_run() -> Response[dict[str, Any]]:
     if request.mcp_servers and not api_settings.allow_run_mcp_servers:
         raise BadRequestError("mcp_servers is not enabled here (TOOLPIPE_ALLOW_RUN_MCP_SERVERS)")
     key = app.current_event.headers.get("idempotency-key")  # Powertools matches any case
+    if key is not None:
+        key = key.strip(" \t")  # HTTP drops a field value's surrounding whitespace (RFC 9110 5.5)
     if key is not None and not IDEMPOTENCY_KEY.match(key):
         raise BadRequestError(
             "invalid request: header.Idempotency-Key: 1 to 255 printable characters, no spaces"
@@ -391,6 +393,16 @@ def openapi_document() -> dict[str, Any]:
             "description": "One run per caller and key: a retry gets the first answer.",
         }
     ]
+    started = operation["responses"].get("202")
+    if started is not None:
+        started["headers"] = {
+            "Idempotent-Replayed": {
+                "description": "true when an earlier request with the same Idempotency-Key started this run",
+                "schema": {"type": "string", "enum": ["true"]},
+            }
+        }
+    # The stage path, deployed (API Gateway stage `v1`) and under `toolpipe serve`.
+    document["servers"] = [{"url": "/v1"}]
     return document
 
 

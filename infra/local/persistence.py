@@ -33,14 +33,16 @@ journals and overwrite each other's snapshots.
 import base64
 import contextlib
 import fcntl
+import html
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from botocore import xform_name
 from botocore.exceptions import ClientError
@@ -60,7 +62,19 @@ LOCK = "lock"
 # replay at start-up stays bounded (~1 ms a line).
 COMPACT_AFTER_LINES = 20_000
 _DYNAMODB_HOST = "dynamodb."
-_DYNAMODB_WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
+_DYNAMODB_WRITES = frozenset(
+    {
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "TransactWriteItems",
+        "BatchWriteItem",
+        # PartiQL: a statement may write (INSERT, UPDATE, DELETE); a SELECT replays harmlessly.
+        "ExecuteStatement",
+        "BatchExecuteStatement",
+        "ExecuteTransaction",
+    }
+)
 _S3_WRITES = frozenset({"PUT", "POST", "DELETE"})
 _BATCH = 25  # BatchWriteItem's limit
 
@@ -290,10 +304,21 @@ class DurableState:
         if request.method not in _S3_WRITES or ".s3." not in f".{host}":
             return None
         located = _s3_location(host, parts.path)
-        if located is None or located[0] not in (self._bucket, *self._more_buckets) or not located[1]:
+        if located is None or located[0] not in (self._bucket, *self._more_buckets):
             return None
         bucket, key = located
+        if not key and request.method == "POST" and "delete" in parse_qs(parts.query, keep_blank_values=True):
+            # DeleteObjects (`aws s3 rm --recursive`, `sync --delete`): each key it names.
+            body = request.body if isinstance(request.body, bytes) else str(request.body or "").encode()
+            keys = [html.unescape(k.decode()) for k in re.findall(rb"<Key>(.*?)</Key>", body, re.DOTALL)]
+            return lambda status: self._journal_objects(bucket, keys) if status < 300 else None
+        if not key:
+            return None
         return lambda status: self._journal_object(bucket, key) if status < 300 else None
+
+    def _journal_objects(self, bucket: str, keys: list[str]) -> None:
+        for key in keys:
+            self._journal_object(bucket, key)
 
     def _journal_object(self, bucket: str, key: str) -> None:
         try:

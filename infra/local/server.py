@@ -304,6 +304,12 @@ def _json_response(status: int, body: Any) -> tuple[int, list[tuple[str, str]], 
     return status, [("Content-Type", "application/json")], data
 
 
+class _Listener(ThreadingHTTPServer):
+    # socketserver's default backlog is 5: a burst of clients (40 `toolpipe run` at once) had its
+    # connections reset before a thread could take them. The kernel caps it at somaxconn.
+    request_queue_size = 1024
+
+
 class LocalServer:
     """`with LocalServer(runtime) as server:` HTTP on `server.url`, until the block ends.
 
@@ -330,7 +336,7 @@ class LocalServer:
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
         self._connections: set[socket.socket] = set()
-        self._http = ThreadingHTTPServer((host, port), self._handler_class())
+        self._http = _Listener((host, port), self._handler_class())
         self._http.daemon_threads = True
         self._thread = threading.Thread(
             target=self._http.serve_forever, args=(0.05,), name="local-api", daemon=True

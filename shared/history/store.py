@@ -77,8 +77,8 @@ def caller_index_keys(record: RunRecord) -> dict[str, str]:
 
 
 def check_cursor(start: Cursor | None, caller: str | None) -> None:
-    """A cursor must be exactly the keys of a run record in the listing it continues: the
-    caller's index partition, or (every run) the table. Anything else is refused, so a
+    """A cursor must be exactly the keys of an item in the listing it continues: a run record in
+    the caller's index partition, or (every run) an item of a run in the table. Anything else is refused, so a
     forged cursor can neither fail deep in DynamoDB nor point into another caller's runs."""
     if start is None:
         return
@@ -87,7 +87,9 @@ def check_cursor(start: Cursor | None, caller: str | None) -> None:
         not isinstance(start, dict)
         or set(start) != wanted
         or not all(isinstance(v, str) and 0 < len(v) <= CURSOR_MAX_CHARS for v in start.values())
-        or start["sk"] != "META"
+        # The caller's listing resumes at a run record; the admin's scan of the table resumes
+        # wherever its last read stopped, usually a message of some run.
+        or (caller is not None and start["sk"] != "META")
         or not start["pk"].startswith("RUN#")
         or (caller is not None and start[CALLER_INDEX_PK] != f"CALLER#{caller}")
         or (caller is not None and not start[CALLER_INDEX_SK].endswith("#" + start["pk"][4:]))

@@ -1,6 +1,7 @@
 """Starting a run: validate the request, write the run and its first message, start the execution."""
 
 import hashlib
+import json
 import uuid
 from typing import NamedTuple
 
@@ -24,6 +25,18 @@ from shared.triggers.read_input import read_input, with_input_reader
 
 def new_run_id() -> str:
     return uuid.uuid4().hex
+
+
+def canonical_request(request: StartRunRequest) -> str:
+    """The request as a retry of it may spell it: keys in any order, an empty map or list the
+    same as none, an allow-list in any order (it is a set)."""
+    fields = request.model_dump(mode="json")
+    for name, value in list(fields.items()):
+        if value in ({}, []):
+            fields[name] = None
+    if fields.get("tools") is not None:
+        fields["tools"] = sorted(set(fields["tools"]))
+    return json.dumps(fields, sort_keys=True, ensure_ascii=False)
 
 
 def keyed_run_id(caller: str, key: str) -> str:
@@ -70,7 +83,7 @@ class RunStarter:
             tools.append(read_input.name)  # a triggered run's way to its file is never narrowed away
         request_hash = None
         if idempotency_key is not None:
-            started_with = request.model_dump_json()
+            started_with = canonical_request(request)
             if input_object is not None:
                 started_with += input_object.model_dump_json()
             request_hash = hashlib.sha256(started_with.encode()).hexdigest()

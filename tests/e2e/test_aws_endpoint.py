@@ -285,6 +285,16 @@ def test_writes_over_the_endpoint_survive_kill_9(tmp_path: Path) -> None:
         UpdateExpression="ADD n :one",
         ExpressionAttributeValues={":one": {"N": "1"}},
     )
+    # PartiQL and DeleteObjects are writes too (`aws s3 rm --recursive` sends the latter).
+    dynamodb, s3 = _client("dynamodb", endpoint), _client("s3", endpoint)
+    dynamodb.execute_statement(
+        Statement=f"INSERT INTO \"{TABLE}\" VALUE {{'pk': 'E2E#kill', 'sk': 'partiql'}}"
+    )
+    dynamodb.put_item(TableName=TABLE, Item={"pk": {"S": "E2E#kill"}, "sk": {"S": "doomed"}})
+    dynamodb.execute_statement(Statement=f"DELETE FROM \"{TABLE}\" WHERE pk = 'E2E#kill' AND sk = 'doomed'")
+    for name in ("gone/a", "gone/b"):
+        s3.put_object(Bucket=BUCKET, Key=name, Body=b"x")
+    s3.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": "gone/a"}, {"Key": "gone/b"}]})
 
     first.process.send_signal(signal.SIGKILL)
     first.process.wait(timeout=30)
@@ -297,11 +307,20 @@ def test_writes_over_the_endpoint_survive_kill_9(tmp_path: Path) -> None:
         item = _client("dynamodb", endpoint).get_item(
             TableName=TABLE, Key={"pk": {"S": "E2E#kill"}, "sk": {"S": "item"}}, ConsistentRead=True
         )["Item"]
+        dynamodb = _client("dynamodb", endpoint)
+        kept = dynamodb.query(
+            TableName=TABLE,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": "E2E#kill"}},
+        )["Items"]
+        listed = _client("s3", endpoint).list_objects_v2(Bucket=BUCKET, Prefix="gone/").get("Contents", [])
     finally:
         code, output = second.stop()
     assert code == 0, output
     assert body == b"still here"
     assert item["n"] == {"N": "8"}
+    assert sorted(i["sk"]["S"] for i in kept) == ["item", "partiql"]  # inserted kept, deleted gone
+    assert listed == []
 
 
 def test_concurrent_http_and_in_process_writes_lose_nothing_and_are_journaled(tmp_path: Path) -> None:

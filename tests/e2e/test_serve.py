@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,19 @@ def test_second_serve_for_the_same_folder_says_so_and_exits_2(served: Served) ->
 
     assert second.returncode == 2
     assert second.stdout == f"error: a toolpipe server at {served.url} is already serving {served.home}\n"
+
+
+def test_a_burst_of_connections_is_served_not_reset(served: Served) -> None:
+    # Sixty clients connect at the same instant: each is answered (the listen backlog was 5).
+    start = threading.Barrier(60)
+
+    def health(_: int) -> int:
+        start.wait(10)
+        with urllib.request.urlopen(f"{served.url}/_local/health", timeout=60) as answer:
+            return int(answer.status)
+
+    with concurrent.futures.ThreadPoolExecutor(60) as pool:
+        assert list(pool.map(health, range(60))) == [200] * 60
 
 
 def test_twenty_concurrent_cli_runs_share_the_server_and_all_are_readable(served: Served) -> None:

@@ -46,6 +46,7 @@ def test_an_idempotency_key_starts_one_run_per_caller_and_request(pipeline: Pipe
     assert status == 202
     for _ in range(3):  # a client retrying after a lost answer: the same run, nothing new
         assert post(request, "order-42") == (202, first)
+    assert post(request, " order-42\t") == (202, first)  # HTTP drops a value's surrounding blanks
     runs = [i for i in _scan(pipeline) if i["sk"]["S"] == "META"]
     assert len(runs) == 1
     status, conflict = post({**request, "prompt": "something else"}, "order-42")

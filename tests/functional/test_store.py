@@ -138,6 +138,16 @@ def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) 
     assert every("alice", agent="a") == ["r4", "r2", "r1"]
     assert every("alice", status=RunStatus.SUCCEEDED) == ["r4"]
     assert sorted(every(None)) == [f"r{i}" for i in range(7)]
+    # A scan's read stops in the middle of runs' messages (1,000 items a read on AWS): its cursor
+    # is then a message's key, and the listing goes on from it.
+    import shared.history.store as store_module
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store_module, "SCAN_READ_ITEMS", 3)
+        patch.setattr(store_module, "LIST_READ_FACTOR", 1)
+        for i in range(7):
+            store.append(f"r{i}", UserMessage(seq=2, turn=1, content="more"))
+        assert sorted(every(None)) == [f"r{i}" for i in range(7)]
     runs, cursor = store.list_runs("alice", limit=1)
     assert runs[0].metadata == {"n": "6"} and runs[0].status is RunStatus.RUNNING
     # The index entry keeps the status current: the listing shows how each run stands.

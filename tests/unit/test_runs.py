@@ -599,10 +599,20 @@ def test_an_idempotency_key_starts_one_run_and_refuses_another_request() -> None
     assert started == [(first.record.run_id, 1)] * 2
     with pytest.raises(IdempotencyConflictError, match="k1"):
         starter.start(StartRunRequest(prompt="bye", agent="payer"), "alice", idempotency_key="k1")
+    # A retry may spell the same request differently: still the same request.
+    spelled = [
+        {"input": "x", "agent": "payer", "metadata": {"a": "1", "b": "2"}, "tools": ["charge", "lookup"]},
+        {"agent": "payer", "input": "x", "metadata": {"b": "2", "a": "1"}, "tools": ["lookup", "charge"]},
+    ]
+    same = [starter.start(StartRunRequest.model_validate(body), "alice", idempotency_key="k2") for body in spelled]
+    assert not same[0].replayed and same[1].replayed and same[0].record.run_id == same[1].record.run_id
+    bare = starter.start(StartRunRequest(input="y", agent="payer"), "alice", idempotency_key="k3")
+    empty = starter.start(StartRunRequest(input="y", agent="payer", metadata={}), "alice", idempotency_key="k3")
+    assert empty.replayed and empty.record.run_id == bare.record.run_id
     # The key is the caller's own: another caller's same key is another run.
     other = starter.start(StartRunRequest(prompt="hi", agent="payer"), "bob", idempotency_key="k1")
     assert not other.replayed and other.record.run_id != first.record.run_id
-    assert len(store.runs) == 2
+    assert len(store.runs) == 4
 
 
 @tool(return_direct=True)
