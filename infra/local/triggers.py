@@ -155,6 +155,11 @@ def create_event_trigger(events: "EventBridgeClient", sqs: "SQSClient", bus: str
     return url, arn
 
 
-def is_put_events(request: Any) -> bool:
+def may_request_a_run(request: Any) -> bool:
+    """A `PutEvents` that may carry a `RunRequested` event (the run events the pipeline puts on
+    the same bus do not: waking the trigger workers for those cost a receive each)."""
     target = request.headers.get("X-Amz-Target") or b""
-    return (target.encode() if isinstance(target, str) else target) == b"AWSEvents.PutEvents"
+    if (target.encode() if isinstance(target, str) else target) != b"AWSEvents.PutEvents":
+        return False
+    body = request.body or b""
+    return b"RunRequested" in (body.encode() if isinstance(body, str) else body)
