@@ -155,3 +155,37 @@ def test_sample_orchestrator_event_for_an_unknown_run_fails_clearly(pipeline: Pi
         assert str(e) == "run RUN_ID not found"
     else:
         raise AssertionError("a step for an unknown run must fail")
+
+
+def test_the_execution_status_change_sample_fails_the_run_once(pipeline: Pipeline) -> None:
+    """The rule's event, delivered twice as EventBridge may: the run is failed with the reason,
+    and the second delivery changes nothing."""
+    from infra.definition import execution_ended_request
+    from tests.conftest import GATE, wait_for_gate
+
+    GATE.clear()
+    try:
+        from shared.agents import AGENTS, Agent
+
+        AGENTS["gated"] = Agent(name="gated", instructions="Wait.", tools=[wait_for_gate])
+        pipeline.script(Reply(tool_calls=[call("wait_for_gate", label="a")]), Reply(content="never"))
+        run_id = pipeline.start("wait", agent="gated")
+        sample = _event("execution_status_change.json", run_id)
+        first = call_handler(
+            "functions.orchestrator.handler.lambda_handler", execution_ended_request(sample), _ctx()
+        )
+        record = pipeline.runtime.dynamodb.get_item(
+            TableName="toolpipe-local", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
+        )["Item"]
+        again = call_handler(
+            "functions.orchestrator.handler.lambda_handler", execution_ended_request(sample), _ctx()
+        )
+        after = pipeline.runtime.dynamodb.get_item(
+            TableName="toolpipe-local", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
+        )["Item"]
+    finally:
+        GATE.set()
+        AGENTS.pop("gated", None)
+    assert first == again == {"status": "failed"}
+    assert record["status"]["S"] == "failed" and "execution aborted" in record["error"]["S"]
+    assert after == record  # the repeat wrote nothing

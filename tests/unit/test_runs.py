@@ -604,10 +604,14 @@ def test_an_idempotency_key_starts_one_run_and_refuses_another_request() -> None
         {"input": "x", "agent": "payer", "metadata": {"a": "1", "b": "2"}, "tools": ["charge", "lookup"]},
         {"agent": "payer", "input": "x", "metadata": {"b": "2", "a": "1"}, "tools": ["lookup", "charge"]},
     ]
-    same = [starter.start(StartRunRequest.model_validate(body), "alice", idempotency_key="k2") for body in spelled]
+    same = [
+        starter.start(StartRunRequest.model_validate(body), "alice", idempotency_key="k2") for body in spelled
+    ]
     assert not same[0].replayed and same[1].replayed and same[0].record.run_id == same[1].record.run_id
     bare = starter.start(StartRunRequest(input="y", agent="payer"), "alice", idempotency_key="k3")
-    empty = starter.start(StartRunRequest(input="y", agent="payer", metadata={}), "alice", idempotency_key="k3")
+    empty = starter.start(
+        StartRunRequest(input="y", agent="payer", metadata={}), "alice", idempotency_key="k3"
+    )
     assert empty.replayed and empty.record.run_id == bare.record.run_id
     # The key is the caller's own: another caller's same key is another run.
     other = starter.start(StartRunRequest(prompt="hi", agent="payer"), "bob", idempotency_key="k1")
