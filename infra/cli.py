@@ -21,13 +21,34 @@ import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from infra.functions import FUNCTIONS
 from infra.local.client import read_server_file, try_lock
 
 _STARTED = time.monotonic()  # for `serve`'s "ready in"
 DEFAULT_PORT = 8710
+
+
+# Control characters other than newline and tab: a model's answer, a tool's result or a file a
+# trigger read could carry terminal escapes (set the title, clear the screen) to whoever reads it.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class _Visible:
+    """`out`, with every control character written as its escape (`\x1b`), not obeyed."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return self._out.write(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._out, name)
 
 
 def _state_dir() -> Path:
@@ -494,6 +515,7 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     )
     args = parser.parse_args(argv)
     commands_by_name = {"run": run, "show": show, "invoke": invoke, "serve": serve}
+    out = cast(TextIO, _Visible(out))
     try:
         return commands_by_name[args.command](args, out)
     except KeyboardInterrupt:

@@ -232,11 +232,15 @@ def start_run() -> Response[dict[str, Any]]:
             "invalid request: header.Idempotency-Key: 1 to 255 printable characters, no spaces"
         )
     try:
-        record, replayed = starter().start(request, caller, idempotency_key=key)
+        # Its own namespace: a client cannot name the key a trigger gives its runs (`eventbridge:<id>`).
+        record, replayed = starter().start(
+            request, caller, idempotency_key=None if key is None else f"api:{key}"
+        )
     except (UnknownAgentError, UnknownToolsRequestedError, ToolSourceError) as e:
         raise BadRequestError(str(e)) from e
     except IdempotencyConflictError as e:
-        raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
+        message = f"Idempotency-Key {key!r} already started run {e.run_id} with a different request"
+        raise ServiceError(HTTPStatus.CONFLICT, message) from e
     logger.info("run started", run_id=record.run_id, agent=record.agent, replayed=replayed)
     return Response(
         status_code=HTTPStatus.ACCEPTED,

@@ -19,10 +19,9 @@ and reads its object with `If-Match` on the ETag (the deployed bucket is version
 and reads go by version); the handler takes both paths.
 """
 
-import itertools
+import hashlib
 import json
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 from moto.s3 import notifications
@@ -46,21 +45,22 @@ RUN_REQUESTED_PATTERN = {"source": ["toolpipe"], "detail-type": ["RunRequested"]
 
 _lock = threading.Lock()
 _installed = False
-_sequence = itertools.count()
 _original_s3_event = notifications._get_s3_event
 
 
-def _sequencer() -> str:
-    # AWS's is an opaque hex string that grows with each write of a key; this grows with every
-    # write in the process, which is enough.
-    return f"{time.time_ns():016X}{next(_sequence) % 0x10000:04X}"
+def _sequencer(key: Any) -> str:
+    # AWS's is an opaque hex string that grows with each write of a key. This one is the stored
+    # object's write time and ETag: every write of the key differs, and the notifications moto
+    # sends for one write (a multipart upload sends two) share it, as AWS's retries do.
+    written = int(key.last_modified.timestamp() * 1_000_000)
+    return f"{written:016X}{hashlib.sha256(str(key.etag).encode()).hexdigest()[:8].upper()}"
 
 
 def _s3_event_as_aws_sends_it(event_name: str, bucket: Any, key: Any, notification_id: str) -> dict[str, Any]:
     event: dict[str, Any] = _original_s3_event(event_name, bucket, key, notification_id)
     for record in event["Records"]:
         entity = record["s3"]["object"]
-        entity["sequencer"] = _sequencer()
+        entity["sequencer"] = _sequencer(key)
         if bucket.is_versioned:
             entity["versionId"] = key.version_id
     return event

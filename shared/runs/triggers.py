@@ -156,11 +156,13 @@ class TriggerService:
         return TriggerResult("replayed" if started.replayed else "started", started.record.run_id)
 
     def run_requested(self, event: RunRequested) -> TriggerResult:
-        """One run per event id, owned by the configured principal."""
+        """One run per event id, or per the sender's own key when it gives one (its retries
+        are new events), owned by the configured principal."""
+        key = event.detail.idempotency_key
         started = self._starter.start(
             event.detail.start_request(),
             self._settings.principal or EVENTS_CALLER,
-            idempotency_key=f"eventbridge:{event.event_id}",
+            idempotency_key=f"eventbridge-key:{key}" if key else f"eventbridge:{event.event_id}",
         )
         return TriggerResult("replayed" if started.replayed else "started", started.record.run_id)
 

@@ -123,6 +123,13 @@ class RunRequestedDetail(BaseModel):
     timezone: str = Field(
         default="UTC", max_length=64, description="The user's IANA time zone, e.g. Europe/Paris."
     )
+    idempotency_key: str | None = Field(
+        default=None,
+        pattern=r"^[\x21-\x7e]{1,255}$",
+        description="The sender's own key for this request: one run per key however often it is sent. "
+        "EventBridge gives each PutEvents a new event id, so a sender that retries a PutEvents "
+        "whose answer it lost sends a second event; with the same key it still starts one run.",
+    )
     metadata: dict[MetadataKey, MetadataValue] | None = Field(
         default=None,
         max_length=MAX_METADATA_ENTRIES,

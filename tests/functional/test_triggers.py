@@ -134,6 +134,38 @@ def test_a_put_under_the_prefix_starts_one_run_per_write(pipeline: Pipeline) -> 
     assert len(runs(pipeline)) == 2
 
 
+def test_a_senders_retried_run_request_starts_one_run_by_its_own_key(pipeline: Pipeline) -> None:
+    # A sender that lost PutEvents' answer sends again: EventBridge gives the retry a new id.
+    pipeline.model.responder = DemoResponder()
+    event = sample("eventbridge_run_requested.json")
+    event["detail"]["idempotency_key"] = "order-42"
+    retry = {**copy.deepcopy(event), "id": "another-id-for-the-same-request"}
+    first, again = deliver(event), deliver(retry)
+    assert first["outcome"] == "started" and again == {**first, "outcome": "replayed"}
+    assert len(runs(pipeline)) == 1
+
+
+def test_a_multipart_upload_starts_one_run(pipeline: Pipeline) -> None:
+    # moto notifies a completed multipart upload twice; both name the same write.
+    pipeline.model.responder = DemoResponder()
+    s3 = pipeline.runtime.s3
+    upload = s3.create_multipart_upload(Bucket=triggers.TRIGGER_BUCKET, Key="inbox/multi.txt")
+    part = s3.upload_part(
+        Bucket=triggers.TRIGGER_BUCKET,
+        Key="inbox/multi.txt",
+        UploadId=upload["UploadId"],
+        PartNumber=1,
+        Body=b"What is 2+3?",
+    )
+    s3.complete_multipart_upload(
+        Bucket=triggers.TRIGGER_BUCKET,
+        Key="inbox/multi.txt",
+        UploadId=upload["UploadId"],
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
+    )
+    assert len(runs(pipeline)) == 1
+
+
 def test_the_trigger_bucket_survives_a_restart_and_a_restored_file_starts_no_run(tmp_path: Path) -> None:
     for pipeline in _pipeline(state_dir=tmp_path):
         pipeline.runtime.s3.put_object(Bucket=triggers.TRIGGER_BUCKET, Key="inbox/q.txt", Body=b"hello")

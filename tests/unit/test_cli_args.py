@@ -129,3 +129,14 @@ def test_the_aws_endpoint_defaults_to_the_port_after_the_apis(
     port: int, aws_port: int | None, chosen: int
 ) -> None:
     assert cli._aws_port(SimpleNamespace(port=port, aws_port=aws_port)) == chosen  # type: ignore[arg-type]
+
+
+def test_terminal_escapes_in_what_the_cli_prints_are_shown_not_obeyed() -> None:
+    # A file a trigger read, or a model's answer, may carry escapes that retitle or clear a terminal.
+    import io
+
+    from infra.cli import _Visible
+
+    written = io.StringIO()
+    _Visible(written).write("answer: \x1b]0;PWNED\x07\x1b[2Jhi\x9b\n\tnext é\n")
+    assert written.getvalue() == "answer: \\x1b]0;PWNED\\x07\\x1b[2Jhi\\x9b\n\tnext é\n"
