@@ -234,3 +234,18 @@ def wait_for_gate(label: str) -> str:
     """
     GATE.wait(20)
     return f"passed {label}"
+
+
+def gated_server(monkeypatch: pytest.MonkeyPatch, agent: Agent) -> Iterator[tuple[Pipeline, Any]]:
+    """A pipeline with `agent` registered and a local HTTP server in front of it; the gate is
+    closed while the test runs and opened after, so no worker is left waiting on it."""
+    from infra.local.server import LocalServer
+
+    monkeypatch.setitem(AGENTS, agent.name, agent)
+    GATE.clear()
+    for pipeline in _pipeline():
+        with LocalServer(pipeline.runtime) as server:
+            try:
+                yield pipeline, server
+            finally:
+                GATE.set()

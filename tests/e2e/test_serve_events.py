@@ -12,9 +12,9 @@ from infra.local.client import Client, ServerError
 from infra.local.runtime import LOCAL_CALLER, TABLE
 from infra.local.scripted_model import Reply
 from infra.local.server import LocalServer, proxy_event, publishable
-from shared.agents import AGENTS, Agent
+from shared.agents import Agent
 from shared.tools import tool
-from tests.conftest import GATE, Pipeline, _pipeline, call, wait_for_gate
+from tests.conftest import GATE, Pipeline, call, gated_server, wait_for_gate
 
 
 @tool
@@ -32,14 +32,7 @@ GATED = Agent(name="gated", instructions="You test streams.", tools=[wait_for_ga
 
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pipeline, LocalServer]]:
-    monkeypatch.setitem(AGENTS, GATED.name, GATED)
-    GATE.clear()
-    for pipeline in _pipeline():
-        with LocalServer(pipeline.runtime) as server:
-            try:
-                yield pipeline, server
-            finally:
-                GATE.set()  # never leave a worker waiting on it
+    yield from gated_server(monkeypatch, GATED)
 
 
 def _slot_written(pipeline: Pipeline, server: LocalServer, run_id: str, seq: int) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from infra.local.server import LocalServer
-from shared.agents import AGENTS, Agent
-from tests.conftest import GATE, Pipeline, Reply, _pipeline, call, wait_for_gate
+from shared.agents import Agent
+from tests.conftest import GATE, Pipeline, Reply, call, gated_server, wait_for_gate
 from tests.e2e.test_serve import Served
 
 PROMPT = "What is the square root of 475695037565?"  # the demo model answers it
@@ -85,14 +85,7 @@ HELD = Agent(name="held", instructions="You wait.", tools=[wait_for_gate], max_i
 
 @pytest.fixture
 def local_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pipeline, LocalServer]]:
-    monkeypatch.setitem(AGENTS, HELD.name, HELD)
-    GATE.clear()
-    for pipeline in _pipeline():
-        with LocalServer(pipeline.runtime) as server:
-            try:
-                yield pipeline, server
-            finally:
-                GATE.set()
+    yield from gated_server(monkeypatch, HELD)
 
 
 def test_cancel_a_running_run_over_http(local_server: tuple[Pipeline, LocalServer]) -> None:
