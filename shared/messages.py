@@ -286,6 +286,8 @@ class ToolCallMessage(BaseModel):
 # nor reach the system prompt with text of its choosing (the time zone is written into it).
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # agent and tool names (OpenAI function names allow the same)
 TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$"  # no dots: no "../" paths
+# An idempotency key: printable ASCII without spaces, as the IETF draft's examples and Stripe's keys.
+IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
 MAX_PROMPT_CHARS = 100_000
 MAX_TOOLS = 128
 MAX_RUN_MCP_SERVERS = 5

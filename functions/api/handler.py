@@ -37,7 +37,7 @@ from shared.errors import (
     UnknownToolsRequestedError,
     describe_validation_error,
 )
-from shared.messages import NAME_PATTERN, RunStatus, StartRunRequest
+from shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
 from shared.runs import RunStarter
 from shared.runs.cancel import RunCanceller
 from shared.runs.factory import build_run_canceller, build_run_starter, build_store
@@ -74,8 +74,7 @@ PARAMETER_RULES = {
 }
 
 RunId = Annotated[str, Path(pattern=RUN_ID)]
-# Printable ASCII without spaces, as the IETF draft's examples and Stripe's keys (UUIDs, hashes).
-IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 
 @cache

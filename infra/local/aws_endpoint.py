@@ -34,6 +34,8 @@ from moto.core.botocore_stubber import BotocoreStubber
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wsgi import get_input_stream
 
+from infra.local.client import http_url
+
 log = logging.getLogger(__name__)
 
 # `Credential=AKID/20250101/us-east-1/s3/aws4_request`, in the Authorization header or, for a
@@ -88,9 +90,7 @@ class AwsEndpoint:
 
     @property
     def url(self) -> str:
-        host, port = self._http.server_address[:2]
-        host = str(host)
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return http_url(self._http.server_address)
 
     def __enter__(self) -> "AwsEndpoint":
         self._thread.start()

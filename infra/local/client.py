@@ -58,6 +58,12 @@ class ServerInfo:
     aws_endpoint: str | None = None
 
 
+def http_url(address: tuple[Any, ...]) -> str:
+    """The URL of a server bound to `address` (host, port, ...); an IPv6 host in brackets."""
+    host, port = str(address[0]), address[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def server_file(home: Path) -> Path:
     return home / SERVER_FILE
 

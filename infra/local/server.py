@@ -40,7 +40,7 @@ from moto.core.botocore_stubber import BotocoreStubber
 
 from infra.functions import API
 from infra.local import lambdas
-from infra.local.client import CALLER_HEADER, HEALTH_PATH, STAGE
+from infra.local.client import CALLER_HEADER, HEALTH_PATH, STAGE, http_url
 from infra.local.runtime import LOCAL_CALLER
 
 if TYPE_CHECKING:
@@ -344,9 +344,7 @@ class LocalServer:
 
     @property
     def url(self) -> str:
-        host, port = self._http.server_address[:2]
-        host = str(host)
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return http_url(self._http.server_address)
 
     @property
     def api_url(self) -> str:

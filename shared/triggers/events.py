@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from shared.errors import ToolpipeError, describe_validation_error
 from shared.messages import (
+    IDEMPOTENCY_KEY_PATTERN,
     MAX_METADATA_ENTRIES,
     MAX_PROMPT_CHARS,
     MAX_TOOLS,
@@ -125,7 +126,7 @@ class RunRequestedDetail(BaseModel):
     )
     idempotency_key: str | None = Field(
         default=None,
-        pattern=r"^[\x21-\x7e]{1,255}$",
+        pattern=IDEMPOTENCY_KEY_PATTERN,
         description="The sender's own key for this request: one run per key however often it is sent. "
         "EventBridge gives each PutEvents a new event id, so a sender that retries a PutEvents "
         "whose answer it lost sends a second event; with the same key it still starts one run.",
