@@ -9,6 +9,11 @@
   its first heartbeat refused as an invalid token, and a success arriving then waited out the
   whole heartbeat timeout. On AWS the token is valid from the send: a heartbeat before the
   clock starts is accepted, and an outcome already in ends the wait at once.
+- An execution's interpreter state is built on its own thread after `StartExecution` answers:
+  a `StopExecution` in between (a run cancelled right after it started) raised on the missing
+  state and answered 500, or, a moment later, was ignored and the execution ran on. The stop is
+  kept and applied when the program starts, so the execution ends aborted before its first
+  state, as on AWS.
 - A DynamoDB transaction deep-copied every table it touched, to roll back on failure: every
   item of every run, for each tool call's one-item transaction, so a long-lived dev server got
   slower with all it ever stored. The items the transaction names are copied instead (its
@@ -62,8 +67,11 @@ from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ig
 from moto.dynamodb.parsing.validators import ActionCountValidator
 from moto.dynamodb.responses import DynamoResult
 from moto.stepfunctions.parser.asl.component.common.path import result_path
+from moto.stepfunctions.parser.asl.component.program.program import Program
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, HeartbeatEndpoint
+from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.utils import boto_client, json_path
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.utilities import aws_headers
 
 _lock = threading.Lock()
@@ -103,6 +111,39 @@ def _notify_heartbeat(self: CallbackEndpoint) -> bool:
         return True  # the task is live; its heartbeat clock has not started yet
     endpoint.notify()  # type: ignore[no-untyped-call]  # moto leaves `notify` unannotated
     return True
+
+
+_stops_lock = threading.Lock()
+_new_environment = ExecutionWorker._get_evaluation_environment
+_program_body = Program._eval_body
+
+
+def _environment_knowing_its_worker(self: ExecutionWorker) -> Environment:
+    environment = _new_environment(self)
+    environment.__dict__["_toolpipe_worker"] = self  # frames are new objects: the root alone has it
+    return environment
+
+
+def _program_body_applying_a_stop(self: Program, env: Environment) -> None:
+    worker = env.__dict__.get("_toolpipe_worker")
+    if worker is not None:
+        with _stops_lock:
+            worker.__dict__["_toolpipe_running"] = True
+            pending = worker.__dict__.pop("_toolpipe_stop", None)
+        if pending is not None:
+            env.set_stop(**pending)
+    _program_body(self, env)
+
+
+def _stop_when_running(self: ExecutionWorker, stop_date: Any, error: str | None, cause: str | None) -> None:
+    # Before the program runs, moto's `set_stop` raised (no state yet) or was ignored (no
+    # running state yet): the stop waits for the program's first step instead.
+    with _stops_lock:
+        if not self.__dict__.get("_toolpipe_running"):
+            self.__dict__["_toolpipe_stop"] = {"stop_date": stop_date, "cause": cause, "error": error}
+            return
+    assert self.env is not None  # set before the program runs
+    self.env.set_stop(stop_date=stop_date, cause=cause, error=error)
 
 
 class _TablesNotCopied:
@@ -281,6 +322,9 @@ def install() -> None:
         result_path.parse = cached_result_path_parse  # type: ignore[attr-defined]
         CallbackEndpoint.setup_heartbeat_endpoint = _setup_heartbeat_endpoint  # type: ignore[method-assign]
         CallbackEndpoint.notify_heartbeat = _notify_heartbeat  # type: ignore[method-assign]
+        ExecutionWorker._get_evaluation_environment = _environment_knowing_its_worker  # type: ignore[method-assign]
+        ExecutionWorker.stop = _stop_when_running  # type: ignore[method-assign]
+        Program._eval_body = _program_body_applying_a_stop  # type: ignore[method-assign]
         # Rebinds the `copy` module the backend looks up (imported there, not exported).
         moto.dynamodb.models.copy = _TablesNotCopied  # type: ignore[attr-defined, assignment]
         DynamoDBBackend.transact_write_items = _transact_write_items_copying_items  # type: ignore[method-assign]

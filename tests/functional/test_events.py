@@ -61,7 +61,7 @@ def test_every_api_sample_drives_the_real_handler(pipeline: Pipeline) -> None:
     # Cancelling an ended run is a conflict; a running one is cancelled, twice the same.
     status, _, conflict = _api(_event("api_cancel_run.json", run_id))
     assert status == 409 and "already ended" in conflict["message"]
-    pipeline.script(Reply(tool_calls=[call("slow", seconds=0.5)]), Reply(content="never asked"))
+    pipeline.script(Reply(tool_calls=[call("slow", seconds=1.5)]), Reply(content="never asked"))
     running = pipeline.start("wait")
     status, _, cancelled = _api(_event("api_cancel_run.json", running))
     assert (status, cancelled["status"]) == (200, "cancelled")

@@ -3,6 +3,7 @@ parsers (the e2e suite runs the state machine through them), and the early-answe
 
 import copy
 import json
+import time
 from typing import Any
 
 import boto3
@@ -44,6 +45,29 @@ def test_the_interpreter_builds_one_client_per_service_and_region() -> None:
 def test_a_jsonpath_expression_is_parsed_once_and_still_evaluates() -> None:
     assert json_path.parse("$.call.seq") is json_path.parse("$.call.seq")
     assert json_path.extract_json("$.call.seq", {"call": {"seq": 7}}) == 7
+
+
+def test_an_execution_stopped_right_after_it_started_ends_aborted() -> None:
+    # A run cancelled as soon as it started: the stop arrives before the interpreter's thread
+    # built its state. Unpatched, StopExecution raised there (the API answered 500).
+    # Long enough to parse that the stop comes first (as the run flow's definition is).
+    states: dict[str, Any] = {f"Pass{n}": {"Type": "Pass", "Next": f"Pass{n + 1}"} for n in range(200)}
+    states["Pass200"] = {"Type": "Wait", "Seconds": 60, "End": True}
+    definition = {"StartAt": "Pass0", "States": states}
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        machine = sfn.create_state_machine(
+            name="m", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/r"
+        )["stateMachineArn"]
+        for n in range(5):
+            execution = sfn.start_execution(stateMachineArn=machine, name=f"e{n}")["executionArn"]
+            sfn.stop_execution(executionArn=execution, cause="cancelled")
+            # moto reflects the stop when the interpreter's thread ends, a moment later.
+            deadline = time.monotonic() + 5
+            while (status := sfn.describe_execution(executionArn=execution)["status"]) == "RUNNING":
+                assert time.monotonic() < deadline, "the stopped execution still runs"
+                time.sleep(0.01)
+            assert status == "ABORTED"
 
 
 # --- DynamoDB: the same answers, without the per-request costs ----------------------------------
