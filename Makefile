@@ -14,10 +14,12 @@ PROMPT ?= What is the square root of 475695037565?
 
 install: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml examples/assistant/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	# The example app (pyproject.toml's [tool.toolpipe] app); its toolpipe is the one above.
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e examples/assistant
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -44,11 +46,11 @@ reliability: install
 
 # Rewrites docs/events/*.json, the run events' JSON Schemas, from the models in shared/runs/events.py.
 event-schemas: install
-	$(BIN)/python -m infra.event_schemas
+	$(BIN)/python -m toolpipe.infra.event_schemas
 
 # docs/openapi.json, generated from the API handler's routes (a test fails when it is stale).
 openapi: install
-	$(BIN)/python -m infra.openapi
+	$(BIN)/python -m toolpipe.infra.openapi
 
 # The template only, offline (no layers built): for review and checks.
 synth: install

@@ -44,7 +44,7 @@ def cold_starts() -> None:
         "STATE_MACHINE_ARN": "arn",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    from infra.functions import FUNCTIONS
+    from toolpipe.infra.functions import FUNCTIONS
 
     print("cold start: import time and peak RSS of each handler module (fresh interpreter, warm disk cache)")
     for module in (spec.module for spec in FUNCTIONS.values()):
@@ -69,7 +69,7 @@ def cold_starts() -> None:
 def turns_responder(request: dict[str, Any]) -> Any:
     """Stateless, so every loop under test gets the same replies: the prompt says how many
     tool turns to make; each turn calls `sum`, then a plain answer ends the run."""
-    from infra.local.scripted_model import Reply
+    from toolpipe.infra.local.scripted_model import Reply
 
     messages = request.get("messages", [])
     prompt = next(str(m.get("content")) for m in messages if m.get("role") == "user")
@@ -159,9 +159,10 @@ def agents_sdk_loop(base_url: str, turns: int) -> float:
 
 
 def _register_bench_agent() -> None:
-    from shared.agents import AGENTS, Agent
-    from shared.agents.assistant import sum
-    from shared.tools import tool
+    from assistant.agents import sum
+
+    from toolpipe.shared.agents import AGENTS, Agent
+    from toolpipe.shared.tools import tool
 
     @tool
     def wait_a_second(n: int) -> str:
@@ -188,7 +189,7 @@ def serve_ready_ms() -> float:
     with tempfile.TemporaryDirectory() as state:
         started = time.perf_counter()
         server = subprocess.Popen(
-            [sys.executable, "-m", "infra.cli", "serve", "--port", "0"],
+            [sys.executable, "-m", "toolpipe.infra.cli", "serve", "--port", "0"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -212,8 +213,8 @@ def median_of(repeats: int, measure: Callable[[], float]) -> float:
 
 def figures(repeats: int) -> dict[str, Any]:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
-    from infra.local.runtime import LocalRuntime
-    from infra.local.scripted_model import ScriptedModelServer
+    from toolpipe.infra.local.runtime import LocalRuntime
+    from toolpipe.infra.local.scripted_model import ScriptedModelServer
 
     try:
         import agents  # noqa: F401

@@ -11,7 +11,7 @@ from typing import Any
 from aws_cdk import Annotations, App, Validations
 from cdk_nag import AwsSolutionsChecks
 
-from infra.stack import ToolpipeStack
+from toolpipe.infra.stack import ToolpipeStack
 
 SKIP_BUNDLING: dict[str, Any] = {"aws:cdk:bundling-stacks": []}
 

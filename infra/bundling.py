@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,9 @@ def layer_code(requirements: list[str], skip: list[str] | None = None) -> lambda
     )
 
 
-def deps_layer_code() -> lambda_.Code:
-    return layer_code(DEPS_REQUIREMENTS, _RUNTIME_PROVIDED)
+def deps_layer_code(extra: Sequence[str] = ()) -> lambda_.Code:
+    """Every function's dependencies: toolpipe's, and `extra` (what your tools import)."""
+    return layer_code([*DEPS_REQUIREMENTS, *extra], _RUNTIME_PROVIDED)
 
 
 def model_layer_code() -> lambda_.Code:

@@ -23,8 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from infra.functions import FUNCTIONS
-from infra.local.client import read_server_file, try_lock
+from toolpipe.infra.functions import FUNCTIONS
+from toolpipe.infra.local.client import read_server_file, try_lock
+from toolpipe.shared.agents.app import APP_ENV, AppRef, find_app, use_app
 
 _STARTED = time.monotonic()  # for `serve`'s "ready in"
 DEFAULT_PORT = 8710
@@ -91,7 +92,7 @@ def _model_endpoint(out: TextIO) -> Iterator[str]:
         out.write(f"model endpoint: {description}\n")
         yield description
         return
-    from infra.local.scripted_model import DemoResponder, ScriptedModelServer
+    from toolpipe.infra.local.scripted_model import DemoResponder, ScriptedModelServer
 
     with ScriptedModelServer(DemoResponder()) as server:
         description = f"scripted demo model at {server.base_url} (set OPENAI_BASE_URL for a real one)"
@@ -120,7 +121,7 @@ class _Session:
     ATTEMPTS = 5
 
     def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
-        from infra.local.client import connect
+        from toolpipe.infra.local.client import connect
 
         self._home = home
         self._env = env
@@ -142,7 +143,7 @@ class _Session:
         return body if status == 200 and isinstance(body, dict) else {}
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        from infra.local.client import ServerBusyError, ServerError
+        from toolpipe.infra.local.client import ServerBusyError, ServerError
 
         # A GET may be sent again; anything else only when the server certainly did nothing
         # (refused the connection, or answered 503): a POST that timed out may have started a run.
@@ -180,7 +181,7 @@ def _messages(session: _Session, run_id: str, after: int = 0) -> list[dict[str, 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     """Start a run on the local server (found, or started for this command) and print its events."""
-    from infra.local.client import ServerError
+    from toolpipe.infra.local.client import ServerError
 
     session = _Session(_state_dir(), {"TOOLPIPE_MODEL": args.model} if args.model else None)
     try:
@@ -192,8 +193,17 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                 "server this command starts: stop it, or leave out --model\n"
             )
             return 2
+        app = os.environ.get(APP_ENV)
+        if session.connection.child is None and health.get("app") != app:
+            out.write(
+                f"error: the server at {session.connection.info.url} runs app {health.get('app') or 'none'}, "
+                f"not {app or 'none'}: stop it, or run this from its project\n"
+            )
+            return 2
         out.write(f"model endpoint: {health.get('model_endpoint', 'unknown')}\n")
-        request: dict[str, Any] = {"prompt": args.prompt, "agent": args.agent, "timezone": args.timezone}
+        request: dict[str, Any] = {"prompt": args.prompt, "timezone": args.timezone}
+        if args.agent is not None:
+            request["agent"] = args.agent
         if args.mcp:
             request["mcp_servers"] = args.mcp
         status, body = session.request("POST", "/runs", request)
@@ -201,7 +211,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"error: {_reason(body)}\n")
             return 2
         run_id = body["run_id"]
-        out.write(f"run {run_id} (agent {args.agent})\n")
+        out.write(f"run {run_id}" + (f" (agent {args.agent})" if args.agent else "") + "\n")
         out.flush()
         deadline = time.monotonic() + args.timeout
         printed = 0  # the last seq printed: a stream that broke resumes after it
@@ -301,10 +311,10 @@ def invoke(args: argparse.Namespace, out: TextIO) -> int:
     A Step Functions status-change event reaches the orchestrator as the stack's rule
     transforms it; `--object FILE` first puts FILE as the object an S3 notification names
     (without the bucket's own notification, so only the sample starts a run)."""
-    from infra.definition import EXECUTION_ENDED_DETAIL_TYPE, execution_ended_request
-    from infra.local import triggers
-    from infra.local.lambdas import call_function
-    from infra.local.runtime import LocalRuntime
+    from toolpipe.infra.definition import EXECUTION_ENDED_DETAIL_TYPE, execution_ended_request
+    from toolpipe.infra.local import triggers
+    from toolpipe.infra.local.lambdas import call_function
+    from toolpipe.infra.local.runtime import LocalRuntime
 
     text = Path(args.event).read_text()
     if args.run_id:
@@ -337,7 +347,7 @@ def invoke(args: argparse.Namespace, out: TextIO) -> int:
 
 def serve(args: argparse.Namespace, out: TextIO) -> int:
     """`toolpipe serve`: one process holding the runtime and answering HTTP until a signal."""
-    from infra.local.client import ServerInfo, remove_server_file, write_server_file
+    from toolpipe.infra.local.client import ServerInfo, remove_server_file, write_server_file
 
     home = _state_dir()
     # Locally the caller is the user, on 127.0.0.1: a run may name its own MCP servers
@@ -377,8 +387,8 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     try:
-        from infra.local.runtime import LocalRuntime
-        from infra.local.server import LocalServer, serve_until_stopped
+        from toolpipe.infra.local.runtime import LocalRuntime
+        from toolpipe.infra.local.server import LocalServer, serve_until_stopped
 
         if args.host not in LOOPBACK:
             out.write(
@@ -387,8 +397,13 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
                 "read and change all local state (it accepts any credentials)\n"
             )
         with _model_endpoint(out) as model, LocalRuntime(state_dir=home) as runtime:
-            health = {"pid": os.getpid(), "home": str(home), "model": os.environ.get("TOOLPIPE_MODEL")}
-            from infra.local.aws_endpoint import AwsEndpoint  # after the runtime: its own cost only
+            health = {
+                "pid": os.getpid(),
+                "home": str(home),
+                "model": os.environ.get("TOOLPIPE_MODEL"),
+                "app": os.environ.get(APP_ENV),
+            }
+            from toolpipe.infra.local.aws_endpoint import AwsEndpoint  # after the runtime: its own cost only
 
             option, port = "--aws-port", aws_port
             try:
@@ -471,12 +486,43 @@ def _run_id(text: str) -> str:
     return text
 
 
+def _name_the_app(module: str | None) -> None:
+    """Find the app once, here, and hand it on through the environment: to this process's
+    handlers and to a server it starts (which may run from another folder)."""
+    ref = AppRef(module.strip(), os.getcwd()) if module else find_app()
+    if ref is not None:
+        use_app(ref)
+
+
+def init(args: argparse.Namespace, out: TextIO) -> int:
+    from toolpipe.infra.scaffold import ScaffoldError, init_project
+
+    try:
+        written = init_project(args.directory, args.package)
+    except ScaffoldError as e:
+        out.write(f"error: {e}\n")
+        return 2
+    out.write(f"created {len(written)} files in {args.directory}:\n")
+    out.writelines(f"  {path.relative_to(args.directory)}\n" for path in written)
+    out.write(f"next: cd {args.directory} && pip install -e '.[dev]' && pytest\n")
+    return 0
+
+
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(prog="toolpipe", description="Run toolpipe agents on the local runtime.")
+    parser.add_argument(
+        "--app",
+        metavar="MODULE",
+        help="your module that defines the agents (default: TOOLPIPE_APP, else [tool.toolpipe] app "
+        "in the nearest pyproject.toml)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
+    init_parser = commands.add_parser("init", help="create a project of your own: agents, a test, a CDK app")
+    init_parser.add_argument("directory", type=Path)
+    init_parser.add_argument("--package", help="its Python package (default: from the folder's name)")
     run_parser = commands.add_parser("run", help="run an agent on a prompt and print each step")
     run_parser.add_argument("prompt")
-    run_parser.add_argument("--agent", default="assistant")
+    run_parser.add_argument("--agent", help="the agent's name (default: the first your app defines)")
     run_parser.add_argument("--model", help="model name (default: TOOLPIPE_MODEL or gpt-4o-mini)")
     run_parser.add_argument(
         "--timezone", default=os.environ.get("TZ") or "UTC", help="the user's IANA time zone"
@@ -514,9 +560,11 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         help="stop after this long with no request and no run in progress (default: never)",
     )
     args = parser.parse_args(argv)
-    commands_by_name = {"run": run, "show": show, "invoke": invoke, "serve": serve}
+    commands_by_name = {"init": init, "run": run, "show": show, "invoke": invoke, "serve": serve}
     out = cast(TextIO, _Visible(out))
     try:
+        if args.command != "init":
+            _name_the_app(args.app)
         return commands_by_name[args.command](args, out)
     except KeyboardInterrupt:
         out.write("interrupted\n")

@@ -10,7 +10,7 @@ of an execution stays near 1 KB whatever the tools return (Step Functions caps i
 import json
 from typing import Any
 
-from infra import limits
+from toolpipe.infra import limits
 
 ORCHESTRATOR_ARN = "OrchestratorFunctionArn"
 TOOL_QUEUE_URL = "ToolQueueUrl"

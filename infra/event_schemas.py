@@ -8,8 +8,8 @@ checked-in file differs from what this writes.
 import sys
 from pathlib import Path
 
-from shared.runs.events import schema_text, schemas
-from shared.triggers.events import run_requested_schema
+from toolpipe.shared.runs.events import schema_text, schemas
+from toolpipe.shared.triggers.events import run_requested_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "docs" / "events"

@@ -8,7 +8,7 @@ This module imports neither `aws_cdk` nor moto: the CLI and the runtime read it 
 
 from dataclasses import dataclass
 
-from infra import limits
+from toolpipe.infra import limits
 
 
 @dataclass(frozen=True)
@@ -37,26 +37,26 @@ class FunctionSpec:
 ORCHESTRATOR = FunctionSpec(
     name="orchestrator",
     construct_id="Orchestrator",
-    handler="functions.orchestrator.handler.lambda_handler",
+    handler="toolpipe.functions.orchestrator.handler.lambda_handler",
     timeout_seconds=limits.ORCHESTRATOR_TIMEOUT_SECONDS,
 )
 TOOL_WORKER = FunctionSpec(
     name="tool_worker",
     construct_id="ToolWorker",
-    handler="functions.tool_worker.handler.lambda_handler",
+    handler="toolpipe.functions.tool_worker.handler.lambda_handler",
     timeout_seconds=limits.WORKER_TIMEOUT_SECONDS,
 )
 API = FunctionSpec(
     name="api",
     construct_id="Api",
-    handler="functions.api.handler.lambda_handler",
+    handler="toolpipe.functions.api.handler.lambda_handler",
     timeout_seconds=limits.API_TIMEOUT_SECONDS,
 )
 # S3 files and RunRequested events (infra/constructs/triggers.py, README "Triggers").
 TRIGGERS = FunctionSpec(
     name="triggers",
     construct_id="Function",  # inside the Triggers construct
-    handler="functions.triggers.handler.lambda_handler",
+    handler="toolpipe.functions.triggers.handler.lambda_handler",
     timeout_seconds=60,
 )
 

@@ -21,7 +21,7 @@ def render() -> str:
     """The document as checked in: sorted keys, two-space indents, a final newline."""
     for name, value in _PLACEHOLDERS.items():
         os.environ.setdefault(name, value)
-    from functions.api.handler import openapi_document
+    from toolpipe.functions.api.handler import openapi_document
 
     return json.dumps(openapi_document(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 

@@ -1,7 +1,7 @@
 """`ToolPipeline`: the whole of toolpipe as one construct, for a CDK app of your own.
 
     from aws_cdk import App, Stack
-    from infra.pipeline import ToolPipeline
+    from toolpipe.infra.pipeline import ToolPipeline
 
     app = App()
     stack = Stack(app, "MyService")
@@ -20,8 +20,18 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from infra.constructs import Api, ApiAuth, Functions, RunEvents, RunFlow, Storage, Throttle, ToolQueue
-from infra.constructs.triggers import TriggerOptions, Triggers
+from toolpipe.infra.constructs import (
+    Api,
+    ApiAuth,
+    Functions,
+    RunEvents,
+    RunFlow,
+    Storage,
+    Throttle,
+    ToolQueue,
+)
+from toolpipe.infra.constructs.triggers import TriggerOptions, Triggers
+from toolpipe.shared.agents.app import find_app
 
 
 class ToolPipeline(Construct):
@@ -50,14 +60,29 @@ class ToolPipeline(Construct):
         admin_principal: str | None = None,
         mcp_header_secrets: Sequence[str] = (),
         triggers: TriggerOptions | None = None,
+        app: str | None = None,
+        packages: Sequence[str] = (),
+        requirements: Sequence[str] = (),
     ) -> None:
         """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls
         (its key goes into the `ModelApiKey` secret after deploying). `api_auth`: "iam" (SigV4,
         the default) or "api_key" (a key and a usage plan, throttled by `api_throttle`).
         `admin_principal`: a caller who may read every run. `mcp_header_secrets`: ARNs of the
         secrets agents' MCP servers read their headers from. `triggers`: the S3 and
-        RunRequested triggers' settings and schedules (README "Triggers")."""
+        RunRequested triggers' settings and schedules (README "Triggers"). `app`: your module
+        that defines the agents (default: `[tool.toolpipe] app` of the nearest pyproject.toml);
+        its top-level package is bundled with the functions. `packages`: other top-level packages
+        of yours that it imports, bundled too. `requirements`: pip requirements your tools
+        import, added to the functions' dependencies layer."""
         super().__init__(scope, construct_id)
+        if app is None:
+            found = find_app()
+            if found is None:
+                raise ValueError(
+                    "ToolPipeline needs your app module: ToolPipeline(..., app='myproject.agents'), "
+                    "or [tool.toolpipe] app in your pyproject.toml"
+                )
+            app = found.module
         auth = ApiAuth.parse(api_auth)
         self.storage = Storage(self, "Storage")
         self.tool_queue = ToolQueue(self, "ToolQueue")
@@ -70,6 +95,9 @@ class ToolPipeline(Construct):
             model_base_url=model_base_url,
             admin_principal=admin_principal,
             mcp_header_secrets=mcp_header_secrets,
+            app=app,
+            packages=packages,
+            requirements=requirements,
         )
         self.run_flow = RunFlow(
             self, "RunFlow", orchestrator=self.functions.orchestrator, tool_queue=self.tool_queue.queue

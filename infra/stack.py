@@ -13,9 +13,9 @@ from typing import Any
 from aws_cdk import CfnElement, CfnOutput, Stack
 from constructs import Construct, Node
 
-from infra.constructs import ApiAuth, Throttle
-from infra.constructs.triggers import TriggerOptions
-from infra.pipeline import ToolPipeline
+from toolpipe.infra.constructs import ApiAuth, Throttle
+from toolpipe.infra.constructs.triggers import TriggerOptions
+from toolpipe.infra.pipeline import ToolPipeline
 
 PIPELINE_ID = "Pipeline"
 

@@ -18,7 +18,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from shared.errors import ErrorKind
+from toolpipe.shared.errors import ErrorKind
 
 
 def text_safe(text: str) -> str:
@@ -309,7 +309,11 @@ class StartRunRequest(BaseModel):
         validation_alias=AliasChoices("input", "prompt"),
         description="The user's message; not blank. (`prompt` is accepted as a deprecated alias.)",
     )
-    agent: str = Field(default="assistant", pattern=NAME_PATTERN, description="A registered agent's name.")
+    agent: str | None = Field(
+        default=None,
+        pattern=NAME_PATTERN,
+        description="A registered agent's name; omitted, the app's first agent.",
+    )
     timezone: str = Field(
         default="UTC", max_length=64, description="The user's IANA time zone, e.g. Europe/Paris."
     )

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from shared.errors import ConfigurationError
+from toolpipe.shared.errors import ConfigurationError
 
 
 class _EnvSettings(BaseModel):
@@ -139,7 +139,7 @@ class TriggerSettings(_EnvSettings):
         "principal": "TOOLPIPE_TRIGGER_PRINCIPAL",
     }
     bucket: str | None = None  # None: any bucket that notifies the function
-    agent: str = "assistant"
+    agent: str | None = None  # None: the app's first agent
     input_prefix: str = Field(default="inbox/", min_length=1)
     output_prefix: str = Field(default="answers/", min_length=1)
     # Larger objects start no run: reading them 64 KiB a call would spend the agent's budgets.

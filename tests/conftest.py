@@ -22,10 +22,11 @@ for _name, _value in {
 for _name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
     os.environ.pop(_name, None)
 
-from infra.local.runtime import LOCAL_CALLER, LocalRuntime  # noqa: E402
-from infra.local.scripted_model import DemoResponder, Reply, ScriptedModelServer, ScriptResponder  # noqa: E402
-from shared.agents import AGENTS, Agent  # noqa: E402
-from shared.tools import ToolContext, tool  # noqa: E402
+from toolpipe.infra.local.runtime import LOCAL_CALLER, LocalRuntime  # noqa: E402
+from toolpipe.infra.local.scripted_model import DemoResponder, Reply, ScriptedModelServer, ScriptResponder  # noqa: E402
+from toolpipe.shared.agents import AGENTS, Agent  # noqa: E402
+from toolpipe.shared.tools import ToolContext, tool  # noqa: E402
+from toolpipe.testing import call, read_run  # noqa: E402
 
 
 class Calls:
@@ -145,10 +146,6 @@ def test_agent(monkeypatch: pytest.MonkeyPatch) -> Agent:
     return TEST_AGENT
 
 
-def call(tool_name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
-    return (tool_name, arguments)
-
-
 class Capture:
     """Stands in for stdout: what a CLI command printed."""
 
@@ -189,21 +186,7 @@ class Pipeline:
         """The run once it ended: `GET /runs/{id}`, with every whole history item under
         "messages" (read page by page, long items one by one)."""
         self.runtime.wait_for_execution(run_id, timeout)
-        caller = self.callers.get(run_id, LOCAL_CALLER)
-        status, body = self.runtime.api("GET", f"/runs/{run_id}", caller=caller)
-        assert status == 200, body
-        messages: list[dict[str, Any]] = []
-        page: str | None = f"/runs/{run_id}/messages"
-        while page is not None:
-            status, listed = self.runtime.api("GET", page, caller=caller)
-            assert status == 200, listed
-            for item in listed["messages"]:
-                if "ref" in item:
-                    status, item = self.runtime.api("GET", item["ref"], caller=caller)
-                    assert status == 200, item
-                messages.append(item)
-            page = listed["next"]
-        return {**body, "messages": messages}
+        return read_run(self.runtime, run_id, self.callers.get(run_id, LOCAL_CALLER))
 
 
 def _pipeline(extra_env: dict[str, str] | None = None, **kwargs: Any) -> Iterator[Pipeline]:
@@ -239,7 +222,7 @@ def wait_for_gate(label: str) -> str:
 def gated_server(monkeypatch: pytest.MonkeyPatch, agent: Agent) -> Iterator[tuple[Pipeline, Any]]:
     """A pipeline with `agent` registered and a local HTTP server in front of it; the gate is
     closed while the test runs and opened after, so no worker is left waiting on it."""
-    from infra.local.server import LocalServer
+    from toolpipe.infra.local.server import LocalServer
 
     monkeypatch.setitem(AGENTS, agent.name, agent)
     GATE.clear()

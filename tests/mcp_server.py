@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def example_server(*args: str) -> Iterator[str]:
     """Start the server and yield its URL once it accepts connections; stop it afterwards."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "infra.local.example_mcp_server", "--port", "0", *args],
+        [sys.executable, "-m", "toolpipe.infra.local.example_mcp_server", "--port", "0", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,

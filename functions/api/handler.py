@@ -28,7 +28,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 from pydantic import ValidationError
 
-from shared.errors import (
+from toolpipe.shared.errors import (
     IdempotencyConflictError,
     InvalidCursorError,
     RunEndedError,
@@ -37,14 +37,14 @@ from shared.errors import (
     UnknownToolsRequestedError,
     describe_validation_error,
 )
-from shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
-from shared.runs import RunStarter
-from shared.runs.cancel import RunCanceller
-from shared.runs.factory import build_run_canceller, build_run_starter, build_store
-from shared.runs.report import PAGE_LIMIT, RUNS_PAGE_DEFAULT, URL_SECONDS, RunReader
-from shared.runs.views import ErrorBody, MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
-from shared.settings import ApiSettings, EventSettings, StateMachineSettings, StoreSettings
-from shared.tools import ToolSourceError
+from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
+from toolpipe.shared.runs import RunStarter
+from toolpipe.shared.runs.cancel import RunCanceller
+from toolpipe.shared.runs.factory import build_run_canceller, build_run_starter, build_store
+from toolpipe.shared.runs.report import PAGE_LIMIT, RUNS_PAGE_DEFAULT, URL_SECONDS, RunReader
+from toolpipe.shared.runs.views import ErrorBody, MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
+from toolpipe.shared.settings import ApiSettings, EventSettings, StateMachineSettings, StoreSettings
+from toolpipe.shared.tools import ToolSourceError
 
 logger = Logger()
 tracer = Tracer()

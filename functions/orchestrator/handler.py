@@ -6,12 +6,12 @@ from typing import Any
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.errors import RunNotFoundError
-from shared.messages import ORCHESTRATOR_REQUEST, ExecutionEndedRequest, FailRequest
-from shared.runs import ModelStep, monotonic_deadline
-from shared.runs.executions import run_id_of
-from shared.runs.factory import build_model_step
-from shared.settings import CallTimeouts, EventSettings, ModelSettings, StoreSettings
+from toolpipe.shared.errors import RunNotFoundError
+from toolpipe.shared.messages import ORCHESTRATOR_REQUEST, ExecutionEndedRequest, FailRequest
+from toolpipe.shared.runs import ModelStep, monotonic_deadline
+from toolpipe.shared.runs.executions import run_id_of
+from toolpipe.shared.runs.factory import build_model_step
+from toolpipe.shared.settings import CallTimeouts, EventSettings, ModelSettings, StoreSettings
 
 logger = Logger()
 tracer = Tracer()

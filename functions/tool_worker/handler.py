@@ -9,10 +9,10 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.messages import ToolCallMessage
-from shared.runs import ToolCallExecutor
-from shared.runs.factory import build_tool_executor
-from shared.settings import EventSettings, StateMachineSettings, StoreSettings, WorkerSettings
+from toolpipe.shared.messages import ToolCallMessage
+from toolpipe.shared.runs import ToolCallExecutor
+from toolpipe.shared.runs.factory import build_tool_executor
+from toolpipe.shared.settings import EventSettings, StateMachineSettings, StoreSettings, WorkerSettings
 
 logger = Logger()
 tracer = Tracer()

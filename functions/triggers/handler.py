@@ -13,12 +13,12 @@ from typing import Any
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from shared.errors import IdempotencyConflictError, UnknownAgentError, UnknownToolsRequestedError
-from shared.runs.factory import build_trigger_service
-from shared.runs.triggers import TriggerResult, TriggerService
-from shared.settings import EventSettings, StateMachineSettings, StoreSettings, TriggerSettings
-from shared.triggers import RunRequested, S3ObjectCreated, TriggerEventError, parse_trigger_event
-from shared.triggers.events import S3TestEvent
+from toolpipe.shared.errors import IdempotencyConflictError, UnknownAgentError, UnknownToolsRequestedError
+from toolpipe.shared.runs.factory import build_trigger_service
+from toolpipe.shared.runs.triggers import TriggerResult, TriggerService
+from toolpipe.shared.settings import EventSettings, StateMachineSettings, StoreSettings, TriggerSettings
+from toolpipe.shared.triggers import RunRequested, S3ObjectCreated, TriggerEventError, parse_trigger_event
+from toolpipe.shared.triggers.events import S3TestEvent
 
 logger = Logger()
 tracer = Tracer()

@@ -8,7 +8,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.constructs.nag import acknowledge
+from toolpipe.infra.constructs.nag import acknowledge
 
 
 class ApiAuth(enum.StrEnum):

@@ -4,8 +4,8 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from shared.runs.events import SOURCE
-from shared.settings import EventSettings
+from toolpipe.shared.runs.events import SOURCE
+from toolpipe.shared.settings import EventSettings
 
 # The variable the functions read the bus from, as `EventSettings` names it.
 BUS_VARIABLE = EventSettings.env_names["bus_name"]

@@ -1,9 +1,8 @@
 """The three Lambda functions (`infra/functions.py` names them) and exactly what each may do."""
 
 from collections.abc import Sequence
-from pathlib import Path
 
-from aws_cdk import Duration, IgnoreMode
+from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -11,17 +10,12 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from infra import bundling, limits
-from infra import functions as specs
-from infra.constructs.nag import acknowledge, logical_id
-from infra.constructs.storage import Storage
-from infra.constructs.tool_queue import ToolQueue
-
-ROOT = Path(__file__).resolve().parents[2]
-# One code asset for every function: our source only; dependencies come from layers. Git's
-# whitelist idiom, anchored at the root: unanchored globs also let in local caches that happen
-# to hold a `functions/` or `shared/` folder (mypy's did), changing the asset from machine to machine.
-_SOURCE_ONLY = ["/*", "!/functions/", "!/shared/", "__pycache__/", "*.pyc"]
+from toolpipe.infra import app_code, bundling, limits
+from toolpipe.infra import functions as specs
+from toolpipe.infra.constructs.nag import acknowledge, logical_id
+from toolpipe.infra.constructs.storage import Storage
+from toolpipe.infra.constructs.tool_queue import ToolQueue
+from toolpipe.shared.agents.app import APP_ENV
 
 
 class Functions(Construct):
@@ -40,15 +34,20 @@ class Functions(Construct):
         model_base_url: str = "",
         admin_principal: str | None = None,
         mcp_header_secrets: Sequence[str] = (),
+        app: str,
+        packages: Sequence[str] = (),
+        requirements: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         # Public, with the layers and the environment below: a construct that adds a function of
         # its own (a trigger's) builds it from the same code, layers and settings.
-        self.code = lambda_.Code.from_asset(str(ROOT), exclude=_SOURCE_ONLY, ignore_mode=IgnoreMode.GIT)
+        # One code asset for every function: toolpipe's runtime and your app's package
+        # (infra/app_code.py); third-party packages come from the layers.
+        self.code = lambda_.Code.from_asset(str(app_code.stage_code(app, packages)))
         self.dependencies = lambda_.LayerVersion(
             self,
             "Dependencies",
-            code=bundling.deps_layer_code(),
+            code=bundling.deps_layer_code(requirements),
             compatible_runtimes=[bundling.RUNTIME],
             compatible_architectures=[bundling.ARCHITECTURE],
             description="aws-lambda-powertools, pydantic",
@@ -66,6 +65,7 @@ class Functions(Construct):
             "TABLE_NAME": storage.table.table_name,
             "BUCKET_NAME": storage.bucket.bucket_name,
             "POWERTOOLS_SERVICE_NAME": "toolpipe",
+            APP_ENV: app,
         }
 
         self.orchestrator = self._function(

@@ -12,8 +12,8 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from infra.constructs.nag import acknowledge, logical_id
-from infra.definition import (
+from toolpipe.infra.constructs.nag import acknowledge, logical_id
+from toolpipe.infra.definition import (
     EXECUTION_ENDED_ACTION,
     EXECUTION_ENDED_PATHS,
     ORCHESTRATOR_ARN,

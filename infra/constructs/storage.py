@@ -6,8 +6,13 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from infra.constructs.nag import acknowledge
-from shared.history.store import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_PROJECTION, CALLER_INDEX_SK
+from toolpipe.infra.constructs.nag import acknowledge
+from toolpipe.shared.history.store import (
+    CALLER_INDEX,
+    CALLER_INDEX_PK,
+    CALLER_INDEX_PROJECTION,
+    CALLER_INDEX_SK,
+)
 
 
 class Storage(Construct):

@@ -4,7 +4,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra import limits
+from toolpipe.infra import limits
 
 
 class ToolQueue(Construct):

@@ -40,11 +40,15 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct, Node
 
-from infra import bundling
-from infra.constructs.nag import logical_id
-from infra.functions import TRIGGERS
-from shared.settings import TriggerSettings
-from shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE, RUN_REQUESTED_SOURCE, RunRequestedDetail
+from toolpipe.infra import bundling
+from toolpipe.infra.constructs.nag import logical_id
+from toolpipe.infra.functions import TRIGGERS
+from toolpipe.shared.settings import TriggerSettings
+from toolpipe.shared.triggers.events import (
+    RUN_REQUESTED_DETAIL_TYPE,
+    RUN_REQUESTED_SOURCE,
+    RunRequestedDetail,
+)
 
 SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,48}$")
 
@@ -166,7 +170,8 @@ class Triggers(Construct):
                 **environment,
                 "STATE_MACHINE_ARN": machine.state_machine_arn,
                 "TOOLPIPE_TRIGGER_BUCKET": self.bucket.bucket_name,
-                "TOOLPIPE_TRIGGER_AGENT": settings.agent,
+                # Unset: the app's first agent.
+                **({"TOOLPIPE_TRIGGER_AGENT": settings.agent} if settings.agent else {}),
                 "TOOLPIPE_TRIGGER_INPUT_PREFIX": settings.input_prefix,
                 "TOOLPIPE_TRIGGER_OUTPUT_PREFIX": settings.output_prefix,
                 "TOOLPIPE_TRIGGER_MAX_OBJECT_BYTES": str(settings.max_object_bytes),

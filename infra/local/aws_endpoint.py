@@ -34,7 +34,7 @@ from moto.core.botocore_stubber import BotocoreStubber
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wsgi import get_input_stream
 
-from infra.local.client import http_url
+from toolpipe.infra.local.client import http_url
 
 log = logging.getLogger(__name__)
 

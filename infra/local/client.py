@@ -322,7 +322,7 @@ def _start_child(home: Path, env: dict[str, str] | None) -> subprocess.Popen[byt
             [
                 sys.executable,
                 "-m",
-                "infra.cli",
+                "toolpipe.infra.cli",
                 "serve",
                 "--port",
                 "0",

@@ -16,7 +16,7 @@ from typing import Any
 
 from moto.awslambda.models import LambdaFunction
 
-from infra.functions import FunctionSpec
+from toolpipe.infra.functions import FunctionSpec
 
 _lock = threading.Lock()
 _installed = False

@@ -47,7 +47,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from botocore import xform_name
 from botocore.exceptions import ClientError
 
-from infra.local import serial
+from toolpipe.infra.local import serial
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient

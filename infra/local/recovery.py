@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from shared.agents import get_agent
-from shared.history.store import DynamoHistoryStore
-from shared.messages import RunRecord, RunStatus
-from shared.runs import children
-from shared.runs.events import NO_EVENTS, EventPublisher
-from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
+from toolpipe.shared.agents import get_agent
+from toolpipe.shared.history.store import DynamoHistoryStore
+from toolpipe.shared.messages import RunRecord, RunStatus
+from toolpipe.shared.runs import children
+from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient

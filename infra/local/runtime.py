@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from moto import mock_aws
 
-from infra import limits
-from infra.definition import (
+from toolpipe.infra import limits
+from toolpipe.infra.definition import (
     MAX_PARALLEL_CALLS,
     ORCHESTRATOR_ARN,
     TOOL_QUEUE_URL,
@@ -32,20 +32,28 @@ from infra.definition import (
     matches,
     substitute,
 )
-from infra.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
-from infra.local import execution_events, lambdas, moto_patches, persistence, recovery, serial, triggers
-from infra.local.workers import WorkerPool
-from shared.history.store import (
+from toolpipe.infra.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
+from toolpipe.infra.local import (
+    execution_events,
+    lambdas,
+    moto_patches,
+    persistence,
+    recovery,
+    serial,
+    triggers,
+)
+from toolpipe.infra.local.workers import WorkerPool
+from toolpipe.shared.history.store import (
     CALLER_INDEX,
     CALLER_INDEX_PK,
     CALLER_INDEX_PROJECTION,
     CALLER_INDEX_SK,
     DynamoHistoryStore,
 )
-from shared.runs.executions import execution_name
-from shared.runs.factory import build_events
-from shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
-from shared.settings import EventSettings
+from toolpipe.shared.runs.executions import execution_name
+from toolpipe.shared.runs.factory import build_events
+from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
+from toolpipe.shared.settings import EventSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient

@@ -19,8 +19,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,23 @@ def _num(value: Any) -> str:
     return str(int(number)) if number.is_integer() else str(number)
 
 
+def _alarm_time(text: str, timezone: str) -> str:
+    """`07:30` as its next occurrence in the user's time zone (ISO-8601 with the offset), so a
+    prompt such as "set an alarm at 07:30" never names a past time; other text as it is."""
+    match = re.fullmatch(r"([01]?\d|2[0-3]):([0-5]\d)", text)
+    if match is None:
+        return text
+    try:
+        zone: tzinfo = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        zone = UTC
+    now = datetime.now(zone)
+    ring = now.replace(hour=int(match.group(1)), minute=int(match.group(2)), second=0, microsecond=0)
+    if ring <= now:
+        ring += timedelta(days=1)
+    return ring.isoformat()
+
+
 class DemoResponder:
     """Rules for the demo prompts: arithmetic, square roots, the date and time, alarms.
 
@@ -255,16 +274,20 @@ class DemoResponder:
             if read is None:
                 return Reply(content=self._answer(messages))
             # A file a trigger started the run for: do what it asks, or say what it holds.
-            asked = self._calls(read, self._timezone(messages))
+            asked = self._calls(read, self._timezone(messages))  # read_input's agent: any tools
             return Reply(tool_calls=asked) if asked else Reply(content=f"The file says: {read.strip()[:500]}")
         prompt = str(messages[-1].get("content") or "")
         if "read_input tool" in prompt:
             return Reply(tool_calls=[("read_input", {})])
-        calls = self._calls(prompt, self._timezone(messages))
+        # As a real model does: only the tools the request offers.
+        offered = {
+            t.get("function", {}).get("name") for t in request.get("tools") or [] if isinstance(t, dict)
+        }
+        calls = [c for c in self._calls(prompt, self._timezone(messages)) if c[0] in offered]
         if not calls:
             return Reply(
-                content="I am toolpipe's scripted demo model. Ask me for a square root, a sum, "
-                "the current date and time, or an alarm."
+                content="I am toolpipe's scripted demo model: I call the example assistant's tools "
+                "(square roots, sums, the date and time, alarms). Set OPENAI_BASE_URL for a real model."
             )
         return Reply(tool_calls=calls)
 
@@ -290,13 +313,15 @@ class DemoResponder:
         calls: list[tuple[str, dict[str, Any]]] = []
         for match in re.finditer(rf"square root of {_NUMBER}", text):
             calls.append(("square_root", {"x": float(match.group(1))}))
-        for match in re.finditer(rf"(?:sum of|add) {_NUMBER} and {_NUMBER}|{_NUMBER} ?\+ ?{_NUMBER}", text):
+        # Not inside a time or a date ("07:30:00+01:00" holds "00+01").
+        plus = rf"(?<![\d:.T-]){_NUMBER} ?\+ ?{_NUMBER}(?![\d:])"
+        for match in re.finditer(rf"(?:sum of|add) {_NUMBER} and {_NUMBER}|{plus}", text):
             a, b = [g for g in match.groups() if g is not None]
             calls.append(("sum", {"a": float(a), "b": float(b)}))
         if re.search(r"\b(time|date|today)\b", text) and "alarm" not in text:
             calls.append(("get_current_date_time", {"timezone": timezone}))
         for match in re.finditer(r"alarm (?:at|for) (\S+)", prompt, flags=re.IGNORECASE):
-            calls.append(("set_alarm", {"time": match.group(1).rstrip(".?!")}))
+            calls.append(("set_alarm", {"time": _alarm_time(match.group(1).rstrip(".?!"), timezone)}))
         return calls
 
     @staticmethod

@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from moto.core.botocore_stubber import BotocoreStubber
 
-from infra.functions import API
-from infra.local import lambdas
-from infra.local.client import CALLER_HEADER, HEALTH_PATH, STAGE, http_url
-from infra.local.runtime import LOCAL_CALLER
+from toolpipe.infra.functions import API
+from toolpipe.infra.local import lambdas
+from toolpipe.infra.local.client import CALLER_HEADER, HEALTH_PATH, STAGE, http_url
+from toolpipe.infra.local.runtime import LOCAL_CALLER
 
 if TYPE_CHECKING:
-    from infra.local.runtime import LocalRuntime
+    from toolpipe.infra.local.runtime import LocalRuntime
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from moto.s3 import notifications
 
-from infra.functions import TRIGGERS
-from infra.local.lambdas import LocalContext, call_handler
+from toolpipe.infra.functions import TRIGGERS
+from toolpipe.infra.local.lambdas import LocalContext, call_handler
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
 
 TRIGGERS_HANDLER = TRIGGERS.handler
-HANDLER = "infra.local.triggers.sqs_to_triggers"  # the queue consumer standing in for the rule's target
+HANDLER = (
+    "toolpipe.infra.local.triggers.sqs_to_triggers"  # the queue consumer standing in for the rule's target
+)
 TRIGGER_BUCKET = "toolpipe-local-inputs"
 INPUT_PREFIX = "inbox/"
 OUTPUT_PREFIX = "answers/"

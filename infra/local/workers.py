@@ -20,9 +20,9 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from infra.functions import TOOL_WORKER
-from infra.local import serial
-from infra.local.lambdas import LocalContext, call_handler
+from toolpipe.infra.functions import TOOL_WORKER
+from toolpipe.infra.local import serial
+from toolpipe.infra.local.lambdas import LocalContext, call_handler
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient

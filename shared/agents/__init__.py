@@ -1,24 +1,49 @@
-"""The agents a deployment knows, by name. Register yours in `AGENTS`."""
+"""The agents a deployment knows, by name: your app's (`toolpipe.shared.agents.app`), and any
+registered in code with `AGENTS[name] = agent`."""
 
 import dataclasses
 import threading
 from collections.abc import Sequence
 
-from shared.agents.agent import Agent, ModelPrice, ToolProvider, execution_events_bound, worst_turn_events
-from shared.agents.agent_tool import agent_tool
-from shared.agents.assistant import assistant
-from shared.agents.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
-from shared.errors import UnknownAgentError
-from shared.messages import RunRecord
+from toolpipe.shared.agents.agent import (
+    Agent,
+    ModelPrice,
+    ToolProvider,
+    execution_events_bound,
+    worst_turn_events,
+)
+from toolpipe.shared.agents.agent_tool import agent_tool
+from toolpipe.shared.agents.app import load_app
+from toolpipe.shared.agents.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
+from toolpipe.shared.errors import ConfigurationError, UnknownAgentError
+from toolpipe.shared.messages import RunRecord
 
-AGENTS: dict[str, Agent] = {a.name: a for a in (assistant,)}
+AGENTS: dict[str, Agent] = {}
 
 
 def get_agent(name: str) -> Agent:
+    load_app(AGENTS)
     try:
         return AGENTS[name]
     except KeyError:
         raise UnknownAgentError(name, list(AGENTS)) from None
+
+
+def all_agents() -> list[Agent]:
+    """Every registered agent, your app's first, in the order it defines them."""
+    load_app(AGENTS)
+    return list(AGENTS.values())
+
+
+def default_agent_name() -> str:
+    """The agent a run uses when it names none: the first your app defines."""
+    agents = all_agents()
+    if not agents:
+        raise ConfigurationError(
+            "no agents: name your app module with [tool.toolpipe] app in pyproject.toml, "
+            "--app or TOOLPIPE_APP (toolpipe init DIR scaffolds a project)"
+        )
+    return agents[0].name
 
 
 # Agents extended with a run's own MCP servers, per cold start: each keeps its servers' tool
@@ -33,7 +58,7 @@ def with_mcp_servers(agent: Agent, urls: Sequence[str] | None) -> Agent:
     for several): how `toolpipe run --mcp URL` tries a server before it goes into an agent."""
     if not urls:
         return agent
-    from shared.mcp import McpServer  # only runs that name servers pay for the MCP SDK
+    from toolpipe.shared.mcp import McpServer  # only runs that name servers pay for the MCP SDK
 
     key = (agent.name, tuple(urls))
     with _EXTENDED_LOCK:
@@ -53,7 +78,7 @@ def run_agent(run: RunRecord) -> Agent:
     `read_input` if an S3 object started it."""
     agent = with_mcp_servers(get_agent(run.agent), run.mcp_servers)
     if run.input_object is not None:
-        from shared.triggers.read_input import with_input_reader
+        from toolpipe.shared.triggers.read_input import with_input_reader
 
         agent = with_input_reader(agent)
     return agent
@@ -70,6 +95,8 @@ __all__ = [
     "ModelPrice",
     "ToolProvider",
     "agent_tool",
+    "all_agents",
+    "default_agent_name",
     "execution_events_bound",
     "get_agent",
     "run_agent",

@@ -7,10 +7,10 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from shared.agents.hooks import Hooks
-from shared.errors import DefinitionError
-from shared.settings import EXECUTION_EVENT_BUDGET
-from shared.tools import Tool, ToolRegistry, ToolSource
+from toolpipe.shared.agents.hooks import Hooks
+from toolpipe.shared.errors import DefinitionError
+from toolpipe.shared.settings import EXECUTION_EVENT_BUDGET
+from toolpipe.shared.tools import Tool, ToolRegistry, ToolSource
 
 # Step Functions caps an execution at 25,000 history events; a run whose execution nears its
 # budget continues in a fresh execution. Measured on the state machine as built (moto's

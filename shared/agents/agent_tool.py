@@ -3,7 +3,7 @@
 import dataclasses
 from typing import Annotated
 
-from shared.tools import Param, Tool, tool
+from toolpipe.shared.tools import Param, Tool, tool
 
 
 def agent_tool(agent: str, *, name: str | None = None, description: str | None = None) -> Tool:

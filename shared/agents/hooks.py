@@ -5,10 +5,10 @@ changes. Model hooks run in the orchestrator, tool hooks in the tool worker."""
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.messages import ToolCall
-from shared.model.port import ModelReply
-from shared.tools.context import ToolContext
-from shared.tools.registry import Execution
+from toolpipe.shared.messages import ToolCall
+from toolpipe.shared.model.port import ModelReply
+from toolpipe.shared.tools.context import ToolContext
+from toolpipe.shared.tools.registry import Execution
 
 
 @dataclass

@@ -8,10 +8,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from shared.errors import RunNotFoundError
-from shared.history.ports import ERROR_MAX_CHARS, OUTPUT_INLINE_CHARS, CallRead, Claim, ClaimState, Cursor
-from shared.history.store import bounded, caller_index_keys, check_cursor
-from shared.messages import HistoryItem, RunRecord, RunStatus, RunSummary, ToolResult, Usage
+from toolpipe.shared.errors import RunNotFoundError
+from toolpipe.shared.history.ports import (
+    ERROR_MAX_CHARS,
+    OUTPUT_INLINE_CHARS,
+    CallRead,
+    Claim,
+    ClaimState,
+    Cursor,
+)
+from toolpipe.shared.history.store import bounded, caller_index_keys, check_cursor
+from toolpipe.shared.messages import HistoryItem, RunRecord, RunStatus, RunSummary, ToolResult, Usage
 
 
 @dataclass

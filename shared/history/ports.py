@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from shared.messages import HistoryItem, RunRecord, RunStatus, RunSummary, ToolResult, Usage
+from toolpipe.shared.messages import HistoryItem, RunRecord, RunStatus, RunSummary, ToolResult, Usage
 
 # Answers longer than this stay in the run record only as their beginning; the whole answer
 # goes to S3. DynamoDB items stop at 400 KB, and the record also holds the error and usage.

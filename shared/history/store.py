@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from shared.errors import InvalidCursorError, RunNotFoundError
-from shared.history.ports import (
+from toolpipe.shared.errors import InvalidCursorError, RunNotFoundError
+from toolpipe.shared.history.ports import (
     ERROR_MAX_CHARS,
     LIST_READ_FACTOR,
     OUTPUT_INLINE_CHARS,
@@ -27,7 +27,7 @@ from shared.history.ports import (
     ClaimState,
     Cursor,
 )
-from shared.messages import (
+from toolpipe.shared.messages import (
     HISTORY_ITEM,
     HistoryItem,
     RunRecord,

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from shared.errors import ToolpipeError
+from toolpipe.shared.errors import ToolpipeError
 
 # The SDK logs expected ends (a cancelled call, a dropped stream) with tracebacks; with no
 # handler configured, Python would print them to stderr. Applications that configure logging
@@ -20,7 +20,7 @@ logging.getLogger("mcp").addHandler(logging.NullHandler())
 if TYPE_CHECKING:
     from mcp import Client
 
-    from shared.mcp.server import McpServer
+    from toolpipe.shared.mcp.server import McpServer
 
 
 class McpTransportError(ConnectionError, ToolpipeError):

@@ -11,11 +11,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from shared.errors import DefinitionError, ToolExecutionError
-from shared.mcp import client
-from shared.mcp.results import result_text
-from shared.tools import SchemaError, Tool, schema_tool
-from shared.tools.registry import ToolSourceError
+from toolpipe.shared.errors import DefinitionError, ToolExecutionError
+from toolpipe.shared.mcp import client
+from toolpipe.shared.mcp.results import result_text
+from toolpipe.shared.tools import SchemaError, Tool, schema_tool
+from toolpipe.shared.tools.registry import ToolSourceError
 
 # Per server: a model request carries every tool, and APIs refuse more than 128 of them.
 MAX_TOOLS_PER_SERVER = 64

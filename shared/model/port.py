@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shared.messages import HistoryItem, ToolCall
+from toolpipe.shared.messages import HistoryItem, ToolCall
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
-from shared.runs.model_step import ModelStep, monotonic_deadline
-from shared.runs.ports import (
+from toolpipe.shared.runs.model_step import ModelStep, monotonic_deadline
+from toolpipe.shared.runs.ports import (
     ExecutionStarter,
     StepFunctionsStarter,
     StepFunctionsTaskReporter,
     TaskReporter,
 )
-from shared.runs.starter import RunStarter, StartedRun
-from shared.runs.tool_executor import ToolCallExecutor
+from toolpipe.shared.runs.starter import RunStarter, StartedRun
+from toolpipe.shared.runs.tool_executor import ToolCallExecutor
 
 __all__ = [
     "ExecutionStarter",

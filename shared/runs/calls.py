@@ -8,7 +8,7 @@ they already are, so every call it sees has exactly one result.
 
 import re
 
-from shared.messages import AssistantMessage, HistoryItem, ToolCall
+from toolpipe.shared.messages import AssistantMessage, HistoryItem, ToolCall
 
 # What we keep of a model's id: anything else (empty, huge, odd characters) is replaced.
 _USABLE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")

@@ -9,13 +9,13 @@ more, and a child run started after the mark is cancelled by the worker that sta
 
 from typing import NamedTuple
 
-from shared.errors import RunEndedError
-from shared.history import HistoryStore
-from shared.messages import RunRecord, RunStatus
-from shared.runs import children
-from shared.runs.events import NO_EVENTS, EventPublisher
-from shared.runs.ports import ExecutionStopper
-from shared.runs.report import readable
+from toolpipe.shared.errors import RunEndedError
+from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.messages import RunRecord, RunStatus
+from toolpipe.shared.runs import children
+from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.ports import ExecutionStopper
+from toolpipe.shared.runs.report import readable
 
 
 class Cancelled(NamedTuple):

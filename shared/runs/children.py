@@ -8,10 +8,10 @@ one budget of calls, tokens and cost that the root and all its children share.
 import hashlib
 from collections.abc import Iterator
 
-from shared.agents import Agent, get_agent
-from shared.errors import ErrorKind, RunNotFoundError, ToolpipeError
-from shared.history import HistoryStore
-from shared.messages import (
+from toolpipe.shared.agents import Agent, get_agent
+from toolpipe.shared.errors import ErrorKind, RunNotFoundError, ToolpipeError
+from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.messages import (
     AssistantMessage,
     CallOutcome,
     ParentCall,
@@ -21,10 +21,10 @@ from shared.messages import (
     ToolResult,
     UserMessage,
 )
-from shared.runs.calls import result_slot
-from shared.runs.events import NO_EVENTS, EventPublisher
-from shared.runs.ports import ExecutionStarter, TaskReporter
-from shared.runs.results import fit_for_model
+from toolpipe.shared.runs.calls import result_slot
+from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
+from toolpipe.shared.runs.results import fit_for_model
 
 PARENT_CANCELLED = "its parent run was cancelled"
 

@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from shared.errors import ErrorKind
-from shared.history.ports import RunRecords
-from shared.messages import RunRecord, RunStatus, ToolResult, Usage
+from toolpipe.shared.errors import ErrorKind
+from toolpipe.shared.history.ports import RunRecords
+from toolpipe.shared.messages import RunRecord, RunStatus, ToolResult, Usage
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient

@@ -6,9 +6,9 @@ refused by Step Functions. A long run continues in fresh executions (each with i
 `--`, so the run id is everything before the last one.
 """
 
-from shared.agents import Agent, execution_events_bound, worst_turn_events
-from shared.messages import AssistantMessage, HistoryItem, RunRecord
-from shared.settings import ExecutionBudget
+from toolpipe.shared.agents import Agent, execution_events_bound, worst_turn_events
+from toolpipe.shared.messages import AssistantMessage, HistoryItem, RunRecord
+from toolpipe.shared.settings import ExecutionBudget
 
 SEPARATOR = "--"
 # Step Functions execution names: 1-80 characters.

@@ -3,15 +3,15 @@
 import boto3
 from aws_lambda_powertools.utilities import parameters
 
-from shared.history import DynamoHistoryStore
-from shared.runs.cancel import RunCanceller
-from shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
-from shared.runs.model_step import ModelStep
-from shared.runs.ports import StepFunctionsStarter, StepFunctionsStopper, StepFunctionsTaskReporter
-from shared.runs.starter import RunStarter
-from shared.runs.tool_executor import ToolCallExecutor
-from shared.runs.triggers import AnswerWriter, S3ObjectStore, TriggerService
-from shared.settings import (
+from toolpipe.shared.history import DynamoHistoryStore
+from toolpipe.shared.runs.cancel import RunCanceller
+from toolpipe.shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.model_step import ModelStep
+from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsStopper, StepFunctionsTaskReporter
+from toolpipe.shared.runs.starter import RunStarter
+from toolpipe.shared.runs.tool_executor import ToolCallExecutor
+from toolpipe.shared.runs.triggers import AnswerWriter, S3ObjectStore, TriggerService
+from toolpipe.shared.settings import (
     CallTimeouts,
     EventSettings,
     ModelSettings,
@@ -49,7 +49,7 @@ def build_model_step(
     store: StoreSettings, model: ModelSettings, timeouts: CallTimeouts, events: EventSettings
 ) -> ModelStep:
     # Imported here: only the orchestrator has the openai package.
-    from shared.model.openai_client import OpenAIModelClient, build_openai_client
+    from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
 
     client = OpenAIModelClient(
         build_openai_client(model.base_url, _api_key(model)),

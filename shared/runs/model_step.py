@@ -9,16 +9,16 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from shared.agents import AfterModel, Agent, BeforeModel, get_agent, run_agent
-from shared.errors import (
+from toolpipe.shared.agents import AfterModel, Agent, BeforeModel, get_agent, run_agent
+from toolpipe.shared.errors import (
     ErrorKind,
     ModelVisibleError,
     ToolNotAllowedError,
     TooManyCallsError,
     describe_validation_error,
 )
-from shared.history import HistoryStore
-from shared.messages import (
+from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.messages import (
     AssistantMessage,
     CallRef,
     Decision,
@@ -32,13 +32,13 @@ from shared.messages import (
     Usage,
     UserMessage,
 )
-from shared.model import ModelClient, ModelReply, to_openai_messages
-from shared.runs import children
-from shared.runs.calls import assign_call_ids, result_slot
-from shared.runs.events import NO_EVENTS, EventPublisher
-from shared.runs.executions import execution_number, needs_fresh_execution
-from shared.runs.ports import ExecutionStarter, TaskReporter
-from shared.runs.rules import (
+from toolpipe.shared.model import ModelClient, ModelReply, to_openai_messages
+from toolpipe.shared.runs import children
+from toolpipe.shared.runs.calls import assign_call_ids, result_slot
+from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.executions import execution_number, needs_fresh_execution
+from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
+from toolpipe.shared.runs.rules import (
     budget_reached,
     calls_limit,
     direct_results,
@@ -47,8 +47,8 @@ from shared.runs.rules import (
     tool_failure,
     tree_budget_reached,
 )
-from shared.runs.triggers import AnswerWriter
-from shared.settings import CallTimeouts
+from toolpipe.shared.runs.triggers import AnswerWriter
+from toolpipe.shared.settings import CallTimeouts
 
 
 @dataclass

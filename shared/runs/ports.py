@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from shared.runs.executions import execution_name
+from toolpipe.shared.runs.executions import execution_name
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions.client import SFNClient

@@ -16,11 +16,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from shared.errors import InvalidCursorError, RunNotFoundError
-from shared.history import HistoryStore
-from shared.history.ports import Cursor
-from shared.messages import HISTORY_ITEM, AssistantMessage, HistoryItem, RunRecord, RunStatus, ToolResult
-from shared.runs.calls import result_slot
+from toolpipe.shared.errors import InvalidCursorError, RunNotFoundError
+from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.history.ports import Cursor
+from toolpipe.shared.messages import (
+    HISTORY_ITEM,
+    AssistantMessage,
+    HistoryItem,
+    RunRecord,
+    RunStatus,
+    ToolResult,
+)
+from toolpipe.shared.runs.calls import result_slot
 
 # Strings longer than this are cut to a preview; lists and objects keep this many entries.
 PREVIEW_CHARS = 1000

@@ -1,7 +1,7 @@
 """What the model reads of a long result: its beginning, and where the whole is kept."""
 
-from shared.agents import Agent
-from shared.history.ports import Contents
+from toolpipe.shared.agents import Agent
+from toolpipe.shared.history.ports import Contents
 
 
 def fit_for_model(

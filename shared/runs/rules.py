@@ -4,9 +4,9 @@ functions of the agent, the run record and the history."""
 import json
 import re
 
-from shared.agents import Agent
-from shared.errors import ErrorKind
-from shared.messages import (
+from toolpipe.shared.agents import Agent
+from toolpipe.shared.errors import ErrorKind
+from toolpipe.shared.messages import (
     AssistantMessage,
     DecisionStatus,
     HistoryItem,

@@ -5,22 +5,22 @@ import json
 import uuid
 from typing import NamedTuple
 
-from shared.agents import Agent, get_agent, with_mcp_servers
-from shared.errors import (
+from toolpipe.shared.agents import Agent, default_agent_name, get_agent, with_mcp_servers
+from toolpipe.shared.errors import (
     IdempotencyConflictError,
     UnknownToolsRequestedError,
 )
-from shared.history import HistoryStore
-from shared.messages import (
+from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.messages import (
     InputObject,
     RunRecord,
     RunStatus,
     StartRunRequest,
     UserMessage,
 )
-from shared.runs.events import NO_EVENTS, EventPublisher
-from shared.runs.ports import ExecutionStarter
-from shared.triggers.read_input import read_input, with_input_reader
+from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.ports import ExecutionStarter
+from toolpipe.shared.triggers.read_input import read_input, with_input_reader
 
 
 def new_run_id() -> str:
@@ -75,7 +75,8 @@ class RunStarter:
         An `input_object` (the S3 trigger) is the file the run works on: its agent gets the
         `read_input` tool, which reads that object and no other."""
         # An unknown agent is the caller's error, before anything is written.
-        agent = with_mcp_servers(get_agent(request.agent), request.mcp_servers)
+        agent_name = request.agent or default_agent_name()
+        agent = with_mcp_servers(get_agent(agent_name), request.mcp_servers)
         if input_object is not None:
             agent = with_input_reader(agent)
         tools = run_tools(agent, request, caller)
@@ -89,7 +90,7 @@ class RunStarter:
             request_hash = hashlib.sha256(started_with.encode()).hexdigest()
         record = RunRecord(
             run_id=new_run_id() if idempotency_key is None else keyed_run_id(caller, idempotency_key),
-            agent=request.agent,
+            agent=agent_name,
             status=RunStatus.RUNNING,
             timezone=request.timezone,
             caller=caller,

@@ -17,16 +17,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from shared.agents import AfterTool, Agent, BeforeTool, get_agent, run_agent
-from shared.errors import (
+from toolpipe.shared.agents import AfterTool, Agent, BeforeTool, get_agent, run_agent
+from toolpipe.shared.errors import (
     CallInProgressError,
     ErrorKind,
     ModelVisibleError,
     UnknownAgentError,
     UnknownToolError,
 )
-from shared.history import CallRead, Claim, ClaimState, HistoryStore
-from shared.messages import (
+from toolpipe.shared.history import CallRead, Claim, ClaimState, HistoryStore
+from toolpipe.shared.messages import (
     AssistantMessage,
     CallOutcome,
     RunRecord,
@@ -36,11 +36,11 @@ from shared.messages import (
     ToolResult,
     text_safe,
 )
-from shared.runs import children
-from shared.runs.events import NO_EVENTS, EventPublisher
-from shared.runs.ports import ExecutionStarter, TaskReporter
-from shared.runs.results import fit_for_model
-from shared.tools import Execution, RunState, Tool, ToolContext
+from toolpipe.shared.runs import children
+from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
+from toolpipe.shared.runs.results import fit_for_model
+from toolpipe.shared.tools import Execution, RunState, Tool, ToolContext
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from shared.messages import RunRecord, RunStatus, RunSummary
-from shared.runs.report import ToolExecution
+from toolpipe.shared.messages import RunRecord, RunStatus, RunSummary
+from toolpipe.shared.runs.report import ToolExecution
 
 
 class Links(BaseModel):

@@ -4,7 +4,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.messages import InputObject
+from toolpipe.shared.messages import InputObject
 
 
 class RunState(dict[str, Any]):

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from shared.errors import (
+from toolpipe.shared.errors import (
     DefinitionError,
     ErrorKind,
     ModelVisibleError,
@@ -14,9 +14,9 @@ from shared.errors import (
     ToolpipeError,
     UnknownToolError,
 )
-from shared.messages import ToolCall
-from shared.tools.context import ToolContext
-from shared.tools.tool import Tool
+from toolpipe.shared.messages import ToolCall
+from toolpipe.shared.tools.context import ToolContext
+from toolpipe.shared.tools.tool import Tool
 
 
 @dataclass(frozen=True)

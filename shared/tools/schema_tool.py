@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shared.errors import DefinitionError, InvalidArgumentsError
-from shared.tools.tool import WIRE_NAME, Tool
+from toolpipe.shared.errors import DefinitionError, InvalidArgumentsError
+from toolpipe.shared.tools.tool import WIRE_NAME, Tool
 
 _LOOSE_TYPES = {
     "dict": "object", "map": "object", "object": "object",

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from shared.errors import (
+from toolpipe.shared.errors import (
     DefinitionError,
     InvalidArgumentsError,
     ModelVisibleError,
@@ -24,8 +24,8 @@ from shared.errors import (
     ToolTimeoutError,
     describe_validation_error,
 )
-from shared.tools.context import ToolContext
-from shared.tools.docstrings import parse_docstring
+from toolpipe.shared.tools.context import ToolContext
+from toolpipe.shared.tools.docstrings import parse_docstring
 
 # The Chat Completions API rejects function names outside this pattern.
 WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

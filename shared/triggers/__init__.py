@@ -1,14 +1,14 @@
 """Starting runs from S3 objects and EventBridge events: what arrives, and the tool that reads
 a triggered run's object. The service that starts the runs is `shared/runs/triggers.py`."""
 
-from shared.triggers.events import (
+from toolpipe.shared.triggers.events import (
     RunRequested,
     RunRequestedDetail,
     S3ObjectCreated,
     TriggerEventError,
     parse_trigger_event,
 )
-from shared.triggers.read_input import MAX_READ_BYTES, read_input, with_input_reader
+from toolpipe.shared.triggers.read_input import MAX_READ_BYTES, read_input, with_input_reader
 
 __all__ = [
     "MAX_READ_BYTES",

@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from shared.errors import ToolpipeError, describe_validation_error
-from shared.messages import (
+from toolpipe.shared.errors import ToolpipeError, describe_validation_error
+from toolpipe.shared.messages import (
     IDEMPOTENCY_KEY_PATTERN,
     MAX_METADATA_ENTRIES,
     MAX_PROMPT_CHARS,

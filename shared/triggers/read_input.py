@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from shared.tools import Tool, ToolContext, tool
+from toolpipe.shared.tools import Tool, ToolContext, tool
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
 
-    from shared.agents.agent import Agent
+    from toolpipe.shared.agents.agent import Agent
 
 # One call's bytes: enough for a page of text, small enough that a few reads stay well under
 # the agent's result limit and the model's context.

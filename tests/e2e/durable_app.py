@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from infra.local.runtime import LOCAL_CALLER, LocalRuntime
-from infra.local.scripted_model import Answer, Reply, ScriptedModelServer
-from shared.agents import AGENTS, Agent, agent_tool
-from shared.tools import tool
+from toolpipe.infra.local.runtime import LOCAL_CALLER, LocalRuntime
+from toolpipe.infra.local.scripted_model import Answer, Reply, ScriptedModelServer
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
+from toolpipe.shared.tools import tool
 
 _MARKS = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(os.devnull)
 _print_lock = threading.Lock()

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from infra.local.scripted_model import Reply
-from shared.agents import AGENTS, Agent, agent_tool
 from tests.conftest import CALLS, TEST_AGENT, Pipeline, call
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_a_child_that_stops_early_gives_the_parent_an_error_result(
 def test_before_tool_hooks_can_block_an_agent_tool(
     pipeline: Pipeline, helper: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shared.agents import BeforeTool, Hooks
+    from toolpipe.shared.agents import BeforeTool, Hooks
 
     class NoDelegation(Hooks):
         def before_tool(self, event: BeforeTool) -> None:

@@ -6,9 +6,9 @@ import json
 import pytest
 from pydantic import BaseModel, Field
 
-from infra.local.scripted_model import Reply
-from shared.agents import AGENTS
 from tests.conftest import Pipeline, call
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS
 
 
 class Forecast(BaseModel):

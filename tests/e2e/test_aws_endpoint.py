@@ -23,12 +23,12 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from infra.local import serial
-from infra.local.aws_endpoint import AwsEndpoint
-from infra.local.client import Client, read_server_file
-from infra.local.runtime import BUCKET, TABLE, LocalRuntime
-from infra.local.workers import _sends_to
 from tests.e2e.test_serve import PROMPT, ROOT, Served, _env
+from toolpipe.infra.local import serial
+from toolpipe.infra.local.aws_endpoint import AwsEndpoint
+from toolpipe.infra.local.client import Client, read_server_file
+from toolpipe.infra.local.runtime import BUCKET, TABLE, LocalRuntime
+from toolpipe.infra.local.workers import _sends_to
 
 # moto checks no signature: the credential scope is what routes a request (and an unsigned one
 # is anonymous, which a private bucket refuses).
@@ -392,7 +392,7 @@ def test_the_endpoint_adds_little_to_start_up() -> None:
 
 def test_a_server_started_for_a_while_stays_up_while_the_aws_endpoint_is_used(tmp_path: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "infra.cli", "serve", "--port", "0", "--idle-exit", "1"],
+        [sys.executable, "-m", "toolpipe.infra.cli", "serve", "--port", "0", "--idle-exit", "1"],
         env=_env(tmp_path),
         cwd=ROOT,
         stdout=subprocess.PIPE,

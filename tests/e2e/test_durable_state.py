@@ -18,10 +18,10 @@ import pytest
 from botocore.awsrequest import AWSPreparedRequest
 from botocore.compat import HTTPHeaders
 
-from infra.local import persistence, recovery
-from infra.local.runtime import BUCKET, TABLE, LocalRuntime
-from shared.history.store import DynamoHistoryStore
-from shared.messages import RunRecord, RunStatus, UserMessage
+from toolpipe.infra.local import persistence, recovery
+from toolpipe.infra.local.runtime import BUCKET, TABLE, LocalRuntime
+from toolpipe.shared.history.store import DynamoHistoryStore
+from toolpipe.shared.messages import RunRecord, RunStatus, UserMessage
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTER = {"pk": {"S": "test"}, "sk": {"S": "counter"}}

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from infra.definition import execution_ended_pattern, execution_ended_request, matches
-from infra.local.execution_events import status_change_event
-from infra.local.lambdas import LocalContext, call_handler
-from infra.local.scripted_model import Reply
-from shared.agents import AGENTS, Agent, agent_tool
-from shared.tools import tool
 from tests.conftest import TEST_AGENT, Pipeline, _pipeline, call
+from toolpipe.infra.definition import execution_ended_pattern, execution_ended_request, matches
+from toolpipe.infra.local.execution_events import status_change_event
+from toolpipe.infra.local.lambdas import LocalContext, call_handler
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
+from toolpipe.shared.tools import tool
 
-ORCHESTRATOR = "functions.orchestrator.handler.lambda_handler"
+ORCHESTRATOR = "toolpipe.functions.orchestrator.handler.lambda_handler"
 RELEASE = threading.Event()
 
 

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from infra.local.scripted_model import Reply
-from shared.agents import AGENTS, AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
-from shared.messages import ToolCall
-from shared.model import ModelReply
 from tests.conftest import CALLS, Pipeline, call
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS, AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
+from toolpipe.shared.messages import ToolCall
+from toolpipe.shared.model import ModelReply
 
 
 class Guard(Hooks):

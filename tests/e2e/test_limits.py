@@ -5,10 +5,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.definition import build_definition
-from infra.local.scripted_model import HttpError, Reply
-from shared.agents import AGENTS, Agent, execution_events_bound, worst_turn_events
-from shared.agents.agent import (
+from tests.conftest import Pipeline, _pipeline, call
+from toolpipe.infra.definition import build_definition
+from toolpipe.infra.local.scripted_model import HttpError, Reply
+from toolpipe.shared.agents import AGENTS, Agent, execution_events_bound, worst_turn_events
+from toolpipe.shared.agents.agent import (
     EVENTS_PER_CALL,
     EVENTS_PER_FAILED_CALL,
     EVENTS_PER_FAILED_ENDING,
@@ -18,9 +19,8 @@ from shared.agents.agent import (
     MARK_FAILED_RETRIES,
     MODEL_STEP_RETRIES,
 )
-from shared.errors import ConfigurationError
-from shared.settings import EXECUTION_EVENT_BUDGET, ExecutionBudget
-from tests.conftest import Pipeline, _pipeline, call
+from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.settings import EXECUTION_EVENT_BUDGET, ExecutionBudget
 
 MODEL_DOWN = HttpError(500, {"error": {"message": "down", "type": "server_error"}})
 
@@ -58,7 +58,7 @@ def _fast_retries() -> str:
 
 @pytest.fixture
 def failing_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
-    monkeypatch.setattr("infra.local.runtime.definition_json", _fast_retries)
+    monkeypatch.setattr("toolpipe.infra.local.runtime.definition_json", _fast_retries)
     # One HTTP error is one failed model step: no retries inside the invocation.
     yield from _pipeline({"TOOLPIPE_MODEL_MAX_RETRIES": "0"})
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from infra.cli import main
-from infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
-from shared.agents import AGENTS, Agent
-from shared.mcp import McpServer
 from tests.conftest import CALLS, Capture, Pipeline, call, count_once
 from tests.mcp_server import example_server
+from toolpipe.infra.cli import main
+from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
+from toolpipe.shared.agents import AGENTS, Agent
+from toolpipe.shared.mcp import McpServer
 
 CALL_TIMEOUT = 2.0
 

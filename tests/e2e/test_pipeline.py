@@ -3,9 +3,9 @@
 import json
 from typing import Any
 
-from infra.cli import main
-from infra.local.scripted_model import Reply
 from tests.conftest import CALLS, Capture, Pipeline, call
+from toolpipe.infra.cli import main
+from toolpipe.infra.local.scripted_model import Reply
 
 
 def test_cli_demo_answers_square_root_offline(tmp_path: Any, monkeypatch: Any) -> None:
@@ -130,7 +130,7 @@ def _payload_sizes(events: list[dict[str, Any]]) -> list[int]:
 
 
 def test_cli_uses_the_configured_endpoint_for_two_parallel_calls(tmp_path: Any, monkeypatch: Any) -> None:
-    from infra.local.scripted_model import ScriptedModelServer, ScriptResponder
+    from toolpipe.infra.local.scripted_model import ScriptedModelServer, ScriptResponder
 
     replies = [Reply(tool_calls=[call("square_root", x=16), call("sum", a=2, b=3)]), Reply(content="4 and 5")]
     with ScriptedModelServer(ScriptResponder(replies)) as server:
@@ -149,7 +149,7 @@ def test_cli_uses_the_configured_endpoint_for_two_parallel_calls(tmp_path: Any, 
 
 
 def test_a_refused_model_request_fails_the_run_at_once(pipeline: Pipeline) -> None:
-    from infra.local.scripted_model import HttpError
+    from toolpipe.infra.local.scripted_model import HttpError
 
     pipeline.script(HttpError(401, {"error": {"message": "Incorrect API key provided", "type": "auth"}}))
     body = pipeline.finish(pipeline.start("hello"))

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from infra.local.scripted_model import Reply
-from shared.agents import AGENTS, ModelPrice
 from tests.conftest import CALLS, Pipeline, call
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS, ModelPrice
 
 
 @pytest.fixture

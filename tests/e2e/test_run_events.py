@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from infra.local.runtime import LocalRuntime
-from infra.local.scripted_model import HttpError, Reply
-from shared.agents import AGENTS, Agent, agent_tool
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.e2e.test_execution_ended import _stop, _wait_until_waiting_on_a_call, holding  # noqa: F401
 from tests.functional.test_resilience import deliver, waiting_calls
+from toolpipe.infra.local.runtime import LocalRuntime
+from toolpipe.infra.local.scripted_model import HttpError, Reply
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "events"
 Events = list[dict[str, Any]]
@@ -215,7 +215,7 @@ def test_runs_go_on_when_events_cannot_be_published(
     pipeline.runtime.events.delete_event_bus(Name=pipeline.runtime.event_bus_name)
     pipeline.script(Reply(tool_calls=[call("count_once", label="x")]), Reply(content="done"))
 
-    with caplog.at_level("WARNING", logger="shared.runs.events"):
+    with caplog.at_level("WARNING", logger="toolpipe.shared.runs.events"):
         body = pipeline.finish(pipeline.start("count"))
 
     assert body["run"]["status"] == "succeeded" and CALLS.counts == {"count_once": 1}

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from infra.local.scripted_model import Reply
-from shared.agents import AGENTS, Agent, agent_tool
 from tests.conftest import Pipeline, call
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 
 
 @pytest.fixture

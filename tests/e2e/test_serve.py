@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from infra.local.client import Client, discover, read_server_file, server_file
-from infra.local.runtime import LocalRuntime
+from toolpipe.infra.local.client import Client, discover, read_server_file, server_file
+from toolpipe.infra.local.runtime import LocalRuntime
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "What is 2+3 and the square root of 16?"  # the demo model answers it with two parallel calls
@@ -30,7 +30,7 @@ def _env(home: Path) -> dict[str, str]:
 
 def _toolpipe(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args],
+        [sys.executable, "-m", "toolpipe.infra.cli", *args],
         env=_env(home),
         cwd=ROOT,
         capture_output=True,
@@ -46,7 +46,7 @@ class Served:
         self.home = home
         started = time.monotonic()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "infra.cli", "serve", "--port", "0"],
+            [sys.executable, "-m", "toolpipe.infra.cli", "serve", "--port", "0"],
             env=_env(home),
             cwd=ROOT,
             stdout=subprocess.PIPE,

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from infra.local.client import Client, ServerError
-from infra.local.runtime import LOCAL_CALLER, TABLE
-from infra.local.scripted_model import Reply
-from infra.local.server import LocalServer, proxy_event, publishable
-from shared.agents import Agent
-from shared.tools import tool
 from tests.conftest import GATE, Pipeline, call, gated_server, wait_for_gate
+from toolpipe.infra.local.client import Client, ServerError
+from toolpipe.infra.local.runtime import LOCAL_CALLER, TABLE
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.infra.local.server import LocalServer, proxy_event, publishable
+from toolpipe.shared.agents import Agent
+from toolpipe.shared.tools import tool
 
 
 @tool
@@ -170,7 +170,7 @@ def test_proxy_event_is_what_api_gateway_sends() -> None:
 def test_the_api_function_handles_one_event_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Powertools keeps the current event on the module's resolver: handled at once, two requests
     read each other's caller (measured here without this lock: 2 wrong answers in 1,200)."""
-    from infra.local import server as server_module
+    from toolpipe.infra.local import server as server_module
 
     inside, overlapped, lock = [0], threading.Event(), threading.Lock()
 

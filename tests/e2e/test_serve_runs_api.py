@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from infra.local.server import LocalServer
-from shared.agents import Agent
 from tests.conftest import GATE, Pipeline, Reply, call, gated_server, wait_for_gate
 from tests.e2e.test_serve import Served
+from toolpipe.infra.local.server import LocalServer
+from toolpipe.shared.agents import Agent
 
 PROMPT = "What is the square root of 475695037565?"  # the demo model answers it
 

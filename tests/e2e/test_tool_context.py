@@ -1,7 +1,7 @@
 """ToolContext through the pipeline: the caller, and per-run state across calls and turns."""
 
-from infra.local.scripted_model import Reply
 from tests.conftest import Pipeline, call
+from toolpipe.infra.local.scripted_model import Reply
 
 
 def test_state_written_by_one_call_is_read_by_a_later_one(pipeline: Pipeline) -> None:

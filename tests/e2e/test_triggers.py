@@ -11,9 +11,9 @@ from typing import Any
 import boto3
 import pytest
 
-from infra.cli import main
-from infra.local.runtime import LOCAL_CALLER, TABLE
 from tests.conftest import Capture, Pipeline, _pipeline
+from toolpipe.infra.cli import main
+from toolpipe.infra.local.runtime import LOCAL_CALLER, TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,10 +106,10 @@ def test_through_serves_aws_endpoint_a_file_and_an_event_each_start_a_run_that_c
     tmp_path: Path,
 ) -> None:
     """As a user outside the process does it: boto3 with the `AWS endpoint:` serve prints."""
-    from infra.local.client import Client
-    from shared.runs.starter import keyed_run_id
     from tests.e2e.test_aws_endpoint import _client, _endpoint
     from tests.e2e.test_serve import Served
+    from toolpipe.infra.local.client import Client
+    from toolpipe.shared.runs.starter import keyed_run_id
 
     served = Served(tmp_path)
     try:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from infra.functions import API
-from infra.local.lambdas import call_function
-from infra.local.runtime import LOCAL_CALLER
 from tests.conftest import Pipeline, Reply, _pipeline, call
+from toolpipe.infra.functions import API
+from toolpipe.infra.local.lambdas import call_function
+from toolpipe.infra.local.runtime import LOCAL_CALLER
 
 
 def _scan(pipeline: Pipeline) -> list[dict]:

@@ -6,10 +6,10 @@ import json
 import random
 from typing import Any
 
-from infra.functions import API
-from infra.local.lambdas import call_function
-from infra.local.runtime import LOCAL_CALLER
 from tests.conftest import Pipeline
+from toolpipe.infra.functions import API
+from toolpipe.infra.local.lambdas import call_function
+from toolpipe.infra.local.runtime import LOCAL_CALLER
 
 # Values no start field accepts.
 HOSTILE_VALUES: list[Any] = [

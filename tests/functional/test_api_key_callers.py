@@ -9,9 +9,9 @@ import json
 import uuid
 from typing import Any
 
-from infra.functions import API
-from infra.local.lambdas import call_function
 from tests.conftest import Pipeline
+from toolpipe.infra.functions import API
+from toolpipe.infra.local.lambdas import call_function
 
 KEY_A = ("k7ab3x9q2d", "Wq4rS1vN8mTz0pLc6yHj2BdX5eKa9FgU3iOo7sRl")
 KEY_B = ("p0c4n8w1ze", "Zx9cV8bN7mA6sD5fG4hJ3kL2qW1eR0tY9uI8oP7a")

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import requests
 
-from infra.local import lambdas
-from shared.agents import AGENTS, Agent
-from shared.messages import AssistantMessage, RunRecord, RunStatus, ToolCall, ToolResult, UserMessage
-from shared.runs.factory import build_store
-from shared.settings import StoreSettings
 from tests.conftest import TEST_AGENT, Pipeline, Reply, _pipeline, big_output, call
+from toolpipe.infra.local import lambdas
+from toolpipe.shared.agents import AGENTS, Agent
+from toolpipe.shared.messages import AssistantMessage, RunRecord, RunStatus, ToolCall, ToolResult, UserMessage
+from toolpipe.shared.runs.factory import build_store
+from toolpipe.shared.settings import StoreSettings
 
 # https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html: 6 MB, each way.
 LAMBDA_RESPONSE_LIMIT = 6 * 1024 * 1024
@@ -27,7 +27,7 @@ def sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def measured(handler: str, event: Any, context: Any) -> Any:
         response = real(handler, event, context)
-        if handler.startswith("functions.api."):
+        if handler.startswith("toolpipe.functions.api."):
             seen.append(len(json.dumps(response)))
         return response
 
@@ -107,7 +107,7 @@ EMOJI = "\U0001f600"  # 14 bytes in a Lambda response: a surrogate pair, escaped
 
 def _finished_run(run_id: str, replies: int, calls_per_reply: int, text: str) -> str:
     """A run written straight into the store, `text` in every string the model or a tool made."""
-    from infra.local.runtime import LOCAL_CALLER
+    from toolpipe.infra.local.runtime import LOCAL_CALLER
 
     store = build_store(StoreSettings.from_env())
     record = RunRecord(run_id=run_id, agent=TEST_AGENT.name, status=RunStatus.RUNNING, caller=LOCAL_CALLER)

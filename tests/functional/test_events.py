@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from infra.cli import main
-from infra.local.lambdas import LocalContext, call_handler
-from infra.local.scripted_model import Reply
 from tests.conftest import Capture, Pipeline, call
+from toolpipe.infra.cli import main
+from toolpipe.infra.local.lambdas import LocalContext, call_handler
+from toolpipe.infra.local.scripted_model import Reply
 
-API = "functions.api.handler.lambda_handler"
+API = "toolpipe.functions.api.handler.lambda_handler"
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 
@@ -141,7 +141,7 @@ def test_sample_worker_event_whose_task_waits_no_more_is_consumed_without_runnin
     """The sample's task token names no waiting task: the call is over for Step Functions,
     so the message is consumed and nothing runs (the worker beats first, and learns it)."""
     response = call_handler(
-        "functions.tool_worker.handler.lambda_handler", _event("tool_worker_sqs.json"), _ctx()
+        "toolpipe.functions.tool_worker.handler.lambda_handler", _event("tool_worker_sqs.json"), _ctx()
     )
     assert response == {"batchItemFailures": []}
 
@@ -149,7 +149,7 @@ def test_sample_worker_event_whose_task_waits_no_more_is_consumed_without_runnin
 def test_sample_orchestrator_event_for_an_unknown_run_fails_clearly(pipeline: Pipeline) -> None:
     try:
         call_handler(
-            "functions.orchestrator.handler.lambda_handler", _event("orchestrator_step.json"), _ctx()
+            "toolpipe.functions.orchestrator.handler.lambda_handler", _event("orchestrator_step.json"), _ctx()
         )
     except Exception as e:
         assert str(e) == "run RUN_ID not found"
@@ -160,25 +160,25 @@ def test_sample_orchestrator_event_for_an_unknown_run_fails_clearly(pipeline: Pi
 def test_the_execution_status_change_sample_fails_the_run_once(pipeline: Pipeline) -> None:
     """The rule's event, delivered twice as EventBridge may: the run is failed with the reason,
     and the second delivery changes nothing."""
-    from infra.definition import execution_ended_request
     from tests.conftest import GATE, wait_for_gate
+    from toolpipe.infra.definition import execution_ended_request
 
     GATE.clear()
     try:
-        from shared.agents import AGENTS, Agent
+        from toolpipe.shared.agents import AGENTS, Agent
 
         AGENTS["gated"] = Agent(name="gated", instructions="Wait.", tools=[wait_for_gate])
         pipeline.script(Reply(tool_calls=[call("wait_for_gate", label="a")]), Reply(content="never"))
         run_id = pipeline.start("wait", agent="gated")
         sample = _event("execution_status_change.json", run_id)
         first = call_handler(
-            "functions.orchestrator.handler.lambda_handler", execution_ended_request(sample), _ctx()
+            "toolpipe.functions.orchestrator.handler.lambda_handler", execution_ended_request(sample), _ctx()
         )
         record = pipeline.runtime.dynamodb.get_item(
             TableName="toolpipe-local", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
         )["Item"]
         again = call_handler(
-            "functions.orchestrator.handler.lambda_handler", execution_ended_request(sample), _ctx()
+            "toolpipe.functions.orchestrator.handler.lambda_handler", execution_ended_request(sample), _ctx()
         )
         after = pipeline.runtime.dynamodb.get_item(
             TableName="toolpipe-local", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}

@@ -11,9 +11,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infra.local.runtime import HISTORY_TABLE
-from shared.history.store import DynamoHistoryStore
-from shared.messages import HistoryItem, ToolResult, UserMessage
+from toolpipe.infra.local.runtime import HISTORY_TABLE
+from toolpipe.shared.history.store import DynamoHistoryStore
+from toolpipe.shared.messages import HistoryItem, ToolResult, UserMessage
 
 
 @pytest.fixture

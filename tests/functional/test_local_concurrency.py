@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import pytest
 from botocore.exceptions import ClientError
 
-from infra.local.runtime import TABLE, LocalRuntime
+from toolpipe.infra.local.runtime import TABLE, LocalRuntime
 
 
 @pytest.fixture
@@ -153,12 +153,12 @@ def test_concurrent_worker_invocations_each_report_only_their_own_failures(
     """The local workers run the handler on several threads at once, as Lambda runs several
     execution environments: one invocation's poison message must not show up in another's
     batch response (they once shared one batch processor)."""
-    from infra.local.lambdas import LocalContext, call_handler
-    from shared.runs import tool_executor
+    from toolpipe.infra.local.lambdas import LocalContext, call_handler
+    from toolpipe.shared.runs import tool_executor
 
     # The good messages' tokens wait for nothing: judge that at the first heartbeat, not after ~1.5 s.
     monkeypatch.setattr(tool_executor, "START_BEAT_DELAYS", (0.0,))
-    from infra.local.workers import sqs_record
+    from toolpipe.infra.local.workers import sqs_record
 
     wrong: list[str] = []
 
@@ -168,7 +168,7 @@ def test_concurrent_worker_invocations_each_report_only_their_own_failures(
         body = "{not json" if poison else '{"run_id": "gone", "seq": 3, "message_seq": 2, "task_token": "x"}'
         record = sqs_record({"MessageId": f"m-{index}", "Body": body})
         response = call_handler(
-            "functions.tool_worker.handler.lambda_handler",
+            "toolpipe.functions.tool_worker.handler.lambda_handler",
             {"Records": [record]},
             LocalContext(function_name="worker", timeout_seconds=60),
         )

@@ -10,10 +10,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infra.definition import MAX_PARALLEL_CALLS
-from infra.local import serial
-from infra.local.runtime import LocalRuntime
-from infra.local.workers import WorkerPool
+from toolpipe.infra.definition import MAX_PARALLEL_CALLS
+from toolpipe.infra.local import serial
+from toolpipe.infra.local.runtime import LocalRuntime
+from toolpipe.infra.local.workers import WorkerPool
 
 HANDLER = f"{__name__}.record_handler"
 _bodies: "queue.Queue[str]" = queue.Queue()

@@ -13,12 +13,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from shared.errors import DefinitionError
-from shared.mcp import McpServer
-from shared.mcp.results import result_text
-from shared.messages import ToolCall
-from shared.tools import ToolRegistry, ToolSourceError
 from tests.mcp_server import example_server
+from toolpipe.shared.errors import DefinitionError
+from toolpipe.shared.mcp import McpServer
+from toolpipe.shared.mcp.results import result_text
+from toolpipe.shared.messages import ToolCall
+from toolpipe.shared.tools import ToolRegistry, ToolSourceError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,7 +133,7 @@ def test_sse_and_stdio_servers() -> None:
     with example_server("--transport", "sse") as served:
         sse = ToolRegistry([], 5, [McpServer("ex", url=served, transport="sse")])
         assert _run(sse, "ex_echo", text="over sse") == ("ok", "over sse")
-    command = (sys.executable, "-m", "infra.local.example_mcp_server", "--transport", "stdio")
+    command = (sys.executable, "-m", "toolpipe.infra.local.example_mcp_server", "--transport", "stdio")
     stdio = ToolRegistry([], 10, [McpServer("ex", command=command, env={"PYTHONPATH": str(ROOT)})])
     assert _run(stdio, "ex_add", a=1, b=2) == ("ok", '{"sum": 3.0}')
 
@@ -170,7 +170,7 @@ def test_contents_are_converted_for_the_model() -> None:
 
 def test_a_crowded_server_gives_a_bounded_list_with_unique_names() -> None:
     """A sloppy server: 100 filler tools beside its own, and `dup.name` beside `dup_name`."""
-    from shared.mcp.server import MAX_TOOLS_PER_SERVER
+    from toolpipe.shared.mcp.server import MAX_TOOLS_PER_SERVER
 
     with example_server("--crowded") as crowded:
         tools = McpServer("c", url=crowded).tools()

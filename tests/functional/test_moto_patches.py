@@ -14,7 +14,7 @@ from moto.dynamodb.responses import DynamoResult
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, CallbackOutcomeSuccess
 from moto.stepfunctions.parser.asl.utils import boto_client, json_path
 
-from infra.local import moto_patches
+from toolpipe.infra.local import moto_patches
 
 moto_patches.install()
 

@@ -2,8 +2,8 @@
 
 import json
 
-from infra.openapi import DOCUMENT, render
 from tests.conftest import Pipeline
+from toolpipe.infra.openapi import DOCUMENT, render
 
 
 def test_the_checked_in_document_is_the_generated_one(pipeline: Pipeline) -> None:

@@ -6,18 +6,18 @@ from typing import Any
 
 import pytest
 
-from infra.local.lambdas import LocalContext, call_handler
-from infra.local.scripted_model import Reply
-from infra.local.workers import sqs_record
-from shared.messages import RunRecord, RunStatus, UserMessage
 from tests.conftest import CALLS, Pipeline, _pipeline, call
+from toolpipe.infra.local.lambdas import LocalContext, call_handler
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.infra.local.workers import sqs_record
+from toolpipe.shared.messages import RunRecord, RunStatus, UserMessage
 
-ORCHESTRATOR = "functions.orchestrator.handler.lambda_handler"
-WORKER = "functions.tool_worker.handler.lambda_handler"
+ORCHESTRATOR = "toolpipe.functions.orchestrator.handler.lambda_handler"
+WORKER = "toolpipe.functions.tool_worker.handler.lambda_handler"
 
 
 def _store() -> Any:
-    from functions.orchestrator import handler
+    from toolpipe.functions.orchestrator import handler
 
     return handler.service()._store
 

@@ -12,10 +12,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from shared.messages import RunRecord, RunStatus
-from shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
-from shared.runs.factory import build_events
-from shared.settings import EventSettings
+from toolpipe.shared.messages import RunRecord, RunStatus
+from toolpipe.shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.factory import build_events
+from toolpipe.shared.settings import EventSettings
 
 RUN = RunRecord(run_id="r1", agent="tester", status=RunStatus.RUNNING)
 
@@ -74,7 +74,7 @@ def test_a_refused_publish_is_logged_not_raised(
 ) -> None:
     publisher, _ = bus
     gone = EventPublisher(boto3.client("events", region_name="us-east-1"), "no-such-bus")
-    with caplog.at_level(logging.WARNING, logger="shared.runs.events"):
+    with caplog.at_level(logging.WARNING, logger="toolpipe.shared.runs.events"):
         gone.run_started(RUN)
         publisher.publish(lambda: (_ for _ in ()).throw(RuntimeError("the record could not be read")))
     assert [r.getMessage() for r in caplog.records] == [
@@ -118,7 +118,7 @@ def test_a_silent_eventbridge_costs_a_bounded_time(
     )
     publisher = EventPublisher(client, "b")
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="shared.runs.events"):
+    with caplog.at_level(logging.WARNING, logger="toolpipe.shared.runs.events"):
         publisher.run_started(RUN)
     elapsed = time.monotonic() - started
     assert 1.0 <= elapsed < 4.0, elapsed  # two attempts of a 1 s read timeout, and a short backoff

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from infra.local.runtime import LOCAL_CALLER
-from infra.local.scripted_model import Reply
-from shared.agents import AGENTS, Agent, agent_tool
 from tests.conftest import TEST_AGENT, Pipeline, _pipeline, call
+from toolpipe.infra.local.runtime import LOCAL_CALLER
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 
 ADMIN = "arn:aws:iam::000000000000:role/admin"
 BOB = "arn:aws:iam::000000000000:user/bob"

@@ -2,13 +2,13 @@
 
 import pytest
 
-from shared.history import ClaimState
-from shared.messages import RunRecord, RunStatus, ToolResult, UserMessage
 from tests.conftest import Pipeline
+from toolpipe.shared.history import ClaimState
+from toolpipe.shared.messages import RunRecord, RunStatus, ToolResult, UserMessage
 
 
 def _store():  # type: ignore[no-untyped-def]
-    from functions.orchestrator import handler
+    from toolpipe.functions.orchestrator import handler
 
     return handler.service()._store
 
@@ -74,7 +74,7 @@ def test_a_long_answer_is_stored_by_reference(pipeline: Pipeline) -> None:
 
 
 def test_a_run_record_with_nested_numbers_reads_back_as_plain_ints(pipeline: Pipeline) -> None:
-    from shared.messages import ParentCall
+    from toolpipe.shared.messages import ParentCall
 
     parent = ParentCall(run_id="p", call_id="c", seq=3, turn=1, tool="helper")
     record = RunRecord(
@@ -88,7 +88,7 @@ def test_a_run_record_with_nested_numbers_reads_back_as_plain_ints(pipeline: Pip
 
 
 def test_counting_a_model_call_answers_with_the_trees_totals(pipeline: Pipeline) -> None:
-    from shared.messages import Usage
+    from toolpipe.shared.messages import Usage
 
     store = _store()
     for run_id, root in (("tree-root", None), ("tree-child", "tree-root")):
@@ -110,7 +110,7 @@ def test_counting_a_model_call_answers_with_the_trees_totals(pipeline: Pipeline)
 
 
 def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) -> None:
-    from shared.errors import InvalidCursorError
+    from toolpipe.shared.errors import InvalidCursorError
 
     store = _store()
     for i in range(7):
@@ -140,7 +140,7 @@ def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) 
     assert sorted(every(None)) == [f"r{i}" for i in range(7)]
     # A scan's read stops in the middle of runs' messages (1,000 items a read on AWS): its cursor
     # is then a message's key, and the listing goes on from it.
-    import shared.history.store as store_module
+    import toolpipe.shared.history.store as store_module
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(store_module, "SCAN_READ_ITEMS", 3)

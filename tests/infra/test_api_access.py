@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from infra.app import SKIP_BUNDLING
-from infra.functions import API
+from toolpipe.infra.app import SKIP_BUNDLING
+from toolpipe.infra.functions import API
 
 ADMIN = "arn:aws:iam::123456789012:role/Operator"
 MCP_SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:docs-mcp"
@@ -22,7 +22,7 @@ def test_the_admin_principal_and_mcp_secrets_come_from_cdk_context(tmp_path: Any
     from aws_cdk import App
     from aws_cdk.assertions import Template
 
-    from infra.stack import ToolpipeStack
+    from toolpipe.infra.stack import ToolpipeStack
 
     context = {"admin_principal": ADMIN, "mcp_header_secrets": f"{MCP_SECRET}, {MCP_SECRET}-2"}
     app = App(outdir=str(tmp_path), context=context, post_cli_context=SKIP_BUNDLING)
@@ -57,7 +57,12 @@ def test_the_messages_pages_have_a_route(template: Any) -> None:
 
 
 def test_runs_are_listed_from_an_index_by_caller_that_the_store_queries(template: Any) -> None:
-    from shared.history.store import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_PROJECTION, CALLER_INDEX_SK
+    from toolpipe.shared.history.store import (
+        CALLER_INDEX,
+        CALLER_INDEX_PK,
+        CALLER_INDEX_PROJECTION,
+        CALLER_INDEX_SK,
+    )
 
     [table] = template.find_resources("AWS::DynamoDB::Table").values()
     [index] = table["Properties"]["GlobalSecondaryIndexes"]

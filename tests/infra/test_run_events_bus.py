@@ -4,7 +4,7 @@ that publish may put events on it, and only on it."""
 import json
 from typing import Any
 
-from infra.functions import FUNCTIONS
+from toolpipe.infra.functions import FUNCTIONS
 
 HANDLERS = {spec.handler for spec in FUNCTIONS.values()}
 

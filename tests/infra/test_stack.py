@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Capture, Match
 
-from infra import limits
-from infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json
-from infra.functions import FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
+from toolpipe.infra import limits
+from toolpipe.infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json
+from toolpipe.infra.functions import FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -188,7 +188,7 @@ def test_cdk_cli_synthesizes_offline(tmp_path: Path) -> None:
 
 def test_api_gateway_request_model_matches_the_handler_model(template: Any) -> None:
     """API Gateway rejects unknown body fields: its model must list exactly the handler's."""
-    from shared.messages import StartRunRequest
+    from toolpipe.shared.messages import StartRunRequest
 
     _, model = _one(template, "AWS::ApiGateway::Model")
     schema = model["Properties"]["Schema"]
@@ -201,7 +201,7 @@ def test_api_gateway_request_model_matches_the_handler_model(template: Any) -> N
 
 def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: Any) -> None:
     """Stopped by hand, timed out or failed outside its own Catch: the run must not stay running."""
-    from infra.definition import execution_ended_request
+    from toolpipe.infra.definition import execution_ended_request
 
     machine = _logical(template, "AWS::StepFunctions::StateMachine")
     orchestrator = _logical(template, "AWS::Lambda::Function", Handler=ORCHESTRATOR.handler)

@@ -8,8 +8,8 @@ invariant from what would deploy, not from the constants that built it.
 from dataclasses import dataclass
 from typing import Any
 
-from infra import functions, limits
-from shared.settings import CallTimeouts, WorkerSettings
+from toolpipe.infra import functions, limits
+from toolpipe.shared.settings import CallTimeouts, WorkerSettings
 
 ORCHESTRATOR = functions.ORCHESTRATOR.handler
 WORKER = functions.TOOL_WORKER.handler

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
-from infra.constructs.triggers import TriggerSchedule
+from toolpipe.infra.constructs.triggers import TriggerSchedule
 
 SCHEDULES = [
     {
@@ -33,7 +33,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The stack with schedules configured, cdk-nag included (findings fail the synth)."""
     from aws_cdk.assertions import Template
 
-    from infra.app import build_app
+    from toolpipe.infra.app import build_app
 
     app, _ = build_app(bundle=False, outdir=str(tmp_path_factory.mktemp("cdk.out")), context=CONTEXT)
     yield Template.from_json(app.synth().get_stack_by_name("Toolpipe").template)
@@ -41,7 +41,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 def _function(template: Any) -> tuple[str, dict[str, Any]]:
     found = template.find_resources(
-        "AWS::Lambda::Function", {"Properties": {"Handler": "functions.triggers.handler.lambda_handler"}}
+        "AWS::Lambda::Function",
+        {"Properties": {"Handler": "toolpipe.functions.triggers.handler.lambda_handler"}},
     )
     assert len(found) == 1
     return next(iter(found.items()))

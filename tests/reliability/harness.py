@@ -12,12 +12,12 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from infra.local import serial
-from infra.local.runtime import HISTORY_TABLE
-from shared.agents import Agent
-from shared.history import DynamoHistoryStore
-from shared.messages import AssistantMessage, RunRecord, RunStatus, ToolCall, UserMessage
-from shared.tools import ToolContext, tool
+from toolpipe.infra.local import serial
+from toolpipe.infra.local.runtime import HISTORY_TABLE
+from toolpipe.shared.agents import Agent
+from toolpipe.shared.history import DynamoHistoryStore
+from toolpipe.shared.messages import AssistantMessage, RunRecord, RunStatus, ToolCall, UserMessage
+from toolpipe.shared.tools import ToolContext, tool
 
 TABLE = "reliability"
 BUCKET = "reliability-contents"

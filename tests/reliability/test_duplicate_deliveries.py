@@ -10,11 +10,6 @@ from typing import Any
 
 import pytest
 
-from infra.local.scripted_model import Reply
-from shared.agents import AGENTS
-from shared.errors import CallInProgressError
-from shared.messages import ToolCallMessage, ToolResult
-from shared.runs import ToolCallExecutor
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.functional.test_resilience import deliver, waiting_calls
 from tests.reliability.figures import record
@@ -27,6 +22,11 @@ from tests.reliability.harness import (
     moto_tables,
     seed_run,
 )
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS
+from toolpipe.shared.errors import CallInProgressError
+from toolpipe.shared.messages import ToolCallMessage, ToolResult
+from toolpipe.shared.runs import ToolCallExecutor
 
 CALLS_IN_ALL = int(__import__("os").environ.get("REL_N", "1000"))
 CALLS_PER_RUN = 10

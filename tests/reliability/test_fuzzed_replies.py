@@ -10,10 +10,12 @@ import random
 import time
 from typing import Any
 
-from infra.local.scripted_model import RawResponse, ScriptedModelServer
-from shared.agents import get_agent
-from shared.history import MemoryHistoryStore
-from shared.messages import (
+from tests.reliability.figures import record
+from tests.reliability.harness import NoStarter, RecordingReporter, moto_tables
+from toolpipe.infra.local.scripted_model import RawResponse, ScriptedModelServer
+from toolpipe.shared.agents import get_agent
+from toolpipe.shared.history import MemoryHistoryStore
+from toolpipe.shared.messages import (
     AssistantMessage,
     CallOutcome,
     DecisionStatus,
@@ -23,11 +25,9 @@ from shared.messages import (
     ToolResult,
     UserMessage,
 )
-from shared.model.openai_client import OpenAIModelClient, build_openai_client
-from shared.runs import ModelStep
-from shared.settings import CallTimeouts
-from tests.reliability.figures import record
-from tests.reliability.harness import NoStarter, RecordingReporter, moto_tables
+from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
+from toolpipe.shared.runs import ModelStep
+from toolpipe.shared.settings import CallTimeouts
 
 REPLIES = int(os.environ.get("TOOLPIPE_FUZZ_REPLIES", "1000"))
 ON_MOTO = int(os.environ.get("TOOLPIPE_FUZZ_ON_MOTO", "200"))

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from infra.local.lambdas import LocalContext, call_handler
 from tests.conftest import Pipeline, _pipeline
 from tests.reliability.figures import record
+from toolpipe.infra.local.lambdas import LocalContext, call_handler
 
-API = "functions.api.handler.lambda_handler"
+API = "toolpipe.functions.api.handler.lambda_handler"
 
 
 def _event(method: str, path: str, body: Any = None, **overrides: Any) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from infra.local.scripted_model import HttpError, RawResponse, Reply, _completion
 from tests.conftest import CALLS, Pipeline, _pipeline
 from tests.reliability.figures import record
+from toolpipe.infra.local.scripted_model import HttpError, RawResponse, Reply, _completion
 
 RUNS = 16
 FAULT_SHARE = 0.20

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from infra.local.lambdas import call_handler
-from infra.local.scripted_model import Reply
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.functional.test_resilience import WORKER, _context, waiting_calls
 from tests.reliability.figures import record
+from toolpipe.infra.local.lambdas import call_handler
+from toolpipe.infra.local.scripted_model import Reply
 
 GOOD_CALLS = 10
 # A token no execution waits for means the call is over for Step Functions (the executor's

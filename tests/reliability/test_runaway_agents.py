@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from infra.local.scripted_model import Reply
-from shared.agents import AGENTS, Agent, agent_tool
 from tests.conftest import TEST_AGENT, Pipeline, _pipeline
 from tests.reliability.figures import record
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 
 MAX_ITERATIONS = 3
 MAX_TOOL_CALLS = 12

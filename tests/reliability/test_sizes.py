@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from infra.local.scripted_model import Reply
-from shared.messages import AssistantMessage, ToolResult
 from tests.conftest import Pipeline, _pipeline, call
 from tests.reliability.figures import record
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.messages import AssistantMessage, ToolResult
 
 SIZES_KB = [10, 100, 1_000, 5_000, 20_000]
 DYNAMODB_ITEM_LIMIT = (
@@ -71,7 +71,7 @@ def sized() -> Iterator[Pipeline]:
 
 
 def test_results_and_answers_from_10_kb_to_20_mb(sized: Pipeline) -> None:
-    from functions.orchestrator import handler
+    from toolpipe.functions.orchestrator import handler
 
     sized.model.responder = _responder
     run_ids = {kb: sized.start(f"produce {kb}") for kb in SIZES_KB}

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 
-from infra.local.scripted_model import Reply
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.reliability.figures import record
+from toolpipe.infra.local.scripted_model import Reply
 
 WINDOW_SECONDS = 1.0
 

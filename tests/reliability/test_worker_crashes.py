@@ -14,12 +14,6 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from shared.agents import AGENTS
-from shared.errors import CallInProgressError, ErrorKind
-from shared.history import MemoryHistoryStore
-from shared.history import store as dynamo_store_module
-from shared.messages import ToolCallMessage, ToolResult
-from shared.runs import ToolCallExecutor
 from tests.reliability.figures import record
 from tests.reliability.harness import (
     AGENT,
@@ -33,6 +27,12 @@ from tests.reliability.harness import (
     moto_tables,
     seed_run,
 )
+from toolpipe.shared.agents import AGENTS
+from toolpipe.shared.errors import CallInProgressError, ErrorKind
+from toolpipe.shared.history import MemoryHistoryStore
+from toolpipe.shared.history import store as dynamo_store_module
+from toolpipe.shared.messages import ToolCallMessage, ToolResult
+from toolpipe.shared.runs import ToolCallExecutor
 
 LEASE_SECONDS = 150
 LONG_KB = 5  # past the agent's max_result_chars: the whole result goes to S3 first

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.definition import SUBSTITUTIONS, build_definition, definition_json, substitute
-from shared.errors import ConfigurationError
-from shared.messages import HISTORY_ITEM, AssistantMessage, ToolCall
-from shared.settings import CallTimeouts, StoreSettings
+from toolpipe.infra.definition import SUBSTITUTIONS, build_definition, definition_json, substitute
+from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.messages import HISTORY_ITEM, AssistantMessage, ToolCall
+from toolpipe.shared.settings import CallTimeouts, StoreSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,11 @@ def test_shared_never_imports_functions_or_infra() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("functions", "infra")]
+            offenders += [
+                f"{path.name}: {n}"
+                for n in names
+                if n.removeprefix("toolpipe.").split(".")[0] in ("functions", "infra")
+            ]
     assert offenders == []
 
 
@@ -67,10 +71,10 @@ def test_substitution_fills_every_placeholder() -> None:
 @pytest.mark.parametrize(
     ("module", "loads_openai"),
     [
-        ("functions.orchestrator.handler", True),
-        ("functions.tool_worker.handler", False),
-        ("functions.api.handler", False),
-        ("functions.triggers.handler", False),
+        ("toolpipe.functions.orchestrator.handler", True),
+        ("toolpipe.functions.tool_worker.handler", False),
+        ("toolpipe.functions.api.handler", False),
+        ("toolpipe.functions.triggers.handler", False),
     ],
 )
 def test_only_the_orchestrator_imports_openai(module: str, loads_openai: bool) -> None:

@@ -4,10 +4,10 @@ from typing import Any
 
 import pytest
 
-from shared.agents import AGENTS, Agent, agent_tool
-from shared.errors import ErrorKind, InvalidCursorError, RunEndedError, RunNotFoundError
-from shared.history import MemoryHistoryStore
-from shared.messages import (
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
+from toolpipe.shared.errors import ErrorKind, InvalidCursorError, RunEndedError, RunNotFoundError
+from toolpipe.shared.history import MemoryHistoryStore
+from toolpipe.shared.messages import (
     AssistantMessage,
     ParentCall,
     RunRecord,
@@ -17,11 +17,11 @@ from shared.messages import (
     ToolResult,
     UserMessage,
 )
-from shared.runs import ToolCallExecutor
-from shared.runs.cancel import RunCanceller
-from shared.runs.children import child_run_id
-from shared.runs.report import RunReader, decode_cursor, encode_cursor
-from shared.tools import tool
+from toolpipe.shared.runs import ToolCallExecutor
+from toolpipe.shared.runs.cancel import RunCanceller
+from toolpipe.shared.runs.children import child_run_id
+from toolpipe.shared.runs.report import RunReader, decode_cursor, encode_cursor
+from toolpipe.shared.tools import tool
 
 RAN: list[str] = []
 
@@ -147,7 +147,7 @@ def test_a_worker_runs_nothing_for_a_cancelled_run() -> None:
 
 def test_a_child_started_after_its_parent_was_cancelled_never_runs() -> None:
     """The worker delegating a call read the parent as running; the cancel came before the child."""
-    from shared.runs import children
+    from toolpipe.shared.runs import children
 
     store, starter = MemoryHistoryStore(), Starter()
     parent = _run(store, "p")

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from infra import cli
-from infra.local import client
+from toolpipe.infra import cli
+from toolpipe.infra.local import client
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ def test_terminal_escapes_in_what_the_cli_prints_are_shown_not_obeyed() -> None:
     # A file a trigger read, or a model's answer, may carry escapes that retitle or clear a terminal.
     import io
 
-    from infra.cli import _Visible
+    from toolpipe.infra.cli import _Visible
 
     written = io.StringIO()
     _Visible(written).write("answer: \x1b]0;PWNED\x07\x1b[2Jhi\x9b\n\tnext é\n")

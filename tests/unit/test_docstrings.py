@@ -1,4 +1,4 @@
-from shared.tools.docstrings import parse_docstring
+from toolpipe.shared.tools.docstrings import parse_docstring
 
 
 def test_google_docstring_description_and_args() -> None:

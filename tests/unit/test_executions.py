@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from shared.runs.executions import execution_name, run_id_of
+from toolpipe.shared.runs.executions import execution_name, run_id_of
 
 
 def test_the_first_execution_is_named_after_the_run() -> None:

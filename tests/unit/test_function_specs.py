@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.functions import FUNCTIONS, FunctionSpec
+from toolpipe.infra.functions import FUNCTIONS, FunctionSpec
 
 
 @pytest.mark.parametrize("spec", FUNCTIONS.values(), ids=list(FUNCTIONS))

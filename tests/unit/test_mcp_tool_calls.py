@@ -4,9 +4,9 @@ already speak to the model passed on unwrapped."""
 import asyncio
 import threading
 
-from shared.errors import ErrorKind, ToolExecutionError
-from shared.messages import ToolCall
-from shared.tools import ToolRegistry, schema_tool
+from toolpipe.shared.errors import ErrorKind, ToolExecutionError
+from toolpipe.shared.messages import ToolCall
+from toolpipe.shared.tools import ToolRegistry, schema_tool
 
 
 def test_an_async_tool_is_cancelled_at_its_timeout() -> None:

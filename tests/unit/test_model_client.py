@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from infra.local.scripted_model import (
+from toolpipe.infra.local.scripted_model import (
     HttpError,
     RawResponse,
     Reply,
     ScriptedModelServer,
     ScriptResponder,
 )
-from shared.errors import ModelCallError, ModelRejectedError
-from shared.messages import ToolCall
-from shared.model import to_openai_messages
-from shared.model.openai_client import (
+from toolpipe.shared.errors import ModelCallError, ModelRejectedError
+from toolpipe.shared.messages import ToolCall
+from toolpipe.shared.model import to_openai_messages
+from toolpipe.shared.model.openai_client import (
     MAX_NAME_CHARS,
     RESERVE_SECONDS,
     OpenAIModelClient,
@@ -130,7 +130,7 @@ def test_no_call_is_started_without_time_for_it(server: ScriptedModelServer, mak
 
 
 def test_history_renders_as_chat_messages() -> None:
-    from shared.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
+    from toolpipe.shared.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
 
     history = [
         UserMessage(seq=1, turn=0, content="q"),
@@ -464,7 +464,7 @@ def test_a_lone_surrogate_anywhere_in_a_reply_becomes_storable_text(
     )
     server.responder = ScriptResponder([RawResponse(body=body)])
     reply = _ask(make_client([]))
-    from shared.messages import HISTORY_ITEM, AssistantMessage
+    from toolpipe.shared.messages import HISTORY_ITEM, AssistantMessage
 
     item = AssistantMessage(seq=2, turn=1, content=reply.content, tool_calls=reply.tool_calls)
     assert HISTORY_ITEM.dump_json(item)  # storable

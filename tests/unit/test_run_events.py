@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from shared.errors import ErrorKind
-from shared.messages import ParentCall, RunRecord, RunStatus, ToolResult, Usage
-from shared.runs.events import (
+from toolpipe.shared.errors import ErrorKind
+from toolpipe.shared.messages import ParentCall, RunRecord, RunStatus, ToolResult, Usage
+from toolpipe.shared.runs.events import (
     PREVIEW_CHARS,
     RunCompleted,
     RunFailed,

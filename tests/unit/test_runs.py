@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
-from shared.agents import AGENTS, Agent, BeforeTool, Hooks, agent_tool
-from shared.errors import CallInProgressError, ErrorKind
-from shared.history import MemoryHistoryStore
-from shared.messages import (
+from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
+from toolpipe.shared.agents import AGENTS, Agent, BeforeTool, Hooks, agent_tool
+from toolpipe.shared.errors import CallInProgressError, ErrorKind
+from toolpipe.shared.history import MemoryHistoryStore
+from toolpipe.shared.messages import (
     AssistantMessage,
     DecisionStatus,
     RunRecord,
@@ -23,10 +23,10 @@ from shared.messages import (
     UserMessage,
     text_safe,
 )
-from shared.model.openai_client import OpenAIModelClient, build_openai_client
-from shared.runs import ModelStep, ToolCallExecutor
-from shared.settings import CallTimeouts
-from shared.tools import ToolContext, tool
+from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
+from toolpipe.shared.runs import ModelStep, ToolCallExecutor
+from toolpipe.shared.settings import CallTimeouts
+from toolpipe.shared.tools import ToolContext, tool
 
 EFFECTS: list[str] = []
 
@@ -184,7 +184,7 @@ def test_a_huge_number_in_the_arguments_is_an_error_the_model_reads(model: Scrip
 def _dispatched(
     store: MemoryHistoryStore, tool_name: str = "charge", arguments: str = '{"amount": 5}'
 ) -> ToolCallMessage:
-    from shared.messages import ToolCall
+    from toolpipe.shared.messages import ToolCall
 
     _run(store)
     store.append(
@@ -294,7 +294,7 @@ def test_a_call_whose_task_no_longer_waits_is_not_run() -> None:
 def test_agent_tools_nest_at_most_max_agent_depth_deep() -> None:
     store = MemoryHistoryStore()
     starter = Starter()
-    from shared.messages import ToolCall
+    from toolpipe.shared.messages import ToolCall
 
     record = RunRecord(run_id="deep", agent="loop", status=RunStatus.RUNNING, root_run_id="root", depth=3)
     store.create_run(
@@ -423,7 +423,7 @@ def test_a_step_of_an_execution_that_already_handed_the_run_on_restarts_the_next
 def test_a_schema_tool_called_by_its_own_name_keeps_its_idempotent_declaration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from shared.tools import schema_tool
+    from toolpipe.shared.tools import schema_tool
 
     lookup_crm = schema_tool(
         {"name": "crm.lookup", "description": "Look up.", "parameters": {"properties": {}}},
@@ -515,7 +515,7 @@ def test_whatever_a_tool_or_hook_raises_ends_the_call_with_a_result(
 def test_a_result_with_a_lone_surrogate_is_stored() -> None:
     store = MemoryHistoryStore()
     _run(store)
-    from shared.messages import ToolCall
+    from toolpipe.shared.messages import ToolCall
 
     store.append(
         "r1", AssistantMessage(seq=2, turn=1, tool_calls=[ToolCall(id="c", name="x", arguments="{}")])
@@ -527,7 +527,7 @@ def test_a_result_with_a_lone_surrogate_is_stored() -> None:
 def test_a_child_whose_ending_died_before_answering_answers_on_the_retry(model: ScriptedModelServer) -> None:
     store = MemoryHistoryStore()
     _run(store, "parent", "loop")
-    from shared.messages import ParentCall, ToolCall
+    from toolpipe.shared.messages import ParentCall, ToolCall
 
     store.append(
         "parent",
@@ -550,7 +550,7 @@ def test_a_child_whose_ending_died_before_answering_answers_on_the_retry(model: 
 def test_a_later_failure_never_replaces_a_childs_first_ending(model: ScriptedModelServer) -> None:
     store = MemoryHistoryStore()
     _run(store, "parent", "loop")
-    from shared.messages import FailRequest, ParentCall
+    from toolpipe.shared.messages import FailRequest, ParentCall
 
     parent_call = ParentCall(run_id="parent", call_id="c", seq=3, turn=1, tool="again")
     _run(store, "child", "loop", parent=parent_call, root_run_id="parent", depth=1)
@@ -563,8 +563,8 @@ def test_a_later_failure_never_replaces_a_childs_first_ending(model: ScriptedMod
 
 
 def test_a_run_whose_execution_cannot_start_is_failed_not_left_running() -> None:
-    from shared.messages import StartRunRequest
-    from shared.runs import RunStarter
+    from toolpipe.shared.messages import StartRunRequest
+    from toolpipe.shared.runs import RunStarter
 
     class Refusing:
         def start(self, run_id: str, execution: int = 1) -> None:
@@ -579,9 +579,9 @@ def test_a_run_whose_execution_cannot_start_is_failed_not_left_running() -> None
 
 
 def test_an_idempotency_key_starts_one_run_and_refuses_another_request() -> None:
-    from shared.errors import IdempotencyConflictError
-    from shared.messages import StartRunRequest
-    from shared.runs import RunStarter
+    from toolpipe.shared.errors import IdempotencyConflictError
+    from toolpipe.shared.messages import StartRunRequest
+    from toolpipe.shared.runs import RunStarter
 
     started: list[tuple[str, int]] = []
 
@@ -647,7 +647,7 @@ def test_a_long_direct_answer_is_the_whole_result_not_the_models_preview(
 def test_return_direct_and_output_type_cannot_be_combined() -> None:
     from pydantic import BaseModel
 
-    from shared.errors import DefinitionError
+    from toolpipe.shared.errors import DefinitionError
 
     class Receipt(BaseModel):
         total: float
@@ -659,7 +659,7 @@ def test_return_direct_and_output_type_cannot_be_combined() -> None:
 def test_a_step_that_died_after_storing_its_reply_still_counts_the_model_call(
     model: ScriptedModelServer,
 ) -> None:
-    from shared.messages import ToolCall, Usage
+    from toolpipe.shared.messages import ToolCall, Usage
 
     store = MemoryHistoryStore()
     _run(store)

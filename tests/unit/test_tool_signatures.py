@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from shared.errors import ToolExecutionError, ToolTimeoutError
-from shared.tools import Param, ToolContext, tool
+from toolpipe.shared.errors import ToolExecutionError, ToolTimeoutError
+from toolpipe.shared.tools import Param, ToolContext, tool
 
 
 class Color(enum.Enum):
@@ -306,7 +306,7 @@ def test_opt_in_retries_with_backoff() -> None:
 
 
 def test_every_way_of_changing_the_state_is_saved() -> None:
-    from shared.tools import RunState
+    from toolpipe.shared.tools import RunState
 
     state = RunState({"cart": ["a"], "gone": 1, "same": {"x": 1}, "also_gone": 2})
     state["cart"].append("b")  # in place

@@ -5,13 +5,13 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from assistant.agents import get_current_date_time, set_alarm, square_root
+from assistant.agents import sum as sum_tool
 from pydantic import BaseModel
 
-from shared.agents.assistant import get_current_date_time, set_alarm, square_root
-from shared.agents.assistant import sum as sum_tool
-from shared.errors import InvalidArgumentsError, ToolExecutionError, UnknownToolError
-from shared.messages import ToolCall
-from shared.tools import ToolRegistry, tool
+from toolpipe.shared.errors import InvalidArgumentsError, ToolExecutionError, UnknownToolError
+from toolpipe.shared.messages import ToolCall
+from toolpipe.shared.tools import ToolRegistry, tool
 
 
 def test_example_tool_schemas_are_pinned() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from shared.triggers.events import RunRequestedDetail, run_requested_schema
+from toolpipe.shared.triggers.events import RunRequestedDetail, run_requested_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "docs" / "events" / "RunRequested.json"
@@ -38,7 +38,7 @@ def test_the_schema_refuses_what_the_model_refuses() -> None:
 
 
 def test_the_eventbridge_object_created_shape_names_the_same_write() -> None:
-    from shared.triggers import S3ObjectCreated, parse_trigger_event
+    from toolpipe.shared.triggers import S3ObjectCreated, parse_trigger_event
 
     event = {
         "version": "0",
@@ -90,7 +90,7 @@ class _Objects:
     """An S3 stand-in for the answer writer's two calls: heads and conditional puts."""
 
     def __init__(self) -> None:
-        from shared.runs.triggers import ObjectHead
+        from toolpipe.shared.runs.triggers import ObjectHead
 
         self.Head = ObjectHead
         self.stored: dict[str, tuple[str, dict[str, str], str]] = {}
@@ -116,14 +116,14 @@ class _Objects:
 
 
 def _ended(run_id: str, status: str = "succeeded") -> object:
-    from shared.messages import InputObject, RunRecord, RunStatus
+    from toolpipe.shared.messages import InputObject, RunRecord, RunStatus
 
     source = InputObject(bucket="b", key="inbox/q.txt", size=3, answer_key="answers/q.txt")
     return RunRecord(run_id=run_id, agent="a", status=RunStatus(status), input_object=source, error="boom")
 
 
 def test_an_answer_is_written_once_per_run_and_a_racing_ending_of_the_same_run_wins_cleanly() -> None:
-    from shared.runs.triggers import AnswerWriter
+    from toolpipe.shared.runs.triggers import AnswerWriter
 
     objects = _Objects()
     writer = AnswerWriter(objects)  # type: ignore[arg-type]

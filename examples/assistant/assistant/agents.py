@@ -1,11 +1,11 @@
-"""The example agent. Add your own tools here, or in a module of your own beside it."""
+"""The example app: an assistant with four tools. Every `Agent` at this module's top level is
+registered under its name (`[tool.toolpipe] app = "assistant.agents"` in pyproject.toml)."""
 
 import math
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from shared.agents.agent import Agent
-from shared.tools import tool
+from toolpipe import Agent, tool
 
 
 @tool

@@ -1,0 +1,1 @@
+"""toolpipe's example project: an assistant agent and its tools."""

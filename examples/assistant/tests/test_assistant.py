@@ -1,0 +1,27 @@
+"""The example agent, driven offline: a scripted model, the whole pipeline in this process."""
+
+from toolpipe.testing import LocalPipeline, Reply, call
+
+
+def test_the_assistant_computes_with_its_tools() -> None:
+    with LocalPipeline() as pipeline:
+        pipeline.script(
+            Reply(tool_calls=[call("square_root", x=475695037565), call("sum", a=1, b=2)]),
+            Reply(content="The square root is about 689706.49, and 1 + 2 = 3."),
+        )
+        run = pipeline.run("What is the square root of 475695037565, and 1 + 2?", agent="assistant")
+    assert run.status == "succeeded", run.error
+    assert run.tool_results[0].startswith("689706.486532")
+    assert run.tool_results[1] == "3.0"
+    assert run.output == "The square root is about 689706.49, and 1 + 2 = 3."
+
+
+def test_an_alarm_in_the_past_is_an_error_the_model_reads() -> None:
+    with LocalPipeline() as pipeline:
+        pipeline.script(
+            Reply(tool_calls=[call("set_alarm", time="2020-01-01T07:30:00+01:00")]),
+            Reply(content="That time has passed."),
+        )
+        run = pipeline.run("Wake me at 7:30 on 1 January 2020.", agent="assistant")
+    assert run.status == "succeeded", run.error
+    assert "is in the past" in run.tool_results[0]

@@ -1,0 +1,122 @@
+"""Your app: the module of your own package that defines your agents, named once.
+
+Where the name comes from, first found wins: `toolpipe --app MODULE` (the CLI puts it in the
+environment), the `TOOLPIPE_APP` environment variable (what the deployed functions get), then
+`[tool.toolpipe] app = "MODULE"` in the `pyproject.toml` of the current folder or the nearest
+one above it. Every `Agent` defined at the module's top level is registered under its name.
+"""
+
+import importlib
+import os
+import sys
+import threading
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from toolpipe.shared.agents.agent import Agent
+from toolpipe.shared.errors import ConfigurationError
+
+APP_ENV = "TOOLPIPE_APP"
+# The folder the module is imported from when it is not installed: the project's root.
+APP_PATH_ENV = "TOOLPIPE_APP_PATH"
+
+
+@dataclass(frozen=True)
+class AppRef:
+    module: str
+    path: str | None = None  # added to sys.path first, when set
+
+
+def _valid_module_name(name: str, where: str) -> str:
+    if not name or not all(part.isidentifier() for part in name.split(".")):
+        raise ConfigurationError(f"{where}: '{name}' is not a module name (for example myproject.agents)")
+    return name
+
+
+def find_app(start: Path | None = None, environ: dict[str, str] | None = None) -> AppRef | None:
+    """The app named by the environment, else by the nearest `pyproject.toml`; None if neither."""
+    env = os.environ if environ is None else environ
+    if env.get(APP_ENV):
+        return AppRef(_valid_module_name(env[APP_ENV].strip(), APP_ENV), env.get(APP_PATH_ENV) or None)
+    folder = (start or Path.cwd()).resolve()
+    for candidate in (folder, *folder.parents):
+        pyproject = candidate / "pyproject.toml"
+        if not pyproject.is_file():
+            continue
+        try:
+            config = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise ConfigurationError(f"{pyproject}: cannot read it: {e}") from e
+        app = config.get("tool", {}).get("toolpipe", {}).get("app")
+        if app is None:
+            return None  # the nearest project has no app: never one of a project around it
+        if not isinstance(app, str):
+            raise ConfigurationError(f"{pyproject}: [tool.toolpipe] app must be a module name string")
+        return AppRef(_valid_module_name(app.strip(), f"{pyproject} [tool.toolpipe] app"), str(candidate))
+    return None
+
+
+def use_app(ref: AppRef) -> None:
+    """Name the app for this process and the processes it starts (the local server, workers)."""
+    os.environ[APP_ENV] = ref.module
+    if ref.path:
+        os.environ[APP_PATH_ENV] = ref.path
+    else:
+        os.environ.pop(APP_PATH_ENV, None)
+
+
+def import_app(ref: AppRef) -> ModuleType:
+    if ref.path and ref.path not in sys.path:
+        sys.path.insert(0, ref.path)  # a project run from its folder, not installed
+    try:
+        return importlib.import_module(ref.module)
+    except ModuleNotFoundError as e:
+        if e.name is not None and ref.module.startswith(e.name):
+            raise ConfigurationError(
+                f"app module '{ref.module}' not found: install your project (pip install -e .) "
+                f"or run toolpipe from its folder"
+            ) from e
+        raise
+
+
+def agents_of(module: ModuleType) -> list[Agent]:
+    """The module's top-level agents, in definition order; two of one name are an error."""
+    found: dict[str, Agent] = {}
+    for name, value in vars(module).items():
+        if isinstance(value, Agent):
+            other = found.get(value.name)
+            if other is not None and other is not value:
+                raise ConfigurationError(
+                    f"app module '{module.__name__}': two agents are named '{value.name}' ({name} is one)"
+                )
+            found[value.name] = value
+    return list(found.values())
+
+
+_loaded: AppRef | None = None
+_lock = threading.Lock()
+
+
+def load_app(registry: dict[str, Agent]) -> None:
+    """Import the app once per process and add its agents to `registry`; agents registered in
+    code (tests, `AGENTS[name] = agent`) are kept."""
+    global _loaded
+    ref = find_app()
+    with _lock:
+        if ref is None or ref == _loaded:
+            return
+        module = import_app(ref)
+        agents = agents_of(module)
+        if not agents:
+            raise ConfigurationError(f"app module '{ref.module}' defines no Agent at its top level")
+        for agent in agents:
+            registry.setdefault(agent.name, agent)
+        _loaded = ref
+
+
+def app_agent_names(registry: dict[str, Agent]) -> list[str]:
+    """The registered agents' names, the app's first: the first is the default agent."""
+    load_app(registry)
+    return list(registry)

@@ -1,0 +1,59 @@
+"""Finding and loading your app: the module that defines your agents."""
+
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from toolpipe import Agent
+from toolpipe.shared.agents.app import AppRef, agents_of, find_app, import_app
+from toolpipe.shared.errors import ConfigurationError
+
+
+def _project(folder: Path, tool_section: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pyproject.toml").write_text(f'[project]\nname = "p"\n{tool_section}')
+    return folder
+
+
+def test_the_nearest_pyproject_names_the_app(tmp_path: Path) -> None:
+    project = _project(tmp_path / "p", '[tool.toolpipe]\napp = "desk.agents"\n')
+    (project / "desk" / "deep").mkdir(parents=True)
+    assert find_app(project / "desk" / "deep", environ={}) == AppRef("desk.agents", str(project))
+    # The environment wins (what deployed functions and a server started by the CLI get).
+    assert find_app(project, environ={"TOOLPIPE_APP": "other.agents"}) == AppRef("other.agents")
+
+
+def test_a_nearer_project_without_an_app_is_not_the_outer_ones(tmp_path: Path) -> None:
+    outer = _project(tmp_path, '[tool.toolpipe]\napp = "outer.agents"\n')
+    inner = _project(outer / "inner", "")
+    assert find_app(inner, environ={}) is None
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ('[tool.toolpipe]\napp = "my-project.agents"\n', "is not a module name"),
+        ("[tool.toolpipe]\napp = 3\n", "must be a module name string"),
+        ("[tool.toolpipe\napp = ", "cannot read it"),
+    ],
+)
+def test_a_bad_app_setting_is_one_clear_error(tmp_path: Path, section: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        find_app(_project(tmp_path, section), environ={})
+
+
+def test_a_missing_module_says_how_to_make_it_importable() -> None:
+    with pytest.raises(ConfigurationError, match=r"app module .nowhere_at_all\.agents. not found: install"):
+        import_app(AppRef("nowhere_at_all.agents"))
+
+
+def test_the_top_level_agents_are_the_apps_and_one_name_is_one_agent() -> None:
+    app = ModuleType("app")
+    first = Agent(name="first", instructions="One.", tools=[])
+    app.first, app.alias, app.second = first, first, Agent(name="second", instructions="Two.", tools=[])
+    app.not_an_agent = "first"
+    assert [a.name for a in agents_of(app)] == ["first", "second"]
+    app.clash = Agent(name="first", instructions="Another.", tools=[])
+    with pytest.raises(ConfigurationError, match="two agents are named 'first'"):
+        agents_of(app)

@@ -1,0 +1,40 @@
+"""`toolpipe init`'s files, and the example project made of them."""
+
+from pathlib import Path
+
+import pytest
+
+from toolpipe.infra.scaffold import ScaffoldError, init_project, package_name, project_files
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_example_project_is_a_scaffolded_one() -> None:
+    # examples/assistant is `toolpipe init --package assistant` with its own agents and tests.
+    example = ROOT / "examples" / "assistant"
+    for name, text in project_files("assistant", with_example=False).items():
+        if name in ("README.md", "assistant/__init__.py"):
+            continue  # its own words
+        assert (example / name).read_text() == text, f"examples/assistant/{name} differs from the scaffold"
+
+
+@pytest.mark.parametrize(
+    ("folder", "package"), [("weather", "weather"), ("my-agents", "my_agents"), ("2048", "agents_2048")]
+)
+def test_the_package_is_named_from_the_folder(tmp_path: Path, folder: str, package: str) -> None:
+    assert package_name(tmp_path / folder) == package
+
+
+@pytest.mark.parametrize("package", ["toolpipe", "infra", "shared", "class", "no-dash"])
+def test_a_package_name_that_would_clash_or_is_not_one_is_refused(tmp_path: Path, package: str) -> None:
+    with pytest.raises(ScaffoldError):
+        init_project(tmp_path / "p", package)
+    assert not (tmp_path / "p").exists()
+
+
+def test_an_existing_file_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("mine")
+    with pytest.raises(ScaffoldError, match=r"pyproject\.toml already exist; nothing written"):
+        init_project(tmp_path, "weather")
+    assert (tmp_path / "pyproject.toml").read_text() == "mine"
+    assert not (tmp_path / "weather").exists()

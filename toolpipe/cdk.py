@@ -1,0 +1,12 @@
+"""The pipeline as a construct for your own CDK app: `from toolpipe.cdk import ToolPipeline`.
+
+`SKIP_BUNDLING`: pass `App(post_cli_context=SKIP_BUNDLING)` to synthesize without building the
+layers (no network), for checks and tests; never deploy such an assembly.
+"""
+
+from toolpipe.infra.app import SKIP_BUNDLING
+from toolpipe.infra.constructs import ApiAuth, Throttle
+from toolpipe.infra.constructs.triggers import TriggerOptions
+from toolpipe.infra.pipeline import ToolPipeline
+
+__all__ = ["SKIP_BUNDLING", "ApiAuth", "Throttle", "ToolPipeline", "TriggerOptions"]

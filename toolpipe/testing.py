@@ -1,0 +1,120 @@
+"""Test your agents offline: the whole pipeline in your test's process, with a scripted model.
+
+    from toolpipe.testing import LocalPipeline, Reply, call
+
+    def test_weather() -> None:
+        with LocalPipeline() as pipeline:
+            pipeline.script(Reply(tool_calls=[call("get_weather", city="Paris")]), Reply(content="Sunny."))
+            run = pipeline.run("Weather in Paris?")
+        assert run.status == "succeeded" and run.output == "Sunny."
+        assert run.tool_results == ["Sunny, 21 °C in Paris"]
+
+The AWS services are emulated (moto) and the model is a real OpenAI-compatible HTTP server on
+127.0.0.1 answering from your script, so the real `openai` client, state machine, queue and
+tool workers run. Your app's agents are found as `toolpipe run` finds them (`[tool.toolpipe]
+app` in your pyproject.toml, or `TOOLPIPE_APP`).
+"""
+
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from toolpipe.infra.local.runtime import LOCAL_CALLER, LocalRuntime
+from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
+
+__all__ = ["LocalPipeline", "Reply", "RunResult", "call", "read_run"]
+
+
+def call(tool: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    """A tool call for `Reply(tool_calls=[...])`: the tool's name and its arguments."""
+    return (tool, arguments)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    status: str  # succeeded, failed, limit, cancelled
+    output: str | None
+    error: str | None
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the whole history, in order
+
+    @property
+    def tool_results(self) -> list[str]:
+        """Each tool result's text, in history order."""
+        return [str(m.get("content")) for m in self.messages if m.get("kind") == "tool_result"]
+
+
+def read_run(runtime: LocalRuntime, run_id: str, caller: str = LOCAL_CALLER) -> dict[str, Any]:
+    """`GET /runs/{id}`, with every whole history item under "messages" (read page by page,
+    long items one by one)."""
+    status, body = runtime.api("GET", f"/runs/{run_id}", caller=caller)
+    if status != 200:
+        raise LookupError(f"run {run_id}: {body.get('message', body)}")
+    messages: list[dict[str, Any]] = []
+    page: str | None = f"/runs/{run_id}/messages"
+    while page is not None:
+        status, listed = runtime.api("GET", page, caller=caller)
+        if status != 200:
+            raise LookupError(f"run {run_id}: {listed.get('message', listed)}")
+        for item in listed["messages"]:
+            if "ref" in item:
+                status, item = runtime.api("GET", item["ref"], caller=caller)
+                if status != 200:
+                    raise LookupError(f"run {run_id}: {item.get('message', item)}")
+            messages.append(item)
+        page = listed["next"]
+    return {**body, "messages": messages}
+
+
+class LocalPipeline:
+    """The pipeline, emulated in this process, and a scripted model; a context manager."""
+
+    def __init__(self, *replies: Reply, workers: int = 4) -> None:
+        self._model = ScriptedModelServer(ScriptResponder(list(replies)))
+        self._workers = workers
+        self._runtime: LocalRuntime | None = None
+
+    def __enter__(self) -> "LocalPipeline":
+        self._model.__enter__()
+        env = {"OPENAI_BASE_URL": self._model.base_url, "OPENAI_API_KEY": "scripted"}
+        try:
+            self._runtime = LocalRuntime(extra_env=env, workers=self._workers).__enter__()
+        except BaseException:
+            self._model.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        try:
+            if self._runtime is not None:
+                self._runtime.__exit__(kind, error, trace)
+        finally:
+            self._runtime = None
+            self._model.__exit__(kind, error, trace)
+
+    def script(self, *replies: Reply) -> None:
+        """What the model answers next, one reply per model call; replaces any earlier script."""
+        self._model.responder = ScriptResponder(list(replies))
+
+    def run(self, prompt: str, agent: str | None = None, timeout: float = 60, **fields: Any) -> RunResult:
+        """Start a run (as `POST /runs` does), wait until it ends, and read it back whole.
+        `fields`: the other fields of a run request (`timezone`, `tools`, `metadata`)."""
+        runtime = self._running()
+        body: dict[str, Any] = {"input": prompt, **fields}
+        if agent is not None:
+            body["agent"] = agent
+        status, started = runtime.api("POST", "/runs", body, caller=LOCAL_CALLER)
+        if status != 202:
+            raise ValueError(f"the run was refused ({status}): {started.get('message', started)}")
+        run_id = str(started["run_id"])
+        runtime.wait_for_execution(run_id, timeout)
+        shown = read_run(runtime, run_id)
+        run = shown["run"]
+        return RunResult(run_id, run["status"], run.get("output"), run.get("error"), shown["messages"])
+
+    def _running(self) -> LocalRuntime:
+        if self._runtime is None:
+            raise RuntimeError("use LocalPipeline in a `with` block")
+        return self._runtime
