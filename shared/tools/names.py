@@ -55,16 +55,13 @@ def assign_wire_names(names: Iterable[str], taken: Iterable[str] = ()) -> dict[s
     originals = list(names)
     reserved = set(taken)
     plain = {name: wire_name(name) for name in originals}
-    # How many of the names want each wire name: written-as-is names count as wanting their own.
+    # How many of the names want each wire name (a name sent as written wants itself).
     wanted = Counter(plain.values())
     assigned: dict[str, str] = {}
     for name in originals:
         wire = plain[name]
-        kept_as_written = wire == name
-        clash = wire in reserved or (wanted[wire] > 1 and not kept_as_written)
-        # A written-as-is name is never displaced by a replaced one; only `taken` displaces it.
-        if kept_as_written and wire not in reserved:
-            clash = False
+        # A name sent as written is never displaced by a replaced one; only `taken` displaces it.
+        clash = wire in reserved or (wanted[wire] > 1 and wire != name)
         assigned[name] = hashed_wire_name(name) if clash else wire
     seen: dict[str, str] = {}
     for name, wire in assigned.items():

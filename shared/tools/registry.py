@@ -58,7 +58,7 @@ class ToolRegistry:
     ) -> None:
         self._default_timeout = default_timeout_seconds
         self._sources = list(sources)
-        given = {}
+        given: dict[str, Tool] = {}
         for t in tools:
             if _original(t) in given:
                 raise DefinitionError(f"two tools are named '{_original(t)}'")

@@ -30,15 +30,23 @@ def json_schema_validator(
     schema: dict[str, Any], *, formats: bool = True, strict_from: dict[str, Any] | None = None
 ) -> Validator:
     """Checks arguments against `schema` (already checked as a schema) and returns them; with
-    `strict_from` (the schema before it was made strict), in that schema's shape again."""
-    import jsonschema  # here, not at module level: only tools that need it pay for it at cold start
+    `strict_from` (the schema before it was made strict), in that schema's shape again.
 
-    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = validator_class(schema, format_checker=jsonschema.FormatChecker() if formats else None)
+    jsonschema (~50 ms to import) is loaded at the first call, not when the tool is defined: a
+    cold start that defines strict tools but runs none does not pay for it."""
+    built: list[Any] = []
+
+    def validator() -> Any:
+        if not built:
+            import jsonschema
+
+            kind = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+            built.append(kind(schema, format_checker=jsonschema.FormatChecker() if formats else None))
+        return built[0]
 
     def validate(arguments: dict[str, Any]) -> dict[str, Any]:
         try:
-            errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+            errors = sorted(validator().iter_errors(arguments), key=lambda e: list(e.absolute_path))
         except Exception as e:
             # A schema valid in form that cannot be applied (a `$ref` to nowhere): the call fails,
             # as the tool's own error the model reads, and the run goes on.
