@@ -249,7 +249,12 @@ def _docstring(doc: str | None) -> tuple[str, dict[str, str]]:
         return "", {}
     parsed = docstring_parser.parse(doc)
     text = " ".join(filter(None, (parsed.short_description, parsed.long_description)))
-    params = {p.arg_name.lstrip("*"): " ".join((p.description or "").split()) for p in parsed.params}
+    params = {
+        # NumPy documents several parameters on one line: `x, y : float`.
+        name.strip().lstrip("*"): " ".join((p.description or "").split())
+        for p in parsed.params
+        for name in p.arg_name.split(",")
+    }
     return " ".join(text.split()), params
 
 

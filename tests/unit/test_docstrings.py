@@ -54,8 +54,18 @@ def test_google_docstring_description_and_args() -> None:
             name: Who books.
             size: How many people.
         """,
+        # NumPy's parameters that share a line, which our own parser skipped.
+        """Book a table.
+
+        Parameters
+        ----------
+        name : str
+            Who books.
+        size, _unused : int
+            How many people.
+        """,
     ],
-    ids=["epydoc", "google-params"],
+    ids=["epydoc", "google-params", "numpy-shared-line"],
 )
 def test_more_styles_are_understood(doc: str) -> None:
     assert _described(doc) == ("Book a table.", {"name": "Who books.", "size": "How many people."})

@@ -327,11 +327,16 @@ def test_schemas_strict_mode_cannot_express_are_refused_at_definition(parameters
 
 
 def test_decorated_tools_strict_mode_cannot_express_are_refused_at_definition() -> None:
-    def tag(labels: dict[str, str], unique: set[int]) -> None:
+    def tag(labels: dict[str, str]) -> None:
         """Tag."""
+
+    def pair(point: tuple[int, int]) -> None:
+        """Pair."""
 
     with pytest.raises(
         DefinitionError, match="tool 'tag' cannot be strict: properties/labels: an object with free-form keys"
     ):
         tool(strict=True)(tag)
-    tool(tag)  # fine without strict
+    with pytest.raises(DefinitionError, match=r"properties/point: 'prefixItems' .* \(a fixed-length tuple"):
+        tool(strict=True)(pair)
+    assert not tool(tag).strict and not tool(pair).strict  # fine without strict
