@@ -3,14 +3,17 @@ alone by normalising, Java/JavaScript type names, and opt-in strict schemas."""
 
 import hashlib
 import json
+import time
 from typing import Annotated, Any, Optional
 
 import pytest
 from pydantic import BaseModel, Field
 
+from infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
 from shared.agents import Agent, agent_tool
 from shared.errors import DefinitionError, InvalidArgumentsError
 from shared.messages import ToolCall
+from shared.model.openai_client import OpenAIModelClient, build_openai_client
 from shared.tools import SchemaError, Tool, ToolRegistry, schema_tool, tool
 
 
@@ -340,3 +343,42 @@ def test_decorated_tools_strict_mode_cannot_express_are_refused_at_definition() 
     with pytest.raises(DefinitionError, match=r"properties/point: 'prefixItems' .* \(a fixed-length tuple"):
         tool(strict=True)(pair)
     assert not tool(tag).strict and not tool(pair).strict  # fine without strict
+
+
+# --- what the model is sent, and what comes back ------------------------------------------
+
+
+def test_the_model_is_offered_distinct_names_and_strict_specs_and_its_calls_reach_the_right_tools() -> None:
+    @tool(strict=True)
+    def flight_book(seat: str | None = None, bags: int = 0) -> str:
+        """Book a flight."""
+        return f"booked seat {seat}, {bags} bag(s)"
+
+    dotted = _named("flight.book")
+    registry = ToolRegistry([dotted, flight_book])
+    hashed = _hashed("flight_book", "flight.book")
+    script = ScriptResponder(
+        [Reply(tool_calls=[("flight_book", {"seat": "12A", "bags": None}), (hashed, {})])]
+    )
+    with ScriptedModelServer(script) as server:
+        client = OpenAIModelClient(build_openai_client(server.base_url, "k"))
+        try:
+            reply = client.complete(
+                model="m",
+                messages=[{"role": "user", "content": "Book it."}],
+                tools=registry.specs(),
+                deadline=time.monotonic() + 30,
+            )
+        finally:
+            client.close()
+        offered = server.requests[0]["tools"]
+
+    assert [(t["function"]["name"], t["function"].get("strict")) for t in offered] == [
+        (hashed, None),
+        ("flight_book", True),
+    ]
+    assert offered[1]["function"]["parameters"]["required"] == ["seat", "bags"]
+    assert [registry.execute(call).content for call in reply.tool_calls] == [
+        "booked seat 12A, 0 bag(s)",
+        "ran flight.book",
+    ]
