@@ -30,6 +30,7 @@ DEPS_REQUIREMENTS = [
     "jsonschema>=4.18",
     "PyYAML>=6",
     "mcp>=2.3,<3",
+    "docstring-parser>=0.16",
 ]
 MODEL_REQUIREMENTS = ["openai>=1.40"]
 # The Python runtime already has boto3 and what it needs (aws-xray-sdk pulls them in again).

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         ModelPrice,
         agent_tool,
     )
+    from toolpipe.shared.errors import DefinitionError
     from toolpipe.shared.mcp import McpServer
     from toolpipe.shared.tools import Param, SchemaError, ToolContext, schema_tool, tool
 
@@ -36,6 +37,7 @@ _WHERE = {
     "Hooks": "toolpipe.shared.agents",
     "ModelPrice": "toolpipe.shared.agents",
     "agent_tool": "toolpipe.shared.agents",
+    "DefinitionError": "toolpipe.shared.errors",
     "McpServer": "toolpipe.shared.mcp",
     "Param": "toolpipe.shared.tools",
     "SchemaError": "toolpipe.shared.tools",
@@ -50,6 +52,7 @@ __all__ = [
     "Agent",
     "BeforeModel",
     "BeforeTool",
+    "DefinitionError",
     "Hooks",
     "McpServer",
     "ModelPrice",

@@ -2,6 +2,7 @@
 `Tool`s, so each call is dispatched, timed out, heartbeaten and recorded like any other."""
 
 import asyncio
+import dataclasses
 import fnmatch
 import logging
 import re
@@ -14,7 +15,7 @@ from typing import Any, Literal
 from toolpipe.shared.errors import DefinitionError, ToolExecutionError
 from toolpipe.shared.mcp import client
 from toolpipe.shared.mcp.results import result_text
-from toolpipe.shared.tools import SchemaError, Tool, schema_tool
+from toolpipe.shared.tools import SchemaError, Tool, assign_wire_names, schema_tool
 from toolpipe.shared.tools.registry import ToolSourceError
 
 # Per server: a model request carries every tool, and APIs refuse more than 128 of them.
@@ -157,15 +158,19 @@ class McpServer:
                     "MCP tool skipped", extra={"server": self.name, "tool": remote.name, "reason": str(e)}
                 )
                 continue
-            if built.name in names:
-                # Two names that map to one wire name (`a.b`, `a_b`): the first listed keeps it.
+            if remote.name in names:
                 logger.warning(
-                    "MCP tool skipped: its name is taken", extra={"server": self.name, "tool": remote.name}
+                    "MCP tool skipped: listed twice", extra={"server": self.name, "tool": remote.name}
                 )
                 continue
-            names.add(built.name)
+            names.add(remote.name)
             tools.append(built)
-        return tools
+        # Names that map to one wire name (`a.b`, `a_b`) all stay, told apart as names.py says.
+        try:
+            wire = assign_wire_names(t.source_name or t.name for t in tools)
+        except DefinitionError as e:
+            raise ToolSourceError(f"MCP server '{self.name}': {e}") from e
+        return [dataclasses.replace(t, name=wire[t.source_name or t.name]) for t in tools]
 
     def _wanted(self, name: str) -> bool:
         if self.include and not any(fnmatch.fnmatchcase(name, p) for p in self.include):

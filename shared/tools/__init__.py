@@ -1,6 +1,7 @@
 from toolpipe.shared.tools.context import RunState, ToolContext
+from toolpipe.shared.tools.names import assign_wire_names, wire_name
 from toolpipe.shared.tools.registry import Execution, ToolRegistry, ToolSource, ToolSourceError
-from toolpipe.shared.tools.schema_tool import SchemaError, schema_tool, wire_name
+from toolpipe.shared.tools.schema_tool import SchemaError, schema_tool
 from toolpipe.shared.tools.tool import Param, Tool, clean_schema, to_model_text, tool
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "ToolRegistry",
     "ToolSource",
     "ToolSourceError",
+    "assign_wire_names",
     "clean_schema",
     "schema_tool",
     "to_model_text",

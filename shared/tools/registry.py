@@ -16,6 +16,7 @@ from toolpipe.shared.errors import (
 )
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.tools.context import ToolContext
+from toolpipe.shared.tools.names import assign_wire_names
 from toolpipe.shared.tools.tool import Tool
 
 
@@ -56,12 +57,17 @@ class ToolRegistry:
         sources: Sequence[ToolSource] = (),
     ) -> None:
         self._default_timeout = default_timeout_seconds
-        self._static: dict[str, Tool] = {}
         self._sources = list(sources)
+        given: dict[str, Tool] = {}
         for t in tools:
-            if t.name in self._static:
-                raise DefinitionError(f"two tools are named '{t.name}'")
-            self._static[t.name] = self._with_default(t)
+            if _original(t) in given:
+                raise DefinitionError(f"two tools are named '{_original(t)}'")
+            given[_original(t)] = t
+        # Distinct names can still meet on the wire (`flight.book`, `flight_book`): see names.py.
+        wire = assign_wire_names(given)
+        self._static: dict[str, Tool] = {
+            wire[n]: self._with_default(_renamed(t, wire[n])) for n, t in given.items()
+        }
 
     def _with_default(self, t: Tool) -> Tool:
         if t.timeout_seconds is None and self._default_timeout is not None:
@@ -74,13 +80,22 @@ class ToolRegistry:
             return self._static
         tools = dict(self._static)
         for source in self._sources:
-            for t in source.tools():
-                if t.name in tools:
-                    raise ToolSourceError(
-                        f"tool source '{source.name}' offers '{t.name}', a name already taken"
-                    )
-                tools[t.name] = self._with_default(t)
+            tools.update(self._named(source, tools))
         return tools
+
+    def _named(self, source: ToolSource, taken: dict[str, Tool]) -> dict[str, Tool]:
+        """A source's tools under wire names apart from `taken`. The agent's own tools (and
+        earlier sources') keep theirs: a server listing a new tool never renames them."""
+        listed = {t.name: t for t in source.tools()}
+        clashing = [name for name in listed if name in taken]
+        try:
+            wire = assign_wire_names([_original(listed[n]) for n in clashing], [*taken, *listed])
+        except DefinitionError as e:
+            raise ToolSourceError(f"tool source '{source.name}': {e}") from e
+        renamed = {n: wire[_original(listed[n])] for n in clashing}
+        return {
+            renamed.get(n, n): self._with_default(_renamed(t, renamed.get(n, n))) for n, t in listed.items()
+        }
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
@@ -102,11 +117,14 @@ class ToolRegistry:
     def get(self, name: str) -> Tool:
         """The tool called `name`. Sources are asked one by one, so a source that is down
         cannot hide the agent's own tools or another source's."""
-        found = self._static.get(name)
-        # A model may echo a schema tool's original name (dots, spaces) instead of its wire name.
-        found = found or next((t for t in self._static.values() if t.source_name == name), None)
-        for source in self._sources:
-            found = found or source.resolve(name)
+        found = _find(self._static, name)
+        if found is None and self._sources:
+            try:
+                found = _find(self._tools(), name)
+            except ToolSourceError:
+                # A source that is down: ask each source in turn, so it cannot hide the others.
+                for source in self._sources:
+                    found = found or source.resolve(name)
         if found is None:
             raise UnknownToolError(name)
         return self._with_default(found)
@@ -125,6 +143,19 @@ class ToolRegistry:
         except ModelVisibleError as e:
             return Execution(f"Error: {e}", "error", _ms_since(started), e.kind)
         return Execution(content, "ok", _ms_since(started))
+
+
+def _original(t: Tool) -> str:
+    return t.source_name or t.name
+
+
+def _renamed(t: Tool, name: str) -> Tool:
+    return t if t.name == name else dataclasses.replace(t, name=name, source_name=_original(t))
+
+
+def _find(tools: dict[str, Tool], name: str) -> Tool | None:
+    # A model may echo a tool's original name (dots, spaces) instead of its wire name.
+    return tools.get(name) or next((t for t in tools.values() if t.source_name == name), None)
 
 
 def _ms_since(started: float) -> int:

@@ -1,76 +1,29 @@
 """Tools from an explicit JSON Schema (a dict, or a JSON/YAML file) plus a handler.
 
-Schemas written for other tool-calling APIs are normalised (`dict`, `float`, `tuple`,
-`any` and friends become JSON Schema types); a schema that still is not valid JSON Schema
-is rejected here, at registration, with the reason, never at run time. Names the model API
-would reject are mapped to safe wire names; the original name stays on the tool.
+Schemas written for other tool-calling APIs are normalised: type names from Python, Java or
+JavaScript (`dict`, `Integer`, `HashMap`, `LocalDate`...) become JSON Schema types (the table
+is `schemas.TYPE_NAMES`), in subschemas only, never in data such as `default` or `enum`. A
+schema that still is not valid JSON Schema is rejected here, at registration, with the
+reason, never at run time. Names the model API would reject are mapped to safe wire names
+(`names.py`); the original name stays on the tool.
 """
 
-import hashlib
 import inspect
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolpipe.shared.errors import DefinitionError, InvalidArgumentsError
-from toolpipe.shared.tools.tool import WIRE_NAME, Tool
-
-_LOOSE_TYPES = {
-    "dict": "object", "map": "object", "object": "object",
-    "list": "array", "tuple": "array", "set": "array", "array": "array",
-    "str": "string", "string": "string", "text": "string",
-    "int": "integer", "integer": "integer", "long": "integer",
-    "float": "number", "double": "number", "decimal": "number", "number": "number",
-    "bool": "boolean", "boolean": "boolean",
-    "none": "null", "null": "null",
-}  # fmt: skip
-_ANY = {"any", "anything", "mixed"}
+from toolpipe.shared.errors import DefinitionError
+from toolpipe.shared.tools.names import wire_name
+from toolpipe.shared.tools.schemas import UnknownTypeError, normalise_types
+from toolpipe.shared.tools.strict import NotStrictError, strict_schema
+from toolpipe.shared.tools.tool import Tool
+from toolpipe.shared.tools.validation import json_schema_validator
 
 
 class SchemaError(DefinitionError):
     """An explicit tool schema that cannot be made valid."""
-
-
-def wire_name(name: str) -> str:
-    """A name the Chat Completions API accepts: [a-zA-Z0-9_-]{1,64}, stable for a given name."""
-    if WIRE_NAME.match(name):
-        return name
-    safe = re.sub(r"[^a-zA-Z0-9_-]+", "_", name).strip("_") or "tool"
-    if len(safe) <= 64 and safe != name:
-        return safe
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{safe[:55]}_{digest}"
-
-
-def normalise(schema: Any, where: str = "parameters") -> Any:
-    """Loose types to JSON Schema types, recursively; unknown type names are an error."""
-    if isinstance(schema, list):
-        return [normalise(s, f"{where}[{i}]") for i, s in enumerate(schema)]
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "type":
-            types = value if isinstance(value, list) else [value]
-            mapped: list[str] = []
-            for t in types:
-                if not isinstance(t, str):
-                    raise SchemaError(f"{where}: type must be a string, got {t!r}")
-                if t.lower() in _ANY:
-                    mapped.clear()  # "any" admits every type: no type keyword at all
-                    break
-                if t.lower() not in _LOOSE_TYPES:
-                    raise SchemaError(f"{where}: unknown type '{t}'")
-                mapped.append(_LOOSE_TYPES[t.lower()])
-            if mapped:
-                out["type"] = mapped if isinstance(value, list) else mapped[0]
-        elif key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
-            out[key] = {name: normalise(sub, f"{where}.{name}") for name, sub in value.items()}
-        else:
-            out[key] = normalise(value, f"{where}.{key}") if isinstance(value, dict | list) else value
-    return out
 
 
 def _load(source: dict[str, Any] | str | Path) -> dict[str, Any]:
@@ -98,17 +51,22 @@ def schema_tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    strict: bool | None = None,
     **options: Any,
 ) -> Tool:
     """A tool from a JSON Schema. `source` is either the parameters schema itself, or a full
     definition `{"name", "description", "parameters"}` (the OpenAI `function` shape, or the
     same with `input_schema` as other APIs write it). The handler takes the validated
-    arguments as one dict, and a `ToolContext` as second parameter if it declares one."""
+    arguments as one dict, and a `ToolContext` as second parameter if it declares one.
+    `strict=True` (or `"strict": true` in the definition) offers the schema in OpenAI's strict
+    form and holds the arguments to it."""
     spec = _load(source)
     if "parameters" in spec or "input_schema" in spec:
         parameters = spec.get("parameters", spec.get("input_schema"))
         name = name or spec.get("name")
         description = description or spec.get("description")
+        if strict is None and isinstance(spec.get("strict"), bool):
+            strict = spec["strict"]  # an OpenAI function definition that asks for strict mode
     else:
         parameters = spec
     if not name:
@@ -117,7 +75,10 @@ def schema_tool(
         raise SchemaError(f"tool '{name}' needs a description")
     if not isinstance(parameters, dict):
         raise SchemaError(f"tool '{name}': parameters must be an object schema")
-    parameters = normalise(parameters)
+    try:
+        parameters = normalise_types(parameters)
+    except UnknownTypeError as e:
+        raise SchemaError(f"tool '{name}': {e}") from e
     parameters.setdefault("type", "object")
     if parameters["type"] != "object":
         raise SchemaError(f"tool '{name}': parameters must be of type object, not {parameters['type']}")
@@ -125,44 +86,35 @@ def schema_tool(
     import jsonschema  # here, not at module level: only schema tools pay for it at cold start
 
     try:
-        validator_class = jsonschema.validators.validator_for(
-            parameters, default=jsonschema.Draft202012Validator
+        jsonschema.validators.validator_for(parameters, default=jsonschema.Draft202012Validator).check_schema(
+            parameters
         )
-        validator_class.check_schema(parameters)
     except jsonschema.SchemaError as e:
         path = "/".join(str(p) for p in e.absolute_path) or "(root)"
         raise SchemaError(f"tool '{name}': invalid JSON Schema at {path}: {e.message}") from e
-    validator = validator_class(parameters, format_checker=jsonschema.FormatChecker())
-    safe = wire_name(name)
-
-    def validate(arguments: dict[str, Any]) -> None:
+    if strict:
         try:
-            errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-        except Exception as e:
-            # A schema valid in form that cannot be applied (a `$ref` to nowhere): the call fails,
-            # as the tool's own error the model reads, and the run goes on.
-            raise InvalidArgumentsError(
-                f"The schema of '{safe}' could not be applied to the arguments: {e}."
-            ) from e
-        if errors:
-            details = "; ".join(
-                f"{'.'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}" for e in errors
-            )
-            raise InvalidArgumentsError(f"Invalid arguments for '{safe}': {details}.")
-
+            offered = strict_schema(parameters)
+        except NotStrictError as e:
+            raise SchemaError(f"tool '{name}' cannot be strict: {e}") from e
+        validator = json_schema_validator(offered, strict_from=parameters)
+    else:
+        offered = parameters
+        validator = json_schema_validator(parameters)
     takes_context = len(inspect.signature(handler).parameters) >= 2
 
     def call(arguments: dict[str, Any], ctx: Any = None) -> Any:
         return handler(arguments, ctx) if takes_context else handler(arguments)
 
     return Tool(
-        name=safe,
+        name=wire_name(name),
         description=str(description),
-        parameters=parameters,
+        parameters=offered,
         fn=_ArgumentsAdapter(call),
         source_name=name,
-        validator=validate,
+        validator=validator,
         context_param="ctx" if takes_context else None,
+        strict=bool(strict),
         **options,
     )
 

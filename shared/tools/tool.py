@@ -4,7 +4,6 @@ import asyncio
 import concurrent.futures
 import inspect
 import json
-import re
 import time
 import types
 import typing
@@ -12,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, get_args, get_origin, get_type_hints, overload
 
+import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
@@ -25,10 +25,10 @@ from toolpipe.shared.errors import (
     describe_validation_error,
 )
 from toolpipe.shared.tools.context import ToolContext
-from toolpipe.shared.tools.docstrings import parse_docstring
-
-# The Chat Completions API rejects function names outside this pattern.
-WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+from toolpipe.shared.tools.names import WIRE_NAME
+from toolpipe.shared.tools.schemas import Path, map_subschemas
+from toolpipe.shared.tools.strict import NotStrictError, strict_schema
+from toolpipe.shared.tools.validation import ArgumentsMismatch, Validator, json_schema_validator
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,14 @@ class Tool:
     retry_on: tuple[type[BaseException], ...] = ()
     max_retries: int = 0
     retry_backoff_seconds: float = 0.5
-    # Set for tools loaded from a JSON Schema: validates arguments instead of args_model,
-    # and keeps the name as written where the wire name had to differ.
-    validator: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
+    # Checks the arguments against `parameters` before args_model (if any) sees what it
+    # returns: every tool loaded from a JSON Schema, and every strict tool.
+    validator: Validator | None = field(default=None, repr=False)
+    # The name as written, where the wire name had to differ (see names.py).
     source_name: str | None = None
+    # OpenAI structured outputs for the arguments: `parameters` is in the strict subset and the
+    # spec says `"strict": true`, so a model that honours it sends only valid arguments.
+    strict: bool = False
     # The result is the run's answer: no further model call (e.g. a rendered report).
     return_direct: bool = False
     # Set by agent_tool(): the call runs as a child run of this agent.
@@ -73,10 +77,14 @@ class Tool:
 
     def spec(self) -> dict[str, Any]:
         """The entry for the OpenAI `tools` list."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        function: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
         }
+        if self.strict:
+            function["strict"] = True
+        return {"type": "function", "function": function}
 
     def parse_arguments(self, arguments: str) -> dict[str, Any]:
         """Validated, coerced keyword arguments, or `InvalidArgumentsError` the model can act on."""
@@ -90,9 +98,12 @@ class Tool:
         if not isinstance(raw, dict):
             raise InvalidArgumentsError(f"Arguments for '{self.name}' must be a JSON object.")
         if self.validator is not None:
-            self.validator(raw)
-            return raw
-        assert self.args_model is not None
+            try:
+                raw = self.validator(raw)
+            except ArgumentsMismatch as e:
+                raise InvalidArgumentsError(e.for_model(self.name)) from e
+        if self.args_model is None:
+            return dict(raw)
         try:
             parsed = self.args_model.model_validate(raw)
         except ValidationError as e:
@@ -165,35 +176,40 @@ def to_model_text(result: Any) -> str:
 
 def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """Drop pydantic's titles and inline `$ref`s: several OpenAI-compatible servers reject
-    references. A recursive type keeps its `$defs`, since it cannot be inlined."""
+    references. A recursive type keeps its `$defs`, since it cannot be inlined. Only schema
+    keywords are touched: a default or an example that holds `title` or `$ref` keys stays whole."""
     defs = schema.get("$defs", {})
+    kept: set[str] = set()
 
-    def inline(node: Any, seen: frozenset[str]) -> Any:
-        if isinstance(node, list):
-            return [inline(v, seen) for v in node]
+    def inline(node: Any, path: Path, seen: frozenset[str]) -> Any:
         if not isinstance(node, dict):
             return node
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/$defs/"):
             name = ref.removeprefix("#/$defs/")
             if name in seen:
+                kept.add(name)
                 return node
             rest = {k: v for k, v in node.items() if k != "$ref"}
-            return inline({**defs[name], **rest}, seen | {name})
-        return {
-            k: inline(v, seen)
-            for k, v in node.items()
-            if k != "$defs" and not (k == "title" and isinstance(v, str))
-        }
+            return inline({**defs[name], **rest}, path, seen | {name})
+        body = map_subschemas(node, lambda sub, where: inline(sub, where, seen), path)
+        body.pop("$defs", None)
+        if isinstance(body.get("title"), str):
+            del body["title"]
+        return body
 
-    body = inline(schema, frozenset())
-    remaining = json.dumps(body)
-    kept = {
-        name: inline(d, frozenset({name})) for name, d in defs.items() if f'"#/$defs/{name}"' in remaining
-    }
-    if kept:
-        body["$defs"] = kept
-    return dict(body)
+    out: dict[str, Any] = inline(schema, (), frozenset())
+    # Each definition a recursive type still refers to, itself inlined but for its own cycle.
+    pending, done = set(kept), set[str]()
+    definitions: dict[str, Any] = {}
+    while pending - done:
+        name = sorted(pending - done)[0]
+        done.add(name)
+        definitions[name] = inline(defs[name], ("$defs", name), frozenset({name}))
+        pending |= kept
+    if definitions:
+        out["$defs"] = definitions
+    return out
 
 
 def _admits_none(annotation: Any) -> bool:
@@ -226,11 +242,27 @@ def _explicit(annotation: Any) -> tuple[str | None, bool]:
     return description, required
 
 
+def _docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """(description, parameter descriptions) from a Google, Sphinx/reST, NumPy or Epydoc
+    docstring. The description is all the text before the first section, on one line."""
+    if not doc:
+        return "", {}
+    parsed = docstring_parser.parse(doc)
+    text = " ".join(filter(None, (parsed.short_description, parsed.long_description)))
+    params = {
+        # NumPy documents several parameters on one line: `x, y : float`.
+        name.strip().lstrip("*"): " ".join((p.description or "").split())
+        for p in parsed.params
+        for name in p.arg_name.split(",")
+    }
+    return " ".join(text.split()), params
+
+
 def _build(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
     wire_name = options.pop("name", None) or fn.__name__
     if not WIRE_NAME.match(wire_name):
         raise DefinitionError(f"tool name '{wire_name}' must match {WIRE_NAME.pattern}")
-    doc = parse_docstring(fn.__doc__)
+    doc_description, doc_params = _docstring(fn.__doc__)
     hints = get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
     context_param = None
@@ -247,14 +279,24 @@ def _build(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
         default = ... if param.default is inspect.Parameter.empty else param.default
         if default is ... and (not required or _admits_none(annotation)):
             default = None  # Optional[T] and Param(required=False): the model may leave it out
-        description = explicit_description or doc.params.get(param.name)
+        description = explicit_description or doc_params.get(param.name)
         fields[param.name] = (annotation, Field(default, description=description))
     model = create_model(f"{wire_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-    text = options.pop("description", None) or doc.description
+    text = options.pop("description", None) or doc_description
     if not text:
         raise DefinitionError(f"tool '{wire_name}' needs a description: give it a docstring")
     schema = clean_schema(model.model_json_schema())
     schema.setdefault("properties", {})
+    validator = None
+    if options.get("strict"):
+        try:
+            strict = strict_schema(schema)
+        except NotStrictError as e:
+            raise DefinitionError(f"tool '{wire_name}' cannot be strict: {e}") from e
+        # The model's arguments are held to the strict schema first (every key present, no
+        # others), then pydantic coerces them as for any tool; formats are left to pydantic.
+        validator = json_schema_validator(strict, formats=False, strict_from=schema)
+        schema = strict
     return Tool(
         name=wire_name,
         description=text,
@@ -262,6 +304,7 @@ def _build(fn: Callable[..., Any], options: dict[str, Any]) -> Tool:
         fn=fn,
         args_model=model,
         context_param=context_param,
+        validator=validator,
         **options,
     )
 
@@ -280,6 +323,7 @@ def tool(
     retry_backoff_seconds: float = 0.5,
     return_direct: bool = False,
     idempotent: bool = False,
+    strict: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -288,10 +332,11 @@ def tool(
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a `Tool`: `@tool` or `@tool(name=..., timeout_seconds=...)`.
 
-    The first paragraph of the docstring (Google, Sphinx or NumPy style) is the description
-    the model sees; its parameter section describes the parameters, unless the annotation
-    does (`Annotated[T, Field(description=...)]` or `Param(...)`). A `ToolContext` parameter
-    is injected and never shown to the model.
+    The text of the docstring before its sections (Google, Sphinx/reST, NumPy or Epydoc
+    style, read by `docstring_parser`) is the description the model sees; its parameter
+    section describes the parameters, unless the annotation does (`Annotated[T,
+    Field(description=...)]` or `Param(...)`). A `ToolContext` parameter is injected and
+    never shown to the model. `strict=True` offers the arguments as an OpenAI strict schema.
     """
     if options.get("max_retries", 0) and not options.get("retry_on"):
         raise DefinitionError("max_retries needs retry_on: the exception types worth retrying")

@@ -2,6 +2,7 @@
 
 import base64
 import dataclasses
+import hashlib
 import json
 import sys
 from collections.abc import Iterator
@@ -174,8 +175,15 @@ def test_a_crowded_server_gives_a_bounded_list_with_unique_names() -> None:
 
     with example_server("--crowded") as crowded:
         tools = McpServer("c", url=crowded).tools()
-        only_dups = McpServer("c", url=crowded, include=("dup*",)).tools()
+        dups = ToolRegistry([], sources=[McpServer("c", url=crowded, include=("dup*",))])
+        # Both stay: the name the API accepts as written keeps it, the dotted one is hashed.
+        hashed = "c_dup_name_" + hashlib.sha256(b"c_dup.name").hexdigest()[:8]
+        assert sorted(dups.names) == ["c_dup_name", hashed]
+        assert [_run(dups, name) for name in ("c_dup_name", hashed, "c_dup.name")] == [
+            ("ok", "underscored"),
+            ("ok", "dotted"),
+            ("ok", "dotted"),
+        ]
 
     names = [t.name for t in tools]
     assert len(names) == MAX_TOOLS_PER_SERVER == len(set(names))
-    assert [t.name for t in only_dups] == ["c_dup_name"]  # the first listed keeps the wire name

@@ -19,3 +19,23 @@ def test_defining_tools_examples_run() -> None:
         exec(compile(block, str(README), "exec"), vars(app))
     # As an app module: its top-level agents are what a deployment registers.
     assert [agent.name for agent in agents_of(app)] == ["shop", "docs"]
+
+
+def test_the_readme_imports_toolpipe_never_its_top_level_folders() -> None:
+    # Installed, toolpipe puts one package on the path: `shared`, `infra` or `functions` would
+    # be a project's own (or nothing).
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    imports = [line for b in blocks for line in b.splitlines() if re.match(r"\s*(from|import) \w", line)]
+    assert imports and not [
+        line for line in imports if re.match(r"\s*(from|import) (shared|infra|functions)\b", line)
+    ]
+
+
+def test_every_public_name_resolves() -> None:
+    import toolpipe
+    import toolpipe.cdk
+    import toolpipe.testing
+
+    for module in (toolpipe, toolpipe.cdk, toolpipe.testing):
+        for name in module.__all__:
+            assert getattr(module, name) is not None, f"{module.__name__}.{name}"

@@ -99,7 +99,10 @@ def test_anthropic_style_input_schema_and_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("source", "message"),
     [
-        ({"properties": {"x": {"type": "quaternion"}}}, "parameters.x: unknown type 'quaternion'"),
+        (
+            {"properties": {"x": {"items": {"type": "quaternion"}}}},
+            "^tool 'bad': unknown type 'quaternion' at properties/x/items$",
+        ),
         ({"type": "array"}, "parameters must be of type object, not array"),
         (
             {"properties": {"x": {"type": "string", "minLength": "three"}}},
