@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -414,6 +415,8 @@ def invoke(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _write_json(out, result)
     if failure is not None:
         logged = record_traceback(home, "invoke", failure)
+        if args.verbose:
+            err.write("".join(traceback.format_exception(failure)))
         raise CommandError(
             f"{args.function} raised {type(failure).__name__}: {failure}"
             + (f" (traceback in {logged})" if logged else "")
@@ -697,8 +700,11 @@ def _readable_file(text: str) -> Path:
 Command = Any  # (args, out, err) -> exit status
 
 
-def _parser(err: TextIO, json_errors: bool) -> argparse.ArgumentParser:
+def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentParser:
     class Parser(argparse.ArgumentParser):
+        def print_help(self, file: Any = None) -> None:  # --help is what was asked for: stdout
+            super().print_help(file or out)
+
         def error(self, message: str) -> Any:  # argparse's documented hook; must not return
             if json_errors:
                 err.write(json.dumps({"error": f"{self.prog}: {message}", "exit_code": EXIT_USAGE}) + "\n")
@@ -805,7 +811,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     # Known before parsing, so that argparse's own errors come as JSON too.
     json_errors = "--json" in arguments
     out, err = cast(TextIO, _Visible(raw_out)), cast(TextIO, _Visible(raw_err))
-    args = _parser(err, json_errors).parse_args(arguments)
+    args = _parser(out, err, json_errors).parse_args(arguments)
     if args.command == "run" and args.timezone is None:
         args.timezone = _default_timezone(err)
     try:
@@ -831,8 +837,6 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
 
         where = record_traceback(_state_dir(), args.command, e)
         if args.verbose:
-            import traceback
-
             with contextlib.suppress(OSError):
                 err.write("".join(traceback.format_exception(e)))
         detail = f" (traceback in {where})" if where else ""
