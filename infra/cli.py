@@ -24,7 +24,7 @@ import threading
 import time
 import traceback
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -694,7 +694,7 @@ def _readable_file(text: str) -> Path:
     return path
 
 
-Command = Any  # (args, out, err) -> exit status
+Command = Callable[[argparse.Namespace, TextIO, TextIO], int]  # (args, stdout, stderr) -> exit status
 
 
 def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentParser:

@@ -77,15 +77,15 @@ def logs_to_file(home: Path, *, echo: TextIO | None = None) -> Iterator[Path]:
         moved = {h: h.stream for h in _stream_handlers() if h.stream in terminal}
         for handler in moved:
             handler.setStream(sink)
-        handler = logging.StreamHandler(sink)
-        handler.setFormatter(logging.Formatter(_FORMAT))
+        to_file = logging.StreamHandler(sink)
+        to_file.setFormatter(logging.Formatter(_FORMAT))
         root = logging.getLogger()
-        root.addHandler(handler)
+        root.addHandler(to_file)
         try:
             with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
                 yield path
         finally:
-            root.removeHandler(handler)
+            root.removeHandler(to_file)
             # Loggers made inside the block hold the sink; the file closes now: back to the
             # terminal they would have had (a later runtime in this process moves them again).
             for stray in _stream_handlers():
