@@ -1,10 +1,15 @@
-"""`toolpipe serve`, `toolpipe run "PROMPT"`, `toolpipe show RUN_ID`: the local runtime and its clients.
+"""The `toolpipe` command: `run`, `show`, `agents`, `serve`, `invoke` on the local runtime.
 
 `serve` holds the runtime in one long-lived process and answers HTTP (infra/local/server.py).
 `run` and `show` are its clients: they use the server serving the state folder, or start one
 for their own duration (infra/local/client.py), so concurrent commands share one state.
 With no `OPENAI_BASE_URL` set, the server serves a scripted OpenAI-compatible model on
 127.0.0.1, so a run works offline through the same client code as with a real endpoint.
+
+Conventions every command keeps (README "The CLI"): what the command was asked for goes to
+stdout, everything else (banners, warnings, errors) to stderr, and logs to the state folder's
+`toolpipe.log`; `--json` makes stdout one JSON document; exit 0 ok, 1 failed, 2 usage; input
+is checked before anything starts; no traceback reaches the terminal.
 """
 
 import argparse
@@ -17,18 +22,46 @@ import socket
 import sys
 import threading
 import time
+import traceback
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, cast
 
 from toolpipe.infra.functions import FUNCTIONS
-from toolpipe.infra.local.client import read_server_file, try_lock
+from toolpipe.infra.local.client import ServerError, read_server_file, try_lock
 from toolpipe.shared.agents.app import APP_ENV, AppRef, find_app, use_app
+from toolpipe.shared.errors import ConfigurationError
 
 _STARTED = time.monotonic()  # for `serve`'s "ready in"
 DEFAULT_PORT = 8710
+
+# Exit statuses (README "The CLI", and every command's --help).
+EXIT_OK = 0
+EXIT_FAILED = 1  # the run failed, or the thing asked for could not be done
+EXIT_USAGE = 2  # bad flags or input, an unknown agent: argparse's own status for its errors
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
+# The reader of stdout went away (`toolpipe show ID | head -1`): 128 + SIGPIPE, what a shell
+# reports for any program stopped that way, so `set -o pipefail` scripts see what they expect
+# and it is not taken for a failed run.
+EXIT_BROKEN_PIPE = 141
+
+EPILOG = """\
+output: results on stdout; banners, warnings and errors on stderr; --json makes stdout one
+  JSON document (an error: {"error": "...", "exit_code": N} on stderr). Logs (handlers,
+  emulator) go to $TOOLPIPE_HOME/toolpipe.log (default .toolpipe/); --verbose also prints them.
+exit status: 0 ok, 1 the run failed (or what was asked could not be done), 2 usage error
+  (bad flags or input, unknown agent), 130 interrupted, 141 stdout closed early.
+"""
+
+
+class CommandError(Exception):
+    """What a command could not do, as the one line the user reads, with its exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 # Control characters other than newline and tab: a model's answer, a tool's result or a file a
@@ -85,18 +118,15 @@ def format_item(item: dict[str, Any]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _model_endpoint(out: TextIO) -> Iterator[str]:
+def _model_endpoint() -> Iterator[str]:
     """Point the orchestrator at a model for the block; yields how the endpoint reads."""
     if os.environ.get("OPENAI_BASE_URL"):
-        description = os.environ["OPENAI_BASE_URL"]
-        out.write(f"model endpoint: {description}\n")
-        yield description
+        yield os.environ["OPENAI_BASE_URL"]
         return
     from toolpipe.infra.local.scripted_model import DemoResponder, ScriptedModelServer
 
     with ScriptedModelServer(DemoResponder()) as server:
         description = f"scripted demo model at {server.base_url} (set OPENAI_BASE_URL for a real one)"
-        out.write(f"model endpoint: {description}\n")
         previous = {k: os.environ.get(k) for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
         os.environ["OPENAI_BASE_URL"] = server.base_url
         os.environ["OPENAI_API_KEY"] = "scripted"
@@ -166,6 +196,11 @@ def _reason(body: Any) -> str:
     return str(body.get("message", body) if isinstance(body, dict) else body)
 
 
+def _refused(status: int, body: Any) -> CommandError:
+    """The server's refusal as the command's error: a 4xx is the request's fault (usage)."""
+    return CommandError(_reason(body), EXIT_USAGE if 400 <= status < 500 else EXIT_FAILED)
+
+
 def _messages(session: _Session, run_id: str, after: int = 0) -> list[dict[str, Any]]:
     """Every history item after seq `after`, page by page (long contents are previews)."""
     items: list[dict[str, Any]] = []
@@ -173,34 +208,52 @@ def _messages(session: _Session, run_id: str, after: int = 0) -> list[dict[str, 
     while page:
         status, body = session.request("GET", page)
         if status != 200:
-            raise RuntimeError(_reason(body))
+            raise _refused(status, body)
         items.extend(body["messages"])
         page = body["next"]
     return items
 
 
-def run(args: argparse.Namespace, out: TextIO) -> int:
-    """Start a run on the local server (found, or started for this command) and print its events."""
-    from toolpipe.infra.local.client import ServerError
+def _run_view(session: _Session, run_id: str) -> dict[str, Any]:
+    """`GET /runs/{id}` with every execution and history item: what `show --json` prints."""
+    status, body = session.request("GET", f"/runs/{run_id}")
+    if status != 200:
+        raise _refused(status, body) if status != 404 else CommandError(_reason(body))
+    executions = list(body["executions"])
+    while body["executions_next"]:
+        _, body = session.request("GET", body["executions_next"])
+        executions.extend(body["executions"])
+    return {**body, "executions": executions, "messages": _messages(session, run_id)}
 
+
+def _write_json(out: TextIO, document: Any) -> None:
+    out.write(json.dumps(document, indent=2) + "\n")
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Start a run on the local server (found, or started for this command) and print its events.
+
+    Text: the run's transcript on stdout as it happens. `--json`: the transcript on stderr (it is
+    progress then) and the run, as `show --json` prints it, on stdout once it ended."""
+    transcript = err if args.json else out
     session = _Session(_state_dir(), {"TOOLPIPE_MODEL": args.model} if args.model else None)
     try:
         health = session.health()
         if args.model and session.connection.child is None and health.get("model") != args.model:
-            out.write(
-                f"error: the server at {session.connection.info.url} runs model "
+            raise CommandError(
+                f"the server at {session.connection.info.url} runs model "
                 f"{health.get('model') or 'default'} (its TOOLPIPE_MODEL); --model applies to a "
-                "server this command starts: stop it, or leave out --model\n"
+                "server this command starts: stop it, or leave out --model",
+                EXIT_USAGE,
             )
-            return 2
         app = os.environ.get(APP_ENV)
         if session.connection.child is None and health.get("app") != app:
-            out.write(
-                f"error: the server at {session.connection.info.url} runs app {health.get('app') or 'none'}, "
-                f"not {app or 'none'}: stop it, or run this from its project\n"
+            raise CommandError(
+                f"the server at {session.connection.info.url} runs app {health.get('app') or 'none'}, "
+                f"not {app or 'none'}: stop it, or run this from its project",
+                EXIT_USAGE,
             )
-            return 2
-        out.write(f"model endpoint: {health.get('model_endpoint', 'unknown')}\n")
+        err.write(f"model endpoint: {health.get('model_endpoint', 'unknown')}\n")
         request: dict[str, Any] = {"prompt": args.prompt, "timezone": args.timezone}
         if args.agent is not None:
             request["agent"] = args.agent
@@ -208,11 +261,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             request["mcp_servers"] = args.mcp
         status, body = session.request("POST", "/runs", request)
         if status != 202:
-            out.write(f"error: {_reason(body)}\n")
-            return 2
+            raise _refused(status, body)
         run_id = body["run_id"]
-        out.write(f"run {run_id}" + (f" (agent {args.agent})" if args.agent else "") + "\n")
-        out.flush()
+        transcript.write(f"run {run_id} (agent {args.agent or _default_agent()})\n")
+        transcript.flush()
         deadline = time.monotonic() + args.timeout
         printed = 0  # the last seq printed: a stream that broke resumes after it
         for attempt in range(_Session.ATTEMPTS):
@@ -222,11 +274,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             try:
                 for event, data in session.connection.client.events(run_id, after=printed, timeout=remaining):
                     if event == "item":
-                        out.write("\n".join(format_item(data)) + "\n")
-                        out.flush()
+                        transcript.write("\n".join(format_item(data)) + "\n")
+                        transcript.flush()
                         printed = int(data["seq"])
                     elif event == "end":
-                        return _finish(data["run"], out)
+                        return _finish(session, data["run"], args, transcript, out)
                     elif event == "timeout":
                         break
                     elif event == "error":
@@ -238,42 +290,39 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                 if attempt == _Session.ATTEMPTS - 1:
                     raise
                 session.reconnect()
-        out.write(f"error: run {run_id} still running after {args.timeout:g} s\n")
-        return 1
+        if args.json:
+            _write_json(out, _run_view(session, run_id))
+        raise CommandError(
+            f"run {run_id} still running after {args.timeout:g} s (it goes on: toolpipe show {run_id})"
+        )
     finally:
         session.close()
 
 
-def _finish(record: dict[str, Any], out: TextIO) -> int:
+def _finish(
+    session: _Session, record: dict[str, Any], args: argparse.Namespace, transcript: TextIO, out: TextIO
+) -> int:
     usage = record["usage"]
-    out.write(
+    transcript.write(
         f"status: {record['status']} · {usage['model_calls']} model call(s) · "
         f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens\n"
     )
+    if args.json:
+        _write_json(out, _run_view(session, record["run_id"]))
     if record["status"] != "succeeded":
-        out.write(f"error: run {record['status']}: {record.get('error') or 'no reason recorded'}\n")
-        return 1
-    return 0
+        raise CommandError(f"run {record['status']}: {record.get('error') or 'no reason recorded'}")
+    return EXIT_OK
 
 
-def show(args: argparse.Namespace, out: TextIO) -> int:
+def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     session = _Session(_state_dir())
     try:
-        status, body = session.request("GET", f"/runs/{args.run_id}")
-        if status == 200:
-            executions = list(body["executions"])
-            while body["executions_next"]:
-                _, body = session.request("GET", body["executions_next"])
-                executions.extend(body["executions"])
-            body = {**body, "executions": executions, "messages": _messages(session, args.run_id)}
+        body = _run_view(session, args.run_id)
     finally:
         session.close()
-    if status != 200:
-        out.write(f"error: {_reason(body)}\n")
-        return 1
     if args.json:
-        out.write(json.dumps(body, indent=2) + "\n")
-        return 0
+        _write_json(out, body)
+        return EXIT_OK
     record = body["run"]
     out.write(
         f"run {record['run_id']} · agent {record['agent']} · {record['status']} · created {record['created_at']}\n"
@@ -301,25 +350,70 @@ def show(args: argparse.Namespace, out: TextIO) -> int:
         f"{usage['completion_tokens']} completion tokens · ${record['cost_usd']:.6f}\n"
     )
     if record.get("error"):
+        # Part of the run's history, not this command's error: the command did what it was asked.
         out.write(f"error: {record['error']}\n")
-    return 0
+    return EXIT_OK
 
 
-def invoke(args: argparse.Namespace, out: TextIO) -> int:
+def _default_agent() -> str:
+    from toolpipe.shared.agents import default_agent_name
+
+    return default_agent_name()
+
+
+def _describe_agents() -> list[dict[str, Any]]:
+    """Your app's agents, in the order it defines them (the first is the default)."""
+    from toolpipe.shared.agents import all_agents
+
+    return [
+        {
+            "name": agent.name,
+            "model": agent.model,
+            "instructions": agent.instructions,
+            "tools": [{"name": t.name, "description": t.description} for t in agent.tools],
+            # Listed at run time (an MCP server): naming them here would mean reaching the server.
+            "tool_sources": [source.name for source in agent.tool_sources],
+        }
+        for agent in all_agents()
+    ]
+
+
+def agents(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`toolpipe agents`: the agents `--agent` can name, with their tools (read locally, no server)."""
+    described = _describe_agents()
+    if not described:
+        from toolpipe.shared.agents import NO_AGENTS
+
+        raise CommandError(NO_AGENTS, EXIT_USAGE)
+    if args.json:
+        _write_json(out, {"agents": described})
+        return EXIT_OK
+    for agent in described:
+        model = agent["model"] or "the default model"
+        out.write(f"{agent['name']} ({model}): {_short(agent['instructions'], 120)}\n")
+        width = max((len(t["name"]) for t in agent["tools"]), default=0)
+        for t in agent["tools"]:
+            first_line = (t["description"] or "").strip().splitlines()[:1]
+            out.write(f"  {t['name']:<{width}}  {_short(first_line[0] if first_line else '', 100)}\n")
+        for source in agent["tool_sources"]:
+            out.write(f"  (and the tools of tool source '{source}', listed when a run starts)\n")
+    return EXIT_OK
+
+
+def invoke(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Feed an event file to one real handler on the local runtime; RUN_ID in it is replaced.
 
     A Step Functions status-change event reaches the orchestrator as the stack's rule
     transforms it; `--object FILE` first puts FILE as the object an S3 notification names
-    (without the bucket's own notification, so only the sample starts a run)."""
+    (without the bucket's own notification, so only the sample starts a run). stdout gets the
+    handler's result as JSON, or Lambda's error payload (`errorType`, `errorMessage`) and exit 1."""
     from toolpipe.infra.definition import EXECUTION_ENDED_DETAIL_TYPE, execution_ended_request
-    from toolpipe.infra.local import triggers
-    from toolpipe.infra.local.lambdas import call_function
-    from toolpipe.infra.local.runtime import LocalRuntime
+    from toolpipe.infra.local.logfile import logs_to_file, record_traceback
 
-    text = Path(args.event).read_text()
+    text = args.event.read_text()
     if args.run_id:
         text = text.replace("RUN_ID", args.run_id)
-    event = json.loads(text)
+    event = json.loads(text)  # JSON before (checked while parsing), and a run id has no quote
     if args.function == "orchestrator" and event.get("detail-type") == EXECUTION_ENDED_DETAIL_TYPE:
         event = execution_ended_request(event)
     home = _state_dir()
@@ -329,27 +423,59 @@ def invoke(args: argparse.Namespace, out: TextIO) -> int:
     if lock is None:
         info = read_server_file(home)
         where = f" at {info.url}" if info else ""
-        out.write(f"error: a toolpipe server{where} is serving {home}: stop it first, or set TOOLPIPE_HOME\n")
-        return 2
+        raise CommandError(
+            f"a toolpipe server{where} is serving {home}: stop it first, or set TOOLPIPE_HOME", EXIT_USAGE
+        )
     try:
-        # Workers run too: a run the event starts finishes before the runtime shuts down.
-        with _model_endpoint(out), LocalRuntime(state_dir=home) as runtime:
-            if args.object:
-                for record in event.get("Records", []):
-                    key = urllib.parse.unquote_plus(record["s3"]["object"]["key"])
-                    triggers.put_quietly(runtime.s3, key, Path(args.object).read_bytes())
-            result = call_function(FUNCTIONS[args.function], event)
+        with logs_to_file(home, echo=err if args.verbose else None):
+            result, failure = _invoke_in_runtime(args, event, home, err)
     finally:
         os.close(lock)
-    out.write(json.dumps(result, indent=2) + "\n")
-    return 0
+    _write_json(out, result)
+    if failure is not None:
+        logged = record_traceback(home, "invoke", failure)
+        if args.verbose:
+            err.write("".join(traceback.format_exception(failure)))
+        raise CommandError(
+            f"{args.function} raised {type(failure).__name__}: {failure}"
+            + (f" (traceback in {logged})" if logged else "")
+        )
+    return EXIT_OK
 
 
-def serve(args: argparse.Namespace, out: TextIO) -> int:
-    """`toolpipe serve`: one process holding the runtime and answering HTTP until a signal."""
-    from toolpipe.infra.local.client import ServerInfo, remove_server_file, write_server_file
+def _invoke_in_runtime(
+    args: argparse.Namespace, event: Any, home: Path, err: TextIO
+) -> tuple[Any, Exception | None]:
+    from toolpipe.infra.local import triggers
+    from toolpipe.infra.local.lambdas import call_function
+    from toolpipe.infra.local.runtime import LocalRuntime
+
+    # Workers run too: a run the event starts finishes before the runtime shuts down.
+    with _model_endpoint() as model, LocalRuntime(state_dir=home) as runtime:
+        err.write(f"model endpoint: {model}\n")
+        if args.object:
+            for record in event.get("Records", []):
+                key = urllib.parse.unquote_plus(record["s3"]["object"]["key"])
+                triggers.put_quietly(runtime.s3, key, args.object.read_bytes())
+        try:
+            return call_function(FUNCTIONS[args.function], event), None
+        except Exception as e:  # the function's error, as Lambda reports it to whoever invoked it
+            return {"errorType": type(e).__name__, "errorMessage": str(e)}, e
+
+
+def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`toolpipe serve`: one process holding the runtime and answering HTTP until a signal.
+
+    stdout: where it serves (text lines, or one JSON document with `--json`) once ready."""
+    from toolpipe.infra.local.client import remove_server_file
+    from toolpipe.infra.local.logfile import logs_to_file
 
     home = _state_dir()
+    aws_port = _aws_port(args)
+    if aws_port and aws_port == args.port:
+        raise CommandError(
+            f"--aws-port {aws_port} is the API's port: choose another, or 0 for a free one", EXIT_USAGE
+        )
     # Locally the caller is the user, on 127.0.0.1: a run may name its own MCP servers
     # (`toolpipe run --mcp URL`). Reachable from elsewhere, or deployed, that stays off unless
     # turned on: otherwise anyone who reaches the port could make the workers call any URL.
@@ -359,90 +485,106 @@ def serve(args: argparse.Namespace, out: TextIO) -> int:
     if lock is None:
         info = read_server_file(home)
         where = f" at {info.url}" if info else ""
-        out.write(f"error: a toolpipe server{where} is already serving {home}\n")
-        return 2
+        # 2, which `connect` (infra/local/client.py) reads as "another client's server won the lock".
+        raise CommandError(f"a toolpipe server{where} is already serving {home}", EXIT_USAGE)
+    try:
+        for option, port in (("--port", args.port), ("--aws-port", aws_port)):
+            if not port:
+                continue
+            try:
+                # Before the runtime starts: it would resume the folder's runs only to stop them.
+                socket.create_server((args.host, port)).close()
+            except OSError as e:
+                raise CommandError(
+                    f"cannot serve on {args.host}:{port}: {e.strerror} ({option} 0 picks a free one)"
+                ) from None
+        if args.host not in LOOPBACK:
+            err.write(
+                f"toolpipe: warning: serving on {args.host}: anyone who reaches it can act as any caller "
+                "(the X-Toolpipe-Caller header stands in for IAM) and, through the AWS endpoint, "
+                "read and change all local state (it accepts any credentials)\n"
+            )
+        with logs_to_file(home, echo=err if args.verbose else None):
+            _serve_runtime(args, out, home, aws_port)
+        err.write(f"stopped; state saved in {home}\n")
+        return EXIT_OK
+    finally:
+        remove_server_file(home, os.getpid())
+        os.close(lock)  # only now: the state is saved
+
+
+def _serve_runtime(args: argparse.Namespace, out: TextIO, home: Path, aws_port: int) -> None:
+    from toolpipe.infra.local.client import ServerInfo, remove_server_file, write_server_file
+    from toolpipe.infra.local.runtime import LocalRuntime
+    from toolpipe.infra.local.server import LocalServer, serve_until_stopped
+
     stop, hurry = threading.Event(), threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
         # The first Ctrl-C drains (runs in progress end); a second one stops them now.
         (hurry if stop.is_set() else stop).set()
 
-    aws_port = _aws_port(args)
-    if aws_port and aws_port == args.port:
-        os.close(lock)
-        out.write(f"error: --aws-port {aws_port} is the API's port: choose another, or 0 for a free one\n")
-        return 2
-    for option, port in (("--port", args.port), ("--aws-port", aws_port)):
-        if not port:
-            continue
-        try:
-            # Before the runtime starts: it would resume the folder's runs only to stop them.
-            socket.create_server((args.host, port)).close()
-        except OSError as e:
-            os.close(lock)
-            out.write(
-                f"error: cannot serve on {args.host}:{port}: {e.strerror} ({option} 0 picks a free one)\n"
-            )
-            return 1
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
-    try:
-        from toolpipe.infra.local.runtime import LocalRuntime
-        from toolpipe.infra.local.server import LocalServer, serve_until_stopped
+    with _model_endpoint() as model, LocalRuntime(state_dir=home) as runtime:
+        health = {
+            "pid": os.getpid(),
+            "home": str(home),
+            "model": os.environ.get("TOOLPIPE_MODEL"),
+            "app": os.environ.get(APP_ENV),
+        }
+        from toolpipe.infra.local.aws_endpoint import AwsEndpoint  # after the runtime: its own cost only
 
-        if args.host not in LOOPBACK:
-            out.write(
-                f"warning: serving on {args.host}: anyone who reaches it can act as any caller "
-                "(the X-Toolpipe-Caller header stands in for IAM) and, through the AWS endpoint, "
-                "read and change all local state (it accepts any credentials)\n"
+        option, port = "--aws-port", aws_port
+        try:
+            aws = AwsEndpoint(args.host, aws_port)
+            option, port = "--port", args.port
+            server = LocalServer(
+                runtime, args.host, args.port, {**health, "aws_endpoint": aws.url, "model_endpoint": model}
             )
-        with _model_endpoint(out) as model, LocalRuntime(state_dir=home) as runtime:
-            health = {
-                "pid": os.getpid(),
-                "home": str(home),
-                "model": os.environ.get("TOOLPIPE_MODEL"),
-                "app": os.environ.get(APP_ENV),
-            }
-            from toolpipe.infra.local.aws_endpoint import AwsEndpoint  # after the runtime: its own cost only
-
-            option, port = "--aws-port", aws_port
-            try:
-                aws = AwsEndpoint(args.host, aws_port)
-                option, port = "--port", args.port
-                health["aws_endpoint"] = aws.url
-                server = LocalServer(runtime, args.host, args.port, {**health, "model_endpoint": model})
-            except OSError as e:
-                if option == "--port":
-                    aws.close()
-                out.write(
-                    f"error: cannot serve on {args.host}:{port}: {e.strerror} ({option} 0 picks a free one)\n"
-                )
-                return 1
-            # The AWS endpoint outlives the API server's drain: tools still read and write while
-            # the runs in progress end.
-            with aws, server:
-                started = datetime.now(UTC).isoformat(timespec="seconds")
-                write_server_file(home, ServerInfo(server.url, os.getpid(), started, aws_endpoint=aws.url))
+        except OSError as e:
+            if option == "--port":
+                aws.close()
+            raise CommandError(
+                f"cannot serve on {args.host}:{port}: {e.strerror} ({option} 0 picks a free one)"
+            ) from None
+        # The AWS endpoint outlives the API server's drain: tools still read and write while
+        # the runs in progress end.
+        with aws, server:
+            started = datetime.now(UTC).isoformat(timespec="seconds")
+            write_server_file(home, ServerInfo(server.url, os.getpid(), started, aws_endpoint=aws.url))
+            # Triggers (README "Triggers"): a file put here, or an event put on the bus, starts a run.
+            trigger = f"s3://{runtime.trigger_bucket}/{runtime.trigger_prefix}"
+            ready = time.monotonic() - _STARTED
+            if args.json:
+                served = {
+                    "api_url": server.api_url,
+                    "url": server.url,
+                    "aws_endpoint": aws.url,
+                    "s3_trigger": trigger,
+                    "event_bus": runtime.event_bus_name,
+                    "model_endpoint": model,
+                    "home": str(home),
+                    "pid": os.getpid(),
+                    "ready_seconds": round(ready, 2),
+                }
+                out.write(json.dumps(served) + "\n")
+            else:
+                out.write(f"model endpoint: {model}\n")
                 out.write(f"AWS endpoint: {aws.url}\n")
-                # Triggers (README "Triggers"): a file put here, or an event put on the bus, starts a run.
-                out.write(f"S3 trigger: s3://{runtime.trigger_bucket}/{runtime.trigger_prefix}\n")
+                out.write(f"S3 trigger: {trigger}\n")
                 out.write(f"EventBridge bus: {runtime.event_bus_name}\n")
                 out.write(
                     f"toolpipe server at {server.api_url} · state {home} · ready in "
-                    f"{time.monotonic() - _STARTED:.1f} s · Ctrl-C stops it\n"
+                    f"{ready:.1f} s · Ctrl-C stops it\n"
                 )
-                out.flush()
-                try:
-                    serve_until_stopped(runtime, server, stop, hurry, args.idle_exit, also_serving=[aws])
-                finally:
-                    # Gone before the state is saved: a client that comes now waits for the lock,
-                    # then starts a server that reads that state.
-                    remove_server_file(home, os.getpid())
-        out.write(f"stopped; state saved in {home}\n")
-        return 0
-    finally:
-        remove_server_file(home, os.getpid())
-        os.close(lock)  # only now: the state is saved
+            out.flush()
+            try:
+                serve_until_stopped(runtime, server, stop, hurry, args.idle_exit, also_serving=[aws])
+            finally:
+                # Gone before the state is saved: a client that comes now waits for the lock,
+                # then starts a server that reads that state.
+                remove_server_file(home, os.getpid())
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -463,15 +605,90 @@ def _take_lock(home: Path) -> int | None:
     return lock
 
 
-def _wait_seconds(text: str) -> float:
-    """Checked before anything starts: a run must not be left behind by a wait that cannot be."""
+# Argument types: argparse calls them while parsing, so bad input is refused (exit 2, with the
+# usage line) before a server, a runtime or a run starts. What the API also checks is checked by
+# the API's own request model (shared.messages.StartRunRequest), so the two never disagree.
+
+
+def _request_error(**fields: Any) -> str | None:
+    """Why `POST /runs` would refuse these fields (the first reason), or None."""
+    from pydantic import ValidationError
+
+    from toolpipe.shared.messages import StartRunRequest
+
     try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < seconds <= 3600:  # also refuses nan and inf; the event stream waits an hour at most
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600 seconds, not {text}")
-    return seconds
+        StartRunRequest.model_validate({"input": "-", **fields})
+    except ValidationError as e:
+        return str(e.errors()[0]["msg"])
+    return None
+
+
+def _prompt(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the prompt is blank")
+    if reason := _request_error(input=text):
+        raise argparse.ArgumentTypeError(reason)
+    return text
+
+
+def _timezone(text: str) -> str:
+    if reason := _request_error(timezone=text):
+        raise argparse.ArgumentTypeError(reason)
+    return text
+
+
+def _agent(name: str) -> str:
+    from toolpipe.shared.agents import get_agent
+    from toolpipe.shared.errors import UnknownAgentError
+
+    try:
+        get_agent(name)
+    except UnknownAgentError as e:
+        raise argparse.ArgumentTypeError(f"{e}; `toolpipe agents` lists them with their tools") from None
+    return name
+
+
+def _mcp_url(text: str) -> str:
+    if _request_error(mcp_servers=[text]) is not None:
+        raise argparse.ArgumentTypeError(f"not an http(s) URL: {text!r}")
+    return text
+
+
+def _model_name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the model name is blank")
+    return text
+
+
+def _default_timezone(err: TextIO) -> str:
+    """`TZ` when it names an IANA zone (it may hold a POSIX rule such as `CET-1CEST`), else UTC."""
+    zone = os.environ.get("TZ", "").removeprefix(":")
+    if not zone:
+        return "UTC"
+    if _request_error(timezone=zone) is not None:
+        err.write(f"toolpipe: warning: TZ={zone!r} is not an IANA time zone; using UTC (see --timezone)\n")
+        return "UTC"
+    return zone
+
+
+def _seconds(limit: float | None) -> Any:
+    def parse(text: str) -> float:
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if limit is None and not 0 < seconds < float("inf"):  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, not {text}")
+        if limit is not None and not 0 < seconds <= limit:  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(f"must be more than 0 and at most {limit:g} seconds, not {text}")
+        return seconds
+
+    return parse
+
+
+# Checked before anything starts: a run must not be left behind by a wait that cannot be. The
+# event stream waits an hour at most.
+_wait_seconds = _seconds(3600)
 
 
 def _port(text: str) -> int:
@@ -486,64 +703,116 @@ def _run_id(text: str) -> str:
     return text
 
 
-def _name_the_app(module: str | None) -> None:
-    """Find the app once, here, and hand it on through the environment: to this process's
-    handlers and to a server it starts (which may run from another folder)."""
-    ref = AppRef(module.strip(), os.getcwd()) if module else find_app()
-    if ref is not None:
-        use_app(ref)
-
-
-def init(args: argparse.Namespace, out: TextIO) -> int:
-    from toolpipe.infra.scaffold import ScaffoldError, init_project
-
+def _event_file(text: str) -> Path:
+    path = Path(text)
     try:
-        written = init_project(args.directory, args.package)
-    except ScaffoldError as e:
-        out.write(f"error: {e}\n")
-        return 2
-    out.write(f"created {len(written)} files in {args.directory}:\n")
-    out.writelines(f"  {path.relative_to(args.directory)}\n" for path in written)
-    out.write(f"next: cd {args.directory} && pip install -e '.[dev]' && pytest\n")
-    return 0
+        json.loads(path.read_text())
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot read {text}: {e.strerror}") from None
+    except ValueError as e:  # UnicodeDecodeError too
+        raise argparse.ArgumentTypeError(f"{text} is not a JSON event: {e}") from None
+    return path
 
 
-def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
-    parser = argparse.ArgumentParser(prog="toolpipe", description="Run toolpipe agents on the local runtime.")
-    parser.add_argument(
-        "--app",
-        metavar="MODULE",
-        help="your module that defines the agents (default: TOOLPIPE_APP, else [tool.toolpipe] app "
-        "in the nearest pyproject.toml)",
+def _readable_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file() or not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"not a readable file: {text}")
+    return path
+
+
+Command = Callable[[argparse.Namespace, TextIO, TextIO], int]  # (args, stdout, stderr) -> exit status
+
+
+def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentParser:
+    class Parser(argparse.ArgumentParser):
+        def print_help(self, file: Any = None) -> None:  # --help is what was asked for: stdout
+            super().print_help(file or out)
+
+        def error(self, message: str) -> Any:  # argparse's documented hook; must not return
+            if json_errors:
+                err.write(json.dumps({"error": f"{self.prog}: {message}", "exit_code": EXIT_USAGE}) + "\n")
+            else:
+                self.print_usage(err)
+                err.write(f"{self.prog}: error: {message}\n")
+            raise SystemExit(EXIT_USAGE)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    common.add_argument("--app", metavar="MODULE", help=APP_HELP)
+    common.add_argument(
+        "--verbose", action="store_true", help="also print logs on stderr (they always go to toolpipe.log)"
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    init_parser = commands.add_parser("init", help="create a project of your own: agents, a test, a CDK app")
-    init_parser.add_argument("directory", type=Path)
+    options: dict[str, Any] = {
+        "parents": [common],
+        "epilog": EPILOG,
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }
+    parser = Parser(
+        prog="toolpipe",
+        description="Run toolpipe agents on the local runtime.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--app", metavar="MODULE", help=APP_HELP)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    init_parser = commands.add_parser(
+        "init", help="create a project of your own: agents, a test, a CDK app", **options
+    )
+    init_parser.add_argument("directory", type=Path, help="the project's folder (created if missing)")
     init_parser.add_argument("--package", help="its Python package (default: from the folder's name)")
-    run_parser = commands.add_parser("run", help="run an agent on a prompt and print each step")
-    run_parser.add_argument("prompt")
-    run_parser.add_argument("--agent", help="the agent's name (default: the first your app defines)")
-    run_parser.add_argument("--model", help="model name (default: TOOLPIPE_MODEL or gpt-4o-mini)")
+
+    run_parser = commands.add_parser("run", help="run an agent on a prompt and print each step", **options)
+    run_parser.add_argument("prompt", type=_prompt, help="the user's message (not blank)")
     run_parser.add_argument(
-        "--timezone", default=os.environ.get("TZ") or "UTC", help="the user's IANA time zone"
+        "--agent",
+        type=_agent,
+        help="the agent to run (default: the first your app defines); `toolpipe agents` lists the "
+        "agents and their tools",
+    )
+    run_parser.add_argument(
+        "--model", type=_model_name, help="model name (default: TOOLPIPE_MODEL or gpt-4o-mini)"
+    )
+    run_parser.add_argument(
+        "--timezone",
+        type=_timezone,
+        help="the user's IANA time zone, e.g. Europe/Paris (default: TZ if it names one, else UTC)",
     )
     run_parser.add_argument(
         "--timeout", type=_wait_seconds, default=300.0, help="seconds to wait for the run (0-3600]"
     )
     run_parser.add_argument(
-        "--mcp", action="append", metavar="URL", help="also offer this MCP server's tools (mcp_<tool>)"
+        "--mcp",
+        type=_mcp_url,
+        action="append",
+        metavar="URL",
+        help="also offer this MCP server's tools (mcp_<tool>)",
     )
-    show_parser = commands.add_parser("show", help="print a run's history")
+
+    show_parser = commands.add_parser("show", help="print a run's history", **options)
     show_parser.add_argument("run_id", type=_run_id)
-    show_parser.add_argument("--json", action="store_true", help="print the API's JSON")
-    invoke_parser = commands.add_parser("invoke", help="run one handler on an event file (see events/)")
-    invoke_parser.add_argument("function", choices=sorted(FUNCTIONS))
-    invoke_parser.add_argument("event", help="path of a JSON event, e.g. events/api_post_run.json")
-    invoke_parser.add_argument("--run-id", help="replaces RUN_ID in the event")
-    invoke_parser.add_argument(
-        "--object", metavar="FILE", help="triggers: put FILE as the object an S3 notification names, first"
+
+    commands.add_parser("agents", help="list the agents and their tools", **options)
+
+    invoke_parser = commands.add_parser(
+        "invoke", help="run one handler on an event file (see events/); prints its JSON result", **options
     )
-    serve_parser = commands.add_parser("serve", help="serve the local runtime over HTTP until Ctrl-C")
+    invoke_parser.add_argument("function", choices=sorted(FUNCTIONS))
+    invoke_parser.add_argument(
+        "event", type=_event_file, help="path of a JSON event, e.g. events/api_post_run.json"
+    )
+    invoke_parser.add_argument("--run-id", type=_run_id, help="replaces RUN_ID in the event")
+    invoke_parser.add_argument(
+        "--object",
+        type=_readable_file,
+        metavar="FILE",
+        help="triggers: put FILE as the object an S3 notification names, first",
+    )
+
+    serve_parser = commands.add_parser(
+        "serve", help="serve the local runtime over HTTP until Ctrl-C", **options
+    )
     serve_parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve_parser.add_argument(
         "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)"
@@ -555,28 +824,113 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     )
     serve_parser.add_argument(
         "--idle-exit",
-        type=float,
+        type=_seconds(None),
         metavar="SECONDS",
         help="stop after this long with no request and no run in progress (default: never)",
     )
-    args = parser.parse_args(argv)
-    commands_by_name = {"init": init, "run": run, "show": show, "invoke": invoke, "serve": serve}
-    out = cast(TextIO, _Visible(out))
+    return parser
+
+
+APP_HELP = (
+    "your module that defines the agents (default: TOOLPIPE_APP, else [tool.toolpipe] app in the "
+    "nearest pyproject.toml)"
+)
+
+
+def _name_the_app(arguments: list[str]) -> None:
+    """Find the app once, here, and hand it on through the environment: to this process's
+    handlers and to a server it starts (which may run from another folder). `init` needs none."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--app")
+    early.add_argument("command", nargs="?")
+    known, _ = early.parse_known_args(arguments)
+    if known.command == "init":
+        return
+    ref = AppRef(known.app.strip(), os.getcwd()) if known.app else find_app()
+    if ref is not None:
+        use_app(ref)
+
+
+def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`toolpipe init DIR`: a project of your own (infra/scaffold.py)."""
+    from toolpipe.infra.scaffold import ScaffoldError, init_project
+
     try:
-        if args.command != "init":
-            _name_the_app(args.app)
-        return commands_by_name[args.command](args, out)
-    except KeyboardInterrupt:
-        out.write("interrupted\n")
-        return 130
+        written = init_project(args.directory, args.package)
+    except ScaffoldError as e:
+        raise CommandError(str(e), EXIT_USAGE) from None
+    if args.json:
+        _write_json(out, {"directory": str(args.directory), "files": [str(p) for p in written]})
+        return EXIT_OK
+    out.write(f"created {len(written)} files in {args.directory}:\n")
+    out.writelines(f"  {path.relative_to(args.directory)}\n" for path in written)
+    err.write(f"next: cd {args.directory} && pip install -e '.[dev]' && pytest\n")
+    return EXIT_OK
+
+
+# One entry per command: a new command (a remote client, say) is a function and a line here.
+COMMANDS: dict[str, Command] = {
+    "init": init,
+    "run": run,
+    "show": show,
+    "agents": agents,
+    "invoke": invoke,
+    "serve": serve,
+}
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """The `toolpipe` command; returns its exit status (argparse raises SystemExit(2) itself)."""
+    raw_out = out or sys.stdout
+    raw_err = err or sys.stderr
+    arguments = sys.argv[1:] if argv is None else argv
+    # Known before parsing, so that argparse's own errors come as JSON too.
+    json_errors = "--json" in arguments
+    out, err = cast(TextIO, _Visible(raw_out)), cast(TextIO, _Visible(raw_err))
+    try:
+        # Before parsing: `--agent` is checked against the app's agents as it is parsed.
+        _name_the_app(arguments)
+    except ConfigurationError as e:
+        return _fail(err, str(e), EXIT_USAGE, json_errors)
+    args = _parser(out, err, json_errors).parse_args(arguments)
+    if args.command == "run" and args.timezone is None:
+        args.timezone = _default_timezone(err)
+    try:
+        code = int(COMMANDS[args.command](args, out, err))
+        out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except BrokenPipeError:
-        # The reader went away (`toolpipe show … | head`): nothing left to tell anyone.
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except Exception as e:  # a user sees one line, never a traceback
-        out.write(f"error: {type(e).__name__}: {e}\n")
-        return 1
+        # The reader went away (`toolpipe show … | head -1`): nothing left to tell anyone. stdout
+        # points at /dev/null, so the interpreter's last flush has nowhere to fail (Python's
+        # documented recipe, "Note on SIGPIPE").
+        if raw_out is sys.stdout:
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except CommandError as e:
+        return _fail(err, str(e), e.code, json_errors)
+    except ServerError as e:  # the local server could not be found, started or reached: said in one line
+        return _fail(err, str(e), EXIT_FAILED, json_errors)
+    except KeyboardInterrupt:
+        return _fail(err, "interrupted", EXIT_INTERRUPTED, json_errors)
+    except Exception as e:  # a user sees one line, never a traceback: that goes to the log
+        from toolpipe.infra.local.logfile import record_traceback
+
+        where = record_traceback(_state_dir(), args.command, e)
+        if args.verbose:
+            with contextlib.suppress(OSError):
+                err.write("".join(traceback.format_exception(e)))
+        detail = f" (traceback in {where})" if where else ""
+        return _fail(err, f"{type(e).__name__}: {e}{detail}", EXIT_FAILED, json_errors)
+
+
+def _fail(err: TextIO, message: str, code: int, as_json: bool) -> int:
+    message = " ".join(message.split())  # one line, whatever the exception's message held
+    line = json.dumps({"error": message, "exit_code": code}) if as_json else f"toolpipe: error: {message}"
+    with contextlib.suppress(OSError):  # stderr may be a closed pipe too
+        err.write(line + "\n")
+        err.flush()
+    return code
 
 
 if __name__ == "__main__":

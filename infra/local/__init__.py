@@ -5,12 +5,19 @@ statuses), and importing it runs `moto.batch`'s package, which loads moto's EC2 
 region, AMI and instance-type tables: ~1 s of a ~2 s start-up, for a service no state machine
 here uses. The enum's module is loaded on its own instead, before anything imports the
 interpreter; `moto.batch` itself still loads in full whenever something asks for it.
+
+That happens when something first imports `moto.stepfunctions`, not when this package is
+imported: `infra.local.client` is in this package, and `toolpipe run`, `show` and `agents`,
+which only talk HTTP to a server or read the agents, would pay ~0.7 s for moto's core.
 """
 
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import types
+from collections.abc import Sequence
 
 
 def _load_batch_utils_alone() -> None:
@@ -28,4 +35,19 @@ def _load_batch_utils_alone() -> None:
         del sys.modules["moto.batch"]
 
 
-_load_batch_utils_alone()
+class _BeforeTheInterpreter(importlib.abc.MetaPathFinder):
+    """Loads the enum's module alone just before `moto.stepfunctions` is first imported."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "moto.stepfunctions":
+            sys.meta_path.remove(self)
+            _load_batch_utils_alone()
+        return None  # the ordinary finders import it
+
+
+if "moto.stepfunctions" in sys.modules:
+    _load_batch_utils_alone()
+else:
+    sys.meta_path.insert(0, _BeforeTheInterpreter())

@@ -33,7 +33,7 @@ CALLER_HEADER = "X-Toolpipe-Caller"  # local only: who the request is from (an I
 HEALTH_PATH = "/_local/health"  # local only, outside the stage: the deployed API has no such route
 SERVER_FILE = "server.json"
 LOCK_FILE = "server.lock"
-LOG_FILE = "server.log"
+LOG_FILE = "toolpipe.log"  # the server's output and every CLI process's logs (infra/local/logfile.py)
 # A server started for a client's own duration stops this long after its last request ends
 # (and no run is running): long enough for `toolpipe run` then `toolpipe show` to share it.
 AUTO_IDLE_SECONDS = 1.0

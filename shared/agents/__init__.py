@@ -19,6 +19,10 @@ from toolpipe.shared.errors import ConfigurationError, UnknownAgentError
 from toolpipe.shared.messages import RunRecord
 
 AGENTS: dict[str, Agent] = {}
+NO_AGENTS = (
+    "no agents: name your app module with [tool.toolpipe] app in pyproject.toml, --app or "
+    "TOOLPIPE_APP (toolpipe init DIR scaffolds a project)"
+)
 
 
 def get_agent(name: str) -> Agent:
@@ -39,10 +43,7 @@ def default_agent_name() -> str:
     """The agent a run uses when it names none: the first your app defines."""
     agents = all_agents()
     if not agents:
-        raise ConfigurationError(
-            "no agents: name your app module with [tool.toolpipe] app in pyproject.toml, "
-            "--app or TOOLPIPE_APP (toolpipe init DIR scaffolds a project)"
-        )
+        raise ConfigurationError(NO_AGENTS)
     return agents[0].name
 
 
@@ -86,6 +87,7 @@ def run_agent(run: RunRecord) -> Agent:
 
 __all__ = [
     "AGENTS",
+    "NO_AGENTS",
     "AfterModel",
     "AfterTool",
     "Agent",

@@ -10,13 +10,13 @@ from toolpipe.infra.local.scripted_model import Reply
 
 def test_cli_demo_answers_square_root_offline(tmp_path: Any, monkeypatch: Any) -> None:
     monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path / "state"))
-    out = Capture()
+    out, err = Capture(), Capture()
 
-    code = main(["run", "What is the square root of 475695037565?"], out)
+    code = main(["run", "What is the square root of 475695037565?"], out, err)
 
     text = out.text
-    assert code == 0, text
-    assert "scripted demo model" in text
+    assert code == 0, text + err.text
+    assert err.text.startswith("model endpoint: scripted demo model")  # a banner: stderr
     assert 'call square_root({"x": 475695037565.0})' in text
     assert "689706.486532" in text.split("answer:")[1]
 
@@ -137,11 +137,11 @@ def test_cli_uses_the_configured_endpoint_for_two_parallel_calls(tmp_path: Any, 
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "not-checked")
         monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
-        out = Capture()
-        code = main(["run", "root of 16 and 2+3", "--model", "my-model"], out)
+        out, err = Capture(), Capture()
+        code = main(["run", "root of 16 and 2+3", "--model", "my-model"], out, err)
 
-    assert code == 0, out.text
-    assert f"model endpoint: {server.base_url}" in out.text
+    assert code == 0, out.text + err.text
+    assert err.text == f"model endpoint: {server.base_url}\n"
     assert 'call square_root({"x": 16})' in out.text and 'call sum({"a": 2, "b": 3})' in out.text
     assert server.requests[0]["model"] == "my-model"
     results = {m["tool_call_id"]: m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"}

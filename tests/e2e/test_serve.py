@@ -109,8 +109,10 @@ def test_serve_is_ready_fast_and_discoverable(served: Served) -> None:
 def test_second_serve_for_the_same_folder_says_so_and_exits_2(served: Served) -> None:
     second = _toolpipe(served.home, "serve", "--port", "0", timeout=30)
 
-    assert second.returncode == 2
-    assert second.stdout == f"error: a toolpipe server at {served.url} is already serving {served.home}\n"
+    assert second.returncode == 2 and second.stdout == ""
+    assert second.stderr == (
+        f"toolpipe: error: a toolpipe server at {served.url} is already serving {served.home}\n"
+    )
 
 
 def test_a_burst_of_connections_is_served_not_reset(served: Served) -> None:
@@ -132,7 +134,7 @@ def test_twenty_concurrent_cli_runs_share_the_server_and_all_are_readable(served
     for result in runs:
         assert result.returncode == 0, result.stdout + result.stderr
         assert "status: succeeded" in result.stdout
-    run_ids = [r.stdout.split("\nrun ")[1].split()[0] for r in runs]
+    run_ids = [r.stdout.removeprefix("run ").split()[0] for r in runs]
     assert len(set(run_ids)) == 20
     # Printed from the event stream in slot order: both results before the answer, once each.
     for result in runs:
@@ -283,10 +285,10 @@ def test_two_concurrent_runs_with_no_server_share_one_and_neither_is_lost(tmp_pa
     while server_file(tmp_path).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not server_file(tmp_path).exists()
-    log = (tmp_path / "server.log").read_text()
+    log = (tmp_path / "toolpipe.log").read_text()
     assert log.count("toolpipe server at ") == 1, log  # one server served both
 
-    run_ids = [result.stdout.split("\nrun ")[1].split()[0] for result in runs]
+    run_ids = [result.stdout.removeprefix("run ").split()[0] for result in runs]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         shown = list(pool.map(lambda run_id: _toolpipe(tmp_path, "show", run_id), run_ids))
     for run_id, result in zip(run_ids, shown, strict=True):

@@ -121,7 +121,7 @@ def test_toolpipe_invoke_runs_every_api_sample(tmp_path: Path, monkeypatch: pyte
         out = Capture()
         code = main(["invoke", "api", str(EVENTS / sample), *(["--run-id", run_id] if run_id else [])], out)
         assert code == 0, out.text
-        response = json.loads(out.text[out.text.index("{") :])
+        response = json.loads(out.text)  # stdout is the result alone
         return int(response["statusCode"]), json.loads(response["body"])
 
     status, started = invoke("api_post_run.json")

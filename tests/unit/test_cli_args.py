@@ -1,5 +1,7 @@
 """The CLI refuses bad arguments before it starts anything, and never sends a POST twice."""
 
+import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -9,27 +11,115 @@ import pytest
 from toolpipe.infra import cli
 from toolpipe.infra.local import client
 
+ROOT = Path(__file__).resolve().parents[2]
+EVENT = str(ROOT / "events" / "api_post_run.json")
+
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "says"),
     [
-        ["run", "hi", "--timeout", "nan"],
-        ["run", "hi", "--timeout", "-1"],
-        ["run", "hi", "--timeout", "4000"],
-        ["show", "a b"],
-        ["show", "x/messages"],
-        ["show", ""],
-        ["serve", "--port", "70000"],
-        ["serve", "--aws-port", "-1"],
+        (["run", "hi", "--timeout", "nan"], "argument --timeout: must be more than 0"),
+        (["run", "hi", "--timeout", "-1"], "argument --timeout: must be more than 0"),
+        (["run", "hi", "--timeout", "4000"], "at most 3600 seconds, not 4000"),
+        (["run", " \t\n"], "argument prompt: the prompt is blank"),
+        (
+            ["run", "hi", "--timezone", "Mars/Olympus"],
+            "argument --timezone: unknown time zone 'Mars/Olympus'",
+        ),
+        (["run", "hi", "--timezone", "../../etc/passwd"], "argument --timezone: not an IANA time zone"),
+        (["run", "hi", "--agent", "nobody"], "argument --agent: unknown agent 'nobody' (known: "),
+        (["run", "hi", "--mcp", "ftp://example.com"], "argument --mcp: not an http(s) URL"),
+        (["run", "hi", "--model", " "], "argument --model: the model name is blank"),
+        (["show", "a b"], "not a run id"),
+        (["show", "x/messages"], "not a run id"),
+        (["show", ""], "not a run id"),
+        (["serve", "--port", "70000"], "not a port"),
+        (["serve", "--aws-port", "-1"], "not a port"),
+        (["serve", "--idle-exit", "nan"], "argument --idle-exit: must be a positive, finite number"),
+        (["serve", "--idle-exit", "0"], "argument --idle-exit: must be a positive, finite number"),
+        (["invoke", "api", "/nonexistent/event.json"], "argument event: cannot read /nonexistent/event.json"),
+        (["invoke", "api", __file__], "is not a JSON event"),
+        (["invoke", "api", EVENT, "--object", "/nonexistent"], "argument --object: not a readable file"),
+        (["invoke", "nobody", EVENT], "argument function: invalid choice"),
+        (["agents", "--nope"], "unrecognized arguments: --nope"),
     ],
 )
-def test_bad_arguments_exit_2_and_start_nothing(
-    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_bad_arguments_exit_2_with_one_error_line_on_stderr_and_start_nothing(
+    argv: list[str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import io
+
     monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
+    out, err = io.StringIO(), io.StringIO()
     with pytest.raises(SystemExit) as exited:
-        cli.main(argv)
+        cli.main(argv, out, err)
     assert exited.value.code == 2 and list(tmp_path.iterdir()) == []
+    assert out.getvalue() == ""
+    *usage, error = err.getvalue().splitlines()  # argparse's usage, then the one error line
+    assert usage[0].startswith("usage: toolpipe") and not any("error" in line for line in usage)
+    assert re.match(rf"toolpipe( {argv[0]})?: error: ", error) and says in error, error
+
+    # The same refusal as one JSON document with --json.
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*argv, "--json"], out, err)
+    refused = json.loads(err.getvalue())
+    assert exited.value.code == 2 and refused["exit_code"] == 2 and says in refused["error"]
+
+
+def test_an_unknown_agent_names_the_known_ones_and_where_to_list_them() -> None:
+    import io
+
+    err = io.StringIO()
+    with pytest.raises(SystemExit):
+        cli.main(["run", "hi", "--agent", "nobody"], io.StringIO(), err)
+    assert "(known: assistant, tester); `toolpipe agents` lists them with their tools" in err.getvalue()
+    assert "`toolpipe agents` lists the agents and their tools" in _help(["run", "--help"])
+
+
+def _help(argv: list[str]) -> str:
+    import io
+
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv, out, io.StringIO())
+    assert exited.value.code == 0
+    return " ".join(out.getvalue().split())
+
+
+def test_help_documents_the_exit_statuses_and_where_logs_go() -> None:
+    for argv in (["--help"], ["run", "--help"], ["agents", "--help"]):
+        text = _help(argv)
+        assert "exit status: 0 ok, 1 the run failed" in text and "2 usage error" in text
+        assert "toolpipe.log" in text and "--json" in text
+
+
+def test_a_tz_that_is_not_an_iana_zone_falls_back_to_utc_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    err = io.StringIO()
+    monkeypatch.setenv("TZ", "CET-1CEST")
+    assert cli._default_timezone(err) == "UTC"
+    assert err.getvalue().startswith("toolpipe: warning: TZ='CET-1CEST' is not an IANA time zone")
+    monkeypatch.setenv("TZ", ":Europe/Paris")
+    assert cli._default_timezone(err) == "Europe/Paris"
+
+
+def test_agents_lists_each_agent_its_tools_and_their_descriptions() -> None:
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["agents"], out, err) == 0 and err.getvalue() == ""
+    text = out.getvalue()
+    assert text.startswith("assistant (the default model): You are a helpful assistant.")
+    assert "  square_root            Compute the square root of a number.\n" in text
+    assert "\ntester (the default model): You test toolpipe.\n" in text
+
+    out = io.StringIO()
+    assert cli.main(["agents", "--json"], out, err) == 0
+    listed = {a["name"]: a for a in json.loads(out.getvalue())["agents"]}
+    assert {"name": "sum", "description": "Add two numbers."} in listed["assistant"]["tools"]
+    assert listed["tester"]["tool_sources"] == []
 
 
 def test_a_post_that_may_have_reached_the_server_is_not_sent_again(
@@ -65,16 +155,17 @@ def test_serve_on_a_taken_port_says_so_at_once_and_resumes_nothing(
     monkeypatch.setenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "")
     monkeypatch.delenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS")
     taken = socket.create_server(("127.0.0.1", 0))
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     started = time.monotonic()
     try:
-        code = cli.main(["serve", "--port", str(taken.getsockname()[1])], out=out)
+        code = cli.main(["serve", "--port", str(taken.getsockname()[1])], out=out, err=err)
     finally:
         taken.close()
     assert code == 1 and time.monotonic() - started < 2
+    assert out.getvalue() == ""
     assert (
-        out.getvalue().startswith("error: cannot serve on 127.0.0.1:")
-        and "Address already in use" in out.getvalue()
+        err.getvalue().startswith("toolpipe: error: cannot serve on 127.0.0.1:")
+        and "Address already in use" in err.getvalue()
     )
     assert not (tmp_path / "state.json").exists()  # the runtime never started
 
@@ -90,15 +181,15 @@ def test_serve_on_a_taken_aws_port_names_the_option_and_resumes_nothing(
     monkeypatch.delenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS")
     taken = socket.create_server(("127.0.0.1", 0))
     port = taken.getsockname()[1]
-    out = io.StringIO()
+    err = io.StringIO()
     try:
-        code = cli.main(["serve", "--port", "0", "--aws-port", str(port)], out=out)
+        code = cli.main(["serve", "--port", "0", "--aws-port", str(port)], err=err)
     finally:
         taken.close()
     assert code == 1
-    message = out.getvalue()
+    message = err.getvalue()
     assert (
-        message.startswith(f"error: cannot serve on 127.0.0.1:{port}: ")
+        message.startswith(f"toolpipe: error: cannot serve on 127.0.0.1:{port}: ")
         and "Address already in use" in message
     )
     assert message.endswith("(--aws-port 0 picks a free one)\n")
@@ -113,12 +204,14 @@ def test_serve_refuses_one_port_for_the_api_and_the_aws_endpoint(
     monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
     monkeypatch.setenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "")
     monkeypatch.delenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS")
-    out = io.StringIO()
+    err = io.StringIO()
 
-    code = cli.main(["serve", "--port", "8799", "--aws-port", "8799"], out=out)
+    code = cli.main(["serve", "--port", "8799", "--aws-port", "8799"], err=err)
 
     assert code == 2
-    assert out.getvalue() == "error: --aws-port 8799 is the API's port: choose another, or 0 for a free one\n"
+    assert err.getvalue() == (
+        "toolpipe: error: --aws-port 8799 is the API's port: choose another, or 0 for a free one\n"
+    )
     assert not (tmp_path / "state.json").exists()
 
 
