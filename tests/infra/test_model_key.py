@@ -141,6 +141,6 @@ def test_the_construct_takes_the_same_choices(tmp_path: Path) -> None:
     stack = Stack(app, "MyService")
     pipeline = ToolPipeline(stack, "Agents", model_key_secret=SECRET_ARN)
     assert pipeline.model_key is not None and pipeline.model_key.secret_arn == SECRET_ARN
-    template = Template.from_stack(stack).to_json()
+    template = dict(Template.from_stack(stack).to_json())
     assert _resources(template, "AWS::SecretsManager::Secret") == {}
     assert json.dumps(_statements(template, "secretsmanager:")).count(SECRET_ARN) == 1
