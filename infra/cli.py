@@ -21,10 +21,13 @@ import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from infra.functions import FUNCTIONS
 from infra.local.client import read_server_file, try_lock
+
+if TYPE_CHECKING:
+    from infra.remote import RemoteSession
 
 _STARTED = time.monotonic()  # for `serve`'s "ready in"
 DEFAULT_PORT = 8710
@@ -161,11 +164,20 @@ class _Session:
             connection.close()
 
 
+def _open_session(args: argparse.Namespace, env: dict[str, str] | None = None) -> "_Session | RemoteSession":
+    """The deployed API named by `--api` (or TOOLPIPE_API_URL), else the local server."""
+    if args.api:
+        from infra.remote import RemoteSession
+
+        return RemoteSession(args.api, args.api_key)
+    return _Session(_state_dir(), env)
+
+
 def _reason(body: Any) -> str:
     return str(body.get("message", body) if isinstance(body, dict) else body)
 
 
-def _messages(session: _Session, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+def _messages(session: "_Session | RemoteSession", run_id: str, after: int = 0) -> list[dict[str, Any]]:
     """Every history item after seq `after`, page by page (long contents are previews)."""
     items: list[dict[str, Any]] = []
     page: str | None = f"/runs/{run_id}/messages?after={after}"
@@ -182,7 +194,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """Start a run on the local server (found, or started for this command) and print its events."""
     from infra.local.client import ServerError
 
-    session = _Session(_state_dir(), {"TOOLPIPE_MODEL": args.model} if args.model else None)
+    session = _open_session(args, {"TOOLPIPE_MODEL": args.model} if args.model else None)
     try:
         health = session.health()
         if args.model and session.connection.child is None and health.get("model") != args.model:
@@ -247,7 +259,7 @@ def _finish(record: dict[str, Any], out: TextIO) -> int:
 
 
 def show(args: argparse.Namespace, out: TextIO) -> int:
-    session = _Session(_state_dir())
+    session = _open_session(args)
     try:
         status, body = session.request("GET", f"/runs/{args.run_id}")
         if status == 200:
@@ -471,6 +483,25 @@ def _run_id(text: str) -> str:
     return text
 
 
+def _add_api_arguments(command: argparse.ArgumentParser) -> None:
+    from infra.remote import API_KEY_ENV, API_URL_ENV
+
+    command.add_argument(
+        "--api",
+        metavar="URL",
+        default=os.environ.get(API_URL_ENV) or None,
+        help=f"a deployed stack's API (its ApiUrl output, https://…/v1/) instead of the local server; "
+        f"requests are signed with SigV4 (default: ${API_URL_ENV})",
+    )
+    command.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=os.environ.get(API_KEY_ENV) or None,
+        help=f"with --api, send this key (x-api-key) instead of signing: a stack deployed with "
+        f"api_auth=api_key (default: ${API_KEY_ENV})",
+    )
+
+
 def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(prog="toolpipe", description="Run toolpipe agents on the local runtime.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -490,6 +521,8 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
     show_parser = commands.add_parser("show", help="print a run's history")
     show_parser.add_argument("run_id", type=_run_id)
     show_parser.add_argument("--json", action="store_true", help="print the API's JSON")
+    for remote in (run_parser, show_parser):
+        _add_api_arguments(remote)
     invoke_parser = commands.add_parser("invoke", help="run one handler on an event file (see events/)")
     invoke_parser.add_argument("function", choices=sorted(FUNCTIONS))
     invoke_parser.add_argument("event", help="path of a JSON event, e.g. events/api_post_run.json")
@@ -514,6 +547,12 @@ def main(argv: list[str] | None = None, out: TextIO = sys.stdout) -> int:
         help="stop after this long with no request and no run in progress (default: never)",
     )
     args = parser.parse_args(argv)
+    if getattr(args, "api_key", None) and not args.api:
+        parser.error("--api-key (or TOOLPIPE_API_KEY) goes with --api (or TOOLPIPE_API_URL)")
+    if getattr(args, "api", None) and getattr(args, "model", None):
+        parser.error(
+            "--model applies to the local server: a deployed stack's model is set when deploying (-c model_name=…)"
+        )
     commands_by_name = {"run": run, "show": show, "invoke": invoke, "serve": serve}
     out = cast(TextIO, _Visible(out))
     try:
