@@ -144,3 +144,49 @@ def test_the_construct_takes_the_same_choices(tmp_path: Path) -> None:
     template = dict(Template.from_stack(stack).to_json())
     assert _resources(template, "AWS::SecretsManager::Secret") == {}
     assert json.dumps(_statements(template, "secretsmanager:")).count(SECRET_ARN) == 1
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _deploy_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    return text[text.index("## Deploying\n") : text.index("### How callers authenticate\n")]
+
+
+def test_the_readme_deploy_path_names_only_context_keys_outputs_and_flags_that_exist(
+    template: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from infra.cli import main
+    from shared.errors import ModelKeyNotSetError
+
+    section = _deploy_section()
+    read = set(
+        re.findall(
+            r'try_get_context\("(\w+)"\)', "".join(p.read_text() for p in (ROOT / "infra").glob("*.py"))
+        )
+    )
+    keys = set(re.findall(r"-c (\w+)=", section))
+    assert {"model_name", "model_base_url", "model_key_secret_arn", "model_key_kms_key_arn"} <= keys
+    assert keys <= read, keys - read
+    outputs = set(re.findall(r"OutputKey=='(\w+)'", section))
+    assert outputs == {"ModelApiKeySecretArn", "ApiUrl"}
+    assert outputs <= set(template.to_json()["Outputs"])
+    # The error it quotes is the one a run records (up to the secret's ARN, made up there).
+    quoted = re.search(r"error: ModelKeyNotSetError: (.*)", section)
+    assert quoted is not None
+    arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:ModelApiKey…-AbCdEf"
+    assert quoted.group(1) == str(ModelKeyNotSetError(arn))
+    # Every flag the section gives `toolpipe run` and `toolpipe show` is one they take.
+    for command in ("run", "show"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        usage = capsys.readouterr().out
+        lines = re.findall(rf"toolpipe {command} [^\n`]*", section)
+        flags = {flag for line in lines for flag in re.findall(r"(--[a-z-]+)", line)}
+        assert command == "show" or {"--api", "--agent"} <= flags
+        for flag in flags:
+            assert flag in usage, (command, flag)
+    assert "--api-key" in section and "TOOLPIPE_API_URL" in section and "TOOLPIPE_API_KEY" in section
