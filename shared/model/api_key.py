@@ -35,7 +35,8 @@ class ApiKeySource(Protocol):
         ...
 
     def describe(self) -> str:
-        """Where the key comes from, for an error message (never the key itself)."""
+        """Where the key comes from, for an error message (never the key itself); "" when the
+        user set it in this process's environment and knows where it is."""
         ...
 
 
@@ -52,7 +53,7 @@ class StaticApiKey:
         return self._value
 
     def describe(self) -> str:
-        return "OPENAI_API_KEY" if self._value != NO_KEY else "no key (the endpoint takes none)"
+        return ""
 
 
 class SecretApiKey:

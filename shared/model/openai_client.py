@@ -123,12 +123,9 @@ class OpenAIModelClient:
                         key = fresh
                         continue
                 if not _is_retryable(e.status_code):
-                    # A bad key: say which one, so the user knows what to replace.
-                    where = (
-                        f" (the key in {self._api_key.describe()})"
-                        if e.status_code == 401 and self._api_key
-                        else ""
-                    )
+                    # A bad key from a secret: say which secret, so the user knows what to replace.
+                    source = self._api_key.describe() if e.status_code == 401 and self._api_key else ""
+                    where = f" (the key in {source})" if source else ""
                     raise ModelRejectedError(
                         f"model endpoint refused the request: {e.status_code} {_status_detail(e)}{where}"
                     ) from e
