@@ -27,12 +27,15 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from toolpipe.infra.functions import FUNCTIONS
 from toolpipe.infra.local.client import ServerError, read_server_file, try_lock
 from toolpipe.shared.agents.app import APP_ENV, AppRef, find_app, use_app
 from toolpipe.shared.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from toolpipe.infra.remote import RemoteSession
 
 _STARTED = time.monotonic()  # for `serve`'s "ready in"
 DEFAULT_PORT = 8710
@@ -192,6 +195,15 @@ class _Session:
             connection.close()
 
 
+def _open_session(args: argparse.Namespace, env: dict[str, str] | None = None) -> "_Session | RemoteSession":
+    """The deployed API named by `--api` (or TOOLPIPE_API_URL), else the local server."""
+    if args.api:
+        from toolpipe.infra.remote import RemoteSession
+
+        return RemoteSession(args.api, args.api_key)
+    return _Session(_state_dir(), env)
+
+
 def _reason(body: Any) -> str:
     return str(body.get("message", body) if isinstance(body, dict) else body)
 
@@ -201,7 +213,7 @@ def _refused(status: int, body: Any) -> CommandError:
     return CommandError(_reason(body), EXIT_USAGE if 400 <= status < 500 else EXIT_FAILED)
 
 
-def _messages(session: _Session, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+def _messages(session: "_Session | RemoteSession", run_id: str, after: int = 0) -> list[dict[str, Any]]:
     """Every history item after seq `after`, page by page (long contents are previews)."""
     items: list[dict[str, Any]] = []
     page: str | None = f"/runs/{run_id}/messages?after={after}"
@@ -214,7 +226,7 @@ def _messages(session: _Session, run_id: str, after: int = 0) -> list[dict[str, 
     return items
 
 
-def _run_view(session: _Session, run_id: str) -> dict[str, Any]:
+def _run_view(session: "_Session | RemoteSession", run_id: str) -> dict[str, Any]:
     """`GET /runs/{id}` with every execution and history item: what `show --json` prints."""
     status, body = session.request("GET", f"/runs/{run_id}")
     if status != 200:
@@ -236,7 +248,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     Text: the run's transcript on stdout as it happens. `--json`: the transcript on stderr (it is
     progress then) and the run, as `show --json` prints it, on stdout once it ended."""
     transcript = err if args.json else out
-    session = _Session(_state_dir(), {"TOOLPIPE_MODEL": args.model} if args.model else None)
+    session = _open_session(args, {"TOOLPIPE_MODEL": args.model} if args.model else None)
     try:
         health = session.health()
         if args.model and session.connection.child is None and health.get("model") != args.model:
@@ -247,7 +259,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 EXIT_USAGE,
             )
         app = os.environ.get(APP_ENV)
-        if session.connection.child is None and health.get("app") != app:
+        if not args.api and session.connection.child is None and health.get("app") != app:
             raise CommandError(
                 f"the server at {session.connection.info.url} runs app {health.get('app') or 'none'}, "
                 f"not {app or 'none'}: stop it, or run this from its project",
@@ -263,7 +275,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if status != 202:
             raise _refused(status, body)
         run_id = body["run_id"]
-        transcript.write(f"run {run_id} (agent {args.agent or _default_agent()})\n")
+        agent = args.agent or ("the stack's default" if args.api else _default_agent())
+        transcript.write(f"run {run_id} (agent {agent})\n")
         transcript.flush()
         deadline = time.monotonic() + args.timeout
         printed = 0  # the last seq printed: a stream that broke resumes after it
@@ -300,7 +313,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _finish(
-    session: _Session, record: dict[str, Any], args: argparse.Namespace, transcript: TextIO, out: TextIO
+    session: "_Session | RemoteSession",
+    record: dict[str, Any],
+    args: argparse.Namespace,
+    transcript: TextIO,
+    out: TextIO,
 ) -> int:
     usage = record["usage"]
     transcript.write(
@@ -315,7 +332,7 @@ def _finish(
 
 
 def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    session = _Session(_state_dir())
+    session = _open_session(args)
     try:
         body = _run_view(session, args.run_id)
     finally:
@@ -641,6 +658,10 @@ def _agent(name: str) -> str:
     from toolpipe.shared.agents import get_agent
     from toolpipe.shared.errors import UnknownAgentError
 
+    if _remote:  # a deployed stack's agents are its app's, not this folder's: it answers itself
+        if _request_error(agent=name) is not None:
+            raise argparse.ArgumentTypeError(f"not an agent name: {name!r}")
+        return name
     try:
         get_agent(name)
     except UnknownAgentError as e:
@@ -721,6 +742,25 @@ def _readable_file(text: str) -> Path:
     return path
 
 
+def _add_api_arguments(command: argparse.ArgumentParser) -> None:
+    from toolpipe.infra.remote import API_KEY_ENV, API_URL_ENV
+
+    command.add_argument(
+        "--api",
+        metavar="URL",
+        default=os.environ.get(API_URL_ENV) or None,
+        help=f"a deployed stack's API (its ApiUrl output, https://…/v1/) instead of the local server; "
+        f"requests are signed with SigV4 (default: ${API_URL_ENV})",
+    )
+    command.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=os.environ.get(API_KEY_ENV) or None,
+        help=f"with --api, send this key (x-api-key) instead of signing: a stack deployed with "
+        f"api_auth=api_key (default: ${API_KEY_ENV})",
+    )
+
+
 Command = Callable[[argparse.Namespace, TextIO, TextIO], int]  # (args, stdout, stderr) -> exit status
 
 
@@ -792,6 +832,8 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentPar
 
     show_parser = commands.add_parser("show", help="print a run's history", **options)
     show_parser.add_argument("run_id", type=_run_id)
+    for remote in (run_parser, show_parser):
+        _add_api_arguments(remote)
 
     commands.add_parser("agents", help="list the agents and their tools", **options)
 
@@ -837,14 +879,23 @@ APP_HELP = (
 )
 
 
+_remote = False  # this command talks to a deployed API (--api): its agents are not this folder's
+
+
 def _name_the_app(arguments: list[str]) -> None:
     """Find the app once, here, and hand it on through the environment: to this process's
-    handlers and to a server it starts (which may run from another folder). `init` needs none."""
+    handlers and to a server it starts (which may run from another folder). `init` and a
+    command for a deployed API need none."""
+    from toolpipe.infra.remote import API_URL_ENV
+
+    global _remote
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--app")
+    early.add_argument("--api", default=os.environ.get(API_URL_ENV) or None)
     early.add_argument("command", nargs="?")
     known, _ = early.parse_known_args(arguments)
-    if known.command == "init":
+    _remote = bool(known.api)
+    if known.command == "init" or _remote:
         return
     ref = AppRef(known.app.strip(), os.getcwd()) if known.app else find_app()
     if ref is not None:
@@ -892,7 +943,14 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         _name_the_app(arguments)
     except ConfigurationError as e:
         return _fail(err, str(e), EXIT_USAGE, json_errors)
-    args = _parser(out, err, json_errors).parse_args(arguments)
+    parser = _parser(out, err, json_errors)
+    args = parser.parse_args(arguments)
+    if getattr(args, "api_key", None) and not getattr(args, "api", None):
+        parser.error("--api-key (or TOOLPIPE_API_KEY) goes with --api (or TOOLPIPE_API_URL)")
+    if getattr(args, "api", None) and getattr(args, "model", None):
+        parser.error(
+            "--model applies to the local server: a deployed stack's model is set when deploying (-c model_name=…)"
+        )
     if args.command == "run" and args.timezone is None:
         args.timezone = _default_timezone(err)
     try:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -30,8 +31,11 @@ from toolpipe.infra.constructs import (
     Throttle,
     ToolQueue,
 )
+from toolpipe.infra.constructs.model_key import NO_MODEL_KEY, ModelKeySecret, resolve_model_key
 from toolpipe.infra.constructs.triggers import TriggerOptions, Triggers
 from toolpipe.shared.agents.app import find_app
+
+__all__ = ["NO_MODEL_KEY", "ToolPipeline"]
 
 
 class ToolPipeline(Construct):
@@ -55,6 +59,8 @@ class ToolPipeline(Construct):
         *,
         model_name: str = "gpt-4o-mini",
         model_base_url: str = "",
+        model_key_secret: ModelKeySecret = None,
+        model_key_kms_key_arn: str | None = None,
         api_auth: ApiAuth | str = ApiAuth.IAM,
         api_throttle: Throttle | None = None,
         admin_principal: str | None = None,
@@ -64,8 +70,12 @@ class ToolPipeline(Construct):
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
     ) -> None:
-        """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls
-        (its key goes into the `ModelApiKey` secret after deploying). `api_auth`: "iam" (SigV4,
+        """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls.
+        `model_key_secret`: where its API key is: None (the default) creates the empty
+        `ModelApiKey` secret, to put the key in after deploying; the complete ARN of a secret of
+        yours, or an `ISecret`, is read as it is (nothing created); `NO_MODEL_KEY` ("none") for an
+        endpoint of your own that takes no key. `model_key_kms_key_arn`: the customer-managed KMS
+        key that encrypts the secret given by ARN, if any. `api_auth`: "iam" (SigV4,
         the default) or "api_key" (a key and a usage plan, throttled by `api_throttle`).
         `admin_principal`: a caller who may read every run. `mcp_header_secrets`: ARNs of the
         secrets agents' MCP servers read their headers from. `triggers`: the S3 and
@@ -84,7 +94,15 @@ class ToolPipeline(Construct):
                 )
             app = found.module
         auth = ApiAuth.parse(api_auth)
-        self.storage = Storage(self, "Storage")
+        # Checked before anything is built: a bad value is one line, not a half-built tree.
+        given_key = resolve_model_key(
+            self, model_key_secret, kms_key_arn=model_key_kms_key_arn, model_base_url=model_base_url
+        )
+        self.storage = Storage(self, "Storage", create_model_key=model_key_secret is None)
+        # The secret the orchestrator reads its key from; None for an endpoint that takes none.
+        self.model_key: secretsmanager.ISecret | None = (
+            self.storage.model_key if model_key_secret is None else given_key
+        )
         self.tool_queue = ToolQueue(self, "ToolQueue")
         self.functions = Functions(
             self,
@@ -93,6 +111,8 @@ class ToolPipeline(Construct):
             tool_queue=self.tool_queue,
             model_name=model_name,
             model_base_url=model_base_url,
+            model_key=self.model_key,
+            model_key_kms_key_arn=model_key_kms_key_arn,
             admin_principal=admin_principal,
             mcp_header_secrets=mcp_header_secrets,
             app=app,

@@ -2,7 +2,8 @@
 
 Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.json):
 `api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (api_key only),
-`admin_principal`, `mcp_header_secrets` (comma-separated ARNs). `model_name` and
+`admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `model_key_secret_arn` (a
+secret's complete ARN, or `none`) and `model_key_kms_key_arn`. `model_name` and
 `model_base_url` reach it from `infra/app.py`.
 """
 
@@ -46,7 +47,9 @@ class ToolpipeStack(Stack):
         CfnOutput(self, "ApiUrl", value=p.rest_api.url)
         CfnOutput(self, "StateMachineArn", value=p.state_machine.state_machine_arn)
         CfnOutput(self, "TableName", value=p.table.table_name)
-        CfnOutput(self, "ModelApiKeySecretArn", value=p.storage.model_key.secret_arn)
+        if p.model_key is not None:
+            # Where to put the key (`put-secret-value`), or the secret you gave.
+            CfnOutput(self, "ModelApiKeySecretArn", value=p.model_key.secret_arn)
         CfnOutput(self, "ToolDeadLetterQueueUrl", value=p.tool_queue.dead_letters.queue_url)
         CfnOutput(
             self, "ExecutionEndedDeadLetterQueueUrl", value=p.run_flow.execution_ended_dead_letters.queue_url
@@ -91,6 +94,13 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     if admin:
         settings["admin_principal"] = str(admin)
     settings["triggers"] = TriggerOptions.from_context(node)  # the trigger_* keys (README "Triggers")
+    # `-c model_key_secret_arn=arn:…` (yours, read as is), `none` (no key), or unset (created empty).
+    model_key = node.try_get_context("model_key_secret_arn")
+    if model_key:
+        settings["model_key_secret"] = str(model_key).strip()
+    kms_key = node.try_get_context("model_key_kms_key_arn")
+    if kms_key:
+        settings["model_key_kms_key_arn"] = str(kms_key).strip()
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]

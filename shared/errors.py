@@ -168,5 +168,17 @@ class ModelRejectedError(ToolpipeError):
     same request cannot help, so the run fails at once."""
 
 
+class ModelKeyNotSetError(ModelRejectedError):
+    """The model API key's secret has no value yet (the stack creates it empty). Not retried:
+    no retry can set it. The message is the command that does, with the secret's real ARN."""
+
+    def __init__(self, secret_arn: str) -> None:
+        super().__init__(
+            "the model API key is not set: put it with `aws secretsmanager put-secret-value "
+            f"--secret-id {secret_arn} --secret-string YOUR_KEY`"
+        )
+        self.secret_arn = secret_arn
+
+
 class CallInProgressError(ToolpipeError):
     """Another delivery of the same tool call holds the claim; retry later (SQS redelivers)."""

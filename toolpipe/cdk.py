@@ -7,6 +7,6 @@ layers (no network), for checks and tests; never deploy such an assembly.
 from toolpipe.infra.app import SKIP_BUNDLING
 from toolpipe.infra.constructs import ApiAuth, Throttle
 from toolpipe.infra.constructs.triggers import TriggerOptions
-from toolpipe.infra.pipeline import ToolPipeline
+from toolpipe.infra.pipeline import NO_MODEL_KEY, ToolPipeline
 
-__all__ = ["SKIP_BUNDLING", "ApiAuth", "Throttle", "ToolPipeline", "TriggerOptions"]
+__all__ = ["NO_MODEL_KEY", "SKIP_BUNDLING", "ApiAuth", "Throttle", "ToolPipeline", "TriggerOptions"]

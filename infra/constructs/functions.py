@@ -7,11 +7,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from toolpipe.infra import app_code, bundling, limits
 from toolpipe.infra import functions as specs
+from toolpipe.infra.constructs.model_key import grant_decrypt
 from toolpipe.infra.constructs.nag import acknowledge, logical_id
 from toolpipe.infra.constructs.storage import Storage
 from toolpipe.infra.constructs.tool_queue import ToolQueue
@@ -32,6 +34,8 @@ class Functions(Construct):
         tool_queue: ToolQueue,
         model_name: str,
         model_base_url: str = "",
+        model_key: secretsmanager.ISecret | None = None,
+        model_key_kms_key_arn: str | None = None,
         admin_principal: str | None = None,
         mcp_header_secrets: Sequence[str] = (),
         app: str,
@@ -71,12 +75,13 @@ class Functions(Construct):
         self.orchestrator = self._function(
             specs.ORCHESTRATOR,
             [self.dependencies, self.model_client],
-            OPENAI_API_KEY_SECRET_ARN=storage.model_key.secret_arn,
             TOOLPIPE_MODEL=model_name,
             # Set here, not left to defaults: they must agree with the queue's (infra/limits.py).
             TOOLPIPE_CALL_TIMEOUT_SECONDS=str(limits.CALL_TIMEOUT_SECONDS),
             TOOLPIPE_CALL_HEARTBEAT_SECONDS=str(limits.CALL_HEARTBEAT_SECONDS),
             **({"OPENAI_BASE_URL": model_base_url} if model_base_url else {}),
+            # None: an endpoint that takes no key (`model_key_secret_arn=none`).
+            **({"OPENAI_API_KEY_SECRET_ARN": model_key.secret_arn} if model_key is not None else {}),
         )
         self.tool_worker = self._function(
             specs.TOOL_WORKER,
@@ -96,7 +101,12 @@ class Functions(Construct):
                 iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[run_objects])
             )
             storage.table.grant_read_write_data(fn)
-        storage.model_key.grant_read(self.orchestrator)
+        if model_key is not None:
+            # GetSecretValue on exactly that secret (and kms:Decrypt through Secrets Manager when
+            # it is encrypted with a key of yours); only the orchestrator calls the model.
+            model_key.grant_read(self.orchestrator)
+            if model_key_kms_key_arn is not None:
+                grant_decrypt(self.orchestrator, model_key_kms_key_arn, model_key.secret_arn)
         # Who may read every run, not only their own (`cdk deploy -c admin_principal=arn:...`).
         if admin_principal:
             self.api.add_environment("TOOLPIPE_ADMIN_PRINCIPAL", admin_principal)

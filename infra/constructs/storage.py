@@ -6,6 +6,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from toolpipe.infra.constructs.model_key import create_empty_secret
 from toolpipe.infra.constructs.nag import acknowledge
 from toolpipe.shared.history.store import (
     CALLER_INDEX,
@@ -17,9 +18,10 @@ from toolpipe.shared.history.store import (
 
 class Storage(Construct):
     """The run history (DynamoDB), items too large for it (S3) and the model API key (Secrets
-    Manager). Table and bucket are kept when the stack goes: they hold every run."""
+    Manager), unless the key is given or there is none (`create_model_key=False`: `model_key` is
+    None). Table and bucket are kept when the stack goes: they hold every run."""
 
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, create_model_key: bool = True) -> None:
         super().__init__(scope, construct_id)
         self.table = dynamodb.Table(
             self,
@@ -55,13 +57,12 @@ class Storage(Construct):
             reason="Only toolpipe's own functions read and write this bucket; CloudTrail data events "
             "are the audit path, and access logs would double every tool-output write.",
         )
-        self.model_key = secretsmanager.Secret(
-            self,
-            "ModelApiKey",
-            description="API key of the OpenAI-compatible model endpoint; set its value after deploying.",
-        )
-        acknowledge(
-            self.model_key,
-            id="AwsSolutions-SMG4",
-            reason="A third-party API key: it is rotated at the model provider, not by a Lambda here.",
-        )
+        self.model_key: secretsmanager.Secret | None = None
+        if create_model_key:
+            # Empty: each run says how to set it until it is (infra/constructs/model_key.py).
+            self.model_key = create_empty_secret(self, "ModelApiKey")
+            acknowledge(
+                self.model_key,
+                id="AwsSolutions-SMG4",
+                reason="A third-party API key: it is rotated at the model provider, not by a Lambda here.",
+            )

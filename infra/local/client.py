@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -38,6 +38,11 @@ LOG_FILE = "toolpipe.log"  # the server's output and every CLI process's logs (i
 # (and no run is running): long enough for `toolpipe run` then `toolpipe show` to share it.
 AUTO_IDLE_SECONDS = 1.0
 START_TIMEOUT_SECONDS = 60.0  # the runtime starts in ~2-4 s here; a loaded CI machine is slower
+# The deployed API has no event stream: a client of it reads new history items this often.
+POLL_SECONDS = 1.0
+
+# Signs one request: (method, absolute URL, headers, body) -> headers to add (SigV4, an API key).
+Auth = Callable[[str, str, dict[str, str], bytes | None], dict[str, str]]
 
 
 class ServerError(Exception):
@@ -149,51 +154,87 @@ def discover(home: Path) -> ServerInfo | None:
 
 
 class Client:
-    """The runs API of a local server over HTTP, plus its local-only routes."""
+    """The runs API over HTTP: a local server's (plus its local-only routes), or a deployed one's.
 
-    def __init__(self, url: str, *, caller: str | None = None, timeout: float = 60.0) -> None:
+    `url` is the server's root; requests go under `base_path` (the stage, `/v1`). Against a
+    deployed API (`Client.for_api`), `auth` signs each request and the events of a run are
+    read by polling, since only the local server streams them.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        caller: str | None = None,
+        timeout: float = 60.0,
+        base_path: str = f"/{STAGE}",
+        auth: Auth | None = None,
+        streams: bool = True,
+    ) -> None:
         self.url = url.rstrip("/")
         parts = urllib.parse.urlsplit(self.url)
+        self._https = parts.scheme == "https"
         self._host = parts.hostname or "127.0.0.1"
-        self._port = parts.port or 80
+        self._port = parts.port or (443 if self._https else 80)
+        self._base_path = base_path.rstrip("/")
         self._caller = caller
         self._timeout = timeout
+        self._auth = auth
+        self._streams = streams
+        self._what = "the local server" if streams else "the API"
+
+    @classmethod
+    def for_api(cls, api_url: str, auth: Auth | None, *, timeout: float = 60.0) -> "Client":
+        """A deployed runs API at its stage URL (the stack's `ApiUrl`: `https://…/v1/`)."""
+        parts = urllib.parse.urlsplit(api_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ServerError(f"not an API URL (https://…/v1): {api_url!r}")
+        root = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+        return cls(root, timeout=timeout, base_path=parts.path, auth=auth, streams=False)
 
     def _connection(self, timeout: float | None = None) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout or self._timeout)
+        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        return kind(self._host, self._port, timeout=timeout or self._timeout)
 
-    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+    def _headers(
+        self, method: str, path: str, body: bytes | None, extra: dict[str, str] | None = None
+    ) -> dict[str, str]:
         headers = {"Accept": "application/json", **(extra or {})}
         if self._caller is not None:
             headers[CALLER_HEADER] = self._caller
+        if self._auth is not None:
+            # Last: a signature covers the headers as they are sent.
+            headers.update(self._auth(method, f"{self.url}{path}", dict(headers), body))
         return headers
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """One API request; `path` is relative to the stage (`/runs/…`), as the API's links are."""
-        return self._send(method, f"/{STAGE}{path}", body)
+        return self._send(method, f"{self._base_path}{path}", body)
 
     def health(self) -> tuple[int, Any]:
         return self._send("GET", HEALTH_PATH, None)
 
     def _send(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         payload = None if body is None else json.dumps(body).encode()
-        headers = self._headers({"Content-Type": "application/json"} if payload is not None else None)
+        headers = self._headers(
+            method, path, payload, {"Content-Type": "application/json"} if payload is not None else None
+        )
         connection = self._connection()
         try:
             connection.request(method, path, body=payload, headers=headers)
             response = connection.getresponse()
             data = response.read()
         except ConnectionRefusedError as e:
-            raise ServerBusyError(f"the local server at {self.url} is not answering") from e
+            raise ServerBusyError(f"{self._what} at {self.url} is not answering") from e
         except (OSError, http.client.HTTPException) as e:
-            raise ServerError(f"lost the local server at {self.url}: {type(e).__name__}: {e}") from e
+            raise ServerError(f"lost {self._what} at {self.url}: {type(e).__name__}: {e}") from e
         finally:
             connection.close()
         try:
             parsed = json.loads(data) if data else None
         except ValueError:
             parsed = data.decode(errors="replace")
-        if response.status == 503:
+        if response.status == 503 and self._streams:
             raise ServerBusyError(f"the local server at {self.url} is shutting down")
         return response.status, parsed
 
@@ -203,14 +244,20 @@ class Client:
         Raises:
             ServerError: the stream could not be opened, or broke before the server ended it.
         """
+        if not self._streams:
+            yield from self._poll_events(run_id, after=after, timeout=timeout)
+            return
         query = urllib.parse.urlencode({"timeout": f"{timeout:g}"})
         # The read timeout outlasts the server's keep-alive comments (every few seconds).
         connection = self._connection(timeout=60.0)
+        path = f"{self._base_path}/runs/{urllib.parse.quote(run_id)}/events?{query}"
         try:
             connection.request(
                 "GET",
-                f"/{STAGE}/runs/{urllib.parse.quote(run_id)}/events?{query}",
-                headers=self._headers({"Accept": "text/event-stream", "Last-Event-ID": str(after)}),
+                path,
+                headers=self._headers(
+                    "GET", path, None, {"Accept": "text/event-stream", "Last-Event-ID": str(after)}
+                ),
             )
             response = connection.getresponse()
             if response.status != 200:
@@ -229,6 +276,36 @@ class Client:
             raise ServerError(f"lost the local server at {self.url}: {type(e).__name__}: {e}") from e
         finally:
             connection.close()
+
+    def _poll_events(self, run_id: str, *, after: int, timeout: float) -> Iterator[tuple[str, Any]]:
+        """The same events as the local stream, read from the deployed API's routes: each new
+        history item once, in order, then `end` with the run record (or `timeout`)."""
+        deadline = time.monotonic() + timeout
+        run_path = f"/runs/{urllib.parse.quote(run_id)}"
+        while True:
+            # The record first: items written before it ended are all in the page read next.
+            record = self._get(run_path)["run"]
+            page: str | None = f"{run_path}/messages?after={after}"
+            while page:
+                listed = self._get(page)
+                for item in listed["messages"]:
+                    after = int(item["seq"])
+                    yield "item", item
+                page = listed["next"]
+            if record["status"] != "running":
+                yield "end", {"run": record}
+                return
+            if time.monotonic() + POLL_SECONDS > deadline:
+                yield "timeout", {}
+                return
+            time.sleep(POLL_SECONDS)
+
+    def _get(self, path: str) -> Any:
+        status, body = self.request("GET", path)
+        if status != 200:
+            message = body.get("message", body) if isinstance(body, dict) else body
+            raise ServerError(f"{self._what} answered {status}: {message}")
+        return body
 
 
 def _parse_events(stream: IO[bytes]) -> Iterator[tuple[str, Any]]:

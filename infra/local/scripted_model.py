@@ -100,8 +100,14 @@ def _completion(request: dict[str, Any], reply: Reply, counter: int) -> dict[str
 
 
 class ScriptedModelServer:
-    def __init__(self, responder: Responder, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, responder: Responder, host: str = "127.0.0.1", port: int = 0, *, api_key: str | None = None
+    ) -> None:
         self.responder = responder
+        # When set, a request without `Authorization: Bearer <api_key>` gets the 401 a real
+        # provider gives for a wrong key (and never reaches the responder).
+        self.api_key = api_key
+        self.refused_keys = 0
         self.requests: list[dict[str, Any]] = []
         # The client's port for each request in `requests`: equal ports mean a reused connection.
         self.client_ports: list[int] = []
@@ -140,6 +146,23 @@ class ScriptedModelServer:
                     return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                    return
+                if (
+                    server.api_key is not None
+                    and self.headers.get("Authorization") != f"Bearer {server.api_key}"
+                ):
+                    with server._lock:
+                        server.refused_keys += 1
+                    self._send_json(
+                        401,
+                        {
+                            "error": {
+                                "message": "Incorrect API key provided.",
+                                "type": "invalid_request_error",
+                                "code": "invalid_api_key",
+                            }
+                        },
+                    )
                     return
                 with server._lock:
                     server.requests.append(request)

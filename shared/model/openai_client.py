@@ -32,6 +32,7 @@ from openai import AsyncOpenAI
 
 from toolpipe.shared.errors import ModelCallError, ModelRejectedError, ModelResponseError
 from toolpipe.shared.messages import ToolCall, text_safe
+from toolpipe.shared.model.api_key import ApiKeySource
 from toolpipe.shared.model.port import ModelReply
 
 # Time kept back for writing the reply to DynamoDB and returning to Step Functions.
@@ -62,12 +63,15 @@ class OpenAIModelClient:
         self,
         client: AsyncOpenAI,
         *,
+        api_key: ApiKeySource | None = None,
         timeout_seconds: float = 60.0,
         max_retries: int = 3,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
+        # None: the key the client was built with, as it is.
+        self._api_key = api_key
         self._timeout = timeout_seconds
         self._max_retries = max_retries
         self._sleep = sleep
@@ -94,10 +98,13 @@ class OpenAIModelClient:
         """One model reply, retried within the deadline.
 
         Raises:
+            ModelKeyNotSetError: the key's secret has no value yet (before any request is sent).
             ModelRejectedError: the endpoint refused the request (4xx other than 408/409/429).
             ModelCallError: every attempt the time allowed failed. Always this exact class,
                 whatever the last failure was: Step Functions retries by error name.
         """
+        key = None if self._api_key is None else self._api_key.get()
+        key_reread = False
         attempt = 0
         while True:
             budget = deadline - self._clock() - RESERVE_SECONDS
@@ -105,11 +112,22 @@ class OpenAIModelClient:
                 raise ModelCallError(f"no time left for a model call ({budget:.1f} s after reserve)")
             failure: Exception
             try:
-                return self._attempt(model, messages, tools, timeout=min(self._timeout, budget))
+                return self._attempt(model, messages, tools, timeout=min(self._timeout, budget), key=key)
             except openai.APIStatusError as e:
+                if e.status_code == 401 and self._api_key is not None and not key_reread:
+                    # The cached key may be one replaced since (put-secret-value): read it again,
+                    # once, and try again at once if it changed.
+                    key_reread = True
+                    fresh = self._api_key.refresh()
+                    if fresh != key:
+                        key = fresh
+                        continue
                 if not _is_retryable(e.status_code):
+                    # A bad key from a secret: say which secret, so the user knows what to replace.
+                    source = self._api_key.describe() if e.status_code == 401 and self._api_key else ""
+                    where = f" (the key in {source})" if source else ""
                     raise ModelRejectedError(
-                        f"model endpoint refused the request: {e.status_code} {_status_detail(e)}"
+                        f"model endpoint refused the request: {e.status_code} {_status_detail(e)}{where}"
                     ) from e
                 failure, wait = e, _retry_after(e.response.headers)
             except (openai.APIConnectionError, ModelResponseError, TimeoutError) as e:
@@ -129,13 +147,18 @@ class OpenAIModelClient:
             attempt += 1
 
     def _attempt(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], timeout: float
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        timeout: float,
+        key: str | None = None,
     ) -> ModelReply:
         body: dict[str, Any] = {"model": model, "messages": messages}
         if tools:
             body["tools"] = tools
             body["parallel_tool_calls"] = True
-        future = asyncio.run_coroutine_threadsafe(self._post(body, timeout), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._post(body, timeout, key), self._loop)
         try:
             # Waiting here rather than in asyncio.wait_for: the caller is back at the deadline
             # even if the cancelled request takes a while to clean up on the loop.
@@ -145,14 +168,17 @@ class OpenAIModelClient:
             raise TimeoutError(f"no complete answer within {timeout:.1f} s") from e
         return parse_completion(answer)
 
-    async def _post(self, body: dict[str, Any], timeout: float) -> bytes:
+    async def _post(self, body: dict[str, Any], timeout: float, key: str | None) -> bytes:
         # The client's documented way to post a body as it is (`client.post`), and the answer as
         # text: the SDK's own parse would hand back a str for an HTML body and fail on a null
         # tool name, so the body is parsed here. `chat.completions.create` would first walk every
         # message of the history through its type hints (`maybe_transform`), a cost that grew
         # with each turn; the messages here are already the wire's JSON.
+        # Per request, the SDK's documented header override: the key may change between calls
+        # (set after deploying, or rotated) while the client is built once per cold start.
+        headers = {} if key is None else {"Authorization": f"Bearer {key}"}
         text: str = await self._client.post(
-            "/chat/completions", cast_to=str, body=body, options={"timeout": timeout}
+            "/chat/completions", cast_to=str, body=body, options={"timeout": timeout, "headers": headers}
         )
         return text.encode()
 

@@ -1,9 +1,10 @@
 """Builds each entry point's service from settings, once per cold start."""
 
 import boto3
-from aws_lambda_powertools.utilities import parameters
 
+from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.history import DynamoHistoryStore
+from toolpipe.shared.model.api_key import NO_KEY, ApiKeySource, SecretApiKey, StaticApiKey
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.model_step import ModelStep
@@ -33,16 +34,17 @@ def build_events(settings: EventSettings) -> EventPublisher:
     return EventPublisher(boto3.client("events", config=CLIENT_CONFIG), settings.bus_name)
 
 
-def _api_key(settings: ModelSettings) -> str:
+def build_api_key(settings: ModelSettings) -> ApiKeySource:
+    """Where the orchestrator's model key comes from; nothing is read until a call needs it."""
     if settings.api_key_secret_arn:
-        # Cached by Powertools for the life of the execution environment.
-        return str(parameters.get_secret(settings.api_key_secret_arn, max_age=3600))
+        return SecretApiKey(settings.api_key_secret_arn)
     if settings.api_key:
-        return settings.api_key
+        return StaticApiKey(settings.api_key)
     if settings.base_url:
-        # Many self-hosted OpenAI-compatible servers take no key; the client insists on one.
-        return "unused"
-    raise ValueError("set OPENAI_API_KEY_SECRET_ARN (deployed) or OPENAI_API_KEY (local)")
+        # Many self-hosted OpenAI-compatible servers take no key (the stack's
+        # `model_key_secret_arn=none`); the client insists on one.
+        return StaticApiKey(NO_KEY)
+    raise ConfigurationError("set OPENAI_API_KEY_SECRET_ARN (deployed) or OPENAI_API_KEY (local)")
 
 
 def build_model_step(
@@ -51,8 +53,12 @@ def build_model_step(
     # Imported here: only the orchestrator has the openai package.
     from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
 
+    api_key = build_api_key(model)
     client = OpenAIModelClient(
-        build_openai_client(model.base_url, _api_key(model)),
+        # The key is sent with each request (`api_key`), read when the call is made: a secret
+        # still empty at cold start must not fail the build, nor stay cached once it is set.
+        build_openai_client(model.base_url, NO_KEY),
+        api_key=api_key,
         timeout_seconds=model.timeout_seconds,
         max_retries=model.max_retries,
     )
