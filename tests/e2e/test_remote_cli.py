@@ -159,7 +159,9 @@ def test_run_and_show_against_an_api_url_poll_it_to_the_answer(monkeypatch: pyte
         with LocalServer(pipeline.runtime) as server:
             out, err = io.StringIO(), io.StringIO()
             code = main(
-                ["run", "What is 2+3?", "--agent", "assistant", "--api", f"{server.api_url}/"], out=out, err=err
+                ["run", "What is 2+3?", "--agent", "assistant", "--api", f"{server.api_url}/"],
+                out=out,
+                err=err,
             )
             assert code == 0, out.getvalue() + err.getvalue()
             lines = out.getvalue().splitlines()

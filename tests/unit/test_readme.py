@@ -39,3 +39,28 @@ def test_every_public_name_resolves() -> None:
     for module in (toolpipe, toolpipe.cdk, toolpipe.testing):
         for name in module.__all__:
             assert getattr(module, name) is not None, f"{module.__name__}.{name}"
+
+
+def test_the_defining_tools_examples_pass_the_projects_own_checks(tmp_path: Path) -> None:
+    # Copied into a project, they must pass what `make test` holds code to: ruff and mypy --strict.
+    import subprocess
+    import sys
+
+    from mypy import api
+
+    text = README.read_text()
+    section = text[text.index("## Defining tools") : text.index("## The REST API")]
+    example = tmp_path / "readme_example.py"
+    example.write_text("\n\n".join(re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)))
+    root = README.parent
+    stdout, stderr, status = api.run(
+        ["--strict", "--follow-imports=silent", "--config-file", str(root / "pyproject.toml"), str(example)]
+    )
+    assert status == 0, stdout + stderr
+    lint = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--config", str(root / "pyproject.toml"),
+         "--ignore", "E402,I001,F811", str(example)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    # (E402, I001, F811: the blocks are one file here, each with its own imports.)
+    assert lint.returncode == 0, lint.stdout
