@@ -1,16 +1,17 @@
-"""Builds each entry point's service from settings, once per cold start."""
+"""Builds each entry point's service from settings, once per cold start.
+
+Each builder imports its own service's module: a function imports this factory, and must not
+pay at its cold start for the other functions' services (the tool worker for the model step,
+the API for the tool executor).
+"""
+
+from typing import TYPE_CHECKING
 
 import boto3
-from aws_lambda_powertools.utilities import parameters
 
 from shared.history import DynamoHistoryStore
-from shared.runs.cancel import RunCanceller
 from shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
-from shared.runs.model_step import ModelStep
 from shared.runs.ports import StepFunctionsStarter, StepFunctionsStopper, StepFunctionsTaskReporter
-from shared.runs.starter import RunStarter
-from shared.runs.tool_executor import ToolCallExecutor
-from shared.runs.triggers import AnswerWriter, S3ObjectStore, TriggerService
 from shared.settings import (
     CallTimeouts,
     EventSettings,
@@ -20,6 +21,13 @@ from shared.settings import (
     TriggerSettings,
     WorkerSettings,
 )
+
+if TYPE_CHECKING:
+    from shared.runs.cancel import RunCanceller
+    from shared.runs.model_step import ModelStep
+    from shared.runs.starter import RunStarter
+    from shared.runs.tool_executor import ToolCallExecutor
+    from shared.runs.triggers import TriggerService
 
 
 def build_store(settings: StoreSettings) -> DynamoHistoryStore:
@@ -36,6 +44,8 @@ def build_events(settings: EventSettings) -> EventPublisher:
 def _api_key(settings: ModelSettings) -> str:
     if settings.api_key_secret_arn:
         # Cached by Powertools for the life of the execution environment.
+        from aws_lambda_powertools.utilities import parameters
+
         return str(parameters.get_secret(settings.api_key_secret_arn, max_age=3600))
     if settings.api_key:
         return settings.api_key
@@ -47,9 +57,11 @@ def _api_key(settings: ModelSettings) -> str:
 
 def build_model_step(
     store: StoreSettings, model: ModelSettings, timeouts: CallTimeouts, events: EventSettings
-) -> ModelStep:
+) -> "ModelStep":
     # Imported here: only the orchestrator has the openai package.
     from shared.model.openai_client import OpenAIModelClient, build_openai_client
+    from shared.runs.model_step import ModelStep
+    from shared.runs.triggers import AnswerWriter, S3ObjectStore
 
     client = OpenAIModelClient(
         build_openai_client(model.base_url, _api_key(model)),
@@ -72,7 +84,9 @@ def build_model_step(
 
 def build_tool_executor(
     store: StoreSettings, worker: WorkerSettings, machine: StateMachineSettings, events: EventSettings
-) -> ToolCallExecutor:
+) -> "ToolCallExecutor":
+    from shared.runs.tool_executor import ToolCallExecutor
+
     sfn = boto3.client("stepfunctions")
     return ToolCallExecutor(
         build_store(store),
@@ -85,7 +99,9 @@ def build_tool_executor(
 
 def build_run_starter(
     store: StoreSettings, machine: StateMachineSettings, events: EventSettings
-) -> RunStarter:
+) -> "RunStarter":
+    from shared.runs.starter import RunStarter
+
     return RunStarter(
         build_store(store),
         StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
@@ -95,7 +111,9 @@ def build_run_starter(
 
 def build_run_canceller(
     store: StoreSettings, machine: StateMachineSettings, events: EventSettings, admin_principal: str | None
-) -> RunCanceller:
+) -> "RunCanceller":
+    from shared.runs.cancel import RunCanceller
+
     return RunCanceller(
         build_store(store),
         StepFunctionsStopper(boto3.client("stepfunctions"), machine.state_machine_arn),
@@ -106,7 +124,9 @@ def build_run_canceller(
 
 def build_trigger_service(
     store: StoreSettings, machine: StateMachineSettings, events: EventSettings, triggers: TriggerSettings
-) -> TriggerService:
+) -> "TriggerService":
+    from shared.runs.triggers import S3ObjectStore, TriggerService
+
     return TriggerService(
         build_run_starter(store, machine, events), S3ObjectStore(boto3.client("s3")), triggers
     )
