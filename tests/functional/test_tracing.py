@@ -81,7 +81,7 @@ def test_tracing_on_traces_the_handler_through_xray() -> None:
         answer, xray_loaded = json.loads(run_python(code, env))
         assert answer == {"outcome": "ignored"} and xray_loaded
         # The daemon protocol: a JSON header line, then the segment document.
-        datagrams = []
+        datagrams: list[str] = []
         while not any("## lambda_handler" in d for d in datagrams):
             datagrams.append(daemon.recv(65535).decode())
     segment = json.loads(next(d for d in datagrams if "## lambda_handler" in d).split("\n", 1)[1])
