@@ -57,6 +57,31 @@ print((imported - wall) * 1000, (import_cpu - used) * 1000, (time.perf_counter()
 """
 
 
+# Compiling, in one fresh interpreter, every source file the import loaded from our code and
+# from the layers (not the runtime's own packages): what a cold start on Lambda adds today,
+# where no bytecode for its Python ships (the build machine's Python is another version).
+COMPILE = """
+import os, sys, time
+import {module}
+site = next(p for p in sys.path if p.endswith("site-packages"))
+provided, ours, layers = {provided!r}, 0.0, 0.0
+for m in list(sys.modules.values()):
+    path = getattr(m, "__file__", None) or ""
+    if not path.endswith(".py"):
+        continue
+    mine = path.startswith({root!r} + os.sep)
+    if not mine and (not path.startswith(site) or path[len(site) + 1 :].split("/")[0].split(".")[0] in provided):
+        continue
+    with open(path, "rb") as f:
+        source = f.read()
+    started = time.process_time()
+    compile(source, path, "exec")
+    spent = time.process_time() - started
+    ours, layers = (ours + spent, layers) if mine else (ours, layers + spent)
+print(ours * 1000, layers * 1000)
+"""
+
+
 @dataclass(frozen=True)
 class ImportTime:
     wall_ms: float
@@ -112,6 +137,21 @@ def measure_import(spec: FunctionSpec, *, tracing: bool, repeats: int) -> Import
     )
 
 
+def compile_ms(spec: FunctionSpec, provided: list[str], repeats: int) -> tuple[float, float]:
+    """CPU ms to compile the sources the import loads: our code's, the layers'."""
+    code = COMPILE.format(module=spec.module, provided=provided, root=str(ROOT))
+    samples = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=function_env(False), cwd=ROOT, capture_output=True, text=True
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"importing {spec.module} failed: {out.stderr.strip().splitlines()[-1]}")
+        ours, layers = out.stdout.split()
+        samples.append((float(ours), float(layers)))
+    return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+
+
 def tree_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -148,6 +188,14 @@ def layer_bytes(name: str) -> int:
     return tree_bytes(layer_dir / "python")
 
 
+def runtime_provided() -> list[str]:
+    """What the Lambda runtime provides and the layers leave out (boto3 and what it needs)."""
+    os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+    from infra.bundling import RUNTIME_PROVIDED  # imports aws_cdk: only here
+
+    return RUNTIME_PROVIDED
+
+
 def layers_of(spec: FunctionSpec) -> list[str]:
     # Every function gets the dependencies; only the orchestrator the openai layer
     # (infra/constructs/functions.py; pinned by tests/infra/test_stack.py).
@@ -180,6 +228,17 @@ def report(repeats: int, layers: bool) -> None:
             f"{on.wall_ms:>7.0f} ms ({on.cpu_ms:>4.0f})  {off.first_call_ms:>7.0f} ms  {off.rss_mb} MB"
         )
     print(f"  load average after: {load_average()}")
+
+    provided = runtime_provided()
+    print(
+        "compiling the sources each import loads (CPU ms, median): what Lambda adds to the import "
+        "above, as no bytecode for its Python ships"
+    )
+    for spec in FUNCTIONS.values():
+        ours_ms, layers_ms = compile_ms(spec, provided, repeats)
+        print(
+            f"  {spec.name:<13} our code {ours_ms:>4.0f} ms + layers {layers_ms:>4.0f} ms = {ours_ms + layers_ms:>4.0f} ms"
+        )
 
     code = code_asset_bytes()
     print("bundle: what each function deploys, unzipped: code asset + layers")

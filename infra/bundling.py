@@ -32,7 +32,7 @@ DEPS_REQUIREMENTS = [
 ]
 MODEL_REQUIREMENTS = ["openai>=1.40"]
 # The Python runtime already has boto3 and what it needs (aws-xray-sdk pulls them in again).
-_RUNTIME_PROVIDED = [
+RUNTIME_PROVIDED = [
     "boto3",
     "botocore",
     "s3transfer",
@@ -97,7 +97,7 @@ def layer_code(requirements: list[str], skip: list[str] | None = None) -> lambda
 # Each layer's requirements and what is removed after pip, by the layer's construct id: what
 # the stack builds, and what `python -m benchmarks.coldstart` measures.
 LAYERS: dict[str, tuple[list[str], list[str]]] = {
-    "Dependencies": (DEPS_REQUIREMENTS, _RUNTIME_PROVIDED),
+    "Dependencies": (DEPS_REQUIREMENTS, RUNTIME_PROVIDED),
     "ModelClient": (MODEL_REQUIREMENTS, _MODEL_LAYER_SKIP),
 }
 
