@@ -50,13 +50,15 @@ class ToolPipeline(Construct):
         admin_principal: str | None = None,
         mcp_header_secrets: Sequence[str] = (),
         triggers: TriggerOptions | None = None,
+        tracing: bool = True,
     ) -> None:
         """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls
         (its key goes into the `ModelApiKey` secret after deploying). `api_auth`: "iam" (SigV4,
         the default) or "api_key" (a key and a usage plan, throttled by `api_throttle`).
         `admin_principal`: a caller who may read every run. `mcp_header_secrets`: ARNs of the
         secrets agents' MCP servers read their headers from. `triggers`: the S3 and
-        RunRequested triggers' settings and schedules (README "Triggers")."""
+        RunRequested triggers' settings and schedules (README "Triggers"). `tracing`: False
+        deploys the functions without X-Ray, which they then never import (README "Cold start")."""
         super().__init__(scope, construct_id)
         auth = ApiAuth.parse(api_auth)
         self.storage = Storage(self, "Storage")
@@ -70,6 +72,7 @@ class ToolPipeline(Construct):
             model_base_url=model_base_url,
             admin_principal=admin_principal,
             mcp_header_secrets=mcp_header_secrets,
+            tracing=tracing,
         )
         self.run_flow = RunFlow(
             self, "RunFlow", orchestrator=self.functions.orchestrator, tool_queue=self.tool_queue.queue
@@ -94,6 +97,7 @@ class ToolPipeline(Construct):
             code=self.functions.code,
             layers=[self.functions.dependencies],
             environment=self.functions.environment,
+            tracing=self.functions.tracing,
             options=triggers or TriggerOptions(),
         )
         self.run_events.grant_publish(self.triggers.function)  # RunStarted for the runs it starts

@@ -2,7 +2,8 @@
 
 Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.json):
 `api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (api_key only),
-`admin_principal`, `mcp_header_secrets` (comma-separated ARNs). `model_name` and
+`admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `tracing` ("false": the
+functions neither trace nor load X-Ray; README "Cold start"). `model_name` and
 `model_base_url` reach it from `infra/app.py`.
 """
 
@@ -91,10 +92,22 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     if admin:
         settings["admin_principal"] = str(admin)
     settings["triggers"] = TriggerOptions.from_context(node)  # the trigger_* keys (README "Triggers")
+    tracing = node.try_get_context("tracing")
+    if tracing is not None:
+        settings["tracing"] = _flag("tracing", tracing)
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]
     return settings
+
+
+def _flag(name: str, value: object) -> bool:
+    # `-c name=VALUE` arrives as a string, cdk.json's as a JSON boolean.
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "false"):
+        return str(value).lower() == "true"
+    raise ValueError(f"{name} must be true or false, not {value!r}")
 
 
 def _number(name: str, value: object, kind: type[int] | type[float]) -> Any:

@@ -40,8 +40,11 @@ class Functions(Construct):
         model_base_url: str = "",
         admin_principal: str | None = None,
         mcp_header_secrets: Sequence[str] = (),
+        tracing: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
+        # Public, like the code and layers: a function built elsewhere from them traces alike.
+        self.tracing = lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED
         # Public, with the layers and the environment below: a construct that adds a function of
         # its own (a trigger's) builds it from the same code, layers and settings.
         self.code = lambda_.Code.from_asset(str(ROOT), exclude=_SOURCE_ONLY, ignore_mode=IgnoreMode.GIT)
@@ -66,6 +69,8 @@ class Functions(Construct):
             "TABLE_NAME": storage.table.table_name,
             "BUCKET_NAME": storage.bucket.bucket_name,
             "POWERTOOLS_SERVICE_NAME": "toolpipe",
+            # Without it Powertools' Tracer would still load X-Ray on Lambda (shared/tracing.py).
+            **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"}),
         }
 
         self.orchestrator = self._function(
@@ -151,7 +156,7 @@ class Functions(Construct):
             layers=layers,
             timeout=Duration.seconds(spec.timeout_seconds),
             memory_size=spec.memory_mb,
-            tracing=lambda_.Tracing.ACTIVE,
+            tracing=self.tracing,
             environment={**self.environment, **env},
             log_group=logs.LogGroup(self, f"{spec.construct_id}Logs", retention=logs.RetentionDays.ONE_MONTH),
         )
