@@ -60,10 +60,11 @@ synth: install
 deploy: install
 	cdk deploy
 
-# Figures against peers on one scripted server; installs the `bench` extra (the Agents SDK) first.
+# Cold starts and bundle sizes (pip builds the layers once, into build/), then figures against
+# peers on one scripted server; installs the `bench` extra (the Agents SDK) first.
 bench: install
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[bench]'
-	$(BIN)/python benchmarks/pipeline.py
+	$(BIN)/python -m benchmarks.pipeline
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .toolpipe .pytest_cache .mypy_cache .ruff_cache *.egg-info

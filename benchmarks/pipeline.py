@@ -1,6 +1,9 @@
 """Prints figures for the local pipeline, its peers and the handlers' cold starts.
 
-    make bench            # or: python benchmarks/pipeline.py --repeats 5
+    make bench            # or: python -m benchmarks.pipeline --repeats 5
+
+First, the functions' cold starts and bundle sizes (benchmarks/coldstart.py, which also runs
+alone: `python -m benchmarks.coldstart`).
 
 Everything runs in one process against one scripted OpenAI-compatible server on 127.0.0.1:
 the bare `openai` client's loop (call the model, run the tool, append, again), the OpenAI
@@ -24,43 +27,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-COLD_START = """
-import resource, sys, time
-t = time.perf_counter()
-import {module}
-print(round((time.perf_counter() - t) * 1000), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
-"""
 MODEL = "scripted"
 PROMPT = "Count up, one tool call a turn."
 FAN_OUT = 10
 TOOL_SECONDS = 1.0
-
-
-def cold_starts() -> None:
-    env = {
-        **os.environ,
-        "TABLE_NAME": "t",
-        "BUCKET_NAME": "b",
-        "STATE_MACHINE_ARN": "arn",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    from toolpipe.infra.functions import FUNCTIONS
-
-    print("cold start: import time and peak RSS of each handler module (fresh interpreter, warm disk cache)")
-    for module in (spec.module for spec in FUNCTIONS.values()):
-        samples = []
-        for _ in range(3):
-            out = subprocess.run(
-                [sys.executable, "-c", COLD_START.format(module=module)],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.split()
-            samples.append((int(out[0]), int(out[1])))
-        ms = statistics.median(s[0] for s in samples)
-        rss = max(s[1] for s in samples)
-        print(f"  {module:<34} {ms:>5.0f} ms  {rss:>4d} MB")
 
 
 # --- the scripted model: N turns of one `sum` call, or one turn of parallel waits ------------
@@ -301,9 +271,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-cold-start", action="store_true")
+    parser.add_argument("--no-layers", action="store_true", help="cold start: code asset only, no pip")
     args = parser.parse_args()
     if not args.no_cold_start:
-        cold_starts()
+        from benchmarks import coldstart
+
+        coldstart.report(args.repeats, layers=not args.no_layers)
     report(figures(args.repeats))
 
 

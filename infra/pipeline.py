@@ -69,6 +69,7 @@ class ToolPipeline(Construct):
         app: str | None = None,
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
+        tracing: bool = True,
     ) -> None:
         """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls.
         `model_key_secret`: where its API key is: None (the default) creates the empty
@@ -83,7 +84,8 @@ class ToolPipeline(Construct):
         that defines the agents (default: `[tool.toolpipe] app` of the nearest pyproject.toml);
         its top-level package is bundled with the functions. `packages`: other top-level packages
         of yours that it imports, bundled too. `requirements`: pip requirements your tools
-        import, added to the functions' dependencies layer."""
+        import, added to the functions' dependencies layer. `tracing`: False
+        deploys the functions without X-Ray, which they then never import (README "Cold start")."""
         super().__init__(scope, construct_id)
         if app is None:
             found = find_app()
@@ -118,6 +120,7 @@ class ToolPipeline(Construct):
             app=app,
             packages=packages,
             requirements=requirements,
+            tracing=tracing,
         )
         self.run_flow = RunFlow(
             self, "RunFlow", orchestrator=self.functions.orchestrator, tool_queue=self.tool_queue.queue
@@ -142,6 +145,7 @@ class ToolPipeline(Construct):
             code=self.functions.code,
             layers=[self.functions.dependencies],
             environment=self.functions.environment,
+            tracing=self.functions.tracing,
             options=triggers or TriggerOptions(),
         )
         self.run_events.grant_publish(self.triggers.function)  # RunStarted for the runs it starts

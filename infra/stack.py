@@ -3,7 +3,8 @@
 Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.json):
 `api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (api_key only),
 `admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `model_key_secret_arn` (a
-secret's complete ARN, or `none`) and `model_key_kms_key_arn`. `model_name` and
+secret's complete ARN, or `none`), `model_key_kms_key_arn` and `tracing` ("false": the
+functions neither trace nor load X-Ray; README "Cold start"). `model_name` and
 `model_base_url` reach it from `infra/app.py`.
 """
 
@@ -101,10 +102,22 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     kms_key = node.try_get_context("model_key_kms_key_arn")
     if kms_key:
         settings["model_key_kms_key_arn"] = str(kms_key).strip()
+    tracing = node.try_get_context("tracing")
+    if tracing is not None:
+        settings["tracing"] = _flag("tracing", tracing)
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]
     return settings
+
+
+def _flag(name: str, value: object) -> bool:
+    # `-c name=VALUE` arrives as a string, cdk.json's as a JSON boolean.
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "false"):
+        return str(value).lower() == "true"
+    raise ValueError(f"{name} must be true or false, not {value!r}")
 
 
 def _number(name: str, value: object, kind: type[int] | type[float]) -> Any:

@@ -322,7 +322,9 @@ class StartRunRequest(BaseModel):
         max_length=MAX_TOOLS,
         description="Allow-list: the run may use only these of the agent's tools.",
     )
-    mcp_servers: list[Annotated[str, Field(pattern=r"^https?://[^\s]{1,2000}$")]] | None = Field(
+    # `\S+` and a length, not `\S{1,2000}`: pydantic-core's regex engine compiles a counted
+    # repetition of a Unicode class into a large automaton (17 ms of every cold start).
+    mcp_servers: list[Annotated[str, Field(pattern=r"^https?://\S+$", max_length=2008)]] | None = Field(
         default=None,
         max_length=MAX_RUN_MCP_SERVERS,
         description="MCP server URLs (streamable HTTP) whose tools this run offers too, named mcp_<tool> "

@@ -14,7 +14,7 @@ from http import HTTPStatus
 from typing import Annotated, Any
 
 import boto3
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import (
     BadRequestError,
@@ -38,16 +38,16 @@ from toolpipe.shared.errors import (
     describe_validation_error,
 )
 from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
-from toolpipe.shared.runs import RunStarter
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.factory import build_run_canceller, build_run_starter, build_store
 from toolpipe.shared.runs.report import PAGE_LIMIT, RUNS_PAGE_DEFAULT, URL_SECONDS, RunReader
+from toolpipe.shared.runs.starter import RunStarter
 from toolpipe.shared.runs.views import ErrorBody, MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
 from toolpipe.shared.settings import ApiSettings, EventSettings, StateMachineSettings, StoreSettings
 from toolpipe.shared.tools import ToolSourceError
+from toolpipe.shared.tracing import trace_handler
 
 logger = Logger()
-tracer = Tracer()
 # Validation of path and query parameters; its errors are answered as 400 below, like bodies.
 app = APIGatewayRestResolver(enable_validation=True)
 store_settings = StoreSettings.from_env()
@@ -415,6 +415,6 @@ def openapi() -> dict[str, Any]:
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
+@trace_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -3,18 +3,18 @@
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from toolpipe.shared.errors import RunNotFoundError
 from toolpipe.shared.messages import ORCHESTRATOR_REQUEST, ExecutionEndedRequest, FailRequest
-from toolpipe.shared.runs import ModelStep, monotonic_deadline
 from toolpipe.shared.runs.executions import run_id_of
 from toolpipe.shared.runs.factory import build_model_step
+from toolpipe.shared.runs.model_step import ModelStep, monotonic_deadline
 from toolpipe.shared.settings import CallTimeouts, EventSettings, ModelSettings, StoreSettings
+from toolpipe.shared.tracing import trace_handler
 
 logger = Logger()
-tracer = Tracer()
 store_settings = StoreSettings.from_env()
 model_settings = ModelSettings.from_env()
 call_timeouts = CallTimeouts.from_env()
@@ -27,7 +27,7 @@ def service() -> ModelStep:
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
+@trace_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = ORCHESTRATOR_REQUEST.validate_python(event)
     if isinstance(request, ExecutionEndedRequest):

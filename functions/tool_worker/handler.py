@@ -3,19 +3,19 @@
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from toolpipe.shared.messages import ToolCallMessage
-from toolpipe.shared.runs import ToolCallExecutor
 from toolpipe.shared.runs.factory import build_tool_executor
+from toolpipe.shared.runs.tool_executor import ToolCallExecutor
 from toolpipe.shared.settings import EventSettings, StateMachineSettings, StoreSettings, WorkerSettings
+from toolpipe.shared.tracing import trace_handler
 
 logger = Logger()
-tracer = Tracer()
 store_settings = StoreSettings.from_env()
 worker_settings = WorkerSettings.from_env()
 machine_settings = StateMachineSettings.from_env()
@@ -47,7 +47,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
+@trace_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     # A processor per invocation: it holds the batch's results, and the local runtime runs
     # several invocations of this handler at once on threads.

@@ -10,18 +10,18 @@ from dataclasses import asdict
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from toolpipe.shared.errors import IdempotencyConflictError, UnknownAgentError, UnknownToolsRequestedError
 from toolpipe.shared.runs.factory import build_trigger_service
 from toolpipe.shared.runs.triggers import TriggerResult, TriggerService
 from toolpipe.shared.settings import EventSettings, StateMachineSettings, StoreSettings, TriggerSettings
+from toolpipe.shared.tracing import trace_handler
 from toolpipe.shared.triggers import RunRequested, S3ObjectCreated, TriggerEventError, parse_trigger_event
 from toolpipe.shared.triggers.events import S3TestEvent
 
 logger = Logger()
-tracer = Tracer()
 store_settings = StoreSettings.from_env()
 machine_settings = StateMachineSettings.from_env()
 trigger_settings = TriggerSettings.from_env()
@@ -56,7 +56,7 @@ def _view(result: TriggerResult) -> dict[str, Any]:
 
 
 @logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
+@trace_handler
 def lambda_handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     if isinstance(event, dict) and isinstance(event.get("id"), str):
         logger.append_keys(event_id=event["id"])

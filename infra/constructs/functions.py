@@ -41,8 +41,11 @@ class Functions(Construct):
         app: str,
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
+        tracing: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
+        # Public, like the code and layers: a function built elsewhere from them traces alike.
+        self.tracing = lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED
         # Public, with the layers and the environment below: a construct that adds a function of
         # its own (a trigger's) builds it from the same code, layers and settings.
         # One code asset for every function: toolpipe's runtime and your app's package
@@ -70,6 +73,8 @@ class Functions(Construct):
             "BUCKET_NAME": storage.bucket.bucket_name,
             "POWERTOOLS_SERVICE_NAME": "toolpipe",
             APP_ENV: app,
+            # Without it Powertools' Tracer would still load X-Ray on Lambda (shared/tracing.py).
+            **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"}),
         }
 
         self.orchestrator = self._function(
@@ -161,7 +166,7 @@ class Functions(Construct):
             layers=layers,
             timeout=Duration.seconds(spec.timeout_seconds),
             memory_size=spec.memory_mb,
-            tracing=lambda_.Tracing.ACTIVE,
+            tracing=self.tracing,
             environment={**self.environment, **env},
             log_group=logs.LogGroup(self, f"{spec.construct_id}Logs", retention=logs.RetentionDays.ONE_MONTH),
         )

@@ -125,6 +125,7 @@ class Triggers(Construct):
         layers: list[lambda_.ILayerVersion],
         environment: dict[str, str],
         options: TriggerOptions,
+        tracing: lambda_.Tracing = lambda_.Tracing.ACTIVE,
     ) -> None:
         super().__init__(scope, construct_id)
         settings = options.settings
@@ -165,7 +166,7 @@ class Triggers(Construct):
             layers=layers,
             timeout=Duration.seconds(TRIGGERS.timeout_seconds),
             memory_size=TRIGGERS.memory_mb,
-            tracing=lambda_.Tracing.ACTIVE,
+            tracing=tracing,
             environment={
                 **environment,
                 "STATE_MACHINE_ARN": machine.state_machine_arn,

@@ -1,17 +1,19 @@
-"""Builds each entry point's service from settings, once per cold start."""
+"""Builds each entry point's service from settings, once per cold start.
+
+Each builder imports its own service's module: a function imports this factory, and must not
+pay at its cold start for the other functions' services (the tool worker for the model step,
+the API for the tool executor).
+"""
+
+from typing import TYPE_CHECKING
 
 import boto3
 
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.model.api_key import NO_KEY, ApiKeySource, SecretApiKey, StaticApiKey
-from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
-from toolpipe.shared.runs.model_step import ModelStep
 from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsStopper, StepFunctionsTaskReporter
-from toolpipe.shared.runs.starter import RunStarter
-from toolpipe.shared.runs.tool_executor import ToolCallExecutor
-from toolpipe.shared.runs.triggers import AnswerWriter, S3ObjectStore, TriggerService
 from toolpipe.shared.settings import (
     CallTimeouts,
     EventSettings,
@@ -21,6 +23,13 @@ from toolpipe.shared.settings import (
     TriggerSettings,
     WorkerSettings,
 )
+
+if TYPE_CHECKING:
+    from toolpipe.shared.runs.cancel import RunCanceller
+    from toolpipe.shared.runs.model_step import ModelStep
+    from toolpipe.shared.runs.starter import RunStarter
+    from toolpipe.shared.runs.tool_executor import ToolCallExecutor
+    from toolpipe.shared.runs.triggers import TriggerService
 
 
 def build_store(settings: StoreSettings) -> DynamoHistoryStore:
@@ -49,9 +58,11 @@ def build_api_key(settings: ModelSettings) -> ApiKeySource:
 
 def build_model_step(
     store: StoreSettings, model: ModelSettings, timeouts: CallTimeouts, events: EventSettings
-) -> ModelStep:
+) -> "ModelStep":
     # Imported here: only the orchestrator has the openai package.
     from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
+    from toolpipe.shared.runs.model_step import ModelStep
+    from toolpipe.shared.runs.triggers import AnswerWriter, S3ObjectStore
 
     api_key = build_api_key(model)
     client = OpenAIModelClient(
@@ -78,7 +89,9 @@ def build_model_step(
 
 def build_tool_executor(
     store: StoreSettings, worker: WorkerSettings, machine: StateMachineSettings, events: EventSettings
-) -> ToolCallExecutor:
+) -> "ToolCallExecutor":
+    from toolpipe.shared.runs.tool_executor import ToolCallExecutor
+
     sfn = boto3.client("stepfunctions")
     return ToolCallExecutor(
         build_store(store),
@@ -91,7 +104,9 @@ def build_tool_executor(
 
 def build_run_starter(
     store: StoreSettings, machine: StateMachineSettings, events: EventSettings
-) -> RunStarter:
+) -> "RunStarter":
+    from toolpipe.shared.runs.starter import RunStarter
+
     return RunStarter(
         build_store(store),
         StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
@@ -101,7 +116,9 @@ def build_run_starter(
 
 def build_run_canceller(
     store: StoreSettings, machine: StateMachineSettings, events: EventSettings, admin_principal: str | None
-) -> RunCanceller:
+) -> "RunCanceller":
+    from toolpipe.shared.runs.cancel import RunCanceller
+
     return RunCanceller(
         build_store(store),
         StepFunctionsStopper(boto3.client("stepfunctions"), machine.state_machine_arn),
@@ -112,7 +129,9 @@ def build_run_canceller(
 
 def build_trigger_service(
     store: StoreSettings, machine: StateMachineSettings, events: EventSettings, triggers: TriggerSettings
-) -> TriggerService:
+) -> "TriggerService":
+    from toolpipe.shared.runs.triggers import S3ObjectStore, TriggerService
+
     return TriggerService(
         build_run_starter(store, machine, events), S3ObjectStore(boto3.client("s3")), triggers
     )
