@@ -79,5 +79,8 @@ def test_the_function_code_asset_is_our_source_and_nothing_else(
         and r["Properties"].get("Runtime", "").startswith("python3.14")
     }
     asset = outdir / f"asset.{key.removesuffix('.zip')}"
-    assert sorted(p.name for p in asset.iterdir()) == ["functions", "shared"]
+    # toolpipe's runtime and the app's package (the README names `assistant.agents`); not the
+    # CDK app or the local emulator.
+    assert sorted(p.name for p in asset.iterdir()) == ["assistant", "toolpipe"]
+    assert sorted(p.name for p in (asset / "toolpipe").iterdir()) == ["__init__.py", "functions", "shared"]
     assert not [p for p in asset.rglob("*") if p.name == "__pycache__" or p.suffix == ".pyc"]
