@@ -11,6 +11,7 @@ at most 5,000 properties and 1,000 enum values. A schema outside that subset is 
 when the tool is defined, rather than by the API on the first run.
 """
 
+import json
 from typing import Any
 
 from toolpipe.shared.tools.schemas import Path, admits_null, map_subschemas, pointer
@@ -108,8 +109,13 @@ def _strict(node: Any, path: Path, counts: dict[str, int]) -> Any:
     out = map_subschemas(node, lambda sub, where: _strict(sub, where, counts), path)
     if _is_object(out):
         out = _strict_object(out, node, path, counts)
-    if "default" in out and out["default"] is None:
-        del out["default"]  # every property is sent: a null default says nothing (as openai-python)
+    if "default" in out:
+        # OpenAI refuses `default` in a strict schema ("'default' is not permitted", 400). The
+        # tool still applies it (a null means "left out"); the model reads it in the description.
+        value = out.pop("default")
+        if value is not None:
+            note = f"Default: {json.dumps(value)}."
+            out["description"] = f"{out['description']} {note}" if out.get("description") else note
     return out
 
 
