@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from toolpipe.infra.functions import FUNCTIONS
 from toolpipe.infra.local.client import ServerError, read_server_file, try_lock
-from toolpipe.shared.agents.app import APP_ENV, AppRef, find_app, use_app
+from toolpipe.shared.agents.app import APP_ENV, AppRef, find_app, use_app, valid_module_name
 from toolpipe.shared.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -248,6 +248,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     Text: the run's transcript on stdout as it happens. `--json`: the transcript on stderr (it is
     progress then) and the run, as `show --json` prints it, on stdout once it ended."""
     transcript = err if args.json else out
+    if not args.api:
+        _default_agent()  # the app loads here, or the command stops with why (not the server)
     session = _open_session(args, {"TOOLPIPE_MODEL": args.model} if args.model else None)
     try:
         health = session.health()
@@ -666,6 +668,8 @@ def _agent(name: str) -> str:
         get_agent(name)
     except UnknownAgentError as e:
         raise argparse.ArgumentTypeError(f"{e}; `toolpipe agents` lists them with their tools") from None
+    except ConfigurationError as e:  # the app could not be loaded: why, in one line
+        raise argparse.ArgumentTypeError(str(e)) from None
     return name
 
 
@@ -897,7 +901,7 @@ def _name_the_app(arguments: list[str]) -> None:
     _remote = bool(known.api)
     if known.command == "init" or _remote:
         return
-    ref = AppRef(known.app.strip(), os.getcwd()) if known.app else find_app()
+    ref = AppRef(valid_module_name(known.app.strip(), "--app"), os.getcwd()) if known.app else find_app()
     if ref is not None:
         use_app(ref)
 
@@ -967,6 +971,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         return EXIT_BROKEN_PIPE
     except CommandError as e:
         return _fail(err, str(e), e.code, json_errors)
+    except ConfigurationError as e:  # the app or a setting: the user's to fix
+        return _fail(err, str(e), EXIT_USAGE, json_errors)
     except ServerError as e:  # the local server could not be found, started or reached: said in one line
         return _fail(err, str(e), EXIT_FAILED, json_errors)
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import tomllib
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +30,7 @@ class AppRef:
     path: str | None = None  # added to sys.path first, when set
 
 
-def _valid_module_name(name: str, where: str) -> str:
+def valid_module_name(name: str, where: str) -> str:
     if not name or not all(part.isidentifier() for part in name.split(".")):
         raise ConfigurationError(f"{where}: '{name}' is not a module name (for example myproject.agents)")
     return name
@@ -39,7 +40,7 @@ def find_app(start: Path | None = None, environ: dict[str, str] | None = None) -
     """The app named by the environment, else by the nearest `pyproject.toml`; None if neither."""
     env = os.environ if environ is None else environ
     if env.get(APP_ENV):
-        return AppRef(_valid_module_name(env[APP_ENV].strip(), APP_ENV), env.get(APP_PATH_ENV) or None)
+        return AppRef(valid_module_name(env[APP_ENV].strip(), APP_ENV), env.get(APP_PATH_ENV) or None)
     folder = (start or Path.cwd()).resolve()
     for candidate in (folder, *folder.parents):
         pyproject = candidate / "pyproject.toml"
@@ -54,7 +55,7 @@ def find_app(start: Path | None = None, environ: dict[str, str] | None = None) -
             return None  # the nearest project has no app: never one of a project around it
         if not isinstance(app, str):
             raise ConfigurationError(f"{pyproject}: [tool.toolpipe] app must be a module name string")
-        return AppRef(_valid_module_name(app.strip(), f"{pyproject} [tool.toolpipe] app"), str(candidate))
+        return AppRef(valid_module_name(app.strip(), f"{pyproject} [tool.toolpipe] app"), str(candidate))
     return None
 
 
@@ -73,12 +74,28 @@ def import_app(ref: AppRef) -> ModuleType:
     try:
         return importlib.import_module(ref.module)
     except ModuleNotFoundError as e:
-        if e.name is not None and ref.module.startswith(e.name):
+        # The app itself (or a package above it) is missing, not something it imports.
+        if e.name is not None and (ref.module == e.name or ref.module.startswith(e.name + ".")):
             raise ConfigurationError(
                 f"app module '{ref.module}' not found: install your project (pip install -e .) "
                 f"or run toolpipe from its folder"
             ) from e
-        raise
+        raise ConfigurationError(f"app module '{ref.module}' cannot be imported: {_one_line(e)}") from e
+    except Exception as e:  # the user's code raised at import: say where, in one line
+        raise ConfigurationError(f"app module '{ref.module}' cannot be imported: {_one_line(e)}") from e
+
+
+def _one_line(error: BaseException) -> str:
+    where = ""
+    if isinstance(error, SyntaxError) and error.filename:
+        where = f" ({error.filename}, line {error.lineno})"
+    else:
+        frames = traceback.extract_tb(error.__traceback__)
+        if frames:
+            where = f" ({frames[-1].filename}, line {frames[-1].lineno})"
+    text = error.msg if isinstance(error, SyntaxError) else str(error)  # its str() has the place too
+    message = " ".join(str(text).split())
+    return f"{type(error).__name__}: {message}{where}" if message else f"{type(error).__name__}{where}"
 
 
 def agents_of(module: ModuleType) -> list[Agent]:

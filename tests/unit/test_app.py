@@ -57,3 +57,44 @@ def test_the_top_level_agents_are_the_apps_and_one_name_is_one_agent() -> None:
     app.clash = Agent(name="first", instructions="Another.", tools=[])
     with pytest.raises(ConfigurationError, match="two agents are named 'first'"):
         agents_of(app)
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ('raise RuntimeError("boom")\n', r"RuntimeError: boom \(.*agents\.py, line 1\)"),
+        ("def f(:\n", r"SyntaxError: invalid syntax \(.*agents\.py, line 1\)"),
+        # A dependency of the app missing is not the app missing.
+        ("import requests_not_installed\n", r"ModuleNotFoundError: No module named 'requests_not_installed'"),
+    ],
+)
+def test_an_app_that_fails_to_import_is_one_line_naming_the_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, message: str
+) -> None:
+    package = tmp_path / f"broken_{abs(hash(source))}"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "agents.py").write_text(source)
+    with pytest.raises(ConfigurationError, match=rf"app module '{package.name}\.agents' cannot be imported: {message}"):
+        import_app(AppRef(f"{package.name}.agents", str(tmp_path)))
+
+
+def test_the_cli_says_why_the_app_does_not_load_and_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from toolpipe.infra.cli import main
+
+    _project(tmp_path, '[tool.toolpipe]\napp = "raising_app.agents"\n')
+    (tmp_path / "raising_app").mkdir()
+    (tmp_path / "raising_app" / "__init__.py").write_text("")
+    (tmp_path / "raising_app" / "agents.py").write_text('raise RuntimeError("boom")\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TOOLPIPE_APP", raising=False)
+    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path / "state"))
+    for argv in (["agents"], ["run", "hi"], ["--app", "my-app.agents", "agents"]):
+        out, err = io.StringIO(), io.StringIO()
+        assert main(argv, out, err) == 2, err.getvalue()
+        assert out.getvalue() == "" and len(err.getvalue().splitlines()) == 1, err.getvalue()
+    assert not (tmp_path / "state").exists()  # nothing started
