@@ -1,4 +1,6 @@
-"""CDK entry point (`cdk synth`, `cdk deploy`). Context: `model_base_url`, `model_name`.
+"""CDK entry point (`cdk synth`, `cdk deploy`): this repository's, and a project's of your own
+(`toolpipe init` writes a `cdk_app.py` calling `synth`). Context: `model_base_url`,
+`model_name`, and the keys `infra/stack.py` reads.
 
 `TOOLPIPE_BUNDLE=0` synthesizes the template without building the layers (no pip, no
 network): for checks and tests only, and the assembly carries a warning saying so.
@@ -6,26 +8,40 @@ network): for checks and tests only, and the assembly carries a warning saying s
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from aws_cdk import Annotations, App, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from toolpipe.infra.stack import ToolpipeStack
+from toolpipe.shared.errors import ConfigurationError
 
 SKIP_BUNDLING: dict[str, Any] = {"aws:cdk:bundling-stacks": []}
 
 
 def build_app(
-    *, bundle: bool = True, outdir: str | None = None, context: dict[str, object] | None = None
+    *,
+    bundle: bool = True,
+    outdir: str | None = None,
+    context: dict[str, object] | None = None,
+    stack_name: str = "Toolpipe",
+    agents: str | None = None,
+    packages: Sequence[str] = (),
+    requirements: Sequence[str] = (),
 ) -> tuple[App, ToolpipeStack]:
+    """The CDK app and its one stack. `agents`: your app module (default: `[tool.toolpipe]
+    app` of the nearest pyproject.toml); `packages`, `requirements`: as for `ToolPipeline`."""
     # post_cli_context: the CLI refuses user context keys under aws:, and this must win over it.
     app = App(outdir=outdir, context=context, post_cli_context=None if bundle else SKIP_BUNDLING)
     stack = ToolpipeStack(
         app,
-        "Toolpipe",
+        stack_name,
         model_base_url=str(app.node.try_get_context("model_base_url") or ""),
         model_name=str(app.node.try_get_context("model_name") or "gpt-4o-mini"),
+        app=agents,
+        packages=packages,
+        requirements=requirements,
         description="toolpipe: durable LLM tool calling",
     )
     if not bundle:
@@ -38,14 +54,27 @@ def build_app(
     return app, stack
 
 
-def main() -> None:
+def synth(
+    stack_name: str = "Toolpipe",
+    *,
+    agents: str | None = None,
+    packages: Sequence[str] = (),
+    requirements: Sequence[str] = (),
+) -> None:
+    """Build and synthesize the app, as `cdk synth` and `cdk deploy` run it; a bad setting is
+    one line naming it, not a traceback."""
     try:
-        app, _ = build_app(bundle=os.environ.get("TOOLPIPE_BUNDLE", "1") != "0")
-    except ValueError as e:
-        # A bad context value (`-c api_auth=...`): one line naming it, not a traceback.
+        app, _ = build_app(
+            bundle=os.environ.get("TOOLPIPE_BUNDLE", "1") != "0",
+            stack_name=stack_name,
+            agents=agents,
+            packages=packages,
+            requirements=requirements,
+        )
+    except (ValueError, ConfigurationError) as e:  # a bad context value (`-c api_auth=...`), the app
         sys.exit(f"toolpipe: {e}")
     app.synth()
 
 
 if __name__ == "__main__":
-    main()
+    synth()

@@ -5,7 +5,7 @@ A Lambda imports `toolpipe.functions.<handler>` and, at its first run, your app 
 (`infra/bundling.py`), never from here.
 """
 
-import hashlib
+import atexit
 import importlib.util
 import shutil
 import tempfile
@@ -45,8 +45,7 @@ def app_source(app: str) -> Path:
 
 def stage_code(app: str, packages: Sequence[str] = ()) -> Path:
     """A folder with `toolpipe/` (runtime parts only), your app's top-level package and the
-    other top-level `packages` of yours it imports. Named by its content's hash, so the same
-    code stages to the same folder (CDK hashes the asset again)."""
+    other top-level `packages` of yours it imports."""
     root = Path(toolpipe.__file__).resolve().parent
     sources: list[tuple[Path, Path]] = [(root / part, Path("toolpipe") / part) for part in _RUNTIME_PARTS]
     for name in dict.fromkeys([app, *packages]):  # in order, once each
@@ -54,7 +53,10 @@ def stage_code(app: str, packages: Sequence[str] = ()) -> Path:
         if any(target == Path(source.name) for _, target in sources):
             continue  # the app's own package, named again
         sources.append((source, Path(source.name)))
+    # A new private folder each time (mkdtemp: mode 0700), removed when this process ends: CDK
+    # copies the asset into its output folder during the synth, and hashes it from its content.
     staging = Path(tempfile.mkdtemp(prefix="toolpipe-code-"))
+    atexit.register(shutil.rmtree, staging, ignore_errors=True)
     for source, target in sources:
         destination = staging / target
         if source.is_dir():
@@ -63,12 +65,4 @@ def stage_code(app: str, packages: Sequence[str] = ()) -> Path:
         else:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, destination)
-    digest = hashlib.sha256()
-    for path in sorted(p for p in staging.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(staging)).encode() + b"\0" + path.read_bytes())
-    final = Path(tempfile.gettempdir()) / f"toolpipe-code-{digest.hexdigest()[:16]}"
-    try:
-        staging.rename(final)
-    except OSError:  # staged before (or by a concurrent synth): the same content
-        shutil.rmtree(staging)
-    return final
+    return staging

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import sys
@@ -746,13 +747,33 @@ def _readable_file(text: str) -> Path:
     return path
 
 
+def _folder(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the folder name is blank")
+    return Path(text)
+
+
+def _api_url(text: str) -> str:
+    """A deployed API's URL, checked before credentials or the network are looked at."""
+    text = text.strip()
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018  # raises on a port that is not a number
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not a URL: {text!r} ({e})") from None
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"not an http(s) URL of an API: {text!r} (its ApiUrl output)")
+    return text
+
+
 def _add_api_arguments(command: argparse.ArgumentParser) -> None:
     from toolpipe.infra.remote import API_KEY_ENV, API_URL_ENV
 
     command.add_argument(
         "--api",
         metavar="URL",
-        default=os.environ.get(API_URL_ENV) or None,
+        type=_api_url,
+        default=os.environ.get(API_URL_ENV, "").strip() or None,
         help=f"a deployed stack's API (its ApiUrl output, https://…/v1/) instead of the local server; "
         f"requests are signed with SigV4 (default: ${API_URL_ENV})",
     )
@@ -804,7 +825,7 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentPar
     init_parser = commands.add_parser(
         "init", help="create a project of your own: agents, a test, a CDK app", **options
     )
-    init_parser.add_argument("directory", type=Path, help="the project's folder (created if missing)")
+    init_parser.add_argument("directory", type=_folder, help="the project's folder (created if missing)")
     init_parser.add_argument("--package", help="its Python package (default: from the folder's name)")
 
     run_parser = commands.add_parser("run", help="run an agent on a prompt and print each step", **options)
@@ -919,7 +940,7 @@ def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     out.write(f"created {len(written)} files in {args.directory}:\n")
     out.writelines(f"  {path.relative_to(args.directory)}\n" for path in written)
-    err.write(f"next: cd {args.directory} && pip install -e '.[dev]' && pytest\n")
+    err.write(f"next: cd {shlex.quote(str(args.directory))} && pip install -e '.[dev]' && pytest\n")
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@
 `infra.stack.ToolpipeStack` is a stack holding exactly one of these.
 """
 
+import re
 from collections.abc import Sequence
 
 from aws_cdk import aws_apigateway as apigw
@@ -87,6 +88,10 @@ class ToolPipeline(Construct):
         import, added to the functions' dependencies layer. `tracing`: False
         deploys the functions without X-Ray, which they then never import (README "Cold start")."""
         super().__init__(scope, construct_id)
+        if model_base_url and not re.fullmatch(r"https?://[^\s/]+\S*", model_base_url):
+            raise ValueError(f"model_base_url: {model_base_url!r} is not an http(s) URL")
+        if not model_name.strip():
+            raise ValueError("model_name is blank")
         if app is None:
             found = find_app()
             if found is None:

@@ -55,7 +55,7 @@ def sigv4_auth(api_url: str, session: Any = None) -> Auth:
         )
     region = api_region(api_url) or session.get_config_variable("region")
     if not region:
-        raise ServerError(f"cannot tell the API's region from {api_url}: set AWS_REGION")
+        raise ServerError(f"cannot tell the API's region from {api_url}: set AWS_DEFAULT_REGION")
 
     def sign(method: str, url: str, headers: dict[str, str], body: bytes | None) -> dict[str, str]:
         request = AWSRequest(method=method, url=url, data=body or b"", headers=headers)

@@ -5,8 +5,10 @@ model, and a CDK app that deploys it with the `ToolPipeline` construct; it passe
 as created. toolpipe's example project (examples/assistant) is one, with other agents.
 """
 
+import importlib.util
 import keyword
 import re
+import sys
 from pathlib import Path
 
 _AGENTS = '''"""Your agents and their tools. Every `Agent` at this module's top level is registered
@@ -42,9 +44,11 @@ _TEST = '''"""The agent, driven offline: a scripted model, the whole pipeline em
 
 from toolpipe.testing import LocalPipeline, Reply, call
 
+APP = "{package}.agents"  # the module that defines the agents, whatever folder pytest runs from
+
 
 def test_the_agent_asks_the_tool_and_answers() -> None:
-    with LocalPipeline() as pipeline:
+    with LocalPipeline(app=APP) as pipeline:
         pipeline.script(
             Reply(tool_calls=[call("get_weather", city="Paris")]),
             Reply(content="Sunny in Paris, 21 °C."),
@@ -56,7 +60,7 @@ def test_the_agent_asks_the_tool_and_answers() -> None:
 
 
 def test_an_unknown_city_is_an_error_the_model_reads() -> None:
-    with LocalPipeline() as pipeline:
+    with LocalPipeline(app=APP) as pipeline:
         pipeline.script(Reply(tool_calls=[call("get_weather", city="Atlantis")]), Reply(content="I do not know."))
         run = pipeline.run("Weather in Atlantis?", agent="weather")
     assert run.status == "succeeded", run.error
@@ -71,11 +75,7 @@ build-backend = "setuptools.build_meta"
 name = "{dist}"
 version = "0.1.0"
 requires-python = ">=3.11"
-dependencies = ["toolpipe"]
-
-[project.optional-dependencies]
-# The local runtime (tests, `toolpipe run`) and the CDK app.
-dev = ["toolpipe[local]", "pytest>=8"]
+{dependencies}
 
 [tool.setuptools]
 packages = ["{package}"]
@@ -97,29 +97,19 @@ CDK_JSON = """{{
 }}
 """
 
-CDK_APP = '''"""Your CDK app: `cdk deploy` from this folder deploys your agents with toolpipe's pipeline.
+CDK_APP = '''"""Your CDK app: `cdk deploy` from this folder deploys your agents on toolpipe's pipeline.
 
-`TOOLPIPE_BUNDLE=0 cdk synth` writes the template without building the layers (offline).
+Settings come from CDK context (cdk.json, or `cdk deploy -c NAME=VALUE`): model_name,
+model_base_url, model_key_secret_arn, api_auth and the others toolpipe's own stack reads; its
+outputs are the same too (ApiUrl, ModelApiKeySecretArn, ...). `TOOLPIPE_BUNDLE=0 cdk synth`
+writes the template without building the layers (offline). For resources of your own, build the
+app with `toolpipe.cdk.build_app(...)` and add them to its stack, or put a `ToolPipeline`
+construct in a stack you write.
 """
 
-import os
+from toolpipe.cdk import synth
 
-import aws_cdk as cdk
-from cdk_nag import AwsSolutionsChecks
-
-from toolpipe.cdk import SKIP_BUNDLING, ToolPipeline
-
-app = cdk.App(post_cli_context=SKIP_BUNDLING if os.environ.get("TOOLPIPE_BUNDLE") == "0" else None)
-stack = cdk.Stack(app, "{stack}")
-ToolPipeline(
-    stack,
-    "Agents",
-    app="{package}.agents",
-    model_name=str(app.node.try_get_context("model_name") or "gpt-4o-mini"),
-    model_base_url=str(app.node.try_get_context("model_base_url") or ""),
-)
-cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-app.synth()
+synth("{stack}", agents="{package}.agents")
 '''
 
 GITIGNORE = """.venv/
@@ -152,23 +142,74 @@ def package_name(folder: Path) -> str:
     return name
 
 
-def _check_package(name: str) -> str:
-    if not name.isidentifier() or keyword.iskeyword(name):
-        raise ScaffoldError(f"'{name}' is not a Python package name (letters, digits and _)")
+def _check_package(name: str, *, taken_ok: bool = False) -> str:
+    if not name.isascii() or not name.isidentifier() or keyword.iskeyword(name):
+        raise ScaffoldError(f"'{name}' is not a Python package name (ASCII letters, digits and _)")
     if name in {"toolpipe", "shared", "functions", "infra", "tests", "test"}:
         raise ScaffoldError(
             f"'{name}' would clash with a package the project uses: choose another with --package"
         )
+    # A name Python already resolves (the standard library's `json`, an installed `boto3`) would
+    # be shadowed by the project, or shadow it: either breaks something.
+    if not taken_ok and (name in sys.stdlib_module_names or importlib.util.find_spec(name) is not None):
+        raise ScaffoldError(
+            f"'{name}' is already a module here (standard library or installed): choose another with --package"
+        )
     return name
 
 
-def project_files(package: str, *, with_example: bool = True) -> dict[str, str]:
-    """The project's files by relative path; `with_example`: the weather agent and its test."""
-    package = _check_package(package)
+def toolpipe_source() -> str | None:
+    """Where this toolpipe was installed from, as a URL pip can install from again: its source
+    checkout, or what pip recorded (PEP 610). None when neither is known."""
+    import importlib.metadata
+    import json
+    import tomllib
+
+    import toolpipe
+
+    root = Path(toolpipe.__file__).resolve().parent.parent
+    try:
+        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+    except (OSError, ValueError):
+        project = {}
+    if project.get("name") == "toolpipe":
+        return root.as_uri()
+    try:
+        recorded = importlib.metadata.distribution("toolpipe").read_text("direct_url.json")
+        url = json.loads(recorded).get("url") if recorded else None
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        url = None
+    return str(url) if url else None
+
+
+def _dependencies(source: str | None) -> str:
+    # Never the bare name: `toolpipe` on PyPI is another project. Named by where it came from.
+    if source is None:
+        return (
+            "# toolpipe itself: install it first, from its repository (it is not on PyPI under this name).\n"
+            "dependencies = []\n\n"
+            "[project.optional-dependencies]\n"
+            'dev = ["pytest>=8"]'
+        )
+    return (
+        f'dependencies = ["toolpipe @ {source}"]\n\n'
+        "[project.optional-dependencies]\n"
+        "# The local runtime (tests, `toolpipe run`) and the CDK app.\n"
+        f'dev = ["toolpipe[local] @ {source}", "pytest>=8"]'
+    )
+
+
+def project_files(
+    package: str, *, with_example: bool = True, source: str | None = None, taken_ok: bool = False
+) -> dict[str, str]:
+    """The project's files by relative path; `with_example`: the weather agent and its test;
+    `source`: where its toolpipe dependency installs from (see `toolpipe_source`); `taken_ok`:
+    the package may already be importable (it is this project's, installed)."""
+    package = _check_package(package, taken_ok=taken_ok)
     dist = package.replace("_", "-")
     stack = "".join(part.capitalize() for part in package.split("_")) or "Agents"
     files = {
-        "pyproject.toml": PYPROJECT.format(dist=dist, package=package),
+        "pyproject.toml": PYPROJECT.format(dist=dist, package=package, dependencies=_dependencies(source)),
         "cdk.json": CDK_JSON.format(),
         "cdk_app.py": CDK_APP.format(stack=stack, package=package),
         ".gitignore": GITIGNORE,
@@ -177,13 +218,15 @@ def project_files(package: str, *, with_example: bool = True) -> dict[str, str]:
     }
     if with_example:
         files[f"{package}/agents.py"] = _AGENTS
-        files["tests/test_agents.py"] = _TEST
+        files["tests/test_agents.py"] = _TEST.replace("{package}", package)
     return files
 
 
 def init_project(folder: Path, package: str | None = None) -> list[Path]:
     """Write a new project into `folder` (created if missing); never overwrites a file."""
-    files = project_files(package or package_name(folder))
+    if folder.exists() and not folder.is_dir():
+        raise ScaffoldError(f"{folder} is a file, not a folder")
+    files = project_files(package or package_name(folder), source=toolpipe_source())
     clashes = [name for name in files if (folder / name).exists()]
     if clashes:
         raise ScaffoldError(f"{folder}: {', '.join(sorted(clashes))} already exist; nothing written")

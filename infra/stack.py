@@ -10,6 +10,7 @@ functions neither trace nor load X-Ray; README "Cold start"). `model_name` and
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from aws_cdk import CfnElement, CfnOutput, Stack
@@ -30,8 +31,13 @@ class ToolpipeStack(Stack):
         *,
         model_base_url: str = "",
         model_name: str = "gpt-4o-mini",
+        app: str | None = None,
+        packages: Sequence[str] = (),
+        requirements: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
+        """`app`, `packages`, `requirements`: your agents' module and what it needs (as for
+        `ToolPipeline`); every other setting comes from CDK context."""
         super().__init__(scope, construct_id, **kwargs)
         # Set before any resource exists: logical ids are allocated (for cdk-nag's findings)
         # while the pipeline is being built.
@@ -42,6 +48,9 @@ class ToolpipeStack(Stack):
             PIPELINE_ID,
             model_name=model_name,
             model_base_url=model_base_url,
+            app=app,
+            packages=packages,
+            requirements=requirements,
             **pipeline_settings(self.node),
         )
         p = self.pipeline

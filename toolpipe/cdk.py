@@ -4,9 +4,18 @@
 layers (no network), for checks and tests; never deploy such an assembly.
 """
 
-from toolpipe.infra.app import SKIP_BUNDLING
+from toolpipe.infra.app import SKIP_BUNDLING, build_app, synth
 from toolpipe.infra.constructs import ApiAuth, Throttle
 from toolpipe.infra.constructs.triggers import TriggerOptions
 from toolpipe.infra.pipeline import NO_MODEL_KEY, ToolPipeline
 
-__all__ = ["NO_MODEL_KEY", "SKIP_BUNDLING", "ApiAuth", "Throttle", "ToolPipeline", "TriggerOptions"]
+__all__ = [
+    "NO_MODEL_KEY",
+    "SKIP_BUNDLING",
+    "ApiAuth",
+    "Throttle",
+    "ToolPipeline",
+    "TriggerOptions",
+    "build_app",
+    "synth",
+]

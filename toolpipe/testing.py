@@ -15,12 +15,14 @@ tool workers run. Your app's agents are found as `toolpipe run` finds them (`[to
 app` in your pyproject.toml, or `TOOLPIPE_APP`).
 """
 
+import os
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 from toolpipe.infra.local.runtime import LOCAL_CALLER, LocalRuntime
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
+from toolpipe.shared.agents.app import APP_ENV, APP_PATH_ENV, AppRef, use_app, valid_module_name
 
 __all__ = ["LocalPipeline", "Reply", "RunResult", "call", "read_run"]
 
@@ -69,12 +71,19 @@ def read_run(runtime: LocalRuntime, run_id: str, caller: str = LOCAL_CALLER) -> 
 class LocalPipeline:
     """The pipeline, emulated in this process, and a scripted model; a context manager."""
 
-    def __init__(self, *replies: Reply, workers: int = 4) -> None:
+    def __init__(self, *replies: Reply, app: str | None = None, workers: int = 4) -> None:
+        """`app`: your module that defines the agents; by default the one `toolpipe run` finds
+        (`TOOLPIPE_APP`, else the nearest pyproject.toml's `[tool.toolpipe] app`)."""
         self._model = ScriptedModelServer(ScriptResponder(list(replies)))
+        self._app = app
+        self._saved_app: tuple[str | None, str | None] | None = None
         self._workers = workers
         self._runtime: LocalRuntime | None = None
 
     def __enter__(self) -> "LocalPipeline":
+        if self._app is not None:  # named for this pipeline only; put back as it was after
+            self._saved_app = (os.environ.get(APP_ENV), os.environ.get(APP_PATH_ENV))
+            use_app(AppRef(valid_module_name(self._app, "LocalPipeline(app=...)")))
         self._model.__enter__()
         env = {"OPENAI_BASE_URL": self._model.base_url, "OPENAI_API_KEY": "scripted"}
         try:
@@ -93,6 +102,13 @@ class LocalPipeline:
         finally:
             self._runtime = None
             self._model.__exit__(kind, error, trace)
+            if self._saved_app is not None:
+                for name, value in zip((APP_ENV, APP_PATH_ENV), self._saved_app, strict=True):
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+                self._saved_app = None
 
     def script(self, *replies: Reply) -> None:
         """What the model answers next, one reply per model call; replaces any earlier script."""

@@ -1,23 +1,13 @@
-"""Your CDK app: `cdk deploy` from this folder deploys your agents with toolpipe's pipeline.
+"""Your CDK app: `cdk deploy` from this folder deploys your agents on toolpipe's pipeline.
 
-`TOOLPIPE_BUNDLE=0 cdk synth` writes the template without building the layers (offline).
+Settings come from CDK context (cdk.json, or `cdk deploy -c NAME=VALUE`): model_name,
+model_base_url, model_key_secret_arn, api_auth and the others toolpipe's own stack reads; its
+outputs are the same too (ApiUrl, ModelApiKeySecretArn, ...). `TOOLPIPE_BUNDLE=0 cdk synth`
+writes the template without building the layers (offline). For resources of your own, build the
+app with `toolpipe.cdk.build_app(...)` and add them to its stack, or put a `ToolPipeline`
+construct in a stack you write.
 """
 
-import os
+from toolpipe.cdk import synth
 
-import aws_cdk as cdk
-from cdk_nag import AwsSolutionsChecks
-
-from toolpipe.cdk import SKIP_BUNDLING, ToolPipeline
-
-app = cdk.App(post_cli_context=SKIP_BUNDLING if os.environ.get("TOOLPIPE_BUNDLE") == "0" else None)
-stack = cdk.Stack(app, "Assistant")
-ToolPipeline(
-    stack,
-    "Agents",
-    app="assistant.agents",
-    model_name=str(app.node.try_get_context("model_name") or "gpt-4o-mini"),
-    model_base_url=str(app.node.try_get_context("model_base_url") or ""),
-)
-cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-app.synth()
+synth("Assistant", agents="assistant.agents")

@@ -1,6 +1,7 @@
 """An agent: a name, a system prompt, a model, tools and the limits of its loop."""
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -9,6 +10,7 @@ from pydantic import BaseModel
 
 from toolpipe.shared.agents.hooks import Hooks
 from toolpipe.shared.errors import DefinitionError
+from toolpipe.shared.messages import NAME_PATTERN
 from toolpipe.shared.settings import EXECUTION_EVENT_BUDGET
 from toolpipe.shared.tools import Tool, ToolRegistry, ToolSource
 
@@ -108,6 +110,11 @@ class Agent:
     hooks: list[Hooks] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        # The name is how runs, the API and `--agent` reach it: what they accept, from the start.
+        if not re.fullmatch(NAME_PATTERN, self.name):
+            raise DefinitionError(
+                f"agent name {self.name!r}: use 1-64 letters, digits, '_' or '-' (it names the agent in runs)"
+            )
         if self.max_iterations < 1 or self.max_calls_per_turn < 1:
             raise DefinitionError(
                 f"agent '{self.name}': max_iterations and max_calls_per_turn must be at least 1"

@@ -37,10 +37,15 @@ def test_a_project_with_its_own_infra_and_shared_packages(tmp_path: Path) -> Non
     app = project / "cdk_app.py"
     app.write_text(
         app.read_text()
-        .replace("import aws_cdk as cdk", "import aws_cdk as cdk\nfrom infra import STACK_NAME")
-        .replace('cdk.Stack(app, "Desk")', "cdk.Stack(app, STACK_NAME)")
-        .replace('app="desk.agents",', 'app="desk.agents",\n    packages=["shared"],')
+        .replace(
+            "from toolpipe.cdk import synth", "from infra import STACK_NAME\nfrom toolpipe.cdk import synth"
+        )
+        .replace(
+            'synth("Desk", agents="desk.agents")',
+            'synth(STACK_NAME, agents="desk.agents", packages=["shared"])',
+        )
     )
+    assert "STACK_NAME" in app.read_text() and "packages" in app.read_text()
     pyproject = project / "pyproject.toml"
     pyproject.write_text(
         pyproject.read_text().replace('packages = ["desk"]', 'packages = ["desk", "shared", "infra"]')
@@ -52,11 +57,17 @@ def test_a_project_with_its_own_infra_and_shared_packages(tmp_path: Path) -> Non
     ran = _run(python, project, "-m", "toolpipe", "run", "What is the weather in Paris?")
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
+    # Its CDK app reads the same context as toolpipe's stack: a bad value is one line.
+    bad = _run(python, project, "cdk_app.py", TOOLPIPE_BUNDLE="0", CDK_CONTEXT_JSON='{"api_auth": "bogus"}')
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("toolpipe: "), bad.stderr
+    assert "Traceback" not in bad.stderr
     # Its CDK app, as `cdk synth` runs it (offline: no layers built).
     out = tmp_path / "cdk.out"
     synth = _run(python, project, "cdk_app.py", TOOLPIPE_BUNDLE="0", CDK_OUTDIR=str(out))
     assert synth.returncode == 0, synth.stdout + synth.stderr
     template = json.loads((out / "DeskAgents.template.json").read_text())
+    # The same stack as toolpipe's own: its outputs, which the README's deploy path reads.
+    assert {"ApiUrl", "ModelApiKeySecretArn", "EventBusName"} <= set(template["Outputs"])
     functions = [
         r
         for r in template["Resources"].values()

@@ -75,7 +75,9 @@ def test_an_app_that_fails_to_import_is_one_line_naming_the_place(
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "agents.py").write_text(source)
-    with pytest.raises(ConfigurationError, match=rf"app module '{package.name}\.agents' cannot be imported: {message}"):
+    with pytest.raises(
+        ConfigurationError, match=rf"app module '{package.name}\.agents' cannot be imported: {message}"
+    ):
         import_app(AppRef(f"{package.name}.agents", str(tmp_path)))
 
 
@@ -91,7 +93,9 @@ def test_the_cli_says_why_the_app_does_not_load_and_exits_2(
     (tmp_path / "raising_app" / "__init__.py").write_text("")
     (tmp_path / "raising_app" / "agents.py").write_text('raise RuntimeError("boom")\n')
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TOOLPIPE_APP", raising=False)
+    for name in ("TOOLPIPE_APP", "TOOLPIPE_APP_PATH"):  # set, then unset: restored after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path / "state"))
     for argv in (["agents"], ["run", "hi"], ["--app", "my-app.agents", "agents"]):
         out, err = io.StringIO(), io.StringIO()

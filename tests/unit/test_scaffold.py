@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_example_project_is_a_scaffolded_one() -> None:
     # examples/assistant is `toolpipe init --package assistant` with its own agents and tests.
     example = ROOT / "examples" / "assistant"
-    for name, text in project_files("assistant", with_example=False).items():
+    for name, text in project_files("assistant", with_example=False, taken_ok=True).items():
         if name in ("README.md", "assistant/__init__.py"):
             continue  # its own words
         assert (example / name).read_text() == text, f"examples/assistant/{name} differs from the scaffold"
@@ -25,7 +25,9 @@ def test_the_package_is_named_from_the_folder(tmp_path: Path, folder: str, packa
     assert package_name(tmp_path / folder) == package
 
 
-@pytest.mark.parametrize("package", ["toolpipe", "infra", "shared", "class", "no-dash"])
+@pytest.mark.parametrize(
+    "package", ["toolpipe", "infra", "shared", "class", "no-dash", "json", "boto3", "café", "assistant"]
+)
 def test_a_package_name_that_would_clash_or_is_not_one_is_refused(tmp_path: Path, package: str) -> None:
     with pytest.raises(ScaffoldError):
         init_project(tmp_path / "p", package)
@@ -38,3 +40,17 @@ def test_an_existing_file_is_never_overwritten(tmp_path: Path) -> None:
         init_project(tmp_path, "weather")
     assert (tmp_path / "pyproject.toml").read_text() == "mine"
     assert not (tmp_path / "weather").exists()
+
+
+def test_a_file_in_the_way_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ScaffoldError, match="is a file, not a folder"):
+        init_project(tmp_path / "afile", "weather")
+
+
+def test_the_dependency_names_where_toolpipe_came_from_never_the_bare_name() -> None:
+    # `toolpipe` on PyPI is another project: a bare name would install a stranger's code.
+    text = project_files("weather", source="file:///src/toolpipe")["pyproject.toml"]
+    assert 'dependencies = ["toolpipe @ file:///src/toolpipe"]' in text
+    assert '"toolpipe[local] @ file:///src/toolpipe"' in text
+    assert '"toolpipe"' not in text and '"toolpipe[local]"' not in text

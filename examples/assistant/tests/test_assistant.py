@@ -2,9 +2,11 @@
 
 from toolpipe.testing import LocalPipeline, Reply, call
 
+APP = "assistant.agents"  # the module that defines the agents, whatever folder pytest runs from
+
 
 def test_the_assistant_computes_with_its_tools() -> None:
-    with LocalPipeline() as pipeline:
+    with LocalPipeline(app=APP) as pipeline:
         pipeline.script(
             Reply(tool_calls=[call("square_root", x=475695037565), call("sum", a=1, b=2)]),
             Reply(content="The square root is about 689706.49, and 1 + 2 = 3."),
@@ -17,7 +19,7 @@ def test_the_assistant_computes_with_its_tools() -> None:
 
 
 def test_an_alarm_in_the_past_is_an_error_the_model_reads() -> None:
-    with LocalPipeline() as pipeline:
+    with LocalPipeline(app=APP) as pipeline:
         pipeline.script(
             Reply(tool_calls=[call("set_alarm", time="2020-01-01T07:30:00+01:00")]),
             Reply(content="That time has passed."),
