@@ -226,10 +226,12 @@ def init_project(folder: Path, package: str | None = None) -> list[Path]:
     """Write a new project into `folder` (created if missing); never overwrites a file."""
     if folder.exists() and not folder.is_dir():
         raise ScaffoldError(f"{folder} is a file, not a folder")
-    files = project_files(package or package_name(folder), source=toolpipe_source())
+    package = package or package_name(folder)
+    files = project_files(package, source=toolpipe_source(), taken_ok=True)
     clashes = [name for name in files if (folder / name).exists()]
     if clashes:
         raise ScaffoldError(f"{folder}: {', '.join(sorted(clashes))} already exist; nothing written")
+    _check_package(package)  # now that its files are not there: the name itself
     written = []
     for name, text in files.items():
         path = folder / name
