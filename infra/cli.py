@@ -476,7 +476,8 @@ def _invoke_in_runtime(
         if args.object:
             for record in event.get("Records", []):
                 key = urllib.parse.unquote_plus(record["s3"]["object"]["key"])
-                triggers.put_quietly(runtime.s3, key, args.object.read_bytes())
+                # The sample's eTag and size are its own file's: the notification tells of this put.
+                record["s3"]["object"].update(triggers.put_quietly(runtime.s3, key, args.object.read_bytes()))
         try:
             return call_function(FUNCTIONS[args.function], event), None
         except Exception as e:  # the function's error, as Lambda reports it to whoever invoked it
@@ -509,15 +510,16 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise CommandError(f"a toolpipe server{where} is already serving {home}", EXIT_USAGE)
     try:
         for option, port in (("--port", args.port), ("--aws-port", aws_port)):
-            if not port:
+            if port is None:
                 continue
             try:
                 # Before the runtime starts: it would resume the folder's runs only to stop them.
+                # Port 0 too: a host that does not resolve or is not this machine's fails here.
                 socket.create_server((args.host, port)).close()
             except OSError as e:
-                raise CommandError(
-                    f"cannot serve on {args.host}:{port}: {e.strerror} ({option} 0 picks a free one)"
-                ) from None
+                reason = e.strerror or str(e)
+                hint = f" ({option} 0 picks a free one)" if port else ""
+                raise CommandError(f"cannot serve on {args.host}:{port}: {reason}{hint}") from None
         if args.host not in LOOPBACK:
             err.write(
                 f"toolpipe: warning: serving on {args.host}: anyone who reaches it can act as any caller "

@@ -126,19 +126,24 @@ def notify_on_input_prefix(s3: "S3Client", function_arn: str) -> None:
     )
 
 
-def put_quietly(s3: "S3Client", key: str, body: bytes) -> None:
+def put_quietly(s3: "S3Client", key: str, body: bytes) -> dict[str, Any]:
     """Put an object into the trigger bucket without its notification: for delivering a
-    sample notification of it by hand (`toolpipe invoke triggers`, tests) and nothing else."""
+    sample notification of it by hand (`toolpipe invoke triggers`, tests) and nothing else.
+    Returns what a notification of this put says of the object (`eTag`, `size`, `versionId`)."""
     saved = s3.get_bucket_notification_configuration(Bucket=TRIGGER_BUCKET)
     saved.pop("ResponseMetadata", None)  # type: ignore[misc]
     s3.put_bucket_notification_configuration(Bucket=TRIGGER_BUCKET, NotificationConfiguration={})
     try:
-        s3.put_object(Bucket=TRIGGER_BUCKET, Key=key, Body=body)
+        put = s3.put_object(Bucket=TRIGGER_BUCKET, Key=key, Body=body)
     finally:
         s3.put_bucket_notification_configuration(
             Bucket=TRIGGER_BUCKET,
             NotificationConfiguration=saved,  # type: ignore[arg-type]
         )
+    described: dict[str, Any] = {"eTag": put["ETag"].strip('"'), "size": len(body)}
+    if put.get("VersionId"):
+        described["versionId"] = put["VersionId"]
+    return described
 
 
 def create_event_trigger(events: "EventBridgeClient", sqs: "SQSClient", bus: str) -> tuple[str, str]:

@@ -77,6 +77,8 @@ def test_an_event_put_with_boto3_on_the_bus_starts_a_run_that_completes(pipeline
     ("function", "sample", "extra", "expected"),
     [
         ("triggers", "s3_put.json", ["--object", "events/s3_put.txt"], {"results": [{"outcome": "started"}]}),
+        # A file of your own: the notification tells of that put (its eTag and size), not the sample's.
+        ("triggers", "s3_put.json", ["--object", "README.md"], {"results": [{"outcome": "started"}]}),
         ("triggers", "eventbridge_run_requested.json", [], {"outcome": "started"}),
         ("triggers", "schedule_run_requested.json", [], {"outcome": "started"}),
         # No run of that id: the status-change handler says so, and changes nothing.

@@ -215,6 +215,23 @@ def test_serve_refuses_one_port_for_the_api_and_the_aws_endpoint(
     assert not (tmp_path / "state.json").exists()
 
 
+def test_serve_on_a_host_that_is_not_this_machines_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
+    monkeypatch.setenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "")
+    monkeypatch.delenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS")
+    err = io.StringIO()
+
+    # Port 0 too: it used to skip the check, and the runtime's failure left stderr empty.
+    assert cli.main(["serve", "--host", "999.1.1.1", "--port", "0"], err=err) == 1
+    assert err.getvalue().startswith("toolpipe: error: cannot serve on 999.1.1.1:0: ")
+    assert len(err.getvalue().splitlines()) == 1
+    assert not (tmp_path / "state.json").exists()
+
+
 @pytest.mark.parametrize(
     ("port", "aws_port", "chosen"), [(8710, None, 8711), (0, None, 0), (65535, None, 0), (8710, 9000, 9000)]
 )
