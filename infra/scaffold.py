@@ -125,7 +125,9 @@ Agents on toolpipe: `{package}/agents.py` defines them.
 
     pip install -e '.[dev]'
     pytest                                  # the agent, driven by a scripted model
-    toolpipe run "Weather in Paris?"        # a local run (set OPENAI_BASE_URL for a real model)
+    toolpipe run "Weather in Paris?"        # a local run; offline, toolpipe's demo model only
+                                            # answers: set OPENAI_BASE_URL (and OPENAI_API_KEY)
+                                            # for a model that calls your tools
     cdk deploy                              # on AWS (TOOLPIPE_BUNDLE=0 cdk synth: offline check)
 """
 
