@@ -1,0 +1,179 @@
+"""Human approval on the local runtime, end to end: a gated call waits on its task token
+until a person decides through the API (issue 9, first layer)."""
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import CALLS, TEST_AGENT, Pipeline, _pipeline, call
+from toolpipe.infra.local.runtime import LOCAL_CALLER
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS, Agent
+from toolpipe.shared.tools import ToolContext, tool
+
+OTHER = "arn:aws:iam::000000000000:user/someone-else"
+
+
+@tool(requires_approval=True)
+def wire_money(to: str, amount: float) -> str:
+    """Send money.
+
+    Args:
+        to: The recipient.
+        amount: How much.
+    """
+    CALLS.add("wire_money")
+    return f"sent {amount} to {to}"
+
+
+def _above_100(arguments: dict[str, Any], ctx: ToolContext) -> bool:
+    return float(arguments["amount"]) > 100
+
+
+@tool(requires_approval=_above_100)
+def refund(amount: float) -> str:
+    """Refund an order.
+
+    Args:
+        amount: How much.
+    """
+    CALLS.add("refund")
+    return f"refunded {amount}"
+
+
+GATED = Agent(
+    name="gated",
+    instructions="You move money.",
+    tools=[wire_money, refund, *TEST_AGENT.tools],
+    max_iterations=4,
+)
+
+
+@pytest.fixture(autouse=True)
+def gated_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(AGENTS, GATED.name, GATED)
+
+
+@pytest.fixture
+def short_approvals() -> Iterator[Pipeline]:
+    yield from _pipeline({"TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": "1"})
+
+
+def pending(pipeline: Pipeline, timeout: float = 20) -> dict[str, Any]:
+    """The one pending approval, once the call waits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body = pipeline.runtime.api("GET", "/approvals?status=pending")
+        assert status == 200, body
+        if body["approvals"]:
+            [approval] = body["approvals"]
+            return dict(approval)
+        assert time.monotonic() < deadline, "no call waits for approval"
+        time.sleep(0.05)
+
+
+def tool_messages(pipeline: Pipeline, request: int) -> list[str]:
+    return [m["content"] for m in pipeline.model.requests[request]["messages"] if m["role"] == "tool"]
+
+
+def test_an_approved_call_runs_once_with_the_approved_arguments(pipeline: Pipeline) -> None:
+    pipeline.script(
+        Reply(tool_calls=[call("wire_money", to="ana", amount=250)]), Reply(content="Sent.")
+    )
+    run_id = pipeline.start("pay ana", agent="gated")
+    approval = pending(pipeline)
+    assert (approval["tool"], approval["run_id"], approval["requester"]) == ("wire_money", run_id, LOCAL_CALLER)
+    assert approval["arguments_preview"] == '{"to": "ana", "amount": 250}'
+    assert "token" not in str(approval).lower()
+    assert CALLS.counts.get("wire_money") is None  # waiting: nothing ran
+
+    assert pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve", caller=OTHER)[0] == 404
+    status, decided = pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    assert (status, decided["status"]) == (200, "approved")
+    body = pipeline.finish(run_id)
+
+    assert body["run"]["status"] == "succeeded"
+    assert CALLS.counts["wire_money"] == 1
+    assert tool_messages(pipeline, 1) == ["sent 250.0 to ana"]
+    again = pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/deny", {"reason": "late"})
+    assert again[0] == 409
+    assert pipeline.runtime.api("GET", f"/approvals/{approval['approval_id']}")[1]["status"] == "approved"
+
+
+def test_a_denied_call_never_runs_and_the_model_reads_the_reason(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="eve", amount=9000)]), Reply(content="Not sent."))
+    run_id = pipeline.start("pay eve", agent="gated")
+    approval = pending(pipeline)
+    status, _ = pipeline.runtime.api(
+        "POST", f"/approvals/{approval['approval_id']}/deny", {"reason": "eve is not a customer"}
+    )
+    assert status == 200
+    body = pipeline.finish(run_id)
+
+    assert body["run"]["status"] == "succeeded"
+    assert "wire_money" not in CALLS.counts
+    assert tool_messages(pipeline, 1) == [
+        "Error: A person denied the call to 'wire_money'; it was not run. Their reason: eve is not a customer"
+    ]
+    [execution] = body["executions"]
+    assert execution["error_type"] == "ApprovalDenied"
+
+
+def test_an_undecided_call_expires_as_denied(short_approvals: Pipeline) -> None:
+    pipeline = short_approvals
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="bob", amount=5)]), Reply(content="Timed out."))
+    run_id = pipeline.start("pay bob", agent="gated")
+    body = pipeline.finish(run_id)
+
+    assert "wire_money" not in CALLS.counts
+    assert tool_messages(pipeline, 1) == [
+        "Error: the call to 'wire_money' needed a person's approval and none came in time; it was not run."
+    ]
+    status, listed = pipeline.runtime.api("GET", "/approvals")
+    [approval] = listed["approvals"]
+    assert approval["status"] == "expired"
+    late = pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    assert late[0] == 409
+    assert body["run"]["status"] == "succeeded"
+
+
+def test_ungated_calls_complete_while_a_gated_one_waits_and_the_model_reads_all_three_in_order(
+    pipeline: Pipeline,
+) -> None:
+    pipeline.script(
+        Reply(
+            tool_calls=[
+                call("count_once", label="first"),
+                call("refund", amount=500),
+                call("refund", amount=20),  # under the policy's 100: no approval
+            ]
+        ),
+        Reply(content="Done."),
+    )
+    run_id = pipeline.start("refunds", agent="gated")
+    approval = pending(pipeline)
+    assert approval["arguments_preview"] == '{"amount": 500}'
+    # Slots 3 (count_once) and 5 (the small refund) are answered while slot 4 waits.
+    deadline = time.monotonic() + 20
+    while True:
+        _, page = pipeline.runtime.api("GET", f"/runs/{run_id}/messages")
+        done = {m["seq"] for m in page["messages"] if m["kind"] == "tool_result"}
+        if done == {3, 5}:
+            break
+        assert time.monotonic() < deadline, done
+        time.sleep(0.05)
+    assert CALLS.counts == {"count_once": 1, "refund": 1}
+    assert len(pipeline.model.requests) == 1  # the model is not asked again while a call waits
+
+    pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    body = pipeline.finish(run_id)
+
+    assert body["run"]["status"] == "succeeded"
+    assert CALLS.counts == {"count_once": 1, "refund": 2}
+    messages = pipeline.model.requests[1]["messages"]
+    calls = [c["id"] for c in messages[-4]["tool_calls"]]
+    tools = [m for m in messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tools] == calls
+    assert [m["content"] for m in tools] == ["counted first", "refunded 500.0", "refunded 20.0"]
