@@ -195,6 +195,9 @@ class Functions(Construct):
             ],
         )
         machine.grant_start_execution(self.api)
+        # A person's decision answers the call's WaitForApproval task (approve: success; deny:
+        # failure). Scoped to this state machine's tasks.
+        machine.grant(self.api, "states:SendTaskSuccess", "states:SendTaskFailure")
         # `POST /runs/{id}/cancel` stops the executions of a run and of its child runs.
         machine.grant_execution(self.api, "states:StopExecution")
         acknowledge(

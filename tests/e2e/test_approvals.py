@@ -79,17 +79,21 @@ def tool_messages(pipeline: Pipeline, request: int) -> list[str]:
 
 
 def test_an_approved_call_runs_once_with_the_approved_arguments(pipeline: Pipeline) -> None:
-    pipeline.script(
-        Reply(tool_calls=[call("wire_money", to="ana", amount=250)]), Reply(content="Sent.")
-    )
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=250)]), Reply(content="Sent."))
     run_id = pipeline.start("pay ana", agent="gated")
     approval = pending(pipeline)
-    assert (approval["tool"], approval["run_id"], approval["requester"]) == ("wire_money", run_id, LOCAL_CALLER)
+    assert (approval["tool"], approval["run_id"], approval["requester"]) == (
+        "wire_money",
+        run_id,
+        LOCAL_CALLER,
+    )
     assert approval["arguments_preview"] == '{"to": "ana", "amount": 250}'
     assert "token" not in str(approval).lower()
     assert CALLS.counts.get("wire_money") is None  # waiting: nothing ran
 
-    assert pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve", caller=OTHER)[0] == 404
+    assert (
+        pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve", caller=OTHER)[0] == 404
+    )
     status, decided = pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
     assert (status, decided["status"]) == (200, "approved")
     body = pipeline.finish(run_id)
