@@ -198,8 +198,11 @@ def request_body() -> str | bytes:
 
 def bad_parameters(error: RequestValidationError) -> Response[dict[str, Any]]:
     # 400, not Powertools' 422: a bad path or query parameter is answered like a bad body.
+    rules = PARAMETER_RULES
+    if app.current_event.path.startswith("/approvals"):
+        rules = rules | {"status": f"status is one of {', '.join(s.value for s in ApprovalStatus)}"}
     details = "; ".join(
-        f"{'.'.join(str(p) for p in e['loc'])}: {PARAMETER_RULES.get(str(e['loc'][-1]), e.get('msg', e['type']))}"
+        f"{'.'.join(str(p) for p in e['loc'])}: {rules.get(str(e['loc'][-1]), e.get('msg', e['type']))}"
         for e in error.errors()
     )
     return Response(
