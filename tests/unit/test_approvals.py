@@ -7,10 +7,22 @@ from typing import Any
 import pytest
 
 from toolpipe.infra.definition import build_definition
-from toolpipe.shared.agents import agent_tool
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 from toolpipe.shared.approvals import Approval, ApprovalStatus, arguments_hash
 from toolpipe.shared.approvals.service import unapproved_result
 from toolpipe.shared.errors import DefinitionError, ErrorKind
+from toolpipe.shared.history import MemoryHistoryStore
+from toolpipe.shared.history.ports import CallRead
+from toolpipe.shared.messages import (
+    AssistantMessage,
+    RunRecord,
+    RunStatus,
+    ToolCall,
+    ToolCallMessage,
+    ToolResult,
+    UserMessage,
+)
+from toolpipe.shared.runs import ToolCallExecutor
 from toolpipe.shared.tools import ToolContext, schema_tool, tool
 
 CTX = ToolContext(run_id="r1", agent="shop", call_id="c1", caller="ana")
@@ -128,3 +140,96 @@ def test_only_a_gated_turn_takes_the_map_whose_branches_wait() -> None:
     assert wait["HeartbeatSecondsPath"] == "$.call.approval_heartbeat_seconds"
     assert wait["Next"] == "Dispatch" and wait["Catch"][0]["Next"] == "NotApproved"
     assert branch["States"]["NotApproved"]["End"] is True
+
+
+# --- the worker runs exactly what was approved --------------------------------------------
+
+SENT: list[str] = []
+
+
+@tool(requires_approval=True)
+def send(to: str, amount: int) -> str:
+    """Send money.
+
+    Args:
+        to: Who.
+        amount: How much.
+    """
+    SENT.append(to)
+    return f"sent {amount} to {to}"
+
+
+APPROVER = Agent(name="approver", instructions="You send money.", tools=[send])
+
+
+class _Reporter:
+    def succeed(self, token: str, output: dict[str, Any]) -> bool:
+        return True
+
+    def heartbeat(self, token: str) -> bool:
+        return True
+
+
+class _Starter:
+    def start(self, run_id: str, execution: int = 1) -> None:
+        raise AssertionError("no child run here")
+
+
+class _GatedStore(MemoryHistoryStore):
+    """The in-memory store, with the call's gate as the DynamoDB store reads it."""
+
+    gate: dict[str, Any] | None = None
+
+    def load_call(self, run_id: str, reply_seq: int, seq: int) -> CallRead:
+        return dataclasses.replace(super().load_call(run_id, reply_seq, seq), gate=self.gate)
+
+
+def _deliver(gate: dict[str, Any] | None, arguments: str = '{"to": "ana", "amount": 5}') -> ToolResult:
+    store = _GatedStore()
+    store.gate = gate
+    store.create_run(
+        RunRecord(run_id="r1", agent="approver", status=RunStatus.RUNNING),
+        UserMessage(seq=1, turn=0, content="pay"),
+    )
+    store.append(
+        "r1", AssistantMessage(seq=2, turn=1, tool_calls=[ToolCall(id="c", name="send", arguments=arguments)])
+    )
+    executor = ToolCallExecutor(store, _Reporter(), _Starter(), heartbeat_every=60, sleep=lambda s: None)
+    executor.execute(ToolCallMessage(run_id="r1", seq=3, message_seq=2, task_token="t"), lease_seconds=60)
+    result = store.get_item("r1", 3)
+    assert isinstance(result, ToolResult)
+    return result
+
+
+@pytest.fixture
+def approver(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(AGENTS, APPROVER.name, APPROVER)
+    SENT.clear()
+
+
+def _gate(status: str, arguments: str = '{"amount": 5, "to": "ana"}') -> dict[str, Any]:
+    return {"approval_id": "0" * 32, "arguments_sha256": arguments_hash(arguments), "status": status}
+
+
+@pytest.mark.usefixtures("approver")
+@pytest.mark.parametrize(
+    ("gate", "why"),
+    [
+        (None, "none was recorded"),
+        (_gate("pending"), "it is pending"),
+        (_gate("denied"), "it is denied"),
+        (_gate("approved", '{"to": "ana", "amount": 6}'), "its arguments are not the ones approved"),
+    ],
+    ids=["no-approval", "pending", "denied", "other-arguments"],
+)
+def test_the_worker_refuses_a_gated_call_without_its_approval(gate: dict[str, Any] | None, why: str) -> None:
+    result = _deliver(gate)
+    assert result.error_type is ErrorKind.NOT_APPROVED
+    assert result.content == f"Error: not run: the call to 'send' needs a person's approval, and {why}."
+    assert SENT == []
+
+
+@pytest.mark.usefixtures("approver")
+def test_the_worker_runs_the_approved_arguments_however_they_are_spelled() -> None:
+    result = _deliver(_gate("approved"), '{ "to":"ana",  "amount":5 }')
+    assert (result.status, result.content, SENT) == ("ok", "sent 5 to ana", ["ana"])
