@@ -11,7 +11,8 @@ import pytest
 from tests.conftest import CALLS, TEST_AGENT, Pipeline, _pipeline, call
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
-from toolpipe.shared.agents import AGENTS, Agent, BeforeTool, Hooks
+from toolpipe.shared.agents import AGENTS, Agent, BeforeTool, Hooks, execution_events_bound
+from toolpipe.shared.agents.agent import EVENTS_PER_APPROVAL, EVENTS_PER_CALL
 from toolpipe.shared.tools import ToolContext, tool
 
 OTHER = "arn:aws:iam::000000000000:user/someone-else"
@@ -208,3 +209,28 @@ def test_the_worker_refuses_arguments_other_than_those_approved(
         "changed after they were approved."
     ]
     assert body["executions"][0]["error_type"] == "NotApproved"
+
+
+def test_a_call_that_waits_costs_the_constant_in_history_events(pipeline: Pipeline) -> None:
+    done = Reply(content="done")
+
+    def events(*replies: Reply, approve: bool = False) -> int:
+        pipeline.script(*replies)
+        run_id = pipeline.start("measure", agent="gated")
+        if approve:
+            pipeline.runtime.api("POST", f"/approvals/{pending(pipeline)['approval_id']}/approve")
+        pipeline.finish(run_id)
+        return len(pipeline.runtime.execution_events(run_id))
+
+    plain = events(Reply(tool_calls=[call("count_once", label="a")]), done)
+    approved = events(Reply(tool_calls=[call("wire_money", to="a", amount=1)]), done, approve=True)
+    mixed = events(
+        Reply(tool_calls=[call("wire_money", to="a", amount=1), call("count_once", label="b")]),
+        done,
+        approve=True,
+    )
+
+    assert approved - plain == EVENTS_PER_APPROVAL
+    # The ungated call of a gated turn passes its branch's Choice: 2 events, within the constant.
+    assert mixed - approved == EVENTS_PER_CALL + 2
+    assert mixed <= execution_events_bound([2], gated=True)
