@@ -2,6 +2,7 @@
 until a person decides through the API (issue 9, first layer)."""
 
 import dataclasses
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -234,3 +235,26 @@ def test_a_call_that_waits_costs_the_constant_in_history_events(pipeline: Pipeli
     # The ungated call of a gated turn passes its branch's Choice: 2 events, within the constant.
     assert mixed - approved == EVENTS_PER_CALL + 2
     assert mixed <= execution_events_bound([2], gated=True)
+
+
+def test_a_waiting_call_is_announced_once_without_its_token(pipeline: Pipeline) -> None:
+    from tests.e2e.test_run_events import ended, of, subscribe, validate
+
+    read = subscribe(pipeline.runtime)
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=250)]), Reply(content="Sent."))
+    run_id = pipeline.start("pay ana", agent="gated")
+    approval = pending(pipeline)
+    pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    pipeline.finish(run_id)
+
+    events = read(ended)
+    validate(events)
+    [announced] = of(events, "ApprovalRequested")
+    assert announced["approval_id"] == approval["approval_id"]
+    assert (announced["run_id"], announced["tool"], announced["slot"]) == (run_id, "wire_money", 3)
+    assert announced["arguments_preview"] == '{"to": "ana", "amount": 250}'
+    token = pipeline.runtime.dynamodb.get_item(
+        TableName="toolpipe-local",
+        Key={"pk": {"S": f"APPROVAL#{approval['approval_id']}"}, "sk": {"S": "TOKEN"}},
+    )["Item"]["token"]["S"]
+    assert token not in json.dumps(events)
