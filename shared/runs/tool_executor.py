@@ -261,6 +261,13 @@ class ToolCallExecutor:
                 f"Error: Tool '{call.call.name}' failed: {_describe(e)}", "error", 0, ErrorKind.TOOL_FAILED
             )
             return self._persist(call, failure, 1, ({}, []))
+        if (
+            answered is None
+            and call.gate is not None
+            and arguments_hash(hooked.arguments) != call.gate.arguments_sha256
+        ):
+            # As for any gated tool: the child run gets only the task a person approved.
+            answered = _not_approved(call.call.name, "its arguments were changed after they were approved")
         if answered is not None:
             return self._persist(call, answered, 1, ({}, []))
         try:

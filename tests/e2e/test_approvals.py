@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import CALLS, TEST_AGENT, Pipeline, _pipeline, call
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
-from toolpipe.shared.agents import AGENTS, Agent, BeforeTool, Hooks, execution_events_bound
+from toolpipe.shared.agents import AGENTS, Agent, BeforeTool, Hooks, agent_tool, execution_events_bound
 from toolpipe.shared.agents.agent import EVENTS_PER_APPROVAL, EVENTS_PER_CALL
 from toolpipe.shared.tools import ToolContext, tool
 
@@ -258,3 +258,28 @@ def test_a_waiting_call_is_announced_once_without_its_token(pipeline: Pipeline) 
         Key={"pk": {"S": f"APPROVAL#{approval['approval_id']}"}, "sk": {"S": "TOKEN"}},
     )["Item"]["token"]["S"]
     assert token not in json.dumps(events)
+
+
+def test_an_agent_tool_can_require_approval_and_its_child_run_starts_once_approved(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    delegating = Agent(
+        name="delegating",
+        instructions="You delegate.",
+        tools=[agent_tool("tester", name="ask_tester", requires_approval=True)],
+    )
+    monkeypatch.setitem(AGENTS, delegating.name, delegating)
+    pipeline.script(
+        Reply(tool_calls=[call("ask_tester", task="say hi")]),
+        Reply(content="hi"),
+        Reply(content="It said hi."),
+    )
+    run_id = pipeline.start("delegate", agent="delegating")
+    approval = pending(pipeline)
+    assert approval["tool"] == "ask_tester" and len(pipeline.model.requests) == 1  # no child run yet
+
+    pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    body = pipeline.finish(run_id)
+
+    assert body["run"]["status"] == "succeeded"
+    assert tool_messages(pipeline, 2) == ["hi"]
