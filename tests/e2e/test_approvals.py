@@ -5,13 +5,14 @@ import dataclasses
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import CALLS, TEST_AGENT, Pipeline, _pipeline, call
-from toolpipe.infra.local.runtime import LOCAL_CALLER
-from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.infra.local.runtime import LOCAL_CALLER, LocalRuntime
+from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
 from toolpipe.shared.agents import AGENTS, Agent, BeforeTool, Hooks, agent_tool, execution_events_bound
 from toolpipe.shared.agents.agent import EVENTS_PER_APPROVAL, EVENTS_PER_CALL
 from toolpipe.shared.tools import ToolContext, tool
@@ -283,3 +284,27 @@ def test_an_agent_tool_can_require_approval_and_its_child_run_starts_once_approv
 
     assert body["run"]["status"] == "succeeded"
     assert tool_messages(pipeline, 2) == ["hi"]
+
+
+def test_a_call_still_waits_for_its_approval_after_the_local_runtime_restarts(tmp_path: Path) -> None:
+    """The waiting task dies with the process; the resumed execution waits again on the same
+    approval (its new token replaces the dead one), and the decision reaches it."""
+    with ScriptedModelServer(ScriptResponder([])) as model:
+        env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "scripted"}
+        model.responder = ScriptResponder(
+            [Reply(tool_calls=[call("wire_money", to="ana", amount=5)]), Reply(content="Sent.")]
+        )
+        with LocalRuntime(state_dir=tmp_path, extra_env=env) as runtime:
+            runtime.drain_seconds = 0.5  # shut down while the call waits: its execution is stopped
+            _, started = runtime.api("POST", "/runs", {"input": "pay ana", "agent": "gated"})
+            run_id = started["run_id"]
+            before = pending(Pipeline(runtime, model))
+        with LocalRuntime(state_dir=tmp_path, extra_env=env) as runtime:
+            assert runtime.resumed == [run_id]
+            again = pending(Pipeline(runtime, model))
+            assert again["approval_id"] == before["approval_id"]
+            assert runtime.api("POST", f"/approvals/{before['approval_id']}/approve")[0] == 200
+            runtime.wait_for_execution(run_id, 30)
+            _, body = runtime.api("GET", f"/runs/{run_id}")
+    assert body["run"]["status"] == "succeeded"
+    assert CALLS.counts["wire_money"] == 1
