@@ -87,6 +87,18 @@ class ApprovalAlreadyDecidedError(ToolpipeError):
         self.status = status
 
 
+class ApprovalRunEndedError(ApprovalAlreadyDecidedError):
+    """The call's run ended (cancelled, failed) while the call waited: nothing waits for a
+    decision any more. A 409; the approval is marked expired."""
+
+    def __init__(self, approval_id: str, run_id: str, run_status: str) -> None:
+        ToolpipeError.__init__(
+            self, f"run {run_id} already ended ({run_status}): approval {approval_id} no longer waits"
+        )
+        self.approval_id = approval_id
+        self.status = ApprovalStatus.EXPIRED
+
+
 class NotAllowedToDecideError(ToolpipeError):
     """Only the run's caller and the admin principal may see or decide its approvals (a 404, as
     for an unknown id, so ids cannot be probed)."""

@@ -13,12 +13,13 @@ from toolpipe.shared.approvals.models import (
     Approval,
     ApprovalAlreadyDecidedError,
     ApprovalNotFoundError,
+    ApprovalRunEndedError,
     ApprovalStatus,
 )
 from toolpipe.shared.approvals.store import DynamoApprovalStore
 from toolpipe.shared.errors import ErrorKind, UnknownToolError
 from toolpipe.shared.history.ports import History, RunRecords
-from toolpipe.shared.messages import ApprovalTaskRequest, AssistantMessage, RunRecord, utc_now
+from toolpipe.shared.messages import ApprovalTaskRequest, AssistantMessage, RunRecord, RunStatus, utc_now
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 
 # The error a denial or an expiry answers the waiting task with; the state machine's Catch
@@ -117,6 +118,12 @@ class ApprovalService:
             # Past its time the call counts as denied, even if its task has not noticed yet.
             self._expire(approval)
             raise ApprovalAlreadyDecidedError(approval_id, ApprovalStatus.EXPIRED)
+        if approval.status is ApprovalStatus.PENDING:
+            run = self._runs.get_run(approval.run_id)
+            if run.status is not RunStatus.RUNNING:
+                # Cancelled or failed while the call waited: its task is gone with the execution.
+                self._expire(approval)
+                raise ApprovalRunEndedError(approval_id, run.run_id, run.status.value)
         status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
         decided = self._approvals.decide(approval, status, caller, None if approve else reason)
         self._answer(decided, self._approvals.get_token(approval_id))

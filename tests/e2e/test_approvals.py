@@ -308,3 +308,19 @@ def test_a_call_still_waits_for_its_approval_after_the_local_runtime_restarts(tm
             _, body = runtime.api("GET", f"/runs/{run_id}")
     assert body["run"]["status"] == "succeeded"
     assert CALLS.counts["wire_money"] == 1
+
+
+def test_a_cancelled_runs_waiting_call_can_no_longer_be_approved(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=5)]), Reply(content="never"))
+    run_id = pipeline.start("pay ana", agent="gated")
+    approval = pending(pipeline)
+    assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
+    pipeline.finish(run_id)
+
+    status, body = pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    assert (status, body["message"]) == (
+        409,
+        f"run {run_id} already ended (cancelled): approval {approval['approval_id']} no longer waits",
+    )
+    assert pipeline.runtime.api("GET", f"/approvals/{approval['approval_id']}")[1]["status"] == "expired"
+    assert "wire_money" not in CALLS.counts
