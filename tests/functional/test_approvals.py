@@ -167,3 +167,40 @@ def test_bad_decisions_are_refused_and_change_nothing(admin_pipeline: Pipeline) 
     pipeline.finish(run_id)
     record = api("GET", f"/approvals/{approval_id}")[1]
     assert (record["status"], record["decided_by"], record["reason"]) == ("denied", ADMIN, "not now")
+
+
+def test_the_store_decides_once_and_keeps_the_gate_in_step() -> None:
+    from moto import mock_aws
+
+    from tests.unit.test_approvals import _approval
+    from toolpipe.infra.local.runtime import HISTORY_TABLE
+    from toolpipe.shared.approvals import ApprovalStatus
+
+    with mock_aws():
+        boto3.client("dynamodb", region_name=REGION).create_table(TableName="t", **HISTORY_TABLE)
+        store = DynamoApprovalStore(boto3.resource("dynamodb", region_name=REGION).Table("t"))
+        approval = store.create(_approval(ApprovalStatus.PENDING), "token-1")
+        # The waiting task started again (a retry): the same approval, with the new token.
+        again = store.create(
+            _approval(ApprovalStatus.PENDING).model_copy(update={"approval_id": "1" * 32}), "token-2"
+        )
+        assert (
+            again.approval_id == approval.approval_id and store.get_token(approval.approval_id) == "token-2"
+        )
+
+        denied = store.decide(approval, ApprovalStatus.DENIED, "ana", "no")
+        assert (denied.status, denied.decided_by, denied.reason) == (ApprovalStatus.DENIED, "ana", "no")
+        with pytest.raises(ApprovalAlreadyDecidedError) as refused:
+            store.decide(approval, ApprovalStatus.APPROVED, "bob")
+        assert refused.value.status is ApprovalStatus.DENIED
+        assert store.get(approval.approval_id) == denied  # the refused decision changed nothing
+        gate = store.get_gate(approval.run_id, approval.seq)
+        assert gate is not None and gate.status is ApprovalStatus.DENIED
+        # Decided: a task started again keeps its token out of a decided approval.
+        store.create(
+            _approval(ApprovalStatus.PENDING).model_copy(update={"approval_id": "2" * 32}), "token-3"
+        )
+        assert store.get_token(approval.approval_id) == "token-2"
+        assert store.list("ana", ApprovalStatus.DENIED) == [denied]
+        assert store.list("ana", ApprovalStatus.PENDING) == []
+        assert store.list(None, None) == [denied]
