@@ -204,3 +204,18 @@ def test_the_store_decides_once_and_keeps_the_gate_in_step() -> None:
         assert store.list("ana", ApprovalStatus.DENIED) == [denied]
         assert store.list("ana", ApprovalStatus.PENDING) == []
         assert store.list(None, None) == [denied]
+
+
+def test_the_approval_samples_drive_the_real_handler(pipeline: Pipeline) -> None:
+    from tests.functional.test_events import EVENTS, _api
+
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+
+    status, _, listed = _api(json.loads((EVENTS / "api_list_approvals.json").read_text()))
+    assert status == 200 and [a["approval_id"] for a in listed["approvals"]] == [approval_id]
+    approve = json.loads((EVENTS / "api_approve.json").read_text().replace("APPROVAL_ID", approval_id))
+    assert _api(approve)[::2] == (200, {"approval_id": approval_id, "status": "approved", "run_id": run_id})
+    assert _api(approve)[0] == 409
+    pipeline.finish(run_id)
