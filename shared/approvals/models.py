@@ -97,8 +97,3 @@ class ApprovalRunEndedError(ApprovalAlreadyDecidedError):
         )
         self.approval_id = approval_id
         self.status = ApprovalStatus.EXPIRED
-
-
-class NotAllowedToDecideError(ToolpipeError):
-    """Only the run's caller and the admin principal may see or decide its approvals (a 404, as
-    for an unknown id, so ids cannot be probed)."""

@@ -16,9 +16,8 @@ from toolpipe.shared.approvals.models import (
     ApprovalRunEndedError,
     ApprovalStatus,
 )
-from toolpipe.shared.approvals.store import DynamoApprovalStore
+from toolpipe.shared.approvals.ports import ApprovalRecords, RunsAndHistory
 from toolpipe.shared.errors import ErrorKind, UnknownToolError
-from toolpipe.shared.history.ports import History, RunRecords
 from toolpipe.shared.messages import ApprovalTaskRequest, AssistantMessage, RunRecord, RunStatus, utc_now
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 
@@ -36,14 +35,10 @@ class ApprovalTasks(Protocol):
     def fail(self, token: str, error: str, cause: str) -> bool: ...
 
 
-class RunsAndHistory(RunRecords, History, Protocol):
-    pass
-
-
 class ApprovalService:
     def __init__(
         self,
-        approvals: DynamoApprovalStore,
+        approvals: ApprovalRecords,
         runs: RunsAndHistory,
         tasks: ApprovalTasks,
         admin_principal: str | None = None,
@@ -163,9 +158,8 @@ class ApprovalService:
 def unapproved_result(approval: Approval) -> tuple[str, ErrorKind] | None:
     """What the model reads for a call a person denied, or nobody decided in time."""
     if approval.status is ApprovalStatus.DENIED:
-        who = "A person"
         return (
-            f"Error: {who} denied the call to '{approval.tool}'; it was not run. "
+            f"Error: A person denied the call to '{approval.tool}'; it was not run. "
             f"Their reason: {approval.reason or '(none given)'}",
             ErrorKind.APPROVAL_DENIED,
         )
