@@ -324,3 +324,38 @@ def test_a_cancelled_runs_waiting_call_can_no_longer_be_approved(pipeline: Pipel
     )
     assert pipeline.runtime.api("GET", f"/approvals/{approval['approval_id']}")[1]["status"] == "expired"
     assert "wire_money" not in CALLS.counts
+
+
+def _sent_emails() -> list[tuple[list[str], str]]:
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ses.models import ses_backends
+
+    # What moto's SES kept of each email sent: whom it went to, and its subject.
+    return [
+        (m.destinations["ToAddresses"], m.subject)
+        for m in ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].sent_messages
+    ]
+
+
+def test_the_example_assistant_sends_an_approved_email_once_and_a_denied_one_never(
+    pipeline: Pipeline,
+) -> None:
+    email = call("send_email", to="ana@example.com", subject="Report", body="The report is ready.")
+    pipeline.script(Reply(tool_calls=[email]), Reply(content="Sent."))
+    sent_id = pipeline.start("Email Ana", agent="assistant")
+    approval = pending(pipeline)
+    assert _sent_emails() == []  # waiting: nothing sent
+    pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    assert pipeline.finish(sent_id)["run"]["status"] == "succeeded"
+    assert _sent_emails() == [(["ana@example.com"], "Report")]
+    assert tool_messages(pipeline, 1)[0].startswith("Email sent to ana@example.com (message id ")
+
+    pipeline.script(Reply(tool_calls=[email]), Reply(content="Not sent."))
+    denied_id = pipeline.start("Email Ana again", agent="assistant")
+    approval = pending(pipeline)
+    pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/deny", {"reason": "she has it"})
+    pipeline.finish(denied_id)
+    assert _sent_emails() == [(["ana@example.com"], "Report")]  # still the one
+    assert tool_messages(pipeline, -1) == [
+        "Error: A person denied the call to 'send_email'; it was not run. Their reason: she has it"
+    ]
