@@ -8,7 +8,7 @@ network): for checks and tests only, and the assembly carries a warning saying s
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aws_cdk import Annotations, App, Validations
@@ -29,9 +29,11 @@ def build_app(
     agents: str | None = None,
     packages: Sequence[str] = (),
     requirements: Sequence[str] = (),
+    extend: Callable[[ToolpipeStack], None] | None = None,
 ) -> tuple[App, ToolpipeStack]:
     """The CDK app and its one stack. `agents`: your app module (default: `[tool.toolpipe]
-    app` of the nearest pyproject.toml); `packages`, `requirements`: as for `ToolPipeline`."""
+    app` of the nearest pyproject.toml); `packages`, `requirements`: as for `ToolPipeline`;
+    `extend`: adds your own resources and grants to the stack (before cdk-nag checks it)."""
     # post_cli_context: the CLI refuses user context keys under aws:, and this must win over it.
     app = App(outdir=outdir, context=context, post_cli_context=None if bundle else SKIP_BUNDLING)
     stack = ToolpipeStack(
@@ -44,6 +46,8 @@ def build_app(
         requirements=requirements,
         description="toolpipe: durable LLM tool calling",
     )
+    if extend is not None:
+        extend(stack)
     if not bundle:
         Annotations.of(stack).add_warning_v2(
             "toolpipe:NoBundling",
@@ -60,9 +64,10 @@ def synth(
     agents: str | None = None,
     packages: Sequence[str] = (),
     requirements: Sequence[str] = (),
+    extend: Callable[[ToolpipeStack], None] | None = None,
 ) -> None:
     """Build and synthesize the app, as `cdk synth` and `cdk deploy` run it; a bad setting is
-    one line naming it, not a traceback."""
+    one line naming it, not a traceback. The arguments are `build_app`'s."""
     try:
         app, _ = build_app(
             bundle=os.environ.get("TOOLPIPE_BUNDLE", "1") != "0",
@@ -70,6 +75,7 @@ def synth(
             agents=agents,
             packages=packages,
             requirements=requirements,
+            extend=extend,
         )
     except (ValueError, ConfigurationError) as e:  # a bad context value (`-c api_auth=...`), the app
         sys.exit(f"toolpipe: {e}")

@@ -293,6 +293,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         transcript.write("\n".join(format_item(data)) + "\n")
                         transcript.flush()
                         printed = int(data["seq"])
+                    elif event == "approval":
+                        # A call waits for a person: say how to decide, and keep watching.
+                        transcript.write(approval_line(data) + "\n")
+                        transcript.flush()
                     elif event == "end":
                         return _finish(session, data["run"], args, transcript, out)
                     elif event == "timeout":
@@ -373,6 +377,81 @@ def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         # Part of the run's history, not this command's error: the command did what it was asked.
         out.write(f"error: {record['error']}\n")
     return EXIT_OK
+
+
+APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "all")
+
+
+def approval_line(approval: dict[str, Any]) -> str:
+    """How a call that waits is announced while `run` watches: the id and the command."""
+    return (
+        f"  waiting for approval: {approval['tool']}({_short(approval['arguments_preview'], 120)})"
+        f" · approve with: toolpipe approve {approval['approval_id']}"
+        f" (or: toolpipe deny {approval['approval_id']} --reason '…')"
+    )
+
+
+def approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The approvals of the caller's runs (the admin principal's: everyone's), newest first."""
+    session = _open_session(args)
+    try:
+        query = "" if args.status == "all" else f"?status={args.status}"
+        status, body = session.request("GET", f"/approvals{query}")
+    finally:
+        session.close()
+    if status != 200:
+        raise _refused(status, body)
+    if args.json:
+        _write_json(out, body)
+        return EXIT_OK
+    for a in body["approvals"]:
+        decided = f" by {a['decided_by']}" if a.get("decided_by") else ""
+        reason = f": {a['reason']}" if a.get("reason") else ""
+        out.write(
+            f"{a['approval_id']}  {a['status']}{decided}{reason}  {a['tool']}({_short(a['arguments_preview'], 80)})"
+            f"  run {a['run_id']}  expires {a['expires_at']}\n"
+        )
+    if not body["approvals"]:
+        err.write(f"no {'' if args.status == 'all' else args.status + ' '}approvals\n")
+    return EXIT_OK
+
+
+def _decide(args: argparse.Namespace, out: TextIO, action: str, body: Any) -> int:
+    session = _open_session(args)
+    try:
+        status, answer = session.request("POST", f"/approvals/{args.approval_id}/{action}", body)
+    finally:
+        session.close()
+    if status in (404, 409):
+        # Unknown, not the caller's, or decided already: what was asked could not be done.
+        raise CommandError(_reason(answer))
+    if status != 200:
+        raise _refused(status, answer)
+    if args.json:
+        _write_json(out, answer)
+    else:
+        out.write(f"{answer['status']} {answer['approval_id']} (run {answer['run_id']})\n")
+    return EXIT_OK
+
+
+def approve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _decide(args, out, "approve", None)
+
+
+def deny(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _decide(args, out, "deny", {"reason": args.reason})
+
+
+def _approval_id(text: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{32}", text):
+        raise argparse.ArgumentTypeError(f"not an approval id (32 hex digits): {text!r}")
+    return text
+
+
+def _reason_text(text: str) -> str:
+    if not text.strip() or len(text) > 1000:
+        raise argparse.ArgumentTypeError("the reason is 1 to 1000 characters, not blank")
+    return text
 
 
 def _default_agent() -> str:
@@ -859,7 +938,20 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentPar
 
     show_parser = commands.add_parser("show", help="print a run's history", **options)
     show_parser.add_argument("run_id", type=_run_id)
-    for remote in (run_parser, show_parser):
+    approvals_parser = commands.add_parser(
+        "approvals", help="list the tool calls that wait for your approval (and decided ones)", **options
+    )
+    approvals_parser.add_argument(
+        "--status", choices=APPROVAL_STATUSES, default="pending", help="which approvals (default: pending)"
+    )
+    approve_parser = commands.add_parser("approve", help="approve a call that waits: it runs", **options)
+    approve_parser.add_argument("approval_id", type=_approval_id)
+    deny_parser = commands.add_parser(
+        "deny", help="deny a call that waits, with a reason the model reads", **options
+    )
+    deny_parser.add_argument("approval_id", type=_approval_id)
+    deny_parser.add_argument("--reason", type=_reason_text, required=True, help="why (the model reads it)")
+    for remote in (run_parser, show_parser, approvals_parser, approve_parser, deny_parser):
         _add_api_arguments(remote)
 
     commands.add_parser("agents", help="list the agents and their tools", **options)
@@ -951,6 +1043,9 @@ COMMANDS: dict[str, Command] = {
     "init": init,
     "run": run,
     "show": show,
+    "approvals": approvals,
+    "approve": approve,
+    "deny": deny,
     "agents": agents,
     "invoke": invoke,
     "serve": serve,

@@ -74,6 +74,76 @@ def _ref(name: str) -> str:
     return "${" + name + "}"
 
 
+def _dispatch() -> dict[str, Any]:
+    return {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+        "Parameters": {
+            "QueueUrl": _ref(TOOL_QUEUE_URL),
+            "MessageBody": {
+                "run_id.$": "$.run_id",
+                "seq.$": "$.call.seq",
+                "message_seq.$": "$.call.message_seq",
+                "task_token.$": "$$.Task.Token",
+            },
+        },
+        "TimeoutSecondsPath": "$.call.timeout_seconds",
+        "HeartbeatSecondsPath": "$.call.heartbeat_seconds",
+        "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "CallFailed"}],
+        "End": True,
+    }
+
+
+def _call_failed() -> dict[str, Any]:
+    # The worker crashed, timed out or went silent: the model reads an error result written by
+    # the next model step.
+    return {
+        "Type": "Pass",
+        "Parameters": {"seq.$": "$.call.seq", "status": "error", "error.$": "$.error.Error"},
+        "End": True,
+    }
+
+
+def _wait_for_approval(orchestrator: str) -> dict[str, Any]:
+    """The orchestrator stores the approval with this task's token and returns; the task then
+    waits until a person's decision answers the token (`POST /approvals/{id}/approve|deny`)
+    or its timeout, from the orchestrator's settings, passes."""
+    return {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::lambda:invoke.waitForTaskToken",
+        "Parameters": {
+            "FunctionName": orchestrator,
+            "Payload": {
+                "action": "request_approval",
+                "run_id.$": "$.run_id",
+                "seq.$": "$.call.seq",
+                "message_seq.$": "$.call.message_seq",
+                "task_token.$": "$$.Task.Token",
+            },
+        },
+        "TimeoutSecondsPath": "$.call.approval_timeout_seconds",
+        "HeartbeatSecondsPath": "$.call.approval_heartbeat_seconds",
+        "ResultPath": None,
+        "Retry": [
+            {"ErrorEquals": _LAMBDA_TRANSIENT, "IntervalSeconds": 2, "MaxAttempts": 6, "BackoffRate": 2}
+        ],
+        "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "NotApproved"}],
+        "Next": "Dispatch",
+    }
+
+
+def _tool_map(states: dict[str, Any], start: str) -> dict[str, Any]:
+    return {
+        "Type": "Map",
+        "ItemsPath": "$.model.decision.calls",
+        "ItemSelector": {"run_id.$": "$.run_id", "call.$": "$$.Map.Item.Value"},
+        "MaxConcurrency": MAX_PARALLEL_CALLS,
+        "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": start, "States": states},
+        "ResultPath": "$.results",
+        "Next": "CallModel",
+    }
+
+
 def build_definition() -> dict[str, Any]:
     orchestrator = _ref(ORCHESTRATOR_ARN)
     return {
@@ -123,54 +193,46 @@ def build_definition() -> dict[str, Any]:
             "Route": {
                 "Type": "Choice",
                 "Choices": [
-                    {"Variable": "$.model.decision.status", "StringEquals": "tool_calls", "Next": "RunTools"}
+                    # A turn with a call that needs a person's approval takes the Map whose
+                    # branches can wait; the others keep the plain Map and its transitions.
+                    {
+                        "And": [
+                            {"Variable": "$.model.decision.status", "StringEquals": "tool_calls"},
+                            {"Variable": "$.model.decision.gated", "BooleanEquals": True},
+                        ],
+                        "Next": "RunGatedTools",
+                    },
+                    {"Variable": "$.model.decision.status", "StringEquals": "tool_calls", "Next": "RunTools"},
                 ],
                 "Default": "Done",
             },
-            "RunTools": {
-                "Type": "Map",
-                "ItemsPath": "$.model.decision.calls",
-                "ItemSelector": {"run_id.$": "$.run_id", "call.$": "$$.Map.Item.Value"},
-                "MaxConcurrency": MAX_PARALLEL_CALLS,
-                "ItemProcessor": {
-                    "ProcessorConfig": {"Mode": "INLINE"},
-                    "StartAt": "Dispatch",
-                    "States": {
-                        "Dispatch": {
-                            "Type": "Task",
-                            "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
-                            "Parameters": {
-                                "QueueUrl": _ref(TOOL_QUEUE_URL),
-                                "MessageBody": {
-                                    "run_id.$": "$.run_id",
-                                    "seq.$": "$.call.seq",
-                                    "message_seq.$": "$.call.message_seq",
-                                    "task_token.$": "$$.Task.Token",
-                                },
-                            },
-                            "TimeoutSecondsPath": "$.call.timeout_seconds",
-                            "HeartbeatSecondsPath": "$.call.heartbeat_seconds",
-                            "Catch": [
-                                {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "CallFailed"}
-                            ],
-                            "End": True,
-                        },
-                        # The worker crashed, timed out or went silent: the model reads an error
-                        # result written by the next model step.
-                        "CallFailed": {
-                            "Type": "Pass",
-                            "Parameters": {
-                                "seq.$": "$.call.seq",
-                                "status": "error",
-                                "error.$": "$.error.Error",
-                            },
-                            "End": True,
-                        },
+            "RunTools": _tool_map({"Dispatch": _dispatch(), "CallFailed": _call_failed()}, "Dispatch"),
+            "RunGatedTools": _tool_map(
+                {
+                    "NeedsApproval": {
+                        "Type": "Choice",
+                        "Choices": [
+                            {
+                                "Variable": "$.call.needs_approval",
+                                "BooleanEquals": True,
+                                "Next": "WaitForApproval",
+                            }
+                        ],
+                        "Default": "Dispatch",
                     },
+                    "WaitForApproval": _wait_for_approval(orchestrator),
+                    # Denied, expired or timed out: never dispatched. The next model step writes
+                    # the result from the approval record (the person's reason, or the expiry).
+                    "NotApproved": {
+                        "Type": "Pass",
+                        "Parameters": {"seq.$": "$.call.seq", "status": "error", "error.$": "$.error.Error"},
+                        "End": True,
+                    },
+                    "Dispatch": _dispatch(),
+                    "CallFailed": _call_failed(),
                 },
-                "ResultPath": "$.results",
-                "Next": "CallModel",
-            },
+                "NeedsApproval",
+            ),
             "MarkFailed": {
                 "Type": "Task",
                 "Resource": "arn:aws:states:::lambda:invoke",

@@ -34,6 +34,11 @@ HEARTBEAT_MARGIN_SECONDS = 180
 CALL_HEARTBEAT_SECONDS = QUEUE_VISIBILITY_SECONDS + HEARTBEAT_MARGIN_SECONDS  # 900
 CALL_TIMEOUT_SECONDS = MAX_RECEIVES * QUEUE_VISIBILITY_SECONDS + CALL_HEARTBEAT_SECONDS  # 3,060
 
+# How long a call that needs approval waits for a person before it counts as denied: a day, well
+# inside the execution's own limit below. Nothing beats while a person decides, so the
+# heartbeat timeout is the same.
+APPROVAL_TIMEOUT_SECONDS = 24 * 3600
+
 # One execution's own limit (Standard allows a year). Long enough for a person to answer an
 # approval over a holiday; short enough that a forgotten run ends, and the execution-status
 # rule marks it failed, within a month. Long runs continue in fresh executions, each with

@@ -41,6 +41,11 @@ class ErrorKind(StrEnum):
     # The call came after its run was cancelled: it was not run.
     RUN_CANCELLED = "RunCancelled"
     AGENT_DEPTH = "AgentDepthError"
+    # The call needed a person's approval: denied (with the reason), expired undecided, or run
+    # with arguments other than those approved (refused by the worker). Never run.
+    APPROVAL_DENIED = "ApprovalDenied"
+    APPROVAL_EXPIRED = "ApprovalExpired"
+    NOT_APPROVED = "NotApproved"
 
     @property
     def is_invalid_call(self) -> bool:

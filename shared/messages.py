@@ -226,6 +226,12 @@ class CallRef(BaseModel):
     tool: str
     timeout_seconds: int
     heartbeat_seconds: int
+    # Set on every call of a turn with a gated call (`Decision.gated`), None otherwise, so an
+    # ungated turn's state stays as small as before. Read by the gated Map's Choice.
+    needs_approval: bool | None = None
+    # How long a gated call waits for a person (`TimeoutSecondsPath`/`HeartbeatSecondsPath`).
+    approval_timeout_seconds: int | None = None
+    approval_heartbeat_seconds: int | None = None
 
 
 class DecisionStatus(StrEnum):
@@ -243,6 +249,9 @@ class Decision(BaseModel):
     status: DecisionStatus
     turn: int
     calls: list[CallRef] = Field(default_factory=list)
+    # Some call waits for a person: the turn takes the Map whose branches can wait (the others
+    # keep the plain Map, and its transitions).
+    gated: bool = False
 
 
 class CallOutcome(BaseModel):
@@ -271,6 +280,17 @@ class FailRequest(BaseModel):
     action: Literal["fail"]
     run_id: str
     error: dict[str, Any] = Field(default_factory=dict)
+
+
+class ApprovalTaskRequest(BaseModel):
+    """Orchestrator input from a gated call's `WaitForApproval` task: store the approval with
+    the task token, which a person's decision answers. The token is a bearer credential."""
+
+    action: Literal["request_approval"]
+    run_id: str = Field(max_length=128)
+    seq: int = Field(ge=1, le=999_999)
+    message_seq: int = Field(ge=1, le=999_999)
+    task_token: str = Field(repr=False, max_length=8192)
 
 
 class ToolCallMessage(BaseModel):
@@ -406,6 +426,6 @@ class ExecutionEndedRequest(BaseModel):
 
 
 OrchestratorRequest = Annotated[
-    StepRequest | FailRequest | ExecutionEndedRequest, Field(discriminator="action")
+    StepRequest | FailRequest | ExecutionEndedRequest | ApprovalTaskRequest, Field(discriminator="action")
 ]
 ORCHESTRATOR_REQUEST: TypeAdapter[OrchestratorRequest] = TypeAdapter(OrchestratorRequest)

@@ -8,6 +8,7 @@ from toolpipe.infra.app import SKIP_BUNDLING, build_app, synth
 from toolpipe.infra.constructs import ApiAuth, Throttle
 from toolpipe.infra.constructs.triggers import TriggerOptions
 from toolpipe.infra.pipeline import NO_MODEL_KEY, ToolPipeline
+from toolpipe.infra.stack import ToolpipeStack
 
 __all__ = [
     "NO_MODEL_KEY",
@@ -15,6 +16,7 @@ __all__ = [
     "ApiAuth",
     "Throttle",
     "ToolPipeline",
+    "ToolpipeStack",
     "TriggerOptions",
     "build_app",
     "synth",

@@ -16,6 +16,8 @@ app` in your pyproject.toml, or `TOOLPIPE_APP`).
 """
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -25,6 +27,9 @@ from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, Scri
 from toolpipe.shared.agents.app import APP_ENV, APP_PATH_ENV, AppRef, use_app, valid_module_name
 
 __all__ = ["LocalPipeline", "Reply", "RunResult", "call", "read_run"]
+
+# How often `LocalPipeline.run(decide=...)` looks for calls that wait for a person.
+APPROVAL_POLL_SECONDS = 0.1
 
 
 def call(tool: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
@@ -114,9 +119,19 @@ class LocalPipeline:
         """What the model answers next, one reply per model call; replaces any earlier script."""
         self._model.responder = ScriptResponder(list(replies))
 
-    def run(self, prompt: str, agent: str | None = None, timeout: float = 60, **fields: Any) -> RunResult:
+    def run(
+        self,
+        prompt: str,
+        agent: str | None = None,
+        timeout: float = 60,
+        decide: Callable[[dict[str, Any]], bool | str] | None = None,
+        **fields: Any,
+    ) -> RunResult:
         """Start a run (as `POST /runs` does), wait until it ends, and read it back whole.
-        `fields`: the other fields of a run request (`timezone`, `tools`, `metadata`)."""
+        `fields`: the other fields of a run request (`timezone`, `tools`, `metadata`).
+        `decide`: a person, for calls that need approval: given each approval as
+        `GET /approvals/{id}` shows it, True approves, a string denies with that reason. Without
+        it, such calls wait until they expire."""
         runtime = self._running()
         body: dict[str, Any] = {"input": prompt, **fields}
         if agent is not None:
@@ -125,10 +140,32 @@ class LocalPipeline:
         if status != 202:
             raise ValueError(f"the run was refused ({status}): {started.get('message', started)}")
         run_id = str(started["run_id"])
-        runtime.wait_for_execution(run_id, timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                runtime.wait_for_execution(run_id, timeout if decide is None else APPROVAL_POLL_SECONDS)
+                break
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+            assert decide is not None
+            _, listed = runtime.api("GET", "/approvals?status=pending", caller=LOCAL_CALLER)
+            for approval in listed["approvals"]:
+                if approval["run_id"] != run_id:
+                    continue
+                answer = decide(approval)
+                path = f"/approvals/{approval['approval_id']}/{'approve' if answer is True else 'deny'}"
+                runtime.api(
+                    "POST", path, None if answer is True else {"reason": str(answer)}, caller=LOCAL_CALLER
+                )
         shown = read_run(runtime, run_id)
         run = shown["run"]
         return RunResult(run_id, run["status"], run.get("output"), run.get("error"), shown["messages"])
+
+    @property
+    def runtime(self) -> LocalRuntime:
+        """The local runtime the pipeline runs on (its AWS clients: `sqs`, `s3`, `ses`…)."""
+        return self._running()
 
     def _running(self) -> LocalRuntime:
         if self._runtime is None:

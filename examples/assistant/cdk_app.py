@@ -1,13 +1,28 @@
-"""Your CDK app: `cdk deploy` from this folder deploys your agents on toolpipe's pipeline.
+"""The example's CDK app: toolpipe's stack for the assistant (`cdk deploy` from this folder),
+plus what its `send_email` tool needs.
 
 Settings come from CDK context (cdk.json, or `cdk deploy -c NAME=VALUE`): model_name,
-model_base_url, model_key_secret_arn, api_auth and the others toolpipe's own stack reads; its
-outputs are the same too (ApiUrl, ModelApiKeySecretArn, ...). `TOOLPIPE_BUNDLE=0 cdk synth`
-writes the template without building the layers (offline). For resources of your own, build the
-app with `toolpipe.cdk.build_app(...)` and add them to its stack, or put a `ToolPipeline`
-construct in a stack you write.
+model_base_url, model_key_secret_arn, api_auth and the others toolpipe's own stack reads, and
+`email_sender`. `TOOLPIPE_BUNDLE=0 cdk synth` writes the template without building the layers.
 """
 
-from toolpipe.cdk import synth
+from aws_cdk import aws_iam as iam
 
-synth("Assistant", agents="assistant.agents")
+from toolpipe.cdk import ToolpipeStack, synth
+
+
+def allow_email(stack: ToolpipeStack) -> None:
+    """`send_email` (assistant/agents.py) sends from this SES identity, which must be verified
+    in the account; the tool worker may send from it and nothing else."""
+    sender = str(stack.node.try_get_context("email_sender") or "assistant@example.com")
+    worker = stack.pipeline.functions.tool_worker
+    worker.add_environment("TOOLPIPE_EMAIL_SENDER", sender)
+    worker.add_to_role_policy(
+        iam.PolicyStatement(
+            actions=["ses:SendEmail"],
+            resources=[stack.format_arn(service="ses", resource="identity", resource_name=sender)],
+        )
+    )
+
+
+synth("Assistant", agents="assistant.agents", extend=allow_email)

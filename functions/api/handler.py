@@ -1,4 +1,5 @@
-"""REST API: start, list, inspect and cancel runs; its OpenAPI document. GET never changes state.
+"""REST API: start, list, inspect and cancel runs; list and decide approvals; its OpenAPI
+document. GET never changes state.
 
 Who calls is the request's identity as API Gateway reports it (IAM: the signer's ARN), never
 a body field. Every bad input is a 400 naming the field (`invalid request: path.seq: ...`),
@@ -28,6 +29,17 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 from pydantic import ValidationError
 
+from toolpipe.shared.approvals.models import (
+    APPROVAL_ID_PATTERN,
+    Approval,
+    ApprovalAlreadyDecidedError,
+    ApprovalDecided,
+    ApprovalList,
+    ApprovalNotFoundError,
+    ApprovalStatus,
+    DenyRequest,
+)
+from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.errors import (
     IdempotencyConflictError,
     InvalidCursorError,
@@ -39,11 +51,22 @@ from toolpipe.shared.errors import (
 )
 from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
 from toolpipe.shared.runs.cancel import RunCanceller
-from toolpipe.shared.runs.factory import build_run_canceller, build_run_starter, build_store
+from toolpipe.shared.runs.factory import (
+    build_approval_service,
+    build_run_canceller,
+    build_run_starter,
+    build_store,
+)
 from toolpipe.shared.runs.report import PAGE_LIMIT, RUNS_PAGE_DEFAULT, URL_SECONDS, RunReader
 from toolpipe.shared.runs.starter import RunStarter
 from toolpipe.shared.runs.views import ErrorBody, MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
-from toolpipe.shared.settings import ApiSettings, EventSettings, StateMachineSettings, StoreSettings
+from toolpipe.shared.settings import (
+    ApiSettings,
+    CallTimeouts,
+    EventSettings,
+    StateMachineSettings,
+    StoreSettings,
+)
 from toolpipe.shared.tools import ToolSourceError
 from toolpipe.shared.tracing import trace_handler
 
@@ -71,6 +94,7 @@ PARAMETER_RULES = {
     "agent": "an agent name is 1 to 64 letters, digits, '_' or '-'",
     "caller": "caller is a principal's ARN, at most 2048 characters",
     "next": "next is the token the previous page gave",
+    "approval_id": "an approval id is 32 hex digits",
 }
 
 RunId = Annotated[str, Path(pattern=RUN_ID)]
@@ -174,8 +198,11 @@ def request_body() -> str | bytes:
 
 def bad_parameters(error: RequestValidationError) -> Response[dict[str, Any]]:
     # 400, not Powertools' 422: a bad path or query parameter is answered like a bad body.
+    rules = PARAMETER_RULES
+    if app.current_event.path.startswith("/approvals"):
+        rules = rules | {"status": f"status is one of {', '.join(s.value for s in ApprovalStatus)}"}
     details = "; ".join(
-        f"{'.'.join(str(p) for p in e['loc'])}: {PARAMETER_RULES.get(str(e['loc'][-1]), e.get('msg', e['type']))}"
+        f"{'.'.join(str(p) for p in e['loc'])}: {rules.get(str(e['loc'][-1]), e.get('msg', e['type']))}"
         for e in error.errors()
     )
     return Response(
@@ -358,6 +385,85 @@ def cancel_run(run_id: RunId) -> dict[str, Any]:
     )
 
 
+# --- approvals: a person decides a call that waits (README "Human approval") ---------------
+
+ApprovalId = Annotated[str, Path(pattern=APPROVAL_ID_PATTERN)]
+
+
+@cache
+def approvals() -> ApprovalService:
+    return build_approval_service(
+        store_settings, event_settings, CallTimeouts(), api_settings.admin_principal
+    )
+
+
+@app.get(
+    "/approvals",
+    summary="List approvals, newest first",
+    description="The approvals of the caller's runs (the admin principal: everyone's), at most 100; "
+    "`status=pending` for the calls still waiting.",
+    responses=documented(200, ApprovalList, "The approvals.", 400, 403),
+)
+def list_approvals(status: Annotated[ApprovalStatus | None, Query()] = None) -> dict[str, Any]:
+    return ApprovalList(approvals=approvals().list(current_caller(), status)).model_dump(mode="json")
+
+
+@app.get(
+    "/approvals/<approval_id>",
+    summary="One approval: the tool, a preview of its arguments, the run, the status",
+    responses=documented(200, Approval, "The approval.", 400, 403, 404),
+)
+def get_approval(approval_id: ApprovalId) -> dict[str, Any]:
+    try:
+        return approvals().get(approval_id, current_caller()).model_dump(mode="json")
+    except ApprovalNotFoundError as e:
+        raise NotFoundError(str(e)) from e
+
+
+def decide(approval_id: str, approve: bool, reason: str | None) -> dict[str, Any]:
+    caller = current_caller()
+    try:
+        decided = approvals().decide(approval_id, caller, approve, reason)
+    except ApprovalNotFoundError as e:
+        raise NotFoundError(str(e)) from e
+    except ApprovalAlreadyDecidedError as e:
+        raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
+    logger.info(
+        "approval decided", approval_id=approval_id, run_id=decided.run_id, status=decided.status.value
+    )
+    return ApprovalDecided(
+        approval_id=approval_id, status="approved" if approve else "denied", run_id=decided.run_id
+    ).model_dump(mode="json")
+
+
+@app.post(
+    "/approvals/<approval_id>/approve",
+    summary="Approve a waiting call: it runs, with exactly the arguments shown",
+    description="Only the run's caller or the admin principal may decide. The first decision wins; "
+    "any later one is a 409 and changes nothing.",
+    responses=documented(
+        200, ApprovalDecided, "The call was approved and is dispatched.", 400, 403, 404, 409
+    ),
+)
+def approve(approval_id: ApprovalId) -> dict[str, Any]:
+    return decide(approval_id, True, None)
+
+
+@app.post(
+    "/approvals/<approval_id>/deny",
+    summary="Deny a waiting call, with a reason the model reads",
+    description="Body: DenyRequest. The call is never run; its result tells the model it was denied, "
+    "and why. The first decision wins; any later one is a 409 and changes nothing.",
+    responses=documented(200, ApprovalDecided, "The call was denied.", 400, 403, 404, 409),
+)
+def deny(approval_id: ApprovalId) -> dict[str, Any]:
+    try:
+        request = DenyRequest.model_validate_json(request_body() or "{}")
+    except ValidationError as e:
+        raise BadRequestError(f"invalid deny request: {describe_validation_error(e, 'body')}") from e
+    return decide(approval_id, False, request.reason)
+
+
 OPENAPI_TITLE = "toolpipe runs API"
 
 
@@ -382,6 +488,12 @@ def openapi_document() -> dict[str, Any]:
     request = StartRunRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     schemas.update(request.pop("$defs", {}))
     document["components"]["schemas"]["StartRunRequest"] = request
+    deny_request = DenyRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    document["components"]["schemas"]["DenyRequest"] = deny_request
+    document["paths"]["/approvals/{approval_id}/deny"]["post"]["requestBody"] = {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DenyRequest"}}},
+    }
     operation = document["paths"]["/runs"]["post"]
     operation["requestBody"] = {
         "required": True,

@@ -6,10 +6,16 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.errors import RunNotFoundError
-from toolpipe.shared.messages import ORCHESTRATOR_REQUEST, ExecutionEndedRequest, FailRequest
+from toolpipe.shared.messages import (
+    ORCHESTRATOR_REQUEST,
+    ApprovalTaskRequest,
+    ExecutionEndedRequest,
+    FailRequest,
+)
 from toolpipe.shared.runs.executions import run_id_of
-from toolpipe.shared.runs.factory import build_model_step
+from toolpipe.shared.runs.factory import build_approval_service, build_model_step
 from toolpipe.shared.runs.model_step import ModelStep, monotonic_deadline
 from toolpipe.shared.settings import CallTimeouts, EventSettings, ModelSettings, StoreSettings
 from toolpipe.shared.tracing import trace_handler
@@ -26,6 +32,11 @@ def service() -> ModelStep:
     return build_model_step(store_settings, model_settings, call_timeouts, event_settings)
 
 
+@cache
+def approvals() -> ApprovalService:
+    return build_approval_service(store_settings, event_settings, call_timeouts)
+
+
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -33,13 +44,18 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     if isinstance(request, ExecutionEndedRequest):
         return execution_ended(request)
     logger.append_keys(run_id=request.run_id)
+    if isinstance(request, ApprovalTaskRequest):
+        approval = approvals().request(request)
+        logger.info("call waits for approval", seq=request.seq, approval_id=approval.approval_id)
+        return {"approval_id": approval.approval_id}
     if isinstance(request, FailRequest):
         service().fail(request)
         logger.warning("run failed", error=request.error.get("Error"))
         return {"status": "failed"}
     decision = service().step(request, monotonic_deadline(context.get_remaining_time_in_millis()))
     logger.info("model step", status=decision.status.value, turn=decision.turn, calls=len(decision.calls))
-    return decision.model_dump(mode="json")
+    # Without the fields an ungated turn leaves unset: the state stays as small as before.
+    return decision.model_dump(mode="json", exclude_none=True)
 
 
 def execution_ended(request: ExecutionEndedRequest) -> dict[str, Any]:

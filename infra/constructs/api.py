@@ -46,7 +46,8 @@ class Throttle:
 
 class Api(Construct):
     """`POST /runs`, `GET /runs`, `GET /runs/{run_id}`, `POST /runs/{run_id}/cancel`,
-    `GET /runs/{run_id}/messages[/{seq}]` and `GET /openapi.json` on stage `v1`,
+    `GET /runs/{run_id}/messages[/{seq}]`, `GET /approvals[/{approval_id}]`,
+    `POST /approvals/{approval_id}/approve|deny` and `GET /openapi.json` on stage `v1`,
     all proxied to the API function. IAM authorization on every method by default; with
     `auth=ApiAuth.API_KEY`, an API key on every method instead, and a usage plan throttling it."""
 
@@ -222,3 +223,18 @@ class Api(Construct):
             request_validator=validator,
             request_parameters={"method.request.path.run_id": True, "method.request.path.seq": True},
         )
+        # A person's decisions on calls that wait for approval (README "Human approval").
+        approvals = api.root.add_resource("approvals")
+        approvals.add_method(
+            "GET",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.querystring.status": False},
+        )
+        approval = approvals.add_resource("{approval_id}")
+        path = {"method.request.path.approval_id": True}
+        approval.add_method("GET", integration, request_validator=validator, request_parameters=path)
+        for action in ("approve", "deny"):
+            approval.add_resource(action).add_method(
+                "POST", integration, request_validator=validator, request_parameters=path
+            )

@@ -84,6 +84,7 @@ class Functions(Construct):
             # Set here, not left to defaults: they must agree with the queue's (infra/limits.py).
             TOOLPIPE_CALL_TIMEOUT_SECONDS=str(limits.CALL_TIMEOUT_SECONDS),
             TOOLPIPE_CALL_HEARTBEAT_SECONDS=str(limits.CALL_HEARTBEAT_SECONDS),
+            TOOLPIPE_APPROVAL_TIMEOUT_SECONDS=str(limits.APPROVAL_TIMEOUT_SECONDS),
             **({"OPENAI_BASE_URL": model_base_url} if model_base_url else {}),
             # None: an endpoint that takes no key (`model_key_secret_arn=none`).
             **({"OPENAI_API_KEY_SECRET_ARN": model_key.secret_arn} if model_key is not None else {}),
@@ -195,6 +196,9 @@ class Functions(Construct):
             ],
         )
         machine.grant_start_execution(self.api)
+        # A person's decision answers the call's WaitForApproval task (approve: success; deny:
+        # failure). Scoped to this state machine's tasks.
+        machine.grant(self.api, "states:SendTaskSuccess", "states:SendTaskFailure")
         # `POST /runs/{id}/cancel` stops the executions of a run and of its child runs.
         machine.grant_execution(self.api, "states:StopExecution")
         acknowledge(

@@ -279,9 +279,11 @@ class Client:
 
     def _poll_events(self, run_id: str, *, after: int, timeout: float) -> Iterator[tuple[str, Any]]:
         """The same events as the local stream, read from the deployed API's routes: each new
-        history item once, in order, then `end` with the run record (or `timeout`)."""
+        history item once, in order, each call that waits for approval once, then `end` with the
+        run record (or `timeout`)."""
         deadline = time.monotonic() + timeout
         run_path = f"/runs/{urllib.parse.quote(run_id)}"
+        announced: set[str] = set()
         while True:
             # The record first: items written before it ended are all in the page read next.
             record = self._get(run_path)["run"]
@@ -295,6 +297,11 @@ class Client:
             if record["status"] != "running":
                 yield "end", {"run": record}
                 return
+            # Calls of this run that wait for a person, each told once (as the local stream does).
+            for approval in self._get("/approvals?status=pending")["approvals"]:
+                if approval["run_id"] == run_id and approval["approval_id"] not in announced:
+                    announced.add(approval["approval_id"])
+                    yield "approval", approval
             if time.monotonic() + POLL_SECONDS > deadline:
                 yield "timeout", {}
                 return

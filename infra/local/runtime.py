@@ -88,6 +88,9 @@ TABLE = "toolpipe-local"
 BUCKET = "toolpipe-local-contents"
 # The stack's own bus for run events (shared/runs/events.py); subscribe with a rule on it.
 EVENT_BUS = "toolpipe-local-events"
+# The address the example's `send_email` sends from (TOOLPIPE_EMAIL_SENDER): verified in moto's
+# SES, which keeps what is sent (`ses.get_send_quota()`, moto's `sent_messages`).
+EMAIL_SENDER = "assistant@example.com"
 # The identity local requests carry, as API Gateway reports an IAM user.
 LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"
 
@@ -148,6 +151,7 @@ class LocalRuntime:
                 "TOOLPIPE_TRIGGER_OUTPUT_PREFIX": triggers.OUTPUT_PREFIX,
                 # Triggered runs are the local user's: `toolpipe show` reads them.
                 "TOOLPIPE_TRIGGER_PRINCIPAL": LOCAL_CALLER,
+                "TOOLPIPE_EMAIL_SENDER": EMAIL_SENDER,
                 **self._extra_env,
             }
         )
@@ -268,6 +272,10 @@ class LocalRuntime:
             name="toolpipe-local", definition=self.definition, roleArn=role_arn, type="STANDARD"
         )["stateMachineArn"]
         self._set_env({"STATE_MACHINE_ARN": self.state_machine_arn})
+
+        # SES sends only from a verified identity, in moto as on AWS.
+        self.ses = boto3.client("ses", region_name=REGION)
+        self.ses.verify_email_identity(EmailAddress=os.environ["TOOLPIPE_EMAIL_SENDER"])
 
         # moto's EventBridge delivers to SQS targets inside PutEvents, under the request lock.
         self.events = boto3.client("events", region_name=REGION)

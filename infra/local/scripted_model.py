@@ -280,7 +280,8 @@ def _alarm_time(text: str, timezone: str) -> str:
 
 
 class DemoResponder:
-    """Rules for the demo prompts: arithmetic, square roots, the date and time, alarms.
+    """Rules for the demo prompts: arithmetic, square roots, the date and time, alarms, emails
+    ("email ana@example.com saying the report is ready").
 
     Several matches in one prompt become parallel tool calls in one reply, as a real model
     would make them; tool results come back as a short plain-text answer.
@@ -345,6 +346,9 @@ class DemoResponder:
             calls.append(("get_current_date_time", {"timezone": timezone}))
         for match in re.finditer(r"alarm (?:at|for) (\S+)", prompt, flags=re.IGNORECASE):
             calls.append(("set_alarm", {"time": _alarm_time(match.group(1).rstrip(".?!"), timezone)}))
+        for match in re.finditer(r"email (\S+@[\w.-]+\w) saying (.+)", prompt, flags=re.IGNORECASE):
+            body = match.group(2).strip()
+            calls.append(("send_email", {"to": match.group(1), "subject": body[:60], "body": body}))
         return calls
 
     @staticmethod

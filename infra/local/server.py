@@ -56,6 +56,10 @@ RESOURCES: dict[str, tuple[str, ...]] = {
     "/runs/{run_id}/cancel": ("POST",),
     "/runs/{run_id}/messages": ("GET",),
     "/runs/{run_id}/messages/{seq}": ("GET",),
+    "/approvals": ("GET",),
+    "/approvals/{approval_id}": ("GET",),
+    "/approvals/{approval_id}/approve": ("POST",),
+    "/approvals/{approval_id}/deny": ("POST",),
 }
 EVENTS_RESOURCE = "/runs/{run_id}/events"
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
@@ -543,13 +547,24 @@ class LocalServer:
                 )
             )
             published = after
+            announced: set[str] = set()
+            last: dict[str, Any] | None = None
             while True:
                 record = body["run"]
                 ended = record["status"] != RUNNING
                 items = self._messages(run_id, caller, published)
-                for item in publishable(items, published, ended):
+                ready = publishable(items, published, ended)
+                for item in ready:
                     write(_event("item", item, event_id=int(item["seq"])))
                     published = int(item["seq"])
+                    last = item
+                waiting = len(ready) < len(items) or (last is not None and bool(last.get("tool_calls")))
+                if not ended and waiting:
+                    # Results are awaited: some call may wait for a person. Told once each.
+                    for approval in self._pending_approvals(run_id, caller):
+                        if approval["approval_id"] not in announced:
+                            announced.add(approval["approval_id"])
+                            write(_event("approval", approval))
                 if ended:
                     write(_event("end", {"status": record["status"], "run": record}))
                     return
@@ -568,6 +583,12 @@ class LocalServer:
                 if status != 200:
                     write(_event("error", body if isinstance(body, dict) else {"message": str(body)}))
                     return
+
+    def _pending_approvals(self, run_id: str, caller: str | None) -> list[dict[str, Any]]:
+        status, body = self.api.get("/approvals?status=pending", caller)
+        if status != 200:
+            return []
+        return [a for a in body["approvals"] if a["run_id"] == run_id]
 
     def _messages(self, run_id: str, caller: str | None, after: int) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []

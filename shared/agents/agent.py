@@ -24,23 +24,29 @@ EVENTS_PER_CALL = 8  # one call its worker answered
 EVENTS_PER_STEP_RETRY = 3  # a failed Lambda attempt: TaskFailed, TaskScheduled, TaskStarted
 EVENTS_PER_FAILED_CALL = 2  # more, when the task times out or misses a heartbeat: the Catch's CallFailed
 EVENTS_PER_FAILED_ENDING = 2  # more, when the run ends through MarkFailed instead of Done
+# A call in a turn with a call that waits for approval: its branch's NeedsApproval Choice, and
+# for a gated call the WaitForApproval task (measured 8 with the Choice; a denial writes fewer
+# than a dispatch). Counted for every call of an agent that has a gated tool.
+EVENTS_PER_APPROVAL = 8
+# WaitForApproval's retrier (transient Lambda errors), at most.
+APPROVAL_TASK_RETRIES = 6
 # Heartbeats write no history events. The definition's retriers, at most (a test holds these
 # to infra/definition.py): CallModel 6 transient Lambda errors + 2 ModelCallError; MarkFailed 6.
 MODEL_STEP_RETRIES = 8
 MARK_FAILED_RETRIES = 6
 
 
-def worst_turn_events(calls: int) -> int:
+def worst_turn_events(calls: int, gated: bool = False) -> int:
     """The most events one turn with `calls` dispatched calls can write: its model step retried
-    as often as the definition allows, and every call ended by its timeout's Catch."""
-    return (
-        EVENTS_PER_TURN
-        + MODEL_STEP_RETRIES * EVENTS_PER_STEP_RETRY
-        + calls * (EVENTS_PER_CALL + EVENTS_PER_FAILED_CALL)
-    )
+    as often as the definition allows, and every call ended by its timeout's Catch. `gated`: the
+    agent has tools that require approval, so every call may also wait for one, its task retried."""
+    per_call = EVENTS_PER_CALL + EVENTS_PER_FAILED_CALL
+    if gated:
+        per_call += EVENTS_PER_APPROVAL + APPROVAL_TASK_RETRIES * EVENTS_PER_STEP_RETRY
+    return EVENTS_PER_TURN + MODEL_STEP_RETRIES * EVENTS_PER_STEP_RETRY + calls * per_call
 
 
-def execution_events_bound(turn_calls: list[int]) -> int:
+def execution_events_bound(turn_calls: list[int], gated: bool = False) -> int:
     """An upper bound of the events an execution will have written once it ends, given the
     number of dispatched calls in each turn it ran: those turns at their worst (see
     `worst_turn_events`), plus the worst way to end from here (one more model step retried to
@@ -55,7 +61,7 @@ def execution_events_bound(turn_calls: list[int]) -> int:
         + EVENTS_PER_FAILED_ENDING
         + MARK_FAILED_RETRIES * EVENTS_PER_STEP_RETRY
     )
-    return ending + sum(worst_turn_events(calls) for calls in turn_calls)
+    return ending + sum(worst_turn_events(calls, gated) for calls in turn_calls)
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,22 @@ import dataclasses
 from typing import Annotated
 
 from toolpipe.shared.tools import Param, Tool, tool
+from toolpipe.shared.tools.tool import ApprovalPolicy
 
 
-def agent_tool(agent: str, *, name: str | None = None, description: str | None = None) -> Tool:
+def agent_tool(
+    agent: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool | ApprovalPolicy = False,
+) -> Tool:
     """A tool that hands a task to the agent registered as `agent`.
 
     The call runs as a child run (its own execution, history and limits); the parent's call
     waits on its task token and gets the child's answer, or an error result if the child
-    ends any other way.
+    ends any other way. `requires_approval` gates each call on a person's decision, as for
+    any tool.
     """
 
     def delegate(
@@ -23,4 +31,4 @@ def agent_tool(agent: str, *, name: str | None = None, description: str | None =
         name=name or agent,
         description=description or f"Hand a task to the '{agent}' agent; it works on it and answers in text.",
     )(delegate)
-    return dataclasses.replace(built, child_agent=agent)
+    return dataclasses.replace(built, child_agent=agent, requires_approval=requires_approval)

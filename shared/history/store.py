@@ -244,6 +244,8 @@ class DynamoHistoryStore:
             "META": None,
             _msg_sk(reply_seq): None,
             _msg_sk(seq): None,
+            # The approval gate of a call that needed one: the worker checks what was approved.
+            f"GATE#{seq:06d}": None,
         }
         keys: list[dict[str, Any]] = [{"pk": _pk(run_id), "sk": sk} for sk in wanted]
         # The table resource's client takes and gives plain Python values (boto3's transformer).
@@ -268,6 +270,7 @@ class DynamoHistoryStore:
             run=self._record(run_id, meta),
             reply=None if reply is None else self._load(reply),
             result=None if result is None else self._load(result),
+            gate=wanted[f"GATE#{seq:06d}"],
         )
 
     def _record(self, run_id: str, item: dict[str, Any]) -> RunRecord:

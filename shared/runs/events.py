@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
     from mypy_boto3_events.type_defs import PutEventsRequestEntryTypeDef
 
+    from toolpipe.shared.approvals.models import Approval
+
 logger = logging.getLogger(__name__)
 
 SOURCE = "toolpipe"
@@ -138,12 +140,30 @@ class RunCancelled(_RunEnded):
     status: Literal["cancelled"] = "cancelled"
 
 
+class ApprovalRequested(RunEvent):
+    """A tool call waits for a person's decision (`requires_approval`): approve or deny it with
+    `POST /approvals/{approval_id}/approve` or `/deny`. Published once per call, when its
+    approval was first stored. Carries no task token."""
+
+    approval_id: str = Field(description="The approval, as `GET /approvals/{approval_id}` reads it.")
+    tool: str = Field(description="The tool's name, as the model called it.")
+    call_id: str = Field(description="The call's id, as the model was shown it.")
+    slot: int = Field(ge=1, description="The call's history slot, which names the call within the run.")
+    arguments_preview: str = Field(
+        max_length=PREVIEW_CHARS,
+        description=f"The arguments' JSON, first {PREVIEW_CHARS} characters at most.",
+    )
+    expires_at: str = _time("When the call stops waiting and counts as denied")
+    requested_at: str = _time("When the approval was stored")
+
+
 DETAIL_TYPES: tuple[type[RunEvent], ...] = (
     RunStarted,
     ToolCallCompleted,
     RunCompleted,
     RunFailed,
     RunCancelled,
+    ApprovalRequested,
 )
 
 
@@ -227,6 +247,23 @@ class EventPublisher:
 
     def tool_call_completed(self, run: RunRecord, result: ToolResult) -> None:
         self.publish(lambda: tool_call_completed(run, result))
+
+    def approval_requested(self, run: RunRecord, approval: "Approval") -> None:
+        self.publish(
+            lambda: ApprovalRequested(
+                run_id=run.run_id,
+                agent=run.agent,
+                caller=run.caller,
+                root_run_id=run.root_run_id or run.run_id,
+                approval_id=approval.approval_id,
+                tool=approval.tool,
+                call_id=approval.call_id,
+                slot=approval.seq,
+                arguments_preview=preview(approval.arguments_preview) or "",
+                expires_at=approval.expires_at,
+                requested_at=approval.created_at,
+            )
+        )
 
     def run_ended(self, runs: RunRecords, run_id: str) -> None:
         """Publish the ending just recorded for `run_id` (RunCompleted, RunFailed or

@@ -25,6 +25,7 @@ from toolpipe.shared.settings import (
 )
 
 if TYPE_CHECKING:
+    from toolpipe.shared.approvals.service import ApprovalService
     from toolpipe.shared.runs.cancel import RunCanceller
     from toolpipe.shared.runs.model_step import ModelStep
     from toolpipe.shared.runs.starter import RunStarter
@@ -84,6 +85,23 @@ def build_model_step(
         lambda arn: StepFunctionsStarter(sfn, arn),
         events=build_events(events),
         answers=AnswerWriter(S3ObjectStore(boto3.client("s3"))),
+        approvals=build_approval_service(store, events, timeouts),
+    )
+
+
+def build_approval_service(
+    store: StoreSettings, events: EventSettings, timeouts: CallTimeouts, admin_principal: str | None = None
+) -> "ApprovalService":
+    from toolpipe.shared.approvals.service import ApprovalService
+    from toolpipe.shared.approvals.store import DynamoApprovalStore
+
+    return ApprovalService(
+        DynamoApprovalStore(boto3.resource("dynamodb").Table(store.table_name)),
+        build_store(store),
+        StepFunctionsTaskReporter(boto3.client("stepfunctions")),
+        admin_principal,
+        timeout_seconds=timeouts.approval_timeout_seconds,
+        events=build_events(events),
     )
 
 

@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import ValidationError
 
@@ -49,6 +50,13 @@ from toolpipe.shared.runs.rules import (
 )
 from toolpipe.shared.runs.triggers import AnswerWriter
 from toolpipe.shared.settings import CallTimeouts
+from toolpipe.shared.tools import ToolContext
+
+
+class UnapprovedCalls(Protocol):
+    def unanswered(self, run: RunRecord, seq: int) -> tuple[str, ErrorKind] | None:
+        """The result for a gated call that was never dispatched (denied or expired), else None."""
+        ...
 
 
 @dataclass
@@ -80,6 +88,7 @@ class ModelStep:
         *,
         events: EventPublisher = NO_EVENTS,
         answers: AnswerWriter | None = None,
+        approvals: UnapprovedCalls | None = None,
     ) -> None:
         self._store = store
         self._model = model
@@ -90,6 +99,8 @@ class ModelStep:
         # Where a run an S3 object started writes its ending (shared/runs/triggers.py).
         self._answers = answers
         self._events = events
+        # Gated calls a person denied, or that expired, get their result from the approval.
+        self._approvals = approvals
 
     def step(self, request: StepRequest, deadline: float) -> Decision:
         # The step's events (results it wrote, the run's ending) go out together as it returns.
@@ -245,14 +256,19 @@ class ModelStep:
                 continue
             outcome = outcomes.get(seq)
             reason = outcome.error if outcome and outcome.error else "no result was recorded"
+            unapproved = self._approvals.unanswered(run, seq) if self._approvals is not None else None
+            content, kind = unapproved or (
+                f"Error: the tool call did not complete ({reason}).",
+                ErrorKind.NOT_COMPLETED,
+            )
             item = ToolResult(
                 seq=seq,
                 turn=reply.turn,
                 call_id=call.id,
                 tool=call.name,
-                content=f"Error: the tool call did not complete ({reason}).",
+                content=content,
                 status="error",
-                error_type=ErrorKind.NOT_COMPLETED,
+                error_type=kind,
                 error_detail=reason,
             )
             if self._store.append(run.run_id, item):
@@ -271,9 +287,22 @@ class ModelStep:
         limit = calls_limit(step.agent, step.history) or self._tree_limit(step, calls_only=True)
         if limit is not None:
             return self._end(step.run, RunStatus.LIMIT, DecisionStatus.LIMIT, error=limit)
-        return Decision(
-            status=DecisionStatus.TOOL_CALLS, turn=reply.turn, calls=self._dispatchable(step, reply)
-        )
+        calls = self._dispatchable(step, reply)
+        if not any(c.needs_approval for c in calls):
+            return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn, calls=calls)
+        # Every call of a gated turn says whether it waits: the gated Map's Choice reads it.
+        timeouts = self._timeouts
+        calls = [
+            c.model_copy(
+                update={
+                    "needs_approval": bool(c.needs_approval),
+                    "approval_timeout_seconds": timeouts.approval_timeout_seconds,
+                    "approval_heartbeat_seconds": timeouts.approval_heartbeat,
+                }
+            )
+            for c in calls
+        ]
+        return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn, calls=calls, gated=True)
 
     def _answer(self, step: _Step, reply: AssistantMessage) -> Decision:
         try:
@@ -310,7 +339,7 @@ class ModelStep:
                 tool = agent.registry.get(call.name)
                 if run.tools is not None and tool.name not in run.tools:
                     raise ToolNotAllowedError(call.name)
-                tool.parse_arguments(call.arguments)
+                arguments = tool.parse_arguments(call.arguments)
             except ModelVisibleError as e:
                 refused = ToolResult(
                     seq=seq,
@@ -331,6 +360,13 @@ class ModelStep:
                     tool=tool.name,
                     timeout_seconds=self._timeouts.timeout_seconds,
                     heartbeat_seconds=self._timeouts.heartbeat_seconds,
+                    # Decided here, on the validated arguments, and enforced by the state
+                    # machine: the call waits for a person before any worker sees it.
+                    needs_approval=tool.needs_approval(
+                        arguments,
+                        ToolContext(run_id=run.run_id, agent=run.agent, call_id=call.id, caller=run.caller),
+                    )
+                    or None,
                 )
             )
         return calls

@@ -70,6 +70,9 @@ class StepFunctionsTaskReporter:
     def heartbeat(self, token: str) -> bool:
         return self._call(lambda: self._client.send_task_heartbeat(taskToken=token))
 
+    def fail(self, token: str, error: str, cause: str) -> bool:
+        return self._call(lambda: self._client.send_task_failure(taskToken=token, error=error, cause=cause))
+
     @staticmethod
     def _call(send: Any) -> bool:
         try:

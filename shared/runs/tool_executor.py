@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolpipe.shared.agents import AfterTool, Agent, BeforeTool, get_agent, run_agent
+from toolpipe.shared.approvals.hashing import arguments_hash
+from toolpipe.shared.approvals.models import ApprovalStatus, Gate
 from toolpipe.shared.errors import (
     CallInProgressError,
     ErrorKind,
@@ -64,6 +66,7 @@ class _Call:
     reply: AssistantMessage
     call: ToolCall
     tool: Tool | None  # None: not one of the agent's tools (the registry answers with an error)
+    gate: Gate | None = None  # the call's approval, if it needed one
 
 
 class ToolCallExecutor:
@@ -140,6 +143,9 @@ class ToolCallExecutor:
                 "Error: not run: the run was cancelled.", "error", 0, ErrorKind.RUN_CANCELLED
             )
             return self._persist(call, cancelled, attempt, ({}, []))
+        refusal = _approval_refusal(call)
+        if refusal is not None:
+            return self._persist(call, refusal, attempt, ({}, []))
         if call.tool is not None and call.tool.child_agent is not None:
             return self._delegate(call)
         if claim.state is ClaimState.TAKEN_OVER and not (call.tool is not None and call.tool.idempotent):
@@ -167,7 +173,8 @@ class ToolCallExecutor:
         result converter or its state do that the worker could not store becomes the tool's
         error: a claimed call must always end with a result, never an invocation that dies."""
         try:
-            execution = _execute_with_hooks(call.agent, call.call, context, call.run.tools)
+            approved = call.gate.arguments_sha256 if call.gate is not None else None
+            execution = _execute_with_hooks(call.agent, call.call, context, call.run.tools, approved)
             changes = state.changes()
             size = len(json.dumps(dict(state)).encode())
         except (KeyboardInterrupt, SystemExit):
@@ -199,7 +206,14 @@ class ToolCallExecutor:
             tool: Tool | None = agent.registry.get(call.name)  # by wire name, or a schema tool's own
         except UnknownToolError:
             tool = None
-        return _Call(message, claim, run, agent, reply, call, tool)
+        gate = None
+        if read.gate is not None:
+            gate = Gate(
+                approval_id=str(read.gate["approval_id"]),
+                arguments_sha256=str(read.gate["arguments_sha256"]),
+                status=ApprovalStatus(str(read.gate["status"])),
+            )
+        return _Call(message, claim, run, agent, reply, call, tool, gate)
 
     def _in_doubt(self, call: _Call) -> Execution:
         return Execution(
@@ -247,6 +261,13 @@ class ToolCallExecutor:
                 f"Error: Tool '{call.call.name}' failed: {_describe(e)}", "error", 0, ErrorKind.TOOL_FAILED
             )
             return self._persist(call, failure, 1, ({}, []))
+        if (
+            answered is None
+            and call.gate is not None
+            and arguments_hash(hooked.arguments) != call.gate.arguments_sha256
+        ):
+            # As for any gated tool: the child run gets only the task a person approved.
+            answered = _not_approved(call.call.name, "its arguments were changed after they were approved")
         if answered is not None:
             return self._persist(call, answered, 1, ({}, []))
         try:
@@ -337,6 +358,41 @@ class ToolCallExecutor:
             thread.join(timeout=5)
 
 
+def _not_approved(tool: str, why: str) -> Execution:
+    return Execution(
+        f"Error: not run: the call to '{tool}' needs a person's approval, and {why}.",
+        "error",
+        0,
+        ErrorKind.NOT_APPROVED,
+    )
+
+
+def _approval_refusal(call: _Call) -> Execution | None:
+    """Why a call must not run for want of an approval, or None. The state machine dispatches a
+    gated call only once approved; this is the worker's own check that what runs is exactly
+    what was approved (the arguments' hash), and that a tool that requires approval never runs
+    without one."""
+    gate, tool = call.gate, call.tool
+    if gate is not None:
+        if gate.status is not ApprovalStatus.APPROVED:
+            return _not_approved(call.call.name, f"it is {gate.status.value}")
+        if arguments_hash(call.call.arguments) != gate.arguments_sha256:
+            return _not_approved(call.call.name, "its arguments are not the ones approved")
+        return None
+    if tool is None or tool.requires_approval is False:
+        return None
+    try:
+        arguments = tool.parse_arguments(call.call.arguments)
+    except ModelVisibleError:
+        return None  # the registry answers the invalid arguments
+    context = ToolContext(
+        run_id=call.run.run_id, agent=call.run.agent, call_id=call.call.id, caller=call.run.caller
+    )
+    if tool.needs_approval(arguments, context):
+        return _not_approved(call.call.name, "none was recorded")
+    return None
+
+
 def _describe(error: BaseException) -> str:
     try:
         text = str(error)
@@ -360,9 +416,13 @@ def _before_hooks(agent: Agent, call: ToolCall, context: ToolContext) -> tuple[T
 
 
 def _execute_with_hooks(
-    agent: Agent, call: ToolCall, context: ToolContext, allowed: list[str] | None
+    agent: Agent, call: ToolCall, context: ToolContext, allowed: list[str] | None, approved: str | None = None
 ) -> Execution:
     call, answered = _before_hooks(agent, call, context)
+    if answered is None and approved is not None and arguments_hash(call.arguments) != approved:
+        # A hook rewrote the arguments of an approved call: what would run is not what a
+        # person approved.
+        answered = _not_approved(call.name, "its arguments were changed after they were approved")
     execution = answered or agent.registry.execute(call, context, allowed=allowed)
     after = AfterTool(run_id=context.run_id, agent=agent.name, call=call, execution=execution)
     for hooks in agent.hooks:

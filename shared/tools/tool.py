@@ -43,6 +43,10 @@ class Param:
     required: bool = True
 
 
+# `(arguments, ctx) -> bool`: whether a call with these validated arguments needs a person's approval.
+ApprovalPolicy = Callable[[dict[str, Any], ToolContext], bool]
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -73,7 +77,29 @@ class Tool:
     # (reads, or writes keyed by `ToolContext.idempotency_key`). Otherwise such a call ends
     # "in doubt" instead of running twice.
     idempotent: bool = False
+    # A person must approve a call before it runs: True, or a policy of the validated
+    # arguments and the call's context (e.g. refunds above 100). The state machine enforces it
+    # (the call waits on a task token until decided), never the prompt.
+    requires_approval: bool | ApprovalPolicy = field(default=False, compare=False)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.requires_approval, bool) and not callable(self.requires_approval):
+            raise DefinitionError(
+                f"tool '{self.name}': requires_approval is True, False or a function (arguments, ctx) -> bool"
+            )
+
+    def needs_approval(self, arguments: dict[str, Any], context: ToolContext) -> bool:
+        """Whether this call waits for a person: the policy on the validated arguments. A policy
+        that raises or answers something other than a bool fails closed (approval needed)."""
+        policy = self.requires_approval
+        if isinstance(policy, bool):
+            return policy
+        try:
+            answer = policy(dict(arguments), context)
+        except Exception:
+            return True
+        return answer is not False
 
     def spec(self) -> dict[str, Any]:
         """The entry for the OpenAI `tools` list."""
@@ -324,6 +350,7 @@ def tool(
     return_direct: bool = False,
     idempotent: bool = False,
     strict: bool = False,
+    requires_approval: bool | ApprovalPolicy = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -337,6 +364,8 @@ def tool(
     section describes the parameters, unless the annotation does (`Annotated[T,
     Field(description=...)]` or `Param(...)`). A `ToolContext` parameter is injected and
     never shown to the model. `strict=True` offers the arguments as an OpenAI strict schema.
+    `requires_approval=True` (or a function `(arguments, ctx) -> bool`) makes a call wait for a
+    person's decision before it runs.
     """
     if options.get("max_retries", 0) and not options.get("retry_on"):
         raise DefinitionError("max_retries needs retry_on: the exception types worth retrying")

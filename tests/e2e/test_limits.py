@@ -10,6 +10,7 @@ from toolpipe.infra.definition import build_definition
 from toolpipe.infra.local.scripted_model import HttpError, Reply
 from toolpipe.shared.agents import AGENTS, Agent, execution_events_bound, worst_turn_events
 from toolpipe.shared.agents.agent import (
+    APPROVAL_TASK_RETRIES,
     EVENTS_PER_CALL,
     EVENTS_PER_FAILED_CALL,
     EVENTS_PER_FAILED_ENDING,
@@ -111,6 +112,8 @@ def test_the_retry_counts_are_the_definitions() -> None:
     states = build_definition()["States"]
     assert sum(r["MaxAttempts"] for r in states["CallModel"]["Retry"]) == MODEL_STEP_RETRIES
     assert sum(r["MaxAttempts"] for r in states["MarkFailed"]["Retry"]) == MARK_FAILED_RETRIES
+    wait = states["RunGatedTools"]["ItemProcessor"]["States"]["WaitForApproval"]
+    assert sum(r["MaxAttempts"] for r in wait["Retry"]) == APPROVAL_TASK_RETRIES
 
 
 def test_the_bound_counts_every_worst_case() -> None:

@@ -22,6 +22,10 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
         ("/runs/{run_id}/cancel", "post"),
         ("/runs/{run_id}/messages", "get"),
         ("/runs/{run_id}/messages/{seq}", "get"),
+        ("/approvals", "get"),
+        ("/approvals/{approval_id}", "get"),
+        ("/approvals/{approval_id}/approve", "post"),
+        ("/approvals/{approval_id}/deny", "post"),
     }
     start = served["paths"]["/runs"]["post"]
     assert start["requestBody"]["content"]["application/json"]["schema"] == {
@@ -34,3 +38,9 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
     assert "cancelled" in schemas["RunStatus"]["enum"]
     cancel = served["paths"]["/runs/{run_id}/cancel"]["post"]["responses"]
     assert set(cancel) == {"200", "400", "403", "404", "409"}
+    deny = served["paths"]["/approvals/{approval_id}/deny"]["post"]
+    assert deny["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/DenyRequest"
+    }
+    assert set(deny["responses"]) == {"200", "400", "403", "404", "409"}
+    assert "task_token" not in json.dumps(schemas["Approval"])

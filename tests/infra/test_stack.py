@@ -130,8 +130,14 @@ def test_state_machine_permissions_are_exactly_what_each_function_uses(template:
         "states:StartExecution",
     }
     api = next(p for name, p in policies.items() if name.startswith("ApiServiceRole"))
-    # Start a run; stop the executions of a cancelled run and its children.
-    assert _states_actions(api) == {"states:StartExecution", "states:StopExecution"}
+    # Start a run; stop the executions of a cancelled run and its children; answer a call's
+    # WaitForApproval task with a person's decision.
+    assert _states_actions(api) == {
+        "states:StartExecution",
+        "states:StopExecution",
+        "states:SendTaskSuccess",
+        "states:SendTaskFailure",
+    }
     orchestrator = next(p for name, p in policies.items() if name.startswith("OrchestratorServiceRole"))
     assert _states_actions(orchestrator) == set()
     # A child run's orchestrator answers its parent's task, and a long run's starts its next

@@ -94,3 +94,11 @@ def test_the_execution_has_its_own_long_timeout(template: Any) -> None:
     # Above any one call (approvals will wait for days), below Standard's one year.
     assert 7 * 24 * 3600 <= timeout < 365 * 24 * 3600
     assert timeout == limits.EXECUTION_TIMEOUT_SECONDS
+
+
+def test_a_call_waits_for_approval_less_than_its_execution_lives(template: Any) -> None:
+    orchestrator_env = _function(template, ORCHESTRATOR)["Environment"]["Variables"]
+    approval = int(orchestrator_env["TOOLPIPE_APPROVAL_TIMEOUT_SECONDS"])
+    assert approval == limits.APPROVAL_TIMEOUT_SECONDS == CallTimeouts.from_env({}).approval_timeout_seconds
+    # A call decided at the last moment still has its whole call timeout to run in.
+    assert approval + limits.CALL_TIMEOUT_SECONDS < limits.EXECUTION_TIMEOUT_SECONDS

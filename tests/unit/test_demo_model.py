@@ -39,3 +39,14 @@ def test_an_alarm_at_a_clock_time_is_its_next_occurrence() -> None:
 def test_only_the_tools_the_request_offers_are_called() -> None:
     assert _calls("What is 2+3 and the square root of 16?", ["square_root"]) == [("square_root", {"x": 16.0})]
     assert _calls("What is 2+3?", ["get_weather"]) == []
+
+
+def test_an_email_prompt_calls_send_email_when_it_is_offered() -> None:
+    prompt = "Email ana@example.com saying the report is ready."
+    assert _calls(prompt, [*ASSISTANT_TOOLS, "send_email"]) == [
+        (
+            "send_email",
+            {"to": "ana@example.com", "subject": "the report is ready.", "body": "the report is ready."},
+        )
+    ]
+    assert _calls(prompt) == []  # not offered: not called

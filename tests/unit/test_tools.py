@@ -220,3 +220,27 @@ def test_registry_answers_unknown_tools_and_bad_arguments_as_results() -> None:
 def test_registry_refuses_two_tools_with_one_name() -> None:
     with pytest.raises(ValueError, match="two tools are named 'sum'"):
         ToolRegistry([sum_tool, sum_tool])
+
+
+def test_send_email_requires_approval_and_its_schema_is_pinned() -> None:
+    from assistant.agents import send_email
+
+    assert send_email.requires_approval is True
+    assert send_email.context_param == "ctx"
+    assert send_email.spec() == {
+        "type": "function",
+        "function": {
+            "name": "send_email",
+            "description": "Send an email. A person approves each email before it is sent.",
+            "parameters": {
+                "additionalProperties": False,
+                "properties": {
+                    "to": {"description": "The recipient's email address.", "type": "string"},
+                    "subject": {"description": "The subject line.", "type": "string"},
+                    "body": {"description": "The text of the email.", "type": "string"},
+                },
+                "required": ["to", "subject", "body"],
+                "type": "object",
+            },
+        },
+    }

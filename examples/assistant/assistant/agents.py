@@ -1,11 +1,20 @@
-"""The example app: an assistant with four tools. Every `Agent` at this module's top level is
+"""The example app: an assistant with five tools. Every `Agent` at this module's top level is
 registered under its name (`[tool.toolpipe] app = "assistant.agents"` in pyproject.toml)."""
 
 import math
+import os
 from datetime import datetime
+from functools import cache
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from toolpipe import Agent, tool
+import boto3
+
+from toolpipe import Agent, ToolContext, tool
+
+# The address mail is sent from: an SES identity verified in the account (the local runtime
+# verifies the one it names in TOOLPIPE_EMAIL_SENDER in its emulated SES).
+DEFAULT_SENDER = "assistant@example.com"
 
 
 @tool
@@ -59,11 +68,36 @@ def set_alarm(time: datetime) -> str:
     return f"Alarm set for {time.isoformat()}."
 
 
+@cache
+def _ses() -> Any:  # no SES stubs among the dev dependencies
+    # Once per cold start, not per call.
+    return boto3.client("ses")
+
+
+@tool(requires_approval=True)
+def send_email(to: str, subject: str, body: str, ctx: ToolContext) -> str:
+    """Send an email. A person approves each email before it is sent.
+
+    Args:
+        to: The recipient's email address.
+        subject: The subject line.
+        body: The text of the email.
+    """
+    sent = _ses().send_email(
+        Source=os.environ.get("TOOLPIPE_EMAIL_SENDER", DEFAULT_SENDER),
+        Destination={"ToAddresses": [to]},
+        Message={"Subject": {"Data": subject}, "Body": {"Text": {"Data": body}}},
+        # Tags, not a header: SES keys nothing on them, but the call's key shows in its events.
+        Tags=[{"Name": "toolpipe-call", "Value": ctx.idempotency_key.replace(":", "-")[:256]}],
+    )
+    return f"Email sent to {to} (message id {sent['MessageId']})."
+
+
 assistant = Agent(
     name="assistant",
     instructions=(
-        "You are a helpful assistant. Use the tools for arithmetic, dates and alarms; "
+        "You are a helpful assistant. Use the tools for arithmetic, dates, alarms and emails; "
         "never guess a number a tool can compute. Answer briefly."
     ),
-    tools=[sum, square_root, get_current_date_time, set_alarm],
+    tools=[sum, square_root, get_current_date_time, set_alarm, send_email],
 )

@@ -27,3 +27,27 @@ def test_an_alarm_in_the_past_is_an_error_the_model_reads() -> None:
         run = pipeline.run("Wake me at 7:30 on 1 January 2020.", agent="assistant")
     assert run.status == "succeeded", run.error
     assert "is in the past" in run.tool_results[0]
+
+
+def test_an_email_is_sent_once_a_person_approves_it_and_never_when_denied() -> None:
+    email = call("send_email", to="ana@example.com", subject="Report", body="The report is ready.")
+    with LocalPipeline() as pipeline:
+        asked: list[dict[str, object]] = []
+        pipeline.script(Reply(tool_calls=[email]), Reply(content="Sent."))
+        run = pipeline.run(
+            "Email Ana that the report is ready.", agent="assistant", decide=lambda a: asked.append(a) or True
+        )
+        sent = pipeline.runtime.ses.get_send_quota()["SentLast24Hours"]
+
+        pipeline.script(Reply(tool_calls=[email]), Reply(content="Not sent."))
+        denied = pipeline.run("Email Ana again.", agent="assistant", decide=lambda a: "Ana has it already")
+        sent_after = pipeline.runtime.ses.get_send_quota()["SentLast24Hours"]
+
+    assert [a["tool"] for a in asked] == ["send_email"]
+    assert run.status == "succeeded", run.error
+    assert run.tool_results[0].startswith("Email sent to ana@example.com")
+    assert sent == 1
+    assert denied.tool_results == [
+        "Error: A person denied the call to 'send_email'; it was not run. Their reason: Ana has it already"
+    ]
+    assert sent_after == 1

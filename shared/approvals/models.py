@@ -1,0 +1,99 @@
+"""The approval record and what the API shows of it (never the task token)."""
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from toolpipe.shared.errors import ToolpipeError
+
+APPROVAL_ID_PATTERN = r"^[0-9a-f]{32}$"
+# What a person writes when denying: bounded, since the model reads it as the call's result.
+MAX_REASON_CHARS = 1_000
+# What the record, the API and the event show of the arguments; the whole are in the run's history.
+ARGUMENTS_PREVIEW_CHARS = 500
+
+
+class ApprovalStatus(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+
+class Approval(BaseModel):
+    """One call waiting for (or decided by) a person. Stored as `pk=APPROVAL#<id>`; its task
+    token is a separate item that no view reads."""
+
+    model_config = ConfigDict(frozen=True)
+    approval_id: str = Field(description="Random id (32 hex digits).")
+    run_id: str
+    seq: int = Field(ge=1, description="The call's history slot: with `run_id`, names the call.")
+    message_seq: int = Field(ge=1, description="The slot of the model reply that made the call.")
+    turn: int = Field(ge=0)
+    call_id: str = Field(description="The call's id, as the model was shown it.")
+    tool: str = Field(description="The tool's name, as the model called it.")
+    tool_description: str = ""
+    arguments_sha256: str = Field(description="SHA-256 of the canonical JSON of the exact arguments.")
+    arguments_preview: str = Field(description="The arguments' JSON, cut at 500 characters.")
+    requester: str | None = Field(description="The principal that started the run: who may decide.")
+    status: ApprovalStatus
+    created_at: str
+    expires_at: str = Field(description="When an undecided call stops waiting and counts as denied.")
+    decided_by: str | None = None
+    decided_at: str | None = None
+    reason: str | None = Field(default=None, description="The person's reason for a denial.")
+
+
+class Gate(BaseModel):
+    """The call's entry beside the tool ledger (`pk=RUN#<id>`, `sk=GATE#<seq>`): which approval
+    holds it and what was approved. The worker reads it before it runs the call."""
+
+    model_config = ConfigDict(frozen=True)
+    approval_id: str
+    arguments_sha256: str
+    status: ApprovalStatus
+
+
+class DenyRequest(BaseModel):
+    """`POST /approvals/{id}/deny`."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS, description="Why: the model reads it.")
+
+
+class ApprovalList(BaseModel):
+    approvals: list[Approval]
+
+
+class ApprovalDecided(BaseModel):
+    approval_id: str
+    status: Literal["approved", "denied"]
+    run_id: str
+
+
+class ApprovalNotFoundError(ToolpipeError):
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(f"approval {approval_id} not found")
+        self.approval_id = approval_id
+
+
+class ApprovalAlreadyDecidedError(ToolpipeError):
+    """A decision came after the first one (or after the call expired): a 409, nothing changed."""
+
+    def __init__(self, approval_id: str, status: ApprovalStatus) -> None:
+        super().__init__(f"approval {approval_id} is already {status.value}: the first decision stands")
+        self.approval_id = approval_id
+        self.status = status
+
+
+class ApprovalRunEndedError(ApprovalAlreadyDecidedError):
+    """The call's run ended (cancelled, failed) while the call waited: nothing waits for a
+    decision any more. A 409; the approval is marked expired."""
+
+    def __init__(self, approval_id: str, run_id: str, run_status: str) -> None:
+        ToolpipeError.__init__(
+            self, f"run {run_id} already ended ({run_status}): approval {approval_id} no longer waits"
+        )
+        self.approval_id = approval_id
+        self.status = ApprovalStatus.EXPIRED

@@ -1,0 +1,40 @@
+"""What the approval service needs from storage: one small port, `DynamoApprovalStore` its adapter."""
+
+from typing import Protocol
+
+from toolpipe.shared.approvals.models import Approval, ApprovalStatus, Gate
+from toolpipe.shared.history.ports import History, RunRecords
+
+
+class ApprovalRecords(Protocol):
+    def create(self, approval: Approval, token: str) -> Approval:
+        """Store `approval` for its call with the waiting task's token; when the call has an
+        approval already, keep that one (giving it `token` while pending) and return it."""
+        ...
+
+    def get(self, approval_id: str) -> Approval:
+        """The approval, or `ApprovalNotFoundError`."""
+        ...
+
+    def get_token(self, approval_id: str) -> str | None:
+        """The token of the task that waits on the approval: read only to answer it."""
+        ...
+
+    def get_gate(self, run_id: str, seq: int) -> Gate | None:
+        """The call's gate, None for a call that needed no approval."""
+        ...
+
+    def decide(
+        self, approval: Approval, status: ApprovalStatus, by: str | None, reason: str | None = None
+    ) -> Approval:
+        """Move a pending approval (and its gate) to `status`; `ApprovalAlreadyDecidedError`,
+        with nothing written, when it is no longer pending."""
+        ...
+
+    def list(self, requester: str | None, status: ApprovalStatus | None) -> list[Approval]:
+        """`requester`'s approvals, newest first (None: everyone's)."""
+        ...
+
+
+class RunsAndHistory(RunRecords, History, Protocol):
+    """The run record (who may decide, whether the run still goes on) and the call's reply."""

@@ -1,0 +1,180 @@
+"""What happens to an approval: requested by a gated call's waiting task, decided once by a
+person through the API, resolved by the next model step when the call was not dispatched."""
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from toolpipe.shared.agents import run_agent
+from toolpipe.shared.approvals.hashing import arguments_hash
+from toolpipe.shared.approvals.models import (
+    ARGUMENTS_PREVIEW_CHARS,
+    Approval,
+    ApprovalAlreadyDecidedError,
+    ApprovalNotFoundError,
+    ApprovalRunEndedError,
+    ApprovalStatus,
+)
+from toolpipe.shared.approvals.ports import ApprovalRecords, RunsAndHistory
+from toolpipe.shared.errors import ErrorKind, UnknownToolError
+from toolpipe.shared.messages import ApprovalTaskRequest, AssistantMessage, RunRecord, RunStatus, utc_now
+from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+
+# The error a denial or an expiry answers the waiting task with; the state machine's Catch
+# ends the branch without dispatching the call.
+DENIED_ERROR = "ApprovalDenied"
+EXPIRED_ERROR = "ApprovalExpired"
+
+
+class ApprovalTasks(Protocol):
+    """Answers a gated call's waiting task. Both return False when it no longer waits."""
+
+    def succeed(self, token: str, output: dict[str, Any]) -> bool: ...
+
+    def fail(self, token: str, error: str, cause: str) -> bool: ...
+
+
+class ApprovalService:
+    def __init__(
+        self,
+        approvals: ApprovalRecords,
+        runs: RunsAndHistory,
+        tasks: ApprovalTasks,
+        admin_principal: str | None = None,
+        *,
+        timeout_seconds: int = 86_400,
+        events: EventPublisher = NO_EVENTS,
+    ) -> None:
+        self._approvals = approvals
+        self._runs = runs
+        self._tasks = tasks
+        self._admin = admin_principal
+        self._timeout = timeout_seconds
+        self._events = events
+
+    # --- the waiting task ---------------------------------------------------------------
+
+    def request(self, request: ApprovalTaskRequest) -> Approval:
+        """Store the call's approval with the waiting task's token, and announce it once. A task
+        started again for a call already decided is answered at once with that decision."""
+        run = self._runs.get_run(request.run_id)
+        reply = self._runs.get_item(request.run_id, request.message_seq)
+        index = request.seq - request.message_seq - 1
+        if not isinstance(reply, AssistantMessage) or not 0 <= index < len(reply.tool_calls):
+            raise ValueError(f"message_seq {request.message_seq} and seq {request.seq} name no call")
+        call = reply.tool_calls[index]
+        try:
+            description = run_agent(run).registry.get(call.name).description
+        except UnknownToolError:
+            description = ""
+        now = datetime.now(UTC)
+        fresh = Approval(
+            approval_id=uuid.uuid4().hex,
+            run_id=run.run_id,
+            seq=request.seq,
+            message_seq=request.message_seq,
+            turn=reply.turn,
+            call_id=call.id,
+            tool=call.name,
+            tool_description=description,
+            arguments_sha256=arguments_hash(call.arguments),
+            arguments_preview=_preview(call.arguments),
+            requester=run.caller,
+            status=ApprovalStatus.PENDING,
+            created_at=now.isoformat(timespec="milliseconds"),
+            expires_at=(now + timedelta(seconds=self._timeout)).isoformat(timespec="milliseconds"),
+        )
+        stored = self._approvals.create(fresh, request.task_token)
+        if stored.approval_id == fresh.approval_id:
+            self._events.approval_requested(run, stored)
+        elif stored.status is not ApprovalStatus.PENDING:
+            self._answer(stored, request.task_token)
+        return stored
+
+    # --- a person's decision -------------------------------------------------------------
+
+    def list(self, caller: str, status: ApprovalStatus | None) -> list[Approval]:
+        """The caller's runs' approvals; the admin principal's answer holds everyone's."""
+        return self._approvals.list(None if caller == self._admin else caller, status)
+
+    def get(self, approval_id: str, caller: str) -> Approval:
+        approval = self._approvals.get(approval_id)
+        if caller != self._admin and caller != approval.requester:
+            raise ApprovalNotFoundError(approval_id)  # as unknown: ids cannot be probed
+        return approval
+
+    def decide(self, approval_id: str, caller: str, approve: bool, reason: str | None = None) -> Approval:
+        """Record the caller's decision if it is the first, then answer the waiting task, once:
+        only the write that moved the record from pending sends. Later decisions raise
+        `ApprovalAlreadyDecidedError` and change nothing."""
+        approval = self.get(approval_id, caller)
+        if approval.status is ApprovalStatus.PENDING and approval.expires_at <= utc_now():
+            # Past its time the call counts as denied, even if its task has not noticed yet.
+            self._expire(approval)
+            raise ApprovalAlreadyDecidedError(approval_id, ApprovalStatus.EXPIRED)
+        if approval.status is ApprovalStatus.PENDING:
+            run = self._runs.get_run(approval.run_id)
+            if run.status is not RunStatus.RUNNING:
+                # Cancelled or failed while the call waited: its task is gone with the execution.
+                self._expire(approval)
+                raise ApprovalRunEndedError(approval_id, run.run_id, run.status.value)
+        status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
+        decided = self._approvals.decide(approval, status, caller, None if approve else reason)
+        self._answer(decided, self._approvals.get_token(approval_id))
+        return decided
+
+    def _answer(self, approval: Approval, token: str | None) -> None:
+        if token is None:
+            return
+        if approval.status is ApprovalStatus.APPROVED:
+            self._tasks.succeed(token, {"approval_id": approval.approval_id, "status": "approved"})
+        else:
+            # The cause is not where the reason travels (moto drops it; AWS caps it): the next
+            # model step reads the reason from the record.
+            error = DENIED_ERROR if approval.status is ApprovalStatus.DENIED else EXPIRED_ERROR
+            self._tasks.fail(token, error, f"approval {approval.approval_id} {approval.status.value}")
+
+    def _expire(self, approval: Approval) -> Approval:
+        try:
+            return self._approvals.decide(approval, ApprovalStatus.EXPIRED, None)
+        except ApprovalAlreadyDecidedError:
+            return self._approvals.get(approval.approval_id)
+
+    # --- the next model step -------------------------------------------------------------
+
+    def unanswered(self, run: RunRecord, seq: int) -> tuple[str, ErrorKind] | None:
+        """The result a gated call that was never dispatched gets (denied, or expired: its
+        record is marked so), or None for a call that was not gated or was approved."""
+        gate = self._approvals.get_gate(run.run_id, seq)
+        if gate is None:
+            return None
+        approval = self._approvals.get(gate.approval_id)
+        if approval.status is ApprovalStatus.PENDING:
+            approval = self._expire(approval)
+        return unapproved_result(approval)
+
+
+def unapproved_result(approval: Approval) -> tuple[str, ErrorKind] | None:
+    """What the model reads for a call a person denied, or nobody decided in time."""
+    if approval.status is ApprovalStatus.DENIED:
+        return (
+            f"Error: A person denied the call to '{approval.tool}'; it was not run. "
+            f"Their reason: {approval.reason or '(none given)'}",
+            ErrorKind.APPROVAL_DENIED,
+        )
+    if approval.status is ApprovalStatus.EXPIRED:
+        return (
+            f"Error: the call to '{approval.tool}' needed a person's approval and none came in time; "
+            "it was not run.",
+            ErrorKind.APPROVAL_EXPIRED,
+        )
+    return None
+
+
+def _preview(arguments: str) -> str:
+    try:
+        text = json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
+    except (ValueError, RecursionError):
+        text = arguments
+    return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"

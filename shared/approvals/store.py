@@ -1,0 +1,238 @@
+"""Approval records on the run table (`shared/history/store.py`'s table).
+
+Keys: `pk=APPROVAL#<id>, sk=APPROVAL` (the record, listed by requester through the `ByCaller`
+index under `APPROVALS#<requester>`), `pk=APPROVAL#<id>, sk=TOKEN` (the task token: no view
+reads this item) and, in the run's partition, `pk=RUN#<run>, sk=GATE#<seq>` (the call's gate
+beside the tool ledger). Decisions are conditional writes on `status = pending`: the first one
+wins and the ones after change nothing.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from toolpipe.shared.approvals.models import (
+    Approval,
+    ApprovalAlreadyDecidedError,
+    ApprovalNotFoundError,
+    ApprovalStatus,
+    Gate,
+)
+from toolpipe.shared.history.store import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_SK
+from toolpipe.shared.messages import utc_now
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.service_resource import Table
+
+RECORD_SK = "APPROVAL"
+TOKEN_SK = "TOKEN"
+# A listing answers at most this many approvals (newest first): an inbox, not an archive.
+LIST_LIMIT = 100
+
+
+def _pk(approval_id: str) -> str:
+    return f"APPROVAL#{approval_id}"
+
+
+def _gate_key(run_id: str, seq: int) -> dict[str, str]:
+    return {"pk": f"RUN#{run_id}", "sk": f"GATE#{seq:06d}"}
+
+
+def _conditional_failure(e: ClientError) -> bool:
+    return e.response.get("Error", {}).get("Code") in (
+        "ConditionalCheckFailedException",
+        "TransactionCanceledException",
+    )
+
+
+def _plain(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: int(v) if k in ("seq", "message_seq", "turn") else v for k, v in item.items()}
+
+
+class DynamoApprovalStore:
+    def __init__(self, table: "Table") -> None:
+        self._table = table
+
+    def create(self, approval: Approval, token: str) -> Approval:
+        """Store a new approval for its call, or, when the call has one (the waiting task was
+        started again, with a new token), keep that one and give it the new token while it is
+        pending. Returns the call's approval."""
+        record = {"pk": _pk(approval.approval_id), "sk": RECORD_SK, **approval.model_dump(exclude_none=True)}
+        if approval.requester is not None:
+            record[CALLER_INDEX_PK] = f"APPROVALS#{approval.requester}"
+            record[CALLER_INDEX_SK] = f"{approval.created_at}#{approval.approval_id}"
+        gate = {
+            **_gate_key(approval.run_id, approval.seq),
+            "approval_id": approval.approval_id,
+            "arguments_sha256": approval.arguments_sha256,
+            "status": approval.status.value,
+        }
+        name = self._table.name
+        try:
+            self._table.meta.client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": name,
+                            "Item": gate,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": name,
+                            "Item": record,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                    {"Put": {"TableName": name, "Item": self._token_item(approval.approval_id, token)}},
+                ]
+            )
+            return approval
+        except ClientError as e:
+            if not _conditional_failure(e):
+                raise
+        existing = self.get_gate(approval.run_id, approval.seq)
+        if existing is None:
+            raise RuntimeError(
+                f"approval of call {approval.seq} of run {approval.run_id} could not be stored"
+            )
+        try:
+            self._table.meta.client.transact_write_items(
+                TransactItems=[
+                    {
+                        "ConditionCheck": {
+                            "TableName": name,
+                            "Key": {"pk": _pk(existing.approval_id), "sk": RECORD_SK},
+                            "ConditionExpression": "#status = :pending",
+                            "ExpressionAttributeNames": {"#status": "status"},
+                            "ExpressionAttributeValues": {":pending": ApprovalStatus.PENDING.value},
+                        }
+                    },
+                    {"Put": {"TableName": name, "Item": self._token_item(existing.approval_id, token)}},
+                ]
+            )
+        except ClientError as e:
+            if not _conditional_failure(e):
+                raise
+        return self.get(existing.approval_id)
+
+    @staticmethod
+    def _token_item(approval_id: str, token: str) -> dict[str, Any]:
+        # Its own item: the record is what views read, and a token is a bearer credential.
+        return {"pk": _pk(approval_id), "sk": TOKEN_SK, "token": token}
+
+    def get(self, approval_id: str) -> Approval:
+        item = self._table.get_item(Key={"pk": _pk(approval_id), "sk": RECORD_SK}, ConsistentRead=True).get(
+            "Item"
+        )
+        if item is None:
+            raise ApprovalNotFoundError(approval_id)
+        return self._approval(item)
+
+    @staticmethod
+    def _approval(item: dict[str, Any]) -> Approval:
+        fields = {k: v for k, v in item.items() if k in Approval.model_fields}
+        return Approval.model_validate(_plain(fields))
+
+    def get_token(self, approval_id: str) -> str | None:
+        item = self._table.get_item(Key={"pk": _pk(approval_id), "sk": TOKEN_SK}, ConsistentRead=True).get(
+            "Item"
+        )
+        return None if item is None else str(item["token"])
+
+    def get_gate(self, run_id: str, seq: int) -> Gate | None:
+        item = self._table.get_item(Key=_gate_key(run_id, seq), ConsistentRead=True).get("Item")
+        if item is None:
+            return None
+        return Gate(
+            approval_id=str(item["approval_id"]),
+            arguments_sha256=str(item["arguments_sha256"]),
+            status=ApprovalStatus(str(item["status"])),
+        )
+
+    def decide(
+        self, approval: Approval, status: ApprovalStatus, by: str | None, reason: str | None = None
+    ) -> Approval:
+        """Move a pending approval to `status`, with its gate, in one transaction; raises
+        `ApprovalAlreadyDecidedError` (nothing written) when it is no longer pending."""
+        values: dict[str, Any] = {
+            ":status": status.value,
+            ":pending": ApprovalStatus.PENDING.value,
+            ":at": utc_now(),
+        }
+        sets = ["#status = :status", "decided_at = :at"]
+        if by is not None:
+            values[":by"] = by
+            sets.append("decided_by = :by")
+        if reason is not None:
+            values[":reason"] = reason
+            sets.append("#reason = :reason")
+        name = self._table.name
+        try:
+            self._table.meta.client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": name,
+                            "Key": {"pk": _pk(approval.approval_id), "sk": RECORD_SK},
+                            "UpdateExpression": "SET " + ", ".join(sets),
+                            "ConditionExpression": "#status = :pending",
+                            "ExpressionAttributeNames": {"#status": "status"}
+                            | ({"#reason": "reason"} if reason is not None else {}),
+                            "ExpressionAttributeValues": values,
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": name,
+                            "Key": _gate_key(approval.run_id, approval.seq),
+                            "UpdateExpression": "SET #status = :status",
+                            "ExpressionAttributeNames": {"#status": "status"},
+                            "ExpressionAttributeValues": {":status": status.value},
+                        }
+                    },
+                ]
+            )
+        except ClientError as e:
+            if not _conditional_failure(e):
+                raise
+            raise ApprovalAlreadyDecidedError(
+                approval.approval_id, self.get(approval.approval_id).status
+            ) from e
+        return self.get(approval.approval_id)
+
+    def list(self, requester: str | None, status: ApprovalStatus | None) -> list[Approval]:
+        """`requester`'s approvals, newest first (None: everyone's, in no set order)."""
+        values: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {}
+        if status is not None:
+            kwargs["FilterExpression"] = "#status = :status"
+            kwargs["ExpressionAttributeNames"] = {"#status": "status"}
+            values[":status"] = status.value
+        keys: list[dict[str, Any]] = []
+        if requester is None:
+            kwargs["FilterExpression"] = " AND ".join(
+                filter(None, ["sk = :record", kwargs.get("FilterExpression")])
+            )
+            values[":record"] = RECORD_SK
+            operation: Any = self._table.scan
+        else:
+            kwargs |= {
+                "IndexName": CALLER_INDEX,
+                "KeyConditionExpression": f"{CALLER_INDEX_PK} = :requester",
+                "ScanIndexForward": False,
+            }
+            values[":requester"] = f"APPROVALS#{requester}"
+            operation = self._table.query
+        kwargs["ExpressionAttributeValues"] = values
+        while len(keys) < LIST_LIMIT:
+            page = operation(**kwargs)
+            keys.extend({"pk": item["pk"], "sk": RECORD_SK} for item in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        found = [self.get(str(key["pk"]).removeprefix("APPROVAL#")) for key in keys[:LIST_LIMIT]]
+        if requester is None:
+            found.sort(key=lambda a: a.created_at, reverse=True)
+        return found

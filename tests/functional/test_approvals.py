@@ -1,0 +1,221 @@
+"""Approval records on moto: what is stored (and what is not), the first decision wins however
+many race for it, one SendTask* per approval, bad input refused with nothing written."""
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.conftest import CALLS, Pipeline, _pipeline, call
+from tests.e2e.test_approvals import GATED, pending, tool_messages
+from toolpipe.infra.local.runtime import LOCAL_CALLER, REGION, TABLE
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS
+from toolpipe.shared.approvals import ApprovalAlreadyDecidedError, arguments_hash
+from toolpipe.shared.approvals.service import ApprovalService
+from toolpipe.shared.approvals.store import DynamoApprovalStore
+from toolpipe.shared.history import DynamoHistoryStore
+from toolpipe.shared.runs.ports import StepFunctionsTaskReporter
+
+ADMIN = "arn:aws:iam::000000000000:role/admin"
+
+
+@pytest.fixture(autouse=True)
+def gated_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(AGENTS, GATED.name, GATED)
+
+
+@pytest.fixture
+def admin_pipeline() -> Iterator[Pipeline]:
+    yield from _pipeline({"TOOLPIPE_ADMIN_PRINCIPAL": ADMIN})
+
+
+class CountingReporter(StepFunctionsTaskReporter):
+    """The real reporter, counting what it sends: moto accepts a replayed SendTaskSuccess that
+    AWS refuses, so the count is what shows our guard works."""
+
+    def __init__(self) -> None:
+        super().__init__(boto3.client("stepfunctions", region_name=REGION))
+        self.sent: list[str] = []
+        self._lock = threading.Lock()
+
+    def succeed(self, token: str, output: dict[str, Any]) -> bool:
+        with self._lock:
+            self.sent.append("success")
+        return super().succeed(token, output)
+
+    def fail(self, token: str, error: str, cause: str) -> bool:
+        with self._lock:
+            self.sent.append(f"failure:{error}")
+        return super().fail(token, error, cause)
+
+
+def _service(reporter: CountingReporter) -> ApprovalService:
+    table = boto3.resource("dynamodb", region_name=REGION).Table(TABLE)
+    store = DynamoHistoryStore(table, boto3.client("s3", region_name=REGION), "toolpipe-local-contents")
+    return ApprovalService(DynamoApprovalStore(table), store, reporter)
+
+
+def _items(pipeline: Pipeline, approval_id: str) -> dict[str, dict[str, Any]]:
+    rows = pipeline.runtime.dynamodb.query(
+        TableName=TABLE,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"APPROVAL#{approval_id}"}},
+        ConsistentRead=True,
+    )["Items"]
+    return {row["sk"]["S"]: row for row in rows}
+
+
+def test_the_record_keeps_the_hash_and_the_token_apart_from_every_view(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", amount=250, to="ana")]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval = pending(pipeline)
+    items = _items(pipeline, approval["approval_id"])
+
+    assert set(items) == {"APPROVAL", "TOKEN"}
+    record = items["APPROVAL"]
+    assert record["status"]["S"] == "pending" and record["run_id"]["S"] == run_id
+    assert (int(record["seq"]["N"]), int(record["message_seq"]["N"])) == (3, 2)
+    assert record["requester"]["S"] == LOCAL_CALLER
+    assert record["arguments_sha256"]["S"] == arguments_hash('{"to": "ana", "amount": 250}')
+    token = items["TOKEN"]["token"]["S"]
+    assert token not in json.dumps(record)
+    _, listed = pipeline.runtime.api("GET", "/approvals")
+    _, one = pipeline.runtime.api("GET", f"/approvals/{approval['approval_id']}")
+    assert token not in json.dumps(listed) + json.dumps(one)
+    gate = pipeline.runtime.dynamodb.get_item(
+        TableName=TABLE, Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "GATE#000003"}}
+    )["Item"]
+    assert gate["approval_id"]["S"] == approval["approval_id"] and gate["status"]["S"] == "pending"
+    pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    pipeline.finish(run_id)
+
+
+@pytest.mark.parametrize("approve_first", [True, False], ids=["approve-wins", "deny-wins"])
+def test_twenty_racing_decisions_take_one_and_answer_the_task_once(
+    pipeline: Pipeline, approve_first: bool
+) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+    reporter = CountingReporter()
+    service = _service(reporter)
+    start = threading.Barrier(20)
+    won: list[str] = []
+    refused: list[str] = []
+
+    def decide(index: int) -> None:
+        approve = (index % 2 == 0) == approve_first
+        start.wait()
+        try:
+            decided = service.decide(approval_id, LOCAL_CALLER, approve, None if approve else "no")
+            won.append(decided.status.value)
+        except ApprovalAlreadyDecidedError as e:
+            refused.append(e.status.value)
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    body = pipeline.finish(run_id)
+
+    assert len(won) == 1 and len(refused) == 19
+    assert set(refused) == set(won)  # every loser saw the winner's decision
+    assert len(reporter.sent) == 1
+    assert reporter.sent[0] == ("success" if won[0] == "approved" else "failure:ApprovalDenied")
+    assert CALLS.counts.get("wire_money", 0) == (1 if won[0] == "approved" else 0)
+    assert len([m for m in body["messages"] if m["kind"] == "tool_result"]) == 1
+    assert len(tool_messages(pipeline, 1)) == 1
+
+
+def test_bad_decisions_are_refused_and_change_nothing(admin_pipeline: Pipeline) -> None:
+    pipeline = admin_pipeline
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+    api = pipeline.runtime.api
+    before = _items(pipeline, approval_id)
+
+    assert api("POST", f"/approvals/{approval_id}/deny", {"reason": ""})[0] == 400
+    assert api("POST", f"/approvals/{approval_id}/deny", {"reason": "x", "extra": 1})[0] == 400
+    assert api("POST", f"/approvals/{approval_id}/deny", "{not json")[0] == 400
+    assert api("POST", f"/approvals/{approval_id}/deny", {"reason": "x" * 1001})[0] == 400
+    assert api("POST", "/approvals/NOT-AN-ID/approve")[0] == 400
+    assert api("POST", f"/approvals/{'0' * 32}/approve")[0] == 404
+    assert api("GET", f"/approvals/{approval_id}", caller="arn:aws:iam::000000000000:user/eve")[0] == 404
+    assert api("GET", "/approvals", caller="arn:aws:iam::000000000000:user/eve")[1] == {"approvals": []}
+    assert api("POST", f"/approvals/{approval_id}/approve", caller=None)[0] == 403
+    assert api("GET", "/approvals?status=maybe") == (
+        400,
+        {
+            "statusCode": 400,
+            "message": "invalid request: query.status: status is one of pending, approved, denied, expired",
+        },
+    )
+    assert _items(pipeline, approval_id) == before  # nothing written, GETs included
+
+    # The admin principal sees every approval and may decide.
+    assert [
+        a["approval_id"] for a in api("GET", "/approvals?status=pending", caller=ADMIN)[1]["approvals"]
+    ] == [approval_id]
+    status, decided = api("POST", f"/approvals/{approval_id}/deny", {"reason": "not now"}, caller=ADMIN)
+    assert (status, decided["status"]) == (200, "denied")
+    pipeline.finish(run_id)
+    record = api("GET", f"/approvals/{approval_id}")[1]
+    assert (record["status"], record["decided_by"], record["reason"]) == ("denied", ADMIN, "not now")
+
+
+def test_the_store_decides_once_and_keeps_the_gate_in_step() -> None:
+    from moto import mock_aws
+
+    from tests.unit.test_approvals import _approval
+    from toolpipe.infra.local.runtime import HISTORY_TABLE
+    from toolpipe.shared.approvals import ApprovalStatus
+
+    with mock_aws():
+        boto3.client("dynamodb", region_name=REGION).create_table(TableName="t", **HISTORY_TABLE)
+        store = DynamoApprovalStore(boto3.resource("dynamodb", region_name=REGION).Table("t"))
+        approval = store.create(_approval(ApprovalStatus.PENDING), "token-1")
+        # The waiting task started again (a retry): the same approval, with the new token.
+        again = store.create(
+            _approval(ApprovalStatus.PENDING).model_copy(update={"approval_id": "1" * 32}), "token-2"
+        )
+        assert (
+            again.approval_id == approval.approval_id and store.get_token(approval.approval_id) == "token-2"
+        )
+
+        denied = store.decide(approval, ApprovalStatus.DENIED, "ana", "no")
+        assert (denied.status, denied.decided_by, denied.reason) == (ApprovalStatus.DENIED, "ana", "no")
+        with pytest.raises(ApprovalAlreadyDecidedError) as refused:
+            store.decide(approval, ApprovalStatus.APPROVED, "bob")
+        assert refused.value.status is ApprovalStatus.DENIED
+        assert store.get(approval.approval_id) == denied  # the refused decision changed nothing
+        gate = store.get_gate(approval.run_id, approval.seq)
+        assert gate is not None and gate.status is ApprovalStatus.DENIED
+        # Decided: a task started again keeps its token out of a decided approval.
+        store.create(
+            _approval(ApprovalStatus.PENDING).model_copy(update={"approval_id": "2" * 32}), "token-3"
+        )
+        assert store.get_token(approval.approval_id) == "token-2"
+        assert store.list("ana", ApprovalStatus.DENIED) == [denied]
+        assert store.list("ana", ApprovalStatus.PENDING) == []
+        assert store.list(None, None) == [denied]
+
+
+def test_the_approval_samples_drive_the_real_handler(pipeline: Pipeline) -> None:
+    from tests.functional.test_events import EVENTS, _api
+
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+
+    status, _, listed = _api(json.loads((EVENTS / "api_list_approvals.json").read_text()))
+    assert status == 200 and [a["approval_id"] for a in listed["approvals"]] == [approval_id]
+    approve = json.loads((EVENTS / "api_approve.json").read_text().replace("APPROVAL_ID", approval_id))
+    assert _api(approve)[::2] == (200, {"approval_id": approval_id, "status": "approved", "run_id": run_id})
+    assert _api(approve)[0] == 409
+    pipeline.finish(run_id)
