@@ -70,7 +70,14 @@ class CommandError(Exception):
 
 # Control characters other than newline and tab: a model's answer, a tool's result or a file a
 # trigger read could carry terminal escapes (set the title, clear the screen) to whoever reads it.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Bidirectional overrides and isolates too: they reorder what a person reads (an address in an
+# approval shown as another).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 class _Visible:
@@ -80,7 +87,7 @@ class _Visible:
         self._out = out
 
     def write(self, text: str) -> int:
-        return self._out.write(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+        return self._out.write(_CONTROL.sub(_escaped, text))
 
     def flush(self) -> None:
         self._out.flush()
@@ -406,7 +413,7 @@ def approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     for a in body["approvals"]:
         decided = f" by {a['decided_by']}" if a.get("decided_by") else ""
-        reason = f": {a['reason']}" if a.get("reason") else ""
+        reason = f": {_short(a['reason'], 200)}" if a.get("reason") else ""  # one line each
         out.write(
             f"{a['approval_id']}  {a['status']}{decided}{reason}  {a['tool']}({_short(a['arguments_preview'], 80)})"
             f"  run {a['run_id']}  expires {a['expires_at']}\n"

@@ -25,10 +25,15 @@ class ApprovalRecords(Protocol):
         ...
 
     def decide(
-        self, approval: Approval, status: ApprovalStatus, by: str | None, reason: str | None = None
+        self,
+        approval: Approval,
+        status: ApprovalStatus,
+        by: str | None,
+        reason: str | None = None,
+        from_status: ApprovalStatus = ApprovalStatus.PENDING,
     ) -> Approval:
-        """Move a pending approval (and its gate) to `status`; `ApprovalAlreadyDecidedError`,
-        with nothing written, when it is no longer pending."""
+        """Move an approval (and its gate) from `from_status` (pending) to `status`;
+        `ApprovalAlreadyDecidedError`, with nothing written, when it is no longer in it."""
         ...
 
     def list(self, requester: str | None, status: ApprovalStatus | None) -> list[Approval]:

@@ -121,19 +121,30 @@ class ApprovalService:
                 raise ApprovalRunEndedError(approval_id, run.run_id, run.status.value)
         status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
         decided = self._approvals.decide(approval, status, caller, None if approve else reason)
-        self._answer(decided, self._approvals.get_token(approval_id))
+        try:
+            delivered = self._answer(decided, self._approvals.get_token(approval_id))
+        except Exception:
+            # Not delivered (throttled, the network): the decision is taken back, so the
+            # caller's retry can make it again; only the write that moved it sends.
+            self._approvals.decide(decided, ApprovalStatus.PENDING, None, from_status=decided.status)
+            raise
+        if not delivered:
+            # The task no longer waits (its timeout came first): the call got its timeout
+            # result, so the record says expired, and the caller learns the decision came late.
+            self._approvals.decide(decided, ApprovalStatus.EXPIRED, None, from_status=decided.status)
+            raise ApprovalAlreadyDecidedError(approval_id, ApprovalStatus.EXPIRED)
         return decided
 
-    def _answer(self, approval: Approval, token: str | None) -> None:
+    def _answer(self, approval: Approval, token: str | None) -> bool:
+        """Answer the waiting task; False when it no longer waits for this token."""
         if token is None:
-            return
+            return True  # no task waits on a token (the call was decided before it was stored)
         if approval.status is ApprovalStatus.APPROVED:
-            self._tasks.succeed(token, {"approval_id": approval.approval_id, "status": "approved"})
-        else:
-            # The cause is not where the reason travels (moto drops it; AWS caps it): the next
-            # model step reads the reason from the record.
-            error = DENIED_ERROR if approval.status is ApprovalStatus.DENIED else EXPIRED_ERROR
-            self._tasks.fail(token, error, f"approval {approval.approval_id} {approval.status.value}")
+            return self._tasks.succeed(token, {"approval_id": approval.approval_id, "status": "approved"})
+        # The cause is not where the reason travels (moto drops it; AWS caps it): the next
+        # model step reads the reason from the record.
+        error = DENIED_ERROR if approval.status is ApprovalStatus.DENIED else EXPIRED_ERROR
+        return self._tasks.fail(token, error, f"approval {approval.approval_id} {approval.status.value}")
 
     def _expire(self, approval: Approval) -> Approval:
         try:

@@ -152,13 +152,19 @@ class DynamoApprovalStore:
         )
 
     def decide(
-        self, approval: Approval, status: ApprovalStatus, by: str | None, reason: str | None = None
+        self,
+        approval: Approval,
+        status: ApprovalStatus,
+        by: str | None,
+        reason: str | None = None,
+        from_status: ApprovalStatus = ApprovalStatus.PENDING,
     ) -> Approval:
-        """Move a pending approval to `status`, with its gate, in one transaction; raises
-        `ApprovalAlreadyDecidedError` (nothing written) when it is no longer pending."""
+        """Move an approval from `from_status` (pending) to `status`, with its gate, in one
+        transaction; raises `ApprovalAlreadyDecidedError` (nothing written) when it is no
+        longer in `from_status`."""
         values: dict[str, Any] = {
             ":status": status.value,
-            ":pending": ApprovalStatus.PENDING.value,
+            ":pending": from_status.value,
             ":at": utc_now(),
         }
         sets = ["#status = :status", "decided_at = :at"]

@@ -173,8 +173,7 @@ class ToolCallExecutor:
         result converter or its state do that the worker could not store becomes the tool's
         error: a claimed call must always end with a result, never an invocation that dies."""
         try:
-            approved = call.gate.arguments_sha256 if call.gate is not None else None
-            execution = _execute_with_hooks(call.agent, call.call, context, call.run.tools, approved)
+            execution = _execute_with_hooks(call.agent, call.call, context, call.run.tools, call.gate)
             changes = state.changes()
             size = len(json.dumps(dict(state)).encode())
         except (KeyboardInterrupt, SystemExit):
@@ -379,18 +378,40 @@ def _approval_refusal(call: _Call) -> Execution | None:
         if arguments_hash(call.call.arguments) != gate.arguments_sha256:
             return _not_approved(call.call.name, "its arguments are not the ones approved")
         return None
-    if tool is None or tool.requires_approval is False:
-        return None
-    try:
-        arguments = tool.parse_arguments(call.call.arguments)
-    except ModelVisibleError:
-        return None  # the registry answers the invalid arguments
     context = ToolContext(
         run_id=call.run.run_id, agent=call.run.agent, call_id=call.call.id, caller=call.run.caller
     )
+    return _policy_refusal(tool, call.call, context)
+
+
+def _policy_refusal(tool: Tool | None, call: ToolCall, context: ToolContext) -> Execution | None:
+    """A call with no approval recorded: refused if its tool's policy wants one for it."""
+    if tool is None or tool.requires_approval is False:
+        return None
+    try:
+        arguments = tool.parse_arguments(call.arguments)
+    except ModelVisibleError:
+        return None  # the registry answers the invalid arguments
     if tool.needs_approval(arguments, context):
-        return _not_approved(call.call.name, "none was recorded")
+        return _not_approved(call.name, "none was recorded")
     return None
+
+
+def _hooked_refusal(
+    agent: Agent, call: ToolCall, context: ToolContext, gate: Gate | None, approved_name: str
+) -> Execution | None:
+    """The approval check again, on the call as the `before_tool` hooks leave it: a hook may
+    rename a call or rewrite its arguments, and what runs must be what was approved, or need
+    no approval at all."""
+    if gate is not None:
+        if call.name != approved_name or arguments_hash(call.arguments) != gate.arguments_sha256:
+            return _not_approved(call.name, "it was changed after it was approved")
+        return None
+    try:
+        tool: Tool | None = agent.registry.get(call.name)
+    except UnknownToolError:
+        tool = None
+    return _policy_refusal(tool, call, context)
 
 
 def _describe(error: BaseException) -> str:
@@ -416,13 +437,12 @@ def _before_hooks(agent: Agent, call: ToolCall, context: ToolContext) -> tuple[T
 
 
 def _execute_with_hooks(
-    agent: Agent, call: ToolCall, context: ToolContext, allowed: list[str] | None, approved: str | None = None
+    agent: Agent, call: ToolCall, context: ToolContext, allowed: list[str] | None, gate: Gate | None = None
 ) -> Execution:
+    approved_name = call.name
     call, answered = _before_hooks(agent, call, context)
-    if answered is None and approved is not None and arguments_hash(call.arguments) != approved:
-        # A hook rewrote the arguments of an approved call: what would run is not what a
-        # person approved.
-        answered = _not_approved(call.name, "its arguments were changed after they were approved")
+    if answered is None:
+        answered = _hooked_refusal(agent, call, context, gate, approved_name)
     execution = answered or agent.registry.execute(call, context, allowed=allowed)
     after = AfterTool(run_id=context.run_id, agent=agent.name, call=call, execution=execution)
     for hooks in agent.hooks:

@@ -8,6 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.e2e.test_approvals import GATED, pending, tool_messages
@@ -15,6 +16,7 @@ from toolpipe.infra.local.runtime import LOCAL_CALLER, REGION, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS
 from toolpipe.shared.approvals import ApprovalAlreadyDecidedError, arguments_hash
+from toolpipe.shared.approvals.models import ApprovalStatus
 from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.approvals.store import DynamoApprovalStore
 from toolpipe.shared.history import DynamoHistoryStore
@@ -219,3 +221,55 @@ def test_the_approval_samples_drive_the_real_handler(pipeline: Pipeline) -> None
     assert _api(approve)[::2] == (200, {"approval_id": approval_id, "status": "approved", "run_id": run_id})
     assert _api(approve)[0] == 409
     pipeline.finish(run_id)
+
+
+class ThrottledOnce(CountingReporter):
+    """The real reporter, throttled on its first answer, as Step Functions may be."""
+
+    def succeed(self, token: str, output: dict[str, Any]) -> bool:
+        if not self.sent:
+            self.sent.append("throttled")
+            raise ClientError(
+                {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "SendTaskSuccess"
+            )
+        return super().succeed(token, output)
+
+
+def test_a_decision_that_could_not_be_delivered_is_taken_back_and_can_be_made_again(
+    pipeline: Pipeline,
+) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+    service = _service(ThrottledOnce())
+
+    with pytest.raises(ClientError, match="Rate exceeded"):
+        service.decide(approval_id, LOCAL_CALLER, True)
+    # Not "approved" while nothing was told: the retry decides, and the call runs once.
+    assert service.get(approval_id, LOCAL_CALLER).status is ApprovalStatus.PENDING
+    assert service.decide(approval_id, LOCAL_CALLER, True).status is ApprovalStatus.APPROVED
+    pipeline.finish(run_id)
+    assert CALLS.counts == {"wire_money": 1}
+
+
+class ClosedToken(CountingReporter):
+    """The answer AWS gives once the task timed out: the token no longer waits."""
+
+    def succeed(self, token: str, output: dict[str, Any]) -> bool:
+        self.sent.append("closed")
+        return False
+
+
+def test_a_decision_that_comes_after_the_task_timed_out_is_a_conflict_and_says_expired() -> None:
+    for pipeline in _pipeline({"TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": "2"}):
+        pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+        run_id = pipeline.start("pay", agent="gated")
+        approval_id = pending(pipeline)["approval_id"]
+        service = _service(ClosedToken())
+
+        with pytest.raises(ApprovalAlreadyDecidedError) as refused:
+            service.decide(approval_id, LOCAL_CALLER, True)
+        assert refused.value.status is ApprovalStatus.EXPIRED
+        assert service.get(approval_id, LOCAL_CALLER).status is ApprovalStatus.EXPIRED
+        pipeline.finish(run_id)
+        assert "wire_money" not in CALLS.counts

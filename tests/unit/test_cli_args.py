@@ -250,3 +250,7 @@ def test_terminal_escapes_in_what_the_cli_prints_are_shown_not_obeyed() -> None:
     written = io.StringIO()
     _Visible(written).write("answer: \x1b]0;PWNED\x07\x1b[2Jhi\x9b\n\tnext é\n")
     assert written.getvalue() == "answer: \\x1b]0;PWNED\\x07\\x1b[2Jhi\\x9b\n\tnext é\n"
+    # A right-to-left override would show "moc.live@evE" reversed, as "Eve@evil.com"-like text.
+    written = io.StringIO()
+    _Visible(written).write("to: bob@example.com\u202egnp.exe\u2066x\u2069\n")
+    assert written.getvalue() == "to: bob@example.com\\u202egnp.exe\\u2066x\\u2069\n"
