@@ -250,26 +250,3 @@ def test_a_decision_that_could_not_be_delivered_is_taken_back_and_can_be_made_ag
     assert service.decide(approval_id, LOCAL_CALLER, True).status is ApprovalStatus.APPROVED
     pipeline.finish(run_id)
     assert CALLS.counts == {"wire_money": 1}
-
-
-class ClosedToken(CountingReporter):
-    """The answer AWS gives once the task timed out: the token no longer waits."""
-
-    def succeed(self, token: str, output: dict[str, Any]) -> bool:
-        self.sent.append("closed")
-        return False
-
-
-def test_a_decision_that_comes_after_the_task_timed_out_is_a_conflict_and_says_expired() -> None:
-    for pipeline in _pipeline({"TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": "2"}):
-        pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
-        run_id = pipeline.start("pay", agent="gated")
-        approval_id = pending(pipeline)["approval_id"]
-        service = _service(ClosedToken())
-
-        with pytest.raises(ApprovalAlreadyDecidedError) as refused:
-            service.decide(approval_id, LOCAL_CALLER, True)
-        assert refused.value.status is ApprovalStatus.EXPIRED
-        assert service.get(approval_id, LOCAL_CALLER).status is ApprovalStatus.EXPIRED
-        pipeline.finish(run_id)
-        assert "wire_money" not in CALLS.counts
