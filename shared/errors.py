@@ -46,6 +46,9 @@ class ErrorKind(StrEnum):
     APPROVAL_DENIED = "ApprovalDenied"
     APPROVAL_EXPIRED = "ApprovalExpired"
     NOT_APPROVED = "NotApproved"
+    # An approved call whose tool changed (name, description or parameters) while it waited for
+    # the approval: a person approved it for the old tool. Never run.
+    TOOL_CHANGED = "ToolChanged"
 
     @property
     def is_invalid_call(self) -> bool:

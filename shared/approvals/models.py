@@ -1,7 +1,7 @@
 """The approval record and what the API shows of it (never the task token)."""
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +36,12 @@ class Approval(BaseModel):
     tool_description: str = ""
     arguments_sha256: str = Field(description="SHA-256 of the canonical JSON of the exact arguments.")
     arguments_preview: str = Field(description="The arguments' JSON, cut at 500 characters.")
+    tool_sha256: str | None = Field(
+        default=None,
+        description="SHA-256 of the tool's definition (name, description, parameters) when the call "
+        "started to wait: an approved call whose tool changed meanwhile is not run. Null on "
+        "approvals stored before it was kept.",
+    )
     requester: str | None = Field(description="The principal that started the run: who may decide.")
     status: ApprovalStatus
     created_at: str
@@ -53,6 +59,19 @@ class Gate(BaseModel):
     approval_id: str
     arguments_sha256: str
     status: ApprovalStatus
+    # The tool's definition when the call started to wait (None: a gate stored before it was kept).
+    tool_sha256: str | None = None
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> "Gate":
+        """The gate as DynamoDB stores it (`sk=GATE#<seq>`)."""
+        tool_sha256 = item.get("tool_sha256")
+        return cls(
+            approval_id=str(item["approval_id"]),
+            arguments_sha256=str(item["arguments_sha256"]),
+            status=ApprovalStatus(str(item["status"])),
+            tool_sha256=None if tool_sha256 is None else str(tool_sha256),
+        )
 
 
 class DenyRequest(BaseModel):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from toolpipe.shared.agents import run_agent
-from toolpipe.shared.approvals.hashing import arguments_hash
+from toolpipe.shared.approvals.hashing import arguments_hash, tool_hash
 from toolpipe.shared.approvals.models import (
     ARGUMENTS_PREVIEW_CHARS,
     Approval,
@@ -21,6 +21,7 @@ from toolpipe.shared.approvals.ports import ApprovalRecords, RunsAndHistory
 from toolpipe.shared.errors import ErrorKind, UnknownToolError
 from toolpipe.shared.messages import ApprovalTaskRequest, AssistantMessage, RunRecord, RunStatus, utc_now
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.tools import Tool
 
 # The error a denial or an expiry answers the waiting task with; the state machine's Catch
 # ends the branch without dispatching the call.
@@ -69,9 +70,9 @@ class ApprovalService:
             raise ValueError(f"message_seq {request.message_seq} and seq {request.seq} name no call")
         call = reply.tool_calls[index]
         try:
-            description = run_agent(run).registry.get(call.name).description
+            tool: Tool | None = run_agent(run).registry.get(call.name)
         except UnknownToolError:
-            description = ""
+            tool = None
         now = datetime.now(UTC)
         fresh = Approval(
             approval_id=uuid.uuid4().hex,
@@ -81,9 +82,11 @@ class ApprovalService:
             turn=reply.turn,
             call_id=call.id,
             tool=call.name,
-            tool_description=description,
+            tool_description="" if tool is None else tool.description,
             arguments_sha256=arguments_hash(call.arguments),
             arguments_preview=_preview(call.arguments),
+            # The tool as the model saw it: the worker runs the approved call only if it is unchanged.
+            tool_sha256=None if tool is None else tool_hash(tool),
             requester=run.caller,
             status=ApprovalStatus.PENDING,
             created_at=now.isoformat(timespec="milliseconds"),

@@ -67,6 +67,8 @@ class DynamoApprovalStore:
             "arguments_sha256": approval.arguments_sha256,
             "status": approval.status.value,
         }
+        if approval.tool_sha256 is not None:
+            gate["tool_sha256"] = approval.tool_sha256
         name = self._table.name
         try:
             self._table.meta.client.transact_write_items(
@@ -145,11 +147,7 @@ class DynamoApprovalStore:
         item = self._table.get_item(Key=_gate_key(run_id, seq), ConsistentRead=True).get("Item")
         if item is None:
             return None
-        return Gate(
-            approval_id=str(item["approval_id"]),
-            arguments_sha256=str(item["arguments_sha256"]),
-            status=ApprovalStatus(str(item["status"])),
-        )
+        return Gate.from_item(item)
 
     def decide(
         self,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolpipe.shared.agents import AfterTool, Agent, BeforeTool, get_agent, run_agent
-from toolpipe.shared.approvals.hashing import arguments_hash
+from toolpipe.shared.approvals.hashing import arguments_hash, tool_hash
 from toolpipe.shared.approvals.models import ApprovalStatus, Gate
 from toolpipe.shared.errors import (
     CallInProgressError,
@@ -205,13 +205,7 @@ class ToolCallExecutor:
             tool: Tool | None = agent.registry.get(call.name)  # by wire name, or a schema tool's own
         except UnknownToolError:
             tool = None
-        gate = None
-        if read.gate is not None:
-            gate = Gate(
-                approval_id=str(read.gate["approval_id"]),
-                arguments_sha256=str(read.gate["arguments_sha256"]),
-                status=ApprovalStatus(str(read.gate["status"])),
-            )
+        gate = None if read.gate is None else Gate.from_item(read.gate)
         return _Call(message, claim, run, agent, reply, call, tool, gate)
 
     def _in_doubt(self, call: _Call) -> Execution:
@@ -377,11 +371,26 @@ def _approval_refusal(call: _Call) -> Execution | None:
             return _not_approved(call.call.name, f"it is {gate.status.value}")
         if arguments_hash(call.call.arguments) != gate.arguments_sha256:
             return _not_approved(call.call.name, "its arguments are not the ones approved")
-        return None
+        return _changed_refusal(call.call.name, tool, gate)
     context = ToolContext(
         run_id=call.run.run_id, agent=call.run.agent, call_id=call.call.id, caller=call.run.caller
     )
     return _policy_refusal(tool, call.call, context)
+
+
+def _changed_refusal(name: str, tool: Tool | None, gate: Gate) -> Execution | None:
+    """An approved call whose tool is no longer the one the model saw when the call started to
+    wait (a deploy, or locally a re-registered agent, changed or removed it): the person
+    approved these arguments for the old tool, so the new one does not run on them. A gate
+    stored before the tool's hash was kept (`tool_sha256` None) runs as before."""
+    if gate.tool_sha256 is None or (tool is not None and tool_hash(tool) == gate.tool_sha256):
+        return None
+    return Execution(
+        f"Error: not run: the tool '{name}' changed while its call waited for approval; ask again.",
+        "error",
+        0,
+        ErrorKind.TOOL_CHANGED,
+    )
 
 
 def _policy_refusal(tool: Tool | None, call: ToolCall, context: ToolContext) -> Execution | None:

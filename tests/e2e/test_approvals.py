@@ -15,6 +15,7 @@ from toolpipe.infra.local.runtime import LOCAL_CALLER, LocalRuntime
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
 from toolpipe.shared.agents import AGENTS, Agent, BeforeTool, Hooks, agent_tool, execution_events_bound
 from toolpipe.shared.agents.agent import EVENTS_PER_APPROVAL, EVENTS_PER_CALL
+from toolpipe.shared.approvals.hashing import tool_hash
 from toolpipe.shared.tools import ToolContext, tool
 
 OTHER = "arn:aws:iam::000000000000:user/someone-else"
@@ -276,6 +277,96 @@ def test_a_hook_cannot_rename_an_approved_call_into_another_tool(
 
     assert CALLS.counts == {}
     assert tool_messages(pipeline, 1)[0].endswith("it was changed after it was approved.")
+
+
+@tool(name="wire_money", requires_approval=True)
+def wire_money_in_cents(to: str, amount: float, memo: str = "") -> str:
+    """Send money.
+
+    Args:
+        to: The recipient.
+        amount: How much, in cents.
+        memo: A note for the recipient.
+    """
+    CALLS.add("wire_money_in_cents")
+    return f"sent {amount} cents to {to}"
+
+
+def _redeployed(*tools: Any) -> Agent:
+    """The gated agent as a deploy changes it: `wire_money` replaced by `tools`."""
+    others = [t for t in GATED.tools if getattr(t, "name", None) != "wire_money"]
+    return dataclasses.replace(GATED, tools=[*tools, *others])
+
+
+@pytest.mark.parametrize(
+    "redeployed",
+    [_redeployed(wire_money_in_cents), _redeployed()],
+    ids=["another-schema", "removed"],
+)
+def test_an_approved_call_whose_tool_changed_while_it_waited_is_not_run(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch, redeployed: Agent
+) -> None:
+    pipeline.script(
+        Reply(tool_calls=[call("wire_money", to="ana", amount=250)]), Reply(content="Asking again.")
+    )
+    run_id = pipeline.start("pay ana", agent="gated")
+    approval = pending(pipeline)
+    assert approval["tool_sha256"] == tool_hash(wire_money)
+    monkeypatch.setitem(AGENTS, GATED.name, redeployed)  # a deploy while the call waits
+    assert pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")[0] == 200
+    body = pipeline.finish(run_id)
+
+    assert body["run"]["status"] == "succeeded"
+    assert CALLS.counts == {}  # neither the old tool nor the new one ran
+    assert tool_messages(pipeline, 1) == [
+        "Error: not run: the tool 'wire_money' changed while its call waited for approval; ask again."
+    ]
+    assert body["executions"][0]["error_type"] == "ToolChanged"
+
+
+def test_an_approved_call_whose_tool_is_unchanged_runs_after_its_agent_is_registered_again(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=250)]), Reply(content="Sent."))
+    run_id = pipeline.start("pay ana", agent="gated")
+    approval = pending(pipeline)
+    assert approval["tool_sha256"] == tool_hash(wire_money)
+    # Registered again with other instructions and the same tool definition: the call runs.
+    again = dataclasses.replace(GATED, instructions="You move money, carefully.")
+    monkeypatch.setitem(AGENTS, GATED.name, again)
+    pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    body = pipeline.finish(run_id)
+
+    assert body["run"]["status"] == "succeeded"
+    assert CALLS.counts == {"wire_money": 1}
+    assert tool_messages(pipeline, 1) == ["sent 250.0 to ana"]
+
+
+def test_an_approval_stored_before_tool_hashes_were_kept_runs_as_before(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=250)]), Reply(content="Sent."))
+    run_id = pipeline.start("pay ana", agent="gated")
+    approval = pending(pipeline)
+    # The record and the gate as an older version wrote them: without the tool's hash.
+    table, dynamodb = "toolpipe-local", pipeline.runtime.dynamodb
+    keys = [
+        {"pk": {"S": f"APPROVAL#{approval['approval_id']}"}, "sk": {"S": "APPROVAL"}},
+        {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": f"GATE#{approval['seq']:06d}"}},
+    ]
+    for key in keys:
+        assert dynamodb.get_item(TableName=table, Key=key)["Item"]["tool_sha256"]["S"] == tool_hash(
+            wire_money
+        )
+        dynamodb.update_item(TableName=table, Key=key, UpdateExpression="REMOVE tool_sha256")
+    assert pipeline.runtime.api("GET", f"/approvals/{approval['approval_id']}")[1]["tool_sha256"] is None
+    monkeypatch.setitem(AGENTS, GATED.name, _redeployed(wire_money_in_cents))
+    pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    body = pipeline.finish(run_id)
+
+    assert body["run"]["status"] == "succeeded"
+    assert CALLS.counts == {"wire_money_in_cents": 1}  # as before this check: nothing to compare
+    assert tool_messages(pipeline, 1) == ["sent 250.0 cents to ana"]
 
 
 def test_a_call_that_waits_costs_the_constant_in_history_events(pipeline: Pipeline) -> None:
