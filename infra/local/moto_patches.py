@@ -14,6 +14,10 @@
   state and answered 500, or, a moment later, was ignored and the execution ran on. The stop is
   kept and applied when the program starts, so the execution ends aborted before its first
   state, as on AWS.
+- `SendTaskSuccess`/`Failure`/`Heartbeat` look for the token in every running execution,
+  reading each one's interpreter state: one that had just started (no state yet) made any of
+  them raise (a worker's answer, a person's approval) and answer 500. Such an execution holds
+  no token yet: it is passed over.
 - A DynamoDB transaction deep-copied every table it touched, to roll back on failure: every
   item of every run, for each tool call's one-item transaction, so a long-lived dev server got
   slower with all it ever stored. The items the transaction names are copied instead (its
@@ -66,12 +70,27 @@ from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]  # u
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]  # untyped module
 from moto.dynamodb.parsing.validators import ActionCountValidator
 from moto.dynamodb.responses import DynamoResult
+from moto.stepfunctions.parser.api import (
+    ExecutionStatus,
+    InvalidToken,
+    SendTaskFailureOutput,
+    TaskDoesNotExist,
+    TaskTimedOut,
+)
 from moto.stepfunctions.parser.asl.component.common.path import result_path
 from moto.stepfunctions.parser.asl.component.program.program import Program
-from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, HeartbeatEndpoint
+from moto.stepfunctions.parser.asl.eval.callback.callback import (
+    CallbackConsumerTimeout,
+    CallbackEndpoint,
+    CallbackNotifyConsumerError,
+    CallbackOutcomeFailure,
+    CallbackOutcomeSuccess,
+    HeartbeatEndpoint,
+)
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.utils import boto_client, json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 from moto.utilities import aws_headers
 
 _lock = threading.Lock()
@@ -144,6 +163,50 @@ def _stop_when_running(self: ExecutionWorker, stop_date: Any, error: str | None,
             return
     assert self.env is not None  # set before the program runs
     self.env.set_stop(stop_date=stop_date, cause=cause, error=error)
+
+
+def _callbacks(execution: Any) -> Any:
+    """The execution's callback pool, or None while its interpreter state is not built yet."""
+    worker = execution.exec_worker
+    environment = getattr(worker, "env", None) if worker is not None else None
+    return None if environment is None else environment.callback_pool_manager
+
+
+def _answer_task(executions: Any, answer: Any) -> bool:
+    """moto's loop over executions for a task token, passing over those without state yet."""
+    for execution in executions:
+        pool = _callbacks(execution)
+        if pool is None:
+            continue
+        try:
+            if answer(pool):
+                return True
+        except CallbackNotifyConsumerError as error:
+            # As moto raises them: their message is optional at run time, not in their stubs.
+            if isinstance(error, CallbackConsumerTimeout):
+                raise TaskTimedOut() from None  # type: ignore[call-arg]
+            raise TaskDoesNotExist() from None  # type: ignore[call-arg]
+    raise InvalidToken()  # type: ignore[no-untyped-call]
+
+
+def _send_task_heartbeat(self: StepFunctionsParserBackend, task_token: str) -> None:
+    running = self._get_executions(ExecutionStatus.RUNNING)
+    _answer_task(running, lambda pool: pool.heartbeat(callback_id=task_token))
+
+
+def _send_task_success(self: StepFunctionsParserBackend, task_token: str, outcome: str) -> None:
+    success = CallbackOutcomeSuccess(callback_id=task_token, output=outcome)
+    running = self._get_executions(ExecutionStatus.RUNNING)
+    _answer_task(running, lambda pool: pool.notify(callback_id=task_token, outcome=success))
+
+
+def _send_task_failure(
+    self: StepFunctionsParserBackend, task_token: str, error: Any = None, cause: Any = None
+) -> SendTaskFailureOutput:
+    failure = CallbackOutcomeFailure(callback_id=task_token, error=error, cause=cause)
+    # Every execution, not only running ones: as moto's own (a failure may close any task).
+    _answer_task(self._get_executions(), lambda pool: pool.notify(callback_id=task_token, outcome=failure))
+    return SendTaskFailureOutput()
 
 
 class _TablesNotCopied:
@@ -325,6 +388,9 @@ def install() -> None:
         ExecutionWorker._get_evaluation_environment = _environment_knowing_its_worker  # type: ignore[method-assign]
         ExecutionWorker.stop = _stop_when_running  # type: ignore[method-assign]
         Program._eval_body = _program_body_applying_a_stop  # type: ignore[method-assign]
+        StepFunctionsParserBackend.send_task_heartbeat = _send_task_heartbeat  # type: ignore[method-assign, assignment]
+        StepFunctionsParserBackend.send_task_success = _send_task_success  # type: ignore[method-assign, assignment]
+        StepFunctionsParserBackend.send_task_failure = _send_task_failure  # type: ignore[method-assign]
         # Rebinds the `copy` module the backend looks up (imported there, not exported).
         moto.dynamodb.models.copy = _TablesNotCopied  # type: ignore[attr-defined, assignment]
         DynamoDBBackend.transact_write_items = _transact_write_items_copying_items  # type: ignore[method-assign]

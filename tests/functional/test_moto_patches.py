@@ -271,3 +271,22 @@ def test_a_query_reads_its_partition_alone_and_answers_as_before(monkeypatch: An
             0,
         }  # the 20 its condition admits: not the partition's 30 or the table's 90
         assert len(client.scan(TableName="t")["Items"]) == 90  # a scan still sees every item
+
+
+def test_a_task_answer_passes_over_an_execution_that_has_just_started() -> None:
+    # An execution without interpreter state yet holds no token; moto read its state anyway
+    # and every SendTask* raised (a worker's answer, a person's approval: 500s).
+    states: dict[str, Any] = {f"Pass{n}": {"Type": "Pass", "Next": f"Pass{n + 1}"} for n in range(200)}
+    states["Pass200"] = {"Type": "Wait", "Seconds": 60, "End": True}
+    definition = {"StartAt": "Pass0", "States": states}
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        machine = sfn.create_state_machine(
+            name="m", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/r"
+        )["stateMachineArn"]
+        for n in range(5):
+            execution = sfn.start_execution(stateMachineArn=machine, name=f"e{n}")["executionArn"]
+            # No execution holds this token: the answer AWS gives, not a server error.
+            with pytest.raises(sfn.exceptions.InvalidToken):
+                sfn.send_task_success(taskToken="no-such-token", output="{}")
+            sfn.stop_execution(executionArn=execution)
