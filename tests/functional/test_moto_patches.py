@@ -47,18 +47,25 @@ def test_a_jsonpath_expression_is_parsed_once_and_still_evaluates() -> None:
     assert json_path.extract_json("$.call.seq", {"call": {"seq": 7}}) == 7
 
 
+def _slow_to_parse_machine() -> tuple[Any, str]:
+    """A state machine long enough to parse (as the run flow's is) that a request made right
+    after StartExecution comes before the execution's interpreter state exists."""
+    states: dict[str, Any] = {f"Pass{n}": {"Type": "Pass", "Next": f"Pass{n + 1}"} for n in range(200)}
+    states["Pass200"] = {"Type": "Wait", "Seconds": 60, "End": True}
+    sfn = boto3.client("stepfunctions", region_name="us-east-1")
+    machine = sfn.create_state_machine(
+        name="m",
+        definition=json.dumps({"StartAt": "Pass0", "States": states}),
+        roleArn="arn:aws:iam::123456789012:role/r",
+    )["stateMachineArn"]
+    return sfn, machine
+
+
 def test_an_execution_stopped_right_after_it_started_ends_aborted() -> None:
     # A run cancelled as soon as it started: the stop arrives before the interpreter's thread
     # built its state. Unpatched, StopExecution raised there (the API answered 500).
-    # Long enough to parse that the stop comes first (as the run flow's definition is).
-    states: dict[str, Any] = {f"Pass{n}": {"Type": "Pass", "Next": f"Pass{n + 1}"} for n in range(200)}
-    states["Pass200"] = {"Type": "Wait", "Seconds": 60, "End": True}
-    definition = {"StartAt": "Pass0", "States": states}
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        sfn = boto3.client("stepfunctions", region_name="us-east-1")
-        machine = sfn.create_state_machine(
-            name="m", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/r"
-        )["stateMachineArn"]
+        sfn, machine = _slow_to_parse_machine()
         for n in range(5):
             execution = sfn.start_execution(stateMachineArn=machine, name=f"e{n}")["executionArn"]
             sfn.stop_execution(executionArn=execution, cause="cancelled")
@@ -276,14 +283,8 @@ def test_a_query_reads_its_partition_alone_and_answers_as_before(monkeypatch: An
 def test_a_task_answer_passes_over_an_execution_that_has_just_started() -> None:
     # An execution without interpreter state yet holds no token; moto read its state anyway
     # and every SendTask* raised (a worker's answer, a person's approval: 500s).
-    states: dict[str, Any] = {f"Pass{n}": {"Type": "Pass", "Next": f"Pass{n + 1}"} for n in range(200)}
-    states["Pass200"] = {"Type": "Wait", "Seconds": 60, "End": True}
-    definition = {"StartAt": "Pass0", "States": states}
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        sfn = boto3.client("stepfunctions", region_name="us-east-1")
-        machine = sfn.create_state_machine(
-            name="m", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/r"
-        )["stateMachineArn"]
+        sfn, machine = _slow_to_parse_machine()
         for n in range(5):
             execution = sfn.start_execution(stateMachineArn=machine, name=f"e{n}")["executionArn"]
             # No execution holds this token: the answer AWS gives, not a server error.

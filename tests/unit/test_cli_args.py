@@ -143,6 +143,16 @@ def test_a_post_that_may_have_reached_the_server_is_not_sent_again(
     assert sent.count("GET") == cli._Session.ATTEMPTS  # reads are safe to repeat
 
 
+@pytest.fixture
+def serve_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A state folder of the test's own; `serve` sets TOOLPIPE_ALLOW_RUN_MCP_SERVERS for its
+    own process, so the test's process gets it back as it was."""
+    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
+    monkeypatch.setenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "")
+    monkeypatch.delenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS")
+    return tmp_path
+
+
 def test_serve_on_a_taken_port_says_so_at_once_and_resumes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -196,14 +206,9 @@ def test_serve_on_a_taken_aws_port_names_the_option_and_resumes_nothing(
     assert not (tmp_path / "state.json").exists()
 
 
-def test_serve_refuses_one_port_for_the_api_and_the_aws_endpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_serve_refuses_one_port_for_the_api_and_the_aws_endpoint(serve_home: Path) -> None:
     import io
 
-    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
-    monkeypatch.setenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "")
-    monkeypatch.delenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS")
     err = io.StringIO()
 
     code = cli.main(["serve", "--port", "8799", "--aws-port", "8799"], err=err)
@@ -212,24 +217,19 @@ def test_serve_refuses_one_port_for_the_api_and_the_aws_endpoint(
     assert err.getvalue() == (
         "toolpipe: error: --aws-port 8799 is the API's port: choose another, or 0 for a free one\n"
     )
-    assert not (tmp_path / "state.json").exists()
+    assert not (serve_home / "state.json").exists()
 
 
-def test_serve_on_a_host_that_is_not_this_machines_says_so_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_serve_on_a_host_that_is_not_this_machines_says_so_in_one_line(serve_home: Path) -> None:
     import io
 
-    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
-    monkeypatch.setenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "")
-    monkeypatch.delenv("TOOLPIPE_ALLOW_RUN_MCP_SERVERS")
     err = io.StringIO()
 
     # Port 0 too: it used to skip the check, and the runtime's failure left stderr empty.
     assert cli.main(["serve", "--host", "999.1.1.1", "--port", "0"], err=err) == 1
     assert err.getvalue().startswith("toolpipe: error: cannot serve on 999.1.1.1:0: ")
     assert len(err.getvalue().splitlines()) == 1
-    assert not (tmp_path / "state.json").exists()
+    assert not (serve_home / "state.json").exists()
 
 
 @pytest.mark.parametrize(
