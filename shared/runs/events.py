@@ -167,12 +167,19 @@ DETAIL_TYPES: tuple[type[RunEvent], ...] = (
 )
 
 
+def _about(run: RunRecord) -> dict[str, Any]:
+    """The fields every run event carries (`RunEvent`), from the run."""
+    return {
+        "run_id": run.run_id,
+        "agent": run.agent,
+        "caller": run.caller,
+        "root_run_id": run.root_run_id or run.run_id,
+    }
+
+
 def run_started(run: RunRecord) -> RunStarted:
     return RunStarted(
-        run_id=run.run_id,
-        agent=run.agent,
-        caller=run.caller,
-        root_run_id=run.root_run_id or run.run_id,
+        **_about(run),
         parent_run_id=run.parent.run_id if run.parent else None,
         depth=run.depth,
         started_at=run.created_at,
@@ -181,10 +188,7 @@ def run_started(run: RunRecord) -> RunStarted:
 
 def tool_call_completed(run: RunRecord, result: ToolResult) -> ToolCallCompleted:
     return ToolCallCompleted(
-        run_id=run.run_id,
-        agent=run.agent,
-        caller=run.caller,
-        root_run_id=run.root_run_id or run.run_id,
+        **_about(run),
         tool=result.tool,
         call_id=result.call_id,
         slot=result.seq,
@@ -202,10 +206,7 @@ def tool_call_completed(run: RunRecord, result: ToolResult) -> ToolCallCompleted
 def run_ended(run: RunRecord) -> _RunEnded:
     """The event for a run's recorded ending, by its status."""
     common: dict[str, Any] = {
-        "run_id": run.run_id,
-        "agent": run.agent,
-        "caller": run.caller,
-        "root_run_id": run.root_run_id or run.run_id,
+        **_about(run),
         "parent_run_id": run.parent.run_id if run.parent else None,
         "turns": run.turn,
         "usage": run.usage,
@@ -251,10 +252,7 @@ class EventPublisher:
     def approval_requested(self, run: RunRecord, approval: "Approval") -> None:
         self.publish(
             lambda: ApprovalRequested(
-                run_id=run.run_id,
-                agent=run.agent,
-                caller=run.caller,
-                root_run_id=run.root_run_id or run.run_id,
+                **_about(run),
                 approval_id=approval.approval_id,
                 tool=approval.tool,
                 call_id=approval.call_id,
