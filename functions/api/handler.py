@@ -622,6 +622,29 @@ def openapi_document() -> dict[str, Any]:
         "required": True,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DenyRequest"}}},
     }
+    approve_request = ApproveRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    document["components"]["schemas"]["ApproveRequest"] = approve_request
+    document["paths"]["/approvals/{approval_id}/approve"]["post"]["requestBody"] = {
+        "required": False,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ApproveRequest"}}},
+    }
+    # The approval page answers HTML, whatever the route's return type says.
+    html = {"text/html": {"schema": {"type": "string"}}}
+    page_answers = {
+        "200": "The page: the call and its forms, or who decided it (GET, HEAD); the decision (POST).",
+        "400": "A form that cannot be taken (a blank reason, arguments that fail the tool's checks): "
+        "the page again with the error; nothing decided.",
+        "403": "A link that is not valid, a missing or foreign CSRF token, another site's form.",
+        "409": "Already decided (POST): the first decision stands.",
+        "410": "The link expired: the call no longer waits.",
+    }
+    for method, operation in document["paths"]["/approvals/{approval_id}/page"].items():
+        operation["responses"] = {
+            code: {"description": text, "content": html}
+            for code, text in page_answers.items()
+            if method == "post" or code != "409"
+        }
+        operation["security"] = []  # the link's signature is the credential
     operation = document["paths"]["/runs"]["post"]
     operation["requestBody"] = {
         "required": True,
