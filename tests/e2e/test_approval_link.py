@@ -50,6 +50,7 @@ def _link(server: LocalServer) -> dict[str, Any]:
     deadline = time.monotonic() + 20
     while True:
         status, text, _ = _http(f"{server.api_url}/approvals?status=pending", "GET")
+        assert status == 200, text
         approvals = json.loads(text)["approvals"]
         if approvals:
             [approval] = approvals
