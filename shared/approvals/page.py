@@ -128,7 +128,7 @@ class ApprovalPage:
                 approval, request.source_ip, action != "deny", reason, arguments
             )
         except InvalidEditError as e:
-            return self._again(approval, request, f"Not approved: {e}")
+            return self._again(approval, request, f"Not decided: {e}")
         except ApprovalAlreadyDecidedError as e:
             current = self._service.record(approval.approval_id)
             return PageAnswer(409, self._decided_page(current, f"Already decided: {e}"))

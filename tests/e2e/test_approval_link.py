@@ -148,7 +148,7 @@ def test_the_example_email_goes_with_the_edited_arguments_and_the_model_is_told(
     run_id = pipeline.start("Email Ana", agent="assistant")
     url = _link(server)["callback_url"]
     status, refused = _decide_in_browser(url, "edit", arguments='{"to": "bea@example.com"}')
-    assert status == 400 and _h1(refused).startswith("Not approved: Invalid arguments for 'send_email'")
+    assert status == 400 and _h1(refused).startswith("Not decided: Invalid arguments for 'send_email'")
     edited = {"to": "bea@example.com", "subject": "Report (final)", "body": "The final report is ready."}
     status, answer = _decide_in_browser(url, "edit", arguments=json.dumps(edited))
     assert (status, _h1(answer)) == (200, "Approved with edited arguments")

@@ -305,7 +305,7 @@ def test_edited_arguments_that_fail_the_schema_decide_nothing_and_valid_ones_run
     ]:
         answer = browser.post(page, "edit", arguments=text)
         assert answer.status == 400, text
-        assert answer.h1().startswith("Not approved: ") and error in answer.h1(), answer.h1()
+        assert answer.h1().startswith("Not decided: ") and error in answer.h1(), answer.h1()
         assert "\n" not in answer.h1()
         assert html.escape(text)[:200] in answer.body  # the person's text, to fix
     assert browser.post(page, "deny", reason="   ").status == 400  # a blank reason
