@@ -463,3 +463,24 @@ def test_the_signature_binds_the_version_the_id_the_arguments_and_the_expiry() -
     assert not links.check_csrf("b" * 32, cookie, token)
     assert not links.check_csrf("a" * 32, links.new_cookie(), token)
     assert not links.check_csrf("a" * 32, cookie, None)
+
+
+def test_an_edit_that_could_not_be_delivered_is_taken_back_with_its_arguments(pipeline: Pipeline) -> None:
+    """The decision is taken back when its task cannot be told; the edited arguments go with it,
+    so a plain approval after that runs the model's arguments, not the ones never delivered."""
+    from botocore.exceptions import ClientError
+
+    from tests.functional.test_approvals import ThrottledOnce, _service
+
+    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
+    approval_id = approval["approval_id"]
+    service = _service(ThrottledOnce())
+    with pytest.raises(ClientError, match="Rate exceeded"):
+        service.decide(approval_id, LOCAL_CALLER, True, arguments='{"to": "eve", "amount": 9000}')
+    back = service.get(approval_id, LOCAL_CALLER)
+    assert back.status is ApprovalStatus.PENDING and back.arguments is None
+    assert back.arguments_sha256 == arguments_hash('{"to": "ana", "amount": 250}')
+    assert back.requested_arguments_sha256 is None
+    assert service.decide(approval_id, LOCAL_CALLER, True).status is ApprovalStatus.APPROVED
+    pipeline.finish(run_id)
+    assert tool_messages(pipeline, 1) == ["sent 250.0 to ana"]
