@@ -44,7 +44,7 @@ from toolpipe.shared.approvals.models import (
     DenyRequest,
     InvalidEditError,
 )
-from toolpipe.shared.approvals.page import CSRF_COOKIE, ApprovalPage, PageAnswer, PageRequest
+from toolpipe.shared.approvals.page import CSRF_COOKIE, ApprovalPage, PageAnswer, PageRequest, error_page
 from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.errors import (
     IdempotencyConflictError,
@@ -107,6 +107,7 @@ PARAMETER_RULES = {
 
 RunId = Annotated[str, Path(pattern=RUN_ID)]
 IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+PAGE_ROUTE = re.compile(r"/approvals/[^/]+/page")
 
 
 @cache
@@ -220,13 +221,19 @@ def bad_parameters(error: RequestValidationError) -> Response[dict[str, Any]]:
     )
 
 
-def unexpected(error: Exception) -> Response[dict[str, Any]]:
+def unexpected(error: Exception) -> Response[Any]:
     if isinstance(error, ServiceError):
         raise error  # a 4xx raised on purpose: Powertools answers it
     # A system error (AWS unavailable, a bug): logged whole, answered in one line.
     logger.exception("request failed")
     context = app.current_event.raw_event.get("requestContext")
     request_id = context.get("requestId") if isinstance(context, dict) else None
+    if PAGE_ROUTE.fullmatch(app.current_event.path):
+        # A person in a browser: a page, not JSON. A decision that could not be delivered was
+        # taken back (ApprovalService), so trying again is safe.
+        return page_response(
+            error_page(500, "Something went wrong", f"Nothing was decided (request {request_id}): try again.")
+        )
     return Response(
         status_code=HTTPStatus.INTERNAL_SERVER_ERROR,
         content_type=content_types.APPLICATION_JSON,

@@ -253,6 +253,11 @@ def _document(title: str, body: str) -> str:
     )
 
 
+def error_page(status: int, title: str, message: str) -> PageAnswer:
+    """A page that says what went wrong, in one line, with the page's headers."""
+    return _error(status, title, message)
+
+
 def _error(status: int, title: str, message: str) -> PageAnswer:
     return PageAnswer(status, _document(title, f"<h1>{escape(title)}</h1><p>{escape(message)}</p>"))
 

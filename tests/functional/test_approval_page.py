@@ -484,3 +484,20 @@ def test_an_edit_that_could_not_be_delivered_is_taken_back_with_its_arguments(pi
     assert service.decide(approval_id, LOCAL_CALLER, True).status is ApprovalStatus.APPROVED
     pipeline.finish(run_id)
     assert tool_messages(pipeline, 1) == ["sent 250.0 to ana"]
+
+
+def test_a_page_whose_key_cannot_be_read_fails_closed_as_a_page(pipeline: Pipeline) -> None:
+    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
+    approval_id = approval["approval_id"]
+    before = _items(pipeline, approval_id)
+    secrets = pipeline.runtime.secrets
+    secrets.delete_secret(SecretId=pipeline.runtime.signing_key_arn, ForceDeleteWithoutRecovery=True)
+    page = exchange("GET", f"/approvals/{approval_id}/page", f"exp=9999999999&sig={'A' * 43}")
+    assert (page.status, page.h1()) == (500, "Something went wrong")
+    assert (
+        page.header("content-type") == "text/html; charset=utf-8"
+        and page.header("cache-control") == "no-store"
+    )
+    assert _items(pipeline, approval_id) == before
+    pipeline.runtime.api("POST", f"/approvals/{approval_id}/deny", {"reason": "test over"})
+    pipeline.finish(run_id)
