@@ -135,6 +135,10 @@ class ToolPipeline(Construct):
         self.run_events = RunEvents(self, "RunEvents")
         self.run_events.grant_publish(*self.functions.all)
         self.api = Api(self, "Api", handler=self.functions.api, auth=auth, throttle=api_throttle)
+        # The orchestrator makes `ApprovalRequested`'s link under the API's URL. Built from the
+        # API's id, not `rest_api.url` (its stage): the stage depends on the methods, they on the
+        # API function, its role on the state machine and that on the orchestrator (a cycle).
+        self.functions.orchestrator.add_environment("TOOLPIPE_API_URL", self.api.base_url)
 
         # Constructs that plug in (triggers, ...) go here: built after the components above,
         # from the attributes below, each granting the functions what it needs itself.

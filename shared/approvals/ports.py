@@ -2,7 +2,7 @@
 
 from typing import Protocol
 
-from toolpipe.shared.approvals.models import Approval, ApprovalStatus, Gate
+from toolpipe.shared.approvals.models import Approval, ApprovalStatus, EditedArguments, Gate
 from toolpipe.shared.history.ports import History, RunRecords
 
 
@@ -31,9 +31,12 @@ class ApprovalRecords(Protocol):
         by: str | None,
         reason: str | None = None,
         from_status: ApprovalStatus = ApprovalStatus.PENDING,
+        arguments: EditedArguments | None = None,
     ) -> Approval:
         """Move an approval (and its gate) from `from_status` (pending) to `status`;
-        `ApprovalAlreadyDecidedError`, with nothing written, when it is no longer in it."""
+        `ApprovalAlreadyDecidedError`, with nothing written, when it is no longer in it.
+        `arguments`: approved with these instead of the model's (kept on record and gate); a
+        decision taken back to pending drops them."""
         ...
 
     def list(self, requester: str | None, status: ApprovalStatus | None) -> list[Approval]:

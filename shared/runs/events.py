@@ -155,6 +155,12 @@ class ApprovalRequested(RunEvent):
     )
     expires_at: str = _time("When the call stops waiting and counts as denied")
     requested_at: str = _time("When the approval was stored")
+    callback_url: str | None = Field(
+        default=None,
+        description="The signed link to the approval's page, where a person approves, denies or "
+        'edits the arguments (README "The approval link"); it works until `expires_at`, once. '
+        "Null when the stack knows no API URL.",
+    )
 
 
 DETAIL_TYPES: tuple[type[RunEvent], ...] = (
@@ -249,7 +255,9 @@ class EventPublisher:
     def tool_call_completed(self, run: RunRecord, result: ToolResult) -> None:
         self.publish(lambda: tool_call_completed(run, result))
 
-    def approval_requested(self, run: RunRecord, approval: "Approval") -> None:
+    def approval_requested(
+        self, run: RunRecord, approval: "Approval", callback_url: str | None = None
+    ) -> None:
         self.publish(
             lambda: ApprovalRequested(
                 **_about(run),
@@ -260,6 +268,7 @@ class EventPublisher:
                 arguments_preview=preview(approval.arguments_preview) or "",
                 expires_at=approval.expires_at,
                 requested_at=approval.created_at,
+                callback_url=callback_url,
             )
         )
 
