@@ -10,7 +10,7 @@ address, fed by a rule on the run-events bus that matches `ApprovalRequested`.
   yearly). Not the AWS-managed `alias/aws/sns`: its key policy cannot be changed, so EventBridge
   could not encrypt what it publishes and every message would be dropped
   (https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services).
-  The key's policy lets EventBridge use it for this account only.
+  The key's policy lets EventBridge use it for this account's topics only.
 - **Who may publish**: the topic's policy lets EventBridge publish for this one rule
   (`aws:SourceArn`), refuses any request not made over TLS, and grants nothing else.
 
@@ -96,14 +96,22 @@ class ApprovalEmails(Construct):
             description="toolpipe: encrypts the approval emails' SNS topic",
             enable_key_rotation=True,
         )
-        # EventBridge encrypts what it publishes to the topic with this key. Its own account
-        # only: the rule's ARN cannot be named here (the key -> topic -> rule chain would loop).
+        # EventBridge encrypts what it publishes to the topic with this key, through SNS, which
+        # names the topic in the encryption context of every KMS call. The topic's own ARN cannot
+        # be named here (the key -> topic -> key chain would loop): this account's and region's
+        # topics only. The topic's policy below is the guard on who may publish at all.
         self.key.add_to_resource_policy(
             iam.PolicyStatement(
                 principals=[iam.ServicePrincipal("events.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],
-                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
+                conditions={
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:sns:topicArn": Stack.of(self).format_arn(
+                            service="sns", resource="*"
+                        )
+                    }
+                },
             )
         )
         self.topic = sns.Topic(

@@ -78,7 +78,7 @@ def test_each_address_is_subscribed_once_by_email(emails_template: Any) -> None:
 
 
 @pytest.mark.slow
-def test_the_topic_is_encrypted_with_a_rotated_key_that_eventbridge_may_use_for_this_account(
+def test_the_topic_is_encrypted_with_a_rotated_key_that_eventbridge_may_use_for_this_accounts_topics(
     emails_template: Any,
 ) -> None:
     key, key_props = _one(emails_template, "AWS::KMS::Key")
@@ -91,7 +91,10 @@ def test_the_topic_is_encrypted_with_a_rotated_key_that_eventbridge_may_use_for_
         if s.get("Principal") == {"Service": "events.amazonaws.com"}
     ]
     assert eventbridge["Action"] == ["kms:Decrypt", "kms:GenerateDataKey*"]
-    assert eventbridge["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+    [(operator, condition)] = eventbridge["Condition"].items()
+    assert operator == "ArnLike" and list(condition) == ["kms:EncryptionContext:aws:sns:topicArn"]
+    topics = json.dumps(condition["kms:EncryptionContext:aws:sns:topicArn"])
+    assert all(part in topics for part in ('":sns:"', '"AWS::Region"', '"AWS::AccountId"', '":*"')), topics
 
 
 @pytest.mark.slow
