@@ -52,8 +52,9 @@ CONTENT_SECURITY_POLICY = (
 )
 HEADERS = {
     "Cache-Control": "no-store",
-    # The URL carries the signature: never send it on to another site.
-    "Referrer-Policy": "no-referrer",
+    # The URL carries the signature: never send it on to another site. Not `no-referrer`:
+    # under it Chromium sends the page's own form POST with `Origin: null`, which is refused.
+    "Referrer-Policy": "same-origin",
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -209,7 +210,6 @@ class ApprovalPage:
         )
         body = (
             heading
-            + f"<p>{escape(approval.tool_description or '')}</p>"
             + self._facts(approval)
             + f"<h2>Arguments</h2><pre>{escape(arguments)}</pre>"
             + f'<form method="post">{hidden}<input type="hidden" name="action" value="approve">'
@@ -247,7 +247,7 @@ def _document(title: str, body: str) -> str:
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<meta name="referrer" content="no-referrer">'
+        '<meta name="referrer" content="same-origin">'
         f"<title>{escape(title)} · toolpipe</title><style>{_STYLE}</style></head>"
         f"<body><main>{body}</main></body></html>"
     )

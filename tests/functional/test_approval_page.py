@@ -153,7 +153,7 @@ def test_the_page_shows_the_whole_call_and_no_visit_decides(pipeline: Pipeline) 
     assert '<label for="reason">Reason</label><textarea id="reason" name="reason"' in page.body
     assert '<label for="arguments">Arguments (JSON)</label><textarea id="arguments"' in page.body
     assert page.header("cache-control") == "no-store"
-    assert page.header("referrer-policy") == "no-referrer"
+    assert page.header("referrer-policy") == "same-origin"
     assert page.header("x-content-type-options") == "nosniff"
     csp = page.header("content-security-policy")
     assert "script-src" not in csp and "default-src 'none'" in csp
