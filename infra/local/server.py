@@ -60,6 +60,8 @@ RESOURCES: dict[str, tuple[str, ...]] = {
     "/approvals/{approval_id}": ("GET",),
     "/approvals/{approval_id}/approve": ("POST",),
     "/approvals/{approval_id}/deny": ("POST",),
+    "/approvals/{approval_id}/answer": ("POST",),
+    "/runs/{run_id}/calls/{call_id}/result": ("POST",),
 }
 EVENTS_RESOURCE = "/runs/{run_id}/events"
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit

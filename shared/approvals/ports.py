@@ -31,8 +31,10 @@ class ApprovalRecords(Protocol):
         by: str | None,
         reason: str | None = None,
         from_status: ApprovalStatus = ApprovalStatus.PENDING,
+        answer: str | None = None,
     ) -> Approval:
-        """Move an approval (and its gate) from `from_status` (pending) to `status`;
+        """Move an approval (and its gate) from `from_status` (pending) to `status` (with a
+        deferred call's `answer` preview);
         `ApprovalAlreadyDecidedError`, with nothing written, when it is no longer in it."""
         ...
 

@@ -395,6 +395,9 @@ def _changed_refusal(name: str, tool: Tool | None, gate: Gate) -> Execution | No
 
 def _policy_refusal(tool: Tool | None, call: ToolCall, context: ToolContext) -> Execution | None:
     """A call with no approval recorded: refused if its tool's policy wants one for it."""
+    if tool is not None and tool.deferred is not None:
+        # Answered from outside (a person, the caller's program): a worker never runs it.
+        return _not_approved(call.name, "it is answered from outside, never run by a worker")
     if tool is None or tool.requires_approval is False:
         return None
     try:
