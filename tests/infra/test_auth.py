@@ -41,8 +41,8 @@ def _methods(template: Any) -> list[dict[str, Any]]:
 def test_by_default_every_method_takes_sigv4_and_no_key(template: Any) -> None:
     methods = _methods(template)
     # The runs API (start, list, get, cancel, messages, a message, openapi.json) and the approvals
-    # API (list, get, approve, deny).
-    assert len(methods) == 11
+    # API (list, get, approve, deny, answer), a client-executed call's result.
+    assert len(methods) == 13
     assert all(m["AuthorizationType"] == "AWS_IAM" and not m.get("ApiKeyRequired") for m in methods)
     for kind in ("AWS::ApiGateway::ApiKey", "AWS::ApiGateway::UsagePlan", "AWS::ApiGateway::UsagePlanKey"):
         template.resource_count_is(kind, 0)
@@ -53,8 +53,8 @@ def test_by_default_every_method_takes_sigv4_and_no_key(template: Any) -> None:
 def test_with_api_keys_every_method_requires_one(api_key_template: Any) -> None:
     methods = _methods(api_key_template)
     # The runs API (start, list, get, cancel, messages, a message, openapi.json) and the approvals
-    # API (list, get, approve, deny).
-    assert len(methods) == 11
+    # API (list, get, approve, deny, answer), a client-executed call's result.
+    assert len(methods) == 13
     assert all(m["ApiKeyRequired"] is True and m["AuthorizationType"] == "NONE" for m in methods)
 
 
