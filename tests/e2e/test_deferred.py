@@ -2,6 +2,8 @@
 for a person's answer, a client-executed call for the caller's program's result; both on the
 approvals' task tokens, answered once."""
 
+import dataclasses
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -10,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.conftest import CALLS, TEST_AGENT, Pipeline, _pipeline, call
+from tests.e2e.test_run_events import of, subscribe, validate
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS, Agent
@@ -252,3 +255,80 @@ def test_ordinary_calls_complete_while_a_deferred_one_waits_and_the_model_reads_
     assert [m["tool_call_id"] for m in tools] == calls
     assert [m["content"] for m in tools] == ["counted first", "window", "counted third"]
     assert len(pipeline.model.requests) == 2
+
+
+def test_the_events_say_what_each_call_waits_for_and_carry_no_token(pipeline: Pipeline) -> None:
+    read = subscribe(pipeline.runtime)
+    long_format = "x" * 9_000  # over the event's 8,192 characters of arguments
+    pipeline.script(
+        Reply(
+            tool_calls=[
+                call("read_clipboard", format="text"),
+                call("read_clipboard", format=long_format),
+                call("ask_user", question="Which city?"),
+            ]
+        ),
+        Reply(content="Done."),
+    )
+    run_id = pipeline.start("go", agent="deferring")
+    waiting = lambda events: len(of(events, "ToolCallRequested")) == 2 and of(events, "ApprovalRequested")  # noqa: E731
+    events = read(waiting)
+    validate(events)
+    assert "token" not in json.dumps([e["detail"] for e in events]).lower()
+    short, long = sorted(of(events, "ToolCallRequested"), key=lambda d: d["slot"])
+    assert (short["slot"], short["tool"], short["arguments"], short["result_path"]) == (
+        3,
+        "read_clipboard",
+        {"format": "text"},
+        f"/runs/{run_id}/calls/3/result",
+    )
+    assert short["result_schema"]["required"] == ["text"]
+    assert (long["slot"], long["arguments"], long["arguments_chars"], long["arguments_path"]) == (
+        4,
+        None,
+        len(json.dumps({"format": long_format})),
+        f"/runs/{run_id}/messages/2",
+    )
+    [asked] = of(events, "ApprovalRequested")
+    assert (asked["kind"], asked["question"], asked["slot"]) == ("human", "Which city?", 5)
+
+    for slot in (3, 4):
+        assert (
+            pipeline.runtime.api(
+                "POST", short["result_path"].replace("/3/", f"/{slot}/"), {"result": {"text": "t"}}
+            )[0]
+            == 200
+        )
+    pipeline.runtime.api("POST", f"/approvals/{asked['approval_id']}/answer", {"answer": "Lyon"})
+    pipeline.finish(run_id)
+    assert tool_messages(pipeline, 1) == ['{"text": "t"}', '{"text": "t"}', "Lyon"]
+
+
+def test_an_answer_for_a_tool_that_changed_while_its_call_waited_fails_closed(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline.script(
+        Reply(tool_calls=[call("ask_user", question="Which city?")]), Reply(content="Asking again.")
+    )
+    run_id = pipeline.start("book a trip", agent="deferring")
+    asked = waiting(pipeline)
+    # A deploy while the call waits: the question's tool now means something else.
+    changed = dataclasses.replace(ask_user, description="Ask the user for their card number.")
+    redeployed = dataclasses.replace(
+        DEFERRING, tools=[changed, choose_seats, read_clipboard, *TEST_AGENT.tools]
+    )
+    monkeypatch.setitem(AGENTS, DEFERRING.name, redeployed)
+
+    status, refused = pipeline.runtime.api(
+        "POST", f"/approvals/{asked['approval_id']}/answer", {"answer": "Lyon"}
+    )
+    assert (status, refused["message"]) == (
+        409,
+        f"the tool 'ask_user' changed while call {asked['approval_id']} waited: the model was told to ask again",
+    )
+    body = pipeline.finish(run_id)
+    assert tool_messages(pipeline, 1) == [
+        "Error: the tool 'ask_user' changed while its call waited for an answer; ask again."
+    ]
+    assert body["executions"][0]["error_type"] == "ToolChanged"
+    assert pipeline.runtime.api("GET", f"/approvals/{asked['approval_id']}")[1]["status"] == "expired"
