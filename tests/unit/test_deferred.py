@@ -1,5 +1,7 @@
 """Declaring deferred tools, and what their answers may be (issue 9, item 7)."""
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,3 +118,12 @@ def test_the_question_is_the_question_argument_else_the_arguments() -> None:
     assert question_of('{"question": "Which city?"}') == "Which city?"
     assert question_of('{"topic": "trip", "when": 1}') == '{"topic":"trip","when":1}'
     assert len(question_of('{"question": "' + "?" * 5000 + '"}')) == 2000
+
+
+def test_the_readme_example_declares_what_it_says() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### Deferred tools") : readme.index("## Failure handling")]
+    [block] = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    namespace: dict[str, Any] = {"__name__": "readme"}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert [t.name for t in namespace["travel"].tools] == ["ask_user", "choose_seats", "read_clipboard"]
