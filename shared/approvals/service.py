@@ -252,6 +252,8 @@ class ApprovalService:
             # slot already taken (a retry after a take-back) keeps the first result.
             if self._runs.append(run.run_id, result):
                 self._events.tool_call_completed(run, result)
+            else:
+                decided = self._first_result(decided)
             delivered = self._answer(decided, self._approvals.get_token(approval.approval_id))
         except Exception:
             # As for a decision: taken back, so the caller's retry can answer again.
@@ -260,6 +262,20 @@ class ApprovalService:
         if not delivered:
             logger.info("call %s answered; no task waits on its token now", approval.approval_id)
         return decided
+
+    def _first_result(self, answered: Approval) -> Approval:
+        """The slot holds the result of an earlier answer whose delivery failed (and was taken
+        back): that result is what the model reads, so the record shows it, not this one's."""
+        stored = self._runs.get_item(answered.run_id, answered.seq)
+        if not isinstance(stored, ToolResult):
+            return answered
+        return self._approvals.decide(
+            answered,
+            ApprovalStatus.ANSWERED,
+            answered.decided_by,
+            answer=_cut(stored.content),
+            from_status=ApprovalStatus.ANSWERED,
+        )
 
     def _tool_changed(self, run: RunRecord, approval: Approval) -> bool:
         if approval.tool_sha256 is None:

@@ -1,0 +1,69 @@
+"""A deferred call's answer through the approval service, on moto: answered once however many
+race, the task told once, and an answer that could not be delivered taken back (issue 9, item 7)."""
+
+import threading
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.conftest import Pipeline, call
+from tests.e2e.test_deferred import DEFERRING, tool_messages, waiting
+from tests.functional.test_approvals import CountingReporter, ThrottledOnce, _service
+from toolpipe.infra.local.runtime import LOCAL_CALLER
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS
+from toolpipe.shared.approvals.models import ApprovalAlreadyDecidedError, ApprovalStatus
+
+
+@pytest.fixture(autouse=True)
+def deferring_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(AGENTS, DEFERRING.name, DEFERRING)
+
+
+def test_twenty_racing_answers_take_one_and_answer_the_task_once(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("ask_user", question="Which city?")]), Reply(content="ok"))
+    run_id = pipeline.start("trip", agent="deferring")
+    approval_id = waiting(pipeline)["approval_id"]
+    reporter = CountingReporter()
+    service = _service(reporter)
+    start = threading.Barrier(20)
+    won: list[str] = []
+    refused: list[str] = []
+
+    def answer(index: int) -> None:
+        start.wait()
+        try:
+            won.append(service.answer(approval_id, LOCAL_CALLER, f"city {index}").answer_preview or "")
+        except ApprovalAlreadyDecidedError as e:
+            refused.append(e.status.value)
+
+    threads = [threading.Thread(target=answer, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    body = pipeline.finish(run_id)
+
+    assert len(won) == 1 and refused == ["answered"] * 19
+    assert reporter.sent == ["success"]
+    assert tool_messages(pipeline, 1) == won
+    assert [m["content"] for m in body["messages"] if m["kind"] == "tool_result"] == won
+
+
+def test_an_answer_that_could_not_be_delivered_is_taken_back_and_the_first_result_stands(
+    pipeline: Pipeline,
+) -> None:
+    pipeline.script(Reply(tool_calls=[call("ask_user", question="Which city?")]), Reply(content="ok"))
+    run_id = pipeline.start("trip", agent="deferring")
+    approval_id = waiting(pipeline)["approval_id"]
+    service = _service(ThrottledOnce())
+
+    with pytest.raises(ClientError, match="Rate exceeded"):
+        service.answer(approval_id, LOCAL_CALLER, "Lyon")
+    # Not "answered" while the task was not told: the retry answers it.
+    assert service.get(approval_id, LOCAL_CALLER).status is ApprovalStatus.PENDING
+    retried = service.answer(approval_id, LOCAL_CALLER, "Paris")
+    pipeline.finish(run_id)
+    # The slot kept the first answer's result: the record says what the model read.
+    assert (retried.status, retried.answer_preview) == (ApprovalStatus.ANSWERED, "Lyon")
+    assert tool_messages(pipeline, 1) == ["Lyon"]
