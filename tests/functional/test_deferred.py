@@ -1,7 +1,10 @@
 """A deferred call's answer through the approval service, on moto: answered once however many
 race, the task told once, and an answer that could not be delivered taken back (issue 9, item 7)."""
 
+import json
 import threading
+import time
+from unittest.mock import ANY
 
 import pytest
 from botocore.exceptions import ClientError
@@ -67,3 +70,25 @@ def test_an_answer_that_could_not_be_delivered_is_taken_back_and_the_first_resul
     # The slot kept the first answer's result: the record says what the model read.
     assert (retried.status, retried.answer_preview) == (ApprovalStatus.ANSWERED, "Lyon")
     assert tool_messages(pipeline, 1) == ["Lyon"]
+
+
+def test_the_samples_drive_the_real_handler(pipeline: Pipeline) -> None:
+    from tests.functional.test_events import EVENTS, _api
+
+    pipeline.script(
+        Reply(tool_calls=[call("read_clipboard", format="text"), call("ask_user", question="Which city?")]),
+        Reply(content="ok"),
+    )
+    run_id = pipeline.start("go", agent="deferring")
+    deadline = time.monotonic() + 20
+    while len(listed := pipeline.runtime.api("GET", "/approvals?status=pending")[1]["approvals"]) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    [asked] = [a for a in listed if a["kind"] == "human"]
+    result = json.loads((EVENTS / "api_post_result.json").read_text().replace("RUN_ID", run_id))
+    assert _api(result)[::2] == (200, {"approval_id": ANY, "status": "answered", "run_id": run_id, "seq": 3})
+    answer = json.loads((EVENTS / "api_answer.json").read_text().replace("APPROVAL_ID", asked["approval_id"]))
+    assert _api(answer)[0] == 200
+    assert _api(answer)[0] == 409
+    pipeline.finish(run_id)
+    assert tool_messages(pipeline, 1) == ['{"text": "hello from the client"}', "Lyon, in May"]
