@@ -161,14 +161,12 @@ class ApprovalService:
         `ApprovalAlreadyDecidedError` and change nothing."""
         approval = self.get(approval_id, caller)
         if approval.kind is not ApprovalKind.APPROVAL:
-            raise WrongKindError(
-                f"{approval_id} waits for an answer, not a decision: "
-                + (
-                    "POST /approvals/{id}/answer"
-                    if approval.kind is ApprovalKind.HUMAN
-                    else "its program posts the result"
-                )
+            how = (
+                f"POST /approvals/{approval_id}/answer"
+                if approval.kind is ApprovalKind.HUMAN
+                else f"POST /runs/{approval.run_id}/calls/{approval.seq}/result"
             )
+            raise WrongKindError(f"{approval_id} waits for an answer, not a decision: {how}")
         self._still_open(approval)
         status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
         decided = self._approvals.decide(approval, status, caller, None if approve else reason)

@@ -116,7 +116,13 @@ def test_a_persons_answer_reaches_the_model_once(pipeline: Pipeline) -> None:
     assert "token" not in str(asked).lower()
     path = f"/approvals/{asked['approval_id']}"
     # Not a decision: approve and deny refuse it, and change nothing.
-    assert pipeline.runtime.api("POST", f"{path}/approve")[0] == 409
+    assert pipeline.runtime.api("POST", f"{path}/approve") == (
+        409,
+        {
+            "statusCode": 409,
+            "message": f"{asked['approval_id']} waits for an answer, not a decision: POST {path}/answer",
+        },
+    )
     # Another caller cannot see it: unknown.
     assert pipeline.runtime.api("POST", f"{path}/answer", {"answer": "Paris"}, caller=OTHER)[0] == 404
     # Free text is a non-blank string.
