@@ -6,6 +6,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,6 +25,16 @@ OTHER = "arn:aws:iam::000000000000:user/someone-else"
 @tool(deferred="human")
 def ask_user(question: str) -> str:
     """Ask the user a question and get their answer.
+
+    Args:
+        question: What to ask.
+    """
+    raise AssertionError("a deferred tool is never run")
+
+
+@tool(deferred="human", wait_seconds=1)
+def quick_question(question: str) -> str:
+    """Ask the user something that only matters for a second.
 
     Args:
         question: What to ask.
@@ -64,7 +75,7 @@ read_clipboard = schema_tool(
 DEFERRING = Agent(
     name="deferring",
     instructions="You ask before you act.",
-    tools=[ask_user, choose_seats, read_clipboard, *TEST_AGENT.tools],
+    tools=[ask_user, choose_seats, read_clipboard, quick_question, *TEST_AGENT.tools],
     max_iterations=4,
 )
 
@@ -338,3 +349,14 @@ def test_an_answer_for_a_tool_that_changed_while_its_call_waited_fails_closed(
     ]
     assert body["executions"][0]["error_type"] == "ToolChanged"
     assert pipeline.runtime.api("GET", f"/approvals/{asked['approval_id']}")[1]["status"] == "expired"
+
+
+def test_a_tool_waits_its_own_time(pipeline: Pipeline) -> None:
+    # The settings' default is a day; this tool's wait_seconds is one second.
+    pipeline.script(Reply(tool_calls=[call("quick_question", question="Now?")]), Reply(content="Too late."))
+    run_id = pipeline.start("quick", agent="deferring")
+    asked = waiting(pipeline)
+    created = datetime.fromisoformat(asked["created_at"])
+    assert datetime.fromisoformat(asked["expires_at"]) - created == timedelta(seconds=1)
+    body = pipeline.finish(run_id, timeout=20)
+    assert body["executions"][0]["error_type"] == "NoAnswer"

@@ -1,5 +1,6 @@
 """Declaring deferred tools, and what their answers may be (issue 9, item 7)."""
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -7,9 +8,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from tests.unit.test_approvals import APPROVER, _deliver
+from toolpipe.infra.definition import build_definition
+from toolpipe.shared.agents import AGENTS
 from toolpipe.shared.approvals.answers import answer_content, question_of
 from toolpipe.shared.approvals.models import ApprovalKind, InvalidAnswerError, ResultRequest
-from toolpipe.shared.errors import DefinitionError
+from toolpipe.shared.errors import DefinitionError, ErrorKind
 from toolpipe.shared.tools import SchemaError, schema_tool, tool
 from toolpipe.shared.tools.tool import MAX_WAIT_SECONDS
 
@@ -127,3 +131,46 @@ def test_the_readme_example_declares_what_it_says() -> None:
     namespace: dict[str, Any] = {"__name__": "readme"}
     exec(compile(block, "README.md", "exec"), namespace)
     assert [t.name for t in namespace["travel"].tools] == ["ask_user", "choose_seats", "read_clipboard"]
+
+
+def test_a_deferred_call_waits_in_the_gated_map_and_is_never_dispatched() -> None:
+    branch = build_definition()["States"]["RunGatedTools"]["ItemProcessor"]["States"]
+    routes = {
+        (c["Variable"], str(c.get("StringEquals", c.get("BooleanEquals")))): c["Next"]
+        for c in branch["NeedsApproval"]["Choices"]
+    }
+    assert routes == {
+        ("$.call.needs_approval", "True"): "WaitForApproval",
+        ("$.call.deferred", "human"): "WaitForResult",
+        ("$.call.deferred", "client"): "WaitForResult",
+    }
+    wait = branch["WaitForResult"]
+    assert wait["Resource"] == "arn:aws:states:::lambda:invoke.waitForTaskToken"
+    assert wait["Parameters"]["Payload"]["kind.$"] == "$.call.deferred"
+    assert (wait["TimeoutSecondsPath"], wait["HeartbeatSecondsPath"]) == (
+        "$.call.approval_timeout_seconds",
+        "$.call.approval_heartbeat_seconds",
+    )
+    # Its output is the branch's outcome; unanswered, the Catch ends the branch: no Dispatch.
+    assert wait["End"] is True and "Next" not in wait and "ResultPath" not in wait
+    assert wait["Catch"][0]["Next"] == "NotAnswered" and branch["NotAnswered"]["End"] is True
+
+
+@tool(deferred="client")
+def send(to: str, amount: int) -> str:
+    """Send money from the user's own banking app.
+
+    Args:
+        to: Who.
+        amount: How much.
+    """
+    raise AssertionError("never run")
+
+
+def test_a_worker_that_gets_a_deferred_call_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(AGENTS, APPROVER.name, dataclasses.replace(APPROVER, tools=[send]))
+    result = _deliver(None)
+    assert result.error_type is ErrorKind.NOT_APPROVED
+    assert result.content == (
+        "Error: not run: 'send' is answered from outside (a person or the caller's program), never run by a worker."
+    )
