@@ -40,8 +40,8 @@ QUESTION_CHARS = 2_000
 
 
 class Approval(BaseModel):
-    """One call waiting for (or decided by) a person. Stored as `pk=APPROVAL#<id>`; its task
-    token is a separate item that no view reads."""
+    """One call waiting for (or decided by) a person, or, for a deferred tool, for its answer
+    (`kind`). Stored as `pk=APPROVAL#<id>`; its task token is a separate item that no view reads."""
 
     model_config = ConfigDict(frozen=True)
     approval_id: str = Field(description="Random id (32 hex digits).")

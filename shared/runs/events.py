@@ -142,8 +142,9 @@ class RunCancelled(_RunEnded):
 
 class ApprovalRequested(RunEvent):
     """A tool call waits for a person's decision (`requires_approval`): approve or deny it with
-    `POST /approvals/{approval_id}/approve` or `/deny`. Published once per call, when its
-    approval was first stored. Carries no task token."""
+    `POST /approvals/{approval_id}/approve` or `/deny`; or, `kind` `human`, for a person's
+    answer to its question (`POST /approvals/{approval_id}/answer`). Published once per call,
+    when its approval was first stored. Carries no task token."""
 
     approval_id: str = Field(description="The approval, as `GET /approvals/{approval_id}` reads it.")
     tool: str = Field(description="The tool's name, as the model called it.")
