@@ -36,8 +36,6 @@ def test_run_prints_the_question_and_finishes_once_answered(tmp_path: Path) -> N
         listed = _toolpipe(tmp_path, "approvals")
         assert listed.returncode == 0, listed.stderr
         assert listed.stdout.startswith(f"{approval_id}  human  pending  asks: Which city to book?  run ")
-        assert _toolpipe(tmp_path, "approve", approval_id).returncode == 1  # not a decision
-        assert _toolpipe(tmp_path, "answer", approval_id).returncode == 2  # no answer given
         answered = _toolpipe(tmp_path, "answer", approval_id, "Lyon, in May")
         assert answered.returncode == 0, answered.stderr
         assert answered.stdout.startswith(f"answered {approval_id} (run ")
