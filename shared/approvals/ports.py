@@ -3,7 +3,7 @@
 from typing import Protocol
 
 from toolpipe.shared.approvals.models import Approval, ApprovalStatus, Gate
-from toolpipe.shared.history.ports import History, RunRecords
+from toolpipe.shared.history.ports import Contents, History, RunRecords
 
 
 class ApprovalRecords(Protocol):
@@ -43,5 +43,6 @@ class ApprovalRecords(Protocol):
         ...
 
 
-class RunsAndHistory(RunRecords, History, Protocol):
-    """The run record (who may decide, whether the run still goes on) and the call's reply."""
+class RunsAndHistory(RunRecords, History, Contents, Protocol):
+    """The run record (who may decide, whether the run still goes on), the call's reply, and
+    where a deferred call's answer goes (its slot; a long one's whole text in S3)."""

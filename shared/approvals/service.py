@@ -32,6 +32,7 @@ from toolpipe.shared.messages import (
     utc_now,
 )
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.results import fit_for_model
 from toolpipe.shared.tools import Tool
 
 # The error a denial or an expiry answers the waiting task with; the state machine's Catch
@@ -236,19 +237,12 @@ class ApprovalService:
         if self._tool_changed(run, approval):
             self._fail_changed(run, approval)
         decided = self._approvals.decide(approval, ApprovalStatus.ANSWERED, caller, answer=_cut(content))
-        result = ToolResult(
-            seq=approval.seq,
-            turn=approval.turn,
-            call_id=approval.call_id,
-            tool=approval.tool,
-            content=content,
-            status="ok" if error is None else "error",
-            error_type=error,
-        )
         try:
             # The ledger slot of the call: the next model step reads it as a worker's result. A
             # slot already taken (a retry after a take-back) keeps the first result.
-            if self._runs.append(run.run_id, result):
+            taken = self._runs.get_item(run.run_id, approval.seq) is not None
+            result = None if taken else self._result(run, approval, content, error)
+            if result is not None and self._runs.append(run.run_id, result):
                 self._events.tool_call_completed(run, result)
             else:
                 decided = self._first_result(decided)
@@ -260,6 +254,24 @@ class ApprovalService:
         if not delivered:
             logger.info("call %s answered; no task waits on its token now", approval.approval_id)
         return decided
+
+    def _result(
+        self, run: RunRecord, approval: Approval, content: str, error: ErrorKind | None
+    ) -> ToolResult:
+        """The answer as the call's result, cut to the agent's `max_result_chars` for the model
+        (the whole in S3) exactly as a worker's result is."""
+        shown, ref, chars = fit_for_model(self._runs, run_agent(run), run.run_id, approval.seq, content)
+        return ToolResult(
+            seq=approval.seq,
+            turn=approval.turn,
+            call_id=approval.call_id,
+            tool=approval.tool,
+            content=shown,
+            status="ok" if error is None else "error",
+            error_type=error,
+            full_result_ref=ref,
+            full_result_chars=chars,
+        )
 
     def _first_result(self, answered: Approval) -> Approval:
         """The slot holds the result of an earlier answer whose delivery failed (and was taken

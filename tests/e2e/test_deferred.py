@@ -360,3 +360,20 @@ def test_a_tool_waits_its_own_time(pipeline: Pipeline) -> None:
     assert datetime.fromisoformat(asked["expires_at"]) - created == timedelta(seconds=1)
     body = pipeline.finish(run_id, timeout=20)
     assert body["executions"][0]["error_type"] == "NoAnswer"
+
+
+def test_a_long_answer_is_cut_for_the_model_as_a_workers_result_is(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(AGENTS, DEFERRING.name, dataclasses.replace(DEFERRING, max_result_chars=20))
+    run_id, _ = _client_call(pipeline)
+    text = "clipboard " * 100
+    assert (
+        pipeline.runtime.api("POST", f"/runs/{run_id}/calls/3/result", {"result": {"text": text}})[0] == 200
+    )
+    body = pipeline.finish(run_id)
+    [shown] = tool_messages(pipeline, 1)
+    whole = json.dumps({"text": text})
+    assert shown.startswith(whole[:20] + "\n[… result truncated: ")
+    [execution] = body["executions"]
+    assert execution["full_result_url"]
