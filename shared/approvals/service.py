@@ -26,6 +26,7 @@ from toolpipe.shared.errors import ErrorKind, ToolpipeError, UnknownToolError
 from toolpipe.shared.messages import (
     ApprovalTaskRequest,
     AssistantMessage,
+    HistoryItem,
     RunRecord,
     RunStatus,
     ToolResult,
@@ -42,6 +43,9 @@ EXPIRED_ERROR = "ApprovalExpired"
 
 
 logger = logging.getLogger(__name__)
+
+# What the next model step writes for a waiting call whose task ended without an answer.
+_ENDED_UNANSWERED = (ErrorKind.NOT_COMPLETED, ErrorKind.NO_ANSWER)
 
 
 class DeferredCallNotFoundError(ApprovalNotFoundError):
@@ -242,15 +246,24 @@ class ApprovalService:
             # slot already taken (a retry after a take-back) keeps the first result.
             taken = self._runs.get_item(run.run_id, approval.seq) is not None
             result = None if taken else self._result(run, approval, content, error)
+            late = False
             if result is not None and self._runs.append(run.run_id, result):
                 self._events.tool_call_completed(run, result)
             else:
-                decided = self._first_result(decided)
-            delivered = self._answer(decided, self._approvals.get_token(approval.approval_id))
+                stored = self._runs.get_item(run.run_id, approval.seq)
+                # The task timed out at the last instant and the next model step wrote the
+                # call's ending first: this answer came too late, whatever the record said.
+                late = isinstance(stored, ToolResult) and stored.error_type in _ENDED_UNANSWERED
+                if not late:
+                    decided = self._first_result(decided, stored)
+            delivered = late or self._answer(decided, self._approvals.get_token(approval.approval_id))
         except Exception:
             # As for a decision: taken back, so the caller's retry can answer again.
             self._approvals.decide(decided, ApprovalStatus.PENDING, None, from_status=ApprovalStatus.ANSWERED)
             raise
+        if late:
+            self._approvals.decide(decided, ApprovalStatus.EXPIRED, None, from_status=ApprovalStatus.ANSWERED)
+            raise ApprovalAlreadyDecidedError(approval.approval_id, ApprovalStatus.EXPIRED)
         if not delivered:
             logger.info("call %s answered; no task waits on its token now", approval.approval_id)
         return decided
@@ -273,10 +286,9 @@ class ApprovalService:
             full_result_chars=chars,
         )
 
-    def _first_result(self, answered: Approval) -> Approval:
+    def _first_result(self, answered: Approval, stored: HistoryItem | None) -> Approval:
         """The slot holds the result of an earlier answer whose delivery failed (and was taken
         back): that result is what the model reads, so the record shows it, not this one's."""
-        stored = self._runs.get_item(answered.run_id, answered.seq)
         if not isinstance(stored, ToolResult):
             return answered
         return self._approvals.decide(

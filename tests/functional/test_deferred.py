@@ -6,16 +6,20 @@ import threading
 import time
 from unittest.mock import ANY
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 
 from tests.conftest import Pipeline, call
 from tests.e2e.test_deferred import DEFERRING, tool_messages, waiting
 from tests.functional.test_approvals import CountingReporter, ThrottledOnce, _service
-from toolpipe.infra.local.runtime import LOCAL_CALLER
+from toolpipe.infra.local.runtime import BUCKET, LOCAL_CALLER, REGION, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS
 from toolpipe.shared.approvals.models import ApprovalAlreadyDecidedError, ApprovalStatus
+from toolpipe.shared.errors import ErrorKind
+from toolpipe.shared.history import DynamoHistoryStore
+from toolpipe.shared.messages import ToolResult
 
 
 @pytest.fixture(autouse=True)
@@ -92,3 +96,31 @@ def test_the_samples_drive_the_real_handler(pipeline: Pipeline) -> None:
     assert _api(answer)[0] == 409
     pipeline.finish(run_id)
     assert tool_messages(pipeline, 1) == ['{"text": "hello from the client"}', "Lyon, in May"]
+
+
+def test_an_answer_that_comes_after_the_call_ended_unanswered_is_refused(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("ask_user", question="Which city?")]), Reply(content="ok"))
+    run_id = pipeline.start("trip", agent="deferring")
+    asked = waiting(pipeline)
+    # As the next model step writes it when the task times out at the instant the answer comes.
+    ended = ToolResult(
+        seq=3,
+        turn=asked["turn"],
+        call_id=asked["call_id"],
+        tool="ask_user",
+        content="Error: the tool call did not complete (States.Timeout).",
+        status="error",
+        error_type=ErrorKind.NOT_COMPLETED,
+    )
+    table = boto3.resource("dynamodb", region_name=REGION).Table(TABLE)
+    assert DynamoHistoryStore(table, boto3.client("s3", region_name=REGION), BUCKET).append(run_id, ended)
+
+    status, refused = pipeline.runtime.api(
+        "POST", f"/approvals/{asked['approval_id']}/answer", {"answer": "Lyon"}
+    )
+    assert (status, refused["message"]) == (
+        409,
+        f"approval {asked['approval_id']} is already expired: the first decision stands",
+    )
+    assert pipeline.runtime.api("GET", f"/approvals/{asked['approval_id']}")[1]["status"] == "expired"
+    assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
