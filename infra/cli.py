@@ -395,21 +395,26 @@ def approval_line(approval: dict[str, Any]) -> str:
     kind = approval.get("kind", "approval")
     if kind == "human":
         form = " (a form: --value JSON)" if approval.get("result_schema") else ""
-        return (
+        line = (
             f"  waiting for an answer: {approval['tool']} asks: {_short(approval.get('question') or '', 200)}"
             f' · answer with: toolpipe answer {approval["approval_id"]} "…"{form}'
         )
     if kind == "client":
-        return (
+        line = (
             f"  waiting for your program: {approval['tool']}({_short(approval['arguments_preview'], 120)})"
             f" · post its result: POST /runs/{approval['run_id']}/calls/{approval['seq']}/result"
             ' {"result": …} (or {"error": "…"})'
         )
-    return (
+    line = (
         f"  waiting for approval: {approval['tool']}({_short(approval['arguments_preview'], 120)})"
         f" · approve with: toolpipe approve {approval['approval_id']}"
         f" (or: toolpipe deny {approval['approval_id']} --reason '…')"
     )
+    url = approval.get("callback_url")
+    if isinstance(url, str) and url:
+        # The signed link a person opens to approve, deny or edit (README "The approval link").
+        line += f"\n  or approve in a browser: {_short(url, 2000)}"
+    return line
 
 
 def approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -464,7 +469,7 @@ def _decide(args: argparse.Namespace, out: TextIO, action: str, body: Any) -> in
 
 
 def approve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    return _decide(args, out, "approve", None)
+    return _decide(args, out, "approve", None if args.arguments is None else {"arguments": args.arguments})
 
 
 def deny(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -506,6 +511,16 @@ def _approval_id(text: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{32}", text):
         raise argparse.ArgumentTypeError(f"not an approval id (32 hex digits): {text!r}")
     return text
+
+
+def _arguments_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise argparse.ArgumentTypeError(f"--arguments is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--arguments must be a JSON object")
+    return value
 
 
 def _reason_text(text: str) -> str:
@@ -1006,6 +1021,13 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentPar
     )
     approve_parser = commands.add_parser("approve", help="approve a call that waits: it runs", **options)
     approve_parser.add_argument("approval_id", type=_approval_id)
+    approve_parser.add_argument(
+        "--arguments",
+        type=_arguments_object,
+        metavar="JSON",
+        help="run the call with these arguments instead of the model's (a JSON object; the tool "
+        "checks them, and the model is told)",
+    )
     deny_parser = commands.add_parser(
         "deny", help="deny a call that waits, with a reason the model reads", **options
     )

@@ -12,6 +12,9 @@ APPROVAL_ID_PATTERN = r"^[0-9a-f]{32}$"
 MAX_REASON_CHARS = 1_000
 # What the record, the API and the event show of the arguments; the whole are in the run's history.
 ARGUMENTS_PREVIEW_CHARS = 500
+# Arguments a person edits before approving: bounded, since they are stored on the approval and
+# its gate (DynamoDB items stop at 400 KB) and sent to the tool. 64 KiB of UTF-8 JSON.
+MAX_EDITED_ARGUMENTS_BYTES = 64 * 1024
 
 
 class ApprovalStatus(StrEnum):
@@ -84,6 +87,34 @@ class Approval(BaseModel):
         "any JSON (`client`).",
     )
     answer_preview: str | None = Field(default=None, description="The answer's first 500 characters.")
+    arguments: str | None = Field(
+        default=None,
+        description="The arguments a person edited before approving (canonical JSON): the call runs "
+        "with these, and `arguments_sha256` is theirs. Null when the call runs as the model sent it.",
+    )
+    requested_arguments_sha256: str | None = Field(
+        default=None,
+        description="When the arguments were edited: the hash of the ones the model sent (what the "
+        "approval link is bound to).",
+    )
+    callback_url: str | None = Field(
+        default=None,
+        description='The signed approval link (README "The approval link"); only in answers to the '
+        "run's caller or the admin, never stored.",
+    )
+
+    @property
+    def link_arguments_sha256(self) -> str:
+        """The hash the approval link is bound to: the model's arguments, edited or not."""
+        return self.requested_arguments_sha256 or self.arguments_sha256
+
+
+class EditedArguments(BaseModel):
+    """Arguments a person approved instead of the model's: canonical JSON and its SHA-256."""
+
+    model_config = ConfigDict(frozen=True)
+    text: str
+    sha256: str
 
 
 class Gate(BaseModel):
@@ -96,16 +127,20 @@ class Gate(BaseModel):
     status: ApprovalStatus
     # The tool's definition when the call started to wait (None: a gate stored before it was kept).
     tool_sha256: str | None = None
+    # The arguments a person edited before approving (canonical JSON; `arguments_sha256` is
+    # theirs): the worker runs exactly these. None: the model's arguments, as sent.
+    arguments: str | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> "Gate":
         """The gate as DynamoDB stores it (`sk=GATE#<seq>`)."""
-        tool_sha256 = item.get("tool_sha256")
+        tool_sha256, arguments = item.get("tool_sha256"), item.get("arguments")
         return cls(
             approval_id=str(item["approval_id"]),
             arguments_sha256=str(item["arguments_sha256"]),
             status=ApprovalStatus(str(item["status"])),
             tool_sha256=None if tool_sha256 is None else str(tool_sha256),
+            arguments=None if arguments is None else str(arguments),
         )
 
 
@@ -114,6 +149,17 @@ class DenyRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS, description="Why: the model reads it.")
+
+
+class ApproveRequest(BaseModel):
+    """`POST /approvals/{id}/approve`, optional: approve with other arguments than the model's."""
+
+    model_config = ConfigDict(extra="forbid")
+    arguments: dict[str, Any] | None = Field(
+        default=None,
+        description="Arguments to run the call with instead of the model's: checked against the "
+        "tool's schema, at most 64 KiB as JSON. The model is told they were changed.",
+    )
 
 
 class ApprovalList(BaseModel):
@@ -172,6 +218,11 @@ class InvalidAnswerError(ToolpipeError):
 
 class WrongKindError(ToolpipeError):
     """An approve/deny on a deferred call, or an answer to an approval: a 409, nothing changed."""
+
+
+class InvalidEditError(ToolpipeError):
+    """Edited arguments that cannot be approved (not JSON, not an object, too large, or failing
+    the tool's own validation): nothing is decided."""
 
 
 class ApprovalNotFoundError(ToolpipeError):

@@ -2,7 +2,7 @@
 
 from typing import Protocol
 
-from toolpipe.shared.approvals.models import Approval, ApprovalStatus, Gate
+from toolpipe.shared.approvals.models import Approval, ApprovalStatus, EditedArguments, Gate
 from toolpipe.shared.history.ports import Contents, History, RunRecords
 
 
@@ -31,11 +31,13 @@ class ApprovalRecords(Protocol):
         by: str | None,
         reason: str | None = None,
         from_status: ApprovalStatus = ApprovalStatus.PENDING,
+        arguments: EditedArguments | None = None,
         answer: str | None = None,
     ) -> Approval:
-        """Move an approval (and its gate) from `from_status` (pending) to `status` (with a
-        deferred call's `answer` preview);
-        `ApprovalAlreadyDecidedError`, with nothing written, when it is no longer in it."""
+        """Move an approval (and its gate) from `from_status` (pending) to `status`;
+        `ApprovalAlreadyDecidedError`, with nothing written, when it is no longer in it.
+        `arguments`: approved with these instead of the model's (kept on record and gate); a
+        decision taken back to pending drops them. `answer`: a deferred call's answer preview."""
         ...
 
     def list(self, requester: str | None, status: ApprovalStatus | None) -> list[Approval]:

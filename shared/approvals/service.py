@@ -9,27 +9,33 @@ from typing import Any, Protocol
 
 from toolpipe.shared.agents import run_agent
 from toolpipe.shared.approvals.answers import answer_content, question_of
-from toolpipe.shared.approvals.hashing import arguments_hash, tool_hash
+from toolpipe.shared.approvals.hashing import arguments_hash, canonical_json, tool_hash
+from toolpipe.shared.approvals.links import ApprovalLinks
 from toolpipe.shared.approvals.models import (
     ARGUMENTS_PREVIEW_CHARS,
+    MAX_EDITED_ARGUMENTS_BYTES,
     Approval,
     ApprovalAlreadyDecidedError,
     ApprovalKind,
     ApprovalNotFoundError,
     ApprovalRunEndedError,
     ApprovalStatus,
+    EditedArguments,
+    InvalidEditError,
     ResultRequest,
     WrongKindError,
 )
 from toolpipe.shared.approvals.ports import ApprovalRecords, RunsAndHistory
-from toolpipe.shared.errors import ErrorKind, ToolpipeError, UnknownToolError
+from toolpipe.shared.errors import ErrorKind, ModelVisibleError, ToolpipeError, UnknownToolError
 from toolpipe.shared.messages import (
     ApprovalTaskRequest,
     AssistantMessage,
     HistoryItem,
     RunRecord,
     RunStatus,
+    ToolCall,
     ToolResult,
+    UserMessage,
     utc_now,
 )
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
@@ -88,13 +94,19 @@ class ApprovalService:
         *,
         timeout_seconds: int = 86_400,
         events: EventPublisher = NO_EVENTS,
+        links: ApprovalLinks | None = None,
+        api_url: str | None = None,
     ) -> None:
+        """`links`: signs approval links (None: no link is made or accepted). `api_url`: the
+        API's base URL the link of `ApprovalRequested` is made under (None: the event has none)."""
         self._approvals = approvals
         self._runs = runs
         self._tasks = tasks
         self._admin = admin_principal
         self._timeout = timeout_seconds
         self._events = events
+        self.links = links
+        self._api_url = api_url
 
     # --- the waiting task ---------------------------------------------------------------
 
@@ -143,7 +155,7 @@ class ApprovalService:
         if stored.approval_id == fresh.approval_id and kind is ApprovalKind.CLIENT:
             self._events.tool_call_requested(run, stored, _arguments(call.arguments))
         elif stored.approval_id == fresh.approval_id:
-            self._events.approval_requested(run, stored)
+            self._events.approval_requested(run, stored, self.callback_url(stored, self._api_url))
         elif stored.status is not ApprovalStatus.PENDING:
             self._answer(stored, request.task_token)
         return stored
@@ -160,11 +172,50 @@ class ApprovalService:
             raise ApprovalNotFoundError(approval_id)  # as unknown: ids cannot be probed
         return approval
 
-    def decide(self, approval_id: str, caller: str, approve: bool, reason: str | None = None) -> Approval:
+    def callback_url(self, approval: Approval, base_url: str | None) -> str | None:
+        """The approval's signed link under `base_url`, or None without a key or a URL. A
+        deferred call has none: the page approves or denies, and a question's page is to come."""
+        if self.links is None or not base_url or approval.kind is not ApprovalKind.APPROVAL:
+            return None
+        return self.links.url(base_url, approval)
+
+    def decide(
+        self,
+        approval_id: str,
+        caller: str,
+        approve: bool,
+        reason: str | None = None,
+        arguments: str | None = None,
+    ) -> Approval:
         """Record the caller's decision if it is the first, then answer the waiting task, once:
         only the write that moved the record from pending sends. Later decisions raise
-        `ApprovalAlreadyDecidedError` and change nothing."""
-        approval = self.get(approval_id, caller)
+        `ApprovalAlreadyDecidedError` and change nothing. `arguments` (JSON text): approve with
+        these instead of the model's; `InvalidEditError`, nothing decided, when they do not pass
+        the tool's validation."""
+        return self._decide(self.get(approval_id, caller), caller, approve, reason, arguments)
+
+    def record(self, approval_id: str) -> Approval:
+        """The approval, for a holder of its signed link (who checks the link first)."""
+        return self._approvals.get(approval_id)
+
+    def decide_by_link(
+        self,
+        approval: Approval,
+        source_ip: str | None,
+        approve: bool,
+        reason: str | None = None,
+        arguments: str | None = None,
+    ) -> Approval:
+        """As `decide`, for a person holding the approval's signed link (checked by the caller):
+        no IAM principal, so the decision is recorded as made by the link, from where."""
+        return self._decide(
+            approval, f"signed link ({source_ip or 'unknown address'})", approve, reason, arguments
+        )
+
+    def _decide(
+        self, approval: Approval, by: str, approve: bool, reason: str | None, arguments: str | None
+    ) -> Approval:
+        approval_id = approval.approval_id
         if approval.kind is not ApprovalKind.APPROVAL:
             how = (
                 f"POST /approvals/{approval_id}/answer"
@@ -172,9 +223,12 @@ class ApprovalService:
                 else f"POST /runs/{approval.run_id}/calls/{approval.seq}/result"
             )
             raise WrongKindError(f"{approval_id} waits for an answer, not a decision: {how}")
-        self._still_open(approval)
+        run = self._still_open(approval)
+        edited: EditedArguments | None = None
+        if run is not None and approve and arguments is not None:
+            edited = self._edited(approval, run, arguments)
         status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
-        decided = self._approvals.decide(approval, status, caller, None if approve else reason)
+        decided = self._approvals.decide(approval, status, by, None if approve else reason, arguments=edited)
         try:
             delivered = self._answer(decided, self._approvals.get_token(approval_id))
         except Exception:
@@ -189,11 +243,12 @@ class ApprovalService:
             logger.info("approval %s decided; no task waits on its token now", approval_id)
         return decided
 
-    def _still_open(self, approval: Approval) -> None:
+    def _still_open(self, approval: Approval) -> RunRecord | None:
         """Raise the 409 for a pending call that no longer waits (past its time, or its run
-        ended), marking it expired; a call that is not pending is left to the conditional write."""
+        ended), marking it expired; a call that is not pending is left to the conditional write
+        (None). Returns the run of a call that still waits."""
         if approval.status is not ApprovalStatus.PENDING:
-            return
+            return None
         if approval.expires_at <= utc_now():
             # Past its time the call counts as denied (or unanswered), even if its task has not
             # noticed yet.
@@ -204,6 +259,7 @@ class ApprovalService:
             # Cancelled or failed while the call waited: its task is gone with the execution.
             self._expire(approval)
             raise ApprovalRunEndedError(approval.approval_id, run.run_id, run.status.value)
+        return run
 
     # --- a deferred call's answer ----------------------------------------------------------
 
@@ -326,6 +382,42 @@ class ApprovalService:
         self._answer(expired, self._approvals.get_token(approval.approval_id))
         raise ToolChangedWhileWaitingError(approval.approval_id, approval.tool)
 
+    def _edited(self, approval: Approval, run: RunRecord, text: str) -> EditedArguments | None:
+        """Arguments a person wrote, checked as the model step checks a model's: JSON, an
+        object, at most 64 KiB, and passing the tool's own validation. None when they are the
+        model's arguments after all (no edit to record or tell the model about)."""
+        if len(text.encode("utf-8", "replace")) > MAX_EDITED_ARGUMENTS_BYTES:
+            raise InvalidEditError(f"the arguments are larger than {MAX_EDITED_ARGUMENTS_BYTES // 1024} KiB")
+        try:
+            raw = json.loads(text)
+            canonical = canonical_json(raw)
+        except (ValueError, RecursionError) as e:
+            raise InvalidEditError(f"the arguments are not valid JSON: {_one_line(str(e))}") from e
+        if not isinstance(raw, dict):
+            raise InvalidEditError("the arguments must be a JSON object")
+        try:
+            tool = run_agent(run).registry.get(approval.tool)
+            tool.parse_arguments(canonical)
+        except ModelVisibleError as e:
+            raise InvalidEditError(_one_line(str(e))) from e
+        sha256 = arguments_hash(canonical)
+        if sha256 == approval.arguments_sha256:
+            return None
+        return EditedArguments(text=canonical, sha256=sha256)
+
+    def call_of(self, approval: Approval) -> ToolCall | None:
+        """The call as the model made it (its whole arguments), from the run's history."""
+        reply = self._runs.get_item(approval.run_id, approval.message_seq)
+        index = approval.seq - approval.message_seq - 1
+        if not isinstance(reply, AssistantMessage) or not 0 <= index < len(reply.tool_calls):
+            return None
+        return reply.tool_calls[index]
+
+    def run_input(self, approval: Approval) -> str | None:
+        """What the run was asked (its first message), for a person deciding."""
+        first = self._runs.get_item(approval.run_id, 1)
+        return first.content if isinstance(first, UserMessage) else None
+
     def _answer(self, approval: Approval, token: str | None) -> bool:
         """Answer the waiting task; False when it no longer waits for this token."""
         if token is None:
@@ -395,6 +487,10 @@ def _arguments(arguments: str) -> dict[str, Any]:
 
 def _cut(text: str) -> str:
     return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
 
 
 def _preview(arguments: str) -> str:

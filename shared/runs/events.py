@@ -156,6 +156,12 @@ class ApprovalRequested(RunEvent):
     )
     expires_at: str = _time("When the call stops waiting and counts as denied")
     requested_at: str = _time("When the approval was stored")
+    callback_url: str | None = Field(
+        default=None,
+        description="The signed link to the approval's page, where a person approves, denies or "
+        'edits the arguments (README "The approval link"); it works until `expires_at`, once. '
+        "Null when the stack knows no API URL.",
+    )
     kind: Literal["approval", "human"] = Field(
         default="approval",
         description="`approval`: approve or deny; `human`: a person's answer to `question` is the "
@@ -295,7 +301,9 @@ class EventPublisher:
     def tool_call_completed(self, run: RunRecord, result: ToolResult) -> None:
         self.publish(lambda: tool_call_completed(run, result))
 
-    def approval_requested(self, run: RunRecord, approval: "Approval") -> None:
+    def approval_requested(
+        self, run: RunRecord, approval: "Approval", callback_url: str | None = None
+    ) -> None:
         self.publish(
             lambda: ApprovalRequested(
                 **_about(run),
@@ -306,6 +314,7 @@ class EventPublisher:
                 arguments_preview=preview(approval.arguments_preview) or "",
                 expires_at=approval.expires_at,
                 requested_at=approval.created_at,
+                callback_url=callback_url,
                 kind="human" if approval.kind == "human" else "approval",
                 question=preview(approval.question),
             )

@@ -206,6 +206,10 @@ class ToolCallExecutor:
         except UnknownToolError:
             tool = None
         gate = None if read.gate is None else Gate.from_item(read.gate)
+        if gate is not None and gate.arguments is not None and gate.status is ApprovalStatus.APPROVED:
+            # A person edited the arguments before approving: the call runs with exactly
+            # those, if they still hash to what was approved (the check below), never the model's.
+            call = call.model_copy(update={"arguments": gate.arguments})
         return _Call(message, claim, run, agent, reply, call, tool, gate)
 
     def _in_doubt(self, call: _Call) -> Execution:
@@ -306,6 +310,9 @@ class ToolCallExecutor:
 
     def _to_result(self, call: _Call, execution: Execution, attempt: int) -> ToolResult:
         content, detail, ref, chars = text_safe(execution.content), None, None, None
+        if call.gate is not None and call.gate.arguments is not None:
+            # The model must know its call did not run as it asked: one line before the result.
+            content = f"{edited_note(call.gate.arguments)}\n{content}"
         if execution.error_type is ErrorKind.TOOL_FAILED and call.agent.on_tool_error == "generic":
             content, detail = f"Error: the tool '{call.call.name}' failed.", content
         else:
@@ -349,6 +356,11 @@ class ToolCallExecutor:
         finally:
             stop.set()
             thread.join(timeout=5)
+
+
+def edited_note(arguments: str) -> str:
+    """The line a result of a call whose arguments a person edited starts with."""
+    return f"Note: a person changed the arguments before approving; the call used {arguments}"
 
 
 def _not_approved(tool: str, why: str) -> Execution:
