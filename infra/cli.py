@@ -395,12 +395,12 @@ def approval_line(approval: dict[str, Any]) -> str:
     kind = approval.get("kind", "approval")
     if kind == "human":
         form = " (a form: --value JSON)" if approval.get("result_schema") else ""
-        line = (
+        return (
             f"  waiting for an answer: {approval['tool']} asks: {_short(approval.get('question') or '', 200)}"
             f' · answer with: toolpipe answer {approval["approval_id"]} "…"{form}'
         )
     if kind == "client":
-        line = (
+        return (
             f"  waiting for your program: {approval['tool']}({_short(approval['arguments_preview'], 120)})"
             f" · post its result: POST /runs/{approval['run_id']}/calls/{approval['seq']}/result"
             ' {"result": …} (or {"error": "…"})'
