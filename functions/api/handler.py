@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from toolpipe.shared.approvals.models import (
     APPROVAL_ID_PATTERN,
+    AnswerRequest,
     Approval,
     ApprovalAlreadyDecidedError,
     ApprovalDecided,
@@ -41,8 +42,12 @@ from toolpipe.shared.approvals.models import (
     ApprovalNotFoundError,
     ApprovalStatus,
     ApproveRequest,
+    CallAnswered,
     DenyRequest,
+    InvalidAnswerError,
     InvalidEditError,
+    ResultRequest,
+    WrongKindError,
 )
 from toolpipe.shared.approvals.page import CSRF_COOKIE, ApprovalPage, PageAnswer, PageRequest, error_page
 from toolpipe.shared.approvals.service import ApprovalService
@@ -103,6 +108,7 @@ PARAMETER_RULES = {
     "caller": "caller is a principal's ARN, at most 2048 characters",
     "next": "next is the token the previous page gave",
     "approval_id": "an approval id is 32 hex digits",
+    "call_id": "a call id is the call's slot (the event's `slot`): 1 to 6 digits",
 }
 
 RunId = Annotated[str, Path(pattern=RUN_ID)]
@@ -453,7 +459,7 @@ def decide(
         raise NotFoundError(str(e)) from e
     except InvalidEditError as e:
         raise BadRequestError(f"invalid approve request: body.arguments: {e}") from e
-    except ApprovalAlreadyDecidedError as e:
+    except (ApprovalAlreadyDecidedError, WrongKindError) as e:
         raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
     logger.info(
         "approval decided", approval_id=approval_id, run_id=decided.run_id, status=decided.status.value
@@ -497,6 +503,58 @@ def deny(approval_id: ApprovalId) -> dict[str, Any]:
     except ValidationError as e:
         raise BadRequestError(f"invalid deny request: {describe_validation_error(e, 'body')}") from e
     return decide(approval_id, False, request.reason)
+
+
+# --- deferred calls: a person's answer, the caller's program's result ---------------------
+
+
+def answered(resolve: Any) -> dict[str, Any]:
+    """Run one answer through the service and map its refusals: 404 unknown (or not the
+    caller's), 400 an answer that does not fit, 409 answered, expired or of another kind."""
+    try:
+        done = resolve()
+    except ApprovalNotFoundError as e:
+        raise NotFoundError(str(e)) from e
+    except InvalidAnswerError as e:
+        raise BadRequestError(str(e)) from e
+    except (ApprovalAlreadyDecidedError, WrongKindError) as e:
+        raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
+    logger.info("deferred call answered", approval_id=done.approval_id, run_id=done.run_id, seq=done.seq)
+    return CallAnswered(
+        approval_id=done.approval_id, status="answered", run_id=done.run_id, seq=done.seq
+    ).model_dump(mode="json")
+
+
+@app.post(
+    "/approvals/<approval_id>/answer",
+    summary="Answer a human-input call: the answer is the call's result",
+    description="Body: AnswerRequest. Free text, or a JSON value matching the call's `result_schema`. "
+    "Only the run's caller or the admin principal may answer. The first answer wins; any later one "
+    "is a 409 and changes nothing.",
+    responses=documented(200, CallAnswered, "The answer is the call's result.", 400, 403, 404, 409),
+)
+def answer(approval_id: ApprovalId) -> dict[str, Any]:
+    try:
+        request = AnswerRequest.model_validate_json(request_body() or "{}")
+    except ValidationError as e:
+        raise BadRequestError(f"invalid answer request: {describe_validation_error(e, 'body')}") from e
+    return answered(lambda: approvals().answer(approval_id, current_caller(), request.answer))
+
+
+@app.post(
+    "/runs/<run_id>/calls/<call_id>/result",
+    summary="Post the result of a client-executed call",
+    description='Body: ResultRequest, `{"result": ...}` or `{"error": "..."}`. `call_id` is the '
+    "call's history slot (`slot` in `ToolCallRequested`). Only the run's caller or the admin "
+    "principal may post. The first result wins; any later one is a 409 and changes nothing.",
+    responses=documented(200, CallAnswered, "The result reached the call.", 400, 403, 404, 409),
+)
+def post_result(run_id: RunId, call_id: Annotated[str, Path(pattern=SEQ)]) -> dict[str, Any]:
+    try:
+        request = ResultRequest.model_validate_json(request_body() or "{}")
+    except ValidationError as e:
+        raise BadRequestError(f"invalid result request: {describe_validation_error(e, 'body')}") from e
+    return answered(lambda: approvals().post_result(run_id, int(call_id), current_caller(), request))
 
 
 # --- the approval page: for whoever holds the signed link (README "The approval link") -------
@@ -623,18 +681,17 @@ def openapi_document() -> dict[str, Any]:
     request = StartRunRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     schemas.update(request.pop("$defs", {}))
     document["components"]["schemas"]["StartRunRequest"] = request
-    deny_request = DenyRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    document["components"]["schemas"]["DenyRequest"] = deny_request
-    document["paths"]["/approvals/{approval_id}/deny"]["post"]["requestBody"] = {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DenyRequest"}}},
-    }
-    approve_request = ApproveRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    document["components"]["schemas"]["ApproveRequest"] = approve_request
-    document["paths"]["/approvals/{approval_id}/approve"]["post"]["requestBody"] = {
-        "required": False,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ApproveRequest"}}},
-    }
+    for path, model, required in (
+        ("/approvals/{approval_id}/deny", DenyRequest, True),
+        ("/approvals/{approval_id}/approve", ApproveRequest, False),
+        ("/approvals/{approval_id}/answer", AnswerRequest, True),
+        ("/runs/{run_id}/calls/{call_id}/result", ResultRequest, True),
+    ):
+        schemas[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        document["paths"][path]["post"]["requestBody"] = {
+            "required": required,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+        }
     # The approval page answers HTML, whatever the route's return type says.
     html = {"text/html": {"schema": {"type": "string"}}}
     page_answers = {

@@ -56,7 +56,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     logger.append_keys(run_id=request.run_id)
     if isinstance(request, ApprovalTaskRequest):
         approval = approvals().request(request)
-        logger.info("call waits for approval", seq=request.seq, approval_id=approval.approval_id)
+        logger.info("call waits", seq=request.seq, approval_id=approval.approval_id, kind=request.kind)
         return {"approval_id": approval.approval_id}
     if isinstance(request, FailRequest):
         service().fail(request)

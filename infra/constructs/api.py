@@ -55,7 +55,8 @@ class Throttle:
 class Api(Construct):
     """`POST /runs`, `GET /runs`, `GET /runs/{run_id}`, `POST /runs/{run_id}/cancel`,
     `GET /runs/{run_id}/messages[/{seq}]`, `GET /approvals[/{approval_id}]`,
-    `POST /approvals/{approval_id}/approve|deny` and `GET /openapi.json` on stage `v1`,
+    `POST /approvals/{approval_id}/approve|deny|answer`,
+    `POST /runs/{run_id}/calls/{call_id}/result` and `GET /openapi.json` on stage `v1`,
     all proxied to the API function. IAM authorization on every method by default; with
     `auth=ApiAuth.API_KEY`, an API key on every method instead, and a usage plan throttling it."""
 
@@ -256,10 +257,18 @@ class Api(Construct):
         approval = approvals.add_resource("{approval_id}")
         path = {"method.request.path.approval_id": True}
         approval.add_method("GET", integration, request_validator=validator, request_parameters=path)
-        for action in ("approve", "deny"):
+        for action in ("approve", "deny", "answer"):
             approval.add_resource(action).add_method(
                 "POST", integration, request_validator=validator, request_parameters=path
             )
+        # A client-executed call's result, posted by the caller's program (README "Deferred tools").
+        result = run.add_resource("calls").add_resource("{call_id}").add_resource("result")
+        result.add_method(
+            "POST",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.path.run_id": True, "method.request.path.call_id": True},
+        )
         # The page a person opens from the signed link: no IAM, no key. The HMAC signature
         # over the approval id, its arguments' hash and the expiry is the credential, checked
         # by the API function before anything is shown or decided; the forms also need a CSRF

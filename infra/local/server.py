@@ -61,6 +61,8 @@ RESOURCES: dict[str, tuple[str, ...]] = {
     "/approvals/{approval_id}": ("GET",),
     "/approvals/{approval_id}/approve": ("POST",),
     "/approvals/{approval_id}/deny": ("POST",),
+    "/approvals/{approval_id}/answer": ("POST",),
+    "/runs/{run_id}/calls/{call_id}/result": ("POST",),
     # The approval page (README "The approval link"): no identity needed, the link is signed.
     "/approvals/{approval_id}/page": ("GET", "HEAD", "POST"),
 }

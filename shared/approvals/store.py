@@ -7,6 +7,7 @@ beside the tool ledger). Decisions are conditional writes on `status = pending`:
 wins and the ones after change nothing.
 """
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -59,6 +60,9 @@ class DynamoApprovalStore:
         started again, with a new token), keep that one and give it the new token while it is
         pending. Returns the call's approval."""
         record = {"pk": _pk(approval.approval_id), "sk": RECORD_SK, **approval.model_dump(exclude_none=True)}
+        if approval.result_schema is not None:
+            # As JSON text: DynamoDB takes no floats, and a schema may hold some (`"minimum": 0.5`).
+            record["result_schema"] = json.dumps(approval.result_schema)
         if approval.requester is not None:
             record[CALLER_INDEX_PK] = f"APPROVALS#{approval.requester}"
             record[CALLER_INDEX_SK] = f"{approval.created_at}#{approval.approval_id}"
@@ -136,6 +140,8 @@ class DynamoApprovalStore:
     @staticmethod
     def _approval(item: dict[str, Any]) -> Approval:
         fields = {k: v for k, v in item.items() if k in Approval.model_fields}
+        if isinstance(fields.get("result_schema"), str):
+            fields["result_schema"] = json.loads(fields["result_schema"])
         return Approval.model_validate(_plain(fields))
 
     def get_token(self, approval_id: str) -> str | None:
@@ -158,6 +164,7 @@ class DynamoApprovalStore:
         reason: str | None = None,
         from_status: ApprovalStatus = ApprovalStatus.PENDING,
         arguments: EditedArguments | None = None,
+        answer: str | None = None,
     ) -> Approval:
         """Move an approval from `from_status` (pending) to `status`, with its gate, in one
         transaction; raises `ApprovalAlreadyDecidedError` (nothing written) when it is no
@@ -178,6 +185,9 @@ class DynamoApprovalStore:
         if reason is not None:
             values[":reason"] = reason
             sets.append("#reason = :reason")
+        if answer is not None:
+            values[":answer"] = answer
+            sets.append("answer_preview = :answer")
         if arguments is not None:
             values |= {":args": arguments.text, ":sha": arguments.sha256, ":asked": approval.arguments_sha256}
             sets += ["arguments = :args", "arguments_sha256 = :sha", "requested_arguments_sha256 = :asked"]

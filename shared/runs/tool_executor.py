@@ -407,6 +407,16 @@ def _changed_refusal(name: str, tool: Tool | None, gate: Gate) -> Execution | No
 
 def _policy_refusal(tool: Tool | None, call: ToolCall, context: ToolContext) -> Execution | None:
     """A call with no approval recorded: refused if its tool's policy wants one for it."""
+    if tool is not None and tool.deferred is not None:
+        # Answered from outside (a person, the caller's program): the state machine never
+        # dispatches such a call, and a worker that gets one (a hook renamed a call) runs nothing.
+        return Execution(
+            f"Error: not run: '{call.name}' is answered from outside (a person or the caller's "
+            "program), never run by a worker.",
+            "error",
+            0,
+            ErrorKind.NOT_APPROVED,
+        )
     if tool is None or tool.requires_approval is False:
         return None
     try:

@@ -155,7 +155,7 @@ def test_bad_decisions_are_refused_and_change_nothing(admin_pipeline: Pipeline) 
         400,
         {
             "statusCode": 400,
-            "message": "invalid request: query.status: status is one of pending, approved, denied, expired",
+            "message": "invalid request: query.status: status is one of pending, approved, denied, expired, answered",
         },
     )
     assert _items(pipeline, approval_id) == before  # nothing written, GETs included
