@@ -13,7 +13,6 @@ import re
 import urllib.parse
 from functools import cache
 from http import HTTPStatus
-from http.cookies import CookieError, SimpleCookie
 from typing import Annotated, Any
 
 import boto3
@@ -43,6 +42,8 @@ from toolpipe.shared.approvals.models import (
     ApprovalStatus,
     ApproveRequest,
     CallAnswered,
+    DeliveryFailedError,
+    DeliveryUncertainError,
     DenyRequest,
     InvalidAnswerError,
     InvalidEditError,
@@ -191,6 +192,8 @@ def documented(status: int, model: Any, description: str, *errors: int) -> dict[
         403: "The request carries no caller identity.",
         404: "No such run (or not the caller's).",
         409: "A conflict: the key started another request, or the run already ended.",
+        503: "The run could not be told: the message says whether the decision is recorded (the "
+        "same request again delivers it) or not (nothing changed; send it again).",
     }
     error = {"application/json": {"model": ErrorBody}}
     return {status: {"description": description, "content": {"application/json": {"model": model}}}} | {
@@ -461,6 +464,8 @@ def decide(
         raise BadRequestError(f"invalid approve request: body.arguments: {e}") from e
     except (ApprovalAlreadyDecidedError, WrongKindError) as e:
         raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
+    except (DeliveryFailedError, DeliveryUncertainError) as e:
+        raise ServiceError(HTTPStatus.SERVICE_UNAVAILABLE, str(e)) from e
     logger.info(
         "approval decided", approval_id=approval_id, run_id=decided.run_id, status=decided.status.value
     )
@@ -475,9 +480,9 @@ def decide(
     description="Body (optional): ApproveRequest. With `arguments`, the call runs with those instead "
     "of the model's, once they pass the tool's validation (else a 400, nothing decided); the model "
     "is told. Only the run's caller or the admin principal may decide. The first decision wins; "
-    "any later one is a 409 and changes nothing.",
+    "the same decision again is a retry (200, delivered again), another one a 409 that changes nothing.",
     responses=documented(
-        200, ApprovalDecided, "The call was approved and is dispatched.", 400, 403, 404, 409
+        200, ApprovalDecided, "The call was approved and is dispatched.", 400, 403, 404, 409, 503
     ),
 )
 def approve(approval_id: ApprovalId) -> dict[str, Any]:
@@ -494,8 +499,9 @@ def approve(approval_id: ApprovalId) -> dict[str, Any]:
     "/approvals/<approval_id>/deny",
     summary="Deny a waiting call, with a reason the model reads",
     description="Body: DenyRequest. The call is never run; its result tells the model it was denied, "
-    "and why. The first decision wins; any later one is a 409 and changes nothing.",
-    responses=documented(200, ApprovalDecided, "The call was denied.", 400, 403, 404, 409),
+    "and why. The first decision wins; a denial again is a retry (200, delivered again), an approval "
+    "a 409 that changes nothing.",
+    responses=documented(200, ApprovalDecided, "The call was denied.", 400, 403, 404, 409, 503),
 )
 def deny(approval_id: ApprovalId) -> dict[str, Any]:
     try:
@@ -519,6 +525,8 @@ def answered(resolve: Any) -> dict[str, Any]:
         raise BadRequestError(str(e)) from e
     except (ApprovalAlreadyDecidedError, WrongKindError) as e:
         raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
+    except (DeliveryFailedError, DeliveryUncertainError) as e:
+        raise ServiceError(HTTPStatus.SERVICE_UNAVAILABLE, str(e)) from e
     logger.info("deferred call answered", approval_id=done.approval_id, run_id=done.run_id, seq=done.seq)
     return CallAnswered(
         approval_id=done.approval_id, status="answered", run_id=done.run_id, seq=done.seq
@@ -531,7 +539,7 @@ def answered(resolve: Any) -> dict[str, Any]:
     description="Body: AnswerRequest. Free text, or a JSON value matching the call's `result_schema`. "
     "Only the run's caller or the admin principal may answer. The first answer wins; any later one "
     "is a 409 and changes nothing.",
-    responses=documented(200, CallAnswered, "The answer is the call's result.", 400, 403, 404, 409),
+    responses=documented(200, CallAnswered, "The answer is the call's result.", 400, 403, 404, 409, 503),
 )
 def answer(approval_id: ApprovalId) -> dict[str, Any]:
     try:
@@ -547,7 +555,7 @@ def answer(approval_id: ApprovalId) -> dict[str, Any]:
     description='Body: ResultRequest, `{"result": ...}` or `{"error": "..."}`. `call_id` is the '
     "call's history slot (`slot` in `ToolCallRequested`). Only the run's caller or the admin "
     "principal may post. The first result wins; any later one is a 409 and changes nothing.",
-    responses=documented(200, CallAnswered, "The result reached the call.", 400, 403, 404, 409),
+    responses=documented(200, CallAnswered, "The result reached the call.", 400, 403, 404, 409, 503),
 )
 def post_result(run_id: RunId, call_id: Annotated[str, Path(pattern=SEQ)]) -> dict[str, Any]:
     try:
@@ -591,14 +599,15 @@ def page_request(approval_id: str, form: dict[str, str] | None = None) -> PageRe
 
 
 def csrf_cookie(header: str | None) -> str | None:
-    if not header:
-        return None
-    try:
-        jar = SimpleCookie(header)
-    except CookieError:
-        return None
-    morsel = jar.get(CSRF_COOKIE)
-    return None if morsel is None else morsel.value
+    """Our cookie's value from the `Cookie` header, read as browsers send it (`a=b; c=d`):
+    `SimpleCookie` drops the whole header when any other cookie on the host is one it will not
+    parse (`theme=dark mode`, a bare `flag`), which would lock people out of the page. The
+    value is checked (`TOKEN_PATTERN`) before any use."""
+    for pair in (header or "").split(";"):
+        name, sep, value = pair.partition("=")
+        if sep and name.strip() == CSRF_COOKIE:
+            return value.strip().strip('"')
+    return None
 
 
 def page_response(answer: PageAnswer) -> Response[str]:

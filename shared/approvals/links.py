@@ -13,6 +13,8 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
 from urllib.parse import quote
@@ -43,6 +45,11 @@ class LinkExpiredError(ToolpipeError):
         super().__init__("this approval link has expired: the call no longer waits for a decision")
 
 
+class SigningKeyError(ToolpipeError):
+    """The signing key cannot be read (no secret, no access) or is too short: a configuration
+    error, said in one line. No link is made or accepted until it is fixed; nothing else fails."""
+
+
 class SigningKey(Protocol):
     """The HMAC key of approval links, read once per cold start."""
 
@@ -62,21 +69,44 @@ class SecretSigningKey:
     Powertools' `get_secret` on first use and kept for the life of the process: links are
     checked on every page view, and the key changes only if someone replaces it."""
 
-    def __init__(self, secret_arn: str) -> None:
+    # After a failed read, the next waits this long: a listing signs up to 100 links, and each
+    # must not ask Secrets Manager again for a key it just could not read.
+    RETRY_SECONDS = 30.0
+
+    def __init__(self, secret_arn: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.secret_arn = secret_arn
         self._value: bytes | None = None
+        self._clock = clock
+        self._failure: tuple[float, SigningKeyError] | None = None
 
     def get(self) -> bytes:
-        if self._value is None:
-            # Imported here: building a service must not need boto3 and Powertools first.
-            from aws_lambda_powertools.utilities import parameters
-
-            value = parameters.get_secret(self.secret_arn, force_fetch=True)
-            key = value if isinstance(value, bytes) else str(value).encode()
-            if len(key) < 32:
-                raise ValueError(f"the approval signing key in {self.secret_arn} is shorter than 32 bytes")
-            self._value = key
+        if self._value is not None:
+            return self._value
+        if self._failure is not None and self._clock() < self._failure[0]:
+            raise self._failure[1]
+        try:
+            self._value = self._read()
+        except SigningKeyError as e:
+            self._failure = (self._clock() + self.RETRY_SECONDS, e)
+            raise
+        self._failure = None
         return self._value
+
+    def _read(self) -> bytes:
+        # Imported here: building a service must not need boto3 and Powertools first.
+        from aws_lambda_powertools.utilities import parameters
+
+        try:
+            value = parameters.get_secret(self.secret_arn, force_fetch=True)
+        except Exception as e:  # GetParameterError, TransformParameterError: said in one line
+            cause = " ".join(str(e.__cause__ or e).split())[:200]
+            raise SigningKeyError(
+                f"the approval signing key in {self.secret_arn} cannot be read: {cause}"
+            ) from e
+        key = value if isinstance(value, bytes) else str(value).encode()
+        if len(key) < 32:
+            raise SigningKeyError(f"the approval signing key in {self.secret_arn} is shorter than 32 bytes")
+        return key
 
 
 def _b64(digest: bytes) -> str:

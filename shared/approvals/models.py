@@ -250,3 +250,28 @@ class ApprovalRunEndedError(ApprovalAlreadyDecidedError):
         )
         self.approval_id = approval_id
         self.status = ApprovalStatus.EXPIRED
+
+
+class DeliveryFailedError(ToolpipeError):
+    """The run could not be told (throttled, refused, no connection) and certainly was not: the
+    decision was taken back, nothing is decided. A 503; the same request again may succeed."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(
+            f"approval {approval_id} is not decided: its run could not be told (the service refused "
+            "or could not be reached); nothing was recorded, send the decision again"
+        )
+        self.approval_id = approval_id
+
+
+class DeliveryUncertainError(ToolpipeError):
+    """The decision is recorded, but whether the run heard it is unknown (a timeout or a
+    connection lost after sending). A 503; sending the same decision again delivers it, once."""
+
+    def __init__(self, approval_id: str, status: ApprovalStatus) -> None:
+        super().__init__(
+            f"approval {approval_id} is recorded {status.value}, but whether its run was told is "
+            "uncertain: send the same decision again to deliver it"
+        )
+        self.approval_id = approval_id
+        self.status = status

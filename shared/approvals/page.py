@@ -10,6 +10,7 @@ Every value shown is HTML-escaped.
 import base64
 import hashlib
 import json
+import logging
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -17,7 +18,13 @@ from dataclasses import dataclass, field
 from html import escape
 from urllib.parse import urlsplit
 
-from toolpipe.shared.approvals.links import TOKEN_PATTERN, ApprovalLinks, LinkExpiredError, LinkInvalidError
+from toolpipe.shared.approvals.links import (
+    TOKEN_PATTERN,
+    ApprovalLinks,
+    LinkExpiredError,
+    LinkInvalidError,
+    SigningKeyError,
+)
 from toolpipe.shared.approvals.models import (
     APPROVAL_ID_PATTERN,
     MAX_REASON_CHARS,
@@ -25,9 +32,13 @@ from toolpipe.shared.approvals.models import (
     ApprovalAlreadyDecidedError,
     ApprovalNotFoundError,
     ApprovalStatus,
+    DeliveryFailedError,
+    DeliveryUncertainError,
     InvalidEditError,
 )
 from toolpipe.shared.approvals.service import ApprovalService
+
+logger = logging.getLogger(__name__)
 
 CSRF_COOKIE = "toolpipe_csrf"
 # The run's request as the page shows it: enough to recognise it, not a whole document.
@@ -117,7 +128,8 @@ class ApprovalPage:
         action = request.form.get("action")
         reason = arguments = None
         if action == "deny":
-            reason = (request.form.get("reason") or "").strip()
+            # Browsers send a textarea's line breaks as CRLF; its maxlength counts each as one.
+            reason = (request.form.get("reason") or "").replace("\r\n", "\n").strip()
             if not reason or len(reason) > MAX_REASON_CHARS:
                 return self._again(approval, request, f"A reason is 1 to {MAX_REASON_CHARS:,} characters.")
         elif action == "edit":
@@ -130,6 +142,11 @@ class ApprovalPage:
             )
         except InvalidEditError as e:
             return self._again(approval, request, f"Not decided: {e}")
+        except DeliveryFailedError:
+            message = "Not decided: the run could not be told; nothing was recorded. Send it again."
+            return self._again(approval, request, message, 503)
+        except DeliveryUncertainError as e:
+            return PageAnswer(503, self._resend_page(self._service.record(approval.approval_id), request, e))
         except ApprovalAlreadyDecidedError as e:
             current = self._service.record(approval.approval_id)
             return PageAnswer(409, self._decided_page(current, f"Already decided: {e}"))
@@ -157,16 +174,49 @@ class ApprovalPage:
             links.check(approval, request.exp, request.sig, self._clock())
         except (ApprovalNotFoundError, LinkInvalidError):
             return _invalid()
+        except SigningKeyError as e:
+            logger.error("approval page unavailable: %s", e)
+            return _error(
+                503,
+                "Not available",
+                "Approval links cannot be checked right now (a configuration error). Nothing was "
+                "changed; try again later, or decide through the API.",
+            )
         except LinkExpiredError as e:
             return _error(410, "Link expired", f"{str(e)[0].upper()}{str(e)[1:]}.")
         return approval
 
     # --- pages ------------------------------------------------------------------------------
 
-    def _again(self, approval: Approval, request: PageRequest, error: str) -> PageAnswer:
-        """The forms again with a one-line error: nothing was decided."""
+    def _again(self, approval: Approval, request: PageRequest, error: str, status: int = 400) -> PageAnswer:
+        """The forms again with a one-line error, keeping what the person typed: nothing was
+        decided."""
         cookie = request.cookie or ""
-        return PageAnswer(400, self._form_page(approval, request, cookie, error))
+        return PageAnswer(status, self._form_page(approval, request, cookie, error))
+
+    def _resend_page(self, approval: Approval, request: PageRequest, error: DeliveryUncertainError) -> str:
+        """A decision recorded whose delivery is uncertain: one button sends the same again."""
+        same = "".join(
+            f'<input type="hidden" name="{name}" value="{escape(request.form.get(name) or "")}">'
+            for name in ("action", "reason", "arguments")
+            if request.form.get(name) is not None
+        )
+        heading = f"Recorded {error.status.value}; delivery uncertain"
+        body = (
+            f"<h1>{escape(heading)}</h1><p>The decision is recorded, but whether the run heard it is "
+            "uncertain. Sending the same decision again delivers it (once).</p>"
+            + f'<form method="post">{self._hidden(approval, request, request.cookie or "")}{same}'
+            '<button type="submit">Send the same decision again</button></form>' + self._facts(approval)
+        )
+        return _document(heading, body)
+
+    def _hidden(self, approval: Approval, request: PageRequest, cookie: str) -> str:
+        csrf = self._links().csrf_token(approval.approval_id, cookie)
+        return (
+            f'<input type="hidden" name="exp" value="{escape(request.exp or "")}">'
+            f'<input type="hidden" name="sig" value="{escape(request.sig or "")}">'
+            f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
+        )
 
     def _facts(self, approval: Approval) -> str:
         run_input = self._service.run_input(approval)
@@ -195,14 +245,11 @@ class ApprovalPage:
     def _form_page(
         self, approval: Approval, request: PageRequest, cookie: str, error: str | None = None
     ) -> str:
-        links = self._links()
         arguments = self._arguments(approval)
+        # After an error the forms keep what the person typed: nothing they wrote is lost.
         edited = request.form.get("arguments") if error and request.form.get("action") == "edit" else None
-        hidden = (
-            f'<input type="hidden" name="exp" value="{escape(request.exp or "")}">'
-            f'<input type="hidden" name="sig" value="{escape(request.sig or "")}">'
-            f'<input type="hidden" name="csrf" value="{escape(links.csrf_token(approval.approval_id, cookie))}">'
-        )
+        typed = (request.form.get("reason") or "").replace("\r\n", "\n") if error else ""
+        hidden = self._hidden(approval, request, cookie)
         heading = (
             f'<h1 class="error">{escape(error)}</h1><p>Tool <code>{escape(approval.tool)}</code>: nothing was decided.</p>'
             if error
@@ -216,7 +263,7 @@ class ApprovalPage:
             '<button type="submit">Approve</button></form>'
             + f'<form method="post">{hidden}<input type="hidden" name="action" value="deny">'
             f'<label for="reason">Reason</label><textarea id="reason" name="reason" rows="3" '
-            f'maxlength="{MAX_REASON_CHARS}" required></textarea>'
+            f'maxlength="{MAX_REASON_CHARS}" required>{escape(typed)}</textarea>'
             '<button type="submit">Deny</button></form>'
             + f'<form method="post">{hidden}<input type="hidden" name="action" value="edit">'
             '<label for="arguments">Arguments (JSON)</label>'

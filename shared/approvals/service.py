@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from toolpipe.shared.agents import run_agent
 from toolpipe.shared.approvals.answers import answer_content, question_of
 from toolpipe.shared.approvals.hashing import arguments_hash, canonical_json, tool_hash
-from toolpipe.shared.approvals.links import ApprovalLinks
+from toolpipe.shared.approvals.links import ApprovalLinks, SigningKeyError
 from toolpipe.shared.approvals.models import (
     ARGUMENTS_PREVIEW_CHARS,
     MAX_EDITED_ARGUMENTS_BYTES,
@@ -20,6 +20,8 @@ from toolpipe.shared.approvals.models import (
     ApprovalNotFoundError,
     ApprovalRunEndedError,
     ApprovalStatus,
+    DeliveryFailedError,
+    DeliveryUncertainError,
     EditedArguments,
     InvalidEditError,
     ResultRequest,
@@ -39,6 +41,7 @@ from toolpipe.shared.messages import (
     utc_now,
 )
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.ports import certainly_not_sent
 from toolpipe.shared.runs.results import fit_for_model
 from toolpipe.shared.tools import Tool
 
@@ -177,7 +180,13 @@ class ApprovalService:
         deferred call has none: the page approves or denies, and a question's page is to come."""
         if self.links is None or not base_url or approval.kind is not ApprovalKind.APPROVAL:
             return None
-        return self.links.url(base_url, approval)
+        try:
+            return self.links.url(base_url, approval)
+        except SigningKeyError as e:
+            # A configuration error: the approval stands and is decided through the API; the
+            # event and the API show no link until the key is fixed.
+            logger.error("approval %s has no link: %s", approval.approval_id, e)
+            return None
 
     def decide(
         self,
@@ -225,23 +234,53 @@ class ApprovalService:
             raise WrongKindError(f"{approval_id} waits for an answer, not a decision: {how}")
         run = self._still_open(approval)
         edited: EditedArguments | None = None
-        if run is not None and approve and arguments is not None:
-            edited = self._edited(approval, run, arguments)
+        if approve and arguments is not None:
+            try:
+                # Checked on a decided call too: the same edit sent again is a retry, not a conflict.
+                edited = self._edited(approval, run or self._runs.get_run(approval.run_id), arguments)
+            except InvalidEditError:
+                if run is not None:
+                    raise
+                raise ApprovalAlreadyDecidedError(approval_id, approval.status) from None
         status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
-        decided = self._approvals.decide(approval, status, by, None if approve else reason, arguments=edited)
+        try:
+            decided = self._approvals.decide(
+                approval, status, by, None if approve else reason, arguments=edited
+            )
+        except ApprovalAlreadyDecidedError:
+            current = self._approvals.get(approval_id)
+            wanted = approval.link_arguments_sha256 if edited is None else edited.sha256
+            if current.status is not status or (approve and current.arguments_sha256 != wanted):
+                raise
+            # The same decision again (a retry after an uncertain delivery, or a double click):
+            # told to the task again; a token already answered counts as told.
+            self._deliver(current, first=False)
+            return current
+        self._deliver(decided, first=True)
+        return decided
+
+    def _deliver(self, decided: Approval, first: bool) -> None:
+        """Tell the waiting task `decided`'s outcome. When the request certainly did not take
+        effect, the first decision (or answer) is taken back so the same request can make it
+        again (`DeliveryFailedError`); when its outcome is unknown it stays recorded, since the
+        task may have heard it (`DeliveryUncertainError`: the same decision again re-delivers)."""
+        approval_id = decided.approval_id
         try:
             delivered = self._answer(decided, self._approvals.get_token(approval_id))
-        except Exception:
-            # Not delivered (throttled, the network): the decision is taken back, so the
-            # caller's retry can make it again; only the write that moved it sends.
-            self._approvals.decide(decided, ApprovalStatus.PENDING, None, from_status=decided.status)
-            raise
+        except Exception as e:
+            if first and certainly_not_sent(e):
+                self._approvals.decide(decided, ApprovalStatus.PENDING, None, from_status=decided.status)
+                logger.warning("approval %s not delivered, taken back: %s", approval_id, _one_line(str(e)))
+                raise DeliveryFailedError(approval_id) from e
+            logger.error(
+                "approval %s %s; delivery uncertain: %s", approval_id, decided.status.value, _one_line(str(e))
+            )
+            raise DeliveryUncertainError(approval_id, decided.status) from e
         if not delivered:
-            # No task waits on this token now. Locally that is a restarted runtime whose resumed
-            # execution will wait again and find the decision; on AWS, a task that timed out
-            # first (README "Known gaps").
-            logger.info("approval %s decided; no task waits on its token now", approval_id)
-        return decided
+            # No task waits on this token now: already answered (a retry), a restarted local
+            # runtime whose resumed execution will wait again and find the decision, or, on AWS,
+            # a task that timed out first (README "Known gaps").
+            logger.info("approval %s %s; no task waits on its token now", approval_id, decided.status.value)
 
     def _still_open(self, approval: Approval) -> RunRecord | None:
         """Raise the 409 for a pending call that no longer waits (past its time, or its run
@@ -296,7 +335,15 @@ class ApprovalService:
         run = self._runs.get_run(approval.run_id)
         if self._tool_changed(run, approval):
             self._fail_changed(run, approval)
-        decided = self._approvals.decide(approval, ApprovalStatus.ANSWERED, caller, answer=_cut(content))
+        try:
+            decided = self._approvals.decide(approval, ApprovalStatus.ANSWERED, caller, answer=_cut(content))
+        except ApprovalAlreadyDecidedError:
+            current = self._approvals.get(approval.approval_id)
+            if current.status is not ApprovalStatus.ANSWERED or self._slot_text(run, approval) != content:
+                raise
+            # The same answer again (a retry after an uncertain delivery): told again, once.
+            self._deliver(current, first=False)
+            return current
         try:
             # The ledger slot of the call: the next model step reads it as a worker's result. A
             # slot already taken (a retry after a take-back) keeps the first result.
@@ -312,17 +359,22 @@ class ApprovalService:
                 late = isinstance(stored, ToolResult) and stored.error_type in _ENDED_UNANSWERED
                 if not late:
                     decided = self._first_result(decided, stored)
-            delivered = late or self._answer(decided, self._approvals.get_token(approval.approval_id))
         except Exception:
-            # As for a decision: taken back, so the caller's retry can answer again.
+            # Nothing told yet: taken back, so the caller's retry can answer again.
             self._approvals.decide(decided, ApprovalStatus.PENDING, None, from_status=ApprovalStatus.ANSWERED)
             raise
         if late:
             self._approvals.decide(decided, ApprovalStatus.EXPIRED, None, from_status=ApprovalStatus.ANSWERED)
             raise ApprovalAlreadyDecidedError(approval.approval_id, ApprovalStatus.EXPIRED)
-        if not delivered:
-            logger.info("call %s answered; no task waits on its token now", approval.approval_id)
+        self._deliver(decided, first=True)
         return decided
+
+    def _slot_text(self, run: RunRecord, approval: Approval) -> str | None:
+        """The whole text of the result in the call's slot (None: no result there)."""
+        stored = self._runs.get_item(run.run_id, approval.seq)
+        if not isinstance(stored, ToolResult):
+            return None
+        return self._runs.get_result(stored.full_result_ref) if stored.full_result_ref else stored.content
 
     def _result(
         self, run: RunRecord, approval: Approval, content: str, error: ErrorKind | None
@@ -396,12 +448,19 @@ class ApprovalService:
         if not isinstance(raw, dict):
             raise InvalidEditError("the arguments must be a JSON object")
         try:
+            canonical.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (`"\ud800"`): no tool could be given it, and no store keeps it.
+            raise InvalidEditError(
+                "the arguments hold text that is not valid Unicode (a lone surrogate)"
+            ) from None
+        try:
             tool = run_agent(run).registry.get(approval.tool)
             tool.parse_arguments(canonical)
         except ModelVisibleError as e:
             raise InvalidEditError(_one_line(str(e))) from e
         sha256 = arguments_hash(canonical)
-        if sha256 == approval.arguments_sha256:
+        if sha256 == approval.link_arguments_sha256:
             return None
         return EditedArguments(text=canonical, sha256=sha256)
 

@@ -41,10 +41,17 @@ def _gate_key(run_id: str, seq: int) -> dict[str, str]:
 
 
 def _conditional_failure(e: ClientError) -> bool:
-    return e.response.get("Error", {}).get("Code") in (
-        "ConditionalCheckFailedException",
-        "TransactionCanceledException",
-    )
+    """A condition of ours said no (a lost race). A cancelled transaction is one only when its
+    reasons say so: one cancelled for anything else (a validation error, a conflict, throttling)
+    is an error, never a 409 that claims someone decided first."""
+    code = e.response.get("Error", {}).get("Code")
+    if code == "ConditionalCheckFailedException":
+        return True
+    if code != "TransactionCanceledException":
+        return False
+    response: dict[str, Any] = dict(e.response)
+    reasons = {str(r.get("Code")) for r in response.get("CancellationReasons") or []}
+    return "ConditionalCheckFailed" in reasons and reasons <= {"ConditionalCheckFailed", "None"}
 
 
 def _plain(item: dict[str, Any]) -> dict[str, Any]:
@@ -170,19 +177,32 @@ class DynamoApprovalStore:
         transaction; raises `ApprovalAlreadyDecidedError` (nothing written) when it is no
         longer in `from_status`. `arguments`: approved with these instead of the model's (record
         and gate). A decision taken back (to pending) drops edited arguments again."""
-        values: dict[str, Any] = {
-            ":status": status.value,
-            ":pending": from_status.value,
-            ":at": utc_now(),
-        }
-        sets = ["#status = :status", "decided_at = :at"]
+        values: dict[str, Any] = {":status": status.value, ":pending": from_status.value}
+        names = {"#status": "status"}
+        sets = ["#status = :status"]
+        removes: list[str] = []
         gate_sets = ["#status = :status"]
         gate_values: dict[str, Any] = {":status": status.value}
-        dropped = False
+        gate_removes: list[str] = []
+        if status is ApprovalStatus.PENDING:
+            # Taken back: nothing of the decision stays (who, when, why, what it answered, the
+            # edited arguments), and the next decision starts from the model's arguments again.
+            names["#reason"] = "reason"
+            removes += ["decided_by", "decided_at", "#reason", "answer_preview"]
+            if approval.requested_arguments_sha256 is not None:
+                values[":sha"] = gate_values[":sha"] = approval.requested_arguments_sha256
+                sets.append("arguments_sha256 = :sha")
+                gate_sets.append("arguments_sha256 = :sha")
+            removes += ["arguments", "requested_arguments_sha256"]
+            gate_removes.append("arguments")
+        else:
+            values[":at"] = utc_now()
+            sets.append("decided_at = :at")
         if by is not None:
             values[":by"] = by
             sets.append("decided_by = :by")
         if reason is not None:
+            names["#reason"] = "reason"
             values[":reason"] = reason
             sets.append("#reason = :reason")
         if answer is not None:
@@ -193,16 +213,10 @@ class DynamoApprovalStore:
             sets += ["arguments = :args", "arguments_sha256 = :sha", "requested_arguments_sha256 = :asked"]
             gate_values |= {":args": arguments.text, ":sha": arguments.sha256}
             gate_sets += ["arguments = :args", "arguments_sha256 = :sha"]
-        elif status is ApprovalStatus.PENDING and approval.requested_arguments_sha256 is not None:
-            # Taken back: the next decision starts from the model's arguments again.
-            values[":sha"] = gate_values[":sha"] = approval.requested_arguments_sha256
-            sets.append("arguments_sha256 = :sha")
-            gate_sets.append("arguments_sha256 = :sha")
-            dropped = True
-        record_update = (
-            "SET " + ", ".join(sets) + (" REMOVE arguments, requested_arguments_sha256" if dropped else "")
+        record_update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        gate_update = (
+            "SET " + ", ".join(gate_sets) + (" REMOVE " + ", ".join(gate_removes) if gate_removes else "")
         )
-        gate_update = "SET " + ", ".join(gate_sets) + (" REMOVE arguments" if dropped else "")
         name = self._table.name
         try:
             self._table.meta.client.transact_write_items(
@@ -213,8 +227,7 @@ class DynamoApprovalStore:
                             "Key": {"pk": _pk(approval.approval_id), "sk": RECORD_SK},
                             "UpdateExpression": record_update,
                             "ConditionExpression": "#status = :pending",
-                            "ExpressionAttributeNames": {"#status": "status"}
-                            | ({"#reason": "reason"} if reason is not None else {}),
+                            "ExpressionAttributeNames": names,
                             "ExpressionAttributeValues": values,
                         }
                     },

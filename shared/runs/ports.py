@@ -4,6 +4,8 @@ import json
 from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
+from botocore.exceptions import ConnectionError as NoConnectionError
+from botocore.retries.standard import ThrottledRetryableChecker
 
 from toolpipe.shared.runs.executions import execution_name
 
@@ -39,6 +41,24 @@ class TaskReporter(Protocol):
 # Answers that mean the execution no longer waits for this token (timed out, stopped,
 # already answered): the call is over for Step Functions, so there is nothing to retry.
 _CLOSED_TOKEN = {"TaskTimedOut", "InvalidToken", "TaskDoesNotExist"}
+# botocore's own list of the codes that mean "throttled": the request was refused, not applied
+# (private, hence the fallback should a release rename it).
+_THROTTLED = frozenset(
+    getattr(ThrottledRetryableChecker, "_THROTTLED_ERROR_CODES", ("Throttling", "ThrottlingException"))
+)
+
+
+def certainly_not_sent(error: BaseException) -> bool:
+    """The request certainly did not take effect: refused (throttled, or any 4xx answer) or its
+    connection never opened. A read timeout, a connection closed after sending, a 5xx or
+    anything else may have taken effect: its outcome is unknown."""
+    if isinstance(error, NoConnectionError):  # connect timeout, endpoint unreachable, proxy, TLS
+        return True
+    if not isinstance(error, ClientError):
+        return False
+    code = error.response.get("Error", {}).get("Code")
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in _THROTTLED or (isinstance(status, int) and 400 <= status < 500)
 
 
 class StepFunctionsStarter:

@@ -8,7 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.e2e.test_approvals import GATED, pending, tool_messages
@@ -16,7 +16,7 @@ from toolpipe.infra.local.runtime import LOCAL_CALLER, REGION, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS
 from toolpipe.shared.approvals import ApprovalAlreadyDecidedError, arguments_hash
-from toolpipe.shared.approvals.models import ApprovalStatus
+from toolpipe.shared.approvals.models import ApprovalStatus, DeliveryFailedError, DeliveryUncertainError
 from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.approvals.store import DynamoApprovalStore
 from toolpipe.shared.history import DynamoHistoryStore
@@ -125,10 +125,11 @@ def test_twenty_racing_decisions_take_one_and_answer_the_task_once(
         thread.join()
     body = pipeline.finish(run_id)
 
-    assert len(won) == 1 and len(refused) == 19
-    assert set(refused) == set(won)  # every loser saw the winner's decision
-    assert len(reporter.sent) == 1
-    assert reporter.sent[0] == ("success" if won[0] == "approved" else "failure:ApprovalDenied")
+    # The same decision again is a retry (re-delivered: a token takes its first answer only);
+    # the other decision is refused, having seen the winner's.
+    assert len(set(won)) == 1 and len(won) == 10 and len(refused) == 10
+    assert set(refused) == set(won)
+    assert set(reporter.sent) == {"success" if won[0] == "approved" else "failure:ApprovalDenied"}
     assert CALLS.counts.get("wire_money", 0) == (1 if won[0] == "approved" else 0)
     assert len([m for m in body["messages"] if m["kind"] == "tool_result"]) == 1
     assert len(tool_messages(pipeline, 1)) == 1
@@ -219,7 +220,7 @@ def test_the_approval_samples_drive_the_real_handler(pipeline: Pipeline) -> None
     assert status == 200 and [a["approval_id"] for a in listed["approvals"]] == [approval_id]
     approve = json.loads((EVENTS / "api_approve.json").read_text().replace("APPROVAL_ID", approval_id))
     assert _api(approve)[::2] == (200, {"approval_id": approval_id, "status": "approved", "run_id": run_id})
-    assert _api(approve)[0] == 409
+    assert _api(approve)[0] == 200  # the same decision again: a retry, delivered again
     pipeline.finish(run_id)
 
 
@@ -227,12 +228,37 @@ class ThrottledOnce(CountingReporter):
     """The real reporter, throttled on its first answer, as Step Functions may be."""
 
     def succeed(self, token: str, output: dict[str, Any]) -> bool:
+        self._throttle("SendTaskSuccess")
+        return super().succeed(token, output)
+
+    def fail(self, token: str, error: str, cause: str) -> bool:
+        self._throttle("SendTaskFailure")
+        return super().fail(token, error, cause)
+
+    def _throttle(self, operation: str) -> None:
         if not self.sent:
             self.sent.append("throttled")
             raise ClientError(
-                {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "SendTaskSuccess"
+                {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, operation
             )
-        return super().succeed(token, output)
+
+
+class AnswerLostOnce(CountingReporter):
+    """The real reporter whose first answer times out reading the reply: sent to Step Functions
+    first (`heard`), or lost on the way (not `heard`). Either way the caller cannot know which."""
+
+    def __init__(self, heard: bool) -> None:
+        super().__init__()
+        self._heard = heard
+
+    def succeed(self, token: str, output: dict[str, Any]) -> bool:
+        if self.sent:
+            return super().succeed(token, output)
+        if self._heard:
+            super().succeed(token, output)
+        else:
+            self.sent.append("lost")
+        raise ReadTimeoutError(endpoint_url="https://states.us-east-1.amazonaws.com/")
 
 
 def test_a_decision_that_could_not_be_delivered_is_taken_back_and_can_be_made_again(
@@ -243,10 +269,100 @@ def test_a_decision_that_could_not_be_delivered_is_taken_back_and_can_be_made_ag
     approval_id = pending(pipeline)["approval_id"]
     service = _service(ThrottledOnce())
 
-    with pytest.raises(ClientError, match="Rate exceeded"):
+    with pytest.raises(DeliveryFailedError, match="is not decided"):
         service.decide(approval_id, LOCAL_CALLER, True)
     # Not "approved" while nothing was told: the retry decides, and the call runs once.
     assert service.get(approval_id, LOCAL_CALLER).status is ApprovalStatus.PENDING
     assert service.decide(approval_id, LOCAL_CALLER, True).status is ApprovalStatus.APPROVED
     pipeline.finish(run_id)
     assert CALLS.counts == {"wire_money": 1}
+
+
+@pytest.mark.parametrize("heard", [True, False], ids=["heard", "lost"])
+def test_an_uncertain_delivery_stays_recorded_and_the_same_decision_delivers_it_once(
+    pipeline: Pipeline, heard: bool
+) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=250)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+    reporter = AnswerLostOnce(heard)
+    service = _service(reporter)
+    edit = '{"to": "ana", "amount": 25}'
+
+    with pytest.raises(DeliveryUncertainError, match="recorded approved, but whether its run was told"):
+        service.decide(approval_id, LOCAL_CALLER, True, arguments=edit)
+    # Not taken back: the task may have heard it, and a taken-back decision could be made otherwise.
+    assert service.get(approval_id, LOCAL_CALLER).status is ApprovalStatus.APPROVED
+    with pytest.raises(ApprovalAlreadyDecidedError):
+        service.decide(approval_id, LOCAL_CALLER, False, "changed my mind")
+    with pytest.raises(ApprovalAlreadyDecidedError):  # approving other arguments is another decision
+        service.decide(approval_id, LOCAL_CALLER, True)
+    # The same decision again (the same edit, spelled otherwise) is delivered, not refused.
+    again = service.decide(approval_id, LOCAL_CALLER, True, arguments='{"amount": 25, "to": "ana"}')
+    assert again.status is ApprovalStatus.APPROVED
+    pipeline.finish(run_id)
+
+    assert CALLS.counts == {"wire_money": 1}
+    assert tool_messages(pipeline, 1)[0].endswith("sent 25.0 to ana")
+    assert reporter.sent == (["success", "success"] if heard else ["lost", "success"])
+
+
+@pytest.fixture
+def short_approvals() -> Iterator[Pipeline]:
+    yield from _pipeline({"TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": "4"})
+
+
+def test_an_approval_its_task_never_heard_is_not_called_expired(short_approvals: Pipeline) -> None:
+    """The decision stays recorded approved; the task's wait ends unanswered; the model is told
+    the call did not complete (never that it waits, or that nobody approved it in time)."""
+    pipeline = short_approvals
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+    with pytest.raises(DeliveryUncertainError):
+        _service(AnswerLostOnce(heard=False)).decide(approval_id, LOCAL_CALLER, True)
+    pipeline.finish(run_id)
+
+    assert "wire_money" not in CALLS.counts
+    [told] = tool_messages(pipeline, 1)
+    assert told.startswith("Error: the tool call did not complete (")
+    assert "expired" not in told and "pending" not in told and "in time" not in told
+    assert pipeline.runtime.api("GET", f"/approvals/{approval_id}")[1]["status"] == "approved"
+
+
+def test_a_decision_taken_back_keeps_nothing_of_it(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+    before = _items(pipeline, approval_id)["APPROVAL"]
+
+    with pytest.raises(DeliveryFailedError):
+        _service(ThrottledOnce()).decide(approval_id, LOCAL_CALLER, False, "not to <Ana>")
+    # Pending as if nobody had decided: no who, when or why left for a page or a listing to show.
+    assert _items(pipeline, approval_id)["APPROVAL"] == before
+    pipeline.runtime.api("POST", f"/approvals/{approval_id}/approve")
+    pipeline.finish(run_id)
+    record = pipeline.runtime.api("GET", f"/approvals/{approval_id}")[1]
+    assert (record["status"], record.get("reason")) == ("approved", None)
+
+
+@pytest.mark.parametrize(
+    ("reasons", "lost_race"),
+    [
+        (["ConditionalCheckFailed", "None"], True),
+        (["None", "ValidationError"], False),
+        (["ConditionalCheckFailed", "TransactionConflict"], False),
+        ([], False),
+    ],
+)
+def test_only_a_failed_condition_counts_as_a_lost_race(reasons: list[str], lost_race: bool) -> None:
+    from toolpipe.shared.approvals.store import _conditional_failure
+
+    error = ClientError(
+        {
+            "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+            "CancellationReasons": [{"Code": code} for code in reasons],
+        },  # type: ignore[typeddict-unknown-key]
+        "TransactWriteItems",
+    )
+    assert _conditional_failure(error) is lost_race
