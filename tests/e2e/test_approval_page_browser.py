@@ -132,6 +132,37 @@ def test_a_person_denies_an_email_in_the_browser_and_the_model_reads_why(
     assert status_of(server, approval["approval_id"]) == "denied"
 
 
+def test_a_multi_line_reason_at_its_limit_denies_with_other_cookies_on_the_host(
+    page: "Page", served: tuple[Pipeline, LocalServer]
+) -> None:
+    """What a real browser sends: other apps' cookies on the same host (one with a space, which
+    `SimpleCookie` gives up on) beside ours, and a textarea's line breaks as CRLF, though its
+    `maxlength` counts each once."""
+    from urllib.parse import urlsplit
+
+    from playwright.sync_api import expect
+
+    pipeline, server = served
+    host = urlsplit(server.api_url).hostname
+    page.context.add_cookies([{"name": "theme", "value": "dark mode", "domain": host, "path": "/"}])
+    approval, _ = open_page(page, pipeline, server)
+
+    reason = page.get_by_label("Reason")
+    reason.click()
+    for _ in range(9):
+        page.keyboard.insert_text("a" * 99)
+        page.keyboard.press("Enter")
+    page.keyboard.insert_text("b" * 109)  # 1,000 characters as the textarea counts them
+    assert len(reason.input_value()) == 1_000
+    page.get_by_role("button", name="Deny", exact=True).click()
+    expect(page.locator("h1")).to_contain_text("Denied")
+
+    pipeline.finish(approval["run_id"])
+    assert _sent_emails() == []
+    shown = _http(f"{server.api_url}/approvals/{approval['approval_id']}", "GET")[1]
+    assert shown["status"] == "denied" and shown["reason"].count("\n") == 9 and len(shown["reason"]) == 1_000
+
+
 def test_the_browser_reads_a_page_the_local_server_serves(
     page: "Page", served: tuple[Pipeline, LocalServer]
 ) -> None:
