@@ -709,7 +709,9 @@ def openapi_document() -> dict[str, Any]:
         "the page again with the error; nothing decided.",
         "403": "A link that is not valid, a missing or foreign CSRF token, another site's form.",
         "409": "Already decided (POST): the first decision stands.",
-        "410": "The link expired: the call no longer waits.",
+        "410": "The link expired, or the run ended: the call no longer waits.",
+        "503": "The signing key cannot be read (nothing changed); or (POST) the run could not be "
+        "told: the page says whether the decision is recorded, and offers to send it again.",
     }
     for method, operation in document["paths"]["/approvals/{approval_id}/page"].items():
         operation["responses"] = {

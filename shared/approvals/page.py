@@ -102,12 +102,18 @@ class ApprovalPage:
 
     def show(self, request: PageRequest) -> PageAnswer:
         """GET or HEAD: the call and the forms (or, once decided, who decided). Reads only."""
-        checked = self._checked(request)
+        checked = self._checked(request, decided_after_expiry=True)
         if isinstance(checked, PageAnswer):
             return checked
         approval = checked
         if approval.status is not ApprovalStatus.PENDING:
             return PageAnswer(200, self._decided_page(approval, None))
+        ended = self._service.run_ended(approval)
+        if ended is not None:
+            # Nothing waits for a decision any more: say so, with no forms to fill in for nothing.
+            return PageAnswer(
+                410, self._decided_page(approval, f"Run ended ({ended.value}): nothing to decide")
+            )
         cookie = request.cookie if request.cookie and TOKEN_PATTERN.fullmatch(request.cookie) else None
         new_cookie = None if cookie else self._links().new_cookie()
         return PageAnswer(200, self._form_page(approval, request, cookie or new_cookie or ""), new_cookie)
@@ -161,9 +167,10 @@ class ApprovalPage:
         assert self._service.links is not None  # `_checked` answered already when there is none
         return self._service.links
 
-    def _checked(self, request: PageRequest) -> Approval | PageAnswer:
+    def _checked(self, request: PageRequest, decided_after_expiry: bool = False) -> Approval | PageAnswer:
         """The approval the request's link names, or the error page: the same 403 for an
-        unknown id as for a bad signature (ids cannot be probed), 410 once expired."""
+        unknown id as for a bad signature (ids cannot be probed), 410 once expired (unless
+        `decided_after_expiry` and it was decided: a valid link may still show the outcome)."""
         links = self._service.links
         if links is None:
             return _error(404, "Not available", "Approval links are not enabled here.")
@@ -183,6 +190,11 @@ class ApprovalPage:
                 "changed; try again later, or decide through the API.",
             )
         except LinkExpiredError as e:
+            if decided_after_expiry and approval.status not in (
+                ApprovalStatus.PENDING,
+                ApprovalStatus.EXPIRED,
+            ):
+                return approval
             return _error(410, "Link expired", f"{str(e)[0].upper()}{str(e)[1:]}.")
         return approval
 

@@ -456,13 +456,28 @@ class ApprovalService:
             ) from None
         try:
             tool = run_agent(run).registry.get(approval.tool)
-            tool.parse_arguments(canonical)
+            parsed = tool.parse_arguments(canonical)
         except ModelVisibleError as e:
             raise InvalidEditError(_one_line(str(e))) from e
         sha256 = arguments_hash(canonical)
-        if sha256 == approval.link_arguments_sha256:
+        if sha256 == approval.link_arguments_sha256 or self._same_as_model(approval, tool, parsed):
             return None
         return EditedArguments(text=canonical, sha256=sha256)
+
+    def _same_as_model(self, approval: Approval, tool: Tool, parsed: dict[str, Any]) -> bool:
+        """Arguments that the tool's validation makes equal to the model's (`250.0` for `250`):
+        the call would run the same, so no edit to record or tell the model about."""
+        call = self.call_of(approval)
+        try:
+            return call is not None and tool.parse_arguments(call.arguments) == parsed
+        except ModelVisibleError:
+            return False
+
+    def run_ended(self, approval: Approval) -> RunStatus | None:
+        """The status of the approval's run once it ended (cancelled, failed, ...), else None.
+        Reads only: a page view must not mark the call expired."""
+        run = self._runs.get_run(approval.run_id)
+        return None if run.status is RunStatus.RUNNING else run.status
 
     def call_of(self, approval: Approval) -> ToolCall | None:
         """The call as the model made it (its whole arguments), from the run's history."""

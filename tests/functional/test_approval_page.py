@@ -625,3 +625,51 @@ def test_an_uncertain_delivery_from_the_page_offers_the_same_decision_again(
     assert browser.post(page, "deny", origin, reason="no").status == 409
     pipeline.finish(run_id)
     assert tool_messages(pipeline, 1)[0].endswith("sent 25.0 to ana")
+
+
+def test_a_decided_link_opened_after_its_expiry_shows_the_decision() -> None:
+    import time
+
+    for pipeline in _pipeline({"TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": "3"}):
+        run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
+        browser = Browser(*link_of(approval["approval_id"]))
+        page = browser.open()
+        origin = [("Origin", f"http://{HOST}")]
+        assert browser.post(page, "approve", origin).status == 200
+        pipeline.finish(run_id)
+        exp = int(urllib.parse.parse_qs(browser.query)["exp"][0])
+        time.sleep(max(0.0, exp - time.time() + 0.2))
+
+        shown = exchange("GET", browser.path, browser.query)
+        assert (shown.status, shown.h1()) == (200, "Approved: wire_money") and "<form" not in shown.body
+        assert browser.post(page, "deny", origin, reason="late").status == 410  # still decides nothing
+        forged = exchange("GET", browser.path, browser.query.replace("exp=", "exp=1"))
+        assert forged.status == 403
+
+
+def test_a_cancelled_runs_link_says_so_with_no_forms_and_changes_nothing(pipeline: Pipeline) -> None:
+    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
+    approval_id = approval["approval_id"]
+    path, query = link_of(approval_id)
+    assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
+    before = _items(pipeline, approval_id)
+
+    shown = exchange("GET", path, query)
+    assert (shown.status, shown.h1()) == (410, "Run ended (cancelled): nothing to decide")
+    assert "<form" not in shown.body
+    assert _items(pipeline, approval_id) == before  # a GET: still pending until a decision is tried
+
+
+def test_arguments_equal_after_the_tools_validation_are_a_plain_approval(pipeline: Pipeline) -> None:
+    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
+    browser = Browser(*link_of(approval["approval_id"]))
+    page = browser.open()
+
+    approved = browser.post(
+        page, "edit", [("Origin", f"http://{HOST}")], arguments='{"amount": 250.0, "to": "ana"}'
+    )
+    assert (approved.status, approved.h1()) == (200, "Approved")
+    pipeline.finish(run_id)
+    assert tool_messages(pipeline, 1) == ["sent 250.0 to ana"]  # no note: nothing was changed
+    record = pipeline.runtime.api("GET", f"/approvals/{approval['approval_id']}")[1]
+    assert record.get("arguments") is None

@@ -48,7 +48,7 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
     assert deny["requestBody"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/DenyRequest"
     }
-    assert set(deny["responses"]) == {"200", "400", "403", "404", "409"}
+    assert set(deny["responses"]) == {"200", "400", "403", "404", "409", "503"}
     assert "task_token" not in json.dumps(schemas["Approval"])
     for path, body in (
         ("/approvals/{approval_id}/answer", "AnswerRequest"),
@@ -58,10 +58,10 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
         assert operation["requestBody"]["content"]["application/json"]["schema"] == {
             "$ref": f"#/components/schemas/{body}"
         }
-        assert set(operation["responses"]) == {"200", "400", "403", "404", "409"}
+        assert set(operation["responses"]) == {"200", "400", "403", "404", "409", "503"}
     approve = served["paths"]["/approvals/{approval_id}/approve"]["post"]["requestBody"]
     assert approve["required"] is False and "arguments" in schemas["ApproveRequest"]["properties"]
     page = served["paths"]["/approvals/{approval_id}/page"]
-    assert set(page["post"]["responses"]) == {"200", "400", "403", "409", "410"}
+    assert set(page["post"]["responses"]) == {"200", "400", "403", "409", "410", "503"}
     assert all(op["security"] == [] for op in page.values())
     assert list(page["get"]["responses"]["403"]["content"]) == ["text/html"]
