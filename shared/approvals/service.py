@@ -7,6 +7,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from botocore.exceptions import ClientError
+
 from toolpipe.shared.agents import run_agent
 from toolpipe.shared.approvals.answers import answer_content, question_of
 from toolpipe.shared.approvals.hashing import arguments_hash, canonical_json, tool_hash
@@ -270,10 +272,10 @@ class ApprovalService:
         except Exception as e:
             if first and certainly_not_sent(e):
                 self._approvals.decide(decided, ApprovalStatus.PENDING, None, from_status=decided.status)
-                logger.warning("approval %s not delivered, taken back: %s", approval_id, _one_line(str(e)))
+                logger.warning("approval %s not delivered, taken back: %s", approval_id, _error_name(e))
                 raise DeliveryFailedError(approval_id) from e
             logger.error(
-                "approval %s %s; delivery uncertain: %s", approval_id, decided.status.value, _one_line(str(e))
+                "approval %s %s; delivery uncertain: %s", approval_id, decided.status.value, _error_name(e)
             )
             raise DeliveryUncertainError(approval_id, decided.status) from e
         if not delivered:
@@ -561,6 +563,14 @@ def _arguments(arguments: str) -> dict[str, Any]:
 
 def _cut(text: str) -> str:
     return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"
+
+
+def _error_name(error: BaseException) -> str:
+    """What went wrong, by name only: an AWS message may quote the request, and the request
+    holds the task token, which no log line may."""
+    if isinstance(error, ClientError):
+        return str(error.response.get("Error", {}).get("Code") or type(error).__name__)
+    return type(error).__name__
 
 
 def _one_line(text: str) -> str:

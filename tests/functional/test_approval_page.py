@@ -673,3 +673,23 @@ def test_arguments_equal_after_the_tools_validation_are_a_plain_approval(pipelin
     assert tool_messages(pipeline, 1) == ["sent 250.0 to ana"]  # no note: nothing was changed
     record = pipeline.runtime.api("GET", f"/approvals/{approval['approval_id']}")[1]
     assert record.get("arguments") is None
+
+
+def test_the_json_api_answers_503_for_an_uncertain_delivery_and_200_for_the_same_decision_again(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.functional.test_approvals import AnswerLostOnce
+    from toolpipe.functions.api import handler
+
+    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
+    path = f"/approvals/{approval['approval_id']}"
+    api = pipeline.runtime.api
+    monkeypatch.setattr(handler.approvals(), "_tasks", AnswerLostOnce(heard=True))
+
+    status, body = api("POST", f"{path}/approve")
+    assert status == 503 and "recorded approved, but whether its run was told is uncertain" in body["message"]
+    assert api("POST", f"{path}/deny", {"reason": "no"})[0] == 409
+    status, body = api("POST", f"{path}/approve")
+    assert (status, body["status"]) == (200, "approved")
+    pipeline.finish(run_id)
+    assert CALLS.counts["wire_money"] == 1

@@ -123,3 +123,26 @@ def test_an_answer_that_comes_after_the_call_ended_unanswered_is_refused(pipelin
     )
     assert pipeline.runtime.api("GET", f"/approvals/{asked['approval_id']}")[1]["status"] == "expired"
     assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
+
+
+def test_an_answer_whose_delivery_is_uncertain_stays_and_the_same_answer_delivers_it(
+    pipeline: Pipeline,
+) -> None:
+    from tests.functional.test_approvals import AnswerLostOnce
+    from toolpipe.shared.approvals.models import DeliveryUncertainError
+
+    pipeline.script(Reply(tool_calls=[call("ask_user", question="Which city?")]), Reply(content="ok"))
+    run_id = pipeline.start("trip", agent="deferring")
+    approval_id = waiting(pipeline)["approval_id"]
+    reporter = AnswerLostOnce(heard=False)
+    service = _service(reporter)
+
+    with pytest.raises(DeliveryUncertainError, match="recorded answered"):
+        service.answer(approval_id, LOCAL_CALLER, "Lyon")
+    assert service.get(approval_id, LOCAL_CALLER).status is ApprovalStatus.ANSWERED
+    with pytest.raises(ApprovalAlreadyDecidedError):
+        service.answer(approval_id, LOCAL_CALLER, "Paris")  # another answer: refused
+    assert service.answer(approval_id, LOCAL_CALLER, "Lyon").status is ApprovalStatus.ANSWERED
+    pipeline.finish(run_id)
+    assert reporter.sent == ["lost", "success"]
+    assert tool_messages(pipeline, 1) == ["Lyon"]
