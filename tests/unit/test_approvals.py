@@ -5,6 +5,13 @@ import dataclasses
 from typing import Any
 
 import pytest
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 
 from toolpipe.infra.definition import build_definition
 from toolpipe.shared.agents import AGENTS, Agent, agent_tool
@@ -233,3 +240,39 @@ def test_the_worker_refuses_a_gated_call_without_its_approval(gate: dict[str, An
 def test_the_worker_runs_the_approved_arguments_however_they_are_spelled() -> None:
     result = _deliver(_gate("approved"), '{ "to":"ana",  "amount":5 }')
     assert (result.status, result.content, SENT) == ("ok", "sent 5 to ana", ["ana"])
+
+
+@pytest.mark.parametrize(
+    ("error", "certain"),
+    [
+        (ClientError({"Error": {"Code": "ThrottlingException"}}, "SendTaskSuccess"), True),
+        (ClientError({"Error": {"Code": "TooManyRequestsException"}}, "SendTaskSuccess"), True),
+        (
+            ClientError(
+                {"Error": {"Code": "ValidationException"}, "ResponseMetadata": {"HTTPStatusCode": 400}},
+                "SendTaskSuccess",
+            ),
+            True,
+        ),
+        (
+            ClientError(
+                {"Error": {"Code": "InternalServerError"}, "ResponseMetadata": {"HTTPStatusCode": 500}},
+                "SendTaskSuccess",
+            ),
+            False,
+        ),
+        (EndpointConnectionError(endpoint_url="https://states"), True),
+        (ConnectTimeoutError(endpoint_url="https://states"), True),
+        (ReadTimeoutError(endpoint_url="https://states"), False),
+        (ConnectionClosedError(endpoint_url="https://states"), False),
+        (RuntimeError("anything else"), False),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+)
+def test_only_a_refusal_or_a_connection_never_opened_is_certainly_not_sent(
+    error: BaseException, certain: bool
+) -> None:
+    """What decides between taking a decision back and keeping it (README "The approval link")."""
+    from toolpipe.shared.runs.ports import certainly_not_sent
+
+    assert certainly_not_sent(error) is certain
