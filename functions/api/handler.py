@@ -50,7 +50,14 @@ from toolpipe.shared.approvals.models import (
     ResultRequest,
     WrongKindError,
 )
-from toolpipe.shared.approvals.page import CSRF_COOKIE, ApprovalPage, PageAnswer, PageRequest, error_page
+from toolpipe.shared.approvals.page import (
+    CSRF_COOKIE,
+    ApprovalPage,
+    PageAnswer,
+    PageRequest,
+    csrf_cookie,
+    error_page,
+)
 from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.errors import (
     IdempotencyConflictError,
@@ -596,18 +603,6 @@ def page_request(approval_id: str, form: dict[str, str] | None = None) -> PageRe
         host=host,
         form=form,
     )
-
-
-def csrf_cookie(header: str | None) -> str | None:
-    """Our cookie's value from the `Cookie` header, read as browsers send it (`a=b; c=d`):
-    `SimpleCookie` drops the whole header when any other cookie on the host is one it will not
-    parse (`theme=dark mode`, a bare `flag`), which would lock people out of the page. The
-    value is checked (`TOKEN_PATTERN`) before any use."""
-    for pair in (header or "").split(";"):
-        name, sep, value = pair.partition("=")
-        if sep and name.strip() == CSRF_COOKIE:
-            return value.strip().strip('"')
-    return None
 
 
 def page_response(answer: PageAnswer) -> Response[str]:

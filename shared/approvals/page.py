@@ -325,6 +325,18 @@ def _invalid() -> PageAnswer:
     return _error(403, "Link not valid", "This approval link is not valid. Nothing was changed.")
 
 
+def csrf_cookie(header: str | None) -> str | None:
+    """Our cookie's value from the `Cookie` header, read as browsers send it (`a=b; c=d`):
+    `SimpleCookie` drops the whole header when any other cookie on the host is one it will not
+    parse (`theme=dark mode`, a bare `flag`), which would lock people out of the page. The
+    value is checked (`TOKEN_PATTERN`) before any use."""
+    for pair in (header or "").split(";"):
+        name, sep, value = pair.partition("=")
+        if sep and name.strip() == CSRF_COOKIE:
+            return value.strip().strip('"')
+    return None
+
+
 def _same_host(origin: str, host: str | None) -> bool:
     """`Origin` names the request's own host (`null`, or another host, does not)."""
     try:

@@ -346,23 +346,20 @@ def test_a_decision_taken_back_keeps_nothing_of_it(pipeline: Pipeline) -> None:
     assert (record["status"], record.get("reason")) == ("approved", None)
 
 
-@pytest.mark.parametrize(
-    ("reasons", "lost_race"),
-    [
-        (["ConditionalCheckFailed", "None"], True),
-        (["None", "ValidationError"], False),
-        (["ConditionalCheckFailed", "TransactionConflict"], False),
-        ([], False),
-    ],
-)
-def test_only_a_failed_condition_counts_as_a_lost_race(reasons: list[str], lost_race: bool) -> None:
+def test_only_a_failed_condition_counts_as_a_lost_race() -> None:
     from toolpipe.shared.approvals.store import _conditional_failure
 
-    error = ClientError(
-        {
-            "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
-            "CancellationReasons": [{"Code": code} for code in reasons],
-        },  # type: ignore[typeddict-unknown-key]
-        "TransactWriteItems",
-    )
-    assert _conditional_failure(error) is lost_race
+    def cancelled(*codes: str) -> ClientError:
+        return ClientError(
+            {
+                "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+                "CancellationReasons": [{"Code": code} for code in codes],
+            },  # type: ignore[typeddict-unknown-key]
+            "TransactWriteItems",
+        )
+
+    # Anything else cancelling the transaction is an error to raise, never a 409 "already decided".
+    assert not _conditional_failure(cancelled("None", "ValidationError"))
+    assert not _conditional_failure(cancelled("ConditionalCheckFailed", "TransactionConflict"))
+    assert not _conditional_failure(cancelled())
+    assert _conditional_failure(cancelled("ConditionalCheckFailed", "None"))
