@@ -130,6 +130,9 @@ class ApprovalService:
         timeout = tool.wait_timeout(self._timeout) if deferred and tool is not None else self._timeout
         schema = tool.result_schema if deferred and tool is not None else None
         now = datetime.now(UTC)
+        # The task times out `timeout` after it started, before this Lambda ran: an expiry counted
+        # from now would accept decisions Step Functions then refuses (`TaskTimedOut`).
+        started = min(now, request.entered_at.astimezone(UTC)) if request.entered_at else now
         fresh = Approval(
             approval_id=uuid.uuid4().hex,
             run_id=run.run_id,
@@ -146,7 +149,7 @@ class ApprovalService:
             requester=run.caller,
             status=ApprovalStatus.PENDING,
             created_at=now.isoformat(timespec="milliseconds"),
-            expires_at=(now + timedelta(seconds=timeout)).isoformat(timespec="milliseconds"),
+            expires_at=(started + timedelta(seconds=timeout)).isoformat(timespec="milliseconds"),
             kind=kind,
             question=question_of(call.arguments) if kind is ApprovalKind.HUMAN else None,
             result_schema=schema if isinstance(schema, dict) else None,
