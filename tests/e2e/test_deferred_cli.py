@@ -32,6 +32,13 @@ def test_run_prints_the_question_and_finishes_once_answered(tmp_path: Path) -> N
         assert match, lines
         approval_id = match.group(1)
         assert "ask_user asks: Which city to book?" in waiting
+        # The question's signed link, on the next line, which says "answer".
+        link = run.stdout.readline()
+        assert re.fullmatch(
+            rf"  or answer in a browser: http://127\.0\.0\.1:\d+/v1/approvals/{approval_id}/page"
+            r"\?exp=\d+&sig=[A-Za-z0-9_-]{43}\n",
+            link,
+        ), link
 
         listed = _toolpipe(tmp_path, "approvals")
         assert listed.returncode == 0, listed.stderr
