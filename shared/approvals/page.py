@@ -18,6 +18,7 @@ from html import escape
 from urllib.parse import urlsplit
 
 from toolpipe.shared.approvals.answer_form import posted_answer, render
+from toolpipe.shared.approvals.answers import question_of
 from toolpipe.shared.approvals.links import TOKEN_PATTERN, ApprovalLinks, LinkExpiredError, LinkInvalidError
 from toolpipe.shared.approvals.models import (
     APPROVAL_ID_PATTERN,
@@ -262,15 +263,7 @@ class ApprovalPage:
     def _question(self, approval: Approval) -> str:
         """The model's question, whole (the record keeps its first 2,000 characters)."""
         call = self._service.call_of(approval)
-        if call is None:
-            return approval.question or ""
-        try:
-            arguments = json.loads(call.arguments or "{}")
-        except (ValueError, RecursionError):
-            return call.arguments
-        if isinstance(arguments, dict) and isinstance(arguments.get("question"), str):
-            return str(arguments["question"])
-        return _pretty(call.arguments)
+        return (approval.question or "") if call is None else question_of(call.arguments, limit=None)
 
     def _question_page(
         self, approval: Approval, request: PageRequest, cookie: str, error: str | None = None
