@@ -228,7 +228,9 @@ def test_a_form_answer_that_does_not_fit_is_shown_again_as_typed_and_changes_not
 
 
 def test_a_blank_free_text_answer_is_refused(pipeline: Pipeline) -> None:
-    _, approval_id, browser, page = _asked(pipeline, call("ask_user", question="Which city?"))
+    question = "Which city? " + "Say why. " * 400  # past the 2,000 characters the record keeps
+    _, approval_id, browser, page = _asked(pipeline, call("ask_user", question=question))
+    assert _pre(page) == question  # the page shows it whole, from the run's history
     before = _items(pipeline, approval_id)
     again = browser.post(page, "answer", answer="   ")
     assert (again.status, again.h1()) == (
