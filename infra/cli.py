@@ -398,7 +398,7 @@ def approval_line(approval: dict[str, Any]) -> str:
         return (
             f"  waiting for an answer: {approval['tool']} asks: {_short(approval.get('question') or '', 200)}"
             f' · answer with: toolpipe answer {approval["approval_id"]} "…"{form}'
-        )
+        ) + _link_line("or answer in a browser", approval)
     if kind == "client":
         return (
             f"  waiting for your program: {approval['tool']}({_short(approval['arguments_preview'], 120)})"
@@ -410,11 +410,14 @@ def approval_line(approval: dict[str, Any]) -> str:
         f" · approve with: toolpipe approve {approval['approval_id']}"
         f" (or: toolpipe deny {approval['approval_id']} --reason '…')"
     )
+    # The signed link a person opens to approve, deny or edit (README "The approval link").
+    return line + _link_line("or approve in a browser", approval)
+
+
+def _link_line(words: str, approval: dict[str, Any]) -> str:
+    """The call's signed link on a line of its own, when it has one (the API knew its URL)."""
     url = approval.get("callback_url")
-    if isinstance(url, str) and url:
-        # The signed link a person opens to approve, deny or edit (README "The approval link").
-        line += f"\n  or approve in a browser: {_short(url, 2000)}"
-    return line
+    return f"\n  {words}: {_short(url, 2000)}" if isinstance(url, str) and url else ""
 
 
 def approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -119,6 +119,8 @@ def _wait_for_approval(orchestrator: str) -> dict[str, Any]:
                 "seq.$": "$.call.seq",
                 "message_seq.$": "$.call.message_seq",
                 "task_token.$": "$$.Task.Token",
+                # The task's timeout runs from here: the approval expires with it, not later.
+                "entered_at.$": "$$.State.EnteredTime",
             },
         },
         "TimeoutSecondsPath": "$.call.approval_timeout_seconds",

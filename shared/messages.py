@@ -297,6 +297,9 @@ class ApprovalTaskRequest(BaseModel):
     seq: int = Field(ge=1, le=999_999)
     message_seq: int = Field(ge=1, le=999_999)
     task_token: str = Field(repr=False, max_length=8192)
+    # When the waiting task started (`$$.State.EnteredTime`): its timeout counts from then, so
+    # the approval's expiry does too. None from a definition older than the field.
+    entered_at: datetime | None = None
 
 
 class ToolCallMessage(BaseModel):

@@ -645,10 +645,11 @@ def approval_page(approval_id: str) -> Response[str]:
 
 @app.post(
     "/approvals/<approval_id>/page",
-    summary="Decide from the approval page (a form post)",
+    summary="Decide from the approval page, or answer a question page (a form post)",
     description="Form-encoded: `action` (approve, deny or edit), `reason`, `arguments`, `csrf`, and "
-    "the link's `exp` and `sig`. Needs the CSRF cookie the page set and a matching token; a foreign "
-    "`Origin` is refused. 409 once decided.",
+    "the link's `exp` and `sig`; a human-input call's page posts `action` answer with `answer` (free "
+    "text or JSON) or one `field.<property>` per property of its result schema. Needs the CSRF "
+    "cookie the page set and a matching token; a foreign `Origin` is refused. 409 once decided.",
 )
 def decide_on_page(approval_id: str) -> Response[str]:
     raw = app.current_event.body or ""

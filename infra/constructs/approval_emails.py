@@ -1,11 +1,13 @@
-"""Email a person when a call waits for approval: an SNS topic with an email subscription per
-address, fed by a rule on the run-events bus that matches `ApprovalRequested`.
+"""Email a person when a call waits for them: an SNS topic with an email subscription per
+address, fed by two rules on the run-events bus that match `ApprovalRequested`, one per `kind`:
+a call to approve, and a human-input tool's question to answer.
 
-- **The message** is written by the rule's input transformer from the event's detail: the tool,
+- **The message** is written by each rule's input transformer from the event's detail: the tool,
   the run, the approval and its link (`callback_url`), and when it expires. Never the
-  arguments: an email crosses mail systems we do not control, and the page behind the link
-  shows them to whoever may decide. The link is signed, expiring and single use, and never
-  carries the task token (README "Human approval").
+  arguments, nor the question: an email crosses mail systems we do not control, and a question
+  may quote what the run read (a customer's data); the page behind the link shows them to
+  whoever holds it. The link is signed, expiring and single use, and never carries the task
+  token (README "Human approval").
 - **Encryption**: SNS encrypts the topic with a customer-managed KMS key of its own (rotated
   yearly). Not the AWS-managed `alias/aws/sns`: its key policy cannot be changed, so EventBridge
   could not encrypt what it publishes and every message would be dropped
@@ -64,6 +66,21 @@ def _field(name: str) -> str:
     return events.EventField.from_path(f"$.detail.{name}")
 
 
+def question_message() -> events.RuleTargetInput:
+    """The email for a human-input call (`kind` `human`): that a question waits, and the link;
+    not the question itself (see the module's docstring)."""
+    tool, run_id, approval_id, expires_at = (
+        _field(name) for name in ("tool", "run_id", "approval_id", "expires_at")
+    )
+    return events.RuleTargetInput.from_text(
+        f"A question from the agent waits for your answer (tool {tool}, run {run_id}, "
+        f"question {approval_id}).\n\n"
+        f"Open this link to read it and answer: {_field('callback_url')}\n\n"
+        f"The link works once. If nobody answers by {expires_at} (UTC), the agent is told that no "
+        "answer came."
+    )
+
+
 def message() -> events.RuleTargetInput:
     """The email's text, filled in by EventBridge from the `ApprovalRequested` detail."""
     # Each name is a field of the detail (tests/infra hold them to docs/events/ApprovalRequested.json);
@@ -119,24 +136,45 @@ class ApprovalEmails(Construct):
         )
         for address in addresses:
             self.topic.add_subscription(subscriptions.EmailSubscription(address))
-        self.rule = events.Rule(
-            self,
-            "Requested",
-            description="Emails the approvers when a tool call waits for a person (ApprovalRequested)",
-            event_bus=bus,
-            event_pattern=events.EventPattern(source=[SOURCE], detail_type=[ApprovalRequested.__name__]),
+        # One rule per kind, each with its own wording (an input transformer has no conditionals).
+        # `kind` is in every ApprovalRequested; a client-executed call publishes another event.
+        self.rule = self._rule(
+            "Requested", "a tool call waits for a person's approval", "approval", bus, message()
+        )
+        self.question_rule = self._rule(
+            "QuestionAsked",
+            "a human-input tool's question waits for an answer",
+            "human",
+            bus,
+            question_message(),
         )
         # `targets.SnsTopic` would grant EventBridge `sns:Publish` from any rule of any account;
-        # this grant is narrowed to the one rule (`aws:SourceArn`), the confused-deputy guard.
+        # this grant is narrowed to these two rules (`aws:SourceArn`), the confused-deputy guard.
         self.topic.add_to_resource_policy(
             iam.PolicyStatement(
                 principals=[iam.ServicePrincipal("events.amazonaws.com")],
                 actions=["sns:Publish"],
                 resources=[self.topic.topic_arn],
-                conditions={"ArnEquals": {"aws:SourceArn": self.rule.rule_arn}},
+                conditions={
+                    "ArnEquals": {"aws:SourceArn": [self.rule.rule_arn, self.question_rule.rule_arn]}
+                },
             )
         )
-        self.rule.add_target(_Publish(self.topic, message()))
+
+    def _rule(
+        self, construct_id: str, what: str, kind: str, bus: events.IEventBus, text: events.RuleTargetInput
+    ) -> events.Rule:
+        rule = events.Rule(
+            self,
+            construct_id,
+            description=f"Emails the approvers when {what} (ApprovalRequested, kind {kind})",
+            event_bus=bus,
+            event_pattern=events.EventPattern(
+                source=[SOURCE], detail_type=[ApprovalRequested.__name__], detail={"kind": [kind]}
+            ),
+        )
+        rule.add_target(_Publish(self.topic, text))
+        return rule
 
 
 @jsii.implements(events.IRuleTarget)

@@ -36,9 +36,10 @@ def answer_content(kind: ApprovalKind, schema: dict[str, Any] | None, value: Any
     return text
 
 
-def question_of(arguments: str) -> str:
+def question_of(arguments: str, limit: int | None = QUESTION_CHARS) -> str:
     """What a human-input call asks: its `question` argument when it has one (the usual
-    `ask_user(question)`), else its arguments' JSON; cut at `QUESTION_CHARS`."""
+    `ask_user(question)`), else its arguments' JSON; cut at `limit` (None: whole, as the
+    question page shows it)."""
     try:
         parsed = json.loads(arguments or "{}")
     except (ValueError, RecursionError):
@@ -50,4 +51,4 @@ def question_of(arguments: str) -> str:
             text = canonical_json(parsed)
         except (TypeError, ValueError):
             text = str(arguments)
-    return text if len(text) <= QUESTION_CHARS else text[: QUESTION_CHARS - 1] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"

@@ -99,8 +99,9 @@ class Approval(BaseModel):
     )
     callback_url: str | None = Field(
         default=None,
-        description='The signed approval link (README "The approval link"); only in answers to the '
-        "run's caller or the admin, never stored.",
+        description='The signed approval link (README "The approval link"): the page approves or '
+        "denies, or, for a `human` call, takes the answer; null for a `client` call. Only in answers "
+        "to the run's caller or the admin, never stored.",
     )
 
     @property

@@ -8,6 +8,7 @@ Every value shown is HTML-escaped.
 """
 
 import base64
+import dataclasses
 import hashlib
 import json
 import logging
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from html import escape
 from urllib.parse import urlsplit
 
+from toolpipe.shared.approvals.answer_form import posted_answer, render
+from toolpipe.shared.approvals.answers import question_of
 from toolpipe.shared.approvals.links import (
     TOKEN_PATTERN,
     ApprovalLinks,
@@ -30,10 +33,12 @@ from toolpipe.shared.approvals.models import (
     MAX_REASON_CHARS,
     Approval,
     ApprovalAlreadyDecidedError,
+    ApprovalKind,
     ApprovalNotFoundError,
     ApprovalStatus,
     DeliveryFailedError,
     DeliveryUncertainError,
+    InvalidAnswerError,
     InvalidEditError,
 )
 from toolpipe.shared.approvals.service import ApprovalService
@@ -106,17 +111,19 @@ class ApprovalPage:
         if isinstance(checked, PageAnswer):
             return checked
         approval = checked
+        question = approval.kind is ApprovalKind.HUMAN
+        outcome = self._answered_page if question else self._decided_page
         if approval.status is not ApprovalStatus.PENDING:
-            return PageAnswer(200, self._decided_page(approval, None))
+            return PageAnswer(200, outcome(approval, None))
         ended = self._service.run_ended(approval)
         if ended is not None:
-            # Nothing waits for a decision any more: say so, with no forms to fill in for nothing.
-            return PageAnswer(
-                410, self._decided_page(approval, f"Run ended ({ended.value}): nothing to decide")
-            )
+            # Nothing waits any more: say so, with no forms to fill in for nothing.
+            what = "answer" if question else "decide"
+            return PageAnswer(410, outcome(approval, f"Run ended ({ended.value}): nothing to {what}"))
         cookie = request.cookie if request.cookie and TOKEN_PATTERN.fullmatch(request.cookie) else None
         new_cookie = None if cookie else self._links().new_cookie()
-        return PageAnswer(200, self._form_page(approval, request, cookie or new_cookie or ""), new_cookie)
+        show = self._question_page if question else self._form_page
+        return PageAnswer(200, show(approval, request, cookie or new_cookie or ""), new_cookie)
 
     def submit(self, request: PageRequest) -> PageAnswer:
         """POST: a decision from the page's forms, taken once it passed every check."""
@@ -131,6 +138,8 @@ class ApprovalPage:
             return _error(
                 403, "Refused", "The form's security token is missing or does not match: open the link again."
             )
+        if approval.kind is ApprovalKind.HUMAN:
+            return self._submit_answer(approval, request)
         action = request.form.get("action")
         reason = arguments = None
         if action == "deny":
@@ -207,28 +216,21 @@ class ApprovalPage:
         return PageAnswer(status, self._form_page(approval, request, cookie, error))
 
     def _resend_page(self, approval: Approval, request: PageRequest, error: DeliveryUncertainError) -> str:
-        """A decision recorded whose delivery is uncertain: one button sends the same again."""
+        """A decision (or answer) recorded whose delivery is uncertain: one button sends the
+        same form again, which re-delivers it."""
         same = "".join(
-            f'<input type="hidden" name="{name}" value="{escape(request.form.get(name) or "")}">'
-            for name in ("action", "reason", "arguments")
-            if request.form.get(name) is not None
+            f'<input type="hidden" name="{escape(name)}" value="{escape(value)}">'
+            for name, value in request.form.items()
+            if name not in ("exp", "sig", "csrf")
         )
         heading = f"Recorded {error.status.value}; delivery uncertain"
         body = (
-            f"<h1>{escape(heading)}</h1><p>The decision is recorded, but whether the run heard it is "
-            "uncertain. Sending the same decision again delivers it (once).</p>"
+            f"<h1>{escape(heading)}</h1><p>This is recorded, but whether the run heard it is "
+            "uncertain. Sending the same again delivers it (once).</p>"
             + f'<form method="post">{self._hidden(approval, request, request.cookie or "")}{same}'
-            '<button type="submit">Send the same decision again</button></form>' + self._facts(approval)
+            '<button type="submit">Send the same again</button></form>' + self._facts(approval)
         )
         return _document(heading, body)
-
-    def _hidden(self, approval: Approval, request: PageRequest, cookie: str) -> str:
-        csrf = self._links().csrf_token(approval.approval_id, cookie)
-        return (
-            f'<input type="hidden" name="exp" value="{escape(request.exp or "")}">'
-            f'<input type="hidden" name="sig" value="{escape(request.sig or "")}">'
-            f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
-        )
 
     def _facts(self, approval: Approval) -> str:
         run_input = self._service.run_input(approval)
@@ -283,6 +285,78 @@ class ApprovalPage:
             '<button type="submit">Approve with these arguments</button></form>'
         )
         return _document(f"Approve {approval.tool}?", body)
+
+    def _hidden(self, approval: Approval, request: PageRequest, cookie: str) -> str:
+        """What every form of the page posts back: the link's `exp` and `sig`, the CSRF token."""
+        token = self._links().csrf_token(approval.approval_id, cookie)
+        return (
+            f'<input type="hidden" name="exp" value="{escape(request.exp or "")}">'
+            f'<input type="hidden" name="sig" value="{escape(request.sig or "")}">'
+            f'<input type="hidden" name="csrf" value="{escape(token)}">'
+        )
+
+    # --- a question for a person (a human-input tool): the answer is the call's result -----
+
+    def _submit_answer(self, approval: Approval, request: PageRequest) -> PageAnswer:
+        """The answer form's POST, through `ApprovalService.answer_by_link`: the form's strings
+        turned into the result schema's types, then checked against it like any answer."""
+        if request.form.get("action") != "answer":
+            return self._question_again(approval, request, "Not sent: use the form's Send answer button.")
+        try:
+            value = posted_answer(approval.result_schema, request.form)
+            answered = self._service.answer_by_link(approval, request.source_ip, value)
+        except InvalidAnswerError as e:
+            return self._question_again(approval, request, f"Not sent: {e}")
+        except DeliveryFailedError:
+            message = "Not sent: the run could not be told; nothing was recorded. Send it again."
+            return dataclasses.replace(self._question_again(approval, request, message), status=503)
+        except DeliveryUncertainError as e:
+            return PageAnswer(503, self._resend_page(self._service.record(approval.approval_id), request, e))
+        except ApprovalAlreadyDecidedError as e:
+            current = self._service.record(approval.approval_id)
+            title = "Already answered" if current.status is ApprovalStatus.ANSWERED else "Not sent"
+            return PageAnswer(409, self._answered_page(current, f"{title}: {e}"))
+        return PageAnswer(200, self._answered_page(answered, "Answer sent"))
+
+    def _question_again(self, approval: Approval, request: PageRequest, error: str) -> PageAnswer:
+        """The question's form again, holding what the person typed, with a one-line error."""
+        return PageAnswer(400, self._question_page(approval, request, request.cookie or "", error))
+
+    def _question(self, approval: Approval) -> str:
+        """The model's question, whole (the record keeps its first 2,000 characters)."""
+        call = self._service.call_of(approval)
+        return (approval.question or "") if call is None else question_of(call.arguments, limit=None)
+
+    def _question_page(
+        self, approval: Approval, request: PageRequest, cookie: str, error: str | None = None
+    ) -> str:
+        # What the person typed comes back only with an error: a fresh page starts empty.
+        typed = request.form if error else {}
+        heading = (
+            f'<h1 class="error">{escape(error)}</h1><p>Your answer was not sent: correct it below.</p>'
+            if error
+            else "<h1>Question from the agent</h1>"
+        )
+        body = (
+            heading
+            + f"<pre>{escape(self._question(approval))}</pre>"
+            + self._facts(approval)
+            + f'<form method="post">{self._hidden(approval, request, cookie)}'
+            '<input type="hidden" name="action" value="answer">'
+            + render(approval.result_schema, typed)
+            + '<button type="submit">Send answer</button></form>'
+        )
+        return _document("Question from the agent", body)
+
+    def _answered_page(self, approval: Approval, title: str | None) -> str:
+        """A question no longer open: the answer (its first 500 characters), or why none was
+        taken; no form (a link works once)."""
+        heading = title or f"{approval.status.value.capitalize()}: question from the agent"
+        body = f"<h1>{escape(heading)}</h1><pre>{escape(self._question(approval))}</pre>"
+        body += self._facts(approval)
+        if approval.answer_preview is not None:
+            body += f"<h2>The answer</h2><pre>{escape(approval.answer_preview)}</pre>"
+        return _document(heading, body)
 
     def _decided_page(self, approval: Approval, title: str | None) -> str:
         """A decided approval: who decided and when, and no forms (a link works once)."""

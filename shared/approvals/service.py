@@ -135,6 +135,9 @@ class ApprovalService:
         timeout = tool.wait_timeout(self._timeout) if deferred and tool is not None else self._timeout
         schema = tool.result_schema if deferred and tool is not None else None
         now = datetime.now(UTC)
+        # The task times out `timeout` after it started, before this Lambda ran: an expiry counted
+        # from now would accept decisions Step Functions then refuses (`TaskTimedOut`).
+        started = min(now, request.entered_at.astimezone(UTC)) if request.entered_at else now
         fresh = Approval(
             approval_id=uuid.uuid4().hex,
             run_id=run.run_id,
@@ -151,7 +154,7 @@ class ApprovalService:
             requester=run.caller,
             status=ApprovalStatus.PENDING,
             created_at=now.isoformat(timespec="milliseconds"),
-            expires_at=(now + timedelta(seconds=timeout)).isoformat(timespec="milliseconds"),
+            expires_at=(started + timedelta(seconds=timeout)).isoformat(timespec="milliseconds"),
             kind=kind,
             question=question_of(call.arguments) if kind is ApprovalKind.HUMAN else None,
             result_schema=schema if isinstance(schema, dict) else None,
@@ -178,9 +181,10 @@ class ApprovalService:
         return approval
 
     def callback_url(self, approval: Approval, base_url: str | None) -> str | None:
-        """The approval's signed link under `base_url`, or None without a key or a URL. A
-        deferred call has none: the page approves or denies, and a question's page is to come."""
-        if self.links is None or not base_url or approval.kind is not ApprovalKind.APPROVAL:
+        """The call's signed link under `base_url`, or None without a key or a URL. An approval's
+        page approves or denies; a question's page takes the answer. A client-executed call has
+        none: a program answers it."""
+        if self.links is None or not base_url or approval.kind is ApprovalKind.CLIENT:
             return None
         try:
             return self.links.url(base_url, approval)
@@ -219,9 +223,7 @@ class ApprovalService:
     ) -> Approval:
         """As `decide`, for a person holding the approval's signed link (checked by the caller):
         no IAM principal, so the decision is recorded as made by the link, from where."""
-        return self._decide(
-            approval, f"signed link ({source_ip or 'unknown address'})", approve, reason, arguments
-        )
+        return self._decide(approval, _by_link(source_ip), approve, reason, arguments)
 
     def _decide(
         self, approval: Approval, by: str, approve: bool, reason: str | None, arguments: str | None
@@ -309,11 +311,18 @@ class ApprovalService:
         call this): checked against the call's result schema, recorded if it is the first, written
         to the call's slot as its result, then the waiting task answered once. A later answer
         raises `ApprovalAlreadyDecidedError` and changes nothing."""
-        approval = self.get(approval_id, caller)
+        return self._answer_question(self.get(approval_id, caller), caller, value)
+
+    def answer_by_link(self, approval: Approval, source_ip: str | None, value: Any) -> Approval:
+        """As `answer`, for a person holding the question's signed link (checked by the caller,
+        the question page): recorded as answered by the link, from where."""
+        return self._answer_question(approval, _by_link(source_ip), value)
+
+    def _answer_question(self, approval: Approval, by: str, value: Any) -> Approval:
         if approval.kind is not ApprovalKind.HUMAN:
-            raise WrongKindError(f"{approval_id} is not a question for a person: it takes no answer")
+            raise WrongKindError(f"{approval.approval_id} is not a question for a person: it takes no answer")
         content = answer_content(approval.kind, approval.result_schema, value, "answer")
-        return self._resolve(approval, caller, content, None)
+        return self._resolve(approval, by, content, None)
 
     def post_result(self, run_id: str, seq: int, caller: str, request: ResultRequest) -> Approval:
         """The caller's program's result (or error) for the client-executed call in slot `seq`:
@@ -559,6 +568,11 @@ def _arguments(arguments: str) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _by_link(source_ip: str | None) -> str:
+    """Who decided or answered through a signed link: no IAM principal, the link from where."""
+    return f"signed link ({source_ip or 'unknown address'})"
 
 
 def _cut(text: str) -> str:

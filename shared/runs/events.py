@@ -159,7 +159,8 @@ class ApprovalRequested(RunEvent):
     callback_url: str | None = Field(
         default=None,
         description="The signed link to the approval's page, where a person approves, denies or "
-        'edits the arguments (README "The approval link"); it works until `expires_at`, once. '
+        "edits the arguments, or (`kind` `human`) answers the question "
+        '(README "The approval link"); it works until `expires_at`, once. '
         "Null when the stack knows no API URL.",
     )
     kind: Literal["approval", "human"] = Field(

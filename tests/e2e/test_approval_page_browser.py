@@ -5,10 +5,12 @@ with the page's buttons, and the run goes on from that decision.
 The page's contract, as these tests use it: an `<h1>` with the tool's name, the arguments in a
 `<pre>`, a button named `Approve`, a `<textarea>` labelled `Reason` with a button `Deny`, a
 `<textarea>` labelled `Arguments (JSON)` with a button `Approve with these arguments`; after the
-POST, an answer page whose `<h1>` says `Approved` or `Denied`.
+POST, an answer page whose `<h1>` says `Approved` or `Denied`. A human-input call's question page:
+an `<h1>` that says `Question from the agent`, the question in a `<pre>`, a `<textarea>` labelled
+`Answer` and a button `Send answer`; after the POST, an `<h1>` that says `Answer sent`.
 
-`TOOLPIPE_UPDATE_SCREENSHOT=1` writes the page as a person first sees it to
-docs/approval-page.png (the README shows it); otherwise the screenshot goes to a temporary
+`TOOLPIPE_UPDATE_SCREENSHOT=1` writes the pages as a person first sees them to
+docs/approval-page.png and docs/question-page.png (the README shows them); otherwise the screenshot goes to a temporary
 file, and the committed one must exist.
 """
 
@@ -22,7 +24,9 @@ import pytest
 from tests.conftest import Pipeline, Reply, _pipeline, call
 from tests.e2e.conftest import BrowserUnavailableError, launch
 from tests.e2e.test_approvals import _sent_emails, pending, tool_messages
+from tests.e2e.test_run_events import of, subscribe
 from tests.e2e.test_serve_runs_api import _http
+from toolpipe.infra.cli import approval_line
 from toolpipe.infra.local.server import LocalServer
 
 if TYPE_CHECKING:
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "approval-page.png"
+QUESTION_SCREENSHOT = ROOT / "docs" / "question-page.png"
 EMAIL = call("send_email", to="ana@example.com", subject="Report", body="The report is ready.")
 
 
@@ -161,6 +166,48 @@ def test_a_multi_line_reason_at_its_limit_denies_with_other_cookies_on_the_host(
     assert _sent_emails() == []
     shown = _http(f"{server.api_url}/approvals/{approval['approval_id']}", "GET")[1]
     assert shown["status"] == "denied" and shown["reason"].count("\n") == 9 and len(shown["reason"]) == 1_000
+
+
+def test_a_person_answers_the_agents_question_in_the_browser_and_the_model_reads_it(
+    page: "Page", served: tuple[Pipeline, LocalServer], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    pipeline, server = served
+    question = "Which city should I book?\nLyon or Turin"
+    read = subscribe(pipeline.runtime)
+    pipeline.script(Reply(tool_calls=[call("ask_user", question=question)]), Reply(content="Booked Lyon."))
+    run_id = pipeline.start("Book me a trip", agent="assistant")
+    asked = pending(pipeline)
+    assert asked["kind"] == "human"
+    url = callback_url(server, asked)
+    assert token_of(pipeline, asked["approval_id"]) not in url
+    # ApprovalRequested carries the same link (what the email sends), never the token.
+    [event] = of(read(lambda events: bool(of(events, "ApprovalRequested"))), "ApprovalRequested")
+    assert (event["kind"], event["callback_url"]) == ("human", url)
+    # What `toolpipe run` prints while it waits: the link, on a line that says "answer".
+    [link_line] = [line for line in approval_line(dict(asked, callback_url=url)).splitlines() if url in line]
+    assert "answer" in link_line
+
+    response = page.goto(url)
+    assert response is not None and response.status == 200
+    expect(page.locator("h1")).to_contain_text("Question from the agent")
+    expect(page.locator("pre").first).to_have_text(question)
+    assert status_of(server, asked["approval_id"]) == "pending"  # opening it answered nothing
+    update = os.environ.get("TOOLPIPE_UPDATE_SCREENSHOT") == "1"
+    page.screenshot(path=QUESTION_SCREENSHOT if update else tmp_path / "question-page.png", full_page=True)
+    assert QUESTION_SCREENSHOT.is_file(), (
+        f"{QUESTION_SCREENSHOT} is missing: run with TOOLPIPE_UPDATE_SCREENSHOT=1"
+    )
+
+    page.get_by_label("Answer", exact=True).fill("Lyon, in May")
+    page.get_by_role("button", name="Send answer").click()
+    expect(page.locator("h1")).to_contain_text("Answer sent")
+
+    body = pipeline.finish(run_id)
+    assert body["run"]["status"] == "succeeded"
+    assert tool_messages(pipeline, 1) == ["Lyon, in May"]
+    assert status_of(server, asked["approval_id"]) == "answered"
 
 
 def test_the_browser_reads_a_page_the_local_server_serves(

@@ -32,6 +32,13 @@ def test_run_prints_the_question_and_finishes_once_answered(tmp_path: Path) -> N
         assert match, lines
         approval_id = match.group(1)
         assert "ask_user asks: Which city to book?" in waiting
+        # The question's signed link, on the next line, which says "answer".
+        link = run.stdout.readline()
+        assert re.fullmatch(
+            rf"  or answer in a browser: http://127\.0\.0\.1:\d+/v1/approvals/{approval_id}/page"
+            r"\?exp=\d+&sig=[A-Za-z0-9_-]{43}\n",
+            link,
+        ), link
 
         listed = _toolpipe(tmp_path, "approvals")
         assert listed.returncode == 0, listed.stderr
@@ -71,3 +78,18 @@ def test_a_client_call_is_announced_with_the_request_to_make() -> None:
         '  waiting for your program: read_clipboard({"format": "text"}) · post its result: '
         'POST /runs/r1/calls/3/result {"result": …} (or {"error": "…"})'
     )
+
+
+def test_a_question_with_a_link_is_announced_with_the_link_on_a_line_that_says_answer() -> None:
+    asked = {
+        "kind": "human",
+        "approval_id": "0" * 32,
+        "tool": "ask_user",
+        "question": "Which city?",
+        "callback_url": "http://127.0.0.1:8710/v1/approvals/00/page?exp=1&sig=s",
+    }
+    assert approval_line(asked).splitlines() == [
+        f'  waiting for an answer: ask_user asks: Which city? · answer with: toolpipe answer {"0" * 32} "…"',
+        "  or answer in a browser: http://127.0.0.1:8710/v1/approvals/00/page?exp=1&sig=s",
+    ]
+    assert len(approval_line(asked | {"callback_url": None}).splitlines()) == 1  # no URL known: no line

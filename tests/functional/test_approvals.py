@@ -4,6 +4,7 @@ many race for it, one SendTask* per approval, bad input refused with nothing wri
 import json
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
@@ -21,6 +22,7 @@ from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.approvals.store import DynamoApprovalStore
 from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.runs.ports import StepFunctionsTaskReporter
+from toolpipe.shared.settings import CallTimeouts
 
 ADMIN = "arn:aws:iam::000000000000:role/admin"
 
@@ -363,3 +365,24 @@ def test_only_a_failed_condition_counts_as_a_lost_race() -> None:
     assert not _conditional_failure(cancelled("ConditionalCheckFailed", "TransactionConflict"))
     assert not _conditional_failure(cancelled())
     assert _conditional_failure(cancelled("ConditionalCheckFailed", "None"))
+
+
+def test_an_approval_expires_with_its_waiting_task_not_later(pipeline: Pipeline) -> None:
+    # The task's timeout runs from when it started, before the orchestrator stored the approval:
+    # an expiry counted from the store would accept decisions Step Functions then refuses.
+    pipeline.script(Reply(tool_calls=[call("wire_money", amount=250, to="ana")]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval = pending(pipeline)
+    sfn = pipeline.runtime.sfn
+    execution = sfn.list_executions(stateMachineArn=pipeline.runtime.state_machine_arn)["executions"][0]
+    history = sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
+    entered = next(
+        e["timestamp"]
+        for e in history
+        if e["type"] == "TaskStateEntered" and e["stateEnteredEventDetails"]["name"] == "WaitForApproval"
+    )
+    timeout = timedelta(seconds=CallTimeouts.from_env().approval_timeout_seconds)
+    assert datetime.fromisoformat(approval["expires_at"]) == entered + timeout
+    assert approval["created_at"] > entered.isoformat(timespec="milliseconds")
+    pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    pipeline.finish(run_id)

@@ -36,12 +36,13 @@ def _one(template: Any, kind: str) -> tuple[str, dict[str, Any]]:
     return logical_id, resource["Properties"]
 
 
-def _approval_rule(template: Any) -> tuple[str, dict[str, Any]]:
-    """The rule that matches ApprovalRequested (the stack has others on the bus)."""
+def _approval_rule(template: Any, kind: str = "approval") -> tuple[str, dict[str, Any]]:
+    """The rule that matches ApprovalRequested of `kind` (the stack has others on the bus)."""
     [(logical_id, rule)] = [
         (name, r["Properties"])
         for name, r in template.find_resources("AWS::Events::Rule").items()
         if r["Properties"].get("EventPattern", {}).get("detail-type") == ["ApprovalRequested"]
+        and r["Properties"]["EventPattern"].get("detail") == {"kind": [kind]}
     ]
     return logical_id, rule
 
@@ -101,6 +102,7 @@ def test_the_topic_is_encrypted_with_a_rotated_key_that_eventbridge_may_use_for_
 def test_only_the_rule_may_publish_and_only_over_tls(emails_template: Any) -> None:
     topic, _ = _one(emails_template, "AWS::SNS::Topic")
     rule, _ = _approval_rule(emails_template)
+    question_rule, _ = _approval_rule(emails_template, "human")
     _, policy = _one(emails_template, "AWS::SNS::TopicPolicy")
     assert policy["Topics"] == [{"Ref": topic}]
     statements = policy["PolicyDocument"]["Statement"]
@@ -108,7 +110,11 @@ def test_only_the_rule_may_publish_and_only_over_tls(emails_template: Any) -> No
     assert allows == [
         {
             "Action": "sns:Publish",
-            "Condition": {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [rule, "Arn"]}}},
+            "Condition": {
+                "ArnEquals": {
+                    "aws:SourceArn": [{"Fn::GetAtt": [rule, "Arn"]}, {"Fn::GetAtt": [question_rule, "Arn"]}]
+                }
+            },
             "Effect": "Allow",
             "Principal": {"Service": "events.amazonaws.com"},
             "Resource": {"Ref": topic},
@@ -126,7 +132,11 @@ def test_the_rule_sends_each_approval_requested_as_a_readable_message(emails_tem
     _, rule = _approval_rule(emails_template)
     topic, _ = _one(emails_template, "AWS::SNS::Topic")
     assert rule["EventBusName"] == {"Ref": bus}
-    assert rule["EventPattern"] == {"source": ["toolpipe"], "detail-type": ["ApprovalRequested"]}
+    assert rule["EventPattern"] == {
+        "source": ["toolpipe"],
+        "detail-type": ["ApprovalRequested"],
+        "detail": {"kind": ["approval"]},
+    }
     [target] = rule["Targets"]
     assert target["Arn"] == {"Ref": topic} and "RoleArn" not in target
     text = _render(target["InputTransformer"], DETAIL)
@@ -140,16 +150,47 @@ def test_the_rule_sends_each_approval_requested_as_a_readable_message(emails_tem
 
 
 @pytest.mark.slow
+def test_a_question_for_a_person_is_worded_as_one_and_never_quotes_the_question(emails_template: Any) -> None:
+    [bus] = emails_template.find_resources("AWS::Events::EventBus")
+    _, rule = _approval_rule(emails_template, "human")
+    topic, _ = _one(emails_template, "AWS::SNS::Topic")
+    assert rule["EventBusName"] == {"Ref": bus}
+    assert rule["EventPattern"] == {
+        "source": ["toolpipe"],
+        "detail-type": ["ApprovalRequested"],
+        "detail": {"kind": ["human"]},
+    }
+    [target] = rule["Targets"]
+    assert target["Arn"] == {"Ref": topic} and "RoleArn" not in target
+    asked = DETAIL | {
+        "tool": "ask_user",
+        "kind": "human",
+        "question": "Is the card 4111 1111 1111 1111 yours?",
+    }
+    text = _render(target["InputTransformer"], asked)
+    assert text == (
+        "A question from the agent waits for your answer (tool ask_user, run r-1, question 3f2a9c).\n\n"
+        f"Open this link to read it and answer: {DETAIL['callback_url']}\n\n"
+        "The link works once. If nobody answers by 2026-11-23T21:00:00+00:00 (UTC), the agent is told "
+        "that no answer came."
+    )
+    assert "4111" not in text and "secret plans" not in text  # the page shows them, not the email
+
+
+@pytest.mark.slow
 def test_every_field_the_message_reads_is_in_the_approval_requested_event(emails_template: Any) -> None:
     """Held to the published schema: a field renamed or not yet published (the page's
     `callback_url`) would leave a blank in every email, silently."""
-    _, rule = _approval_rule(emails_template)
     schema = json.loads((ROOT / "docs" / "events" / "ApprovalRequested.json").read_text())
-    read = {
-        p.removeprefix("$.detail.") for p in rule["Targets"][0]["InputTransformer"]["InputPathsMap"].values()
-    }
-    assert read - set(schema["properties"]) == set()
-    assert read >= {"callback_url", "tool", "run_id"}
+    assert set(schema["properties"]["kind"]["enum"]) == {"approval", "human"}  # a rule for each
+    for kind in ("approval", "human"):
+        _, rule = _approval_rule(emails_template, kind)
+        read = {
+            p.removeprefix("$.detail.")
+            for p in rule["Targets"][0]["InputTransformer"]["InputPathsMap"].values()
+        }
+        assert read - set(schema["properties"]) == set()
+        assert read >= {"callback_url", "tool", "run_id"}
 
 
 @pytest.mark.parametrize(
