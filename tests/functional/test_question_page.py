@@ -283,3 +283,23 @@ def test_forged_links_and_posts_without_the_csrf_pair_answer_nothing(pipeline: P
     for why, answer in refused.items():
         assert (answer.status, answer.h1()) == (403, "Refused"), why
     assert _items(pipeline, approval_id) == before
+
+
+def test_an_answer_whose_delivery_is_uncertain_is_kept_and_its_page_sends_it_again(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.functional.test_approvals import AnswerLostOnce
+    from toolpipe.functions.api import handler
+
+    run_id, approval_id, browser, page = _asked(pipeline, call("ask_user", question="Which city?"))
+    origin = [("Origin", f"http://{HOST}")]
+    monkeypatch.setattr(handler.approvals(), "_tasks", AnswerLostOnce(heard=False))
+
+    uncertain = browser.post(page, "answer", origin, answer="Lyon")
+    assert (uncertain.status, uncertain.h1()) == (503, "Recorded answered; delivery uncertain")
+    assert _record(pipeline, approval_id)["status"] == "answered"
+    again = browser.post(uncertain, "answer", origin, answer=uncertain.field("answer"))
+    assert (again.status, again.h1()) == (200, "Answer sent")
+    assert browser.post(page, "answer", origin, answer="Paris").status == 409
+    pipeline.finish(run_id)
+    assert tool_messages(pipeline, 1) == ["Lyon"]
