@@ -87,6 +87,12 @@ class Approval(BaseModel):
         "any JSON (`client`).",
     )
     answer_preview: str | None = Field(default=None, description="The answer's first 500 characters.")
+    delivery_uncertain: bool | None = Field(
+        default=None,
+        description="True while it is unknown whether the waiting task heard the decision (the "
+        "request to Step Functions failed with an unknown outcome): the same decision again "
+        "tells it again. Otherwise the same decision again is answered without telling it twice.",
+    )
     arguments: str | None = Field(
         default=None,
         description="The arguments a person edited before approving (canonical JSON): the call runs "

@@ -40,6 +40,10 @@ class ApprovalRecords(Protocol):
         decision taken back to pending drops them. `answer`: a deferred call's answer preview."""
         ...
 
+    def set_delivery_uncertain(self, approval_id: str, uncertain: bool) -> None:
+        """Mark (or clear) a decided approval whose task may not have heard it."""
+        ...
+
     def list(self, requester: str | None, status: ApprovalStatus | None) -> list[Approval]:
         """`requester`'s approvals, newest first (None: everyone's)."""
         ...

@@ -256,12 +256,19 @@ class ApprovalService:
             wanted = approval.link_arguments_sha256 if edited is None else edited.sha256
             if current.status is not status or (approve and current.arguments_sha256 != wanted):
                 raise
-            # The same decision again (a retry after an uncertain delivery, or a double click):
-            # told to the task again; a token already answered counts as told.
-            self._deliver(current, first=False)
+            # The same decision again (a double click, or a retry after an uncertain delivery):
+            # a 200, and the task is told again only when it may not have heard it.
+            self._redeliver(current)
             return current
         self._deliver(decided, first=True)
         return decided
+
+    def _redeliver(self, current: Approval) -> None:
+        """The same decision again: tell the task again only if it may not have heard it, so a
+        decided approval's task gets one SendTask* unless a delivery's outcome was unknown."""
+        if current.delivery_uncertain:
+            self._deliver(current, first=False)
+            self._approvals.set_delivery_uncertain(current.approval_id, False)
 
     def _deliver(self, decided: Approval, first: bool) -> None:
         """Tell the waiting task `decided`'s outcome. When the request certainly did not take
@@ -279,6 +286,7 @@ class ApprovalService:
             logger.error(
                 "approval %s %s; delivery uncertain: %s", approval_id, decided.status.value, _error_name(e)
             )
+            self._approvals.set_delivery_uncertain(approval_id, True)
             raise DeliveryUncertainError(approval_id, decided.status) from e
         if not delivered:
             # No task waits on this token now: already answered (a retry), a restarted local
@@ -353,7 +361,7 @@ class ApprovalService:
             if current.status is not ApprovalStatus.ANSWERED or self._slot_text(run, approval) != content:
                 raise
             # The same answer again (a retry after an uncertain delivery): told again, once.
-            self._deliver(current, first=False)
+            self._redeliver(current)
             return current
         try:
             # The ledger slot of the call: the next model step reads it as a worker's result. A

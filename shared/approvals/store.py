@@ -188,7 +188,7 @@ class DynamoApprovalStore:
             # Taken back: nothing of the decision stays (who, when, why, what it answered, the
             # edited arguments), and the next decision starts from the model's arguments again.
             names["#reason"] = "reason"
-            removes += ["decided_by", "decided_at", "#reason", "answer_preview"]
+            removes += ["decided_by", "decided_at", "#reason", "answer_preview", "delivery_uncertain"]
             if approval.requested_arguments_sha256 is not None:
                 values[":sha"] = gate_values[":sha"] = approval.requested_arguments_sha256
                 sets.append("arguments_sha256 = :sha")
@@ -249,6 +249,17 @@ class DynamoApprovalStore:
                 approval.approval_id, self.get(approval.approval_id).status
             ) from e
         return self.get(approval.approval_id)
+
+    def set_delivery_uncertain(self, approval_id: str, uncertain: bool) -> None:
+        key = {"pk": _pk(approval_id), "sk": RECORD_SK}
+        if uncertain:
+            self._table.update_item(
+                Key=key,
+                UpdateExpression="SET delivery_uncertain = :t",
+                ExpressionAttributeValues={":t": True},
+            )
+        else:
+            self._table.update_item(Key=key, UpdateExpression="REMOVE delivery_uncertain")
 
     def list(self, requester: str | None, status: ApprovalStatus | None) -> list[Approval]:
         """`requester`'s approvals, newest first (None: everyone's, in no set order)."""
