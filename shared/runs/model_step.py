@@ -156,7 +156,12 @@ class ModelStep:
 
     def _settle_turn(self, step: _Step, reply: AssistantMessage, request: StepRequest) -> Decision | None:
         """Error results for calls that came back without one; then the answer policies."""
-        step.history.extend(self._record_missing_results(step.run, reply, step.history, request))
+        missing = self._record_missing_results(step.run, reply, step.history, request)
+        if missing:
+            # Written after the turn's other results but for earlier slots: the model reads the
+            # turn in call order, as the store holds it.
+            step.history.extend(missing)
+            step.history.sort(key=lambda item: item.seq)
         failure = tool_failure(step.agent, reply, step.history)
         if failure is not None:
             return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=failure)

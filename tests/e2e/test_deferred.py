@@ -378,3 +378,21 @@ def test_a_long_answer_is_cut_for_the_model_as_a_workers_result_is(
     assert shown.startswith(whole[:20] + "\n[… result truncated: ")
     [execution] = body["executions"]
     assert execution["full_result_url"]
+
+
+def test_a_call_that_expired_is_read_in_its_place_among_the_turns_results(short_waits: Pipeline) -> None:
+    # The next model step writes the expired call's result after the ordinary call's result.
+    pipeline = short_waits
+    pipeline.script(
+        Reply(tool_calls=[call("ask_user", question="Which city?"), call("count_once", label="second")]),
+        Reply(content="Done."),
+    )
+    run_id = pipeline.start("two calls", agent="deferring")
+    pipeline.finish(run_id)
+
+    messages = pipeline.model.requests[1]["messages"]
+    calls = [c["id"] for m in messages if m.get("tool_calls") for c in m["tool_calls"]]
+    tools = [m for m in messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tools] == calls
+    assert tools[0]["content"].startswith("Error: no answer came in time")
+    assert tools[1]["content"] == "counted second"
