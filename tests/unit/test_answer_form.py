@@ -103,8 +103,14 @@ def test_the_forms_strings_become_the_schemas_types(form: dict[str, str], answer
         ({"field.seats": "1", "field.class": "4"}, "invalid answer: class: choose one of the listed values"),
         ({"field.seats": "1", "field.class": "-1"}, "invalid answer: class: choose one of the listed values"),
         # Unicode digits and Python's own number syntax are not JSON numbers.
-        ({"field.seats": "1", "field.class": "\u00b2"}, "invalid answer: class: choose one of the listed values"),
-        ({"field.seats": "1", "field.class": "9" * 5000}, "invalid answer: class: choose one of the listed values"),
+        (
+            {"field.seats": "1", "field.class": "\u00b2"},
+            "invalid answer: class: choose one of the listed values",
+        ),
+        (
+            {"field.seats": "1", "field.class": "9" * 5000},
+            "invalid answer: class: choose one of the listed values",
+        ),
         ({"field.seats": "1_000"}, "invalid answer: seats: '1_000' is not a whole number"),
         ({"field.seats": "\u0663"}, "is not a whole number"),
         ({"field.seats": "+1"}, "is not a whole number"),
