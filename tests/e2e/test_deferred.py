@@ -396,3 +396,41 @@ def test_a_call_that_expired_is_read_in_its_place_among_the_turns_results(short_
     assert [m["tool_call_id"] for m in tools] == calls
     assert tools[0]["content"].startswith("Error: no answer came in time")
     assert tools[1]["content"] == "counted second"
+
+
+def test_eleven_waiting_calls_hold_back_none_of_the_turns_other_calls(pipeline: Pipeline) -> None:
+    # A Map bound of 10 would be filled by the waiting branches: the ordinary call would never run.
+    big_turn = dataclasses.replace(DEFERRING, name="big_turn", max_calls_per_turn=12)
+    AGENTS[big_turn.name] = big_turn
+    try:
+        pipeline.script(
+            Reply(
+                tool_calls=[
+                    *[call("read_clipboard", format=f"f{i}") for i in range(11)],
+                    call("count_once", label="last"),
+                ]
+            ),
+            Reply(content="Done."),
+        )
+        run_id = pipeline.start("a big turn", agent="big_turn")
+        deadline = time.monotonic() + 20
+        while True:
+            pending = pipeline.runtime.api("GET", "/approvals?status=pending")[1]["approvals"]
+            ran = [m for m in history(pipeline, run_id) if m["kind"] == "tool_result"]
+            if len(pending) == 11 and ran:
+                break
+            assert time.monotonic() < deadline, (len(pending), ran)
+            time.sleep(0.05)
+        assert [m["content"] for m in ran] == ["counted last"]
+        for waiting_call in pending:
+            seq = waiting_call["seq"]
+            status, body = pipeline.runtime.api(
+                "POST", f"/runs/{run_id}/calls/{seq}/result", {"result": {"text": f"clip {seq}"}}
+            )
+            assert status == 200, body
+        pipeline.finish(run_id)
+    finally:
+        del AGENTS[big_turn.name]
+
+    told = tool_messages(pipeline, 1)
+    assert told == [*[json.dumps({"text": f"clip {seq}"}) for seq in range(3, 14)], "counted last"]

@@ -10,10 +10,11 @@ from pydantic import BaseModel
 
 from tests.unit.test_approvals import APPROVER, _deliver
 from toolpipe.infra.definition import build_definition
-from toolpipe.shared.agents import AGENTS
+from toolpipe.shared.agents import AGENTS, Agent
 from toolpipe.shared.approvals.answers import answer_content, question_of
 from toolpipe.shared.approvals.models import ApprovalKind, InvalidAnswerError, ResultRequest
 from toolpipe.shared.errors import DefinitionError, ErrorKind
+from toolpipe.shared.settings import WAITING_CALLS_PER_TURN
 from toolpipe.shared.tools import SchemaError, schema_tool, tool
 from toolpipe.shared.tools.tool import MAX_WAIT_SECONDS
 
@@ -214,4 +215,27 @@ def test_a_worker_that_gets_a_deferred_call_runs_nothing(monkeypatch: pytest.Mon
     assert result.error_type is ErrorKind.NOT_APPROVED
     assert result.content == (
         "Error: not run: 'send' is answered from outside (a person or the caller's program), never run by a worker."
+    )
+
+
+def test_an_agent_whose_calls_wait_keeps_its_turns_within_the_maps_40_branches() -> None:
+    # The gated Map runs a turn's calls all at once (AWS: 40 at most for an inline Map), so a
+    # waiting call never holds back another; a bigger turn could, and is refused where written.
+    states = build_definition()["States"]
+    assert states["RunGatedTools"]["MaxConcurrency"] == WAITING_CALLS_PER_TURN == 40
+    assert states["RunTools"]["MaxConcurrency"] == 10  # dispatches only: the workers' share
+    waiting = schema_tool(
+        {"name": "read_clipboard", "description": "Read it.", "parameters": {"type": "object"}},
+        deferred="client",
+    )
+    Agent(name="wide", instructions="x", tools=[waiting], max_calls_per_turn=40)
+    with pytest.raises(
+        DefinitionError, match=r"^agent 'wide': max_calls_per_turn is at most 40 for an agent"
+    ):
+        Agent(name="wide", instructions="x", tools=[waiting], max_calls_per_turn=41)
+    Agent(
+        name="wide",
+        instructions="x",
+        tools=[dataclasses.replace(waiting, deferred=None)],
+        max_calls_per_turn=41,
     )
