@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolpipe.shared.agents import AfterTool, Agent, BeforeTool, get_agent, run_agent
+from toolpipe.shared.agents.app import child_waits
 from toolpipe.shared.approvals.hashing import arguments_hash, tool_hash
 from toolpipe.shared.approvals.models import ApprovalStatus, Gate
 from toolpipe.shared.errors import (
@@ -232,7 +233,7 @@ class ToolCallExecutor:
         if refusal is not None:
             return self._persist(call, Execution(refusal, "error", 0, ErrorKind.AGENT_DEPTH), 1, ({}, []))
         try:
-            get_agent(call.tool.child_agent)
+            child = get_agent(call.tool.child_agent)
         except UnknownAgentError:
             missing = Execution(
                 f"Error: no agent named '{call.tool.child_agent}' is registered.",
@@ -241,6 +242,12 @@ class ToolCallExecutor:
                 ErrorKind.UNKNOWN_AGENT,
             )
             return self._persist(call, missing, 1, ({}, []))
+        if child.waits:
+            # Refused at import for an app's agents; this covers agents registered in code.
+            waits = child_waits(call.agent.name, call.tool.name, child.name)
+            return self._persist(
+                call, Execution(f"Error: {waits}.", "error", 0, ErrorKind.AGENT_WAITS), 1, ({}, [])
+            )
         # An agent tool passes the same `before_tool` hooks as any other: they may block it.
         context = ToolContext(
             run_id=call.run.run_id,

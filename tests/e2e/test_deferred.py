@@ -16,7 +16,8 @@ from tests.conftest import CALLS, TEST_AGENT, Pipeline, _pipeline, call
 from tests.e2e.test_run_events import of, subscribe, validate
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
-from toolpipe.shared.agents import AGENTS, Agent
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
+from toolpipe.shared.agents.app import waiting_child
 from toolpipe.shared.tools import schema_tool, tool
 
 OTHER = "arn:aws:iam::000000000000:user/someone-else"
@@ -434,3 +435,26 @@ def test_eleven_waiting_calls_hold_back_none_of_the_turns_other_calls(pipeline: 
 
     told = tool_messages(pipeline, 1)
     assert told == [*[json.dumps({"text": f"clip {seq}"}) for seq in range(3, 14)], "counted last"]
+
+
+def test_an_agent_whose_calls_wait_cannot_run_as_a_tool(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its child run would wait for days while the parent's call beats a 900 s heartbeat.
+    parent = Agent(name="parent", instructions="x", tools=[agent_tool("deferring")])
+    monkeypatch.setitem(AGENTS, parent.name, parent)
+    assert waiting_child([parent], AGENTS) == (
+        "agent 'parent': tool 'deferring' runs agent 'deferring', whose calls may wait for a person or a "
+        "program; an agent tool's agent cannot (give those tools to the parent agent)"
+    )
+    pipeline.script(Reply(tool_calls=[call("deferring", task="ask the user")]), Reply(content="ok"))
+    run_id = pipeline.start("go", agent="parent")
+    body = pipeline.finish(run_id)
+
+    [told] = tool_messages(pipeline, 1)
+    assert told.startswith(
+        "Error: agent 'parent': tool 'deferring' runs agent 'deferring', whose calls may wait"
+    )
+    assert body["executions"][0]["error_type"] == "AgentWaitsError"
+    assert pipeline.runtime.api("GET", "/approvals")[1]["approvals"] == []
+    assert len(pipeline.model.requests) == 2  # no child run asked the model
