@@ -16,7 +16,7 @@ from tests.conftest import CALLS, TEST_AGENT, Pipeline, _pipeline, call
 from tests.e2e.test_run_events import of, subscribe, validate
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
-from toolpipe.shared.agents import AGENTS, Agent, agent_tool
+from toolpipe.shared.agents import AGENTS, AfterTool, Agent, BeforeTool, Hooks, agent_tool
 from toolpipe.shared.agents.app import waiting_child
 from toolpipe.shared.tools import schema_tool, tool
 
@@ -458,3 +458,65 @@ def test_an_agent_whose_calls_wait_cannot_run_as_a_tool(
     assert body["executions"][0]["error_type"] == "AgentWaitsError"
     assert pipeline.runtime.api("GET", "/approvals")[1]["approvals"] == []
     assert len(pipeline.model.requests) == 2  # no child run asked the model
+
+
+class _NoDeletes(Hooks):
+    """Blocks every delete, rewrites one question; records what the hooks saw."""
+
+    def __init__(self) -> None:
+        super().__init__(name="no-deletes")
+        self.seen: list[tuple[str, str]] = []
+
+    def before_tool(self, event: BeforeTool) -> None:
+        self.seen.append(("before", event.call.name))
+        if event.call.name == "delete_file":
+            event.blocked = "deleting is not allowed here"
+        elif "rewrite" in event.call.arguments:
+            event.call = event.call.model_copy(update={"arguments": '{"question": "something else"}'})
+
+    def after_tool(self, event: AfterTool) -> None:
+        self.seen.append(("after", event.execution.content))
+
+
+delete_file = schema_tool(
+    {
+        "name": "delete_file",
+        "description": "Delete a file on the user's machine.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+    deferred="client",
+)
+
+
+def test_before_tool_hooks_can_block_a_deferred_call_before_it_waits(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hooks = _NoDeletes()
+    hooked = Agent(name="hooked", instructions="x", tools=[delete_file, ask_user], hooks=[hooks])
+    monkeypatch.setitem(AGENTS, hooked.name, hooked)
+    read = subscribe(pipeline.runtime)
+    pipeline.script(
+        Reply(
+            tool_calls=[
+                call("delete_file", path="/home/ana/thesis.tex"),
+                call("ask_user", question="rewrite me"),
+                call("ask_user", question="Which city?"),
+            ]
+        ),
+        Reply(content="ok"),
+    )
+    run_id = pipeline.start("go", agent="hooked")
+    asked = waiting(pipeline)  # the one call the hooks let wait
+    assert asked["tool"] == "ask_user" and asked["seq"] == 5
+    pipeline.runtime.api("POST", f"/approvals/{asked['approval_id']}/answer", {"answer": "Lyon"})
+    pipeline.finish(run_id)
+
+    assert tool_messages(pipeline, 1) == [
+        "Error: Blocked: deleting is not allowed here",
+        "Error: Blocked: a before_tool hook changed this call, which waits for an answer from outside; "
+        "it was not asked.",
+        "Lyon",
+    ]
+    assert ("after", "Error: Blocked: deleting is not allowed here") in hooks.seen
+    events = read(lambda events: bool(of(events, "ApprovalRequested")))
+    assert of(events, "ToolCallRequested") == [] and len(of(events, "ApprovalRequested")) == 1
