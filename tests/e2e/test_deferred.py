@@ -518,5 +518,6 @@ def test_before_tool_hooks_can_block_a_deferred_call_before_it_waits(
         "Lyon",
     ]
     assert ("after", "Error: Blocked: deleting is not allowed here") in hooks.seen
+    assert ("after", "Lyon") in hooks.seen  # the answer passed after_tool, as a worker's result does
     events = read(lambda events: bool(of(events, "ApprovalRequested")))
     assert of(events, "ToolCallRequested") == [] and len(of(events, "ApprovalRequested")) == 1
