@@ -163,6 +163,11 @@ class ApprovalService:
             self._events.approval_requested(run, stored, self.callback_url(stored, self._api_url))
         elif stored.status is not ApprovalStatus.PENDING:
             self._answer(stored, request.task_token)
+        elif stored.expires_at <= utc_now():
+            # Its task started again (a restarted local runtime) after the call's time: it
+            # would wait a whole timeout more for an answer the record refuses. Ends it now.
+            stored = self._expire(stored)
+            self._answer(stored, request.task_token)
         return stored
 
     # --- a person's decision -------------------------------------------------------------
