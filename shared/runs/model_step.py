@@ -390,7 +390,7 @@ class ModelStep:
         agent = step.agent
         try:
             changed, answered = before_hooks(agent, call, context)
-        except Exception as e:
+        except Exception as e:  # as in the worker: a hook's failure is the call's result, not the step's
             changed, answered = (
                 call,
                 Execution(
