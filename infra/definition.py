@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from toolpipe.infra import limits
+from toolpipe.shared.settings import WAITING_CALLS_PER_TURN
 
 ORCHESTRATOR_ARN = "OrchestratorFunctionArn"
 TOOL_QUEUE_URL = "ToolQueueUrl"
@@ -149,12 +150,12 @@ def _wait_for_result(orchestrator: str) -> dict[str, Any]:
     return task
 
 
-def _tool_map(states: dict[str, Any], start: str) -> dict[str, Any]:
+def _tool_map(states: dict[str, Any], start: str, concurrency: int = MAX_PARALLEL_CALLS) -> dict[str, Any]:
     return {
         "Type": "Map",
         "ItemsPath": "$.model.decision.calls",
         "ItemSelector": {"run_id.$": "$.run_id", "call.$": "$$.Map.Item.Value"},
-        "MaxConcurrency": MAX_PARALLEL_CALLS,
+        "MaxConcurrency": concurrency,
         "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": start, "States": states},
         "ResultPath": "$.results",
         "Next": "CallModel",
@@ -264,6 +265,10 @@ def build_definition() -> dict[str, Any]:
                     "CallFailed": _call_failed(),
                 },
                 "NeedsApproval",
+                # Waiting branches cost nothing but would fill a bound of 10 and hold back the
+                # turn's other calls: every call of a turn runs at once (the agent keeps its
+                # turns within it); dispatches still queue for the workers on SQS.
+                WAITING_CALLS_PER_TURN,
             ),
             "MarkFailed": {
                 "Type": "Task",

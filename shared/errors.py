@@ -41,6 +41,9 @@ class ErrorKind(StrEnum):
     # The call came after its run was cancelled: it was not run.
     RUN_CANCELLED = "RunCancelled"
     AGENT_DEPTH = "AgentDepthError"
+    # The agent behind an agent tool has calls that may wait for a person or a program: its
+    # child run would wait past the parent call's heartbeat and answer an orphan. Never started.
+    AGENT_WAITS = "AgentWaitsError"
     # The call needed a person's approval: denied (with the reason), expired undecided, or run
     # with arguments other than those approved (refused by the worker). Never run.
     APPROVAL_DENIED = "ApprovalDenied"

@@ -137,6 +137,12 @@ class ApiSettings(_EnvSettings):
 # bound in shared/agents/agent.py does not model.
 EXECUTION_EVENT_BUDGET = 20_000
 
+# An inline Map runs at most 40 iterations at once, whatever its MaxConcurrency
+# (https://docs.aws.amazon.com/step-functions/latest/dg/state-map-inline.html). The gated Map
+# runs that many so that branches waiting for a person or a program never hold back the rest of
+# the turn: an agent whose calls may wait keeps max_calls_per_turn at or under it.
+WAITING_CALLS_PER_TURN = 40
+
 
 class ExecutionBudget(_EnvSettings):
     """How many history events one execution may write before its run continues in a fresh one

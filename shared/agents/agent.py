@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from toolpipe.shared.agents.hooks import Hooks
 from toolpipe.shared.errors import DefinitionError
 from toolpipe.shared.messages import NAME_PATTERN
-from toolpipe.shared.settings import EXECUTION_EVENT_BUDGET
+from toolpipe.shared.settings import EXECUTION_EVENT_BUDGET, WAITING_CALLS_PER_TURN
 from toolpipe.shared.tools import Tool, ToolRegistry, ToolSource
 
 # Step Functions caps an execution at 25,000 history events; a run whose execution nears its
@@ -116,6 +116,11 @@ class Agent:
     output_type: type[BaseModel] | None = None
     hooks: list[Hooks] = field(default_factory=list)
 
+    @property
+    def waits(self) -> bool:
+        """Whether some of its calls may wait for a person or a program (approval, deferred)."""
+        return any(t.requires_approval is not False or t.deferred is not None for t in self.tools)
+
     def __post_init__(self) -> None:
         # The name is how runs, the API and `--agent` reach it: what they accept, from the start.
         if not re.fullmatch(NAME_PATTERN, self.name):
@@ -134,6 +139,11 @@ class Agent:
             raise DefinitionError(
                 f"agent '{self.name}': one turn of {self.max_calls_per_turn} calls could write {worst} Step "
                 f"Functions history events; one execution's budget is {EXECUTION_EVENT_BUDGET}"
+            )
+        if self.waits and self.max_calls_per_turn > WAITING_CALLS_PER_TURN:
+            raise DefinitionError(
+                f"agent '{self.name}': max_calls_per_turn is at most {WAITING_CALLS_PER_TURN} for an agent "
+                "whose calls may wait for a person or a program (Step Functions runs 40 branches at once)"
             )
         if self.output_type is not None and any(t.return_direct for t in self.tools):
             raise DefinitionError(

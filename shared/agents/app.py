@@ -19,7 +19,7 @@ from stat import S_ISREG
 from types import ModuleType
 
 from toolpipe.shared.agents.agent import Agent
-from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.errors import ConfigurationError, DefinitionError
 
 APP_ENV = "TOOLPIPE_APP"
 # The folder the module is imported from when it is not installed: the project's root.
@@ -145,10 +145,26 @@ def load_app(registry: dict[str, Agent]) -> None:
             raise ConfigurationError(f"app module '{ref.module}' defines no Agent at its top level")
         for agent in agents:
             registry.setdefault(agent.name, agent)
+        refusal = waiting_child(agents, registry)
+        if refusal is not None:
+            raise DefinitionError(refusal)
         _loaded = ref
 
 
-def app_agent_names(registry: dict[str, Agent]) -> list[str]:
-    """The registered agents' names, the app's first: the first is the default agent."""
-    load_app(registry)
-    return list(registry)
+def waiting_child(agents: list[Agent], registry: dict[str, Agent]) -> str | None:
+    """Why an agent tool of `agents` may not run its agent, for the first one that may not: that
+    agent's calls may wait for a person or a program, for days, while the parent's call waits on
+    a heartbeat the busy child cannot beat. None: every agent tool may."""
+    for agent in agents:
+        for t in agent.tools:
+            target = registry.get(t.child_agent) if t.child_agent else None
+            if target is not None and target.waits:
+                return child_waits(agent.name, t.name, target.name)
+    return None
+
+
+def child_waits(parent: str, tool: str, child: str) -> str:
+    return (
+        f"agent '{parent}': tool '{tool}' runs agent '{child}', whose calls may wait for a person or "
+        "a program; an agent tool's agent cannot (give those tools to the parent agent)"
+    )

@@ -9,6 +9,7 @@ checked against the schema by `answers.answer_content` like any other answer.
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
@@ -21,6 +22,10 @@ from toolpipe.shared.approvals.models import MAX_ANSWER_CHARS, InvalidAnswerErro
 ANSWER_FIELD = "answer"
 PROPERTY_PREFIX = "field."
 _SCALARS = ("string", "number", "integer", "boolean")
+# JSON's number grammar on ASCII digits: [0-9], never \d, which takes every Unicode digit.
+_INDEX = re.compile(r"0|[1-9][0-9]{0,5}")
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -172,20 +177,16 @@ def _typed(field: FormField, text: str) -> Any:
     if field.kind == "string":
         return text
     if field.kind == "enum":
-        if not text.isdigit() or int(text) >= len(field.choices):
+        if not _INDEX.fullmatch(text) or int(text) >= len(field.choices):
             raise InvalidAnswerError(f"invalid answer: {field.label}: choose one of the listed values")
         return field.choices[int(text)]
-    if field.kind == "integer":
-        try:
-            return int(text)
-        except ValueError:
-            raise InvalidAnswerError(
-                f"invalid answer: {field.label}: {text[:40]!r} is not a whole number"
-            ) from None
+    grammar, what = (_INTEGER, "a whole number") if field.kind == "integer" else (_NUMBER, "a number")
     try:
-        number = float(text)
-    except ValueError:
-        raise InvalidAnswerError(f"invalid answer: {field.label}: {text[:40]!r} is not a number") from None
-    if not math.isfinite(number):
-        raise InvalidAnswerError(f"invalid answer: {field.label}: {text[:40]!r} is not a number")
-    return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+        # JSON's own grammar on ASCII digits, then JSON's parser: integers stay exact (no trip
+        # through float), and `1_000`, `٣` or `inf`, which Python's int()/float() take, are refused.
+        number = json.loads(text) if grammar.fullmatch(text) else None
+    except ValueError:  # an integer past Python's digit limit
+        number = None
+    if number is None or (isinstance(number, float) and not math.isfinite(number)):
+        raise InvalidAnswerError(f"invalid answer: {field.label}: {text[:40]!r} is not {what}")
+    return number

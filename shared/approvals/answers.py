@@ -27,8 +27,17 @@ def answer_content(kind: ApprovalKind, schema: dict[str, Any] | None, value: Any
         raise InvalidAnswerError(f"invalid {field}: longer than {MAX_ANSWER_CHARS:,} characters")
     if schema is not None:
         import jsonschema  # only calls with a result schema pay for it
+        from referencing.exceptions import Unresolvable
 
-        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
+        try:
+            error = jsonschema.exceptions.best_match(
+                jsonschema.Draft202012Validator(schema).iter_errors(value)
+            )
+        except Unresolvable as e:
+            # Refused at declaration; a schema stored before that check still answers one line.
+            raise InvalidAnswerError(
+                f"invalid {field}: the tool's result_schema cannot be checked ({e})"
+            ) from e
         if error is not None:
             where = ".".join([field, *(str(p) for p in error.absolute_path)])
             message = error.message if len(error.message) <= 300 else error.message[:299] + "…"

@@ -45,7 +45,9 @@ from toolpipe.shared.messages import (
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import certainly_not_sent
 from toolpipe.shared.runs.results import fit_for_model
-from toolpipe.shared.tools import Tool
+from toolpipe.shared.runs.tool_hooks import after_hooks
+from toolpipe.shared.tools import Tool, ToolContext
+from toolpipe.shared.tools.registry import Execution
 
 # The error a denial or an expiry answers the waiting task with; the state machine's Catch
 # ends the branch without dispatching the call.
@@ -165,6 +167,11 @@ class ApprovalService:
         elif stored.approval_id == fresh.approval_id:
             self._events.approval_requested(run, stored, self.callback_url(stored, self._api_url))
         elif stored.status is not ApprovalStatus.PENDING:
+            self._answer(stored, request.task_token)
+        elif stored.expires_at <= utc_now():
+            # Its task started again (a restarted local runtime) after the call's time: it
+            # would wait a whole timeout more for an answer the record refuses. Ends it now.
+            stored = self._expire(stored)
             self._answer(stored, request.task_token)
         return stored
 
@@ -400,15 +407,22 @@ class ApprovalService:
     ) -> ToolResult:
         """The answer as the call's result, cut to the agent's `max_result_chars` for the model
         (the whole in S3) exactly as a worker's result is."""
-        shown, ref, chars = fit_for_model(self._runs, run_agent(run), run.run_id, approval.seq, content)
+        agent = run_agent(run)
+        outcome = Execution(content, "ok" if error is None else "error", 0, error)
+        call = self.call_of(approval) if agent.hooks else None
+        if call is not None:
+            # The worker runs after_tool on every result it writes; an answer is this call's.
+            context = ToolContext(run_id=run.run_id, agent=run.agent, call_id=call.id, caller=run.caller)
+            outcome = after_hooks(agent, call, outcome, context)
+        shown, ref, chars = fit_for_model(self._runs, agent, run.run_id, approval.seq, outcome.content)
         return ToolResult(
             seq=approval.seq,
             turn=approval.turn,
             call_id=approval.call_id,
             tool=approval.tool,
             content=shown,
-            status="ok" if error is None else "error",
-            error_type=error,
+            status=outcome.status,
+            error_type=outcome.error_type,
             full_result_ref=ref,
             full_result_chars=chars,
         )

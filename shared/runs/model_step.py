@@ -29,6 +29,7 @@ from toolpipe.shared.messages import (
     RunRecord,
     RunStatus,
     StepRequest,
+    ToolCall,
     ToolResult,
     Usage,
     UserMessage,
@@ -48,9 +49,11 @@ from toolpipe.shared.runs.rules import (
     tool_failure,
     tree_budget_reached,
 )
+from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.runs.triggers import AnswerWriter
 from toolpipe.shared.settings import CallTimeouts
 from toolpipe.shared.tools import Tool, ToolContext
+from toolpipe.shared.tools.registry import Execution
 
 
 class UnapprovedCalls(Protocol):
@@ -156,7 +159,12 @@ class ModelStep:
 
     def _settle_turn(self, step: _Step, reply: AssistantMessage, request: StepRequest) -> Decision | None:
         """Error results for calls that came back without one; then the answer policies."""
-        step.history.extend(self._record_missing_results(step.run, reply, step.history, request))
+        missing = self._record_missing_results(step.run, reply, step.history, request)
+        if missing:
+            # Written after the turn's other results but for earlier slots: the model reads the
+            # turn in call order, as the store holds it.
+            step.history.extend(missing)
+            step.history.sort(key=lambda item: item.seq)
         failure = tool_failure(step.agent, reply, step.history)
         if failure is not None:
             return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=failure)
@@ -355,6 +363,9 @@ class ModelStep:
                 if self._store.append(run.run_id, refused):
                     self._events.tool_call_completed(run, refused)
                 continue
+            context = ToolContext(run_id=run.run_id, agent=run.agent, call_id=call.id, caller=run.caller)
+            if tool.deferred is not None and self._hooks_answer(step, reply, seq, call, context):
+                continue
             calls.append(
                 CallRef(
                     seq=seq,
@@ -364,15 +375,62 @@ class ModelStep:
                     heartbeat_seconds=self._timeouts.heartbeat_seconds,
                     # Decided here, on the validated arguments, and enforced by the state
                     # machine: the call waits for a person before any worker sees it.
-                    needs_approval=tool.needs_approval(
-                        arguments,
-                        ToolContext(run_id=run.run_id, agent=run.agent, call_id=call.id, caller=run.caller),
-                    )
-                    or None,
+                    needs_approval=tool.needs_approval(arguments, context) or None,
                     **self._deferred(tool),
                 )
             )
         return calls
+
+    def _hooks_answer(
+        self, step: _Step, reply: AssistantMessage, seq: int, call: ToolCall, context: ToolContext
+    ) -> bool:
+        """The `before_tool` hooks on a deferred call, here since no worker ever sees it: a
+        block (or a hook's own answer) is its result and nothing waits. A hook that changes the
+        call is refused: the person or program would answer other arguments than the model's."""
+        agent = step.agent
+        try:
+            changed, answered = before_hooks(agent, call, context)
+        except Exception as e:  # as in the worker: a hook's failure is the call's result, not the step's
+            changed, answered = (
+                call,
+                Execution(
+                    f"Error: Tool '{call.name}' failed: a before_tool hook raised {type(e).__name__}",
+                    "error",
+                    0,
+                    ErrorKind.TOOL_FAILED,
+                ),
+            )
+        if answered is None and changed != call:
+            answered = Execution(
+                "Error: Blocked: a before_tool hook changed this call, which waits for an answer from "
+                "outside; it was not asked.",
+                "error",
+                0,
+                ErrorKind.BLOCKED,
+            )
+        if answered is None:
+            return False
+        try:
+            outcome = after_hooks(agent, changed, answered, context)
+        except Exception as e:
+            outcome = Execution(
+                f"Error: Tool '{call.name}' failed: an after_tool hook raised {type(e).__name__}",
+                "error",
+                0,
+                ErrorKind.TOOL_FAILED,
+            )
+        result = ToolResult(
+            seq=seq,
+            turn=reply.turn,
+            call_id=call.id,
+            tool=call.name,
+            content=outcome.content,
+            status=outcome.status,
+            error_type=outcome.error_type,
+        )
+        if self._store.append(step.run.run_id, result):
+            self._events.tool_call_completed(step.run, result)
+        return True
 
     def _deferred(self, tool: Tool) -> dict[str, Any]:
         """A deferred tool's call waits for its answer, never dispatched: for the tool's own time

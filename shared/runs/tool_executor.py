@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from toolpipe.shared.agents import AfterTool, Agent, BeforeTool, get_agent, run_agent
+from toolpipe.shared.agents import Agent, get_agent, run_agent
+from toolpipe.shared.agents.app import child_waits
 from toolpipe.shared.approvals.hashing import arguments_hash, tool_hash
 from toolpipe.shared.approvals.models import ApprovalStatus, Gate
 from toolpipe.shared.errors import (
@@ -42,6 +43,7 @@ from toolpipe.shared.runs import children
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.results import fit_for_model
+from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.tools import Execution, RunState, Tool, ToolContext
 
 logger = logging.getLogger(__name__)
@@ -232,7 +234,7 @@ class ToolCallExecutor:
         if refusal is not None:
             return self._persist(call, Execution(refusal, "error", 0, ErrorKind.AGENT_DEPTH), 1, ({}, []))
         try:
-            get_agent(call.tool.child_agent)
+            child = get_agent(call.tool.child_agent)
         except UnknownAgentError:
             missing = Execution(
                 f"Error: no agent named '{call.tool.child_agent}' is registered.",
@@ -241,6 +243,12 @@ class ToolCallExecutor:
                 ErrorKind.UNKNOWN_AGENT,
             )
             return self._persist(call, missing, 1, ({}, []))
+        if child.waits:
+            # Refused at import for an app's agents; this covers agents registered in code.
+            waits = child_waits(call.agent.name, call.tool.name, child.name)
+            return self._persist(
+                call, Execution(f"Error: {waits}.", "error", 0, ErrorKind.AGENT_WAITS), 1, ({}, [])
+            )
         # An agent tool passes the same `before_tool` hooks as any other: they may block it.
         context = ToolContext(
             run_id=call.run.run_id,
@@ -250,7 +258,7 @@ class ToolCallExecutor:
             idempotency_key=f"{call.run.run_id}:{call.message.seq}",
         )
         try:
-            hooked, answered = _before_hooks(call.agent, call.call, context)
+            hooked, answered = before_hooks(call.agent, call.call, context)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:
@@ -453,29 +461,12 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _before_hooks(agent: Agent, call: ToolCall, context: ToolContext) -> tuple[ToolCall, Execution | None]:
-    """The call as the `before_tool` hooks leave it, and their answer if they gave one."""
-    before = BeforeTool(run_id=context.run_id, agent=agent.name, call=call, context=context)
-    for hooks in agent.hooks:
-        hooks.before_tool(before)
-        if before.blocked is not None or before.result is not None:
-            break
-    if before.blocked is not None:
-        return before.call, Execution(f"Error: Blocked: {before.blocked}", "error", 0, ErrorKind.BLOCKED)
-    if before.result is not None:
-        return before.call, Execution(before.result, "ok", 0)
-    return before.call, None
-
-
 def _execute_with_hooks(
     agent: Agent, call: ToolCall, context: ToolContext, allowed: list[str] | None, gate: Gate | None = None
 ) -> Execution:
     approved_name = call.name
-    call, answered = _before_hooks(agent, call, context)
+    call, answered = before_hooks(agent, call, context)
     if answered is None:
         answered = _hooked_refusal(agent, call, context, gate, approved_name)
     execution = answered or agent.registry.execute(call, context, allowed=allowed)
-    after = AfterTool(run_id=context.run_id, agent=agent.name, call=call, execution=execution)
-    for hooks in agent.hooks:
-        hooks.after_tool(after)
-    return after.execution
+    return after_hooks(agent, call, execution, context)

@@ -434,3 +434,35 @@ def _check_deferred(t: Tool) -> None:
     except jsonschema.SchemaError as e:
         path = "/".join(str(p) for p in e.absolute_path) or "(root)"
         raise DefinitionError(f"tool '{t.name}': invalid result_schema at {path}: {e.message}") from e
+    _check_refs(t.name, schema)
+
+
+def _check_refs(name: str, schema: dict[str, Any]) -> None:
+    """Every `$ref` of a result schema points inside it: a dangling one passes `check_schema`
+    and would fail every answer; a remote one would need a fetch the answer path never makes."""
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    base = "urn:toolpipe:result-schema"
+    resolver = Registry().with_resource(base, DRAFT202012.create_resource(schema)).resolver(base)
+    for ref in _refs(schema):
+        if not ref.startswith("#"):
+            raise DefinitionError(
+                f"tool '{name}': result_schema $ref {ref[:80]!r} is not local (use '#/$defs/...')"
+            )
+        try:
+            resolver.lookup(ref)
+        except Unresolvable as e:
+            raise DefinitionError(f"tool '{name}': result_schema $ref {ref[:80]!r} points nowhere") from e
+
+
+def _refs(node: Any) -> list[str]:
+    """The `$ref` strings of a schema, at any depth; values (enum, const, default) are data."""
+    if isinstance(node, list):
+        return [ref for item in node for ref in _refs(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+    data = ("enum", "const", "default", "examples")
+    return own + [ref for key, value in node.items() if key not in data for ref in _refs(value)]

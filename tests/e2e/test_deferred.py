@@ -16,7 +16,8 @@ from tests.conftest import CALLS, TEST_AGENT, Pipeline, _pipeline, call
 from tests.e2e.test_run_events import of, subscribe, validate
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
-from toolpipe.shared.agents import AGENTS, Agent
+from toolpipe.shared.agents import AGENTS, AfterTool, Agent, BeforeTool, Hooks, agent_tool
+from toolpipe.shared.agents.app import waiting_child
 from toolpipe.shared.tools import schema_tool, tool
 
 OTHER = "arn:aws:iam::000000000000:user/someone-else"
@@ -378,3 +379,145 @@ def test_a_long_answer_is_cut_for_the_model_as_a_workers_result_is(
     assert shown.startswith(whole[:20] + "\n[… result truncated: ")
     [execution] = body["executions"]
     assert execution["full_result_url"]
+
+
+def test_a_call_that_expired_is_read_in_its_place_among_the_turns_results(short_waits: Pipeline) -> None:
+    # The next model step writes the expired call's result after the ordinary call's result.
+    pipeline = short_waits
+    pipeline.script(
+        Reply(tool_calls=[call("ask_user", question="Which city?"), call("count_once", label="second")]),
+        Reply(content="Done."),
+    )
+    run_id = pipeline.start("two calls", agent="deferring")
+    pipeline.finish(run_id)
+
+    messages = pipeline.model.requests[1]["messages"]
+    calls = [c["id"] for m in messages if m.get("tool_calls") for c in m["tool_calls"]]
+    tools = [m for m in messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tools] == calls
+    assert tools[0]["content"].startswith("Error: no answer came in time")
+    assert tools[1]["content"] == "counted second"
+
+
+def test_eleven_waiting_calls_hold_back_none_of_the_turns_other_calls(pipeline: Pipeline) -> None:
+    # A Map bound of 10 would be filled by the waiting branches: the ordinary call would never run.
+    big_turn = dataclasses.replace(DEFERRING, name="big_turn", max_calls_per_turn=12)
+    AGENTS[big_turn.name] = big_turn
+    try:
+        pipeline.script(
+            Reply(
+                tool_calls=[
+                    *[call("read_clipboard", format=f"f{i}") for i in range(11)],
+                    call("count_once", label="last"),
+                ]
+            ),
+            Reply(content="Done."),
+        )
+        run_id = pipeline.start("a big turn", agent="big_turn")
+        deadline = time.monotonic() + 20
+        while True:
+            pending = pipeline.runtime.api("GET", "/approvals?status=pending")[1]["approvals"]
+            ran = [m for m in history(pipeline, run_id) if m["kind"] == "tool_result"]
+            if len(pending) == 11 and ran:
+                break
+            assert time.monotonic() < deadline, (len(pending), ran)
+            time.sleep(0.05)
+        assert [m["content"] for m in ran] == ["counted last"]
+        for waiting_call in pending:
+            seq = waiting_call["seq"]
+            status, body = pipeline.runtime.api(
+                "POST", f"/runs/{run_id}/calls/{seq}/result", {"result": {"text": f"clip {seq}"}}
+            )
+            assert status == 200, body
+        pipeline.finish(run_id)
+    finally:
+        del AGENTS[big_turn.name]
+
+    told = tool_messages(pipeline, 1)
+    assert told == [*[json.dumps({"text": f"clip {seq}"}) for seq in range(3, 14)], "counted last"]
+
+
+def test_an_agent_whose_calls_wait_cannot_run_as_a_tool(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its child run would wait for days while the parent's call beats a 900 s heartbeat.
+    parent = Agent(name="parent", instructions="x", tools=[agent_tool("deferring")])
+    monkeypatch.setitem(AGENTS, parent.name, parent)
+    assert waiting_child([parent], AGENTS) == (
+        "agent 'parent': tool 'deferring' runs agent 'deferring', whose calls may wait for a person or a "
+        "program; an agent tool's agent cannot (give those tools to the parent agent)"
+    )
+    pipeline.script(Reply(tool_calls=[call("deferring", task="ask the user")]), Reply(content="ok"))
+    run_id = pipeline.start("go", agent="parent")
+    body = pipeline.finish(run_id)
+
+    [told] = tool_messages(pipeline, 1)
+    assert told.startswith(
+        "Error: agent 'parent': tool 'deferring' runs agent 'deferring', whose calls may wait"
+    )
+    assert body["executions"][0]["error_type"] == "AgentWaitsError"
+    assert pipeline.runtime.api("GET", "/approvals")[1]["approvals"] == []
+    assert len(pipeline.model.requests) == 2  # no child run asked the model
+
+
+class _NoDeletes(Hooks):
+    """Blocks every delete, rewrites one question; records what the hooks saw."""
+
+    def __init__(self) -> None:
+        super().__init__(name="no-deletes")
+        self.seen: list[tuple[str, str]] = []
+
+    def before_tool(self, event: BeforeTool) -> None:
+        self.seen.append(("before", event.call.name))
+        if event.call.name == "delete_file":
+            event.blocked = "deleting is not allowed here"
+        elif "rewrite" in event.call.arguments:
+            event.call = event.call.model_copy(update={"arguments": '{"question": "something else"}'})
+
+    def after_tool(self, event: AfterTool) -> None:
+        self.seen.append(("after", event.execution.content))
+
+
+delete_file = schema_tool(
+    {
+        "name": "delete_file",
+        "description": "Delete a file on the user's machine.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+    deferred="client",
+)
+
+
+def test_before_tool_hooks_can_block_a_deferred_call_before_it_waits(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hooks = _NoDeletes()
+    hooked = Agent(name="hooked", instructions="x", tools=[delete_file, ask_user], hooks=[hooks])
+    monkeypatch.setitem(AGENTS, hooked.name, hooked)
+    read = subscribe(pipeline.runtime)
+    pipeline.script(
+        Reply(
+            tool_calls=[
+                call("delete_file", path="/home/ana/thesis.tex"),
+                call("ask_user", question="rewrite me"),
+                call("ask_user", question="Which city?"),
+            ]
+        ),
+        Reply(content="ok"),
+    )
+    run_id = pipeline.start("go", agent="hooked")
+    asked = waiting(pipeline)  # the one call the hooks let wait
+    assert asked["tool"] == "ask_user" and asked["seq"] == 5
+    pipeline.runtime.api("POST", f"/approvals/{asked['approval_id']}/answer", {"answer": "Lyon"})
+    pipeline.finish(run_id)
+
+    assert tool_messages(pipeline, 1) == [
+        "Error: Blocked: deleting is not allowed here",
+        "Error: Blocked: a before_tool hook changed this call, which waits for an answer from outside; "
+        "it was not asked.",
+        "Lyon",
+    ]
+    assert ("after", "Error: Blocked: deleting is not allowed here") in hooks.seen
+    assert ("after", "Lyon") in hooks.seen  # the answer passed after_tool, as a worker's result does
+    events = read(lambda events: bool(of(events, "ApprovalRequested")))
+    assert of(events, "ToolCallRequested") == [] and len(of(events, "ApprovalRequested")) == 1

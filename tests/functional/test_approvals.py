@@ -4,7 +4,7 @@ many race for it, one SendTask* per approval, bad input refused with nothing wri
 import json
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -21,6 +21,7 @@ from toolpipe.shared.approvals.models import ApprovalStatus, DeliveryFailedError
 from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.approvals.store import DynamoApprovalStore
 from toolpipe.shared.history import DynamoHistoryStore
+from toolpipe.shared.messages import ApprovalTaskRequest
 from toolpipe.shared.runs.ports import StepFunctionsTaskReporter
 from toolpipe.shared.settings import CallTimeouts
 
@@ -388,3 +389,36 @@ def test_an_approval_expires_with_its_waiting_task_not_later(pipeline: Pipeline)
     assert approval["created_at"] > entered.isoformat(timespec="milliseconds")
     pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
     pipeline.finish(run_id)
+
+
+def test_a_task_started_again_after_its_calls_time_ends_at_once_as_expired(pipeline: Pipeline) -> None:
+    # A restarted local runtime starts the waiting task again with a fresh timeout: the call's
+    # record, past its time, refuses any decision, so the task must not wait that timeout again.
+    pipeline.script(Reply(tool_calls=[call("wire_money", amount=250, to="ana")]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval = pending(pipeline)
+    table = boto3.resource("dynamodb", region_name=REGION).Table(TABLE)
+    table.update_item(  # the time that passed while the runtime was down
+        Key={"pk": f"APPROVAL#{approval['approval_id']}", "sk": "APPROVAL"},
+        UpdateExpression="SET expires_at = :past",
+        ExpressionAttributeValues={":past": "2020-01-01T00:00:00.000+00:00"},
+    )
+    token = DynamoApprovalStore(table).get_token(approval["approval_id"])
+    assert token is not None
+    reporter = CountingReporter()
+    again = ApprovalTaskRequest(
+        action="request_approval",
+        run_id=run_id,
+        seq=approval["seq"],
+        message_seq=approval["seq"] - 1,
+        task_token=token,
+        entered_at=datetime.now(UTC),
+    )
+    stored = _service(reporter).request(again)
+
+    assert stored.status is ApprovalStatus.EXPIRED
+    assert reporter.sent == ["failure:ApprovalExpired"]
+    body = pipeline.finish(run_id)
+    assert body["run"]["status"] == "succeeded"
+    [told] = tool_messages(pipeline, 1)
+    assert "expired" in told.lower() or "in time" in told.lower()

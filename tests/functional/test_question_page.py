@@ -209,6 +209,12 @@ BAD_FORMS: list[tuple[dict[str, str], str]] = [
         {"field.nights": "2", "field.fare": ""},
         "Not sent: invalid answer: answer: 'fare' is a required property",
     ),
+    # A superscript is a digit to str.isdigit() and a ValueError to int(): once a 500.
+    (
+        {"field.nights": "2", "field.fare": "\u00b2"},
+        "Not sent: invalid answer: Fare: choose one of the listed values",
+    ),
+    ({"field.nights": "1_000"}, "Not sent: invalid answer: Nights: '1_000' is not a whole number"),
 ]
 
 

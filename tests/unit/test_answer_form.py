@@ -76,6 +76,11 @@ def test_a_flat_object_is_one_field_per_property_in_order() -> None:
             {"seats": 2, "price": 9.5, "window": False, "class": None},
         ),
         ({"field.seats": "2", "field.price": "1e3"}, {"seats": 2, "price": 1000.0, "window": False}),
+        # Exact: a long integer never goes through a float.
+        (
+            {"field.seats": "12345678901234567890", "field.price": "-12345678901234567891"},
+            {"seats": 12345678901234567890, "price": -12345678901234567891, "window": False},
+        ),
         # Blank: left out, so the schema (checked next) says whether it was required.
         ({"field.seats": "", "field.name": ""}, {"window": False}),
         # A field the form does not have is ignored.
@@ -97,6 +102,23 @@ def test_the_forms_strings_become_the_schemas_types(form: dict[str, str], answer
         ({"field.seats": "1", "field.price": "ten"}, "invalid answer: price: 'ten' is not a number"),
         ({"field.seats": "1", "field.class": "4"}, "invalid answer: class: choose one of the listed values"),
         ({"field.seats": "1", "field.class": "-1"}, "invalid answer: class: choose one of the listed values"),
+        # Unicode digits and Python's own number syntax are not JSON numbers.
+        (
+            {"field.seats": "1", "field.class": "\u00b2"},
+            "invalid answer: class: choose one of the listed values",
+        ),
+        (
+            {"field.seats": "1", "field.class": "9" * 5000},
+            "invalid answer: class: choose one of the listed values",
+        ),
+        ({"field.seats": "1_000"}, "invalid answer: seats: '1_000' is not a whole number"),
+        ({"field.seats": "\u0663"}, "is not a whole number"),
+        ({"field.seats": "+1"}, "is not a whole number"),
+        ({"field.seats": "1", "field.price": "1_000.5"}, "invalid answer: price: '1_000.5' is not a number"),
+        ({"field.seats": "1", "field.price": "\u0661.5"}, "is not a number"),
+        ({"field.seats": "1", "field.price": "1e309"}, "invalid answer: price: '1e309' is not a number"),
+        ({"field.seats": "1", "field.price": "nan"}, "is not a number"),
+        ({"field.seats": "1", "field.price": ".5"}, "is not a number"),
     ],
 )
 def test_a_field_that_cannot_be_its_type_is_one_line_naming_it(form: dict[str, str], error: str) -> None:

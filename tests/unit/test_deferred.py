@@ -10,10 +10,11 @@ from pydantic import BaseModel
 
 from tests.unit.test_approvals import APPROVER, _deliver
 from toolpipe.infra.definition import build_definition
-from toolpipe.shared.agents import AGENTS
+from toolpipe.shared.agents import AGENTS, Agent
 from toolpipe.shared.approvals.answers import answer_content, question_of
 from toolpipe.shared.approvals.models import ApprovalKind, InvalidAnswerError, ResultRequest
 from toolpipe.shared.errors import DefinitionError, ErrorKind
+from toolpipe.shared.settings import WAITING_CALLS_PER_TURN
 from toolpipe.shared.tools import SchemaError, schema_tool, tool
 from toolpipe.shared.tools.tool import MAX_WAIT_SECONDS
 
@@ -73,14 +74,53 @@ def _declare(**options: Any) -> None:
         ({"result_schema": {"type": "string"}}, "are for deferred tools"),
         ({"deferred": "client", "result_schema": {"type": 5}}, "invalid result_schema at type"),
         (
+            {
+                "deferred": "client",
+                "result_schema": {"type": "object", "properties": {"a": {"$ref": "#/nope"}}},
+            },
+            "result_schema $ref '#/nope' points nowhere",
+        ),
+        (
+            {
+                "deferred": "human",
+                "result_schema": {"prefixItems": [{"$ref": "#/$defs/Missing"}], "$defs": {}},
+            },
+            "result_schema $ref '#/$defs/Missing' points nowhere",
+        ),
+        (
+            {"deferred": "client", "result_schema": {"$ref": "https://example.com/seats.json"}},
+            "result_schema $ref 'https://example.com/seats.json' is not local (use '#/$defs/...')",
+        ),
+        (
             {"deferred": "client", "result_schema": [1]},
             "result_schema is a JSON Schema (dict) or a pydantic model",
         ),
     ],
 )
 def test_a_bad_declaration_is_one_line_at_import(options: dict[str, Any], error: str) -> None:
-    with pytest.raises(DefinitionError, match=error.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(DefinitionError, match=re.escape(error)):
         _declare(**options)
+
+
+def test_local_refs_that_resolve_are_a_valid_result_schema() -> None:
+    _declare(deferred="client", result_schema=Booking)  # pydantic's own $defs
+    _declare(
+        deferred="client",
+        result_schema={
+            "type": "object",
+            "properties": {"n": {"$ref": "#/$defs/N"}, "$ref": {"type": "string"}},
+            "enum": [{"$ref": "data, not a reference"}],
+            "$defs": {"N": {"type": "integer"}},
+        },
+    )
+
+
+def test_a_schema_that_cannot_be_checked_is_one_line_at_answer_time() -> None:
+    # A schema stored before the declaration check (or built around it) never makes a 500.
+    with pytest.raises(
+        InvalidAnswerError, match=r"^invalid result: the tool's result_schema cannot be checked"
+    ):
+        answer_content(ApprovalKind.CLIENT, {"properties": {"a": {"$ref": "#/nope"}}}, {"a": 1}, "result")
 
 
 def test_a_free_text_answer_is_a_non_blank_string_passed_as_is() -> None:
@@ -113,7 +153,9 @@ def test_a_programs_result_is_any_json_within_the_cap() -> None:
 def test_a_result_request_is_a_result_or_an_error_never_both() -> None:
     assert ResultRequest.model_validate({"result": None}).model_fields_set == {"result"}
     assert ResultRequest.model_validate({"error": "boom"}).error == "boom"
-    for bad in ({}, {"result": 1, "error": "boom"}, {"error": ""}, {"answer": 1}):
+    # A null error is an absent one (clients that send every field): the result is the answer.
+    assert ResultRequest.model_validate({"result": 1, "error": None}).result == 1
+    for bad in ({}, {"error": None}, {"result": 1, "error": "boom"}, {"error": ""}, {"answer": 1}):
         with pytest.raises(ValueError):
             ResultRequest.model_validate(bad)
 
@@ -173,4 +215,27 @@ def test_a_worker_that_gets_a_deferred_call_runs_nothing(monkeypatch: pytest.Mon
     assert result.error_type is ErrorKind.NOT_APPROVED
     assert result.content == (
         "Error: not run: 'send' is answered from outside (a person or the caller's program), never run by a worker."
+    )
+
+
+def test_an_agent_whose_calls_wait_keeps_its_turns_within_the_maps_40_branches() -> None:
+    # The gated Map runs a turn's calls all at once (AWS: 40 at most for an inline Map), so a
+    # waiting call never holds back another; a bigger turn could, and is refused where written.
+    states = build_definition()["States"]
+    assert states["RunGatedTools"]["MaxConcurrency"] == WAITING_CALLS_PER_TURN == 40
+    assert states["RunTools"]["MaxConcurrency"] == 10  # dispatches only: the workers' share
+    waiting = schema_tool(
+        {"name": "read_clipboard", "description": "Read it.", "parameters": {"type": "object"}},
+        deferred="client",
+    )
+    Agent(name="wide", instructions="x", tools=[waiting], max_calls_per_turn=40)
+    with pytest.raises(
+        DefinitionError, match=r"^agent 'wide': max_calls_per_turn is at most 40 for an agent"
+    ):
+        Agent(name="wide", instructions="x", tools=[waiting], max_calls_per_turn=41)
+    Agent(
+        name="wide",
+        instructions="x",
+        tools=[dataclasses.replace(waiting, deferred=None)],
+        max_calls_per_turn=41,
     )
