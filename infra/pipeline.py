@@ -143,7 +143,7 @@ class ToolPipeline(Construct):
         # The orchestrator makes `ApprovalRequested`'s link under the API's URL. Built from the
         # API's id, not `rest_api.url` (its stage): the stage depends on the methods, they on the
         # API function, its role on the state machine and that on the orchestrator (a cycle).
-        self.functions.orchestrator.add_environment("TOOLPIPE_API_URL", self.api.base_url)
+        self.functions.orchestrator.add_environment("TOOLPIPE_LINK_BASE_URL", self.api.base_url)
 
         # Constructs that plug in (triggers, ...) go here: built after the components above,
         # from the attributes below, each granting the functions what it needs itself.

@@ -107,7 +107,8 @@ class ApprovalLinkSettings(_EnvSettings):
 
     env_names: ClassVar[dict[str, str]] = {
         "signing_key_secret_arn": "TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN",
-        "api_url": "TOOLPIPE_API_URL",
+        # Not TOOLPIPE_API_URL: that names the deployed API to the CLI (`--api`).
+        "api_url": "TOOLPIPE_LINK_BASE_URL",
     }
     signing_key_secret_arn: str | None = None
     api_url: str | None = None

@@ -68,7 +68,8 @@ RESOURCES: dict[str, tuple[str, ...]] = {
 }
 EVENTS_RESOURCE = "/runs/{run_id}/events"
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
-API_URL_ENV = "TOOLPIPE_API_URL"
+# Where the in-process orchestrator makes approval links (the stack sets it from the API's URL).
+LINK_BASE_ENV = "TOOLPIPE_LINK_BASE_URL"
 RUNNING = "running"
 KEEPALIVE_SECONDS = 10.0  # a comment line this often: a client that went away is noticed at the write
 MAX_STREAM_SECONDS = 3600.0
@@ -258,6 +259,36 @@ _listeners: list[RunChanges] = []
 _hooked = False
 
 
+class _LinkBases:
+    """The base URL links are made under, while servers run in this process (tests start
+    several, overlapping): the newest running one's, and what was set before any, after."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: list[str] = []
+        self._before: str | None = None
+
+    def enter(self, url: str) -> None:
+        with self._lock:
+            if not self._running:
+                self._before = os.environ.get(LINK_BASE_ENV)
+            self._running.append(url)
+            os.environ[LINK_BASE_ENV] = url
+
+    def leave(self, url: str) -> None:
+        with self._lock:
+            if url in self._running:
+                self._running.remove(url)
+            now = self._running[-1] if self._running else self._before
+            if now is None:
+                os.environ.pop(LINK_BASE_ENV, None)
+            else:
+                os.environ[LINK_BASE_ENV] = now
+
+
+_link_bases = _LinkBases()
+
+
 def _install_change_hook() -> None:
     """Wrap moto's request dispatch once per process, to tell `RunChanges` about writes."""
     global _hooked
@@ -364,10 +395,7 @@ class LocalServer:
         return f"{self.url}/{STAGE}"
 
     def __enter__(self) -> "LocalServer":
-        # Where the orchestrator makes approval links (`ApprovalRequested`), as the stack sets
-        # it from the API's URL; put back when the server closes.
-        self._saved_api_url = os.environ.get(API_URL_ENV)
-        os.environ[API_URL_ENV] = self.api_url
+        _link_bases.enter(self.api_url)
         _install_change_hook()
         with _hook_lock:
             _listeners.append(self.changes)
@@ -401,11 +429,7 @@ class LocalServer:
                     connection.shutdown(socket.SHUT_RDWR)
             self._state.wait_for(lambda: not self._connections, max(0.0, deadline - time.monotonic()))
         self._http.server_close()
-        if os.environ.get(API_URL_ENV) == self.api_url:
-            if self._saved_api_url is None:
-                os.environ.pop(API_URL_ENV, None)
-            else:
-                os.environ[API_URL_ENV] = self._saved_api_url
+        _link_bases.leave(self.api_url)
         with _hook_lock:
             if self.changes in _listeners:
                 _listeners.remove(self.changes)

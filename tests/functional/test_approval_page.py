@@ -494,7 +494,7 @@ def test_a_signing_key_that_cannot_be_read_leaves_approvals_working_without_link
     """The approval is stored and announced without a link (the step never fails for it), the
     JSON API lists it with `callback_url: null`, the page says 503, and the call is decided
     through the API. Each failure is logged in one line, without the key."""
-    for pipeline in _pipeline({"TOOLPIPE_API_URL": f"http://{HOST}/v1"}):
+    for pipeline in _pipeline({"TOOLPIPE_LINK_BASE_URL": f"http://{HOST}/v1"}):
         runtime = pipeline.runtime
         if key == "missing":
             runtime.secrets.delete_secret(SecretId=runtime.signing_key_arn, ForceDeleteWithoutRecovery=True)

@@ -48,7 +48,7 @@ def test_the_signing_key_is_generated_and_read_only_by_the_orchestrator_and_the_
 def test_the_orchestrator_makes_links_under_the_apis_stage_url(template: Any) -> None:
     [(api, _)] = template.find_resources("AWS::ApiGateway::RestApi").items()
     env = _function(template, ORCHESTRATOR.handler)[1]["Properties"]["Environment"]["Variables"]
-    url = env["TOOLPIPE_API_URL"]["Fn::Join"][1]
+    url = env["TOOLPIPE_LINK_BASE_URL"]["Fn::Join"][1]
     assert url[0] == "https://" and {"Ref": api} in url and url[-1].endswith("/v1")
     # The id only, never the stage or the deployment: those depend on the functions (a cycle).
     assert "Stage" not in str(url) and "Deployment" not in str(url)

@@ -2,6 +2,7 @@
 unapproved call, and the gated branch of the definition."""
 
 import dataclasses
+import os
 from typing import Any
 
 import pytest
@@ -276,3 +277,23 @@ def test_only_a_refusal_or_a_connection_never_opened_is_certainly_not_sent(
     from toolpipe.shared.runs.ports import certainly_not_sent
 
     assert certainly_not_sent(error) is certain
+
+
+def test_servers_that_overlap_leave_the_link_base_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests start several local servers in one process, overlapping (a restart): once all have
+    # closed, the link base the orchestrator reads is what it was before any, never a dead one's.
+    from toolpipe.infra.local.server import LINK_BASE_ENV, _LinkBases
+
+    monkeypatch.delenv(LINK_BASE_ENV, raising=False)
+    bases = _LinkBases()
+    bases.enter("http://a/v1")
+    bases.enter("http://b/v1")
+    assert os.environ[LINK_BASE_ENV] == "http://b/v1"
+    bases.leave("http://a/v1")
+    assert os.environ[LINK_BASE_ENV] == "http://b/v1"
+    bases.leave("http://b/v1")
+    assert LINK_BASE_ENV not in os.environ
+    monkeypatch.setenv(LINK_BASE_ENV, "http://deployed/v1")
+    bases.enter("http://c/v1")
+    bases.leave("http://c/v1")
+    assert os.environ[LINK_BASE_ENV] == "http://deployed/v1"
