@@ -34,8 +34,13 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Test processes in parallel (pytest-xdist): most tests wait on sockets, threads and
+# subprocesses, so four workers keep two cores busy. `--dist loadgroup` with the groups
+# tests/conftest.py sets keeps each test file on one worker. `make test TEST_WORKERS=0` runs serially.
+TEST_WORKERS ?= 4
+
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 unit: install
 	$(BIN)/python -m pytest tests/unit
