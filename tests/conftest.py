@@ -40,13 +40,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """In a parallel run (`make test`: pytest-xdist, `--dist loadgroup`), each test file runs on
     one worker, so a module's fixtures (servers, synthesized templates) start once; and every file
     of tests/infra runs on the same worker, so the CDK runtime warms up once (a process's first
-    synthesis takes ~5 s more than the next ones) and one session template serves them all."""
+    synthesis takes ~5 s more than the next ones) and one session template serves them all.
+    (xdist hands out the groups with the most tests first: this one starts at once.)"""
     if not getattr(config.option, "loadgroup", False):
         return
     for item in items:
-        path = Path(str(item.fspath))
-        group = "infra" if INFRA_TESTS in path.parents else str(path)
+        group = "infra" if _is_infra(item) else str(item.fspath)
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _is_infra(item: pytest.Item) -> bool:
+    return INFRA_TESTS in Path(str(item.fspath)).parents
 
 
 class Calls:
