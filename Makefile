@@ -7,12 +7,17 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export CDK_DISABLE_VERSION_CHECK := 1
+# The browser the browser tests drive (tests/e2e/test_approval_page_browser.py): Debian's
+# Chromium, which `make install` installs when it is missing. Elsewhere, point it at a Chrome or
+# Chromium of your own: `make test CHROMIUM=/path/to/chrome`.
+CHROMIUM ?= /usr/bin/chromium
+export TOOLPIPE_CHROMIUM := $(CHROMIUM)
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install demo test lint unit reliability openapi synth deploy bench clean event-schemas
+.PHONY: install browser demo test lint unit reliability openapi synth deploy bench clean event-schemas
 
-install: $(VENV)/.installed node_modules/.installed
+install: $(VENV)/.installed node_modules/.installed browser
 
 $(VENV)/.installed: pyproject.toml examples/assistant/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +30,21 @@ $(VENV)/.installed: pyproject.toml examples/assistant/pyproject.toml
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
+
+# Once the browser is there, this is one `test -x`. Debian's package, never `playwright
+# install` (it downloads a browser of its own, which fails offline). Without the recommends
+# (chromium-sandbox): the tests run as root in CI, where Chromium runs --no-sandbox.
+# `apt-get update` only when the package lists cannot install it (a fresh machine has none).
+browser:
+	@test -x "$(CHROMIUM)" && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then sudo=; \
+	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo=sudo; \
+	else echo "make install: $(CHROMIUM) is missing and installing Debian's chromium needs root: run 'sudo apt-get install -y chromium', or make test CHROMIUM=/path/to/chrome" >&2; exit 1; fi; \
+	if ! command -v apt-get >/dev/null; then echo "make install: $(CHROMIUM) is missing and there is no apt-get: install Chromium or Chrome, then make test CHROMIUM=/path/to/it" >&2; exit 1; fi; \
+	echo "make install: installing Debian's chromium for the browser tests"; \
+	install="$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium"; \
+	$$install >/dev/null 2>&1 || { $$sudo apt-get update -qq && $$install >/dev/null; } || exit 1; \
+	test -x "$(CHROMIUM)" || { echo "make install: installed Debian's chromium, but $(CHROMIUM) is not there: make test CHROMIUM=/path/to/it" >&2; exit 1; }
 
 demo: install
 	$(BIN)/toolpipe run "$(PROMPT)"

@@ -386,16 +386,38 @@ def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "all")
+APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "answered", "all")
 
 
 def approval_line(approval: dict[str, Any]) -> str:
-    """How a call that waits is announced while `run` watches: the id and the command."""
-    return (
+    """How a call that waits is announced while `run` watches: the id and the command (for a
+    deferred call: the question and how to answer, or the request the program makes)."""
+    kind = approval.get("kind", "approval")
+    if kind == "human":
+        form = " (a form: --value JSON)" if approval.get("result_schema") else ""
+        return (
+            f"  waiting for an answer: {approval['tool']} asks: {_short(approval.get('question') or '', 200)}"
+            f' · answer with: toolpipe answer {approval["approval_id"]} "…"{form}'
+        ) + _link_line("or answer in a browser", approval)
+    if kind == "client":
+        return (
+            f"  waiting for your program: {approval['tool']}({_short(approval['arguments_preview'], 120)})"
+            f" · post its result: POST /runs/{approval['run_id']}/calls/{approval['seq']}/result"
+            ' {"result": …} (or {"error": "…"})'
+        )
+    line = (
         f"  waiting for approval: {approval['tool']}({_short(approval['arguments_preview'], 120)})"
         f" · approve with: toolpipe approve {approval['approval_id']}"
         f" (or: toolpipe deny {approval['approval_id']} --reason '…')"
     )
+    # The signed link a person opens to approve, deny or edit (README "The approval link").
+    return line + _link_line("or approve in a browser", approval)
+
+
+def _link_line(words: str, approval: dict[str, Any]) -> str:
+    """The call's signed link on a line of its own, when it has one (the API knew its URL)."""
+    url = approval.get("callback_url")
+    return f"\n  {words}: {_short(url, 2000)}" if isinstance(url, str) and url else ""
 
 
 def approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -414,8 +436,16 @@ def approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for a in body["approvals"]:
         decided = f" by {a['decided_by']}" if a.get("decided_by") else ""
         reason = f": {_short(a['reason'], 200)}" if a.get("reason") else ""  # one line each
+        kind = a.get("kind", "approval")
+        # A question for a person reads as its question; the others as the call.
+        what = (
+            f"asks: {_short(a.get('question') or '', 80)}"
+            if kind == "human"
+            else f"{a['tool']}({_short(a['arguments_preview'], 80)})"
+        )
+        answer = f" {_short(a['answer_preview'], 80)}" if a.get("answer_preview") else ""
         out.write(
-            f"{a['approval_id']}  {a['status']}{decided}{reason}  {a['tool']}({_short(a['arguments_preview'], 80)})"
+            f"{a['approval_id']}  {kind}  {a['status']}{decided}{reason}{answer}  {what}"
             f"  run {a['run_id']}  expires {a['expires_at']}\n"
         )
     if not body["approvals"]:
@@ -442,17 +472,58 @@ def _decide(args: argparse.Namespace, out: TextIO, action: str, body: Any) -> in
 
 
 def approve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    return _decide(args, out, "approve", None)
+    return _decide(args, out, "approve", None if args.arguments is None else {"arguments": args.arguments})
 
 
 def deny(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return _decide(args, out, "deny", {"reason": args.reason})
 
 
+def answer(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """A person's answer to a human-input call: free text, or `--value JSON` for a form's."""
+    value = args.json_value if args.json_value is not _NO_JSON else args.text
+    session = _open_session(args)
+    try:
+        status, body = session.request("POST", f"/approvals/{args.approval_id}/answer", {"answer": value})
+    finally:
+        session.close()
+    if status in (404, 409):
+        # Unknown, not the caller's, answered already, expired, or not a question.
+        raise CommandError(_reason(body))
+    if status != 200:
+        raise _refused(status, body)
+    if args.json:
+        _write_json(out, body)
+    else:
+        out.write(f"answered {body['approval_id']} (run {body['run_id']}, call {body['seq']})\n")
+    return EXIT_OK
+
+
+# `--json` absent (None is a JSON value: `--json null`).
+_NO_JSON = object()
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from e
+
+
 def _approval_id(text: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{32}", text):
         raise argparse.ArgumentTypeError(f"not an approval id (32 hex digits): {text!r}")
     return text
+
+
+def _arguments_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise argparse.ArgumentTypeError(f"--arguments is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--arguments must be a JSON object")
+    return value
 
 
 def _reason_text(text: str) -> str:
@@ -953,12 +1024,34 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentPar
     )
     approve_parser = commands.add_parser("approve", help="approve a call that waits: it runs", **options)
     approve_parser.add_argument("approval_id", type=_approval_id)
+    approve_parser.add_argument(
+        "--arguments",
+        type=_arguments_object,
+        metavar="JSON",
+        help="run the call with these arguments instead of the model's (a JSON object; the tool "
+        "checks them, and the model is told)",
+    )
     deny_parser = commands.add_parser(
         "deny", help="deny a call that waits, with a reason the model reads", **options
     )
     deny_parser.add_argument("approval_id", type=_approval_id)
     deny_parser.add_argument("--reason", type=_reason_text, required=True, help="why (the model reads it)")
-    for remote in (run_parser, show_parser, approvals_parser, approve_parser, deny_parser):
+    answer_parser = commands.add_parser(
+        "answer", help="answer a question a tool call asks you (a human-input tool)", **options
+    )
+    answer_parser.add_argument("approval_id", type=_approval_id)
+    given = answer_parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("text", nargs="?", help="your answer, as free text")
+    # `--value`, not `--json`: every command's `--json` prints its output as JSON.
+    given.add_argument(
+        "--value",
+        dest="json_value",
+        type=_json_value,
+        default=_NO_JSON,
+        metavar="JSON",
+        help="your answer as a JSON value, for a question with a form (result schema)",
+    )
+    for remote in (run_parser, show_parser, approvals_parser, approve_parser, deny_parser, answer_parser):
         _add_api_arguments(remote)
 
     commands.add_parser("agents", help="list the agents and their tools", **options)
@@ -1053,6 +1146,7 @@ COMMANDS: dict[str, Command] = {
     "approvals": approvals,
     "approve": approve,
     "deny": deny,
+    "answer": answer,
     "agents": agents,
     "invoke": invoke,
     "serve": serve,

@@ -119,6 +119,8 @@ def _wait_for_approval(orchestrator: str) -> dict[str, Any]:
                 "seq.$": "$.call.seq",
                 "message_seq.$": "$.call.message_seq",
                 "task_token.$": "$$.Task.Token",
+                # The task's timeout runs from here: the approval expires with it, not later.
+                "entered_at.$": "$$.State.EnteredTime",
             },
         },
         "TimeoutSecondsPath": "$.call.approval_timeout_seconds",
@@ -130,6 +132,21 @@ def _wait_for_approval(orchestrator: str) -> dict[str, Any]:
         "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "NotApproved"}],
         "Next": "Dispatch",
     }
+
+
+def _wait_for_result(orchestrator: str) -> dict[str, Any]:
+    """A deferred call (`deferred="human"` or `"client"`) is never dispatched: the orchestrator
+    stores its request with this task's token, and the answer (`POST /approvals/{id}/answer`, or
+    `POST /runs/{run_id}/calls/{seq}/result`) writes the call's result and answers the token, or
+    the tool's own timeout passes. The same task as an approval's, by kind."""
+    task = _wait_for_approval(orchestrator)
+    task["Parameters"]["Payload"]["kind.$"] = "$.call.deferred"
+    task["Catch"] = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "NotAnswered"}]
+    # The token's answer is the branch's outcome (`{"seq", "status"}`), as a worker's is.
+    task.pop("ResultPath")
+    task.pop("Next")
+    task["End"] = True
+    return task
 
 
 def _tool_map(states: dict[str, Any], start: str) -> dict[str, Any]:
@@ -216,11 +233,26 @@ def build_definition() -> dict[str, Any]:
                                 "Variable": "$.call.needs_approval",
                                 "BooleanEquals": True,
                                 "Next": "WaitForApproval",
-                            }
+                            },
+                            # Deferred tools: answered from outside, never dispatched.
+                            {"Variable": "$.call.deferred", "StringEquals": "human", "Next": "WaitForResult"},
+                            {
+                                "Variable": "$.call.deferred",
+                                "StringEquals": "client",
+                                "Next": "WaitForResult",
+                            },
                         ],
                         "Default": "Dispatch",
                     },
                     "WaitForApproval": _wait_for_approval(orchestrator),
+                    "WaitForResult": _wait_for_result(orchestrator),
+                    # Unanswered in time (or its tool changed): the next model step writes the
+                    # result from the record ("no answer came in time").
+                    "NotAnswered": {
+                        "Type": "Pass",
+                        "Parameters": {"seq.$": "$.call.seq", "status": "error", "error.$": "$.error.Error"},
+                        "End": True,
+                    },
                     # Denied, expired or timed out: never dispatched. The next model step writes
                     # the result from the approval record (the person's reason, or the expiry).
                     "NotApproved": {

@@ -32,6 +32,7 @@ from toolpipe.infra.constructs import (
     Throttle,
     ToolQueue,
 )
+from toolpipe.infra.constructs.approval_emails import ApprovalEmails, parse_addresses
 from toolpipe.infra.constructs.model_key import NO_MODEL_KEY, ModelKeySecret, resolve_model_key
 from toolpipe.infra.constructs.triggers import TriggerOptions, Triggers
 from toolpipe.shared.agents.app import find_app
@@ -67,6 +68,7 @@ class ToolPipeline(Construct):
         admin_principal: str | None = None,
         mcp_header_secrets: Sequence[str] = (),
         triggers: TriggerOptions | None = None,
+        approval_emails: Sequence[str] = (),
         app: str | None = None,
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
@@ -81,7 +83,9 @@ class ToolPipeline(Construct):
         the default) or "api_key" (a key and a usage plan, throttled by `api_throttle`).
         `admin_principal`: a caller who may read every run. `mcp_header_secrets`: ARNs of the
         secrets agents' MCP servers read their headers from. `triggers`: the S3 and
-        RunRequested triggers' settings and schedules (README "Triggers"). `app`: your module
+        RunRequested triggers' settings and schedules (README "Triggers"). `approval_emails`:
+        addresses emailed the link of each call that waits for approval, through an SNS topic
+        (README "Human approval"); none by default. `app`: your module
         that defines the agents (default: `[tool.toolpipe] app` of the nearest pyproject.toml);
         its top-level package is bundled with the functions. `packages`: other top-level packages
         of yours that it imports, bundled too. `requirements`: pip requirements your tools
@@ -101,6 +105,7 @@ class ToolPipeline(Construct):
                 )
             app = found.module
         auth = ApiAuth.parse(api_auth)
+        approvers = parse_addresses(approval_emails)
         # Checked before anything is built: a bad value is one line, not a half-built tree.
         given_key = resolve_model_key(
             self, model_key_secret, kms_key_arn=model_key_kms_key_arn, model_base_url=model_base_url
@@ -135,6 +140,10 @@ class ToolPipeline(Construct):
         self.run_events = RunEvents(self, "RunEvents")
         self.run_events.grant_publish(*self.functions.all)
         self.api = Api(self, "Api", handler=self.functions.api, auth=auth, throttle=api_throttle)
+        # The orchestrator makes `ApprovalRequested`'s link under the API's URL. Built from the
+        # API's id, not `rest_api.url` (its stage): the stage depends on the methods, they on the
+        # API function, its role on the state machine and that on the orchestrator (a cycle).
+        self.functions.orchestrator.add_environment("TOOLPIPE_API_URL", self.api.base_url)
 
         # Constructs that plug in (triggers, ...) go here: built after the components above,
         # from the attributes below, each granting the functions what it needs itself.
@@ -154,6 +163,12 @@ class ToolPipeline(Construct):
             options=triggers or TriggerOptions(),
         )
         self.run_events.grant_publish(self.triggers.function)  # RunStarted for the runs it starts
+        # Optional: an email per waiting call, from the ApprovalRequested events on the bus.
+        self.approval_emails = (
+            ApprovalEmails(self, "ApprovalEmails", bus=self.run_events.bus, addresses=approvers)
+            if approvers
+            else None
+        )
 
     @property
     def table(self) -> dynamodb.Table:

@@ -2,7 +2,8 @@
 
 Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.json):
 `api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (api_key only),
-`admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `model_key_secret_arn` (a
+`admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `approval_emails`
+(comma-separated addresses, emailed each call that waits for approval), `model_key_secret_arn` (a
 secret's complete ARN, or `none`), `model_key_kms_key_arn` and `tracing` ("false": the
 functions neither trace nor load X-Ray; README "Cold start"). `model_name` and
 `model_base_url` reach it from `infra/app.py`.
@@ -17,6 +18,7 @@ from aws_cdk import CfnElement, CfnOutput, Stack
 from constructs import Construct, Node
 
 from toolpipe.infra.constructs import ApiAuth, Throttle
+from toolpipe.infra.constructs.approval_emails import parse_addresses
 from toolpipe.infra.constructs.triggers import TriggerOptions
 from toolpipe.infra.pipeline import ToolPipeline
 
@@ -68,6 +70,9 @@ class ToolpipeStack(Stack):
         # Triggers (README "Triggers"): where files go, and where failed trigger events wait.
         CfnOutput(self, "InputBucketName", value=p.triggers.bucket.bucket_name)
         CfnOutput(self, "TriggerDeadLetterQueueUrl", value=p.triggers.dead_letters.queue_url)
+        if p.approval_emails is not None:
+            # Subscribe more endpoints (a chat webhook, a queue) to the same messages.
+            CfnOutput(self, "ApprovalTopicArn", value=p.approval_emails.topic.topic_arn)
         if p.api.api_key is not None:
             # The id, not the value: `aws apigateway get-api-key --api-key ID --include-value`.
             CfnOutput(self, "ApiKeyId", value=p.api.api_key.key_id)
@@ -114,6 +119,10 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     tracing = node.try_get_context("tracing")
     if tracing is not None:
         settings["tracing"] = _flag("tracing", tracing)
+    # `-c approval_emails=a@example.com,b@example.com`, or a list in cdk.json.
+    emails = parse_addresses(node.try_get_context("approval_emails"))
+    if emails:
+        settings["approval_emails"] = emails
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]

@@ -49,6 +49,10 @@ class ErrorKind(StrEnum):
     # An approved call whose tool changed (name, description or parameters) while it waited for
     # the approval: a person approved it for the old tool. Never run.
     TOOL_CHANGED = "ToolChanged"
+    # A deferred call (a person's answer, the caller's program's result) got none in time.
+    NO_ANSWER = "NoAnswer"
+    # The caller's program posted an error for a client-executed call.
+    CLIENT_ERROR = "ClientError"
 
     @property
     def is_invalid_call(self) -> bool:

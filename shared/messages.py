@@ -232,6 +232,9 @@ class CallRef(BaseModel):
     # How long a gated call waits for a person (`TimeoutSecondsPath`/`HeartbeatSecondsPath`).
     approval_timeout_seconds: int | None = None
     approval_heartbeat_seconds: int | None = None
+    # A deferred tool's call ("human", "client"), answered from outside instead of dispatched;
+    # "none" for the other calls of a gated turn (the Choice reads it on every call).
+    deferred: Literal["human", "client", "none"] | None = None
 
 
 class DecisionStatus(StrEnum):
@@ -249,8 +252,8 @@ class Decision(BaseModel):
     status: DecisionStatus
     turn: int
     calls: list[CallRef] = Field(default_factory=list)
-    # Some call waits for a person: the turn takes the Map whose branches can wait (the others
-    # keep the plain Map, and its transitions).
+    # Some call waits for a person (or a deferred answer): the turn takes the Map whose branches
+    # can wait (the others keep the plain Map, and its transitions).
     gated: bool = False
 
 
@@ -287,10 +290,16 @@ class ApprovalTaskRequest(BaseModel):
     the task token, which a person's decision answers. The token is a bearer credential."""
 
     action: Literal["request_approval"]
+    # What the call waits for: a person's decision, or a deferred tool's answer (the Map
+    # branch's `WaitForResult` sends the call's `deferred`).
+    kind: Literal["approval", "human", "client"] = "approval"
     run_id: str = Field(max_length=128)
     seq: int = Field(ge=1, le=999_999)
     message_seq: int = Field(ge=1, le=999_999)
     task_token: str = Field(repr=False, max_length=8192)
+    # When the waiting task started (`$$.State.EnteredTime`): its timeout counts from then, so
+    # the approval's expiry does too. None from a definition older than the field.
+    entered_at: datetime | None = None
 
 
 class ToolCallMessage(BaseModel):

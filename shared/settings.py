@@ -99,6 +99,20 @@ class CallTimeouts(_EnvSettings):
         return self.approval_heartbeat_seconds or self.approval_timeout_seconds
 
 
+class ApprovalLinkSettings(_EnvSettings):
+    """The signed approval link (README "The approval link"): the Secrets Manager secret whose
+    value is its HMAC key (the orchestrator signs, the API verifies; unset: no links), and the
+    API's base URL with its stage, which the orchestrator makes `ApprovalRequested`'s link under
+    (the API function uses the URL each request came to)."""
+
+    env_names: ClassVar[dict[str, str]] = {
+        "signing_key_secret_arn": "TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN",
+        "api_url": "TOOLPIPE_API_URL",
+    }
+    signing_key_secret_arn: str | None = None
+    api_url: str | None = None
+
+
 class WorkerSettings(_EnvSettings):
     env_names: ClassVar[dict[str, str]] = {"heartbeat_every": "TOOLPIPE_HEARTBEAT_EVERY"}
     # Well below the state's heartbeat timeout (900 s), so one lost beat does not fail the call.

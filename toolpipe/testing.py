@@ -124,14 +124,15 @@ class LocalPipeline:
         prompt: str,
         agent: str | None = None,
         timeout: float = 60,
-        decide: Callable[[dict[str, Any]], bool | str] | None = None,
+        decide: Callable[[dict[str, Any]], Any] | None = None,
         **fields: Any,
     ) -> RunResult:
         """Start a run (as `POST /runs` does), wait until it ends, and read it back whole.
         `fields`: the other fields of a run request (`timezone`, `tools`, `metadata`).
         `decide`: a person, for calls that need approval: given each approval as
-        `GET /approvals/{id}` shows it, True approves, a string denies with that reason. Without
-        it, such calls wait until they expire."""
+        `GET /approvals/{id}` shows it, True approves, a string denies with that reason. For a
+        deferred call (`kind` "human" or "client") what it returns is the answer, or the result
+        the program posts. Without it, such calls wait until they expire."""
         runtime = self._running()
         body: dict[str, Any] = {"input": prompt, **fields}
         if agent is not None:
@@ -153,11 +154,7 @@ class LocalPipeline:
             for approval in listed["approvals"]:
                 if approval["run_id"] != run_id:
                     continue
-                answer = decide(approval)
-                path = f"/approvals/{approval['approval_id']}/{'approve' if answer is True else 'deny'}"
-                runtime.api(
-                    "POST", path, None if answer is True else {"reason": str(answer)}, caller=LOCAL_CALLER
-                )
+                runtime.api(*_decision(approval, decide(approval)), caller=LOCAL_CALLER)
         shown = read_run(runtime, run_id)
         run = shown["run"]
         return RunResult(run_id, run["status"], run.get("output"), run.get("error"), shown["messages"])
@@ -171,3 +168,15 @@ class LocalPipeline:
         if self._runtime is None:
             raise RuntimeError("use LocalPipeline in a `with` block")
         return self._runtime
+
+
+def _decision(approval: dict[str, Any], answer: Any) -> tuple[str, str, dict[str, Any] | None]:
+    """The request that gives `answer` to a waiting call, by what the call waits for."""
+    kind = approval.get("kind", "approval")
+    if kind == "human":
+        return "POST", f"/approvals/{approval['approval_id']}/answer", {"answer": answer}
+    if kind == "client":
+        return "POST", f"/runs/{approval['run_id']}/calls/{approval['seq']}/result", {"result": answer}
+    if answer is True:
+        return "POST", f"/approvals/{approval['approval_id']}/approve", None
+    return "POST", f"/approvals/{approval['approval_id']}/deny", {"reason": str(answer)}

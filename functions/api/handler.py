@@ -10,8 +10,10 @@ import base64
 import binascii
 import json
 import re
+import urllib.parse
 from functools import cache
 from http import HTTPStatus
+from http.cookies import CookieError, SimpleCookie
 from typing import Annotated, Any
 
 import boto3
@@ -25,20 +27,29 @@ from aws_lambda_powertools.event_handler.exceptions import (
 )
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.shared.cookies import Cookie, SameSite
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 from pydantic import ValidationError
 
 from toolpipe.shared.approvals.models import (
     APPROVAL_ID_PATTERN,
+    AnswerRequest,
     Approval,
     ApprovalAlreadyDecidedError,
     ApprovalDecided,
     ApprovalList,
     ApprovalNotFoundError,
     ApprovalStatus,
+    ApproveRequest,
+    CallAnswered,
     DenyRequest,
+    InvalidAnswerError,
+    InvalidEditError,
+    ResultRequest,
+    WrongKindError,
 )
+from toolpipe.shared.approvals.page import CSRF_COOKIE, ApprovalPage, PageAnswer, PageRequest, error_page
 from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.errors import (
     IdempotencyConflictError,
@@ -62,6 +73,7 @@ from toolpipe.shared.runs.starter import RunStarter
 from toolpipe.shared.runs.views import ErrorBody, MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
 from toolpipe.shared.settings import (
     ApiSettings,
+    ApprovalLinkSettings,
     CallTimeouts,
     EventSettings,
     StateMachineSettings,
@@ -77,6 +89,7 @@ store_settings = StoreSettings.from_env()
 machine_settings = StateMachineSettings.from_env()
 api_settings = ApiSettings.from_env()
 event_settings = EventSettings.from_env()
+link_settings = ApprovalLinkSettings.from_env()
 
 RUN_ID = r"^[A-Za-z0-9_-]{1,64}$"
 SEQ = r"^[0-9]{1,6}$"  # [0-9], not \d: \d also matches digits such as "²" or "٣"
@@ -95,10 +108,12 @@ PARAMETER_RULES = {
     "caller": "caller is a principal's ARN, at most 2048 characters",
     "next": "next is the token the previous page gave",
     "approval_id": "an approval id is 32 hex digits",
+    "call_id": "a call id is the call's slot (the event's `slot`): 1 to 6 digits",
 }
 
 RunId = Annotated[str, Path(pattern=RUN_ID)]
 IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+PAGE_ROUTE = re.compile(r"/approvals/[^/]+/page")
 
 
 @cache
@@ -212,13 +227,19 @@ def bad_parameters(error: RequestValidationError) -> Response[dict[str, Any]]:
     )
 
 
-def unexpected(error: Exception) -> Response[dict[str, Any]]:
+def unexpected(error: Exception) -> Response[Any]:
     if isinstance(error, ServiceError):
         raise error  # a 4xx raised on purpose: Powertools answers it
     # A system error (AWS unavailable, a bug): logged whole, answered in one line.
     logger.exception("request failed")
     context = app.current_event.raw_event.get("requestContext")
     request_id = context.get("requestId") if isinstance(context, dict) else None
+    if PAGE_ROUTE.fullmatch(app.current_event.path):
+        # A person in a browser: a page, not JSON. A decision that could not be delivered was
+        # taken back (ApprovalService), so trying again is safe.
+        return page_response(
+            error_page(500, "Something went wrong", f"Nothing was decided (request {request_id}): try again.")
+        )
     return Response(
         status_code=HTTPStatus.INTERNAL_SERVER_ERROR,
         content_type=content_types.APPLICATION_JSON,
@@ -393,8 +414,15 @@ ApprovalId = Annotated[str, Path(pattern=APPROVAL_ID_PATTERN)]
 @cache
 def approvals() -> ApprovalService:
     return build_approval_service(
-        store_settings, event_settings, CallTimeouts(), api_settings.admin_principal
+        store_settings, event_settings, CallTimeouts(), api_settings.admin_principal, link_settings
     )
+
+
+def with_link(approval: Approval) -> dict[str, Any]:
+    """An approval as its requester (or the admin) reads it: with its signed link, made under
+    the URL this request came to."""
+    url = approvals().callback_url(approval, api_url())
+    return approval.model_copy(update={"callback_url": url}).model_dump(mode="json")
 
 
 @app.get(
@@ -405,7 +433,8 @@ def approvals() -> ApprovalService:
     responses=documented(200, ApprovalList, "The approvals.", 400, 403),
 )
 def list_approvals(status: Annotated[ApprovalStatus | None, Query()] = None) -> dict[str, Any]:
-    return ApprovalList(approvals=approvals().list(current_caller(), status)).model_dump(mode="json")
+    listed = approvals().list(current_caller(), status)
+    return {"approvals": [with_link(a) for a in listed]}
 
 
 @app.get(
@@ -415,18 +444,22 @@ def list_approvals(status: Annotated[ApprovalStatus | None, Query()] = None) -> 
 )
 def get_approval(approval_id: ApprovalId) -> dict[str, Any]:
     try:
-        return approvals().get(approval_id, current_caller()).model_dump(mode="json")
+        return with_link(approvals().get(approval_id, current_caller()))
     except ApprovalNotFoundError as e:
         raise NotFoundError(str(e)) from e
 
 
-def decide(approval_id: str, approve: bool, reason: str | None) -> dict[str, Any]:
+def decide(
+    approval_id: str, approve: bool, reason: str | None, arguments: str | None = None
+) -> dict[str, Any]:
     caller = current_caller()
     try:
-        decided = approvals().decide(approval_id, caller, approve, reason)
+        decided = approvals().decide(approval_id, caller, approve, reason, arguments)
     except ApprovalNotFoundError as e:
         raise NotFoundError(str(e)) from e
-    except ApprovalAlreadyDecidedError as e:
+    except InvalidEditError as e:
+        raise BadRequestError(f"invalid approve request: body.arguments: {e}") from e
+    except (ApprovalAlreadyDecidedError, WrongKindError) as e:
         raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
     logger.info(
         "approval decided", approval_id=approval_id, run_id=decided.run_id, status=decided.status.value
@@ -438,15 +471,23 @@ def decide(approval_id: str, approve: bool, reason: str | None) -> dict[str, Any
 
 @app.post(
     "/approvals/<approval_id>/approve",
-    summary="Approve a waiting call: it runs, with exactly the arguments shown",
-    description="Only the run's caller or the admin principal may decide. The first decision wins; "
+    summary="Approve a waiting call: it runs, with exactly the arguments shown (or yours)",
+    description="Body (optional): ApproveRequest. With `arguments`, the call runs with those instead "
+    "of the model's, once they pass the tool's validation (else a 400, nothing decided); the model "
+    "is told. Only the run's caller or the admin principal may decide. The first decision wins; "
     "any later one is a 409 and changes nothing.",
     responses=documented(
         200, ApprovalDecided, "The call was approved and is dispatched.", 400, 403, 404, 409
     ),
 )
 def approve(approval_id: ApprovalId) -> dict[str, Any]:
-    return decide(approval_id, True, None)
+    body = request_body()
+    try:
+        request = ApproveRequest.model_validate_json(body) if body else ApproveRequest()
+    except ValidationError as e:
+        raise BadRequestError(f"invalid approve request: {describe_validation_error(e, 'body')}") from e
+    arguments = None if request.arguments is None else json.dumps(request.arguments, ensure_ascii=False)
+    return decide(approval_id, True, None, arguments)
 
 
 @app.post(
@@ -462,6 +503,159 @@ def deny(approval_id: ApprovalId) -> dict[str, Any]:
     except ValidationError as e:
         raise BadRequestError(f"invalid deny request: {describe_validation_error(e, 'body')}") from e
     return decide(approval_id, False, request.reason)
+
+
+# --- deferred calls: a person's answer, the caller's program's result ---------------------
+
+
+def answered(resolve: Any) -> dict[str, Any]:
+    """Run one answer through the service and map its refusals: 404 unknown (or not the
+    caller's), 400 an answer that does not fit, 409 answered, expired or of another kind."""
+    try:
+        done = resolve()
+    except ApprovalNotFoundError as e:
+        raise NotFoundError(str(e)) from e
+    except InvalidAnswerError as e:
+        raise BadRequestError(str(e)) from e
+    except (ApprovalAlreadyDecidedError, WrongKindError) as e:
+        raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
+    logger.info("deferred call answered", approval_id=done.approval_id, run_id=done.run_id, seq=done.seq)
+    return CallAnswered(
+        approval_id=done.approval_id, status="answered", run_id=done.run_id, seq=done.seq
+    ).model_dump(mode="json")
+
+
+@app.post(
+    "/approvals/<approval_id>/answer",
+    summary="Answer a human-input call: the answer is the call's result",
+    description="Body: AnswerRequest. Free text, or a JSON value matching the call's `result_schema`. "
+    "Only the run's caller or the admin principal may answer. The first answer wins; any later one "
+    "is a 409 and changes nothing.",
+    responses=documented(200, CallAnswered, "The answer is the call's result.", 400, 403, 404, 409),
+)
+def answer(approval_id: ApprovalId) -> dict[str, Any]:
+    try:
+        request = AnswerRequest.model_validate_json(request_body() or "{}")
+    except ValidationError as e:
+        raise BadRequestError(f"invalid answer request: {describe_validation_error(e, 'body')}") from e
+    return answered(lambda: approvals().answer(approval_id, current_caller(), request.answer))
+
+
+@app.post(
+    "/runs/<run_id>/calls/<call_id>/result",
+    summary="Post the result of a client-executed call",
+    description='Body: ResultRequest, `{"result": ...}` or `{"error": "..."}`. `call_id` is the '
+    "call's history slot (`slot` in `ToolCallRequested`). Only the run's caller or the admin "
+    "principal may post. The first result wins; any later one is a 409 and changes nothing.",
+    responses=documented(200, CallAnswered, "The result reached the call.", 400, 403, 404, 409),
+)
+def post_result(run_id: RunId, call_id: Annotated[str, Path(pattern=SEQ)]) -> dict[str, Any]:
+    try:
+        request = ResultRequest.model_validate_json(request_body() or "{}")
+    except ValidationError as e:
+        raise BadRequestError(f"invalid result request: {describe_validation_error(e, 'body')}") from e
+    return answered(lambda: approvals().post_result(run_id, int(call_id), current_caller(), request))
+
+
+# --- the approval page: for whoever holds the signed link (README "The approval link") -------
+
+# The edit form's arguments (64 KiB) URL-encoded, with room to spare; larger forms are refused.
+MAX_FORM_BYTES = 512 * 1024
+
+
+@cache
+def page() -> ApprovalPage:
+    return ApprovalPage(approvals())
+
+
+def page_request(approval_id: str, form: dict[str, str] | None = None) -> PageRequest:
+    """The page request as the event carries it. The signature is the credential: no caller
+    identity is read. Who decided is recorded as the link, from the request's source address."""
+    event = app.current_event
+    query = event.query_string_parameters or {}
+    form = form or {}
+    context = event.raw_event.get("requestContext") or {}
+    identity = context.get("identity") if isinstance(context, dict) else None
+    source_ip = identity.get("sourceIp") if isinstance(identity, dict) else None
+    host = event.headers.get("host") or (context.get("domainName") if isinstance(context, dict) else None)
+    return PageRequest(
+        approval_id=approval_id,
+        exp=form.get("exp") or query.get("exp"),
+        sig=form.get("sig") or query.get("sig"),
+        cookie=csrf_cookie(event.headers.get("cookie")),
+        source_ip=source_ip if isinstance(source_ip, str) else None,
+        origin=event.headers.get("origin"),
+        host=host,
+        form=form,
+    )
+
+
+def csrf_cookie(header: str | None) -> str | None:
+    if not header:
+        return None
+    try:
+        jar = SimpleCookie(header)
+    except CookieError:
+        return None
+    morsel = jar.get(CSRF_COOKIE)
+    return None if morsel is None else morsel.value
+
+
+def page_response(answer: PageAnswer) -> Response[str]:
+    cookies = []
+    if answer.set_cookie is not None:
+        context = app.current_event.raw_event.get("requestContext") or {}
+        # The page's own path as the browser sees it (the stage included): the cookie goes
+        # nowhere else.
+        path = context.get("path") if isinstance(context, dict) else None
+        cookies.append(
+            Cookie(
+                name=CSRF_COOKIE,
+                value=answer.set_cookie,
+                path=str(path or app.current_event.path),
+                secure=api_url().startswith("https://"),
+                http_only=True,
+                same_site=SameSite.STRICT_MODE,
+            )
+        )
+    return Response(
+        status_code=answer.status,
+        content_type="text/html; charset=utf-8",
+        body=answer.html,
+        headers=dict(answer.headers),
+        cookies=cookies,
+    )
+
+
+@app.route(
+    "/approvals/<approval_id>/page",
+    method=["GET", "HEAD"],
+    summary="The approval page (HTML) behind the signed link: shows the call, never decides",
+    description="Query: `exp` and `sig` from the link. No IAM signature or API key: the signature is "
+    "the credential. 403 for a link that is not valid, 410 once expired. Sets the CSRF cookie the "
+    "page's forms need.",
+)
+def approval_page(approval_id: str) -> Response[str]:
+    return page_response(page().show(page_request(approval_id)))
+
+
+@app.post(
+    "/approvals/<approval_id>/page",
+    summary="Decide from the approval page, or answer a question page (a form post)",
+    description="Form-encoded: `action` (approve, deny or edit), `reason`, `arguments`, `csrf`, and "
+    "the link's `exp` and `sig`; a human-input call's page posts `action` answer with `answer` (free "
+    "text or JSON) or one `field.<property>` per property of its result schema. Needs the CSRF "
+    "cookie the page set and a matching token; a foreign `Origin` is refused. 409 once decided.",
+)
+def decide_on_page(approval_id: str) -> Response[str]:
+    raw = app.current_event.body or ""
+    if len(raw) > MAX_FORM_BYTES:
+        return page_response(
+            PageAnswer(413, "<!doctype html><title>Too large</title><h1>Form too large</h1>")
+        )
+    text = base64.b64decode(raw).decode("utf-8", "replace") if app.current_event.is_base64_encoded else raw
+    form = {k: v[0] for k, v in urllib.parse.parse_qs(text, keep_blank_values=True).items()}
+    return page_response(page().submit(page_request(approval_id, form)))
 
 
 OPENAPI_TITLE = "toolpipe runs API"
@@ -488,12 +682,34 @@ def openapi_document() -> dict[str, Any]:
     request = StartRunRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     schemas.update(request.pop("$defs", {}))
     document["components"]["schemas"]["StartRunRequest"] = request
-    deny_request = DenyRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    document["components"]["schemas"]["DenyRequest"] = deny_request
-    document["paths"]["/approvals/{approval_id}/deny"]["post"]["requestBody"] = {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DenyRequest"}}},
+    for path, model, required in (
+        ("/approvals/{approval_id}/deny", DenyRequest, True),
+        ("/approvals/{approval_id}/approve", ApproveRequest, False),
+        ("/approvals/{approval_id}/answer", AnswerRequest, True),
+        ("/runs/{run_id}/calls/{call_id}/result", ResultRequest, True),
+    ):
+        schemas[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        document["paths"][path]["post"]["requestBody"] = {
+            "required": required,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+        }
+    # The approval page answers HTML, whatever the route's return type says.
+    html = {"text/html": {"schema": {"type": "string"}}}
+    page_answers = {
+        "200": "The page: the call and its forms, or who decided it (GET, HEAD); the decision (POST).",
+        "400": "A form that cannot be taken (a blank reason, arguments that fail the tool's checks): "
+        "the page again with the error; nothing decided.",
+        "403": "A link that is not valid, a missing or foreign CSRF token, another site's form.",
+        "409": "Already decided (POST): the first decision stands.",
+        "410": "The link expired: the call no longer waits.",
     }
+    for method, operation in document["paths"]["/approvals/{approval_id}/page"].items():
+        operation["responses"] = {
+            code: {"description": text, "content": html}
+            for code, text in page_answers.items()
+            if method == "post" or code != "409"
+        }
+        operation["security"] = []  # the link's signature is the credential
     operation = document["paths"]["/runs"]["post"]
     operation["requestBody"] = {
         "required": True,

@@ -17,7 +17,13 @@ from toolpipe.shared.messages import (
 from toolpipe.shared.runs.executions import run_id_of
 from toolpipe.shared.runs.factory import build_approval_service, build_model_step
 from toolpipe.shared.runs.model_step import ModelStep, monotonic_deadline
-from toolpipe.shared.settings import CallTimeouts, EventSettings, ModelSettings, StoreSettings
+from toolpipe.shared.settings import (
+    ApprovalLinkSettings,
+    CallTimeouts,
+    EventSettings,
+    ModelSettings,
+    StoreSettings,
+)
 from toolpipe.shared.tracing import trace_handler
 
 logger = Logger()
@@ -34,7 +40,11 @@ def service() -> ModelStep:
 
 @cache
 def approvals() -> ApprovalService:
-    return build_approval_service(store_settings, event_settings, call_timeouts)
+    # Link settings read at the first approval, not at import: the local server sets the API's
+    # URL once it listens, after the runtime's cold start.
+    return build_approval_service(
+        store_settings, event_settings, call_timeouts, links=ApprovalLinkSettings.from_env()
+    )
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -46,7 +56,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     logger.append_keys(run_id=request.run_id)
     if isinstance(request, ApprovalTaskRequest):
         approval = approvals().request(request)
-        logger.info("call waits for approval", seq=request.seq, approval_id=approval.approval_id)
+        logger.info("call waits", seq=request.seq, approval_id=approval.approval_id, kind=request.kind)
         return {"approval_id": approval.approval_id}
     if isinstance(request, FailRequest):
         service().fail(request)

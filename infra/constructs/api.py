@@ -3,12 +3,20 @@
 import enum
 from dataclasses import dataclass
 
+from aws_cdk import Aws
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from toolpipe.infra.constructs.nag import acknowledge
+
+STAGE_NAME = "v1"
+# The approval page behind the signed link (README "The approval link") and its methods.
+PAGE_RESOURCE = "/approvals/{approval_id}/page"
+PAGE_METHODS = ("GET", "HEAD", "POST")
+PAGE_RATE_PER_SECOND = 20.0
+PAGE_BURST = 40
 
 
 class ApiAuth(enum.StrEnum):
@@ -47,7 +55,8 @@ class Throttle:
 class Api(Construct):
     """`POST /runs`, `GET /runs`, `GET /runs/{run_id}`, `POST /runs/{run_id}/cancel`,
     `GET /runs/{run_id}/messages[/{seq}]`, `GET /approvals[/{approval_id}]`,
-    `POST /approvals/{approval_id}/approve|deny` and `GET /openapi.json` on stage `v1`,
+    `POST /approvals/{approval_id}/approve|deny|answer`,
+    `POST /runs/{run_id}/calls/{call_id}/result` and `GET /openapi.json` on stage `v1`,
     all proxied to the API function. IAM authorization on every method by default; with
     `auth=ApiAuth.API_KEY`, an API key on every method instead, and a usage plan throttling it."""
 
@@ -73,7 +82,15 @@ class Api(Construct):
             description="Start and inspect toolpipe runs",
             cloud_watch_role=True,
             deploy_options=apigw.StageOptions(
-                stage_name="v1",
+                stage_name=STAGE_NAME,
+                # The approval page takes no IAM signature or key (the link's signature is the
+                # credential): a limit of its own, well above what people clicking need.
+                method_options={
+                    f"{PAGE_RESOURCE}/{method}": apigw.MethodDeploymentOptions(
+                        throttling_rate_limit=PAGE_RATE_PER_SECOND, throttling_burst_limit=PAGE_BURST
+                    )
+                    for method in PAGE_METHODS
+                },
                 tracing_enabled=True,
                 logging_level=apigw.MethodLoggingLevel.ERROR,
                 data_trace_enabled=False,  # request bodies carry prompts
@@ -114,6 +131,12 @@ class Api(Construct):
             self.rest_api,
             id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
             reason="API Gateway's account-level CloudWatch role uses the AWS managed push-to-logs policy.",
+        )
+
+        # The API's base URL with its stage, from the API's id alone (no stage reference: the
+        # orchestrator needs it, and a reference to the stage would be a dependency cycle).
+        self.base_url = (
+            f"https://{self.rest_api.rest_api_id}.execute-api.{Aws.REGION}.{Aws.URL_SUFFIX}/{STAGE_NAME}"
         )
 
         self.api_key: apigw.IApiKey | None = None
@@ -234,7 +257,42 @@ class Api(Construct):
         approval = approvals.add_resource("{approval_id}")
         path = {"method.request.path.approval_id": True}
         approval.add_method("GET", integration, request_validator=validator, request_parameters=path)
-        for action in ("approve", "deny"):
+        for action in ("approve", "deny", "answer"):
             approval.add_resource(action).add_method(
                 "POST", integration, request_validator=validator, request_parameters=path
+            )
+        # A client-executed call's result, posted by the caller's program (README "Deferred tools").
+        result = run.add_resource("calls").add_resource("{call_id}").add_resource("result")
+        result.add_method(
+            "POST",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.path.run_id": True, "method.request.path.call_id": True},
+        )
+        # The page a person opens from the signed link: no IAM, no key. The HMAC signature
+        # over the approval id, its arguments' hash and the expiry is the credential, checked
+        # by the API function before anything is shown or decided; the forms also need a CSRF
+        # cookie and token.
+        page = approval.add_resource("page")
+        for method in PAGE_METHODS:
+            page_method = page.add_method(
+                method,
+                integration,
+                request_validator=validator,
+                request_parameters=path,
+                authorization_type=apigw.AuthorizationType.NONE,
+                api_key_required=False,
+            )
+            acknowledge(
+                page_method,
+                id="AwsSolutions-APIG4",
+                reason="The approval page is opened from a link in an email or chat by a person without "
+                "AWS credentials; the link's HMAC signature (key in Secrets Manager, bound to the "
+                "approval, its arguments and its expiry) is the credential, and a POST also needs a "
+                "CSRF cookie and token. GET and HEAD never change state.",
+            )
+            acknowledge(
+                page_method,
+                id="AwsSolutions-COG4",
+                reason="The approval page's credential is the signed link, not a Cognito user.",
             )

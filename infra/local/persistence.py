@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,33 @@ _DYNAMODB_WRITES = frozenset(
 )
 _S3_WRITES = frozenset({"PUT", "POST", "DELETE"})
 _BATCH = 25  # BatchWriteItem's limit
+
+
+SIGNING_KEY = "approval-signing-key"
+
+
+def signing_key(state_dir: Path | None) -> str:
+    """The approval links' HMAC key: made once per state directory and kept there (owner-only),
+    so links a person holds stay valid across restarts. Without a state directory, a fresh one."""
+    if state_dir is None:
+        return secrets.token_urlsafe(48)
+    path = state_dir / SIGNING_KEY
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    state_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(48)
+    # O_EXCL: of two processes making it at once, one wins and the other reads the winner's.
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return key
 
 
 class StateDirInUseError(RuntimeError):

@@ -91,6 +91,8 @@ EVENT_BUS = "toolpipe-local-events"
 # The address the example's `send_email` sends from (TOOLPIPE_EMAIL_SENDER): verified in moto's
 # SES, which keeps what is sent (`ses.get_send_quota()`, moto's `sent_messages`).
 EMAIL_SENDER = "assistant@example.com"
+# The secret holding the approval links' HMAC key (README "The approval link").
+SIGNING_KEY_SECRET = "toolpipe-local-approval-signing-key"
 # The identity local requests carry, as API Gateway reports an IAM user.
 LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"
 
@@ -272,6 +274,14 @@ class LocalRuntime:
             name="toolpipe-local", definition=self.definition, roleArn=role_arn, type="STANDARD"
         )["stateMachineArn"]
         self._set_env({"STATE_MACHINE_ARN": self.state_machine_arn})
+
+        # The approval links' HMAC key, in Secrets Manager as the stack keeps it. Its value lives
+        # in the state directory, so a link stays valid after `toolpipe serve` restarts.
+        self.secrets = boto3.client("secretsmanager", region_name=REGION)
+        self.signing_key_arn = self.secrets.create_secret(
+            Name=SIGNING_KEY_SECRET, SecretString=persistence.signing_key(self._state_dir)
+        )["ARN"]
+        self._set_env({"TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN": self.signing_key_arn})
 
         # SES sends only from a verified identity, in moto as on AWS.
         self.ses = boto3.client("ses", region_name=REGION)

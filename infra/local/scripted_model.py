@@ -281,7 +281,8 @@ def _alarm_time(text: str, timezone: str) -> str:
 
 class DemoResponder:
     """Rules for the demo prompts: arithmetic, square roots, the date and time, alarms, emails
-    ("email ana@example.com saying the report is ready").
+    ("email ana@example.com saying the report is ready"), questions for the user ("ask me which
+    city to book").
 
     Several matches in one prompt become parallel tool calls in one reply, as a real model
     would make them; tool results come back as a short plain-text answer.
@@ -349,6 +350,10 @@ class DemoResponder:
         for match in re.finditer(r"email (\S+@[\w.-]+\w) saying (.+)", prompt, flags=re.IGNORECASE):
             body = match.group(2).strip()
             calls.append(("send_email", {"to": match.group(1), "subject": body[:60], "body": body}))
+        # "Ask me which city to book": a question for the user (the example's ask_user).
+        for match in re.finditer(r"\bask me (.+)", prompt, flags=re.IGNORECASE):
+            question = match.group(1).strip().rstrip(".?!")
+            calls.append(("ask_user", {"question": question[:1].upper() + question[1:] + "?"}))
         return calls
 
     @staticmethod

@@ -23,6 +23,7 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import re
 import socket
 import threading
@@ -60,9 +61,14 @@ RESOURCES: dict[str, tuple[str, ...]] = {
     "/approvals/{approval_id}": ("GET",),
     "/approvals/{approval_id}/approve": ("POST",),
     "/approvals/{approval_id}/deny": ("POST",),
+    "/approvals/{approval_id}/answer": ("POST",),
+    "/runs/{run_id}/calls/{call_id}/result": ("POST",),
+    # The approval page (README "The approval link"): no identity needed, the link is signed.
+    "/approvals/{approval_id}/page": ("GET", "HEAD", "POST"),
 }
 EVENTS_RESOURCE = "/runs/{run_id}/events"
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+API_URL_ENV = "TOOLPIPE_API_URL"
 RUNNING = "running"
 KEEPALIVE_SECONDS = 10.0  # a comment line this often: a client that went away is noticed at the write
 MAX_STREAM_SECONDS = 3600.0
@@ -169,10 +175,12 @@ class ApiFunction:
                 return {"statusCode": 502, "body": json.dumps({"message": "Internal server error"})}
         return dict(response)
 
-    def get(self, path: str, caller: str | None) -> tuple[int, Any]:
+    def get(
+        self, path: str, caller: str | None, headers: list[tuple[str, str]] | None = None
+    ) -> tuple[int, Any]:
         """A GET through the same proxy event as HTTP, so the same authorization applies."""
         resource, _, query = path.partition("?")
-        response = self(proxy_event("GET", resource, query, [], b"", caller))
+        response = self(proxy_event("GET", resource, query, headers or [], b"", caller))
         body = response.get("body")
         return int(response["statusCode"]), json.loads(body) if body else None
 
@@ -340,6 +348,7 @@ class LocalServer:
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
         self._connections: set[socket.socket] = set()
+        self._saved_api_url: str | None = None
         self._http = _Listener((host, port), self._handler_class())
         self._http.daemon_threads = True
         self._thread = threading.Thread(
@@ -355,6 +364,10 @@ class LocalServer:
         return f"{self.url}/{STAGE}"
 
     def __enter__(self) -> "LocalServer":
+        # Where the orchestrator makes approval links (`ApprovalRequested`), as the stack sets
+        # it from the API's URL; put back when the server closes.
+        self._saved_api_url = os.environ.get(API_URL_ENV)
+        os.environ[API_URL_ENV] = self.api_url
         _install_change_hook()
         with _hook_lock:
             _listeners.append(self.changes)
@@ -388,6 +401,11 @@ class LocalServer:
                     connection.shutdown(socket.SHUT_RDWR)
             self._state.wait_for(lambda: not self._connections, max(0.0, deadline - time.monotonic()))
         self._http.server_close()
+        if os.environ.get(API_URL_ENV) == self.api_url:
+            if self._saved_api_url is None:
+                os.environ.pop(API_URL_ENV, None)
+            else:
+                os.environ[API_URL_ENV] = self._saved_api_url
         with _hook_lock:
             if self.changes in _listeners:
                 _listeners.remove(self.changes)
@@ -585,7 +603,9 @@ class LocalServer:
                     return
 
     def _pending_approvals(self, run_id: str, caller: str | None) -> list[dict[str, Any]]:
-        status, body = self.api.get("/approvals?status=pending", caller)
+        # With this server's host: each approval's signed link is made under the URL it serves.
+        host = urllib.parse.urlsplit(self.url).netloc
+        status, body = self.api.get("/approvals?status=pending", caller, [("Host", host)])
         if status != 200:
             return []
         return [a for a in body["approvals"] if a["run_id"] == run_id]

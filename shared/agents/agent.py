@@ -26,7 +26,8 @@ EVENTS_PER_FAILED_CALL = 2  # more, when the task times out or misses a heartbea
 EVENTS_PER_FAILED_ENDING = 2  # more, when the run ends through MarkFailed instead of Done
 # A call in a turn with a call that waits for approval: its branch's NeedsApproval Choice, and
 # for a gated call the WaitForApproval task (measured 8 with the Choice; a denial writes fewer
-# than a dispatch). Counted for every call of an agent that has a gated tool.
+# than a dispatch; a deferred call's WaitForResult as many). Counted for every call of an agent
+# that has a gated or a deferred tool.
 EVENTS_PER_APPROVAL = 8
 # WaitForApproval's retrier (transient Lambda errors), at most.
 APPROVAL_TASK_RETRIES = 6

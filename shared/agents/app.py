@@ -6,6 +6,7 @@ environment), the `TOOLPIPE_APP` environment variable (what the deployed functio
 one above it. Every `Agent` defined at the module's top level is registered under its name.
 """
 
+import functools
 import importlib
 import os
 import sys
@@ -14,6 +15,7 @@ import tomllib
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from types import ModuleType
 
 from toolpipe.shared.agents.agent import Agent
@@ -44,19 +46,32 @@ def find_app(start: Path | None = None, environ: dict[str, str] | None = None) -
     folder = (start or Path.cwd()).resolve()
     for candidate in (folder, *folder.parents):
         pyproject = candidate / "pyproject.toml"
-        if not pyproject.is_file():
-            continue
         try:
-            config = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-            raise ConfigurationError(f"{pyproject}: cannot read it: {e}") from e
-        app = config.get("tool", {}).get("toolpipe", {}).get("app")
-        if app is None:
-            return None  # the nearest project has no app: never one of a project around it
-        if not isinstance(app, str):
-            raise ConfigurationError(f"{pyproject}: [tool.toolpipe] app must be a module name string")
-        return AppRef(valid_module_name(app.strip(), f"{pyproject} [tool.toolpipe] app"), str(candidate))
+            stat = pyproject.stat()
+        except OSError:
+            continue
+        if not S_ISREG(stat.st_mode):
+            continue
+        # Every agent lookup asks (the orchestrator's steps, each tool call): parse a file once
+        # per version of it, not per call.
+        return _app_setting(str(pyproject), stat.st_mtime_ns, stat.st_size)
     return None
+
+
+@functools.lru_cache(maxsize=16)
+def _app_setting(pyproject: str, mtime_ns: int, size: int) -> AppRef | None:
+    """The app a `pyproject.toml` names (its version: `mtime_ns` and `size`), or None."""
+    path = Path(pyproject)
+    try:
+        config = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigurationError(f"{path}: cannot read it: {e}") from e
+    app = config.get("tool", {}).get("toolpipe", {}).get("app")
+    if app is None:
+        return None  # the nearest project has no app: never one of a project around it
+    if not isinstance(app, str):
+        raise ConfigurationError(f"{path}: [tool.toolpipe] app must be a module name string")
+    return AppRef(valid_module_name(app.strip(), f"{path} [tool.toolpipe] app"), str(path.parent))
 
 
 def use_app(ref: AppRef) -> None:

@@ -3,7 +3,7 @@
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from toolpipe.shared.errors import ToolpipeError
 
@@ -12,6 +12,9 @@ APPROVAL_ID_PATTERN = r"^[0-9a-f]{32}$"
 MAX_REASON_CHARS = 1_000
 # What the record, the API and the event show of the arguments; the whole are in the run's history.
 ARGUMENTS_PREVIEW_CHARS = 500
+# Arguments a person edits before approving: bounded, since they are stored on the approval and
+# its gate (DynamoDB items stop at 400 KB) and sent to the tool. 64 KiB of UTF-8 JSON.
+MAX_EDITED_ARGUMENTS_BYTES = 64 * 1024
 
 
 class ApprovalStatus(StrEnum):
@@ -19,11 +22,29 @@ class ApprovalStatus(StrEnum):
     APPROVED = "approved"
     DENIED = "denied"
     EXPIRED = "expired"
+    # A deferred call's answer (a person's, or the caller's program's result) was recorded.
+    ANSWERED = "answered"
+
+
+class ApprovalKind(StrEnum):
+    """What a waiting call waits for: a person's decision (`requires_approval`), a person's
+    answer (`deferred="human"`) or the caller's program's result (`deferred="client"`)."""
+
+    APPROVAL = "approval"
+    HUMAN = "human"
+    CLIENT = "client"
+
+
+# A deferred call's answer, as JSON: what the model reads, bounded (the history item stays well
+# under DynamoDB's 400 KB, the request under API Gateway's 10 MB).
+MAX_ANSWER_CHARS = 64 * 1024
+# What the record, the inbox and the event show of the question a human-input call asks.
+QUESTION_CHARS = 2_000
 
 
 class Approval(BaseModel):
-    """One call waiting for (or decided by) a person. Stored as `pk=APPROVAL#<id>`; its task
-    token is a separate item that no view reads."""
+    """One call waiting for (or decided by) a person, or, for a deferred tool, for its answer
+    (`kind`). Stored as `pk=APPROVAL#<id>`; its task token is a separate item that no view reads."""
 
     model_config = ConfigDict(frozen=True)
     approval_id: str = Field(description="Random id (32 hex digits).")
@@ -49,6 +70,52 @@ class Approval(BaseModel):
     decided_by: str | None = None
     decided_at: str | None = None
     reason: str | None = Field(default=None, description="The person's reason for a denial.")
+    kind: ApprovalKind = Field(
+        default=ApprovalKind.APPROVAL,
+        description="`approval` (approve or deny), `human` (answer the question: `POST "
+        "/approvals/{id}/answer`) or `client` (the caller's program posts the result: `POST "
+        "/runs/{run_id}/calls/{call_id}/result`, `call_id` being `seq`).",
+    )
+    question: str | None = Field(
+        default=None,
+        description="A human-input call's question: its `question` argument, else its arguments' "
+        "JSON (cut at 2,000 characters).",
+    )
+    result_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="The JSON Schema the answer must match (a form); null: free text (`human`) or "
+        "any JSON (`client`).",
+    )
+    answer_preview: str | None = Field(default=None, description="The answer's first 500 characters.")
+    arguments: str | None = Field(
+        default=None,
+        description="The arguments a person edited before approving (canonical JSON): the call runs "
+        "with these, and `arguments_sha256` is theirs. Null when the call runs as the model sent it.",
+    )
+    requested_arguments_sha256: str | None = Field(
+        default=None,
+        description="When the arguments were edited: the hash of the ones the model sent (what the "
+        "approval link is bound to).",
+    )
+    callback_url: str | None = Field(
+        default=None,
+        description='The signed approval link (README "The approval link"): the page approves or '
+        "denies, or, for a `human` call, takes the answer; null for a `client` call. Only in answers "
+        "to the run's caller or the admin, never stored.",
+    )
+
+    @property
+    def link_arguments_sha256(self) -> str:
+        """The hash the approval link is bound to: the model's arguments, edited or not."""
+        return self.requested_arguments_sha256 or self.arguments_sha256
+
+
+class EditedArguments(BaseModel):
+    """Arguments a person approved instead of the model's: canonical JSON and its SHA-256."""
+
+    model_config = ConfigDict(frozen=True)
+    text: str
+    sha256: str
 
 
 class Gate(BaseModel):
@@ -61,16 +128,20 @@ class Gate(BaseModel):
     status: ApprovalStatus
     # The tool's definition when the call started to wait (None: a gate stored before it was kept).
     tool_sha256: str | None = None
+    # The arguments a person edited before approving (canonical JSON; `arguments_sha256` is
+    # theirs): the worker runs exactly these. None: the model's arguments, as sent.
+    arguments: str | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> "Gate":
         """The gate as DynamoDB stores it (`sk=GATE#<seq>`)."""
-        tool_sha256 = item.get("tool_sha256")
+        tool_sha256, arguments = item.get("tool_sha256"), item.get("arguments")
         return cls(
             approval_id=str(item["approval_id"]),
             arguments_sha256=str(item["arguments_sha256"]),
             status=ApprovalStatus(str(item["status"])),
             tool_sha256=None if tool_sha256 is None else str(tool_sha256),
+            arguments=None if arguments is None else str(arguments),
         )
 
 
@@ -81,6 +152,17 @@ class DenyRequest(BaseModel):
     reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS, description="Why: the model reads it.")
 
 
+class ApproveRequest(BaseModel):
+    """`POST /approvals/{id}/approve`, optional: approve with other arguments than the model's."""
+
+    model_config = ConfigDict(extra="forbid")
+    arguments: dict[str, Any] | None = Field(
+        default=None,
+        description="Arguments to run the call with instead of the model's: checked against the "
+        "tool's schema, at most 64 KiB as JSON. The model is told they were changed.",
+    )
+
+
 class ApprovalList(BaseModel):
     approvals: list[Approval]
 
@@ -89,6 +171,59 @@ class ApprovalDecided(BaseModel):
     approval_id: str
     status: Literal["approved", "denied"]
     run_id: str
+
+
+class AnswerRequest(BaseModel):
+    """`POST /approvals/{id}/answer`: a person's answer to a human-input call."""
+
+    model_config = ConfigDict(extra="forbid")
+    answer: Any = Field(
+        description="Free text (a string), or, when the call has a `result_schema`, a JSON value "
+        "matching it. What the model reads as the call's result."
+    )
+
+
+class ResultRequest(BaseModel):
+    """`POST /runs/{run_id}/calls/{call_id}/result` (`call_id`: the call's slot): the result of a client-executed call, or the
+    error the model should read instead (exactly one of the two)."""
+
+    model_config = ConfigDict(extra="forbid")
+    result: Any = Field(
+        default=None,
+        description="Any JSON (a string is passed as is); matches the tool's `result_schema` if it has one.",
+    )
+    error: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_REASON_CHARS,
+        description="What went wrong, for the model to read.",
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "ResultRequest":
+        if ("result" in self.model_fields_set) == (self.error is not None):
+            raise ValueError("give exactly one of result and error")
+        return self
+
+
+class CallAnswered(BaseModel):
+    approval_id: str
+    status: Literal["answered"]
+    run_id: str
+    seq: int
+
+
+class InvalidAnswerError(ToolpipeError):
+    """An answer that does not fit the call (schema, size, kind): a 400, nothing changed."""
+
+
+class WrongKindError(ToolpipeError):
+    """An approve/deny on a deferred call, or an answer to an approval: a 409, nothing changed."""
+
+
+class InvalidEditError(ToolpipeError):
+    """Edited arguments that cannot be approved (not JSON, not an object, too large, or failing
+    the tool's own validation): nothing is decided."""
 
 
 class ApprovalNotFoundError(ToolpipeError):

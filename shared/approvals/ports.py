@@ -2,8 +2,8 @@
 
 from typing import Protocol
 
-from toolpipe.shared.approvals.models import Approval, ApprovalStatus, Gate
-from toolpipe.shared.history.ports import History, RunRecords
+from toolpipe.shared.approvals.models import Approval, ApprovalStatus, EditedArguments, Gate
+from toolpipe.shared.history.ports import Contents, History, RunRecords
 
 
 class ApprovalRecords(Protocol):
@@ -31,9 +31,13 @@ class ApprovalRecords(Protocol):
         by: str | None,
         reason: str | None = None,
         from_status: ApprovalStatus = ApprovalStatus.PENDING,
+        arguments: EditedArguments | None = None,
+        answer: str | None = None,
     ) -> Approval:
         """Move an approval (and its gate) from `from_status` (pending) to `status`;
-        `ApprovalAlreadyDecidedError`, with nothing written, when it is no longer in it."""
+        `ApprovalAlreadyDecidedError`, with nothing written, when it is no longer in it.
+        `arguments`: approved with these instead of the model's (kept on record and gate); a
+        decision taken back to pending drops them. `answer`: a deferred call's answer preview."""
         ...
 
     def list(self, requester: str | None, status: ApprovalStatus | None) -> list[Approval]:
@@ -41,5 +45,6 @@ class ApprovalRecords(Protocol):
         ...
 
 
-class RunsAndHistory(RunRecords, History, Protocol):
-    """The run record (who may decide, whether the run still goes on) and the call's reply."""
+class RunsAndHistory(RunRecords, History, Contents, Protocol):
+    """The run record (who may decide, whether the run still goes on), the call's reply, and
+    where a deferred call's answer goes (its slot; a long one's whole text in S3)."""

@@ -8,19 +8,38 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from toolpipe.shared.agents import run_agent
-from toolpipe.shared.approvals.hashing import arguments_hash, tool_hash
+from toolpipe.shared.approvals.answers import answer_content, question_of
+from toolpipe.shared.approvals.hashing import arguments_hash, canonical_json, tool_hash
+from toolpipe.shared.approvals.links import ApprovalLinks
 from toolpipe.shared.approvals.models import (
     ARGUMENTS_PREVIEW_CHARS,
+    MAX_EDITED_ARGUMENTS_BYTES,
     Approval,
     ApprovalAlreadyDecidedError,
+    ApprovalKind,
     ApprovalNotFoundError,
     ApprovalRunEndedError,
     ApprovalStatus,
+    EditedArguments,
+    InvalidEditError,
+    ResultRequest,
+    WrongKindError,
 )
 from toolpipe.shared.approvals.ports import ApprovalRecords, RunsAndHistory
-from toolpipe.shared.errors import ErrorKind, UnknownToolError
-from toolpipe.shared.messages import ApprovalTaskRequest, AssistantMessage, RunRecord, RunStatus, utc_now
+from toolpipe.shared.errors import ErrorKind, ModelVisibleError, ToolpipeError, UnknownToolError
+from toolpipe.shared.messages import (
+    ApprovalTaskRequest,
+    AssistantMessage,
+    HistoryItem,
+    RunRecord,
+    RunStatus,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    utc_now,
+)
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.results import fit_for_model
 from toolpipe.shared.tools import Tool
 
 # The error a denial or an expiry answers the waiting task with; the state machine's Catch
@@ -30,6 +49,31 @@ EXPIRED_ERROR = "ApprovalExpired"
 
 
 logger = logging.getLogger(__name__)
+
+# What the next model step writes for a waiting call whose task ended without an answer.
+_ENDED_UNANSWERED = (ErrorKind.NOT_COMPLETED, ErrorKind.NO_ANSWER)
+
+
+class DeferredCallNotFoundError(ApprovalNotFoundError):
+    """No call of the run waits for a result at that slot, or the run is not the caller's (the
+    same 404: ids cannot be probed)."""
+
+    def __init__(self, run_id: str, seq: int) -> None:
+        ToolpipeError.__init__(self, f"run {run_id} has no call {seq} waiting for a result")
+        self.approval_id = ""
+
+
+class ToolChangedWhileWaitingError(ApprovalAlreadyDecidedError):
+    """The tool changed (a deploy) while its call waited: the answer was for the old one. The
+    model was told so; the call is expired. A 409."""
+
+    def __init__(self, approval_id: str, tool: str) -> None:
+        ToolpipeError.__init__(
+            self,
+            f"the tool '{tool}' changed while call {approval_id} waited: the model was told to ask again",
+        )
+        self.approval_id = approval_id
+        self.status = ApprovalStatus.EXPIRED
 
 
 class ApprovalTasks(Protocol):
@@ -50,13 +94,19 @@ class ApprovalService:
         *,
         timeout_seconds: int = 86_400,
         events: EventPublisher = NO_EVENTS,
+        links: ApprovalLinks | None = None,
+        api_url: str | None = None,
     ) -> None:
+        """`links`: signs approval links (None: no link is made or accepted). `api_url`: the
+        API's base URL the link of `ApprovalRequested` is made under (None: the event has none)."""
         self._approvals = approvals
         self._runs = runs
         self._tasks = tasks
         self._admin = admin_principal
         self._timeout = timeout_seconds
         self._events = events
+        self.links = links
+        self._api_url = api_url
 
     # --- the waiting task ---------------------------------------------------------------
 
@@ -73,7 +123,16 @@ class ApprovalService:
             tool: Tool | None = run_agent(run).registry.get(call.name)
         except UnknownToolError:
             tool = None
+        kind = ApprovalKind(request.kind)
+        deferred = kind is not ApprovalKind.APPROVAL
+        # A deferred tool may wait its own time (`wait_seconds`); the state machine's task has the
+        # same timeout, from the same tool (the model step's decision).
+        timeout = tool.wait_timeout(self._timeout) if deferred and tool is not None else self._timeout
+        schema = tool.result_schema if deferred and tool is not None else None
         now = datetime.now(UTC)
+        # The task times out `timeout` after it started, before this Lambda ran: an expiry counted
+        # from now would accept decisions Step Functions then refuses (`TaskTimedOut`).
+        started = min(now, request.entered_at.astimezone(UTC)) if request.entered_at else now
         fresh = Approval(
             approval_id=uuid.uuid4().hex,
             run_id=run.run_id,
@@ -90,11 +149,16 @@ class ApprovalService:
             requester=run.caller,
             status=ApprovalStatus.PENDING,
             created_at=now.isoformat(timespec="milliseconds"),
-            expires_at=(now + timedelta(seconds=self._timeout)).isoformat(timespec="milliseconds"),
+            expires_at=(started + timedelta(seconds=timeout)).isoformat(timespec="milliseconds"),
+            kind=kind,
+            question=question_of(call.arguments) if kind is ApprovalKind.HUMAN else None,
+            result_schema=schema if isinstance(schema, dict) else None,
         )
         stored = self._approvals.create(fresh, request.task_token)
-        if stored.approval_id == fresh.approval_id:
-            self._events.approval_requested(run, stored)
+        if stored.approval_id == fresh.approval_id and kind is ApprovalKind.CLIENT:
+            self._events.tool_call_requested(run, stored, _arguments(call.arguments))
+        elif stored.approval_id == fresh.approval_id:
+            self._events.approval_requested(run, stored, self.callback_url(stored, self._api_url))
         elif stored.status is not ApprovalStatus.PENDING:
             self._answer(stored, request.task_token)
         return stored
@@ -111,23 +175,62 @@ class ApprovalService:
             raise ApprovalNotFoundError(approval_id)  # as unknown: ids cannot be probed
         return approval
 
-    def decide(self, approval_id: str, caller: str, approve: bool, reason: str | None = None) -> Approval:
+    def callback_url(self, approval: Approval, base_url: str | None) -> str | None:
+        """The call's signed link under `base_url`, or None without a key or a URL. An approval's
+        page approves or denies; a question's page takes the answer. A client-executed call has
+        none: a program answers it."""
+        if self.links is None or not base_url or approval.kind is ApprovalKind.CLIENT:
+            return None
+        return self.links.url(base_url, approval)
+
+    def decide(
+        self,
+        approval_id: str,
+        caller: str,
+        approve: bool,
+        reason: str | None = None,
+        arguments: str | None = None,
+    ) -> Approval:
         """Record the caller's decision if it is the first, then answer the waiting task, once:
         only the write that moved the record from pending sends. Later decisions raise
-        `ApprovalAlreadyDecidedError` and change nothing."""
-        approval = self.get(approval_id, caller)
-        if approval.status is ApprovalStatus.PENDING and approval.expires_at <= utc_now():
-            # Past its time the call counts as denied, even if its task has not noticed yet.
-            self._expire(approval)
-            raise ApprovalAlreadyDecidedError(approval_id, ApprovalStatus.EXPIRED)
-        if approval.status is ApprovalStatus.PENDING:
-            run = self._runs.get_run(approval.run_id)
-            if run.status is not RunStatus.RUNNING:
-                # Cancelled or failed while the call waited: its task is gone with the execution.
-                self._expire(approval)
-                raise ApprovalRunEndedError(approval_id, run.run_id, run.status.value)
+        `ApprovalAlreadyDecidedError` and change nothing. `arguments` (JSON text): approve with
+        these instead of the model's; `InvalidEditError`, nothing decided, when they do not pass
+        the tool's validation."""
+        return self._decide(self.get(approval_id, caller), caller, approve, reason, arguments)
+
+    def record(self, approval_id: str) -> Approval:
+        """The approval, for a holder of its signed link (who checks the link first)."""
+        return self._approvals.get(approval_id)
+
+    def decide_by_link(
+        self,
+        approval: Approval,
+        source_ip: str | None,
+        approve: bool,
+        reason: str | None = None,
+        arguments: str | None = None,
+    ) -> Approval:
+        """As `decide`, for a person holding the approval's signed link (checked by the caller):
+        no IAM principal, so the decision is recorded as made by the link, from where."""
+        return self._decide(approval, _by_link(source_ip), approve, reason, arguments)
+
+    def _decide(
+        self, approval: Approval, by: str, approve: bool, reason: str | None, arguments: str | None
+    ) -> Approval:
+        approval_id = approval.approval_id
+        if approval.kind is not ApprovalKind.APPROVAL:
+            how = (
+                f"POST /approvals/{approval_id}/answer"
+                if approval.kind is ApprovalKind.HUMAN
+                else f"POST /runs/{approval.run_id}/calls/{approval.seq}/result"
+            )
+            raise WrongKindError(f"{approval_id} waits for an answer, not a decision: {how}")
+        run = self._still_open(approval)
+        edited: EditedArguments | None = None
+        if run is not None and approve and arguments is not None:
+            edited = self._edited(approval, run, arguments)
         status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
-        decided = self._approvals.decide(approval, status, caller, None if approve else reason)
+        decided = self._approvals.decide(approval, status, by, None if approve else reason, arguments=edited)
         try:
             delivered = self._answer(decided, self._approvals.get_token(approval_id))
         except Exception:
@@ -142,12 +245,197 @@ class ApprovalService:
             logger.info("approval %s decided; no task waits on its token now", approval_id)
         return decided
 
+    def _still_open(self, approval: Approval) -> RunRecord | None:
+        """Raise the 409 for a pending call that no longer waits (past its time, or its run
+        ended), marking it expired; a call that is not pending is left to the conditional write
+        (None). Returns the run of a call that still waits."""
+        if approval.status is not ApprovalStatus.PENDING:
+            return None
+        if approval.expires_at <= utc_now():
+            # Past its time the call counts as denied (or unanswered), even if its task has not
+            # noticed yet.
+            self._expire(approval)
+            raise ApprovalAlreadyDecidedError(approval.approval_id, ApprovalStatus.EXPIRED)
+        run = self._runs.get_run(approval.run_id)
+        if run.status is not RunStatus.RUNNING:
+            # Cancelled or failed while the call waited: its task is gone with the execution.
+            self._expire(approval)
+            raise ApprovalRunEndedError(approval.approval_id, run.run_id, run.status.value)
+        return run
+
+    # --- a deferred call's answer ----------------------------------------------------------
+
+    def answer(self, approval_id: str, caller: str, value: Any) -> Approval:
+        """A person's answer to a human-input call (the page and `POST /approvals/{id}/answer`
+        call this): checked against the call's result schema, recorded if it is the first, written
+        to the call's slot as its result, then the waiting task answered once. A later answer
+        raises `ApprovalAlreadyDecidedError` and changes nothing."""
+        return self._answer_question(self.get(approval_id, caller), caller, value)
+
+    def answer_by_link(self, approval: Approval, source_ip: str | None, value: Any) -> Approval:
+        """As `answer`, for a person holding the question's signed link (checked by the caller,
+        the question page): recorded as answered by the link, from where."""
+        return self._answer_question(approval, _by_link(source_ip), value)
+
+    def _answer_question(self, approval: Approval, by: str, value: Any) -> Approval:
+        if approval.kind is not ApprovalKind.HUMAN:
+            raise WrongKindError(f"{approval.approval_id} is not a question for a person: it takes no answer")
+        content = answer_content(approval.kind, approval.result_schema, value, "answer")
+        return self._resolve(approval, by, content, None)
+
+    def post_result(self, run_id: str, seq: int, caller: str, request: ResultRequest) -> Approval:
+        """The caller's program's result (or error) for the client-executed call in slot `seq`:
+        as `answer`, for calls declared `deferred="client"`."""
+        gate = self._approvals.get_gate(run_id, seq)
+        try:
+            approval = None if gate is None else self.get(gate.approval_id, caller)
+        except ApprovalNotFoundError:
+            approval = None
+        if approval is None or approval.kind is not ApprovalKind.CLIENT or approval.run_id != run_id:
+            raise DeferredCallNotFoundError(run_id, seq)
+        if request.error is not None:
+            return self._resolve(approval, caller, f"Error: {request.error}", ErrorKind.CLIENT_ERROR)
+        content = answer_content(approval.kind, approval.result_schema, request.result, "result")
+        return self._resolve(approval, caller, content, None)
+
+    def _resolve(self, approval: Approval, caller: str, content: str, error: ErrorKind | None) -> Approval:
+        """The one path every deferred answer takes: still open, the tool unchanged, the first
+        answer (conditional write), its result in the call's ledger slot, the task answered."""
+        self._still_open(approval)
+        run = self._runs.get_run(approval.run_id)
+        if self._tool_changed(run, approval):
+            self._fail_changed(run, approval)
+        decided = self._approvals.decide(approval, ApprovalStatus.ANSWERED, caller, answer=_cut(content))
+        try:
+            # The ledger slot of the call: the next model step reads it as a worker's result. A
+            # slot already taken (a retry after a take-back) keeps the first result.
+            taken = self._runs.get_item(run.run_id, approval.seq) is not None
+            result = None if taken else self._result(run, approval, content, error)
+            late = False
+            if result is not None and self._runs.append(run.run_id, result):
+                self._events.tool_call_completed(run, result)
+            else:
+                stored = self._runs.get_item(run.run_id, approval.seq)
+                # The task timed out at the last instant and the next model step wrote the
+                # call's ending first: this answer came too late, whatever the record said.
+                late = isinstance(stored, ToolResult) and stored.error_type in _ENDED_UNANSWERED
+                if not late:
+                    decided = self._first_result(decided, stored)
+            delivered = late or self._answer(decided, self._approvals.get_token(approval.approval_id))
+        except Exception:
+            # As for a decision: taken back, so the caller's retry can answer again.
+            self._approvals.decide(decided, ApprovalStatus.PENDING, None, from_status=ApprovalStatus.ANSWERED)
+            raise
+        if late:
+            self._approvals.decide(decided, ApprovalStatus.EXPIRED, None, from_status=ApprovalStatus.ANSWERED)
+            raise ApprovalAlreadyDecidedError(approval.approval_id, ApprovalStatus.EXPIRED)
+        if not delivered:
+            logger.info("call %s answered; no task waits on its token now", approval.approval_id)
+        return decided
+
+    def _result(
+        self, run: RunRecord, approval: Approval, content: str, error: ErrorKind | None
+    ) -> ToolResult:
+        """The answer as the call's result, cut to the agent's `max_result_chars` for the model
+        (the whole in S3) exactly as a worker's result is."""
+        shown, ref, chars = fit_for_model(self._runs, run_agent(run), run.run_id, approval.seq, content)
+        return ToolResult(
+            seq=approval.seq,
+            turn=approval.turn,
+            call_id=approval.call_id,
+            tool=approval.tool,
+            content=shown,
+            status="ok" if error is None else "error",
+            error_type=error,
+            full_result_ref=ref,
+            full_result_chars=chars,
+        )
+
+    def _first_result(self, answered: Approval, stored: HistoryItem | None) -> Approval:
+        """The slot holds the result of an earlier answer whose delivery failed (and was taken
+        back): that result is what the model reads, so the record shows it, not this one's."""
+        if not isinstance(stored, ToolResult):
+            return answered
+        return self._approvals.decide(
+            answered,
+            ApprovalStatus.ANSWERED,
+            answered.decided_by,
+            answer=_cut(stored.content),
+            from_status=ApprovalStatus.ANSWERED,
+        )
+
+    def _tool_changed(self, run: RunRecord, approval: Approval) -> bool:
+        if approval.tool_sha256 is None:
+            return False
+        try:
+            tool = run_agent(run).registry.get(approval.tool)
+        except UnknownToolError:
+            return True
+        return tool_hash(tool) != approval.tool_sha256
+
+    def _fail_changed(self, run: RunRecord, approval: Approval) -> None:
+        """Fail closed: a deploy changed the tool while its call waited, so an answer to the old
+        question (or schema) is not given to the new tool. The model reads why; the call expires."""
+        expired = self._approvals.decide(approval, ApprovalStatus.EXPIRED, None)
+        result = ToolResult(
+            seq=approval.seq,
+            turn=approval.turn,
+            call_id=approval.call_id,
+            tool=approval.tool,
+            content=f"Error: the tool '{approval.tool}' changed while its call waited for an answer; ask again.",
+            status="error",
+            error_type=ErrorKind.TOOL_CHANGED,
+        )
+        if self._runs.append(run.run_id, result):
+            self._events.tool_call_completed(run, result)
+        self._answer(expired, self._approvals.get_token(approval.approval_id))
+        raise ToolChangedWhileWaitingError(approval.approval_id, approval.tool)
+
+    def _edited(self, approval: Approval, run: RunRecord, text: str) -> EditedArguments | None:
+        """Arguments a person wrote, checked as the model step checks a model's: JSON, an
+        object, at most 64 KiB, and passing the tool's own validation. None when they are the
+        model's arguments after all (no edit to record or tell the model about)."""
+        if len(text.encode("utf-8", "replace")) > MAX_EDITED_ARGUMENTS_BYTES:
+            raise InvalidEditError(f"the arguments are larger than {MAX_EDITED_ARGUMENTS_BYTES // 1024} KiB")
+        try:
+            raw = json.loads(text)
+            canonical = canonical_json(raw)
+        except (ValueError, RecursionError) as e:
+            raise InvalidEditError(f"the arguments are not valid JSON: {_one_line(str(e))}") from e
+        if not isinstance(raw, dict):
+            raise InvalidEditError("the arguments must be a JSON object")
+        try:
+            tool = run_agent(run).registry.get(approval.tool)
+            tool.parse_arguments(canonical)
+        except ModelVisibleError as e:
+            raise InvalidEditError(_one_line(str(e))) from e
+        sha256 = arguments_hash(canonical)
+        if sha256 == approval.arguments_sha256:
+            return None
+        return EditedArguments(text=canonical, sha256=sha256)
+
+    def call_of(self, approval: Approval) -> ToolCall | None:
+        """The call as the model made it (its whole arguments), from the run's history."""
+        reply = self._runs.get_item(approval.run_id, approval.message_seq)
+        index = approval.seq - approval.message_seq - 1
+        if not isinstance(reply, AssistantMessage) or not 0 <= index < len(reply.tool_calls):
+            return None
+        return reply.tool_calls[index]
+
+    def run_input(self, approval: Approval) -> str | None:
+        """What the run was asked (its first message), for a person deciding."""
+        first = self._runs.get_item(approval.run_id, 1)
+        return first.content if isinstance(first, UserMessage) else None
+
     def _answer(self, approval: Approval, token: str | None) -> bool:
         """Answer the waiting task; False when it no longer waits for this token."""
         if token is None:
             return True  # no task waits on a token (the call was decided before it was stored)
         if approval.status is ApprovalStatus.APPROVED:
             return self._tasks.succeed(token, {"approval_id": approval.approval_id, "status": "approved"})
+        if approval.status is ApprovalStatus.ANSWERED:
+            # The branch's outcome, as a worker reports one: the result is in the call's slot.
+            return self._tasks.succeed(token, {"seq": approval.seq, "status": "ok"})
         # The cause is not where the reason travels (moto drops it; AWS caps it): the next
         # model step reads the reason from the record.
         error = DENIED_ERROR if approval.status is ApprovalStatus.DENIED else EXPIRED_ERROR
@@ -174,7 +462,14 @@ class ApprovalService:
 
 
 def unapproved_result(approval: Approval) -> tuple[str, ErrorKind] | None:
-    """What the model reads for a call a person denied, or nobody decided in time."""
+    """What the model reads for a call a person denied, or nobody decided (or answered) in time."""
+    if approval.kind is not ApprovalKind.APPROVAL and approval.status is ApprovalStatus.EXPIRED:
+        who = "a person" if approval.kind is ApprovalKind.HUMAN else "the caller's program"
+        return (
+            f"Error: no answer came in time: the call to '{approval.tool}' waited for {who} until "
+            f"{approval.expires_at}; it has no result.",
+            ErrorKind.NO_ANSWER,
+        )
     if approval.status is ApprovalStatus.DENIED:
         return (
             f"Error: A person denied the call to '{approval.tool}'; it was not run. "
@@ -188,6 +483,28 @@ def unapproved_result(approval: Approval) -> tuple[str, ErrorKind] | None:
             ErrorKind.APPROVAL_EXPIRED,
         )
     return None
+
+
+def _arguments(arguments: str) -> dict[str, Any]:
+    """The call's arguments as sent (the model step validated them): what a program runs on."""
+    try:
+        value = json.loads(arguments or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _by_link(source_ip: str | None) -> str:
+    """Who decided or answered through a signed link: no IAM principal, the link from where."""
+    return f"signed link ({source_ip or 'unknown address'})"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
 
 
 def _preview(arguments: str) -> str:

@@ -7,6 +7,7 @@ beside the tool ledger). Decisions are conditional writes on `status = pending`:
 wins and the ones after change nothing.
 """
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -16,6 +17,7 @@ from toolpipe.shared.approvals.models import (
     ApprovalAlreadyDecidedError,
     ApprovalNotFoundError,
     ApprovalStatus,
+    EditedArguments,
     Gate,
 )
 from toolpipe.shared.history.store import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_SK
@@ -58,6 +60,9 @@ class DynamoApprovalStore:
         started again, with a new token), keep that one and give it the new token while it is
         pending. Returns the call's approval."""
         record = {"pk": _pk(approval.approval_id), "sk": RECORD_SK, **approval.model_dump(exclude_none=True)}
+        if approval.result_schema is not None:
+            # As JSON text: DynamoDB takes no floats, and a schema may hold some (`"minimum": 0.5`).
+            record["result_schema"] = json.dumps(approval.result_schema)
         if approval.requester is not None:
             record[CALLER_INDEX_PK] = f"APPROVALS#{approval.requester}"
             record[CALLER_INDEX_SK] = f"{approval.created_at}#{approval.approval_id}"
@@ -135,6 +140,8 @@ class DynamoApprovalStore:
     @staticmethod
     def _approval(item: dict[str, Any]) -> Approval:
         fields = {k: v for k, v in item.items() if k in Approval.model_fields}
+        if isinstance(fields.get("result_schema"), str):
+            fields["result_schema"] = json.loads(fields["result_schema"])
         return Approval.model_validate(_plain(fields))
 
     def get_token(self, approval_id: str) -> str | None:
@@ -156,22 +163,46 @@ class DynamoApprovalStore:
         by: str | None,
         reason: str | None = None,
         from_status: ApprovalStatus = ApprovalStatus.PENDING,
+        arguments: EditedArguments | None = None,
+        answer: str | None = None,
     ) -> Approval:
         """Move an approval from `from_status` (pending) to `status`, with its gate, in one
         transaction; raises `ApprovalAlreadyDecidedError` (nothing written) when it is no
-        longer in `from_status`."""
+        longer in `from_status`. `arguments`: approved with these instead of the model's (record
+        and gate). A decision taken back (to pending) drops edited arguments again."""
         values: dict[str, Any] = {
             ":status": status.value,
             ":pending": from_status.value,
             ":at": utc_now(),
         }
         sets = ["#status = :status", "decided_at = :at"]
+        gate_sets = ["#status = :status"]
+        gate_values: dict[str, Any] = {":status": status.value}
+        dropped = False
         if by is not None:
             values[":by"] = by
             sets.append("decided_by = :by")
         if reason is not None:
             values[":reason"] = reason
             sets.append("#reason = :reason")
+        if answer is not None:
+            values[":answer"] = answer
+            sets.append("answer_preview = :answer")
+        if arguments is not None:
+            values |= {":args": arguments.text, ":sha": arguments.sha256, ":asked": approval.arguments_sha256}
+            sets += ["arguments = :args", "arguments_sha256 = :sha", "requested_arguments_sha256 = :asked"]
+            gate_values |= {":args": arguments.text, ":sha": arguments.sha256}
+            gate_sets += ["arguments = :args", "arguments_sha256 = :sha"]
+        elif status is ApprovalStatus.PENDING and approval.requested_arguments_sha256 is not None:
+            # Taken back: the next decision starts from the model's arguments again.
+            values[":sha"] = gate_values[":sha"] = approval.requested_arguments_sha256
+            sets.append("arguments_sha256 = :sha")
+            gate_sets.append("arguments_sha256 = :sha")
+            dropped = True
+        record_update = (
+            "SET " + ", ".join(sets) + (" REMOVE arguments, requested_arguments_sha256" if dropped else "")
+        )
+        gate_update = "SET " + ", ".join(gate_sets) + (" REMOVE arguments" if dropped else "")
         name = self._table.name
         try:
             self._table.meta.client.transact_write_items(
@@ -180,7 +211,7 @@ class DynamoApprovalStore:
                         "Update": {
                             "TableName": name,
                             "Key": {"pk": _pk(approval.approval_id), "sk": RECORD_SK},
-                            "UpdateExpression": "SET " + ", ".join(sets),
+                            "UpdateExpression": record_update,
                             "ConditionExpression": "#status = :pending",
                             "ExpressionAttributeNames": {"#status": "status"}
                             | ({"#reason": "reason"} if reason is not None else {}),
@@ -191,9 +222,9 @@ class DynamoApprovalStore:
                         "Update": {
                             "TableName": name,
                             "Key": _gate_key(approval.run_id, approval.seq),
-                            "UpdateExpression": "SET #status = :status",
+                            "UpdateExpression": gate_update,
                             "ExpressionAttributeNames": {"#status": "status"},
-                            "ExpressionAttributeValues": {":status": status.value},
+                            "ExpressionAttributeValues": gate_values,
                         }
                     },
                 ]

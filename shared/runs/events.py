@@ -142,8 +142,9 @@ class RunCancelled(_RunEnded):
 
 class ApprovalRequested(RunEvent):
     """A tool call waits for a person's decision (`requires_approval`): approve or deny it with
-    `POST /approvals/{approval_id}/approve` or `/deny`. Published once per call, when its
-    approval was first stored. Carries no task token."""
+    `POST /approvals/{approval_id}/approve` or `/deny`; or, `kind` `human`, for a person's
+    answer to its question (`POST /approvals/{approval_id}/answer`). Published once per call,
+    when its approval was first stored. Carries no task token."""
 
     approval_id: str = Field(description="The approval, as `GET /approvals/{approval_id}` reads it.")
     tool: str = Field(description="The tool's name, as the model called it.")
@@ -155,6 +156,57 @@ class ApprovalRequested(RunEvent):
     )
     expires_at: str = _time("When the call stops waiting and counts as denied")
     requested_at: str = _time("When the approval was stored")
+    callback_url: str | None = Field(
+        default=None,
+        description="The signed link to the approval's page, where a person approves, denies or "
+        "edits the arguments, or (`kind` `human`) answers the question "
+        '(README "The approval link"); it works until `expires_at`, once. '
+        "Null when the stack knows no API URL.",
+    )
+    kind: Literal["approval", "human"] = Field(
+        default="approval",
+        description="`approval`: approve or deny; `human`: a person's answer to `question` is the "
+        "result (`POST /approvals/{approval_id}/answer`).",
+    )
+    question: str | None = Field(
+        default=None,
+        max_length=PREVIEW_CHARS,
+        description=f"A human-input call's question, first {PREVIEW_CHARS} characters at most.",
+    )
+
+
+# A client-executed call's arguments travel whole in its event up to this size (the program
+# needs all of them to run the call); above it, read them from the reply (`arguments_path`).
+# EventBridge takes 256 KB an entry; 8 KiB keeps every event small.
+EVENT_ARGUMENTS_CHARS = 8_192
+
+
+class ToolCallRequested(RunEvent):
+    """A client-executed call (`deferred="client"`) waits for the caller's program: run it and
+    post its result to `POST /runs/{run_id}/calls/{slot}/result` (`result_path`). Published
+    once per call. Carries no task token."""
+
+    tool: str = Field(description="The tool's name, as the model called it.")
+    call_id: str = Field(description="The call's id, as the model was shown it (informative).")
+    slot: int = Field(
+        ge=1,
+        description="The call's history slot: with `run_id`, what names the call (the `{call_id}` of "
+        "the result route is this number).",
+    )
+    result_path: str = Field(
+        description="Where to post the result, under the API's stage: `/runs/{run_id}/calls/{slot}/result`."
+    )
+    arguments: dict[str, Any] | None = Field(
+        description=f"The call's validated arguments, whole when their JSON is at most "
+        f"{EVENT_ARGUMENTS_CHARS:,} characters; null above (read `arguments_path`)."
+    )
+    arguments_chars: int = Field(ge=0, description="The length of the arguments' JSON.")
+    arguments_path: str = Field(
+        description="The model's reply that made the call, whole: `GET /runs/{run_id}/messages/{seq}`."
+    )
+    result_schema: dict[str, Any] | None = Field(description="The JSON Schema the result must match, if any.")
+    expires_at: str = _time("When the call stops waiting: the model reads that no result came")
+    requested_at: str = _time("When the call started to wait")
 
 
 DETAIL_TYPES: tuple[type[RunEvent], ...] = (
@@ -164,6 +216,7 @@ DETAIL_TYPES: tuple[type[RunEvent], ...] = (
     RunFailed,
     RunCancelled,
     ApprovalRequested,
+    ToolCallRequested,
 )
 
 
@@ -249,7 +302,9 @@ class EventPublisher:
     def tool_call_completed(self, run: RunRecord, result: ToolResult) -> None:
         self.publish(lambda: tool_call_completed(run, result))
 
-    def approval_requested(self, run: RunRecord, approval: "Approval") -> None:
+    def approval_requested(
+        self, run: RunRecord, approval: "Approval", callback_url: str | None = None
+    ) -> None:
         self.publish(
             lambda: ApprovalRequested(
                 **_about(run),
@@ -260,8 +315,32 @@ class EventPublisher:
                 arguments_preview=preview(approval.arguments_preview) or "",
                 expires_at=approval.expires_at,
                 requested_at=approval.created_at,
+                callback_url=callback_url,
+                kind="human" if approval.kind == "human" else "approval",
+                question=preview(approval.question),
             )
         )
+
+    def tool_call_requested(self, run: RunRecord, approval: "Approval", arguments: dict[str, Any]) -> None:
+        """A client-executed call waits for the caller's program (`approval`: its record)."""
+
+        def build() -> ToolCallRequested:
+            text = json.dumps(arguments, ensure_ascii=False)
+            return ToolCallRequested(
+                **_about(run),
+                tool=approval.tool,
+                call_id=approval.call_id,
+                slot=approval.seq,
+                result_path=f"/runs/{run.run_id}/calls/{approval.seq}/result",
+                arguments=arguments if len(text) <= EVENT_ARGUMENTS_CHARS else None,
+                arguments_chars=len(text),
+                arguments_path=f"/runs/{run.run_id}/messages/{approval.message_seq}",
+                result_schema=approval.result_schema,
+                expires_at=approval.expires_at,
+                requested_at=approval.created_at,
+            )
+
+        self.publish(build)
 
     def run_ended(self, runs: RunRecords, run_id: str) -> None:
         """Publish the ending just recorded for `run_id` (RunCompleted, RunFailed or

@@ -52,7 +52,7 @@ def needs_fresh_execution(run: RunRecord, agent: Agent, history: list[HistoryIte
         for i in history
         if isinstance(i, AssistantMessage) and i.turn > run.execution_start_turn
     ]
-    # Calls that may wait for a person write more events (shared/agents/agent.py).
-    gated = any(t.requires_approval is not False for t in agent.tools)
+    # Calls that may wait for a person (or a deferred answer) write more events (shared/agents/agent.py).
+    gated = any(t.requires_approval is not False or t.deferred is not None for t in agent.tools)
     bound = execution_events_bound(turn_calls, gated) + worst_turn_events(agent.max_calls_per_turn, gated)
     return bool(turn_calls) and bound > ExecutionBudget.from_env().event_budget

@@ -15,6 +15,7 @@ from toolpipe.shared.model.api_key import NO_KEY, ApiKeySource, SecretApiKey, St
 from toolpipe.shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsStopper, StepFunctionsTaskReporter
 from toolpipe.shared.settings import (
+    ApprovalLinkSettings,
     CallTimeouts,
     EventSettings,
     ModelSettings,
@@ -90,11 +91,17 @@ def build_model_step(
 
 
 def build_approval_service(
-    store: StoreSettings, events: EventSettings, timeouts: CallTimeouts, admin_principal: str | None = None
+    store: StoreSettings,
+    events: EventSettings,
+    timeouts: CallTimeouts,
+    admin_principal: str | None = None,
+    links: ApprovalLinkSettings | None = None,
 ) -> "ApprovalService":
+    from toolpipe.shared.approvals.links import ApprovalLinks, SecretSigningKey
     from toolpipe.shared.approvals.service import ApprovalService
     from toolpipe.shared.approvals.store import DynamoApprovalStore
 
+    links = links or ApprovalLinkSettings()
     return ApprovalService(
         DynamoApprovalStore(boto3.resource("dynamodb").Table(store.table_name)),
         build_store(store),
@@ -102,6 +109,11 @@ def build_approval_service(
         admin_principal,
         timeout_seconds=timeouts.approval_timeout_seconds,
         events=build_events(events),
+        # The key is read at the first link made or checked, once: not at cold start.
+        links=ApprovalLinks(SecretSigningKey(links.signing_key_secret_arn))
+        if links.signing_key_secret_arn
+        else None,
+        api_url=links.api_url,
     )
 
 

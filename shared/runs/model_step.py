@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -50,7 +50,7 @@ from toolpipe.shared.runs.rules import (
 )
 from toolpipe.shared.runs.triggers import AnswerWriter
 from toolpipe.shared.settings import CallTimeouts
-from toolpipe.shared.tools import ToolContext
+from toolpipe.shared.tools import Tool, ToolContext
 
 
 class UnapprovedCalls(Protocol):
@@ -288,7 +288,7 @@ class ModelStep:
         if limit is not None:
             return self._end(step.run, RunStatus.LIMIT, DecisionStatus.LIMIT, error=limit)
         calls = self._dispatchable(step, reply)
-        if not any(c.needs_approval for c in calls):
+        if not any(c.needs_approval or c.deferred for c in calls):
             return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn, calls=calls)
         # Every call of a gated turn says whether it waits: the gated Map's Choice reads it.
         timeouts = self._timeouts
@@ -296,8 +296,10 @@ class ModelStep:
             c.model_copy(
                 update={
                     "needs_approval": bool(c.needs_approval),
-                    "approval_timeout_seconds": timeouts.approval_timeout_seconds,
-                    "approval_heartbeat_seconds": timeouts.approval_heartbeat,
+                    "deferred": c.deferred or "none",
+                    "approval_timeout_seconds": c.approval_timeout_seconds
+                    or timeouts.approval_timeout_seconds,
+                    "approval_heartbeat_seconds": c.approval_heartbeat_seconds or timeouts.approval_heartbeat,
                 }
             )
             for c in calls
@@ -367,9 +369,22 @@ class ModelStep:
                         ToolContext(run_id=run.run_id, agent=run.agent, call_id=call.id, caller=run.caller),
                     )
                     or None,
+                    **self._deferred(tool),
                 )
             )
         return calls
+
+    def _deferred(self, tool: Tool) -> dict[str, Any]:
+        """A deferred tool's call waits for its answer, never dispatched: for the tool's own time
+        (`wait_seconds`), with no heartbeat sooner (nothing beats while a person answers)."""
+        if tool.deferred is None:
+            return {}
+        wait = tool.wait_timeout(self._timeouts.approval_timeout_seconds)
+        return {
+            "deferred": tool.deferred,
+            "approval_timeout_seconds": wait,
+            "approval_heartbeat_seconds": wait,
+        }
 
     # --- endings ----------------------------------------------------------------------------
 

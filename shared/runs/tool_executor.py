@@ -206,6 +206,10 @@ class ToolCallExecutor:
         except UnknownToolError:
             tool = None
         gate = None if read.gate is None else Gate.from_item(read.gate)
+        if gate is not None and gate.arguments is not None and gate.status is ApprovalStatus.APPROVED:
+            # A person edited the arguments before approving: the call runs with exactly
+            # those, if they still hash to what was approved (the check below), never the model's.
+            call = call.model_copy(update={"arguments": gate.arguments})
         return _Call(message, claim, run, agent, reply, call, tool, gate)
 
     def _in_doubt(self, call: _Call) -> Execution:
@@ -306,6 +310,9 @@ class ToolCallExecutor:
 
     def _to_result(self, call: _Call, execution: Execution, attempt: int) -> ToolResult:
         content, detail, ref, chars = text_safe(execution.content), None, None, None
+        if call.gate is not None and call.gate.arguments is not None:
+            # The model must know its call did not run as it asked: one line before the result.
+            content = f"{edited_note(call.gate.arguments)}\n{content}"
         if execution.error_type is ErrorKind.TOOL_FAILED and call.agent.on_tool_error == "generic":
             content, detail = f"Error: the tool '{call.call.name}' failed.", content
         else:
@@ -349,6 +356,11 @@ class ToolCallExecutor:
         finally:
             stop.set()
             thread.join(timeout=5)
+
+
+def edited_note(arguments: str) -> str:
+    """The line a result of a call whose arguments a person edited starts with."""
+    return f"Note: a person changed the arguments before approving; the call used {arguments}"
 
 
 def _not_approved(tool: str, why: str) -> Execution:
@@ -395,6 +407,16 @@ def _changed_refusal(name: str, tool: Tool | None, gate: Gate) -> Execution | No
 
 def _policy_refusal(tool: Tool | None, call: ToolCall, context: ToolContext) -> Execution | None:
     """A call with no approval recorded: refused if its tool's policy wants one for it."""
+    if tool is not None and tool.deferred is not None:
+        # Answered from outside (a person, the caller's program): the state machine never
+        # dispatches such a call, and a worker that gets one (a hook renamed a call) runs nothing.
+        return Execution(
+            f"Error: not run: '{call.name}' is answered from outside (a person or the caller's "
+            "program), never run by a worker.",
+            "error",
+            0,
+            ErrorKind.NOT_APPROVED,
+        )
     if tool is None or tool.requires_approval is False:
         return None
     try:

@@ -47,7 +47,7 @@ def _load(source: dict[str, Any] | str | Path) -> dict[str, Any]:
 
 def schema_tool(
     source: dict[str, Any] | str | Path,
-    handler: Callable[..., Any],
+    handler: Callable[..., Any] | None = None,
     *,
     name: str | None = None,
     description: str | None = None,
@@ -59,7 +59,12 @@ def schema_tool(
     same with `input_schema` as other APIs write it). The handler takes the validated
     arguments as one dict, and a `ToolContext` as second parameter if it declares one.
     `strict=True` (or `"strict": true` in the definition) offers the schema in OpenAI's strict
-    form and holds the arguments to it."""
+    form and holds the arguments to it. A deferred tool (`deferred="client"` or `"human"`) has
+    no handler: its calls are answered from outside."""
+    if handler is None:
+        if options.get("deferred") is None:
+            raise SchemaError("a schema tool needs a handler, unless it is deferred (answered from outside)")
+        handler = _never_run
     spec = _load(source)
     if "parameters" in spec or "input_schema" in spec:
         parameters = spec.get("parameters", spec.get("input_schema"))
@@ -128,3 +133,9 @@ class _ArgumentsAdapter:
     def __call__(self, **kwargs: Any) -> Any:
         ctx = kwargs.pop("ctx", None)
         return self._call(kwargs, ctx)
+
+
+def _never_run(arguments: dict[str, Any], ctx: Any = None) -> Any:
+    # A deferred tool's calls wait for an answer from outside; no worker runs them (the worker
+    # refuses one that reaches it), so this is never called.
+    raise RuntimeError("a deferred tool is answered from outside, never run")

@@ -9,7 +9,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, get_args, get_origin, get_type_hints, overload
+from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints, overload
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -46,6 +46,13 @@ class Param:
 # `(arguments, ctx) -> bool`: whether a call with these validated arguments needs a person's approval.
 ApprovalPolicy = Callable[[dict[str, Any], ToolContext], bool]
 
+# Who answers a deferred tool's calls instead of a worker: a person ("human": the answer to the
+# model's question is the result) or the caller's program ("client": return of control).
+Deferred = Literal["human", "client"]
+# A deferred call may wait this long at most: Step Functions' own limit for a Standard
+# execution (one year). The execution's timeout (infra/limits.py) ends it sooner.
+MAX_WAIT_SECONDS = 365 * 24 * 3600
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -81,6 +88,14 @@ class Tool:
     # arguments and the call's context (e.g. refunds above 100). The state machine enforces it
     # (the call waits on a task token until decided), never the prompt.
     requires_approval: bool | ApprovalPolicy = field(default=False, compare=False)
+    # Answered from outside, never run by a worker: "human" (a person answers the model's
+    # question) or "client" (the caller's program posts the result). The call waits on a task
+    # token, like an approval, for `wait_seconds` (None: the approval timeout of the settings).
+    deferred: Deferred | None = None
+    wait_seconds: int | None = None
+    # The JSON Schema a deferred call's answer must match (a pydantic model is turned into its
+    # schema): a form instead of free text. None: free text ("human"), any JSON ("client").
+    result_schema: dict[str, Any] | type[BaseModel] | None = field(default=None, compare=False)
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +103,14 @@ class Tool:
             raise DefinitionError(
                 f"tool '{self.name}': requires_approval is True, False or a function (arguments, ctx) -> bool"
             )
+        _check_deferred(self)
+        if isinstance(self.result_schema, type):
+            # Frozen: set once, here, so every reader sees one JSON Schema.
+            object.__setattr__(self, "result_schema", self.result_schema.model_json_schema())
+
+    def wait_timeout(self, default: int) -> int:
+        """How long a deferred call waits for its answer, in seconds."""
+        return self.wait_seconds if self.wait_seconds is not None else default
 
     def needs_approval(self, arguments: dict[str, Any], context: ToolContext) -> bool:
         """Whether this call waits for a person: the policy on the validated arguments. A policy
@@ -351,6 +374,9 @@ def tool(
     idempotent: bool = False,
     strict: bool = False,
     requires_approval: bool | ApprovalPolicy = False,
+    deferred: Deferred | None = None,
+    wait_seconds: int | None = None,
+    result_schema: dict[str, Any] | type[BaseModel] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -365,10 +391,46 @@ def tool(
     Field(description=...)]` or `Param(...)`). A `ToolContext` parameter is injected and
     never shown to the model. `strict=True` offers the arguments as an OpenAI strict schema.
     `requires_approval=True` (or a function `(arguments, ctx) -> bool`) makes a call wait for a
-    person's decision before it runs.
+    person's decision before it runs. `deferred="human"` makes it a question for a person (the
+    function is the declaration, its body never runs; the answer is the result), optionally a
+    form (`result_schema`); `wait_seconds` bounds the wait.
     """
     if options.get("max_retries", 0) and not options.get("retry_on"):
         raise DefinitionError("max_retries needs retry_on: the exception types worth retrying")
     if fn is not None:
         return _build(fn, dict(options))
     return lambda f: _build(f, dict(options))
+
+
+def _check_deferred(t: Tool) -> None:
+    """A deferred tool's declaration, checked where it is written: one line naming the fault."""
+    if t.deferred is None:
+        if t.wait_seconds is not None or t.result_schema is not None:
+            raise DefinitionError(f"tool '{t.name}': wait_seconds and result_schema are for deferred tools")
+        return
+    if t.deferred not in ("human", "client"):
+        raise DefinitionError(f"tool '{t.name}': deferred is 'human' or 'client', not {t.deferred!r}")
+    if t.requires_approval is not False or t.child_agent is not None or t.return_direct:
+        raise DefinitionError(
+            f"tool '{t.name}': a deferred tool is answered from outside; it cannot also require "
+            "approval, delegate to an agent or return directly"
+        )
+    wait = t.wait_seconds
+    if wait is not None and (
+        isinstance(wait, bool) or not isinstance(wait, int) or not 1 <= wait <= MAX_WAIT_SECONDS
+    ):
+        raise DefinitionError(
+            f"tool '{t.name}': wait_seconds is a whole number of seconds from 1 to {MAX_WAIT_SECONDS:,} (a year)"
+        )
+    schema = t.result_schema
+    if schema is None or (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return
+    if not isinstance(schema, dict):
+        raise DefinitionError(f"tool '{t.name}': result_schema is a JSON Schema (dict) or a pydantic model")
+    import jsonschema  # only deferred tools with a form pay for it at cold start
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        path = "/".join(str(p) for p in e.absolute_path) or "(root)"
+        raise DefinitionError(f"tool '{t.name}': invalid result_schema at {path}: {e.message}") from e

@@ -75,6 +75,12 @@ def test_run_prints_how_to_approve_and_finishes_once_approved(tmp_path: Path) ->
         assert match, lines
         approval_id = match.group(1)
         assert "send_email(" in waiting and "ana@example.com" in waiting
+        # The signed link to the approval page, on a line of its own that says "approve".
+        link = next(run.stdout)
+        assert "approve" in link
+        assert re.search(
+            rf"http://127\.0\.0\.1:\d+/v1/approvals/{approval_id}/page\?exp=\d+&sig=\S{{43}}", link
+        )
 
         listed = _toolpipe(tmp_path, "approvals", "--json")
         assert listed.returncode == 0, listed.stderr
@@ -82,7 +88,12 @@ def test_run_prints_how_to_approve_and_finishes_once_approved(tmp_path: Path) ->
         assert (pending["approval_id"], pending["status"]) == (approval_id, "pending")
 
         assert _toolpipe(tmp_path, "deny", "not-an-id", "--reason", "x").returncode == 2
-        approved = _toolpipe(tmp_path, "approve", approval_id)
+        # Edited arguments are checked as the model's are: refused in one line, nothing decided.
+        bad = _toolpipe(tmp_path, "approve", approval_id, "--arguments", '{"to": "ana@example.com"}')
+        assert bad.returncode != 0 and "Invalid arguments for 'send_email'" in bad.stderr
+        assert _toolpipe(tmp_path, "approve", approval_id, "--arguments", "[1]").returncode == 2
+        edited = {"to": "ana@example.com", "subject": "Report", "body": "The report is ready (edited)."}
+        approved = _toolpipe(tmp_path, "approve", approval_id, "--arguments", json.dumps(edited))
         assert approved.returncode == 0, approved.stderr
         assert approved.stdout.startswith(f"approved {approval_id} (run ")
 
@@ -93,6 +104,7 @@ def test_run_prints_how_to_approve_and_finishes_once_approved(tmp_path: Path) ->
             run.communicate()
     assert run.returncode == 0, errors
     assert "Email sent to ana@example.com" in rest
+    assert "Note: a person changed the arguments before approving" in rest  # the model was told
     again = _toolpipe(tmp_path, "deny", approval_id, "--reason", "too late")
     assert again.returncode == 1
     assert again.stderr.strip() == (

@@ -4,6 +4,7 @@ many race for it, one SendTask* per approval, bad input refused with nothing wri
 import json
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
@@ -21,6 +22,7 @@ from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.approvals.store import DynamoApprovalStore
 from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.runs.ports import StepFunctionsTaskReporter
+from toolpipe.shared.settings import CallTimeouts
 
 ADMIN = "arn:aws:iam::000000000000:role/admin"
 
@@ -155,7 +157,7 @@ def test_bad_decisions_are_refused_and_change_nothing(admin_pipeline: Pipeline) 
         400,
         {
             "statusCode": 400,
-            "message": "invalid request: query.status: status is one of pending, approved, denied, expired",
+            "message": "invalid request: query.status: status is one of pending, approved, denied, expired, answered",
         },
     )
     assert _items(pipeline, approval_id) == before  # nothing written, GETs included
@@ -250,3 +252,24 @@ def test_a_decision_that_could_not_be_delivered_is_taken_back_and_can_be_made_ag
     assert service.decide(approval_id, LOCAL_CALLER, True).status is ApprovalStatus.APPROVED
     pipeline.finish(run_id)
     assert CALLS.counts == {"wire_money": 1}
+
+
+def test_an_approval_expires_with_its_waiting_task_not_later(pipeline: Pipeline) -> None:
+    # The task's timeout runs from when it started, before the orchestrator stored the approval:
+    # an expiry counted from the store would accept decisions Step Functions then refuses.
+    pipeline.script(Reply(tool_calls=[call("wire_money", amount=250, to="ana")]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval = pending(pipeline)
+    sfn = pipeline.runtime.sfn
+    execution = sfn.list_executions(stateMachineArn=pipeline.runtime.state_machine_arn)["executions"][0]
+    history = sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
+    entered = next(
+        e["timestamp"]
+        for e in history
+        if e["type"] == "TaskStateEntered" and e["stateEnteredEventDetails"]["name"] == "WaitForApproval"
+    )
+    timeout = timedelta(seconds=CallTimeouts.from_env().approval_timeout_seconds)
+    assert datetime.fromisoformat(approval["expires_at"]) == entered + timeout
+    assert approval["created_at"] > entered.isoformat(timespec="milliseconds")
+    pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    pipeline.finish(run_id)

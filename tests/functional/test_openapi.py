@@ -26,6 +26,12 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
         ("/approvals/{approval_id}", "get"),
         ("/approvals/{approval_id}/approve", "post"),
         ("/approvals/{approval_id}/deny", "post"),
+        ("/approvals/{approval_id}/answer", "post"),
+        ("/runs/{run_id}/calls/{call_id}/result", "post"),
+        # The approval page behind the signed link (HTML; the signature is the credential).
+        ("/approvals/{approval_id}/page", "get"),
+        ("/approvals/{approval_id}/page", "head"),
+        ("/approvals/{approval_id}/page", "post"),
     }
     start = served["paths"]["/runs"]["post"]
     assert start["requestBody"]["content"]["application/json"]["schema"] == {
@@ -44,3 +50,18 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
     }
     assert set(deny["responses"]) == {"200", "400", "403", "404", "409"}
     assert "task_token" not in json.dumps(schemas["Approval"])
+    for path, body in (
+        ("/approvals/{approval_id}/answer", "AnswerRequest"),
+        ("/runs/{run_id}/calls/{call_id}/result", "ResultRequest"),
+    ):
+        operation = served["paths"][path]["post"]
+        assert operation["requestBody"]["content"]["application/json"]["schema"] == {
+            "$ref": f"#/components/schemas/{body}"
+        }
+        assert set(operation["responses"]) == {"200", "400", "403", "404", "409"}
+    approve = served["paths"]["/approvals/{approval_id}/approve"]["post"]["requestBody"]
+    assert approve["required"] is False and "arguments" in schemas["ApproveRequest"]["properties"]
+    page = served["paths"]["/approvals/{approval_id}/page"]
+    assert set(page["post"]["responses"]) == {"200", "400", "403", "409", "410"}
+    assert all(op["security"] == [] for op in page.values())
+    assert list(page["get"]["responses"]["403"]["content"]) == ["text/html"]

@@ -34,16 +34,25 @@ def api_key_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     yield _synth(API_KEY_CONTEXT, tmp_path_factory.mktemp("cdk.out"))
 
 
-def _methods(template: Any) -> list[dict[str, Any]]:
-    return [m["Properties"] for m in template.find_resources("AWS::ApiGateway::Method").values()]
+def _methods(template: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The API's methods: those the chosen auth guards, and the approval page's."""
+    resources = template.find_resources("AWS::ApiGateway::Resource")
+    pages = [{"Ref": name} for name, r in resources.items() if r["Properties"]["PathPart"] == "page"]
+    methods = [m["Properties"] for m in template.find_resources("AWS::ApiGateway::Method").values()]
+    return [m for m in methods if m["ResourceId"] not in pages], [
+        m for m in methods if m["ResourceId"] in pages
+    ]
 
 
 def test_by_default_every_method_takes_sigv4_and_no_key(template: Any) -> None:
-    methods = _methods(template)
+    methods, page = _methods(template)
     # The runs API (start, list, get, cancel, messages, a message, openapi.json) and the approvals
-    # API (list, get, approve, deny).
-    assert len(methods) == 11
+    # API (list, get, approve, deny, answer), a client-executed call's result.
+    assert len(methods) == 13
     assert all(m["AuthorizationType"] == "AWS_IAM" and not m.get("ApiKeyRequired") for m in methods)
+    # The approval page (GET, HEAD, POST): the signed link is its credential, never IAM or a key.
+    assert sorted(m["HttpMethod"] for m in page) == ["GET", "HEAD", "POST"]
+    assert all(m["AuthorizationType"] == "NONE" and m["ApiKeyRequired"] is False for m in page)
     for kind in ("AWS::ApiGateway::ApiKey", "AWS::ApiGateway::UsagePlan", "AWS::ApiGateway::UsagePlanKey"):
         template.resource_count_is(kind, 0)
     assert "ApiKeyId" not in template.to_json()["Outputs"]
@@ -51,11 +60,14 @@ def test_by_default_every_method_takes_sigv4_and_no_key(template: Any) -> None:
 
 @pytest.mark.slow
 def test_with_api_keys_every_method_requires_one(api_key_template: Any) -> None:
-    methods = _methods(api_key_template)
+    methods, page = _methods(api_key_template)
     # The runs API (start, list, get, cancel, messages, a message, openapi.json) and the approvals
-    # API (list, get, approve, deny).
-    assert len(methods) == 11
+    # API (list, get, approve, deny, answer), a client-executed call's result.
+    assert len(methods) == 13
     assert all(m["ApiKeyRequired"] is True and m["AuthorizationType"] == "NONE" for m in methods)
+    assert len(page) == 3 and all(
+        m["AuthorizationType"] == "NONE" and m["ApiKeyRequired"] is False for m in page
+    )
 
 
 @pytest.mark.slow

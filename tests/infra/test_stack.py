@@ -93,7 +93,12 @@ def test_functions_share_one_code_asset_and_only_the_orchestrator_gets_openai(te
 
 
 def test_model_key_comes_from_secrets_manager_not_the_environment(template: Any) -> None:
-    secret = _logical(template, "AWS::SecretsManager::Secret")
+    secret = _logical(
+        template,
+        "AWS::SecretsManager::Secret",
+        Description="API key of the OpenAI-compatible model endpoint: put its value after deploying "
+        "(aws secretsmanager put-secret-value --secret-id ARN --secret-string KEY).",
+    )
     orchestrator = template.find_resources(
         "AWS::Lambda::Function", {"Properties": {"Handler": ORCHESTRATOR.handler}}
     )
@@ -105,8 +110,10 @@ def test_model_key_comes_from_secrets_manager_not_the_environment(template: Any)
 def test_rest_api_is_iam_authorized_with_validated_bodies(template: Any) -> None:
     template.resource_count_is("AWS::ApiGateway::RestApi", 1)
     methods = template.find_resources("AWS::ApiGateway::Method")
-    assert {m["Properties"]["HttpMethod"] for m in methods.values()} == {"POST", "GET"}
-    assert all(m["Properties"]["AuthorizationType"] == "AWS_IAM" for m in methods.values())
+    assert {m["Properties"]["HttpMethod"] for m in methods.values()} == {"POST", "GET", "HEAD"}
+    # Every method but the approval page's, whose credential is the signed link (test_approval_links.py).
+    signed = [m for m in methods.values() if m["Properties"]["AuthorizationType"] != "AWS_IAM"]
+    assert len(signed) == 3 and {m["Properties"]["HttpMethod"] for m in signed} == {"GET", "HEAD", "POST"}
     assert all("RequestValidatorId" in m["Properties"] for m in methods.values())
 
 

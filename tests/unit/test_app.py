@@ -24,6 +24,17 @@ def test_the_nearest_pyproject_names_the_app(tmp_path: Path) -> None:
     assert find_app(project, environ={"TOOLPIPE_APP": "other.agents"}) == AppRef("other.agents")
 
 
+def test_an_edited_pyproject_is_read_again(tmp_path: Path) -> None:
+    # The setting is parsed once per version of the file (every agent lookup asks for it).
+    project = _project(tmp_path, '[tool.toolpipe]\napp = "first.agents"\n')
+    assert find_app(project, environ={}) == AppRef("first.agents", str(project))
+    _project(tmp_path, '[tool.toolpipe]\napp = "second.agents"\n')
+    assert find_app(project, environ={}) == AppRef("second.agents", str(project))
+    (project / "pyproject.toml").write_text("[tool.toolpipe\n")
+    with pytest.raises(ConfigurationError, match="cannot read it"):
+        find_app(project, environ={})
+
+
 def test_a_nearer_project_without_an_app_is_not_the_outer_ones(tmp_path: Path) -> None:
     outer = _project(tmp_path, '[tool.toolpipe]\napp = "outer.agents"\n')
     inner = _project(outer / "inner", "")

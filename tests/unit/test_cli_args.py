@@ -42,6 +42,10 @@ EVENT = str(ROOT / "events" / "api_post_run.json")
         (["invoke", "api", EVENT, "--object", "/nonexistent"], "argument --object: not a readable file"),
         (["invoke", "nobody", EVENT], "argument function: invalid choice"),
         (["agents", "--nope"], "unrecognized arguments: --nope"),
+        (["answer", "0" * 32], "one of the arguments text --value is required"),
+        (["answer", "0" * 32, "Lyon", "--value", "1"], "argument --value: not allowed with argument text"),
+        (["answer", "0" * 32, "--value", "{nope"], "argument --value: not JSON: "),
+        (["answer", "not-an-id", "Lyon"], "not an approval id (32 hex digits)"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_error_line_on_stderr_and_start_nothing(

@@ -93,11 +93,23 @@ def send_email(to: str, subject: str, body: str, ctx: ToolContext) -> str:
     return f"Email sent to {to} (message id {sent['MessageId']})."
 
 
+@tool(deferred="human", wait_seconds=3 * 24 * 3600)
+def ask_user(question: str) -> str:
+    """Ask the user a question and wait for their answer (it may take hours).
+
+    Args:
+        question: The question, whole: the user sees only this.
+    """
+    # A human-input tool: the person's answer is the call's result; no worker runs this body.
+    raise NotImplementedError("answered by a person")
+
+
 assistant = Agent(
     name="assistant",
     instructions=(
         "You are a helpful assistant. Use the tools for arithmetic, dates, alarms and emails; "
-        "never guess a number a tool can compute. Answer briefly."
+        "never guess a number a tool can compute. When you need something only the user knows, "
+        "ask them with ask_user. Answer briefly."
     ),
-    tools=[sum, square_root, get_current_date_time, set_alarm, send_email],
+    tools=[sum, square_root, get_current_date_time, set_alarm, send_email, ask_user],
 )

@@ -51,3 +51,16 @@ def test_an_email_is_sent_once_a_person_approves_it_and_never_when_denied() -> N
         "Error: A person denied the call to 'send_email'; it was not run. Their reason: Ana has it already"
     ]
     assert sent_after == 1
+
+
+def test_ask_user_waits_for_a_persons_answer_and_the_model_reads_it() -> None:
+    with LocalPipeline() as pipeline:
+        asked: list[dict[str, object]] = []
+        pipeline.script(
+            Reply(tool_calls=[call("ask_user", question="Which city?")]), Reply(content="Lyon it is.")
+        )
+        run = pipeline.run("Book me a trip.", agent="assistant", decide=lambda a: asked.append(a) or "Lyon")
+
+    assert [(a["kind"], a["question"]) for a in asked] == [("human", "Which city?")]
+    assert run.status == "succeeded", run.error
+    assert run.tool_results == ["Lyon"]

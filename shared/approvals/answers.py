@@ -1,0 +1,54 @@
+"""A deferred call's answer: checked against what the call asked for, turned into the text the
+model reads. One line says what is wrong with a bad one; nothing is recorded for it."""
+
+import json
+from typing import Any
+
+from toolpipe.shared.approvals.hashing import canonical_json
+from toolpipe.shared.approvals.models import (
+    MAX_ANSWER_CHARS,
+    QUESTION_CHARS,
+    ApprovalKind,
+    InvalidAnswerError,
+)
+
+
+def answer_content(kind: ApprovalKind, schema: dict[str, Any] | None, value: Any, field: str) -> str:
+    """The tool result for `value`: the text itself for a string, else its JSON. A person's
+    answer without a schema is free text (a non-blank string); with one, and for a program's
+    result, any JSON that matches the schema. At most `MAX_ANSWER_CHARS` either way."""
+    if kind is ApprovalKind.HUMAN and schema is None and (not isinstance(value, str) or not value.strip()):
+        raise InvalidAnswerError(f"invalid {field}: a free-text answer is a non-blank string")
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise InvalidAnswerError(f"invalid {field}: not plain JSON") from e
+    if len(text) > MAX_ANSWER_CHARS:
+        raise InvalidAnswerError(f"invalid {field}: longer than {MAX_ANSWER_CHARS:,} characters")
+    if schema is not None:
+        import jsonschema  # only calls with a result schema pay for it
+
+        error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
+        if error is not None:
+            where = ".".join([field, *(str(p) for p in error.absolute_path)])
+            message = error.message if len(error.message) <= 300 else error.message[:299] + "…"
+            raise InvalidAnswerError(f"invalid {field}: {where}: {message}")
+    return text
+
+
+def question_of(arguments: str, limit: int | None = QUESTION_CHARS) -> str:
+    """What a human-input call asks: its `question` argument when it has one (the usual
+    `ask_user(question)`), else its arguments' JSON; cut at `limit` (None: whole, as the
+    question page shows it)."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except (ValueError, RecursionError):
+        parsed = arguments
+    if isinstance(parsed, dict) and isinstance(parsed.get("question"), str):
+        text = str(parsed["question"])
+    else:
+        try:
+            text = canonical_json(parsed)
+        except (TypeError, ValueError):
+            text = str(arguments)
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
