@@ -54,8 +54,14 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Test processes in parallel (pytest-xdist): one process keeps 0.7 of a core busy (the tests
+# mostly wait on sockets, threads and subprocesses), so three keep two cores busy; more only
+# starve the tests that time themselves. `--dist loadgroup` with the groups tests/conftest.py
+# sets keeps each test file on one worker. `make test TEST_WORKERS=0` runs in one process.
+TEST_WORKERS ?= 3
+
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 unit: install
 	$(BIN)/python -m pytest tests/unit

@@ -59,9 +59,11 @@ def launch(playwright: "Playwright", executable: str) -> "Browser":
         raise BrowserUnavailableError(f"{executable} did not start: {first}") from e
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright() -> Iterator["Playwright"]:
-    """Playwright's driver, once per session (one per thread: its sync API cannot nest)."""
+    """Playwright's driver, once per module (one per thread: its sync API cannot nest). Not per
+    session: while it is open, an asyncio loop runs on the main thread, and every later test in
+    the process that calls `asyncio.run` (async tools, MCP listings) fails."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as e:
@@ -70,9 +72,9 @@ def playwright() -> Iterator["Playwright"]:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: "Playwright") -> Iterator["Browser"]:
-    """One Chromium for the session (its start costs ~0.7 s); each test gets its own page."""
+    """One Chromium for the module (its start costs ~0.7 s); each test gets its own page."""
     try:
         started = launch(playwright, chromium_path())
     except BrowserUnavailableError as e:

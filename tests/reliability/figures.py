@@ -1,7 +1,8 @@
 """The figures each reliability scenario records: one line each, collected for the report."""
 
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class _Figures:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._figures: dict[str, Figure] = {}
+        # Each reliability test's wall time, for the report's total.
+        self.seconds: dict[str, float] = {}
 
     def record(self, figure: Figure) -> Figure:
         print(figure.line())
@@ -38,6 +41,18 @@ class _Figures:
     def all(self) -> list[Figure]:
         with self._lock:
             return list(self._figures.values())
+
+    def payload(self) -> dict[str, Any]:
+        """What a pytest-xdist worker hands its controller (plain data: it crosses processes)."""
+        return {"figures": [asdict(f) for f in self.all()], "seconds": dict(self.seconds)}
+
+    def merge(self, payload: dict[str, Any]) -> None:
+        """The controller of a parallel run takes in one worker's figures."""
+        with self._lock:
+            for fields in payload.get("figures", []):
+                figure = Figure(**fields)
+                self._figures[figure.scenario] = figure
+            self.seconds.update(payload.get("seconds", {}))
 
 
 FIGURES = _Figures()
