@@ -261,7 +261,9 @@ _hooked = False
 
 class _LinkBases:
     """The base URL links are made under, while servers run in this process (tests start
-    several, overlapping): the newest running one's, and what was set before any, after."""
+    several, overlapping): the newest running one's, and what was set before any, after. A
+    base you set yourself (`TOOLPIPE_LINK_BASE_URL`: a tunnel, the address others reach a
+    server on 0.0.0.0 by) wins over every server's own."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -273,13 +275,13 @@ class _LinkBases:
             if not self._running:
                 self._before = os.environ.get(LINK_BASE_ENV)
             self._running.append(url)
-            os.environ[LINK_BASE_ENV] = url
+            os.environ[LINK_BASE_ENV] = self._before or url
 
     def leave(self, url: str) -> None:
         with self._lock:
             if url in self._running:
                 self._running.remove(url)
-            now = self._running[-1] if self._running else self._before
+            now = self._before or (self._running[-1] if self._running else None)
             if now is None:
                 os.environ.pop(LINK_BASE_ENV, None)
             else:

@@ -261,7 +261,11 @@ class ApprovalService:
         except ApprovalAlreadyDecidedError:
             current = self._approvals.get(approval_id)
             wanted = approval.link_arguments_sha256 if edited is None else edited.sha256
-            if current.status is not status or (approve and current.arguments_sha256 != wanted):
+            if (
+                current.status is not status
+                or (approve and current.arguments_sha256 != wanted)
+                or (not approve and current.reason != reason)  # another reason is another decision
+            ):
                 raise
             # The same decision again (a double click, or a retry after an uncertain delivery):
             # a 200, and the task is told again only when it may not have heard it.
@@ -274,6 +278,10 @@ class ApprovalService:
         """The same decision again: tell the task again only if it may not have heard it, so a
         decided approval's task gets one SendTask* unless a delivery's outcome was unknown."""
         if current.delivery_uncertain:
+            run = self._runs.get_run(current.run_id)
+            if run.status is not RunStatus.RUNNING:
+                # Its execution is gone: nothing can hear it now, whatever it heard before.
+                raise ApprovalRunEndedError(current.approval_id, run.run_id, run.status.value)
             self._deliver(current, first=False)
             self._approvals.set_delivery_uncertain(current.approval_id, False)
 

@@ -6,6 +6,7 @@ from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.tools import ToolContext
 from toolpipe.shared.tools.registry import Execution
+from toolpipe.shared.tools.tool import to_model_text
 
 
 def before_hooks(agent: Agent, call: ToolCall, context: ToolContext) -> tuple[ToolCall, Execution | None]:
@@ -18,7 +19,9 @@ def before_hooks(agent: Agent, call: ToolCall, context: ToolContext) -> tuple[To
     if before.blocked is not None:
         return before.call, Execution(f"Error: Blocked: {before.blocked}", "error", 0, ErrorKind.BLOCKED)
     if before.result is not None:
-        return before.call, Execution(before.result, "ok", 0)
+        # A hook may answer with any value a tool may return (a dict, a number): the model reads
+        # it as it would the tool's own.
+        return before.call, Execution(to_model_text(before.result), "ok", 0)
     return before.call, None
 
 

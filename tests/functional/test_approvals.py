@@ -17,7 +17,12 @@ from toolpipe.infra.local.runtime import LOCAL_CALLER, REGION, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS
 from toolpipe.shared.approvals import ApprovalAlreadyDecidedError, arguments_hash
-from toolpipe.shared.approvals.models import ApprovalStatus, DeliveryFailedError, DeliveryUncertainError
+from toolpipe.shared.approvals.models import (
+    ApprovalRunEndedError,
+    ApprovalStatus,
+    DeliveryFailedError,
+    DeliveryUncertainError,
+)
 from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.approvals.store import DynamoApprovalStore
 from toolpipe.shared.history import DynamoHistoryStore
@@ -422,3 +427,32 @@ def test_a_task_started_again_after_its_calls_time_ends_at_once_as_expired(pipel
     assert body["run"]["status"] == "succeeded"
     [told] = tool_messages(pipeline, 1)
     assert "expired" in told.lower() or "in time" in told.lower()
+
+
+def test_a_denial_with_another_reason_is_another_decision(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+    reporter = CountingReporter()
+    service = _service(reporter)
+    service.decide(approval_id, LOCAL_CALLER, False, "not to Ana")
+    with pytest.raises(ApprovalAlreadyDecidedError):  # never a 200 that drops the new reason
+        service.decide(approval_id, LOCAL_CALLER, False, "something else")
+    assert service.decide(approval_id, LOCAL_CALLER, False, "not to Ana").reason == "not to Ana"
+    pipeline.finish(run_id)
+    assert reporter.sent == ["failure:ApprovalDenied"]
+    assert "not to Ana" in tool_messages(pipeline, 1)[0]
+
+
+def test_an_uncertain_approval_sent_again_after_its_run_ended_is_a_409(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+    service = _service(AnswerLostOnce(heard=False))
+    with pytest.raises(DeliveryUncertainError):
+        service.decide(approval_id, LOCAL_CALLER, True)
+    assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
+    # Nothing waits for it any more: never a 200 "approved" for a call that did not run.
+    with pytest.raises(ApprovalRunEndedError):
+        service.decide(approval_id, LOCAL_CALLER, True)
+    assert "wire_money" not in CALLS.counts

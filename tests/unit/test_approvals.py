@@ -293,7 +293,9 @@ def test_servers_that_overlap_leave_the_link_base_as_it_was(monkeypatch: pytest.
     assert os.environ[LINK_BASE_ENV] == "http://b/v1"
     bases.leave("http://b/v1")
     assert LINK_BASE_ENV not in os.environ
-    monkeypatch.setenv(LINK_BASE_ENV, "http://deployed/v1")
+    # A base set by hand (a tunnel) wins over the servers' own, and stays.
+    monkeypatch.setenv(LINK_BASE_ENV, "https://tunnel.example/v1")
     bases.enter("http://c/v1")
+    assert os.environ[LINK_BASE_ENV] == "https://tunnel.example/v1"
     bases.leave("http://c/v1")
-    assert os.environ[LINK_BASE_ENV] == "http://deployed/v1"
+    assert os.environ[LINK_BASE_ENV] == "https://tunnel.example/v1"

@@ -244,3 +244,21 @@ def test_send_email_requires_approval_and_its_schema_is_pinned() -> None:
             },
         },
     }
+
+
+def test_a_before_tool_hooks_answer_of_any_tool_value_is_read_as_the_tools_would_be() -> None:
+    # A hook answering with a dict or a number (as a tool may return) once failed the model step
+    # on a deferred call and left a worker's run hanging: the model reads it as JSON text.
+    from toolpipe.shared.agents import Agent, BeforeTool, Hooks
+    from toolpipe.shared.messages import ToolCall
+    from toolpipe.shared.runs.tool_hooks import before_hooks
+    from toolpipe.shared.tools import ToolContext
+
+    class Answers(Hooks):
+        def before_tool(self, event: BeforeTool) -> None:
+            event.result = {"cached": True, "n": 3}  # type: ignore[assignment]
+
+    agent = Agent(name="answering", instructions="", tools=[], hooks=[Answers()])
+    context = ToolContext(run_id="r", agent="answering", call_id="c", idempotency_key="k")
+    _, answered = before_hooks(agent, ToolCall(id="c", name="t", arguments="{}"), context)
+    assert answered is not None and answered.content == '{"cached": true, "n": 3}'
