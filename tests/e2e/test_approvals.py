@@ -63,7 +63,8 @@ def gated_agent(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def short_approvals() -> Iterator[Pipeline]:
-    yield from _pipeline({"TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": "1"})
+    # Long enough that the approval is stored before the wait ends on a loaded machine.
+    yield from _pipeline({"TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": "3"})
 
 
 def pending(pipeline: Pipeline, timeout: float = 20) -> dict[str, Any]:

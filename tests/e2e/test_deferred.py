@@ -33,7 +33,7 @@ def ask_user(question: str) -> str:
     raise AssertionError("a deferred tool is never run")
 
 
-@tool(deferred="human", wait_seconds=1)
+@tool(deferred="human", wait_seconds=2)
 def quick_question(question: str) -> str:
     """Ask the user something that only matters for a second.
 
@@ -88,8 +88,10 @@ def deferring_agent(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def short_waits() -> Iterator[Pipeline]:
-    # The deferred tools here wait the settings' time (no wait_seconds of their own).
-    yield from _pipeline({"TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": "1"})
+    # The deferred tools here wait the settings' time (no wait_seconds of their own): long
+    # enough that the request is stored before the wait ends even on a loaded machine (with 1 s,
+    # a parallel run once timed the task out before the orchestrator had written the call's gate).
+    yield from _pipeline({"TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": "3"})
 
 
 def waiting(pipeline: Pipeline, timeout: float = 20) -> dict[str, Any]:
@@ -353,13 +355,13 @@ def test_an_answer_for_a_tool_that_changed_while_its_call_waited_fails_closed(
 
 
 def test_a_tool_waits_its_own_time(pipeline: Pipeline) -> None:
-    # The settings' default is a day; this tool's wait_seconds is one second.
+    # The settings' default is a day; this tool's wait_seconds is two seconds.
     pipeline.script(Reply(tool_calls=[call("quick_question", question="Now?")]), Reply(content="Too late."))
     run_id = pipeline.start("quick", agent="deferring")
     asked = waiting(pipeline)
     created = datetime.fromisoformat(asked["created_at"])
-    # A second from when the waiting task started, a moment before the request was stored.
-    assert timedelta(0) < datetime.fromisoformat(asked["expires_at"]) - created <= timedelta(seconds=1)
+    # Two seconds from when the waiting task started, a moment before the request was stored.
+    assert timedelta(0) < datetime.fromisoformat(asked["expires_at"]) - created <= timedelta(seconds=2)
     body = pipeline.finish(run_id, timeout=20)
     assert body["executions"][0]["error_type"] == "NoAnswer"
 
