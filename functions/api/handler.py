@@ -13,7 +13,7 @@ import re
 import urllib.parse
 from functools import cache
 from http import HTTPStatus
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import boto3
 from aws_lambda_powertools import Logger
@@ -29,7 +29,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.shared.cookies import Cookie, SameSite
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from toolpipe.shared.approvals.models import (
     APPROVAL_ID_PATTERN,
@@ -208,6 +208,17 @@ def documented(status: int, model: Any, description: str, *errors: int) -> dict[
     }
 
 
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def parsed_body(model: type[Body], what: str, empty: str = "{}") -> Body:
+    """The request body as `model` (an empty body as `empty`); a 400 naming `what` otherwise."""
+    try:
+        return model.model_validate_json(request_body() or empty)
+    except ValidationError as e:
+        raise BadRequestError(f"invalid {what} request: {describe_validation_error(e, 'body')}") from e
+
+
 def request_body() -> str | bytes:
     """The raw body, bounded and base64-decoded when API Gateway encoded it."""
     body = app.current_event.body or ""
@@ -275,10 +286,7 @@ app.exception_handler(Exception)(unexpected)
 )
 def start_run() -> Response[dict[str, Any]]:
     caller = current_caller()
-    try:
-        request = StartRunRequest.model_validate_json(request_body())
-    except ValidationError as e:
-        raise BadRequestError(f"invalid run request: {describe_validation_error(e, 'body')}") from e
+    request = parsed_body(StartRunRequest, "run", empty="")
     if request.mcp_servers and not api_settings.allow_run_mcp_servers:
         raise BadRequestError("mcp_servers is not enabled here (TOOLPIPE_ALLOW_RUN_MCP_SERVERS)")
     key = app.current_event.headers.get("idempotency-key")  # Powertools matches any case
@@ -487,17 +495,14 @@ def decide(
     description="Body (optional): ApproveRequest. With `arguments`, the call runs with those instead "
     "of the model's, once they pass the tool's validation (else a 400, nothing decided); the model "
     "is told. Only the run's caller or the admin principal may decide. The first decision wins; "
-    "the same decision again is a retry (200, delivered again), another one a 409 that changes nothing.",
+    "the same decision again is a retry (200; the waiting task is told again only while the first "
+    "delivery is uncertain), another one a 409 that changes nothing.",
     responses=documented(
         200, ApprovalDecided, "The call was approved and is dispatched.", 400, 403, 404, 409, 503
     ),
 )
 def approve(approval_id: ApprovalId) -> dict[str, Any]:
-    body = request_body()
-    try:
-        request = ApproveRequest.model_validate_json(body) if body else ApproveRequest()
-    except ValidationError as e:
-        raise BadRequestError(f"invalid approve request: {describe_validation_error(e, 'body')}") from e
+    request = parsed_body(ApproveRequest, "approve")
     arguments = None if request.arguments is None else json.dumps(request.arguments, ensure_ascii=False)
     return decide(approval_id, True, None, arguments)
 
@@ -506,15 +511,13 @@ def approve(approval_id: ApprovalId) -> dict[str, Any]:
     "/approvals/<approval_id>/deny",
     summary="Deny a waiting call, with a reason the model reads",
     description="Body: DenyRequest. The call is never run; its result tells the model it was denied, "
-    "and why. The first decision wins; a denial again is a retry (200, delivered again), an approval "
-    "a 409 that changes nothing.",
+    "and why. The first decision wins; the same denial again is a retry (200; the waiting task is "
+    "told again only while the first delivery is uncertain), another reason or an approval a 409 "
+    "that changes nothing.",
     responses=documented(200, ApprovalDecided, "The call was denied.", 400, 403, 404, 409, 503),
 )
 def deny(approval_id: ApprovalId) -> dict[str, Any]:
-    try:
-        request = DenyRequest.model_validate_json(request_body() or "{}")
-    except ValidationError as e:
-        raise BadRequestError(f"invalid deny request: {describe_validation_error(e, 'body')}") from e
+    request = parsed_body(DenyRequest, "deny")
     return decide(approval_id, False, request.reason)
 
 
@@ -549,10 +552,7 @@ def answered(resolve: Any) -> dict[str, Any]:
     responses=documented(200, CallAnswered, "The answer is the call's result.", 400, 403, 404, 409, 503),
 )
 def answer(approval_id: ApprovalId) -> dict[str, Any]:
-    try:
-        request = AnswerRequest.model_validate_json(request_body() or "{}")
-    except ValidationError as e:
-        raise BadRequestError(f"invalid answer request: {describe_validation_error(e, 'body')}") from e
+    request = parsed_body(AnswerRequest, "answer")
     return answered(lambda: approvals().answer(approval_id, current_caller(), request.answer))
 
 
@@ -565,10 +565,7 @@ def answer(approval_id: ApprovalId) -> dict[str, Any]:
     responses=documented(200, CallAnswered, "The result reached the call.", 400, 403, 404, 409, 503),
 )
 def post_result(run_id: RunId, call_id: Annotated[str, Path(pattern=SEQ)]) -> dict[str, Any]:
-    try:
-        request = ResultRequest.model_validate_json(request_body() or "{}")
-    except ValidationError as e:
-        raise BadRequestError(f"invalid result request: {describe_validation_error(e, 'body')}") from e
+    request = parsed_body(ResultRequest, "result")
     return answered(lambda: approvals().post_result(run_id, int(call_id), current_caller(), request))
 
 
