@@ -13,6 +13,8 @@ import pytest
 from pydantic import BaseModel
 
 from tests.conftest import CALLS, TEST_AGENT, Pipeline, _pipeline, call
+from tests.e2e.test_approvals import pending as waiting  # a deferred call waits in the same inbox
+from tests.e2e.test_approvals import tool_messages
 from tests.e2e.test_run_events import of, subscribe, validate
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
@@ -92,23 +94,6 @@ def short_waits() -> Iterator[Pipeline]:
     # enough that the request is stored before the wait ends even on a loaded machine (with 1 s,
     # a parallel run once timed the task out before the orchestrator had written the call's gate).
     yield from _pipeline({"TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": "3"})
-
-
-def waiting(pipeline: Pipeline, timeout: float = 20) -> dict[str, Any]:
-    """The one call that waits, as the inbox shows it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        status, body = pipeline.runtime.api("GET", "/approvals?status=pending")
-        assert status == 200, body
-        if body["approvals"]:
-            [pending] = body["approvals"]
-            return dict(pending)
-        assert time.monotonic() < deadline, "no call waits"
-        time.sleep(0.05)
-
-
-def tool_messages(pipeline: Pipeline, request: int) -> list[str]:
-    return [m["content"] for m in pipeline.model.requests[request]["messages"] if m["role"] == "tool"]
 
 
 def history(pipeline: Pipeline, run_id: str) -> list[dict[str, Any]]:
