@@ -28,6 +28,7 @@ DEPS_REQUIREMENTS = [
     "aws-lambda-powertools[tracer]>=3.0",
     "pydantic>=2.7",
     "jsonschema>=4.18",
+    "referencing>=0.28",
     "PyYAML>=6",
     "mcp>=2.3,<3",
     "docstring-parser>=0.16",
