@@ -1,9 +1,20 @@
 """Per-request costs of moto, and one race of its Step Functions interpreter, patched once per process.
 
+- An inline Map started `MaxConcurrency` worker threads whatever its number of items (ten for a
+  turn of one call; each thread's start waits for it to run): it starts one per item, up to
+  `MaxConcurrency`, and the workers with no item to take did nothing.
+- Every thread the interpreter started was appended to a module-level list nothing reads or
+  empties (`TMP_THREADS`): each kept its worker, and through it the execution's state, for as
+  long as the process lived (~140 threads a ten-turn run). The list keeps nothing now.
 - A new boto3 client per Task state (~2.2 ms each: botocore's service model decoded again):
   clients are kept per region and service, as boto3 clients are thread-safe.
 - A new JSONPath parser per expression (~0.3 ms each: ply's lexer and parser built again):
   parsed expressions are kept per text; jsonpath_ng's expressions do not change when used.
+- The whole state machine definition parsed again (ANTLR, in Python) for every execution: ~35 ms,
+  a tenth of a ten-turn run. Programs are kept per definition text: their components hold the
+  definition only, and an execution's state lives in its environment. The one thing a component
+  set on first use, the key of its slot in an environment's heap (retry counters), was a random
+  id drawn then, a race once executions share the component: it is the component's identity.
 - A `waitForTaskToken` task sets up its heartbeat clock only after its message is sent. A
   worker answering within that window (local workers are woken by the send, so they can) saw
   its first heartbeat refused as an invalid token, and a success arriving then waited out the
@@ -18,6 +29,9 @@
   reading each one's interpreter state: one that had just started (no state yet) made any of
   them raise (a worker's answer, a person's approval) and answer 500. Such an execution holds
   no token yet: it is passed over.
+- An update expression's tree was deep-copied for each request, to be validated on the copy
+  (the parsed tree is kept per text): `deepcopy`'s generic walk was half of an UpdateItem's time.
+  The tree's nodes are copied as what they are: a class, a child list, a parent.
 - A DynamoDB transaction deep-copied every table it touched, to roll back on failure: every
   item of every run, for each tool call's one-item transaction, so a long-lived dev server got
   slower with all it ever stored. The items the transaction names are copied instead (its
@@ -33,8 +47,10 @@
   check walking the rest of the chain: quadratic in the clauses (a 12-counter update took
   ~7 ms). The root's counts cover every node's, so they are checked there once.
 - Update validation walks the expression tree once per validator (nine), and at each node rebuilt
-  the validator's map of node types to handlers, twice: built once per validator now (the map
-  holds the validator's own bound methods, so it cannot change under it).
+  the validator's map of node types to handlers, twice, then matched the node against it with
+  `isinstance` on abstract classes: the map is built once per validator (it holds the
+  validator's own bound methods, so it cannot change under it), and which of its types a node's
+  class matches is kept per validator class and node class.
 - Each update expression was tokenised and parsed twice a request (to check it, then to run it):
   parsed once per text now; the tree is only read, and validation works on its own copy.
 - The method list of a response class was rebuilt with `inspect.getmembers` on every request.
@@ -42,12 +58,20 @@
   a 52-character request id one random character at a time: names are converted once each, and
   ids come from two UUIDs (they only have to be unique; moto's seeded random is for tests that
   replay ids, which nothing here does).
+- moto parses each JSON request against its shapes, and for every structure (each DynamoDB
+  attribute value is one) looked every member's wire name up again and chose the parse method
+  by building its name: members and methods are looked up once per shape now.
+- botocore signs each request with SigV4 (a canonical request, then four HMACs: a sixth of a
+  local request's time) that moto serves in-process and never checks. While moto is on, requests
+  get the same headers with the signature left out: moto still reads the access key and region
+  from the `Authorization` credential. Presigned URLs are still signed.
 - botocore cleans each part of its User-Agent header character by character on every request
   (a tenth of a local request's time): the same few parts, so each is cleaned once.
 """
 
 import base64
 import copy
+import datetime
 import functools
 import json
 import sys
@@ -55,16 +79,20 @@ import threading
 import uuid
 from typing import Any
 
+import botocore.auth
 import botocore.useragent
 from jsonpath_ng.ext.parser import parse as jsonpath_ext_parse
 from jsonpath_ng.parser import parse as jsonpath_parse
 from moto.core import responses as moto_responses
 from moto.core.models import botocore_stubber
+from moto.core.parse import BaseJSONParser
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.parsing import validators as update_validators
 from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]  # untyped module
     DepthFirstTraverser,
+    Node,
     UpdateExpression,
 )
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]  # untyped module
@@ -78,7 +106,14 @@ from moto.stepfunctions.parser.api import (
     TaskTimedOut,
 )
 from moto.stepfunctions.parser.asl.component.common.path import result_path
+from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.component.program.program import Program
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.inline_iteration_component import (
+    InlineIterationComponent,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_map.max_concurrency import (
+    DEFAULT_MAX_CONCURRENCY_VALUE,
+)
 from moto.stepfunctions.parser.asl.eval.callback.callback import (
     CallbackConsumerTimeout,
     CallbackEndpoint,
@@ -88,6 +123,7 @@ from moto.stepfunctions.parser.asl.eval.callback.callback import (
     HeartbeatEndpoint,
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils import boto_client, json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
@@ -112,6 +148,128 @@ def cached_client(region: str, service: str, state_credentials: Any = None) -> A
 
 cached_parse = functools.lru_cache(maxsize=1024)(jsonpath_ext_parse)
 cached_result_path_parse = functools.lru_cache(maxsize=1024)(jsonpath_parse)
+
+
+# Kept per definition text (a runtime has one state machine; tests create a few dozen).
+cached_program_parse = functools.lru_cache(maxsize=64)(AmazonStateLanguageParser.parse)
+
+
+def _heap_key(self: EvalComponent) -> str:
+    # Unique while the component lives, the same from every thread (moto drew it lazily).
+    return f"{type(self).__name__}-{id(self)}"
+
+
+def _copy_update_tree(value: Any, memo: Any = None) -> Any:
+    """`deepcopy` as moto's update validator calls it, for the expression trees it copies."""
+    if not isinstance(value, Node):
+        return copy.deepcopy(value, memo)  # the values `list_append` copies
+    return _copy_node(value, None)
+
+
+def _copy_node(node: Any, parent: Any) -> Any:
+    copied = copy.copy(node)  # type, and each node's own scalar fields
+    copied.parent = parent
+    if node.children is not None:
+        copied.children = [
+            _copy_node(child, copied)
+            if isinstance(child, Node)
+            else child
+            if isinstance(child, (str, int, float, bool, type(None)))
+            else copy.deepcopy(child)
+            for child in node.children
+        ]
+    return copied
+
+
+_add_auth = botocore.auth.SigV4Auth.add_auth
+
+
+def _add_auth_unless_served_in_process(self: botocore.auth.SigV4Auth, request: Any) -> None:
+    if not botocore_stubber.enabled or isinstance(self, botocore.auth.SigV4QueryAuth):
+        return _add_auth(self, request)
+    if self.credentials is None:
+        raise botocore.exceptions.NoCredentialsError()
+    now = datetime.datetime.now(datetime.UTC)
+    request.context["timestamp"] = now.strftime(botocore.auth.SIGV4_TIMESTAMP)
+    # The date, token and payload hash headers, as the signer sets them (not in botocore's stubs).
+    self._modify_request_before_signing(request)  # type: ignore[attr-defined]
+    request.headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={self.scope(request)}, SignedHeaders=host, Signature=in-process"
+    )
+    return None
+
+
+def _members(shape: Any) -> tuple[tuple[str, str, Any], ...]:
+    """A structure's members with their wire names, kept on the shape (shapes do not change)."""
+    members: tuple[tuple[str, str, Any], ...] | None = shape.__dict__.get("_toolpipe_members")
+    if members is None:
+        members = tuple(
+            (name, member.serialization.get("name", name), member) for name, member in shape.members.items()
+        )
+        shape.__dict__["_toolpipe_members"] = members
+    return members
+
+
+_moto_parse_structure = BaseJSONParser._parse_structure
+_moto_parse_shape = BaseJSONParser._parse_shape
+
+
+def _parse_json_structure(self: BaseJSONParser, shape: Any, value: Any) -> Any:
+    if shape.is_document_type:
+        return value
+    if value is None:
+        return None  # as moto's: a JSON null stays None, not an empty structure
+    parsed = self.MAP_TYPE()
+    for name, wire_name, member in _members(shape):
+        raw = value.get(wire_name)
+        if raw is not None:
+            parsed[name] = self._parse_shape(member, raw)  # type: ignore[no-untyped-call]
+    return parsed
+
+
+def _parse_json_shape(self: BaseJSONParser, shape: Any, node: Any) -> Any:
+    parsers: dict[str, Any] | None = type(self).__dict__.get("_toolpipe_parsers")
+    if parsers is None:
+        parsers = {}
+        type(self)._toolpipe_parsers = parsers  # type: ignore[attr-defined]  # one table per parser class
+    parse = parsers.get(shape.type_name)
+    if parse is None:
+        parse = parsers[shape.type_name] = getattr(
+            type(self), f"_parse_{shape.type_name}", type(self)._default_handle
+        )
+    return parse(self, shape, node)
+
+
+_inline_map_body = InlineIterationComponent._eval_body
+
+
+def _inline_map_body_one_worker_per_item(self: InlineIterationComponent, env: Environment) -> None:
+    eval_input = env.stack[-1]  # what moto's body pops: the items and the concurrency
+    items = len(eval_input.input_items)
+    if items < eval_input.max_concurrency:
+        # "No limit" is what moto reads as one worker per item.
+        eval_input.max_concurrency = DEFAULT_MAX_CONCURRENCY_VALUE
+    _inline_map_body(self, env)
+
+
+class _NotKept(list[Any]):
+    """The interpreter's `TMP_THREADS`: appended to, never read, so nothing is kept."""
+
+    def append(self, thread: Any) -> None:
+        pass
+
+
+def _stop_keeping_threads() -> None:
+    from moto.stepfunctions.parser import utils
+
+    kept = utils.TMP_THREADS
+    not_kept = _NotKept()
+    # Modules imported the list by name: rebind it wherever it was taken, and at its source
+    # for modules imported later.
+    for module in list(sys.modules.values()):
+        if getattr(module, "TMP_THREADS", None) is kept:
+            module.TMP_THREADS = not_kept  # type: ignore[attr-defined]
+    kept.clear()
 
 
 def _setup_heartbeat_endpoint(self: CallbackEndpoint, heartbeat_seconds: int) -> HeartbeatEndpoint:
@@ -340,25 +498,35 @@ def _count_at_the_root(self: ActionCountValidator, node: Any) -> Any:
     return _count_at_every_node(self, node)
 
 
-def _handlers(self: DepthFirstTraverser) -> dict[type, Any]:
+# Per validator class, which of its handled types (tried in order) each node class is: ABC
+# `isinstance` checks, nine validators, every node of every update, were a fifth of an UpdateItem.
+_handled_as: dict[tuple[type, type], type | None] = {}
+_moto_traverse_node = DepthFirstTraverser.traverse_node_recursively
+
+
+def _traverse_node_recursively(self: DepthFirstTraverser, node: Any, child_id: int = -1) -> Any:
+    """moto's depth-first walk, each node's handler found by its class once per validator class."""
+    if not isinstance(node, Node):
+        return node
+    parent = node.parent
+    if node.children is not None:
+        for i, child in enumerate(node.children):
+            self.pre_processing_of_child(node, i)
+            self.traverse_node_recursively(child, i)
     handlers: dict[type, Any] | None = self.__dict__.get("_toolpipe_handlers")
-    if handlers is None:
+    if handlers is None:  # the validator's own bound methods: built once per validator
         handlers = self.__dict__["_toolpipe_handlers"] = self._processing_map()
-        self.__dict__["_toolpipe_types"] = tuple(handlers)
-    return handlers
-
-
-def _types_handled(self: DepthFirstTraverser) -> tuple[type, ...]:
-    _handlers(self)
-    types: tuple[type, ...] = self.__dict__["_toolpipe_types"]
-    return types
-
-
-def _process_once_mapped(self: DepthFirstTraverser, node: Any) -> Any:
-    for node_type, handler in _handlers(self).items():
-        if isinstance(node, node_type):
-            return handler(node)
-    return None
+    key = (type(self), type(node))
+    if key not in _handled_as:
+        _handled_as[key] = next((t for t in handlers if isinstance(node, t)), None)
+    handled_as = _handled_as[key]
+    if handled_as is None:
+        return node
+    node = handlers[handled_as](node)
+    node.parent = parent
+    if parent:
+        parent.children[child_id] = node
+    return node
 
 
 def _request_id(headerdict: dict[str, Any] | None = None) -> str:
@@ -395,9 +563,14 @@ def install() -> None:
         moto.dynamodb.models.copy = _TablesNotCopied  # type: ignore[attr-defined, assignment]
         DynamoDBBackend.transact_write_items = _transact_write_items_copying_items  # type: ignore[method-assign]
         DynamoResult.execute_result = _execute_result_as_built  # type: ignore[method-assign, assignment]
+        InlineIterationComponent._eval_body = _inline_map_body_one_worker_per_item  # type: ignore[method-assign]
+        _stop_keeping_threads()
+        AmazonStateLanguageParser.parse = staticmethod(cached_program_parse)  # type: ignore[method-assign]
+        EvalComponent.heap_key = property(_heap_key)  # type: ignore[method-assign, assignment]
+        # Rebinds the name the validators look `deepcopy` up by (imported there, not exported).
+        update_validators.deepcopy = _copy_update_tree  # type: ignore[attr-defined, assignment]
         ActionCountValidator.traverse = _count_at_the_root
-        DepthFirstTraverser.nodes_to_be_processed = _types_handled
-        DepthFirstTraverser.process = _process_once_mapped
+        DepthFirstTraverser.traverse_node_recursively = _traverse_node_recursively
         UpdateExpressionParser.make = classmethod(
             functools.lru_cache(maxsize=512)(UpdateExpressionParser.make.__func__)  # type: ignore[arg-type]
         )
@@ -411,6 +584,9 @@ def install() -> None:
         # Response classes do not change once imported: their method lists need listing once.
         listed = responses.method_names_from_class  # type: ignore[attr-defined]  # imported there, not exported
         responses.method_names_from_class = functools.cache(listed)  # type: ignore[attr-defined]
+        BaseJSONParser._parse_structure = _parse_json_structure  # type: ignore[method-assign]
+        BaseJSONParser._parse_shape = _parse_json_shape  # type: ignore[method-assign, assignment]
+        botocore.auth.SigV4Auth.add_auth = _add_auth_unless_served_in_process  # type: ignore[method-assign]
         botocore.useragent.sanitize_user_agent_string_component = functools.lru_cache(maxsize=4096)(
             botocore.useragent.sanitize_user_agent_string_component
         )

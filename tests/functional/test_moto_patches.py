@@ -8,6 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.config import Config
 from moto import mock_aws
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.responses import DynamoResult
@@ -49,7 +50,8 @@ def test_a_jsonpath_expression_is_parsed_once_and_still_evaluates() -> None:
 
 def _slow_to_parse_machine() -> tuple[Any, str]:
     """A state machine long enough to parse (as the run flow's is) that a request made right
-    after StartExecution comes before the execution's interpreter state exists."""
+    after StartExecution comes before the execution's interpreter state exists, when the
+    execution parses it (the program is not kept yet)."""
     states: dict[str, Any] = {f"Pass{n}": {"Type": "Pass", "Next": f"Pass{n + 1}"} for n in range(200)}
     states["Pass200"] = {"Type": "Wait", "Seconds": 60, "End": True}
     sfn = boto3.client("stepfunctions", region_name="us-east-1")
@@ -67,6 +69,9 @@ def test_an_execution_stopped_right_after_it_started_ends_aborted() -> None:
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         sfn, machine = _slow_to_parse_machine()
         for n in range(5):
+            # Parsed programs are kept: forgotten, the execution parses its definition again,
+            # which opens the window this test needs.
+            moto_patches.cached_program_parse.cache_clear()
             execution = sfn.start_execution(stateMachineArn=machine, name=f"e{n}")["executionArn"]
             sfn.stop_execution(executionArn=execution, cause="cancelled")
             # moto reflects the stop when the interpreter's thread ends, a moment later.
@@ -286,8 +291,259 @@ def test_a_task_answer_passes_over_an_execution_that_has_just_started() -> None:
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         sfn, machine = _slow_to_parse_machine()
         for n in range(5):
+            # Parsed programs are kept: forgotten, the execution parses its definition again,
+            # which opens the window this test needs.
+            moto_patches.cached_program_parse.cache_clear()
             execution = sfn.start_execution(stateMachineArn=machine, name=f"e{n}")["executionArn"]
             # No execution holds this token: the answer AWS gives, not a server error.
             with pytest.raises(sfn.exceptions.InvalidToken):
                 sfn.send_task_success(taskToken="no-such-token", output="{}")
             sfn.stop_execution(executionArn=execution)
+
+
+def test_updates_and_requests_parse_as_moto_does(monkeypatch: Any) -> None:
+    """The same requests, once through the patched parser, copy and walk and once through
+    moto's own: every item ends the same, and every parsed request is the same."""
+    from moto.core.parse import BaseJSONParser, JSONParser
+    from moto.dynamodb.parsing import validators
+    from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser
+
+    parsed: list[Any] = []
+    fast_structure = BaseJSONParser._parse_structure
+
+    def both_structures(self: Any, shape: Any, value: Any) -> Any:
+        fast = fast_structure(self, shape, value)
+        slow = moto_patches._moto_parse_structure(self, shape, value)
+        assert fast == slow, shape.name
+        parsed.append(shape.name)
+        return fast
+
+    def requests(client: Any) -> list[Any]:
+        _table(client)
+        key = {"pk": {"S": "run"}, "sk": {"S": "MSG#1"}}
+        client.put_item(TableName="t", Item=EVERY_TYPE)
+        updates = [
+            ("ADD n :one, ss :more SET extra = :e, m.k = :e", {":one": {"N": "1"}, ":more": {"SS": ["c"]}}),
+            (
+                "SET l = list_append(l, :tail), tally = if_not_exists(tally, :zero) + :one",
+                {":tail": {"L": [{"S": "t"}]}, ":zero": {"N": "0"}, ":one": {"N": "1"}},
+            ),
+            ("REMOVE extra, l[0] SET #b = :blob", {":blob": {"B": b"\x01\x02"}}),
+            ("DELETE ss :gone SET m.#new = :e", {":gone": {"SS": ["a"]}}),
+        ]
+        answers = []
+        for expression, values in updates:
+            names = {n: n[1:] for n in ("#b", "#new") if n in expression}
+            answers.append(
+                client.update_item(
+                    TableName="t",
+                    Key=key,
+                    UpdateExpression=expression,
+                    ExpressionAttributeValues={
+                        **({":e": {"S": "x"}} if ":e" in expression else {}),
+                        **values,
+                    },
+                    **({"ExpressionAttributeNames": names} if names else {}),
+                    ReturnValues="ALL_NEW",
+                )["Attributes"]
+            )
+        for expression, values, error in (
+            ("SET a = :missing", {}, "ValidationException"),
+            ("SET n = n + :s", {":s": {"S": "text"}}, "ValidationException"),
+            ("ADD n :one SET n = :one", {":one": {"N": "1"}}, "ValidationException"),
+        ):
+            with pytest.raises(client.exceptions.ClientError) as refused:
+                client.update_item(
+                    TableName="t",
+                    Key=key,
+                    UpdateExpression=expression,
+                    **({"ExpressionAttributeValues": values} if values else {}),
+                )
+            answers.append(refused.value.response["Error"]["Code"])
+            assert answers[-1] == error
+        answers.append(client.get_item(TableName="t", Key=key)["Item"])
+        return answers
+
+    monkeypatch.setattr(BaseJSONParser, "_parse_structure", both_structures)
+    for parser in (JSONParser, BaseJSONParser):  # the methods each parser class found are kept
+        monkeypatch.delattr(parser, "_toolpipe_parsers", raising=False)
+    with mock_aws():
+        patched = requests(boto3.client("dynamodb", region_name="us-east-1"))
+    assert {"PutItemInput", "UpdateItemInput", "AttributeValue"} <= set(parsed)
+    monkeypatch.setattr(BaseJSONParser, "_parse_structure", moto_patches._moto_parse_structure)
+    monkeypatch.setattr(BaseJSONParser, "_parse_shape", moto_patches._moto_parse_shape)
+    monkeypatch.setattr(validators, "deepcopy", copy.deepcopy)
+    monkeypatch.setattr(DepthFirstTraverser, "traverse_node_recursively", moto_patches._moto_traverse_node)
+    with mock_aws():
+        unpatched = requests(boto3.client("dynamodb", region_name="us-east-1"))
+    assert patched == unpatched
+
+
+def test_a_parsed_update_expression_is_not_changed_by_the_requests_that_use_it() -> None:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        _table(client)
+        for n in range(1, 4):
+            # The same text each time: its parsed tree is kept, and each request works on a copy.
+            attributes = client.update_item(
+                TableName="t",
+                Key={"pk": {"S": "run"}, "sk": {"S": "META"}},
+                UpdateExpression="ADD calls :n SET newest = :n",
+                ExpressionAttributeValues={":n": {"N": str(n)}},
+                ReturnValues="ALL_NEW",
+            )["Attributes"]
+            assert attributes["calls"] == {"N": str(sum(range(1, n + 1)))} and attributes["newest"] == {
+                "N": str(n)
+            }
+
+
+def test_requests_served_in_process_carry_their_credential_but_no_signature() -> None:
+    seen: list[str] = []
+    with mock_aws():
+        client = boto3.client(
+            "sqs", region_name="eu-west-1", aws_access_key_id="AKIDLOCAL", aws_secret_access_key="s"
+        )
+        client.meta.events.register(
+            "before-send",
+            lambda request, **_: seen.append(
+                request.headers["Authorization"].decode()
+                if isinstance(request.headers["Authorization"], bytes)
+                else request.headers["Authorization"]
+            ),
+        )
+        url = client.create_queue(QueueName="q")["QueueUrl"]
+        # moto still reads the region (and the account, through the key) from the credential.
+        assert (
+            ":eu-west-1:"
+            in client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+                "QueueArn"
+            ]
+        )
+        presigned = boto3.client(
+            "s3", region_name="us-east-1", config=Config(signature_version="s3v4")
+        ).generate_presigned_url("get_object", Params={"Bucket": "b", "Key": "k"})
+    assert seen and all(
+        h.startswith("AWS4-HMAC-SHA256 Credential=AKIDLOCAL/")
+        and "/eu-west-1/sqs/aws4_request" in h
+        and h.endswith("Signature=in-process")
+        for h in seen
+    )
+    # A presigned URL leaves the process: it is signed as ever.
+    assert "X-Amz-Signature=" in presigned and "in-process" not in presigned
+    # Without moto, requests are signed again (botocore's own signer, a 64-digit signature).
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method="GET", url="https://sqs.eu-west-1.amazonaws.com/", data=b"")
+    SigV4Auth(Credentials("AKIDLOCAL", "s"), "sqs", "eu-west-1").add_auth(request)
+    assert len(request.headers["Authorization"].rsplit("Signature=", 1)[1]) == 64
+
+
+# --- the Step Functions interpreter: parsed once, threads as needed, nothing kept ------------------
+
+
+def _run(sfn: Any, machine: str, name: str, payload: Any = None) -> Any:
+    execution = sfn.start_execution(stateMachineArn=machine, name=name, input=json.dumps(payload or {}))[
+        "executionArn"
+    ]
+    deadline = time.monotonic() + 20
+    while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
+        assert time.monotonic() < deadline, "the execution still runs"
+        time.sleep(0.02)
+    return described
+
+
+def _machine(sfn: Any, name: str, definition: dict[str, Any]) -> str:
+    arn: str = sfn.create_state_machine(
+        name=name, definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/r"
+    )["stateMachineArn"]
+    return arn
+
+
+def test_a_definition_is_parsed_once_and_concurrent_executions_keep_their_own_retries() -> None:
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    # Each execution calls a function that does not exist, retried once: every execution must
+    # count its own attempts (retry counters sit in the execution's heap, keyed per component).
+    definition = {
+        "StartAt": "Call",
+        "States": {
+            "Call": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "Parameters": {"FunctionName": "arn:aws:lambda:us-east-1:123456789012:function:nowhere"},
+                "Retry": [{"ErrorEquals": ["States.ALL"], "MaxAttempts": 1, "IntervalSeconds": 1}],
+                "End": True,
+            }
+        },
+    }
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        machine = _machine(sfn, "retrying", definition)
+        parsed_before = moto_patches.cached_program_parse.cache_info()
+        import concurrent.futures
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            ended = list(pool.map(lambda n: _run(sfn, machine, f"e{n}"), range(4)))
+        assert moto_patches.cached_program_parse.cache_info().misses == parsed_before.misses
+        assert (
+            AmazonStateLanguageParser.parse(json.dumps(definition))[0]
+            is AmazonStateLanguageParser.parse(json.dumps(definition))[0]
+        )
+        for execution in ended:
+            assert execution["status"] == "FAILED"
+            events = sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
+            # The first attempt and its one retry: two schedules per execution, no more, no fewer.
+            assert sum(e["type"] == "TaskScheduled" for e in events) == 2, events
+
+
+def test_an_inline_map_starts_a_worker_per_item_up_to_its_concurrency_and_keeps_no_threads(
+    monkeypatch: Any,
+) -> None:
+    from moto.stepfunctions.parser import utils
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.iteration.inline_iteration_component import (
+        InlineIterationComponent,
+    )
+
+    launched: list[int] = []
+    launch = InlineIterationComponent._launch_worker
+
+    def counting(self: Any, env: Any, eval_input: Any, job_pool: Any) -> Any:
+        launched.append(1)
+        return launch(self, env, eval_input, job_pool)
+
+    monkeypatch.setattr(InlineIterationComponent, "_launch_worker", counting)
+    definition = {
+        "StartAt": "Each",
+        "States": {
+            "Each": {
+                "Type": "Map",
+                "ItemsPath": "$.items",
+                "MaxConcurrency": 10,
+                "ItemProcessor": {
+                    "ProcessorConfig": {"Mode": "INLINE"},
+                    "StartAt": "Double",
+                    "States": {
+                        "Double": {
+                            "Type": "Pass",
+                            "Parameters": {"twice.$": "States.MathAdd($, $)"},
+                            "End": True,
+                        }
+                    },
+                },
+                "End": True,
+            }
+        },
+    }
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        machine = _machine(sfn, "mapping", definition)
+        for count, workers in ((0, 0), (1, 1), (3, 3), (12, 10)):
+            launched.clear()
+            ended = _run(sfn, machine, f"n{count}", {"items": list(range(count))})
+            assert ended["status"] == "SUCCEEDED", ended
+            assert json.loads(ended["output"]) == [{"twice": 2 * i} for i in range(count)]
+            assert len(launched) == workers, count
+    # Unpatched, every interpreter thread stayed in this list for the life of the process.
+    assert len(utils.TMP_THREADS) == 0
