@@ -64,7 +64,8 @@
 - botocore signs each request with SigV4 (a canonical request, then four HMACs: a sixth of a
   local request's time) that moto serves in-process and never checks. While moto is on, requests
   get the same headers with the signature left out: moto still reads the access key and region
-  from the `Authorization` credential. Presigned URLs are still signed.
+  from the `Authorization` credential. Presigned URLs, and requests signed by hand to be sent
+  elsewhere (`toolpipe --api` to a deployed API), are still signed.
 - botocore cleans each part of its User-Agent header character by character on every request
   (a tenth of a local request's time): the same few parts, so each is cleaned once.
 """
@@ -161,20 +162,34 @@ def _heap_key(self: EvalComponent) -> str:
 
 def _copy_update_tree(value: Any, memo: Any = None) -> Any:
     """`deepcopy` as moto's update validator calls it, for the expression trees it copies."""
-    if not isinstance(value, Node):
+    if not _is_node(value):
         return copy.deepcopy(value, memo)  # the values `list_append` copies
     return _copy_node(value, None)
 
 
+_SCALARS = (str, int, float, bool, type(None))
+_node_classes: dict[type, bool] = {}
+
+
+def _is_node(value: Any) -> bool:
+    # `Node` is abstract: `isinstance` goes through ABCMeta's check, slow at this many calls.
+    kind = type(value)
+    known = _node_classes.get(kind)
+    if known is None:
+        known = _node_classes[kind] = isinstance(value, Node)
+    return known
+
+
 def _copy_node(node: Any, parent: Any) -> Any:
-    copied = copy.copy(node)  # type, and each node's own scalar fields
+    copied = object.__new__(type(node))  # nodes are plain objects: their class and fields
+    copied.__dict__.update(node.__dict__)
     copied.parent = parent
     if node.children is not None:
         copied.children = [
             _copy_node(child, copied)
-            if isinstance(child, Node)
+            if _is_node(child)
             else child
-            if isinstance(child, (str, int, float, bool, type(None)))
+            if isinstance(child, _SCALARS)
             else copy.deepcopy(child)
             for child in node.children
         ]
@@ -185,7 +200,11 @@ _add_auth = botocore.auth.SigV4Auth.add_auth
 
 
 def _add_auth_unless_served_in_process(self: botocore.auth.SigV4Auth, request: Any) -> None:
-    if not botocore_stubber.enabled or isinstance(self, botocore.auth.SigV4QueryAuth):
+    if (
+        not botocore_stubber.enabled
+        or isinstance(self, botocore.auth.SigV4QueryAuth)  # a presigned URL leaves the process
+        or "client_region" not in request.context  # not a client's request: signed by hand, to send
+    ):
         return _add_auth(self, request)
     if self.credentials is None:
         raise botocore.exceptions.NoCredentialsError()
@@ -506,7 +525,7 @@ _moto_traverse_node = DepthFirstTraverser.traverse_node_recursively
 
 def _traverse_node_recursively(self: DepthFirstTraverser, node: Any, child_id: int = -1) -> Any:
     """moto's depth-first walk, each node's handler found by its class once per validator class."""
-    if not isinstance(node, Node):
+    if not _is_node(node):
         return node
     parent = node.parent
     if node.children is not None:

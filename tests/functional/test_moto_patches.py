@@ -430,14 +430,27 @@ def test_requests_served_in_process_carry_their_credential_but_no_signature() ->
     )
     # A presigned URL leaves the process: it is signed as ever.
     assert "X-Amz-Signature=" in presigned and "in-process" not in presigned
-    # Without moto, requests are signed again (botocore's own signer, a 64-digit signature).
+    assert len(_signed_by_hand()) == 64  # without moto: botocore's own signer
+
+
+def _signed_by_hand() -> str:
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    request = AWSRequest(method="GET", url="https://sqs.eu-west-1.amazonaws.com/", data=b"")
-    SigV4Auth(Credentials("AKIDLOCAL", "s"), "sqs", "eu-west-1").add_auth(request)
-    assert len(request.headers["Authorization"].rsplit("Signature=", 1)[1]) == 64
+    request = AWSRequest(
+        method="GET", url="https://abc.execute-api.eu-west-1.amazonaws.com/v1/runs", data=b""
+    )
+    SigV4Auth(Credentials("AKIDLOCAL", "s"), "execute-api", "eu-west-1").add_auth(request)
+    signature: str = request.headers["Authorization"].rsplit("Signature=", 1)[1]
+    return signature
+
+
+def test_a_request_signed_by_hand_while_moto_runs_is_signed() -> None:
+    # The CLI signs its requests to a deployed API itself (`--api`), and sends them over HTTP:
+    # a local runtime in the same process must not leave them unsigned.
+    with mock_aws():
+        assert len(_signed_by_hand()) == 64
 
 
 # --- the Step Functions interpreter: parsed once, threads as needed, nothing kept ------------------
