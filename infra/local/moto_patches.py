@@ -62,10 +62,12 @@
   attribute value is one) looked every member's wire name up again and chose the parse method
   by building its name: members and methods are looked up once per shape now.
 - botocore signs each request with SigV4 (a canonical request, then four HMACs: a sixth of a
-  local request's time) that moto serves in-process and never checks. While moto is on, requests
-  get the same headers with the signature left out: moto still reads the access key and region
-  from the `Authorization` credential. Presigned URLs, and requests signed by hand to be sent
-  elsewhere (`toolpipe --api` to a deployed API), are still signed.
+  local request's time) that moto serves in-process and does not check. While moto is on, a
+  client's request to an AWS host moto serves gets the same headers with the signature left out:
+  moto still reads the access key and region from the `Authorization` credential. Everything
+  else is signed as ever: presigned URLs, requests signed by hand (`toolpipe --api`), requests
+  moto passes through (a tool's client for an S3-compatible store, say, or a passthrough moto
+  is configured with), and every request while moto's IAM access control checks signatures.
 - botocore cleans each part of its User-Agent header character by character on every request
   (a tenth of a local request's time): the same few parts, so each is cleaned once.
 """
@@ -79,11 +81,14 @@ import sys
 import threading
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import botocore.auth
 import botocore.useragent
 from jsonpath_ng.ext.parser import parse as jsonpath_ext_parse
 from jsonpath_ng.parser import parse as jsonpath_parse
+from moto import settings as moto_settings
+from moto.core import config as moto_config
 from moto.core import responses as moto_responses
 from moto.core.models import botocore_stubber
 from moto.core.parse import BaseJSONParser
@@ -199,11 +204,26 @@ def _copy_node(node: Any, parent: Any) -> Any:
 _add_auth = botocore.auth.SigV4Auth.add_auth
 
 
+def _served_in_process(url: str) -> bool:
+    """Whether moto answers this request itself, without checking its signature: an AWS host it
+    is not told to pass through, with its IAM access control off (on, it checks signatures)."""
+    if float("inf") != moto_settings.INITIAL_NO_AUTH_ACTION_COUNT:
+        return False
+    parts = urlsplit(url)
+    if not (parts.hostname or "").endswith(".amazonaws.com"):
+        return False  # another endpoint (an S3-compatible store, the local server): sent over HTTP
+    passthrough = moto_config.default_user_config.get("core", {}).get("passthrough", {})
+    return not passthrough.get("services") and not moto_config.passthrough_url(
+        f"{parts.scheme}://{parts.netloc}{parts.path}"
+    )
+
+
 def _add_auth_unless_served_in_process(self: botocore.auth.SigV4Auth, request: Any) -> None:
     if (
         not botocore_stubber.enabled
         or isinstance(self, botocore.auth.SigV4QueryAuth)  # a presigned URL leaves the process
         or "client_region" not in request.context  # not a client's request: signed by hand, to send
+        or not _served_in_process(request.url)
     ):
         return _add_auth(self, request)
     if self.credentials is None:

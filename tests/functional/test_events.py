@@ -2,6 +2,7 @@
 
 import copy
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,15 @@ def test_the_execution_status_change_sample_fails_the_run_once(pipeline: Pipelin
         AGENTS["gated"] = Agent(name="gated", instructions="Wait.", tools=[wait_for_gate])
         pipeline.script(Reply(tool_calls=[call("wait_for_gate", label="a")]), Reply(content="never"))
         run_id = pipeline.start("wait", agent="gated")
+        key = {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
+        deadline = time.monotonic() + 10
+        # The model step is over (its turn counted) before the execution's end is reported:
+        # otherwise its own write lands between the two reads below.
+        while pipeline.runtime.dynamodb.get_item(TableName="toolpipe-local", Key=key)["Item"]["turn"] != {
+            "N": "1"
+        }:
+            assert time.monotonic() < deadline, "the first model step never ended"
+            time.sleep(0.01)
         sample = _event("execution_status_change.json", run_id)
         first = call_handler(
             "toolpipe.functions.orchestrator.handler.lambda_handler", execution_ended_request(sample), _ctx()
@@ -183,6 +193,10 @@ def test_the_execution_status_change_sample_fails_the_run_once(pipeline: Pipelin
         after = pipeline.runtime.dynamodb.get_item(
             TableName="toolpipe-local", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
         )["Item"]
+        GATE.set()
+        # The execution goes on to its end (its run already failed): the agent stays registered
+        # until it has, or its next step finds no such agent and is retried until the drain.
+        pipeline.runtime.wait_for_execution(run_id, timeout=10)
     finally:
         GATE.set()
         AGENTS.pop("gated", None)

@@ -2,11 +2,14 @@
 parsers (the e2e suite runs the state machine through them), and the early-answer race."""
 
 import copy
+import http.server
 import json
+import threading
 import time
 from typing import Any
 
 import boto3
+import botocore.auth
 import pytest
 from botocore.config import Config
 from moto import mock_aws
@@ -560,3 +563,104 @@ def test_an_inline_map_starts_a_worker_per_item_up_to_its_concurrency_and_keeps_
             assert len(launched) == workers, count
     # Unpatched, every interpreter thread stayed in this list for the life of the process.
     assert len(utils.TMP_THREADS) == 0
+
+
+# --- requests moto does not serve, or checks: signed as ever ---------------------------------------
+
+
+_SEEN: list[str] = []
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        _SEEN.append(self.headers.get("Authorization", ""))
+        body = json.dumps({"QueueUrls": []}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _authorization_sent_over_http() -> str:
+    """The Authorization header a botocore client sends to a non-AWS endpoint (an S3-compatible
+    store, LocalStack, another service that checks SigV4) while moto runs in the process: moto
+    does not serve it (no AWS host), so botocore sends it over the wire."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _SEEN.clear()
+    try:
+        with mock_aws():
+            client = boto3.client(
+                "sqs",
+                region_name="us-east-1",
+                endpoint_url=f"http://127.0.0.1:{server.server_address[1]}",
+                aws_access_key_id="AKIDREAL",
+                aws_secret_access_key="secret",
+            )
+            client.list_queues()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(_SEEN) == 1
+    return _SEEN[0]
+
+
+def test_a_request_moto_does_not_serve_leaves_the_process_signed(monkeypatch: Any) -> None:
+    """A tool handler runs in the local runtime's process (infra/local/lambdas.py), where moto's
+    stubber is enabled: its own boto3 client for a non-AWS endpoint_url is passed through by moto
+    and sent over HTTP, so it is signed as ever (unsigned, any SigV4-checking endpoint refuses
+    it)."""
+    monkeypatch.setattr(botocore.auth.SigV4Auth, "add_auth", moto_patches._add_auth)
+    unpatched = _authorization_sent_over_http()
+    assert len(unpatched.rsplit("Signature=", 1)[1]) == 64  # botocore's own signer
+    monkeypatch.undo()
+    sent = _authorization_sent_over_http()
+    assert "Signature=in-process" not in sent, sent
+    assert len(sent.rsplit("Signature=", 1)[1]) == 64, sent
+
+
+def _list_queues_with_iam_checks() -> Any:
+    """moto's own access control (`set_initial_no_auth_action_count`, or the environment's
+    INITIAL_NO_AUTH_ACTION_COUNT): after the first N actions, moto recomputes each request's
+    SigV4 signature from the user's secret key and refuses one that does not match."""
+    from moto.core import set_initial_no_auth_action_count
+
+    @set_initial_no_auth_action_count(3)
+    def call() -> Any:
+        iam = boto3.client("iam", region_name="us-east-1")
+        iam.create_user(UserName="u")
+        iam.put_user_policy(
+            UserName="u",
+            PolicyName="all",
+            PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+            ),
+        )
+        key = iam.create_access_key(UserName="u")["AccessKey"]
+        sqs = boto3.client(
+            "sqs",
+            region_name="us-east-1",
+            aws_access_key_id=key["AccessKeyId"],
+            aws_secret_access_key=key["SecretAccessKey"],
+        )
+        return sqs.list_queues()
+
+    with mock_aws():
+        return call()
+
+
+def test_moto_checks_signatures_when_its_iam_access_control_is_on(monkeypatch: Any) -> None:
+    """With moto's IAM access control on, moto checks each signature: requests are signed then
+    (unsigned, its checker raised KeyError('X-Amz-Date') instead of answering)."""
+    monkeypatch.setattr(botocore.auth.SigV4Auth, "add_auth", moto_patches._add_auth)
+    assert _list_queues_with_iam_checks()["ResponseMetadata"]["HTTPStatusCode"] == 200
+    monkeypatch.undo()
+    assert _list_queues_with_iam_checks()["ResponseMetadata"]["HTTPStatusCode"] == 200
