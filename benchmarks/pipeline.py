@@ -8,13 +8,15 @@ alone: `python -m benchmarks.coldstart`).
 Everything runs in one process against one scripted OpenAI-compatible server on 127.0.0.1:
 the bare `openai` client's loop (call the model, run the tool, append, again), the OpenAI
 Agents SDK's run loop (`pip install '.[bench]'`; skipped when absent) and toolpipe's local
-runtime, each driving the same N tool turns. "Overhead per tool turn" is how much longer a
+runtime, each driving the same N tool turns; then the fan-out, the memory a long-lived runtime
+keeps per run, and the idle runtime's CPU. "Overhead per tool turn" is how much longer a
 loop takes than the bare client's, divided by N. Medians of `--repeats` runs: the machine is
 noisy. Figures, not pass/fail: compare them across changes on the same machine.
 """
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -31,6 +33,7 @@ MODEL = "scripted"
 PROMPT = "Count up, one tool call a turn."
 FAN_OUT = 10
 TOOL_SECONDS = 1.0
+MEMORY_RUNS = 100
 
 
 # --- the scripted model: N turns of one `sum` call, or one turn of parallel waits ------------
@@ -176,6 +179,12 @@ def serve_ready_ms() -> float:
             server.wait(timeout=30)
 
 
+def _rss_kib() -> float:
+    """The process's resident memory (Linux), KiB."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024
+
+
 def median_of(repeats: int, measure: Callable[[], float]) -> float:
     measure()  # warm-up: imports, connections, caches
     return statistics.median(measure() for _ in range(repeats))
@@ -229,6 +238,15 @@ def figures(repeats: int) -> dict[str, Any]:
             many = median_of(fan_reps, lambda: toolpipe(f"wait {FAN_OUT}"))
             out["fan_out_1_ms"], out[f"fan_out_{FAN_OUT}_ms"] = one * 1000, many * 1000
 
+            # What a long-lived runtime keeps per run: its items, its execution and its history
+            # events stay in memory (as they stay in AWS); anything more would be a leak.
+            gc.collect()
+            before = _rss_kib()
+            for _ in range(MEMORY_RUNS):
+                toolpipe(f"{PROMPT} 10")
+            gc.collect()
+            out["memory_kib_per_run"] = (_rss_kib() - before) / MEMORY_RUNS
+
             idle = threading.Event()
             cpu, wall = time.process_time(), time.perf_counter()
             idle.wait(3.0)  # the runtime running, nothing to do
@@ -264,6 +282,10 @@ def report(f: dict[str, Any]) -> None:
         f"{many / one:.2f}x"
     )
     print(f"idle runtime: {f['idle_cpu_percent']:.1f}% of a core")
+    print(
+        f"memory a long-lived runtime keeps per 10-turn run: {f['memory_kib_per_run']:.0f} KiB "
+        f"(resident, over {MEMORY_RUNS} runs)"
+    )
     print(json.dumps({k: round(v, 1) for k, v in f.items()}))
 
 
