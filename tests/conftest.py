@@ -230,6 +230,7 @@ __all__ = ["CALLS", "TEST_AGENT", "Capture", "Pipeline", "Reply", "_pipeline", "
 
 # A tool that holds its call open until a test opens the gate: a run that waits on a tool.
 GATE = threading.Event()
+GATE_REACHED = threading.Event()  # set when a call starts waiting at the gate
 
 
 @tool
@@ -239,6 +240,7 @@ def wait_for_gate(label: str) -> str:
     Args:
         label: Any text.
     """
+    GATE_REACHED.set()
     GATE.wait(20)
     return f"passed {label}"
 

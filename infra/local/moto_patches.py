@@ -1,4 +1,5 @@
-"""Per-request costs of moto, and one race of its Step Functions interpreter, patched once per process.
+"""Per-request costs of moto and botocore, a leak and races of moto's Step Functions interpreter,
+patched once per process.
 
 - An inline Map started `MaxConcurrency` worker threads whatever its number of items (ten for a
   turn of one call; each thread's start waits for it to run): it starts one per item, up to
@@ -73,25 +74,29 @@
 """
 
 import base64
+import collections
 import copy
-import datetime
 import functools
 import json
+import math
 import sys
 import threading
 import uuid
 from typing import Any
-from urllib.parse import urlsplit
 
 import botocore.auth
+import botocore.exceptions
 import botocore.useragent
+import botocore.utils
 from jsonpath_ng.ext.parser import parse as jsonpath_ext_parse
 from jsonpath_ng.parser import parse as jsonpath_parse
+from moto import backend_index
 from moto import settings as moto_settings
 from moto.core import config as moto_config
 from moto.core import responses as moto_responses
 from moto.core.models import botocore_stubber
 from moto.core.parse import BaseJSONParser
+from moto.core.utils import get_equivalent_url_in_aws_domain
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
@@ -104,6 +109,7 @@ from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]  # u
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]  # untyped module
 from moto.dynamodb.parsing.validators import ActionCountValidator
 from moto.dynamodb.responses import DynamoResult
+from moto.stepfunctions.parser import utils as stepfunctions_utils
 from moto.stepfunctions.parser.api import (
     ExecutionStatus,
     InvalidToken,
@@ -204,18 +210,29 @@ def _copy_node(node: Any, parent: Any) -> Any:
 _add_auth = botocore.auth.SigV4Auth.add_auth
 
 
+_hosts_moto_serves: dict[str, bool] = {}
+
+
 def _served_in_process(url: str) -> bool:
-    """Whether moto answers this request itself, without checking its signature: an AWS host it
-    is not told to pass through, with its IAM access control off (on, it checks signatures)."""
-    if float("inf") != moto_settings.INITIAL_NO_AUTH_ACTION_COUNT:
+    """Whether moto answers this request itself, without checking its signature: a URL one of
+    its backends serves (as its stubber decides), not one it is told to pass through, with its
+    IAM access control off (on, it checks signatures)."""
+    if math.inf > moto_settings.INITIAL_NO_AUTH_ACTION_COUNT:
         return False
-    parts = urlsplit(url)
-    if not (parts.hostname or "").endswith(".amazonaws.com"):
-        return False  # another endpoint (an S3-compatible store, the local server): sent over HTTP
+    parsed, _ = get_equivalent_url_in_aws_domain(url)  # as the stubber reads it
+    clean_url = f"{parsed.scheme}://{parsed.netloc}{parsed.path}"
     passthrough = moto_config.default_user_config.get("core", {}).get("passthrough", {})
-    return not passthrough.get("services") and not moto_config.passthrough_url(
-        f"{parts.scheme}://{parts.netloc}{parts.path}"
-    )
+    if passthrough.get("services") or moto_config.passthrough_url(clean_url):
+        return False
+    host = f"{parsed.scheme}://{parsed.netloc}"
+    served = _hosts_moto_serves.get(host)
+    if served is None:
+        # Backends are found by host (the patterns end there): the first URL decides for its host.
+        # Not one of them (another endpoint, or an AWS service moto lacks): sent over HTTP.
+        served = _hosts_moto_serves[host] = any(
+            pattern.match(clean_url) for _, pattern in backend_index.backend_url_patterns
+        )
+    return served
 
 
 def _add_auth_unless_served_in_process(self: botocore.auth.SigV4Auth, request: Any) -> None:
@@ -228,7 +245,7 @@ def _add_auth_unless_served_in_process(self: botocore.auth.SigV4Auth, request: A
         return _add_auth(self, request)
     if self.credentials is None:
         raise botocore.exceptions.NoCredentialsError()
-    now = datetime.datetime.now(datetime.UTC)
+    now = botocore.utils.get_current_datetime()  # type: ignore[attr-defined]  # the signer's clock (not in the stubs)
     request.context["timestamp"] = now.strftime(botocore.auth.SIGV4_TIMESTAMP)
     # The date, token and payload hash headers, as the signer sets them (not in botocore's stubs).
     self._modify_request_before_signing(request)  # type: ignore[attr-defined]
@@ -283,7 +300,9 @@ _inline_map_body = InlineIterationComponent._eval_body
 
 
 def _inline_map_body_one_worker_per_item(self: InlineIterationComponent, env: Environment) -> None:
-    eval_input = env.stack[-1]  # what moto's body pops: the items and the concurrency
+    # What moto's body pops: the items and the concurrency. Changing it is safe: the Map state
+    # builds a new one for each attempt, and nothing but the worker count reads the concurrency.
+    eval_input = env.stack[-1]
     items = len(eval_input.input_items)
     if items < eval_input.max_concurrency:
         # "No limit" is what moto reads as one worker per item.
@@ -291,18 +310,9 @@ def _inline_map_body_one_worker_per_item(self: InlineIterationComponent, env: En
     _inline_map_body(self, env)
 
 
-class _NotKept(list[Any]):
-    """The interpreter's `TMP_THREADS`: appended to, never read, so nothing is kept."""
-
-    def append(self, thread: Any) -> None:
-        pass
-
-
 def _stop_keeping_threads() -> None:
-    from moto.stepfunctions.parser import utils
-
-    kept = utils.TMP_THREADS
-    not_kept = _NotKept()
+    kept = stepfunctions_utils.TMP_THREADS
+    not_kept: collections.deque[Any] = collections.deque(maxlen=0)  # appended to, keeps nothing
     # Modules imported the list by name: rebind it wherever it was taken, and at its source
     # for modules imported later.
     for module in list(sys.modules.values()):
@@ -544,7 +554,9 @@ _moto_traverse_node = DepthFirstTraverser.traverse_node_recursively
 
 
 def _traverse_node_recursively(self: DepthFirstTraverser, node: Any, child_id: int = -1) -> Any:
-    """moto's depth-first walk, each node's handler found by its class once per validator class."""
+    """moto's depth-first walk, each node's handler found by its class once per validator class.
+    It calls no `nodes_to_be_processed`/`process` of the validator's: no validator overrides them
+    (a test checks, for the moto this runs with)."""
     if not _is_node(node):
         return node
     parent = node.parent

@@ -2,7 +2,6 @@
 
 import copy
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -161,38 +160,31 @@ def test_sample_orchestrator_event_for_an_unknown_run_fails_clearly(pipeline: Pi
 def test_the_execution_status_change_sample_fails_the_run_once(pipeline: Pipeline) -> None:
     """The rule's event, delivered twice as EventBridge may: the run is failed with the reason,
     and the second delivery changes nothing."""
-    from tests.conftest import GATE, wait_for_gate
+    from tests.conftest import GATE, GATE_REACHED, wait_for_gate
     from toolpipe.infra.definition import execution_ended_request
 
     GATE.clear()
+    GATE_REACHED.clear()
     try:
         from toolpipe.shared.agents import AGENTS, Agent
 
         AGENTS["gated"] = Agent(name="gated", instructions="Wait.", tools=[wait_for_gate])
         pipeline.script(Reply(tool_calls=[call("wait_for_gate", label="a")]), Reply(content="never"))
         run_id = pipeline.start("wait", agent="gated")
-        key = {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
-        deadline = time.monotonic() + 10
-        # The model step is over (its turn counted) before the execution's end is reported:
-        # otherwise its own write lands between the two reads below.
-        while pipeline.runtime.dynamodb.get_item(TableName="toolpipe-local", Key=key)["Item"]["turn"] != {
-            "N": "1"
-        }:
-            assert time.monotonic() < deadline, "the first model step never ended"
-            time.sleep(0.01)
+        # The call runs once the model step that asked for it is over (its turn counted): the
+        # execution's end is reported after that, or the step's own write lands between the
+        # two reads below.
+        assert GATE_REACHED.wait(10), "the call never started"
         sample = _event("execution_status_change.json", run_id)
+        key = {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
         first = call_handler(
             "toolpipe.functions.orchestrator.handler.lambda_handler", execution_ended_request(sample), _ctx()
         )
-        record = pipeline.runtime.dynamodb.get_item(
-            TableName="toolpipe-local", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
-        )["Item"]
+        record = pipeline.runtime.dynamodb.get_item(TableName="toolpipe-local", Key=key)["Item"]
         again = call_handler(
             "toolpipe.functions.orchestrator.handler.lambda_handler", execution_ended_request(sample), _ctx()
         )
-        after = pipeline.runtime.dynamodb.get_item(
-            TableName="toolpipe-local", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
-        )["Item"]
+        after = pipeline.runtime.dynamodb.get_item(TableName="toolpipe-local", Key=key)["Item"]
         GATE.set()
         # The execution goes on to its end (its run already failed): the agent stays registered
         # until it has, or its next step finds no such agent and is retried until the drain.

@@ -1,11 +1,13 @@
 """moto's Step Functions interpreter, patched by the local runtime: cached clients and JSONPath
 parsers (the e2e suite runs the state machine through them), and the early-answer race."""
 
+import concurrent.futures
 import copy
 import http.server
 import json
 import threading
 import time
+import uuid
 from typing import Any
 
 import boto3
@@ -311,6 +313,11 @@ def test_updates_and_requests_parse_as_moto_does(monkeypatch: Any) -> None:
     from moto.dynamodb.parsing import validators
     from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser
 
+    # What runs first is the runtime's: the patched parser, copy and walk, not moto's own.
+    assert BaseJSONParser._parse_structure is moto_patches._parse_json_structure
+    assert BaseJSONParser._parse_shape is moto_patches._parse_json_shape
+    assert validators.deepcopy is moto_patches._copy_update_tree
+    assert DepthFirstTraverser.traverse_node_recursively is moto_patches._traverse_node_recursively
     parsed: list[Any] = []
     fast_structure = BaseJSONParser._parse_structure
 
@@ -370,9 +377,11 @@ def test_updates_and_requests_parse_as_moto_does(monkeypatch: Any) -> None:
     monkeypatch.setattr(BaseJSONParser, "_parse_structure", both_structures)
     for parser in (JSONParser, BaseJSONParser):  # the methods each parser class found are kept
         monkeypatch.delattr(parser, "_toolpipe_parsers", raising=False)
+    moto_patches._handled_as.clear()
     with mock_aws():
         patched = requests(boto3.client("dynamodb", region_name="us-east-1"))
     assert {"PutItemInput", "UpdateItemInput", "AttributeValue"} <= set(parsed)
+    assert moto_patches._handled_as  # the patched walk validated the updates
     monkeypatch.setattr(BaseJSONParser, "_parse_structure", moto_patches._moto_parse_structure)
     monkeypatch.setattr(BaseJSONParser, "_parse_shape", moto_patches._moto_parse_shape)
     monkeypatch.setattr(validators, "deepcopy", copy.deepcopy)
@@ -498,8 +507,6 @@ def test_a_definition_is_parsed_once_and_concurrent_executions_keep_their_own_re
         sfn = boto3.client("stepfunctions", region_name="us-east-1")
         machine = _machine(sfn, "retrying", definition)
         parsed_before = moto_patches.cached_program_parse.cache_info()
-        import concurrent.futures
-
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             ended = list(pool.map(lambda n: _run(sfn, machine, f"e{n}"), range(4)))
         assert moto_patches.cached_program_parse.cache_info().misses == parsed_before.misses
@@ -568,21 +575,28 @@ def test_an_inline_map_starts_a_worker_per_item_up_to_its_concurrency_and_keeps_
 # --- requests moto does not serve, or checks: signed as ever ---------------------------------------
 
 
-_SEEN: list[str] = []
+class _RecordingServer(http.server.ThreadingHTTPServer):
+    seen: list[str]
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.seen = []
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers an empty ListQueues, keeping each request's Authorization on its server."""
+
+    server: "_RecordingServer"
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        _SEEN.append(self.headers.get("Authorization", ""))
+        self.server.seen.append(self.headers.get("Authorization", ""))
         body = json.dumps({"QueueUrls": []}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-amz-json-1.0")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-
-    do_GET = do_POST
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -592,10 +606,9 @@ def _authorization_sent_over_http() -> str:
     """The Authorization header a botocore client sends to a non-AWS endpoint (an S3-compatible
     store, LocalStack, another service that checks SigV4) while moto runs in the process: moto
     does not serve it (no AWS host), so botocore sends it over the wire."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server = _RecordingServer(("127.0.0.1", 0), _Recorder)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    _SEEN.clear()
     try:
         with mock_aws():
             client = boto3.client(
@@ -609,8 +622,8 @@ def _authorization_sent_over_http() -> str:
     finally:
         server.shutdown()
         server.server_close()
-    assert len(_SEEN) == 1
-    return _SEEN[0]
+    assert len(server.seen) == 1
+    return server.seen[0]
 
 
 def test_a_request_moto_does_not_serve_leaves_the_process_signed(monkeypatch: Any) -> None:
@@ -664,3 +677,66 @@ def test_moto_checks_signatures_when_its_iam_access_control_is_on(monkeypatch: A
     assert _list_queues_with_iam_checks()["ResponseMetadata"]["HTTPStatusCode"] == 200
     monkeypatch.undo()
     assert _list_queues_with_iam_checks()["ResponseMetadata"]["HTTPStatusCode"] == 200
+
+
+def test_a_request_for_an_aws_service_moto_lacks_is_signed() -> None:
+    # moto passes it through, so it goes over the network (to AWS): signed as ever.
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    def signature(url: str, service: str) -> str:
+        request = AWSRequest(method="POST", url=url, data=b"{}")
+        request.context["client_region"] = "us-east-1"  # as a client's request carries it
+        botocore.auth.SigV4Auth(Credentials("AKIDLOCAL", "s"), service, "us-east-1").add_auth(request)
+        sent: str = request.headers["Authorization"]
+        return sent.rsplit("Signature=", 1)[1]
+
+    with mock_aws():
+        assert signature("https://dynamodb.us-east-1.amazonaws.com/", "dynamodb") == "in-process"
+        assert len(signature("https://translate.us-east-1.amazonaws.com/", "translate")) == 64
+
+
+def test_a_shared_components_heap_key_is_one_from_every_thread(monkeypatch: Any) -> None:
+    """Executions share parsed programs, and each keys its retry counters by the component's
+    heap key: a key drawn lazily (moto's random id on first use) would differ between two
+    executions reading it first at once. The draw is slowed here to widen that window."""
+    from moto.stepfunctions.parser.asl.component import eval_component
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    def slow_uid() -> str:
+        time.sleep(0.01)
+        return uuid.uuid4().hex
+
+    monkeypatch.setattr(eval_component, "long_uid", slow_uid)
+    moto_patches.cached_program_parse.cache_clear()
+    program = AmazonStateLanguageParser.parse(
+        json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
+    )[0]
+    barrier = threading.Barrier(8)
+
+    def read() -> str:
+        barrier.wait()
+        key: str = program.heap_key
+        return key
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        keys = set(pool.map(lambda _: read(), range(8)))
+    assert len(keys) == 1 and keys == {program.heap_key}
+
+
+def test_no_validator_overrides_what_the_patched_walk_skips() -> None:
+    """The patched walk calls no `nodes_to_be_processed`/`process` of a validator's, and is the
+    walk of every one: a moto that overrides them in a validator needs the patch looked at again."""
+    from moto.dynamodb.parsing import executors, validators
+    from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser
+
+    walkers = [
+        cls
+        for module in (validators, executors)
+        for cls in vars(module).values()
+        if isinstance(cls, type) and issubclass(cls, DepthFirstTraverser) and cls is not DepthFirstTraverser
+    ]
+    assert len(walkers) >= 9
+    for cls in walkers:
+        for name in ("nodes_to_be_processed", "process", "traverse_node_recursively"):
+            assert name not in vars(cls), f"{cls.__name__} overrides {name}"
