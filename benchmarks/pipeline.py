@@ -237,7 +237,7 @@ def figures(repeats: int) -> dict[str, Any]:
                     out[f"agents_{turns}_ms"] = sdk * 1000
                     out[f"agents_overhead_{turns}_ms"] = (sdk - bare) / turns * 1000
 
-            fan_reps = max(1, repeats // 2)
+            fan_reps = max(3, repeats // 2)  # a median of at least three: one slow second moves a pair
             one = median_of(fan_reps, lambda: toolpipe("wait 1"))
             many = median_of(fan_reps, lambda: toolpipe(f"wait {FAN_OUT}"))
             out["fan_out_1_ms"], out[f"fan_out_{FAN_OUT}_ms"] = one * 1000, many * 1000
