@@ -10,8 +10,10 @@ the bare `openai` client's loop (call the model, run the tool, append, again), t
 Agents SDK's run loop (`pip install '.[bench]'`; skipped when absent) and toolpipe's local
 runtime, each driving the same N tool turns; then the fan-out, the memory a long-lived runtime
 keeps per run, and the idle runtime's CPU. "Overhead per tool turn" is how much longer a
-loop takes than the bare client's, divided by N. Medians of `--repeats` runs: the machine is
-noisy. Figures, not pass/fail: compare them across changes on the same machine.
+loop takes than the bare client's, divided by N: the median over rounds that run each loop
+once, side by side (3 * `--repeats` rounds at 10 turns, `--repeats` / 2 at 50), so a slow
+moment of a noisy machine slows all the loops of its round alike. Figures, not pass/fail:
+compare them across changes on the same machine.
 """
 
 import argparse
@@ -189,9 +191,15 @@ def _rss_kib() -> float | None:
         return None
 
 
-def median_of(repeats: int, measure: Callable[[], float]) -> float:
-    measure()  # warm-up: imports, connections, caches
-    return statistics.median(measure() for _ in range(repeats))
+def side_by_side(rounds: int, loops: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
+    """Each loop's times over `rounds` rounds of one run each, after one warm-up round."""
+    for measure in loops.values():
+        measure()  # warm-up: imports, connections, caches
+    times: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(rounds):
+        for name, measure in loops.items():
+            times[name].append(measure())
+    return times
 
 
 def figures(repeats: int) -> dict[str, Any]:
@@ -226,21 +234,33 @@ def figures(repeats: int) -> dict[str, Any]:
                 return elapsed
 
             for turns in (10, 50):
-                reps = repeats if turns == 10 else max(1, repeats // 2)
-                bare = median_of(reps, lambda: bare_loop(model.base_url, turns))  # noqa: B023
-                ours = median_of(reps, lambda: toolpipe(f"{PROMPT} {turns}"))  # noqa: B023
-                out[f"bare_{turns}_ms"] = bare * 1000
-                out[f"toolpipe_{turns}_ms"] = ours * 1000
-                out[f"toolpipe_overhead_{turns}_ms"] = (ours - bare) / turns * 1000
+                # Rounds of one run of each loop, side by side: a slow second of this shared
+                # machine then slows all three alike, and each overhead is the median of its
+                # rounds' differences. Short runs get more rounds (a 10-turn run is ~0.2 s).
+                rounds = 3 * repeats if turns == 10 else max(1, repeats // 2)
+                loops: dict[str, Callable[[], float]] = {
+                    "bare": lambda: bare_loop(model.base_url, turns),  # noqa: B023
+                    "toolpipe": lambda: toolpipe(f"{PROMPT} {turns}"),  # noqa: B023
+                }
                 if have_agents:
-                    sdk = median_of(reps, lambda: agents_sdk_loop(model.base_url, turns))  # noqa: B023
-                    out[f"agents_{turns}_ms"] = sdk * 1000
-                    out[f"agents_overhead_{turns}_ms"] = (sdk - bare) / turns * 1000
+                    loops["agents"] = lambda: agents_sdk_loop(model.base_url, turns)  # noqa: B023
+                times = side_by_side(rounds, loops)
+                out[f"bare_{turns}_ms"] = statistics.median(times["bare"]) * 1000
+                for name in loops.keys() - {"bare"}:
+                    out[f"{name}_{turns}_ms"] = statistics.median(times[name]) * 1000
+                    extra = [(t - b) / turns for t, b in zip(times[name], times["bare"], strict=True)]
+                    out[f"{name}_overhead_{turns}_ms"] = statistics.median(extra) * 1000
 
-            fan_reps = max(3, repeats // 2)  # a median of at least three: one slow second moves a pair
-            one = median_of(fan_reps, lambda: toolpipe("wait 1"))
-            many = median_of(fan_reps, lambda: toolpipe(f"wait {FAN_OUT}"))
-            out["fan_out_1_ms"], out[f"fan_out_{FAN_OUT}_ms"] = one * 1000, many * 1000
+            # Side by side too, and at least three rounds: one slow second moves a pair.
+            fan = side_by_side(
+                max(3, repeats // 2),
+                {"one": lambda: toolpipe("wait 1"), "many": lambda: toolpipe(f"wait {FAN_OUT}")},
+            )
+            out["fan_out_1_ms"] = statistics.median(fan["one"]) * 1000
+            out[f"fan_out_{FAN_OUT}_ms"] = statistics.median(fan["many"]) * 1000
+            out["fan_out_ratio"] = statistics.median(
+                m / o for m, o in zip(fan["many"], fan["one"], strict=True)
+            )
 
             # What a long-lived runtime keeps per run: its items, its execution and its history
             # events stay in memory, as they stay in AWS. Resident memory, so the allocator's own
@@ -285,7 +305,7 @@ def report(f: dict[str, Any]) -> None:
     one, many = f["fan_out_1_ms"], f[f"fan_out_{FAN_OUT}_ms"]
     print(
         f"fan-out: {FAN_OUT} parallel {TOOL_SECONDS:.0f}-second tools {many:.0f} ms, one {one:.0f} ms: "
-        f"{many / one:.2f}x"
+        f"{f['fan_out_ratio']:.2f}x (the median of each round's ratio)"
     )
     print(f"idle runtime: {f['idle_cpu_percent']:.1f}% of a core")
     if "memory_kib_per_run" in f:
@@ -295,7 +315,7 @@ def report(f: dict[str, Any]) -> None:
         )
     else:
         print("memory a long-lived runtime keeps per run: not measured (no /proc/self/statm)")
-    print(json.dumps({k: round(v, 1) for k, v in f.items()}))
+    print(json.dumps({k: round(v, 3 if k == "fan_out_ratio" else 1) for k, v in f.items()}))
 
 
 def main() -> None:
