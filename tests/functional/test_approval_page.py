@@ -119,6 +119,14 @@ def _waiting(pipeline: Pipeline, *calls: Any) -> tuple[str, list[dict[str, Any]]
     return run_id, approvals
 
 
+def _wire_money_page(pipeline: Pipeline) -> tuple[str, str, Browser, Page]:
+    """A run whose wire of 250 to Ana waits for a person, and its approval page opened."""
+    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
+    approval_id = approval["approval_id"]
+    browser = Browser(*link_of(approval_id))
+    return run_id, approval_id, browser, browser.open()
+
+
 def _all_pending(pipeline: Pipeline, count: int) -> list[dict[str, Any]]:
     import time
 
@@ -289,10 +297,7 @@ def test_a_post_without_the_csrf_pair_or_from_another_site_is_refused(pipeline: 
 def test_edited_arguments_that_fail_the_schema_decide_nothing_and_valid_ones_run_exactly(
     pipeline: Pipeline,
 ) -> None:
-    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
-    approval_id = approval["approval_id"]
-    browser = Browser(*link_of(approval_id))
-    page = browser.open()
+    run_id, approval_id, browser, page = _wire_money_page(pipeline)
     before = _items(pipeline, approval_id)
 
     for text, error in [
@@ -353,10 +358,7 @@ def test_the_json_api_approves_with_edited_arguments_checked_alike(pipeline: Pip
 def test_approve_and_deny_racing_through_the_page_take_one_decision_and_one_task_answer(
     pipeline: Pipeline,
 ) -> None:
-    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
-    approval_id = approval["approval_id"]
-    browser = Browser(*link_of(approval_id))
-    page = browser.open()
+    run_id, approval_id, browser, page = _wire_money_page(pipeline)
     token = _items(pipeline, approval_id)["TOKEN"]["token"]["S"]
     answers: list[str] = []
 
@@ -553,10 +555,7 @@ def test_the_csrf_cookie_is_found_among_any_others() -> None:
 def test_a_multi_line_reason_counts_each_line_break_once_and_typed_text_survives_an_error(
     pipeline: Pipeline,
 ) -> None:
-    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
-    approval_id = approval["approval_id"]
-    browser = Browser(*link_of(approval_id))
-    page = browser.open()
+    run_id, approval_id, browser, page = _wire_money_page(pipeline)
     origin = [("Origin", f"http://{HOST}")]
 
     too_long = "line one\r\n" + "x" * 1_000
@@ -577,10 +576,7 @@ def test_a_multi_line_reason_counts_each_line_break_once_and_typed_text_survives
 
 
 def test_a_lone_surrogate_in_edited_arguments_is_a_400_not_a_decision(pipeline: Pipeline) -> None:
-    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
-    approval_id = approval["approval_id"]
-    browser = Browser(*link_of(approval_id))
-    page = browser.open()
+    run_id, approval_id, browser, page = _wire_money_page(pipeline)
     before = _items(pipeline, approval_id)
     origin = [("Origin", f"http://{HOST}")]
 
@@ -604,10 +600,7 @@ def test_an_uncertain_delivery_from_the_page_offers_the_same_decision_again(
     from tests.functional.test_approvals import AnswerLostOnce
     from toolpipe.functions.api import handler
 
-    run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
-    approval_id = approval["approval_id"]
-    browser = Browser(*link_of(approval_id))
-    page = browser.open()
+    run_id, approval_id, browser, page = _wire_money_page(pipeline)
     origin = [("Origin", f"http://{HOST}")]
     # The API function's own service, its answers to Step Functions timing out once, unheard.
     monkeypatch.setattr(handler.approvals(), "_tasks", AnswerLostOnce(heard=False))
