@@ -75,7 +75,7 @@ def _ref(name: str) -> str:
     return "${" + name + "}"
 
 
-def _dispatch() -> dict[str, Any]:
+def _dispatch(failed: str) -> dict[str, Any]:
     return {
         "Type": "Task",
         "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
@@ -90,7 +90,7 @@ def _dispatch() -> dict[str, Any]:
         },
         "TimeoutSecondsPath": "$.call.timeout_seconds",
         "HeartbeatSecondsPath": "$.call.heartbeat_seconds",
-        "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "CallFailed"}],
+        "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": failed}],
         "End": True,
     }
 
@@ -131,7 +131,7 @@ def _wait_for_approval(orchestrator: str) -> dict[str, Any]:
             {"ErrorEquals": _LAMBDA_TRANSIENT, "IntervalSeconds": 2, "MaxAttempts": 6, "BackoffRate": 2}
         ],
         "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "NotApproved"}],
-        "Next": "Dispatch",
+        "Next": "GatedDispatch",
     }
 
 
@@ -224,7 +224,11 @@ def build_definition() -> dict[str, Any]:
                 ],
                 "Default": "Done",
             },
-            "RunTools": _tool_map({"Dispatch": _dispatch(), "CallFailed": _call_failed()}, "Dispatch"),
+            # State names are unique across the whole machine, Map processors included: Step
+            # Functions refuses a definition that repeats one (DUPLICATE_STATE_NAME), moto does not.
+            "RunTools": _tool_map(
+                {"Dispatch": _dispatch("CallFailed"), "CallFailed": _call_failed()}, "Dispatch"
+            ),
             "RunGatedTools": _tool_map(
                 {
                     "NeedsApproval": {
@@ -243,7 +247,7 @@ def build_definition() -> dict[str, Any]:
                                 "Next": "WaitForResult",
                             },
                         ],
-                        "Default": "Dispatch",
+                        "Default": "GatedDispatch",
                     },
                     "WaitForApproval": _wait_for_approval(orchestrator),
                     "WaitForResult": _wait_for_result(orchestrator),
@@ -261,8 +265,9 @@ def build_definition() -> dict[str, Any]:
                         "Parameters": {"seq.$": "$.call.seq", "status": "error", "error.$": "$.error.Error"},
                         "End": True,
                     },
-                    "Dispatch": _dispatch(),
-                    "CallFailed": _call_failed(),
+                    # As in RunTools, under names of their own: an ungated call of a gated turn, or an approved one.
+                    "GatedDispatch": _dispatch("GatedCallFailed"),
+                    "GatedCallFailed": _call_failed(),
                 },
                 "NeedsApproval",
                 # Waiting branches cost nothing but would fill a bound of 10 and hold back the

@@ -146,7 +146,14 @@ def test_only_a_gated_turn_takes_the_map_whose_branches_wait() -> None:
     assert wait["Parameters"]["Payload"]["task_token.$"] == "$$.Task.Token"
     assert wait["TimeoutSecondsPath"] == "$.call.approval_timeout_seconds"
     assert wait["HeartbeatSecondsPath"] == "$.call.approval_heartbeat_seconds"
-    assert wait["Next"] == "Dispatch" and wait["Catch"][0]["Next"] == "NotApproved"
+    assert wait["Next"] == "GatedDispatch" and wait["Catch"][0]["Next"] == "NotApproved"
+    # The gated Map dispatches as the plain one does, under names of its own (AWS refuses a
+    # definition that repeats a state name anywhere in it).
+    assert (
+        branch["States"]["GatedDispatch"]["Resource"]
+        == states["RunTools"]["ItemProcessor"]["States"]["Dispatch"]["Resource"]
+    )
+    assert branch["States"]["GatedDispatch"]["Catch"][0]["Next"] == "GatedCallFailed"
     assert branch["States"]["NotApproved"]["End"] is True
 
 
