@@ -15,7 +15,7 @@ export TOOLPIPE_CHROMIUM := $(CHROMIUM)
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install browser demo test lint unit reliability openapi synth deploy bench clean event-schemas
+.PHONY: install browser demo test lint unit reliability openapi synth local-template deploy bench clean event-schemas
 
 install: $(VENV)/.installed node_modules/.installed browser
 
@@ -81,6 +81,14 @@ openapi: install
 # The template only, offline (no layers built): for review and checks.
 synth: install
 	TOOLPIPE_BUNDLE=0 cdk synth --quiet
+
+# The synthesized templates the local runtime is built from: toolpipe's own stack
+# (infra/local/stack.template.json) and the example project's CDK app
+# (examples/assistant/assistant.template.json). tests/infra/test_local_template.py fails when
+# either is stale.
+local-template: install
+	$(BIN)/python -m toolpipe.infra.local.template
+	$(BIN)/python -m toolpipe.infra.local.template examples/assistant
 
 # Builds the layers with pip (needs PyPI), then deploys with your AWS credentials.
 deploy: install

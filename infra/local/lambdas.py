@@ -3,7 +3,8 @@
 Every path by which moto runs a function (the Invoke API, Step Functions Lambda tasks,
 event source mappings) goes through `LambdaFunction._invoke_lambda`, which needs Docker.
 Replacing it once per process with a call of the handler named in the function's
-configuration runs the real handler, unchanged.
+configuration runs the real handler, unchanged, as its function: with the function's own
+environment and role (`infra/local/isolation.py`), registered here by the runtime.
 """
 
 import importlib
@@ -15,11 +16,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moto.awslambda.models import LambdaFunction
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from toolpipe.infra.functions import FunctionSpec
+from toolpipe.infra.local.isolation import FunctionContext, running_as
 
 _lock = threading.Lock()
 _installed = False
+# The running runtime's functions, by every name an invocation may give (the spec's, moto's).
+_functions: dict[str, FunctionContext] = {}
+# What executions of the state machine run as: its role.
+_state_machine: FunctionContext | None = None
+
+
+def register(context: FunctionContext, *names: str) -> None:
+    for name in names:
+        _functions[name] = context
+
+
+def run_executions_as(context: FunctionContext) -> None:
+    global _state_machine
+    _state_machine = context
+
+
+def unregister_all() -> None:
+    global _state_machine
+    _functions.clear()
+    _state_machine = None
 
 
 @dataclass
@@ -51,8 +74,11 @@ class LocalContext:
 
 
 def call_handler(handler_path: str, event: Any, context: LocalContext) -> Any:
+    """Run a handler as the function `context` names (unchecked if the runtime has no such
+    function: a handler called outside a runtime, in a test of its own)."""
     module_name, function_name = handler_path.rsplit(".", 1)
-    return getattr(importlib.import_module(module_name), function_name)(event, context)
+    with running_as(_functions.get(context.function_name)):
+        return getattr(importlib.import_module(module_name), function_name)(event, context)
 
 
 def call_function(spec: FunctionSpec, event: Any) -> Any:
@@ -71,9 +97,20 @@ def _invoke_in_process(self: LambdaFunction, event: Any = None) -> tuple[str, bo
     return json.dumps(result), False, ""
 
 
+_start_execution = ExecutionWorker.start
+
+
+def _start_as_state_machine(self: ExecutionWorker) -> None:
+    # The execution's thread is started inside whoever's StartExecution it is, and would act as
+    # them: its tasks call AWS as the state machine's role instead.
+    with running_as(_state_machine):
+        _start_execution(self)  # type: ignore[no-untyped-call]
+
+
 def install() -> None:
     global _installed
     with _lock:
         if not _installed:
             LambdaFunction._invoke_lambda = _invoke_in_process  # type: ignore[method-assign]
+            ExecutionWorker.start = _start_as_state_machine  # type: ignore[method-assign]
             _installed = True

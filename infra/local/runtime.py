@@ -25,32 +25,28 @@ from moto import mock_aws
 from toolpipe.infra import limits
 from toolpipe.infra.definition import (
     MAX_PARALLEL_CALLS,
-    ORCHESTRATOR_ARN,
-    TOOL_QUEUE_URL,
-    definition_json,
     execution_ended_pattern,
     execution_ended_request,
     matches,
-    substitute,
 )
-from toolpipe.infra.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
+from toolpipe.infra.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_WORKER, TRIGGERS
 from toolpipe.infra.local import (
+    deployment,
     execution_events,
+    iam,
+    isolation,
     lambdas,
     moto_patches,
     persistence,
     recovery,
     serial,
+    template,
     triggers,
 )
 from toolpipe.infra.local.workers import WorkerPool
-from toolpipe.shared.history.store import (
-    CALLER_INDEX,
-    CALLER_INDEX_PK,
-    CALLER_INDEX_PROJECTION,
-    CALLER_INDEX_SK,
-    DynamoHistoryStore,
-)
+from toolpipe.shared.agents.app import APP_ENV, APP_PATH_ENV, find_app
+from toolpipe.shared.history.store import DynamoHistoryStore
+from toolpipe.shared.model.api_key import NO_KEY
 from toolpipe.shared.runs.executions import execution_name
 from toolpipe.shared.runs.factory import build_events
 from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
@@ -59,32 +55,12 @@ from toolpipe.shared.settings import EventSettings
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
-REGION = "us-east-1"
-# The history table's keys, as the stack defines them: `create_table(TableName=..., **HISTORY_TABLE)`.
-HISTORY_TABLE: dict[str, Any] = {
-    "KeySchema": [
-        {"AttributeName": "pk", "KeyType": "HASH"},
-        {"AttributeName": "sk", "KeyType": "RANGE"},
-    ],
-    "AttributeDefinitions": [
-        {"AttributeName": "pk", "AttributeType": "S"},
-        {"AttributeName": "sk", "AttributeType": "S"},
-        {"AttributeName": CALLER_INDEX_PK, "AttributeType": "S"},
-        {"AttributeName": CALLER_INDEX_SK, "AttributeType": "S"},
-    ],
-    # `GET /runs`: each caller's runs, newest first (the stack defines the same index).
-    "GlobalSecondaryIndexes": [
-        {
-            "IndexName": CALLER_INDEX,
-            "KeySchema": [
-                {"AttributeName": CALLER_INDEX_PK, "KeyType": "HASH"},
-                {"AttributeName": CALLER_INDEX_SK, "KeyType": "RANGE"},
-            ],
-            "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": list(CALLER_INDEX_PROJECTION)},
-        }
-    ],
-    "BillingMode": "PAY_PER_REQUEST",
-}
+REGION = deployment.REGION
+# The history table's keys and indexes, as the stack defines them (from the packaged template):
+# `create_table(TableName=..., **HISTORY_TABLE)`.
+HISTORY_TABLE: dict[str, Any] = deployment.table_definition(
+    template.load(template.PACKAGED).one("AWS::DynamoDB::Table")[1]["Properties"]
+)
 TABLE = "toolpipe-local"
 BUCKET = "toolpipe-local-contents"
 # The stack's own bus for run events (shared/runs/events.py); subscribe with a rule on it.
@@ -94,6 +70,20 @@ EVENT_BUS = "toolpipe-local-events"
 EMAIL_SENDER = "assistant@example.com"
 # The secret holding the approval links' HMAC key (README "The approval link").
 SIGNING_KEY_SECRET = "toolpipe-local-approval-signing-key"
+# Local names of the template's resources, by what they are to the runtime (the rest get
+# `toolpipe-local-<logical id>`).
+LOCAL_NAMES = {
+    "table": TABLE,
+    "bucket": BUCKET,
+    "trigger_bucket": triggers.TRIGGER_BUCKET,
+    "bus": EVENT_BUS,
+    "signing_key": SIGNING_KEY_SECRET,
+    "model_key": "toolpipe-local-model-key",
+    "tool_queue": "toolpipe-local-tools",
+    "tool_dlq": "toolpipe-local-tool-dlq",
+    "state_machine": "toolpipe-local",
+    **{f"function:{name}": f"toolpipe-local-{name}" for name in FUNCTIONS},
+}
 # The identity local requests carry, as API Gateway reports an IAM user.
 LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"
 
@@ -114,11 +104,15 @@ class LocalRuntime:
         visibility_timeout: int = limits.QUEUE_VISIBILITY_SECONDS,
         extra_env: dict[str, str] | None = None,
         resume: bool | None = None,
+        template_path: Path | None = None,
     ) -> None:
         self._state_dir = state_dir
         self._worker_count = workers
         self._visibility = visibility_timeout
         self._extra_env = extra_env or {}
+        # The synthesized template the runtime is built from (infra/local/template.py).
+        self._template_path = template_path or template.configured_path()
+        self.functions: dict[str, isolation.FunctionContext] = {}
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
         self._saved_env: dict[str, str | None] = {}
         self.workers: WorkerPool | None = None
@@ -137,6 +131,8 @@ class LocalRuntime:
     # --- lifecycle ------------------------------------------------------------------------
 
     def __enter__(self) -> "LocalRuntime":
+        # The process's environment: the developer's, as the CLI and tests see it. Each
+        # function sees its own on top (infra/local/isolation.py), built from the template.
         self._set_env(
             {
                 "AWS_ACCESS_KEY_ID": "local",
@@ -144,27 +140,23 @@ class LocalRuntime:
                 "AWS_SESSION_TOKEN": "local",
                 "AWS_DEFAULT_REGION": REGION,
                 "AWS_REGION": REGION,
-                "TABLE_NAME": TABLE,
-                "BUCKET_NAME": BUCKET,
-                "POWERTOOLS_TRACE_DISABLED": "1",
-                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
-                "POWERTOOLS_SERVICE_NAME": "toolpipe",
-                "TOOLPIPE_TRIGGER_BUCKET": triggers.TRIGGER_BUCKET,
-                "TOOLPIPE_TRIGGER_INPUT_PREFIX": triggers.INPUT_PREFIX,
-                "TOOLPIPE_TRIGGER_OUTPUT_PREFIX": triggers.OUTPUT_PREFIX,
-                # Triggered runs are the local user's: `toolpipe show` reads them.
-                "TOOLPIPE_TRIGGER_PRINCIPAL": LOCAL_CALLER,
-                "TOOLPIPE_EMAIL_SENDER": EMAIL_SENDER,
+                "TOOLPIPE_EMAIL_SENDER": os.environ.get("TOOLPIPE_EMAIL_SENDER", EMAIL_SENDER),
                 **self._extra_env,
             }
         )
+        isolation.install()
+        iam.install()  # before the mock's new default session: its clients take the check
         self._mock.start()
         lambdas.install()
         moto_patches.install()
         serial.install()
         execution_events.install()
         triggers.install()
-        self._create_resources()
+        try:
+            self._create_resources()
+        except BaseException:  # a template it cannot run: nothing is left installed
+            self._undo_start()
+            raise
         execution_events.subscribe(self.state_machine_arn, self._execution_status_changed)
         self._cold_start()
         if self._state_dir is not None:
@@ -173,7 +165,7 @@ class LocalRuntime:
             self.sqs, self.queue_url, self.queue_arn, self._worker_count, TOOL_WORKER.timeout_seconds
         )
         self.workers.start()
-        triggers.notify_on_input_prefix(self.s3, self._triggers_arn)
+        triggers.notify_on_input_prefix(self.s3, self._triggers_arn, self.trigger_bucket, self.trigger_prefix)
         self.trigger_workers = WorkerPool(
             self.sqs,
             self.trigger_queue_url,
@@ -209,101 +201,127 @@ class LocalRuntime:
         finally:
             gc.unfreeze()  # collectable again once the runtime is gone (tests start many)
             execution_events.unsubscribe(self.state_machine_arn)
-            self._mock.stop()
-            for name, value in self._saved_env.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            self._undo_start()
+
+    def _undo_start(self) -> None:
+        lambdas.unregister_all()
+        self._mock.stop()
+        isolation.uninstall()
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
     def _set_env(self, values: dict[str, str]) -> None:
-        # Lambda environments are per function; here they are one process's: every handler
-        # reads the same variables, which is why their names do not overlap.
         for name, value in values.items():
             self._saved_env.setdefault(name, os.environ.get(name))
             os.environ[name] = value
 
-    @staticmethod
-    def _cold_start() -> None:
+    def _cold_start(self) -> None:
         # Handlers read settings and build services once per cold start; a new runtime is a
-        # new cold start, so modules already imported are imported again.
+        # new cold start, so modules already imported are imported again, each as its function.
         for spec in FUNCTIONS.values():
             if spec.module in sys.modules:
-                importlib.reload(sys.modules[spec.module])
+                with isolation.running_as(self.functions.get(spec.name)):
+                    importlib.reload(sys.modules[spec.module])
 
     def _create_resources(self) -> None:
         self.dynamodb: DynamoDBClient = boto3.client("dynamodb", region_name=REGION)
-        self.dynamodb.create_table(TableName=TABLE, **HISTORY_TABLE)
         self.s3 = boto3.client("s3", region_name=REGION)
-        self.s3.create_bucket(Bucket=BUCKET)
-
         self.sqs = boto3.client("sqs", region_name=REGION)
-        dlq_url = self.sqs.create_queue(QueueName="toolpipe-local-tool-dlq")["QueueUrl"]
-        dlq_arn = self.sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
-            "QueueArn"
-        ]
-        self.dlq_url = dlq_url
-        self.queue_url = self.sqs.create_queue(
-            QueueName="toolpipe-local-tools",
-            Attributes={
-                "VisibilityTimeout": str(self._visibility),
-                "RedrivePolicy": json.dumps(
-                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": limits.MAX_RECEIVES}
-                ),
-            },
-        )["QueueUrl"]
-        self.queue_arn = self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
-
-        iam = boto3.client("iam", region_name=REGION)
-        role_arn = iam.create_role(
-            RoleName="toolpipe-local",
-            AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
-        )["Role"]["Arn"]
         self.lambda_client = boto3.client("lambda", region_name=REGION)
-        orchestrator_arn = self.lambda_client.create_function(
-            FunctionName=f"toolpipe-local-{ORCHESTRATOR.name}",
-            Runtime="python3.11",
-            Role=role_arn,
-            Handler=ORCHESTRATOR.handler,
-            Code={"ZipFile": b"in-process"},  # never unpacked: lambdas.install() runs the handler
-            Timeout=ORCHESTRATOR.timeout_seconds,
-            MemorySize=ORCHESTRATOR.memory_mb,
-        )["FunctionArn"]
-
-        self._triggers_arn = triggers.create_s3_trigger(self.s3, self.lambda_client, role_arn)
-
         self.sfn = boto3.client("stepfunctions", region_name=REGION)
-        self.definition = substitute(
-            definition_json(), {ORCHESTRATOR_ARN: orchestrator_arn, TOOL_QUEUE_URL: self.queue_url}
-        )
-        self.state_machine_arn = self.sfn.create_state_machine(
-            name="toolpipe-local", definition=self.definition, roleArn=role_arn, type="STANDARD"
-        )["stateMachineArn"]
-        self._set_env({"STATE_MACHINE_ARN": self.state_machine_arn})
-
-        # The approval links' HMAC key, in Secrets Manager as the stack keeps it. Its value lives
-        # in the state directory, so a link stays valid after `toolpipe serve` restarts.
         self.secrets = boto3.client("secretsmanager", region_name=REGION)
-        self.signing_key_arn = self.secrets.create_secret(
-            Name=SIGNING_KEY_SECRET, SecretString=persistence.signing_key(self._state_dir)
-        )["ARN"]
-        self._set_env({"TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN": self.signing_key_arn})
+        self.events = boto3.client("events", region_name=REGION)
+        self.template = template.load(self._template_path)
+        self.deployment = deployment.deploy(
+            self.template,
+            dynamodb=self.dynamodb,
+            s3=self.s3,
+            sqs=self.sqs,
+            iam_client=boto3.client("iam", region_name=REGION),
+            lambdas=self.lambda_client,
+            sfn=self.sfn,
+            events=self.events,
+            secrets=self.secrets,
+            names=LOCAL_NAMES,
+            secret_values={
+                # The approval links' HMAC key lives in the state directory, so a link stays
+                # valid after `toolpipe serve` restarts; the model key is the developer's.
+                "signing_key": persistence.signing_key(self._state_dir),
+                "model_key": os.environ.get("OPENAI_API_KEY") or NO_KEY,
+            },
+        )
+        d = self.deployment
+        if self._visibility != limits.QUEUE_VISIBILITY_SECONDS:  # a test's shorter redelivery
+            self.sqs.set_queue_attributes(
+                QueueUrl=d.queue_url, Attributes={"VisibilityTimeout": str(self._visibility)}
+            )
+        self.queue_url, self.queue_arn, self.dlq_url = d.queue_url, d.queue_arn, d.dlq_url
+        self.definition, self.state_machine_arn = d.definition, d.state_machine_arn
+        self.signing_key_arn = d.signing_key_arn
+        self.event_bus_name, self.event_bus_arn = d.bus_name, d.bus_arn
+        self.trigger_bucket = d.trigger_bucket or triggers.TRIGGER_BUCKET
+        self.trigger_prefix = d.trigger_prefix or triggers.INPUT_PREFIX
+        self._triggers_arn = d.function_arns.get(TRIGGERS.name, "")
+        self.functions = self._function_contexts(d)
+        for name, context in self.functions.items():
+            lambdas.register(context, name, d.refs[self.template.function(FUNCTIONS[name])[0]])
+        lambdas.run_executions_as(d.state_machine_context())
 
         # SES sends only from a verified identity, in moto as on AWS.
         self.ses = boto3.client("ses", region_name=REGION)
         self.ses.verify_email_identity(EmailAddress=os.environ["TOOLPIPE_EMAIL_SENDER"])
-
-        # moto's EventBridge delivers to SQS targets inside PutEvents, under the request lock.
-        self.events = boto3.client("events", region_name=REGION)
-        self.event_bus_name = EVENT_BUS
-        self.event_bus_arn = self.events.create_event_bus(Name=EVENT_BUS)["EventBusArn"]
-        self._set_env({"EVENT_BUS_NAME": EVENT_BUS})
-        # RunRequested on the same bus starts runs (infra/local/triggers.py).
+        # RunRequested on the bus starts runs (infra/local/triggers.py).
         self.trigger_queue_url, self.trigger_queue_arn = triggers.create_event_trigger(
-            self.events, self.sqs, EVENT_BUS
+            self.events, self.sqs, self.event_bus_name
         )
+
+    def _function_contexts(self, d: deployment.Deployment) -> dict[str, isolation.FunctionContext]:
+        """Each function's environment (the template's, the Lambda service's, the local
+        additions) and its role; `extra_env` goes to the functions whose template sets the name,
+        to the orchestrator for the model's settings, and to every function otherwise."""
+        app = find_app()
+        contexts: dict[str, isolation.FunctionContext] = {}
+        templated = {
+            spec.name: set(props.get("Environment", {}).get("Variables", {}))
+            for spec, _, props in self.template.functions()
+        }
+        owned = d.owned_names() | frozenset(self._extra_env)
+        for spec, _, props in self.template.functions():
+            local = {
+                "AWS_REGION": REGION,
+                "AWS_DEFAULT_REGION": REGION,
+                "AWS_LAMBDA_FUNCTION_NAME": d.refs[self.template.function(spec)[0]],
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(props.get("MemorySize", 128)),
+                "AWS_LAMBDA_FUNCTION_TIMEOUT": str(props.get("Timeout", 3)),
+                "AWS_ACCESS_KEY_ID": "local",
+                "AWS_SECRET_ACCESS_KEY": "local",
+                "AWS_SESSION_TOKEN": "local",
+                "POWERTOOLS_TRACE_DISABLED": "1",
+                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+            }
+            context = d.function_context(spec, local, owned)
+            environment = context.environment
+            if app is not None:
+                environment[APP_ENV] = app.module
+                if app.path:
+                    environment[APP_PATH_ENV] = app.path
+            else:
+                environment.pop(APP_ENV, None)  # the handlers look for the project's pyproject.toml
+            for name, value in self._extra_env.items():
+                anywhere = any(name in names for names in templated.values())
+                model_setting = name in deployment.PRIVATE
+                if (
+                    (name in templated[spec.name])
+                    or (not anywhere and not model_setting)
+                    or (model_setting and spec is ORCHESTRATOR)
+                ):
+                    environment[name] = value
+            context.passthrough = deployment.passthrough(spec.name)
+            contexts[spec.name] = context
+        return contexts
 
     # --- the API, as API Gateway would call it ----------------------------------------------
 
@@ -464,5 +482,5 @@ class LocalRuntime:
             store,
             starter,
             StepFunctionsTaskReporter(self.sfn),
-            build_events(EventSettings.from_env()),
+            build_events(EventSettings.from_env(self.functions[ORCHESTRATOR.name].environment)),
         )

@@ -94,32 +94,20 @@ def sqs_to_triggers(event: dict[str, Any], context: LocalContext) -> dict[str, A
     return {"batchItemFailures": failures}
 
 
-def create_s3_trigger(s3: "S3Client", lambdas: Any, role_arn: str) -> str:  # Any: no Lambda stubs here
-    """The trigger bucket and the function its input prefix notifies; the function's ARN."""
-    s3.create_bucket(Bucket=TRIGGER_BUCKET)
-    return str(
-        lambdas.create_function(
-            FunctionName="toolpipe-local-triggers",
-            Runtime="python3.11",
-            Role=role_arn,
-            Handler=TRIGGERS_HANDLER,
-            Code={"ZipFile": b"in-process"},  # never unpacked: lambdas.install() runs the handler
-            Timeout=TRIGGERS_TIMEOUT_SECONDS,
-        )["FunctionArn"]
-    )
-
-
-def notify_on_input_prefix(s3: "S3Client", function_arn: str) -> None:
-    """Objects created under the input prefix invoke the triggers function. Set after the
-    saved state is restored: restoring an input must not start its run again."""
+def notify_on_input_prefix(
+    s3: "S3Client", function_arn: str, bucket: str = TRIGGER_BUCKET, prefix: str = INPUT_PREFIX
+) -> None:
+    """Objects created under the input prefix invoke the triggers function, as the template's
+    bucket notification says. Set after the saved state is restored: restoring an input must not
+    start its run again."""
     s3.put_bucket_notification_configuration(
-        Bucket=TRIGGER_BUCKET,
+        Bucket=bucket,
         NotificationConfiguration={
             "LambdaFunctionConfigurations": [
                 {
                     "LambdaFunctionArn": function_arn,
                     "Events": ["s3:ObjectCreated:*"],
-                    "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": INPUT_PREFIX}]}},
+                    "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": prefix}]}},
                 }
             ]
         },

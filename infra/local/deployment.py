@@ -1,0 +1,311 @@
+"""The synthesized template deployed into moto: the resources, as the template defines them.
+
+Each resource the local runtime emulates is created from its template properties (the table's
+keys and indexes, each queue's visibility, retention and redrive, the buckets, the bus, the
+state machine's definition with its substitutions, each function's handler, timeout and memory,
+the input bucket's notification), under a local name, and every `Ref`/`Fn::GetAtt` to it resolves
+to that name or ARN. From the same template each function gets its environment and its role's
+policies (`function_context`). What the local runtime adds or replaces, and why, is `LOCAL_ADDITIONS`.
+
+Not emulated: the REST API (the local server maps HTTP to the API function itself), log groups,
+layers, the CDK's notification handler function, and the EventBridge rules' Lambda targets,
+which moto cannot invoke (the runtime applies the rules itself, `infra/local/triggers.py` and
+`runtime.py`).
+"""
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from toolpipe.infra.functions import FunctionSpec
+from toolpipe.infra.local import iam
+from toolpipe.infra.local.isolation import FunctionContext
+from toolpipe.infra.local.template import Resolver, Template, TemplateError
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_s3.client import S3Client
+    from mypy_boto3_sqs.client import SQSClient
+
+REGION = iam.REGION
+ACCOUNT = iam.ACCOUNT
+PREFIX = "toolpipe-local"
+
+# The environment variables the local runtime sets beyond the template's, per function ("*":
+# every function): the Lambda service's own, and what stands in locally for what AWS provides.
+LOCAL_ADDITIONS: dict[str, tuple[str, ...]] = {
+    # What Lambda sets in every function's environment.
+    "*": (
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_LAMBDA_FUNCTION_NAME",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+        "AWS_LAMBDA_FUNCTION_TIMEOUT",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        # No X-Ray daemon locally; logs at the developer's level.
+        "POWERTOOLS_TRACE_DISABLED",
+        "POWERTOOLS_LOG_LEVEL",
+        # The app module, where the project is: the one the developer runs, not the template's.
+        "TOOLPIPE_APP_PATH",
+    ),
+    # The model endpoint the developer set (or the scripted one), and the local server's URL
+    # for approval links.
+    "orchestrator": ("OPENAI_BASE_URL", "TOOLPIPE_MODEL", "TOOLPIPE_LINK_BASE_URL"),
+}
+# Local settings a function reads live from the process when the process sets them ("*": every
+# function): the CLI sets the model's URL and the server's link base after the runtime started,
+# and `toolpipe serve` allows runs to name MCP servers.
+PASSTHROUGH: dict[str, tuple[str, ...]] = {
+    "*": ("TOOLPIPE_APP", "TOOLPIPE_APP_PATH", "TOOLPIPE_ALLOW_RUN_MCP_SERVERS"),
+    "orchestrator": ("OPENAI_BASE_URL", "TOOLPIPE_MODEL", "TOOLPIPE_LINK_BASE_URL"),
+}
+
+
+def passthrough(function: str) -> frozenset[str]:
+    return frozenset(PASSTHROUGH["*"]) | frozenset(PASSTHROUGH.get(function, ()))
+
+
+# Names that are the developer's in the process and a function's alone once it runs: the model's
+# key and endpoint reach the orchestrator only (through its secret and environment).
+PRIVATE = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_KEY_SECRET_ARN")
+
+
+@dataclass
+class Deployment:
+    """The template's resources in moto, by what they are to the runtime."""
+
+    template: Template
+    refs: dict[str, str] = field(default_factory=dict)
+    attributes: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Local physical names and ARNs the runtime uses directly.
+    table: str = ""
+    bucket: str = ""
+    queue_url: str = ""
+    queue_arn: str = ""
+    dlq_url: str = ""
+    state_machine_arn: str = ""
+    definition: str = ""
+    bus_name: str = ""
+    bus_arn: str = ""
+    signing_key_arn: str = ""
+    trigger_bucket: str | None = None
+    trigger_prefix: str | None = None
+    function_arns: dict[str, str] = field(default_factory=dict)
+    role_arns: dict[str, str] = field(default_factory=dict)
+
+    def resolver(self) -> Resolver:
+        return Resolver(self.refs, self.attributes, region=REGION, account=ACCOUNT)
+
+    def resolve(self, value: Any) -> Any:
+        return self.resolver().resolve(value)
+
+    def function_context(
+        self, spec: FunctionSpec, local: dict[str, str], owned: frozenset[str]
+    ) -> FunctionContext:
+        """`spec`'s function as the template deploys it: its environment (plus the `local`
+        additions `LOCAL_ADDITIONS` names for it) and its role's policies."""
+        _, props = self.template.function(spec)
+        environment = {
+            key: str(value)
+            for key, value in self.resolve(props.get("Environment", {}).get("Variables", {})).items()
+        }
+        allowed = set(LOCAL_ADDITIONS["*"]) | set(LOCAL_ADDITIONS.get(spec.name, ()))
+        unexpected = set(local) - allowed
+        if unexpected:
+            raise TemplateError(f"local additions not declared for {spec.name}: {sorted(unexpected)}")
+        environment.update(local)
+        role = props["Role"]["Fn::GetAtt"][0]
+        policy = iam.Policy(
+            role_arn=self.role_arns[role],
+            documents=tuple(self.resolve(self.template.role_policies(role))),
+            state_machine_arn=self.state_machine_arn,
+        )
+        return FunctionContext(name=spec.name, environment=environment, policy=policy, owned=owned)
+
+    def state_machine_context(self) -> FunctionContext:
+        """The state machine's role: what its tasks may call (invoke, send to the queue)."""
+        _, machine = self.template.one("AWS::StepFunctions::StateMachine")
+        role = machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+        policy = iam.Policy(
+            role_arn=self.role_arns[role],
+            documents=tuple(self.resolve(self.template.role_policies(role))),
+            state_machine_arn=self.state_machine_arn,
+        )
+        return FunctionContext(name="state-machine", environment={}, policy=policy)
+
+    def owned_names(self) -> frozenset[str]:
+        """Every name some function's environment sets here: each function answers these alone."""
+        names: set[str] = set(PRIVATE)
+        for _, _, props in self.template.functions():
+            names.update(props.get("Environment", {}).get("Variables", {}))
+        for additions in (*LOCAL_ADDITIONS.values(), *PASSTHROUGH.values()):
+            names.update(additions)
+        return frozenset(names)
+
+
+def _local_name(logical_id: str) -> str:
+    return f"{PREFIX}-{logical_id}"
+
+
+def deploy(
+    template: Template,
+    *,
+    dynamodb: "DynamoDBClient",
+    s3: "S3Client",
+    sqs: "SQSClient",
+    iam_client: Any,
+    lambdas: Any,
+    sfn: Any,
+    events: Any,
+    secrets: Any,
+    names: dict[str, str],
+    secret_values: dict[str, str],
+) -> Deployment:
+    """Create the template's resources in moto. `names`: local names for some logical ids
+    (by role: "table", "bucket", ...); `secret_values`: values for secrets by role."""
+    d = Deployment(template)
+    functions = {spec.name: (name, props) for spec, name, props in template.functions()}
+
+    def env_ref(function: str, variable: str) -> str | None:
+        if function not in functions:
+            return None
+        value = functions[function][1].get("Environment", {}).get("Variables", {}).get(variable)
+        return value["Ref"] if isinstance(value, dict) and "Ref" in value else None
+
+    # Roles: the ARNs error messages name; policies are evaluated in-process (iam.py).
+    for logical_id in template.of_type("AWS::IAM::Role"):
+        arn = iam_client.create_role(
+            RoleName=_local_name(logical_id)[:64], AssumeRolePolicyDocument=json.dumps({"Statement": []})
+        )["Role"]["Arn"]
+        d.refs[logical_id], d.attributes[(logical_id, "Arn")] = _local_name(logical_id)[:64], arn
+        d.role_arns[logical_id] = arn
+
+    table_id, table = template.one("AWS::DynamoDB::Table")
+    d.table = names.get("table", _local_name(table_id))
+    dynamodb.create_table(TableName=d.table, **table_definition(table["Properties"]))
+    d.refs[table_id] = d.table
+    d.attributes[(table_id, "Arn")] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{d.table}"
+
+    bucket_roles = {
+        env_ref("api", "BUCKET_NAME"): "bucket",
+        env_ref("triggers", "TOOLPIPE_TRIGGER_BUCKET"): "trigger_bucket",
+    }
+    for logical_id in template.of_type("AWS::S3::Bucket"):
+        role = bucket_roles.get(logical_id)
+        bucket = names.get(role, _local_name(logical_id).lower()) if role else _local_name(logical_id).lower()
+        s3.create_bucket(Bucket=bucket)
+        d.refs[logical_id], d.attributes[(logical_id, "Arn")] = bucket, f"arn:aws:s3:::{bucket}"
+        if role == "bucket":
+            d.bucket = bucket
+        elif role == "trigger_bucket":
+            d.trigger_bucket = bucket
+
+    # Queues, dead-letter queues first: a redrive policy names its target's ARN.
+    queues = template.of_type("AWS::SQS::Queue")
+    _, mapping = template.one("AWS::Lambda::EventSourceMapping")
+    tool_queue_id = mapping["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]
+    tool_dlq_id = queues[tool_queue_id]["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+    queue_names = {tool_queue_id: names.get("tool_queue"), tool_dlq_id: names.get("tool_dlq")}
+    for logical_id in sorted(queues, key=lambda q: "RedrivePolicy" in queues[q].get("Properties", {})):
+        props = queues[logical_id].get("Properties", {})
+        url = sqs.create_queue(
+            QueueName=queue_names.get(logical_id) or _local_name(logical_id),
+            Attributes=queue_attributes(d.resolve(props)),  # type: ignore[arg-type]
+        )["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        d.refs[logical_id], d.attributes[(logical_id, "Arn")] = url, arn
+    d.queue_url, d.queue_arn = d.refs[tool_queue_id], d.attributes[(tool_queue_id, "Arn")]
+    d.dlq_url = d.refs[tool_dlq_id]
+
+    bus_id, _ = template.one("AWS::Events::EventBus")
+    d.bus_name = names.get("bus", _local_name(bus_id))
+    d.bus_arn = events.create_event_bus(Name=d.bus_name)["EventBusArn"]
+    d.refs[bus_id], d.attributes[(bus_id, "Arn")], d.attributes[(bus_id, "Name")] = (
+        d.bus_name,
+        d.bus_arn,
+        d.bus_name,
+    )
+
+    secret_roles = {
+        env_ref("api", "TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN"): "signing_key",
+        env_ref("orchestrator", "OPENAI_API_KEY_SECRET_ARN"): "model_key",
+    }
+    for logical_id in template.of_type("AWS::SecretsManager::Secret"):
+        role = secret_roles.get(logical_id) or logical_id
+        name = names.get(role, _local_name(logical_id))
+        arn = secrets.create_secret(Name=name, SecretString=secret_values.get(role, "local"))["ARN"]
+        iam.know_secret(name, arn)
+        d.refs[logical_id] = arn
+        if role == "signing_key":
+            d.signing_key_arn = arn
+    # Things the template refers to that are not emulated: names that resolve, never called.
+    for logical_id in template.of_type("AWS::ApiGateway::RestApi"):
+        d.refs[logical_id] = "local"
+
+    # Functions: moto runs the ones a service invokes (Step Functions, S3) through lambdas.py.
+    for spec_name, (logical_id, props) in functions.items():
+        function_name = names.get(f"function:{spec_name}", _local_name(spec_name))
+        arn = lambdas.create_function(
+            FunctionName=function_name,
+            Runtime="python3.11",  # the handler runs in this process, whatever the template's
+            Role=d.role_arns[props["Role"]["Fn::GetAtt"][0]],
+            Handler=props["Handler"],
+            Code={"ZipFile": b"in-process"},  # never unpacked: lambdas.install() runs the handler
+            Timeout=int(props.get("Timeout", 3)),
+            MemorySize=int(props.get("MemorySize", 128)),
+        )["FunctionArn"]
+        d.refs[logical_id], d.attributes[(logical_id, "Arn")] = function_name, arn
+        d.function_arns[spec_name] = arn
+
+    machine_id, machine = template.one("AWS::StepFunctions::StateMachine")
+    props = machine["Properties"]
+    definition = d.resolve(props["DefinitionString"])
+    for name, value in d.resolve(props.get("DefinitionSubstitutions", {})).items():
+        definition = definition.replace("${" + name + "}", str(value))
+    d.definition = definition
+    d.state_machine_arn = sfn.create_state_machine(
+        name=names.get("state_machine", _local_name(machine_id)),
+        definition=definition,
+        roleArn=d.resolve(props["RoleArn"]),
+        type=props.get("StateMachineType", "STANDARD"),
+    )["stateMachineArn"]
+    d.refs[machine_id] = d.state_machine_arn
+    d.attributes[(machine_id, "Name")] = d.state_machine_arn.rsplit(":", 1)[-1]
+
+    for _, notification in template.of_type("Custom::S3BucketNotifications").items():
+        for config in notification["Properties"]["NotificationConfiguration"].get(
+            "LambdaFunctionConfigurations", []
+        ):
+            for rule in config.get("Filter", {}).get("Key", {}).get("FilterRules", []):
+                if rule["Name"] == "prefix":
+                    d.trigger_prefix = rule["Value"]
+    return d
+
+
+def table_definition(props: dict[str, Any]) -> dict[str, Any]:
+    """`create_table` arguments from an `AWS::DynamoDB::Table`'s properties."""
+    keys = (
+        "KeySchema",
+        "AttributeDefinitions",
+        "GlobalSecondaryIndexes",
+        "LocalSecondaryIndexes",
+        "BillingMode",
+    )
+    return {key: props[key] for key in keys if key in props}
+
+
+def queue_attributes(props: dict[str, Any]) -> dict[str, str]:
+    """`create_queue` attributes from an `AWS::SQS::Queue`'s (resolved) properties."""
+    names = (
+        "VisibilityTimeout",
+        "MessageRetentionPeriod",
+        "DelaySeconds",
+        "MaximumMessageSize",
+        "ReceiveMessageWaitTimeSeconds",
+    )
+    attributes = {name: str(props[name]) for name in names if name in props}
+    if "RedrivePolicy" in props:
+        attributes["RedrivePolicy"] = json.dumps(props["RedrivePolicy"])
+    return attributes

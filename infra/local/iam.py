@@ -1,0 +1,233 @@
+"""Each AWS call a local function makes is authorized against its own role, as on AWS.
+
+moto's IAM access control authorizes actions only: for most services it checks a request
+against the resource `*`, so a policy that names its table or queue (all of ours) would allow
+nothing, and it needs every request signed with an assumed role's keys. Here the caller is the
+function whose invocation is running (`infra/local/isolation.py`), the action and the resources
+come from the operation and its parameters, as IAM's service authorization reference names them,
+and moto's own policy evaluation (`IAMPolicy`) matches them against the role's statements from
+the synthesized template. A call no statement allows, or one denies, fails before it is sent
+with the error AWS answers: `AccessDeniedException` (`AccessDenied` from S3 and SQS).
+
+Calls made outside any function (the CLI, the runtime setting itself up, moto's own services
+among themselves) are the developer's and are not checked. Conditions are not evaluated: a
+statement with a condition allows nothing here (none of the functions' roles has one, but for a
+customer-managed key's `kms:ViaService`, which the local runtime never uses).
+"""
+
+import functools
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from botocore.exceptions import ClientError
+from botocore.handlers import BUILTIN_HANDLERS
+from moto.iam.access_control import IAMPolicy, PermissionResult
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A role's policies, resolved: who it is and what its statements allow."""
+
+    role_arn: str
+    documents: tuple[dict[str, Any], ...]
+    # The state machine whose tasks `SendTask*` answers (a token names no ARN of its own).
+    state_machine_arn: str = ""
+
+    @functools.cached_property
+    def _policies(self) -> tuple[IAMPolicy, ...]:
+        # Parsed once: a tool turn makes ~14 calls.
+        return tuple(IAMPolicy(json.dumps(document)) for document in self.documents)
+
+    def allows(self, action: str, resource: str) -> bool:
+        if action == "sts:GetCallerIdentity":  # AWS allows it whatever the policies say
+            return True
+        allowed = False
+        for policy in self._policies:
+            result = policy.is_action_permitted(action, resource)
+            if result == PermissionResult.DENIED:
+                return False
+            allowed = allowed or result == PermissionResult.PERMITTED
+        return allowed
+
+
+class AccessDeniedError(ClientError):
+    """What AWS answers a call the caller's policies do not allow."""
+
+
+def _deny(policy: Policy, action: str, resource: str, operation: str, service: str) -> AccessDeniedError:
+    code = "AccessDenied" if service in ("s3", "sqs") else "AccessDeniedException"
+    message = (
+        f"User: {policy.role_arn} is not authorized to perform: {action} on resource: {resource} "
+        f"because no identity-based policy allows the {action} action"
+    )
+    return AccessDeniedError({"Error": {"Code": code, "Message": message}}, operation)
+
+
+def _arn(service: str, resource: str) -> str:
+    return f"arn:aws:{service}:{REGION}:{ACCOUNT}:{resource}"
+
+
+def _queue_arn(url: str) -> str:
+    return _arn("sqs", urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1])
+
+
+def _table(name: str, index: str | None = None) -> str:
+    if name.startswith("arn:"):
+        return name
+    return _arn("dynamodb", f"table/{name}" + (f"/index/{index}" if index else ""))
+
+
+# S3 operations whose IAM action has another name (IAM's service authorization reference).
+_S3_ACTIONS = {
+    "HeadObject": "GetObject",
+    "ListObjectsV2": "ListBucket",
+    "ListObjects": "ListBucket",
+    "HeadBucket": "ListBucket",
+    "ListObjectVersions": "ListBucketVersions",
+    "DeleteObjects": "DeleteObject",
+    "CreateMultipartUpload": "PutObject",
+    "UploadPart": "PutObject",
+    "CompleteMultipartUpload": "PutObject",
+    "AbortMultipartUpload": "AbortMultipartUpload",
+    "GetBucketNotificationConfiguration": "GetBucketNotification",
+    "PutBucketNotificationConfiguration": "PutBucketNotification",
+}
+_DYNAMODB_ITEM_ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
+
+
+def requests(service: str, operation: str, params: dict[str, Any], policy: Policy) -> list[tuple[str, str]]:
+    """The (action, resource) pairs IAM authorizes for one call."""
+    action = f"{service}:{operation}"
+    if service == "dynamodb":
+        if operation in ("TransactWriteItems", "TransactGetItems"):
+            pairs = []
+            for item in params.get("TransactItems", []):
+                for kind, body in item.items():
+                    pairs.append((f"dynamodb:{_DYNAMODB_ITEM_ACTIONS[kind]}", _table(body["TableName"])))
+            return pairs
+        if operation in ("BatchGetItem", "BatchWriteItem"):
+            return [(action, _table(name)) for name in params.get("RequestItems", {})]
+        if "TableName" in params:
+            return [(action, _table(params["TableName"], params.get("IndexName")))]
+        return [(action, "*")]
+    if service == "sqs":
+        if "QueueUrl" in params:
+            return [(action, _queue_arn(params["QueueUrl"]))]
+        if "QueueName" in params:
+            return [(action, _arn("sqs", params["QueueName"]))]
+        return [(action, "*")]
+    if service == "s3":
+        action = f"s3:{_S3_ACTIONS.get(operation, operation)}"
+        bucket = params.get("Bucket")
+        if bucket is None:
+            return [(action, "*")]
+        if operation == "CopyObject":
+            source = params["CopySource"]
+            source = source if isinstance(source, str) else f"{source['Bucket']}/{source['Key']}"
+            return [
+                ("s3:PutObject", f"arn:aws:s3:::{bucket}/{params['Key']}"),
+                ("s3:GetObject", f"arn:aws:s3:::{source.lstrip('/')}"),
+            ]
+        if "Key" in params:
+            return [(action, f"arn:aws:s3:::{bucket}/{params['Key']}")]
+        if operation == "DeleteObjects":
+            return [
+                (action, f"arn:aws:s3:::{bucket}/{o['Key']}")
+                for o in params.get("Delete", {}).get("Objects", [])
+            ]
+        return [(action, f"arn:aws:s3:::{bucket}")]
+    if service == "states":
+        for name in ("stateMachineArn", "executionArn"):
+            if name in params:
+                return [(action, params[name])]
+        if "taskToken" in params:
+            return [(action, policy.state_machine_arn)]
+        return [(action, "*")]
+    if service == "events":
+        if operation == "PutEvents":
+            buses = {entry.get("EventBusName") or "default" for entry in params.get("Entries", [])}
+            return [
+                (action, bus if bus.startswith("arn:") else _arn("events", f"event-bus/{bus}"))
+                for bus in sorted(buses)
+            ]
+        return [(action, "*")]
+    if service == "secretsmanager":
+        secret = params.get("SecretId")
+        if secret is None:
+            return [(action, "*")]
+        return [
+            (
+                action,
+                secret
+                if secret.startswith("arn:")
+                else _secret_arns.get(secret, _arn("secretsmanager", f"secret:{secret}")),
+            )
+        ]
+    if service == "ses" and operation in ("SendEmail", "SendRawEmail"):
+        source = str(params.get("Source", ""))
+        identity = source.rsplit("<", 1)[-1].rstrip(">").strip()
+        return [(action, _arn("ses", f"identity/{identity}"))]
+    if service == "lambda" and "FunctionName" in params:
+        name = params["FunctionName"]
+        return [
+            (
+                "lambda:InvokeFunction" if operation == "Invoke" else action,
+                name if name.startswith("arn:") else _arn("lambda", f"function:{name}"),
+            )
+        ]
+    return [(action, "*")]
+
+
+# A secret's ARN by its name: calls may name a secret either way.
+_secret_arns: dict[str, str] = {}
+
+
+def know_secret(name: str, arn: str) -> None:
+    _secret_arns[name] = arn
+
+
+def authorize(policy: Policy, service: str, operation: str, params: dict[str, Any]) -> None:
+    """Raise AccessDeniedError unless `policy` allows every action and resource of the call."""
+    for action, resource in requests(service, operation, params, policy):
+        if not policy.allows(action, resource):
+            raise _deny(policy, action, resource, operation, service)
+
+
+def _signing_service(model: Any) -> str:
+    metadata = model.service_model.metadata
+    return str(metadata.get("signingName") or metadata["endpointPrefix"])
+
+
+def _before_parameter_build(params: dict[str, Any], model: Any, **_: Any) -> None:
+    from toolpipe.infra.local.isolation import current
+
+    context = current()
+    if context is not None:
+        authorize(context.policy, _signing_service(model), model.name, params)
+
+
+_lock = threading.Lock()
+_installed = False
+_HANDLER = ("before-parameter-build", _before_parameter_build)
+
+
+def install() -> None:
+    """Authorize the calls of every botocore client created from now on (clients take the
+    built-in handlers when their session is made: moto makes a new default session at start)."""
+    global _installed
+    with _lock:
+        if not _installed:
+            BUILTIN_HANDLERS.append(_HANDLER)
+            _installed = True

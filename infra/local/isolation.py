@@ -1,0 +1,152 @@
+"""Each local function is itself: its own environment and its own role, in one process.
+
+On Lambda every function has its own environment variables and its own credentials. Locally the
+handlers run in-process, so the function an invocation belongs to is carried in a context
+variable, entered by `infra/local/lambdas.py` for the length of each invocation:
+
+- `os.environ` is replaced, while a runtime is up, by a view that answers toolpipe's variables
+  (every name some function's template environment sets, and the runtime's own) from the
+  current function's environment alone, and every other name (PATH, HOME, your tools' own
+  settings) from the process's, as a deployer's additions would reach the function. Outside an
+  invocation (the CLI, the runtime itself, tests) it is the process's environment, unchanged.
+- threads a function starts inherit its context (Python 3.11's threads start in an empty one):
+  a tool's timeout thread, a heartbeat, a thread of the tool's own all act as the function.
+- `infra/local/iam.py` authorizes each AWS call made in a function's context against its role.
+"""
+
+import contextlib
+import contextvars
+import os
+import threading
+from collections.abc import Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolpipe.infra.local.iam import Policy
+
+
+@dataclass
+class FunctionContext:
+    """What one local function runs with."""
+
+    name: str
+    environment: dict[str, str]
+    # Who calls AWS: the function's role, as `iam.py` authorizes it.
+    policy: Policy
+    # Names this function's environment answers alone (present or absent).
+    owned: frozenset[str] = field(default_factory=frozenset)
+    # Local settings read from the process when it sets them (the CLI sets some after start:
+    # the scripted model's URL, the local server's link base), else from `environment`.
+    passthrough: frozenset[str] = field(default_factory=frozenset)
+
+
+_current: contextvars.ContextVar[FunctionContext | None] = contextvars.ContextVar(
+    "toolpipe_local_function", default=None
+)
+
+
+def current() -> FunctionContext | None:
+    return _current.get()
+
+
+@contextlib.contextmanager
+def running_as(context: FunctionContext | None) -> Iterator[None]:
+    token = _current.set(context)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+class FunctionEnviron(MutableMapping[str, str]):
+    """`os.environ` while a runtime is up: the current function's view of it."""
+
+    def __init__(self, process: MutableMapping[str, str]) -> None:
+        self.process = process
+
+    def _own(self, name: str) -> dict[str, str] | None:
+        context = _current.get()
+        if context is None or name not in context.owned:
+            return None
+        if name in context.passthrough and name in self.process:
+            return None
+        return context.environment
+
+    def __getitem__(self, name: str) -> str:
+        own = self._own(name)
+        return own[name] if own is not None else self.process[name]
+
+    def __setitem__(self, name: str, value: str) -> None:
+        own = self._own(name)
+        if own is not None:
+            own[name] = value
+        else:
+            self.process[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        own = self._own(name)
+        if own is not None:
+            del own[name]
+        else:
+            del self.process[name]
+
+    def __iter__(self) -> Iterator[str]:
+        context = _current.get()
+        if context is None:
+            yield from self.process
+            return
+        yield from (name for name in self.process if name not in context.owned)
+        yield from context.environment
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def copy(self) -> dict[str, str]:
+        return dict(self)
+
+    def __repr__(self) -> str:
+        return f"FunctionEnviron({dict(self)!r})"
+
+
+_lock = threading.Lock()
+_users = 0
+_original_start = threading.Thread.start
+
+
+def _start_in_context(self: threading.Thread) -> None:
+    context = _current.get()
+    if context is not None:
+        run = self.run
+
+        def run_as_function() -> None:
+            _current.set(context)
+            run()
+
+        self.run = run_as_function  # type: ignore[method-assign]
+    _original_start(self)
+
+
+def install() -> None:
+    """Per-function environments and inherited contexts, until the matching `uninstall`."""
+    global _users
+    with _lock:
+        _users += 1
+        if _users == 1:
+            os.environ = FunctionEnviron(os.environ)  # type: ignore[assignment]  # noqa: B003
+            threading.Thread.start = _start_in_context  # type: ignore[method-assign]
+
+
+def uninstall() -> None:
+    global _users
+    with _lock:
+        _users -= 1
+        if _users == 0:
+            environ = os.environ
+            if isinstance(environ, FunctionEnviron):
+                os.environ = environ.process  # type: ignore[assignment]  # noqa: B003
+            threading.Thread.start = _original_start  # type: ignore[method-assign]
+
+
+def inherited(environment: Mapping[str, Any]) -> dict[str, str]:
+    """`environment`'s values as strings (CloudFormation's may be numbers)."""
+    return {name: str(value) for name, value in environment.items()}

@@ -1,0 +1,201 @@
+"""Each local function is itself: its own environment from the template, and every AWS call it
+makes authorized against its own role's synthesized policies, as on AWS (moto checks none)."""
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.conftest import Pipeline, _pipeline, call
+from toolpipe import tool
+from toolpipe.infra.local.isolation import running_as
+from toolpipe.infra.local.runtime import REGION, LocalRuntime
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS, Agent
+
+
+@pytest.fixture
+def runtime() -> Iterator[LocalRuntime]:
+    with LocalRuntime(workers=0) as rt:
+        yield rt
+
+
+def _denied(error: ClientError) -> bool:
+    # AWS answers AccessDeniedException (JSON protocols) or AccessDenied (S3, SQS).
+    return error.response["Error"]["Code"] in ("AccessDeniedException", "AccessDenied")
+
+
+def _as(runtime: LocalRuntime, function: str, call_aws: Callable[[], Any]) -> Any:
+    with running_as(runtime.functions[function]):
+        return call_aws()
+
+
+def _refused(runtime: LocalRuntime, function: str, call_aws: Callable[[], Any]) -> str:
+    with pytest.raises(ClientError) as raised:
+        _as(runtime, function, call_aws)
+    assert _denied(raised.value), raised.value.response
+    return str(raised.value)
+
+
+def _clients() -> dict[str, Any]:
+    return {
+        name: boto3.client(name, region_name=REGION)
+        for name in ("dynamodb", "sqs", "s3", "stepfunctions", "secretsmanager", "events")
+    }
+
+
+def test_the_tool_worker_may_answer_its_tasks_but_never_read_the_approval_links_key(
+    runtime: LocalRuntime,
+) -> None:
+    aws = _clients()
+    # Allowed by its role: the history table, and answering a task of this state machine (the
+    # token is unknown here: Step Functions, not IAM, refuses it).
+    _as(
+        runtime,
+        "tool_worker",
+        lambda: aws["dynamodb"].get_item(
+            TableName="toolpipe-local", Key={"pk": {"S": "x"}, "sk": {"S": "y"}}
+        ),
+    )
+    with pytest.raises(ClientError) as raised:
+        _as(
+            runtime, "tool_worker", lambda: aws["stepfunctions"].send_task_success(taskToken="t", output="{}")
+        )
+    assert not _denied(raised.value)
+    message = _refused(
+        runtime,
+        "tool_worker",
+        lambda: aws["secretsmanager"].get_secret_value(SecretId=runtime.signing_key_arn),
+    )
+    assert "assumed-role" not in message or "ToolWorker" in message
+    assert "secretsmanager:GetSecretValue" in message and "ToolWorkerServiceRole" in message
+
+
+def test_the_orchestrator_may_read_its_secrets_but_never_stop_an_execution(runtime: LocalRuntime) -> None:
+    aws = _clients()
+    assert _as(
+        runtime,
+        "orchestrator",
+        lambda: aws["secretsmanager"].get_secret_value(SecretId=runtime.signing_key_arn),
+    )["SecretString"]
+    execution = runtime.state_machine_arn.replace(":stateMachine:", ":execution:") + ":x"
+    message = _refused(
+        runtime, "orchestrator", lambda: aws["stepfunctions"].stop_execution(executionArn=execution)
+    )
+    assert "states:StopExecution" in message
+
+
+def test_the_api_may_stop_executions_but_never_send_to_the_tool_queue(runtime: LocalRuntime) -> None:
+    aws = _clients()
+    execution = runtime.state_machine_arn.replace(":stateMachine:", ":execution:") + ":none"
+    with pytest.raises(ClientError) as raised:  # allowed; Step Functions knows no such execution
+        _as(runtime, "api", lambda: aws["stepfunctions"].stop_execution(executionArn=execution))
+    assert raised.value.response["Error"]["Code"] == "ExecutionDoesNotExist"
+    _refused(runtime, "api", lambda: aws["sqs"].send_message(QueueUrl=runtime.queue_url, MessageBody="x"))
+
+
+def test_the_triggers_function_may_read_inputs_but_never_answer_a_task(runtime: LocalRuntime) -> None:
+    aws = _clients()
+    aws["s3"].put_object(Bucket=runtime.trigger_bucket, Key="elsewhere/a.txt", Body=b"a")
+    with pytest.raises(ClientError) as raised:  # allowed under its prefix; the object is absent
+        _as(
+            runtime,
+            "triggers",
+            lambda: aws["s3"].get_object(
+                Bucket=runtime.trigger_bucket, Key=f"{runtime.trigger_prefix}none.txt"
+            ),
+        )
+    assert not _denied(raised.value)
+    _refused(
+        runtime,
+        "triggers",
+        lambda: aws["s3"].get_object(Bucket=runtime.trigger_bucket, Key="elsewhere/a.txt"),
+    )
+    _refused(runtime, "triggers", lambda: aws["stepfunctions"].send_task_success(taskToken="t", output="{}"))
+
+
+def test_the_state_machine_acts_as_its_role_and_calls_outside_functions_are_unchecked(
+    runtime: LocalRuntime,
+) -> None:
+    aws = _clients()
+    # The developer (tests, the CLI, the runtime itself) is not a function: not checked.
+    assert aws["secretsmanager"].get_secret_value(SecretId=runtime.signing_key_arn)["SecretString"]
+    # What the state machine's role may not do (it invokes the orchestrator, sends to the queue).
+    machine = runtime.deployment.state_machine_context()
+    with running_as(machine), pytest.raises(ClientError) as raised:
+        aws["dynamodb"].get_item(TableName="toolpipe-local", Key={"pk": {"S": "x"}, "sk": {"S": "y"}})
+    assert _denied(raised.value)
+
+
+def test_each_function_sees_its_own_environment_alone(runtime: LocalRuntime) -> None:
+    seen = {name: _as(runtime, name, lambda: dict(os.environ)) for name in runtime.functions}
+    assert "OPENAI_API_KEY_SECRET_ARN" in seen["orchestrator"]
+    assert "TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN" in seen["api"]
+    for name in ("tool_worker", "triggers"):
+        assert "OPENAI_API_KEY_SECRET_ARN" not in seen[name]
+        assert "TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN" not in seen[name]
+        assert "OPENAI_API_KEY" not in seen[name] and "OPENAI_BASE_URL" not in seen[name]
+    assert seen["tool_worker"]["TOOLPIPE_HEARTBEAT_EVERY"] and "TOOLPIPE_HEARTBEAT_EVERY" not in seen["api"]
+    assert seen["tool_worker"]["AWS_LAMBDA_FUNCTION_NAME"] == "toolpipe-local-tool_worker"
+    # Outside every function: the process's environment, which has none of them.
+    assert "TABLE_NAME" not in os.environ and "STATE_MACHINE_ARN" not in os.environ
+
+
+# --- through the pipeline: a tool's own calls are the tool worker's -----------------------------
+
+
+@tool
+def read_signing_key(secret_arn: str) -> str:
+    """Try to read a secret, as hostile tool code would.
+
+    Args:
+        secret_arn: The secret.
+    """
+    try:
+        boto3.client("secretsmanager", region_name=REGION).get_secret_value(SecretId=secret_arn)
+    except ClientError as e:
+        return f"refused: {e.response['Error']['Code']}"
+    return "read it"
+
+
+@tool(timeout_seconds=5)
+def read_signing_key_in_a_thread(secret_arn: str) -> str:
+    """The same, from a thread of the tool's own (a tool with a timeout runs on one too).
+
+    Args:
+        secret_arn: The secret.
+    """
+    import threading
+
+    out: list[str] = []
+    thread = threading.Thread(target=lambda: out.append(read_signing_key.fn(secret_arn)))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+ROLE_AGENT = Agent(name="roles", instructions="x", tools=[read_signing_key, read_signing_key_in_a_thread])
+
+
+def test_a_tools_call_outside_the_workers_role_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(AGENTS, ROLE_AGENT.name, ROLE_AGENT)
+    for pipeline in _pipeline():
+        run = _run_both(pipeline, pipeline.runtime.signing_key_arn)
+        results = [m["content"] for m in run["messages"] if m["kind"] == "tool_result"]
+        assert results == ["refused: AccessDeniedException", "refused: AccessDeniedException"]
+
+
+def _run_both(pipeline: Pipeline, arn: str) -> dict[str, Any]:
+    pipeline.script(
+        Reply(
+            tool_calls=[
+                call("read_signing_key", secret_arn=arn),
+                call("read_signing_key_in_a_thread", secret_arn=arn),
+            ]
+        ),
+        Reply(content="done"),
+    )
+    return pipeline.finish(pipeline.start("steal the key", agent=ROLE_AGENT.name))
