@@ -1,0 +1,159 @@
+"""The pieces that make each local function itself: its environment view, the context its
+threads inherit, and which action on which resource IAM authorizes for a call."""
+
+import os
+import threading
+
+import pytest
+from botocore.exceptions import ClientError
+
+from toolpipe.infra.local import iam, isolation
+from toolpipe.infra.local.isolation import FunctionContext, running_as
+
+ARN = "arn:aws:{}:us-east-1:123456789012:{}"
+TABLE = ARN.format("dynamodb", "table/history")
+
+
+def _policy(*statements: dict[str, object]) -> iam.Policy:
+    return iam.Policy(
+        role_arn="arn:aws:iam::123456789012:role/worker",
+        documents=({"Version": "2012-10-17", "Statement": list(statements)},),
+        state_machine_arn=ARN.format("states", "stateMachine:flow"),
+    )
+
+
+def _context(**environment: str) -> FunctionContext:
+    return FunctionContext(
+        name="worker",
+        environment=dict(environment),
+        policy=_policy(),
+        owned=frozenset({"TABLE_NAME", "SECRET_ARN", "OPENAI_BASE_URL"}),
+        passthrough=frozenset({"OPENAI_BASE_URL"}),
+    )
+
+
+@pytest.fixture
+def installed() -> object:
+    isolation.install()
+    yield
+    isolation.uninstall()
+
+
+@pytest.mark.usefixtures("installed")
+def test_a_function_sees_its_own_variables_and_the_rest_of_the_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SECRET_ARN", "the orchestrator's")
+    monkeypatch.setenv("MY_TOOL_SETTING", "shell")
+    with running_as(_context(TABLE_NAME="history")):
+        assert os.environ["TABLE_NAME"] == "history"
+        assert "SECRET_ARN" not in os.environ and os.getenv("SECRET_ARN") is None
+        assert os.environ["MY_TOOL_SETTING"] == "shell"  # not toolpipe's: the shell's
+        os.environ["TABLE_NAME"] = "changed"  # a function's own write stays its own
+        assert "SECRET_ARN" not in dict(os.environ)
+    assert "TABLE_NAME" not in os.environ and os.environ["SECRET_ARN"] == "the orchestrator's"
+
+
+@pytest.mark.usefixtures("installed")
+def test_a_passthrough_setting_is_read_live_from_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    context = _context(OPENAI_BASE_URL="http://from-start")
+    with running_as(context):
+        assert os.environ["OPENAI_BASE_URL"] == "http://from-start"
+        monkeypatch.setenv("OPENAI_BASE_URL", "http://set-later")
+        assert os.environ["OPENAI_BASE_URL"] == "http://set-later"
+
+
+@pytest.mark.usefixtures("installed")
+def test_threads_a_function_starts_act_as_it() -> None:
+    seen: list[object] = []
+    context = _context()
+    with running_as(context):
+        thread = threading.Thread(target=lambda: seen.append(isolation.current()))
+        thread.start()
+        thread.join()
+    outside = threading.Thread(target=lambda: seen.append(isolation.current()))
+    outside.start()
+    outside.join()
+    assert seen == [context, None]
+
+
+def test_uninstalled_the_process_environment_is_os_environ_again() -> None:
+    before = os.environ
+    isolation.install()
+    isolation.install()  # nested runtimes: the first uninstall keeps it
+    isolation.uninstall()
+    assert isinstance(os.environ, isolation.FunctionEnviron)
+    isolation.uninstall()
+    assert os.environ is before and threading.Thread.start is isolation._original_start
+
+
+@pytest.mark.parametrize(
+    ("service", "operation", "params", "expected"),
+    [
+        (
+            "dynamodb",
+            "Query",
+            {"TableName": "history", "IndexName": "ByCaller"},
+            [("dynamodb:Query", TABLE + "/index/ByCaller")],
+        ),
+        (
+            "dynamodb",
+            "TransactWriteItems",
+            {"TransactItems": [{"Put": {"TableName": "history"}}, {"Update": {"TableName": "other"}}]},
+            [("dynamodb:PutItem", TABLE), ("dynamodb:UpdateItem", ARN.format("dynamodb", "table/other"))],
+        ),
+        ("s3", "HeadObject", {"Bucket": "b", "Key": "runs/1"}, [("s3:GetObject", "arn:aws:s3:::b/runs/1")]),
+        ("s3", "ListObjectsV2", {"Bucket": "b"}, [("s3:ListBucket", "arn:aws:s3:::b")]),
+        (
+            "sqs",
+            "SendMessage",
+            {"QueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/tools"},
+            [("sqs:SendMessage", ARN.format("sqs", "tools"))],
+        ),
+        (
+            "states",
+            "SendTaskSuccess",
+            {"taskToken": "t"},
+            [("states:SendTaskSuccess", ARN.format("states", "stateMachine:flow"))],
+        ),
+        (
+            "events",
+            "PutEvents",
+            {"Entries": [{"Detail": "{}"}]},
+            [("events:PutEvents", ARN.format("events", "event-bus/default"))],
+        ),
+        (
+            "ses",
+            "SendEmail",
+            {"Source": "Ana <ana@example.com>"},
+            [("ses:SendEmail", ARN.format("ses", "identity/ana@example.com"))],
+        ),
+    ],
+)
+def test_each_call_is_authorized_as_iam_names_its_actions_and_resources(
+    service: str, operation: str, params: dict[str, object], expected: list[tuple[str, str]]
+) -> None:
+    assert iam.requests(service, operation, params, _policy()) == expected
+
+
+def test_a_statement_allows_its_actions_on_its_resources_only_and_a_deny_wins() -> None:
+    policy = _policy(
+        {
+            "Effect": "Allow",
+            "Action": ["dynamodb:GetItem", "dynamodb:Query"],
+            "Resource": [TABLE, TABLE + "/index/*"],
+        },
+        {"Effect": "Deny", "Action": "dynamodb:Query", "Resource": TABLE + "/index/Secret"},
+    )
+    iam.authorize(policy, "dynamodb", "GetItem", {"TableName": "history"})
+    iam.authorize(policy, "dynamodb", "Query", {"TableName": "history", "IndexName": "ByCaller"})
+    for operation, params in [
+        ("PutItem", {"TableName": "history"}),
+        ("GetItem", {"TableName": "other"}),
+        ("Query", {"TableName": "history", "IndexName": "Secret"}),
+    ]:
+        with pytest.raises(ClientError) as raised:
+            iam.authorize(policy, "dynamodb", operation, params)
+        assert raised.value.response["Error"]["Code"] == "AccessDeniedException"
+        assert "arn:aws:iam::123456789012:role/worker is not authorized" in str(raised.value)
+    iam.authorize(policy, "sts", "GetCallerIdentity", {})  # AWS allows it to anyone
