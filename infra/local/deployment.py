@@ -52,15 +52,19 @@ LOCAL_ADDITIONS: dict[str, tuple[str, ...]] = {
     ),
     # The model endpoint the developer set (or the scripted one), and the local server's URL
     # for approval links.
-    "orchestrator": ("OPENAI_BASE_URL", "TOOLPIPE_MODEL", "TOOLPIPE_LINK_BASE_URL"),
+    "orchestrator": ("OPENAI_BASE_URL", "OPENAI_API_KEY", "TOOLPIPE_MODEL", "TOOLPIPE_LINK_BASE_URL"),
 }
 # Local settings a function reads live from the process when the process sets them ("*": every
 # function): the CLI sets the model's URL and the server's link base after the runtime started,
 # and `toolpipe serve` allows runs to name MCP servers.
 PASSTHROUGH: dict[str, tuple[str, ...]] = {
     "*": ("TOOLPIPE_APP", "TOOLPIPE_APP_PATH", "TOOLPIPE_ALLOW_RUN_MCP_SERVERS"),
-    "orchestrator": ("OPENAI_BASE_URL", "TOOLPIPE_MODEL", "TOOLPIPE_LINK_BASE_URL"),
+    "orchestrator": ("OPENAI_BASE_URL", "OPENAI_API_KEY", "TOOLPIPE_MODEL", "TOOLPIPE_LINK_BASE_URL"),
 }
+# Template variables the local runtime leaves out, per function, and why: the model's key is the
+# developer's own `OPENAI_API_KEY` (errors then name it, not a local secret nobody set); the
+# deployed orchestrator reads it from the secret this names.
+LOCAL_REMOVALS: dict[str, tuple[str, ...]] = {"orchestrator": ("OPENAI_API_KEY_SECRET_ARN",)}
 
 
 def passthrough(function: str) -> frozenset[str]:
@@ -116,6 +120,8 @@ class Deployment:
         if unexpected:
             raise TemplateError(f"local additions not declared for {spec.name}: {sorted(unexpected)}")
         environment.update(local)
+        for name in LOCAL_REMOVALS.get(spec.name, ()):
+            environment.pop(name, None)
         role = props["Role"]["Fn::GetAtt"][0]
         policy = iam.Policy(
             role_arn=self.role_arns[role],

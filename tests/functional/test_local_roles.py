@@ -132,7 +132,7 @@ def test_the_state_machine_acts_as_its_role_and_calls_outside_functions_are_unch
 
 def test_each_function_sees_its_own_environment_alone(runtime: LocalRuntime) -> None:
     seen = {name: _as(runtime, name, lambda: dict(os.environ)) for name in runtime.functions}
-    assert "OPENAI_API_KEY_SECRET_ARN" in seen["orchestrator"]
+    assert "TOOLPIPE_MODEL" in seen["orchestrator"] and "TOOLPIPE_MODEL" not in seen["api"]
     assert "TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN" in seen["api"]
     for name in ("tool_worker", "triggers"):
         assert "OPENAI_API_KEY_SECRET_ARN" not in seen[name]

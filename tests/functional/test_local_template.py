@@ -117,8 +117,10 @@ def test_each_functions_environment_and_role_are_the_templates(runtime: LocalRun
         declared = set(deployment.LOCAL_ADDITIONS["*"]) | set(deployment.LOCAL_ADDITIONS.get(spec.name, ()))
         extra = set(context.environment) - set(templated)
         assert extra <= declared, (spec.name, extra - declared)
+        removed = set(deployment.LOCAL_REMOVALS.get(spec.name, ()))
+        assert set(templated) - set(context.environment) <= removed | {"TOOLPIPE_APP"}
         for name, value in templated.items():
-            if name != "TOOLPIPE_APP":  # the app the developer runs
+            if name != "TOOLPIPE_APP" and name not in removed:  # the app the developer runs
                 assert context.environment[name] == str(value), (spec.name, name)
         role = props["Role"]["Fn::GetAtt"][0]
         assert list(context.policy.documents) == runtime.deployment.resolve(
