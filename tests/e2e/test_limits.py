@@ -2,12 +2,14 @@
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import Pipeline, _pipeline, call
 from toolpipe.infra.definition import build_definition
 from toolpipe.infra.local.scripted_model import HttpError, Reply
+from toolpipe.infra.local.template import configured_path
 from toolpipe.shared.agents import AGENTS, Agent, execution_events_bound, worst_turn_events
 from toolpipe.shared.agents.agent import (
     APPROVAL_TASK_RETRIES,
@@ -58,10 +60,17 @@ def _fast_retries() -> str:
 
 
 @pytest.fixture
-def failing_model(monkeypatch: pytest.MonkeyPatch) -> Iterator[Pipeline]:
-    monkeypatch.setattr("toolpipe.infra.local.runtime.definition_json", _fast_retries)
+def failing_model(tmp_path: Path) -> Iterator[Pipeline]:
+    # The runtime runs what its template ships: a copy whose definition retries every 1 s.
+    template = json.loads(configured_path().read_text())
+    (machine,) = [
+        r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"
+    ]
+    machine["Properties"]["DefinitionString"] = _fast_retries()
+    fast = tmp_path / "fast-retries.template.json"
+    fast.write_text(json.dumps(template))
     # One HTTP error is one failed model step: no retries inside the invocation.
-    yield from _pipeline({"TOOLPIPE_MODEL_MAX_RETRIES": "0"})
+    yield from _pipeline({"TOOLPIPE_MODEL_MAX_RETRIES": "0"}, template_path=fast)
 
 
 def test_a_model_step_retry_and_a_failed_ending_cost_the_constants(failing_model: Pipeline) -> None:
