@@ -53,6 +53,9 @@ LOCAL_ADDITIONS: dict[str, tuple[str, ...]] = {
     # The model endpoint the developer set (or the scripted one), and the local server's URL
     # for approval links.
     "orchestrator": ("OPENAI_BASE_URL", "OPENAI_API_KEY", "TOOLPIPE_MODEL", "TOOLPIPE_LINK_BASE_URL"),
+    # Runs a file or an event starts are the local user's, so `toolpipe show` reads them (a
+    # deployed stack sets it from `-c trigger_principal`).
+    "triggers": ("TOOLPIPE_TRIGGER_PRINCIPAL",),
 }
 # Local settings a function reads live from the process when the process sets them ("*": every
 # function): the CLI sets the model's URL and the server's link base after the runtime started,

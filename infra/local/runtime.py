@@ -302,6 +302,8 @@ class LocalRuntime:
                 "POWERTOOLS_TRACE_DISABLED": "1",
                 "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
             }
+            if spec is TRIGGERS:
+                local["TOOLPIPE_TRIGGER_PRINCIPAL"] = LOCAL_CALLER
             context = d.function_context(spec, local, owned)
             environment = context.environment
             if app is not None:
