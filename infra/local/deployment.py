@@ -97,6 +97,7 @@ class Deployment:
     bus_name: str = ""
     bus_arn: str = ""
     signing_key_arn: str = ""
+    model_key_arn: str | None = None
     trigger_bucket: str | None = None
     trigger_prefix: str | None = None
     function_arns: dict[str, str] = field(default_factory=dict)
@@ -173,7 +174,8 @@ def deploy(
     secret_values: dict[str, str],
 ) -> Deployment:
     """Create the template's resources in moto. `names`: local names for some logical ids
-    (by role: "table", "bucket", ...); `secret_values`: values for secrets by role."""
+    (by role: "table", "bucket", ...); `secret_values`: values for secrets by role (a secret
+    with none is created empty, as CloudFormation creates one without `GenerateSecretString`)."""
     d = Deployment(template)
     functions = {spec.name: (name, props) for spec, name, props in template.functions()}
 
@@ -244,11 +246,14 @@ def deploy(
     for logical_id in template.of_type("AWS::SecretsManager::Secret"):
         role = secret_roles.get(logical_id) or logical_id
         name = names.get(role, _local_name(logical_id))
-        arn = secrets.create_secret(Name=name, SecretString=secret_values.get(role, "local"))["ARN"]
+        value = {"SecretString": secret_values[role]} if role in secret_values else {}
+        arn = secrets.create_secret(Name=name, **value)["ARN"]
         iam.know_secret(name, arn)
         d.refs[logical_id] = arn
         if role == "signing_key":
             d.signing_key_arn = arn
+        elif role == "model_key":
+            d.model_key_arn = arn
     # Things the template refers to that are not emulated: names that resolve, never called.
     for logical_id in template.of_type("AWS::ApiGateway::RestApi"):
         d.refs[logical_id] = "local"

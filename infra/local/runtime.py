@@ -46,7 +46,6 @@ from toolpipe.infra.local import (
 from toolpipe.infra.local.workers import WorkerPool
 from toolpipe.shared.agents.app import APP_ENV, APP_PATH_ENV, find_app
 from toolpipe.shared.history.store import DynamoHistoryStore
-from toolpipe.shared.model.api_key import NO_KEY
 from toolpipe.shared.runs.executions import execution_name
 from toolpipe.shared.runs.factory import build_events
 from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
@@ -246,12 +245,10 @@ class LocalRuntime:
             events=self.events,
             secrets=self.secrets,
             names=LOCAL_NAMES,
-            secret_values={
-                # The approval links' HMAC key lives in the state directory, so a link stays
-                # valid after `toolpipe serve` restarts; the model key is the developer's.
-                "signing_key": persistence.signing_key(self._state_dir),
-                "model_key": os.environ.get("OPENAI_API_KEY") or NO_KEY,
-            },
+            # The approval links' HMAC key lives in the state directory, so a link stays valid
+            # after `toolpipe serve` restarts. The model key's secret is left empty, as the stack
+            # creates it: locally the orchestrator reads the developer's OPENAI_API_KEY.
+            secret_values={"signing_key": persistence.signing_key(self._state_dir)},
         )
         d = self.deployment
         if self._visibility != limits.QUEUE_VISIBILITY_SECONDS:  # a test's shorter redelivery

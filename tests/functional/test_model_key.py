@@ -12,6 +12,7 @@ import boto3
 import pytest
 
 from toolpipe.infra.functions import ORCHESTRATOR
+from toolpipe.infra.local.isolation import FunctionContext, running_as
 from toolpipe.infra.local.runtime import LocalRuntime
 from toolpipe.infra.local.scripted_model import DemoResponder, ScriptedModelServer
 
@@ -37,26 +38,30 @@ class Deployed:
 
 
 @pytest.fixture
-def deployed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployed]:
+def deployed() -> Iterator[Deployed]:
     """The orchestrator configured as the stack configures it: the key's secret ARN, no key."""
     with (
         ScriptedModelServer(DemoResponder(), api_key="sk-right") as model,
         LocalRuntime(extra_env={"OPENAI_BASE_URL": model.base_url}) as runtime,
     ):
-        # As the stack creates it: a secret with no value at all (no generated one).
-        arn = boto3.client("secretsmanager").create_secret(Name="ModelApiKey-test")["ARN"]
-        monkeypatch.setenv("OPENAI_API_KEY_SECRET_ARN", arn)
-        _cold_start()  # the function's, with its configuration as deployed
+        # As the stack creates it: a secret with no value at all (no generated one). Locally the
+        # orchestrator reads the developer's key; here it reads the secret, as deployed.
+        arn = runtime.deployment.model_key_arn
+        assert arn is not None
+        orchestrator = runtime.functions[ORCHESTRATOR.name]
+        orchestrator.environment["OPENAI_API_KEY_SECRET_ARN"] = arn
+        _cold_start(orchestrator)  # the function's, with its configuration as deployed
         yield Deployed(runtime, model, arn)
         runtime.drain(timeout=10)
-        monkeypatch.delenv("OPENAI_API_KEY_SECRET_ARN")
-        _cold_start()  # no later test sees this secret's ARN
+        del orchestrator.environment["OPENAI_API_KEY_SECRET_ARN"]
+        _cold_start(orchestrator)  # no later test sees this secret's ARN
 
 
-def _cold_start() -> None:
+def _cold_start(function: FunctionContext) -> None:
     # Settings are read at import; a module not imported yet reads them at its first call.
     if ORCHESTRATOR.module in sys.modules:
-        importlib.reload(sys.modules[ORCHESTRATOR.module])
+        with running_as(function):
+            importlib.reload(sys.modules[ORCHESTRATOR.module])
 
 
 def test_a_run_fails_with_the_command_that_sets_the_key_then_works_once_it_is_set(deployed: Deployed) -> None:
