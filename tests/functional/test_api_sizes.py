@@ -107,9 +107,9 @@ EMOJI = "\U0001f600"  # 14 bytes in a Lambda response: a surrogate pair, escaped
 
 def _finished_run(run_id: str, replies: int, calls_per_reply: int, text: str) -> str:
     """A run written straight into the store, `text` in every string the model or a tool made."""
-    from toolpipe.infra.local.runtime import LOCAL_CALLER
+    from toolpipe.infra.local.runtime import BUCKET, LOCAL_CALLER, TABLE
 
-    store = build_store(StoreSettings.from_env())
+    store = build_store(StoreSettings.from_env({"TABLE_NAME": TABLE, "BUCKET_NAME": BUCKET}))
     record = RunRecord(run_id=run_id, agent=TEST_AGENT.name, status=RunStatus.RUNNING, caller=LOCAL_CALLER)
     assert store.create_run(record, UserMessage(seq=1, turn=0, content=text))
     seq = 2

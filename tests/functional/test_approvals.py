@@ -389,7 +389,11 @@ def test_an_approval_expires_with_its_waiting_task_not_later(pipeline: Pipeline)
         for e in history
         if e["type"] == "TaskStateEntered" and e["stateEnteredEventDetails"]["name"] == "WaitForApproval"
     )
-    timeout = timedelta(seconds=CallTimeouts.from_env().approval_timeout_seconds)
+    timeout = timedelta(
+        seconds=CallTimeouts.from_env(
+            pipeline.runtime.functions["orchestrator"].environment
+        ).approval_timeout_seconds
+    )
     assert datetime.fromisoformat(approval["expires_at"]) == entered + timeout
     assert approval["created_at"] > entered.isoformat(timespec="milliseconds")
     pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
