@@ -1,11 +1,12 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
-# Both install what they need first (a .venv and the CDK CLI from npm).
+# Both install what they need first (a .venv, and from npm the CDK CLI and the Node it runs on).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# node_modules/.bin first: `node` there is package.json's Node 22 (the npm package `node`), so
+# the CDK CLI, asl-validator and the jsii runtime of the Python tests all run on it.
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
-export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export CDK_DISABLE_VERSION_CHECK := 1
 # The browser the browser tests drive (tests/e2e/test_approval_page_browser.py): Debian's
 # Chromium, which `make install` installs when it is missing. Elsewhere, point it at a Chrome or
