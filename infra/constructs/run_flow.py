@@ -13,7 +13,13 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from toolpipe.infra.constructs.nag import acknowledge, logical_id
+from toolpipe.infra.constructs.nag import (
+    LOGS_ENCRYPTION,
+    SQS_MANAGED_SSE,
+    acknowledge,
+    logical_id,
+    skip_checkov,
+)
 from toolpipe.infra.definition import (
     EXECUTION_ENDED_ACTION,
     EXECUTION_ENDED_PATHS,
@@ -33,6 +39,7 @@ class RunFlow(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         flow_logs = logs.LogGroup(self, "RunFlowLogs", retention=logs.RetentionDays.ONE_MONTH)
+        skip_checkov(flow_logs, "CKV_AWS_158", LOGS_ENCRYPTION)
         self.state_machine = sfn.StateMachine(
             self,
             "RunFlow",
@@ -81,6 +88,7 @@ class RunFlow(Construct):
             reason="This queue is itself a dead-letter queue: of the execution-ended rule's target, and "
             "of the orchestrator's asynchronous invocations.",
         )
+        skip_checkov(dead_letters, "CKV_AWS_27", SQS_MANAGED_SSE)
         request = {"action": EXECUTION_ENDED_ACTION} | {
             name: events.EventField.from_path(path) for name, path in EXECUTION_ENDED_PATHS.items()
         }
