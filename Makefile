@@ -16,7 +16,7 @@ export TOOLPIPE_CHROMIUM := $(CHROMIUM)
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install browser demo test lint unit reliability openapi synth deploy bench clean event-schemas
+.PHONY: install browser demo test lint unit reliability openapi synth check-deploy deploy bench clean event-schemas
 
 install: $(VENV)/.installed node_modules/.installed browser
 
@@ -61,7 +61,7 @@ lint: install
 # sets keeps each test file on one worker. `make test TEST_WORKERS=0` runs in one process.
 TEST_WORKERS ?= 3
 
-test: lint
+test: lint check-deploy
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 unit: install
@@ -83,6 +83,21 @@ openapi: install
 synth: install
 	TOOLPIPE_BUNDLE=0 cdk synth --quiet
 
+# What AWS checks when it creates the stack, offline, on the template `make synth` makes: cdk-nag,
+# our state machine rules, asl-validator, cfn-lint and checkov (infra/deploy_checks.py). checkov
+# has a venv of its own: it pins boto3==1.35.49 and packaging<24, below this project's (README
+# "Dependencies").
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := checkov>=3.3.30,<4
+
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '$(CHECKOV_VERSION)'
+	touch $@
+
+check-deploy: install $(CHECKOV_VENV)/.installed
+	$(BIN)/python -m toolpipe.infra.deploy_checks
+
 # Builds the layers with pip (needs PyPI), then deploys with your AWS credentials.
 deploy: install
 	cdk deploy
@@ -94,4 +109,4 @@ bench: install
 	$(BIN)/python -m benchmarks.pipeline
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .toolpipe .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(CHECKOV_VENV) node_modules cdk.out .toolpipe .pytest_cache .mypy_cache .ruff_cache *.egg-info
