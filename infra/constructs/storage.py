@@ -72,9 +72,9 @@ class Storage(Construct):
         skip_checkov(
             self.bucket,
             "CKV_AWS_21",
-            "Each object is written under a key made per run and item (runs/<run>/...), never rewritten "
-            "with other content, and the bucket is retained with the stack: versions would keep nothing "
-            "more.",
+            "Each object is written once under a key made per run and item (runs/<run>/...), never "
+            "rewritten with other content, and the bucket is retained with the stack. Versions would guard "
+            "against deletes only, and need a lifecycle rule for the noncurrent ones.",
         )
         self.model_key: secretsmanager.Secret | None = None
         if create_model_key:
