@@ -1,11 +1,12 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
-# Both install what they need first (a .venv and the CDK CLI from npm).
+# Both install what they need first (a .venv, and from npm the CDK CLI and the Node it runs on).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# node_modules/.bin first: `node` there is package.json's Node 22 (the npm package `node`), so
+# the CDK CLI, asl-validator and the jsii runtime of the Python tests all run on it.
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
-export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export CDK_DISABLE_VERSION_CHECK := 1
 # The browser the browser tests drive (tests/e2e/test_approval_page_browser.py): Debian's
 # Chromium, which `make install` installs when it is missing. Elsewhere, point it at a Chrome or
@@ -15,7 +16,7 @@ export TOOLPIPE_CHROMIUM := $(CHROMIUM)
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install browser demo test lint unit reliability openapi synth local-template deploy bench clean event-schemas
+.PHONY: install browser demo test lint unit reliability openapi synth local-template check-deploy deploy bench clean event-schemas
 
 install: $(VENV)/.installed node_modules/.installed browser
 
@@ -60,7 +61,7 @@ lint: install
 # sets keeps each test file on one worker. `make test TEST_WORKERS=0` runs in one process.
 TEST_WORKERS ?= 3
 
-test: lint
+test: lint check-deploy
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 unit: install
@@ -90,6 +91,21 @@ local-template: install
 	$(BIN)/python -m toolpipe.infra.local.template
 	$(BIN)/python -m toolpipe.infra.local.template examples/assistant
 
+# What AWS checks when it creates the stack, offline, on the template `make synth` makes: cdk-nag,
+# our state machine rules, asl-validator, cfn-lint and checkov (infra/deploy_checks.py). checkov
+# has a venv of its own: it pins boto3==1.35.49 and packaging<24, below this project's (README
+# "Dependencies").
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := checkov>=3.3.30,<4
+
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '$(CHECKOV_VERSION)'
+	touch $@
+
+check-deploy: install $(CHECKOV_VENV)/.installed
+	$(BIN)/python -m toolpipe.infra.deploy_checks
+
 # Builds the layers with pip (needs PyPI), then deploys with your AWS credentials.
 deploy: install
 	cdk deploy
@@ -101,4 +117,4 @@ bench: install
 	$(BIN)/python -m benchmarks.pipeline
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .toolpipe .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(CHECKOV_VENV) node_modules cdk.out .toolpipe .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -9,7 +9,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from toolpipe.infra.constructs.nag import acknowledge
+from toolpipe.infra.constructs.nag import LOGS_ENCRYPTION, acknowledge, skip_checkov
 
 STAGE_NAME = "v1"
 # The approval page behind the signed link (README "The approval link") and its methods.
@@ -76,6 +76,7 @@ class Api(Construct):
                 "an API throttle applies to api_auth='api_key' only (IAM callers have no usage plan)"
             )
         access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=logs.RetentionDays.ONE_MONTH)
+        skip_checkov(access_logs, "CKV_AWS_158", LOGS_ENCRYPTION)
         self.rest_api = apigw.RestApi(
             self,
             "RunsApi",
@@ -116,6 +117,12 @@ class Api(Construct):
             ),
         )
         self._routes(handler)
+        skip_checkov(
+            self.rest_api.deployment_stage,
+            "CKV_AWS_120",
+            "Answers are per caller and change as a run goes on (GET /runs/{id}): a cache would serve "
+            "stale or another caller's states, and a cache cluster bills by the hour.",
+        )
         acknowledge(
             self.rest_api,
             id="AwsSolutions-COG4",
@@ -295,4 +302,11 @@ class Api(Construct):
                 page_method,
                 id="AwsSolutions-COG4",
                 reason="The approval page's credential is the signed link, not a Cognito user.",
+            )
+            skip_checkov(
+                page_method,
+                "CKV_AWS_59",
+                "The approval page is opened from an emailed link by a person without AWS credentials: "
+                "the link's HMAC signature, checked by the API function, is the credential (a POST also "
+                "needs a CSRF cookie and token). Every other method needs IAM or an API key.",
             )

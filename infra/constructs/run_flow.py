@@ -7,12 +7,19 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from toolpipe.infra.constructs.nag import acknowledge, logical_id
+from toolpipe.infra.constructs.nag import (
+    LOGS_ENCRYPTION,
+    SQS_MANAGED_SSE,
+    acknowledge,
+    logical_id,
+    skip_checkov,
+)
 from toolpipe.infra.definition import (
     EXECUTION_ENDED_ACTION,
     EXECUTION_ENDED_PATHS,
@@ -32,6 +39,7 @@ class RunFlow(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         flow_logs = logs.LogGroup(self, "RunFlowLogs", retention=logs.RetentionDays.ONE_MONTH)
+        skip_checkov(flow_logs, "CKV_AWS_158", LOGS_ENCRYPTION)
         self.state_machine = sfn.StateMachine(
             self,
             "RunFlow",
@@ -77,8 +85,10 @@ class RunFlow(Construct):
         acknowledge(
             dead_letters,
             id="AwsSolutions-SQS3",
-            reason="This queue is itself the dead-letter queue of the execution-ended rule's target.",
+            reason="This queue is itself a dead-letter queue: of the execution-ended rule's target, and "
+            "of the orchestrator's asynchronous invocations.",
         )
+        skip_checkov(dead_letters, "CKV_AWS_27", SQS_MANAGED_SSE)
         request = {"action": EXECUTION_ENDED_ACTION} | {
             name: events.EventField.from_path(path) for name, path in EXECUTION_ENDED_PATHS.items()
         }
@@ -100,6 +110,13 @@ class RunFlow(Construct):
                     max_event_age=Duration.hours(24),
                 )
             ],
+        )
+        # The rule's DLQ holds events it could not hand over; once Lambda has taken one, a failed
+        # run of the orchestrator is retried by Lambda, then kept in the same queue, not dropped.
+        orchestrator.configure_async_invoke(
+            retry_attempts=2,
+            max_event_age=Duration.hours(6),
+            on_failure=destinations.SqsDestination(dead_letters),
         )
         return dead_letters
 

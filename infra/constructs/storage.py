@@ -7,7 +7,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from toolpipe.infra.constructs.model_key import create_empty_secret
-from toolpipe.infra.constructs.nag import acknowledge
+from toolpipe.infra.constructs.nag import AWS_MANAGED_SECRET_KEY, acknowledge, skip_checkov
 from toolpipe.shared.history.store import (
     CALLER_INDEX,
     CALLER_INDEX_PK,
@@ -35,6 +35,12 @@ class Storage(Construct):
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
             removal_policy=RemovalPolicy.RETAIN,
         )
+        skip_checkov(
+            self.table,
+            "CKV_AWS_119",
+            "Encrypted at rest with the AWS-managed key (aws/dynamodb); a customer-managed key (its "
+            "policy, rotation, KMS charges per request) is for deployments that need key-level revocation.",
+        )
         # `GET /runs`: each caller's runs, newest first (the local runtime makes the same index).
         self.table.add_global_secondary_index(
             index_name=CALLER_INDEX,
@@ -57,6 +63,19 @@ class Storage(Construct):
             reason="Only toolpipe's own functions read and write this bucket; CloudTrail data events "
             "are the audit path, and access logs would double every tool-output write.",
         )
+        skip_checkov(
+            self.bucket,
+            "CKV_AWS_18",
+            "Only toolpipe's own functions read and write this bucket; CloudTrail data events are the "
+            "audit path, and access logs would double every tool-output write.",
+        )
+        skip_checkov(
+            self.bucket,
+            "CKV_AWS_21",
+            "Each object is written once under a key made per run and item (runs/<run>/...), never "
+            "rewritten with other content, and the bucket is retained with the stack. Versions would guard "
+            "against deletes only, and need a lifecycle rule for the noncurrent ones.",
+        )
         self.model_key: secretsmanager.Secret | None = None
         if create_model_key:
             # Empty: each run says how to set it until it is (infra/constructs/model_key.py).
@@ -65,4 +84,10 @@ class Storage(Construct):
                 self.model_key,
                 id="AwsSolutions-SMG4",
                 reason="A third-party API key: it is rotated at the model provider, not by a Lambda here.",
+            )
+            skip_checkov(
+                self.model_key,
+                "CKV_AWS_149",
+                AWS_MANAGED_SECRET_KEY + " Give a secret of yours (model_key_secret_arn) to use your key "
+                "(model_key_kms_key_arn).",
             )

@@ -5,6 +5,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from toolpipe.infra import limits
+from toolpipe.infra.constructs.nag import SQS_MANAGED_SSE, skip_checkov
 
 
 class ToolQueue(Construct):
@@ -31,3 +32,5 @@ class ToolQueue(Construct):
                 queue=self.dead_letters, max_receive_count=limits.MAX_RECEIVES
             ),
         )
+        for queue in (self.queue, self.dead_letters):
+            skip_checkov(queue, "CKV_AWS_27", SQS_MANAGED_SSE)

@@ -41,7 +41,15 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct, Node
 
 from toolpipe.infra import bundling
-from toolpipe.infra.constructs.nag import logical_id
+from toolpipe.infra.constructs.nag import (
+    ENVIRONMENT_HOLDS_NO_SECRET,
+    LOGS_ENCRYPTION,
+    NO_RESERVED_CONCURRENCY,
+    NO_VPC,
+    SQS_MANAGED_SSE,
+    logical_id,
+    skip_checkov,
+)
 from toolpipe.infra.functions import TRIGGERS
 from toolpipe.shared.settings import TriggerSettings
 from toolpipe.shared.triggers.events import (
@@ -144,6 +152,11 @@ class Triggers(Construct):
             "AwsSolutions-S1",
             "Writers are the deployer's own principals; CloudTrail data events are the audit path.",
         )
+        skip_checkov(
+            self.bucket,
+            "CKV_AWS_18",
+            "Writers are the deployer's own principals; CloudTrail data events are the audit path.",
+        )
         self.dead_letters = sqs.Queue(
             self,
             "DeadLetters",
@@ -156,6 +169,9 @@ class Triggers(Construct):
             "AwsSolutions-SQS3",
             "This queue is itself the dead-letter queue of the triggers function and its rule.",
         )
+        skip_checkov(self.dead_letters, "CKV_AWS_27", SQS_MANAGED_SSE)
+        log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
+        skip_checkov(log_group, "CKV_AWS_158", LOGS_ENCRYPTION)
         self.function = lambda_.Function(
             self,
             TRIGGERS.construct_id,
@@ -179,13 +195,22 @@ class Triggers(Construct):
                 "TOOLPIPE_TRIGGER_INSTRUCTIONS": settings.instructions,
                 **({"TOOLPIPE_TRIGGER_PRINCIPAL": settings.principal} if settings.principal else {}),
             },
-            log_group=logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH),
+            log_group=log_group,
             # S3 and EventBridge invoke it asynchronously: two retries, then the DLQ.
             retry_attempts=2,
             max_event_age=Duration.hours(6),
             on_failure=destinations.SqsDestination(self.dead_letters),
         )
         fn = self.function
+        skip_checkov(
+            fn,
+            "CKV_AWS_116",
+            "False positive: its asynchronous failures go to an on-failure destination (the DLQ above), "
+            "which the check does not recognise.",
+        )
+        skip_checkov(fn, "CKV_AWS_117", NO_VPC)
+        skip_checkov(fn, "CKV_AWS_115", NO_RESERVED_CONCURRENCY)
+        skip_checkov(fn, "CKV_AWS_173", ENVIRONMENT_HOLDS_NO_SECRET)
         inputs = self.bucket.arn_for_objects(f"{settings.input_prefix}*")
         outputs = self.bucket.arn_for_objects(f"{settings.output_prefix}*")
         # HeadObject needs s3:GetObject (GetObjectVersion for a version).
@@ -217,6 +242,24 @@ class Triggers(Construct):
                     child,
                     "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
                     "CDK's bucket-notifications handler: AWSLambdaBasicExecutionRole only writes its own logs.",
+                )
+                handler = child.node.find_child("Resource")
+                skip_checkov(
+                    handler,
+                    "CKV_AWS_116",
+                    "CDK's bucket-notifications handler, run by CloudFormation during a deploy: a failure "
+                    "fails the deployment, where it must be seen; a DLQ would hold nothing to act on.",
+                )
+                skip_checkov(
+                    handler,
+                    "CKV_AWS_117",
+                    "CDK's handler calls the S3 API only and reaches no private resource.",
+                )
+                skip_checkov(
+                    handler,
+                    "CKV_AWS_115",
+                    "Runs once per deploy that changes the bucket's notifications. "
+                    + NO_RESERVED_CONCURRENCY,
                 )
         self.rule = events.Rule(
             self,

@@ -1,10 +1,15 @@
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+# The jsii runtime of aws-cdk-lib and the CDK CLI run `node` from PATH: package.json's Node 22
+# (`make install`), as under `make test`, also when pytest is run by hand.
+NODE_BIN = Path(__file__).resolve().parents[2] / "node_modules" / ".bin"
+if (NODE_BIN / "node").exists() and str(NODE_BIN) not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 @pytest.fixture(scope="session")
