@@ -14,6 +14,7 @@ from typing import Any
 from aws_cdk import Annotations, App, Validations
 from cdk_nag import AwsSolutionsChecks
 
+from toolpipe.infra.feature_flags import FEATURE_FLAGS
 from toolpipe.infra.stack import ToolpipeStack
 from toolpipe.shared.errors import ConfigurationError
 
@@ -34,8 +35,13 @@ def build_app(
     """The CDK app and its one stack. `agents`: your app module (default: `[tool.toolpipe]
     app` of the nearest pyproject.toml); `packages`, `requirements`: as for `ToolPipeline`;
     `extend`: adds your own resources and grants to the stack (before cdk-nag checks it)."""
+    # The feature flags are defaults: cdk.json (which holds the same) and `-c` win over them.
     # post_cli_context: the CLI refuses user context keys under aws:, and this must win over it.
-    app = App(outdir=outdir, context=context, post_cli_context=None if bundle else SKIP_BUNDLING)
+    app = App(
+        outdir=outdir,
+        context={**FEATURE_FLAGS, **(context or {})},
+        post_cli_context=None if bundle else SKIP_BUNDLING,
+    )
     stack = ToolpipeStack(
         app,
         stack_name,
