@@ -2,7 +2,7 @@
 
 from collections.abc import Sequence
 
-from aws_cdk import Duration
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -110,6 +110,11 @@ class Functions(Construct):
             generate_secret_string=secretsmanager.SecretStringGenerator(
                 password_length=64, exclude_punctuation=True, include_space=False
             ),
+            # Deleted with the stack, unlike the model key: generated here, it only signs links to
+            # this stack's API, which goes with it, and a stack made again makes its own; kept, it
+            # would be an orphan holding key material. Secrets Manager keeps a deleted secret
+            # recoverable for 30 days.
+            removal_policy=RemovalPolicy.DESTROY,
         )
         for fn in (self.orchestrator, self.api):
             self.approval_signing_key.grant_read(fn)
