@@ -65,6 +65,7 @@ class ToolPipeline(Construct):
         model_key_kms_key_arn: str | None = None,
         api_auth: ApiAuth | str = ApiAuth.IAM,
         api_throttle: Throttle | None = None,
+        api_gateway_cloudwatch_role: bool = False,
         admin_principal: str | None = None,
         mcp_header_secrets: Sequence[str] = (),
         triggers: TriggerOptions | None = None,
@@ -81,6 +82,9 @@ class ToolPipeline(Construct):
         endpoint of your own that takes no key. `model_key_kms_key_arn`: the customer-managed KMS
         key that encrypts the secret given by ARN, if any. `api_auth`: "iam" (SigV4,
         the default) or "api_key" (a key and a usage plan, throttled by `api_throttle`).
+        `api_gateway_cloudwatch_role`: also create the role API Gateway logs with and make it
+        the region's API Gateway account setting, for an account that has none yet (README
+        "API Gateway's CloudWatch role"); off by default, as that setting is the account's.
         `admin_principal`: a caller who may read every run. `mcp_header_secrets`: ARNs of the
         secrets agents' MCP servers read their headers from. `triggers`: the S3 and
         RunRequested triggers' settings and schedules (README "Triggers"). `approval_emails`:
@@ -139,7 +143,14 @@ class ToolPipeline(Construct):
         # Run events (infra/constructs/events.py): the bus, and the functions that publish to it.
         self.run_events = RunEvents(self, "RunEvents")
         self.run_events.grant_publish(*self.functions.all)
-        self.api = Api(self, "Api", handler=self.functions.api, auth=auth, throttle=api_throttle)
+        self.api = Api(
+            self,
+            "Api",
+            handler=self.functions.api,
+            auth=auth,
+            throttle=api_throttle,
+            cloud_watch_role=api_gateway_cloudwatch_role,
+        )
         # The orchestrator makes `ApprovalRequested`'s link under the API's URL. Built from the
         # API's id, not `rest_api.url` (its stage): the stage depends on the methods, they on the
         # API function, its role on the state machine and that on the orchestrator (a cycle).

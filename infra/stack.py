@@ -2,6 +2,7 @@
 
 Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.json):
 `api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (api_key only),
+`api_gateway_cloudwatch_role` ("true": README "API Gateway's CloudWatch role"),
 `admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `approval_emails`
 (comma-separated addresses, emailed each call that waits for approval), `model_key_secret_arn` (a
 secret's complete ARN, or `none`), `model_key_kms_key_arn` and `tracing` ("false": the
@@ -116,6 +117,10 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     kms_key = node.try_get_context("model_key_kms_key_arn")
     if kms_key:
         settings["model_key_kms_key_arn"] = str(kms_key).strip()
+    # `-c api_gateway_cloudwatch_role=true`: the region's API Gateway logging role, made here.
+    cloudwatch_role = node.try_get_context("api_gateway_cloudwatch_role")
+    if cloudwatch_role is not None:
+        settings["api_gateway_cloudwatch_role"] = _flag("api_gateway_cloudwatch_role", cloudwatch_role)
     tracing = node.try_get_context("tracing")
     if tracing is not None:
         settings["tracing"] = _flag("tracing", tracing)
