@@ -30,10 +30,11 @@ def build_app(
     agents: str | None = None,
     packages: Sequence[str] = (),
     requirements: Sequence[str] = (),
+    requirements_lock: str | os.PathLike[str] | None = None,
     extend: Callable[[ToolpipeStack], None] | None = None,
 ) -> tuple[App, ToolpipeStack]:
     """The CDK app and its one stack. `agents`: your app module (default: `[tool.toolpipe]
-    app` of the nearest pyproject.toml); `packages`, `requirements`: as for `ToolPipeline`;
+    app` of the nearest pyproject.toml); `packages`, `requirements_lock`: as for `ToolPipeline`;
     `extend`: adds your own resources and grants to the stack (before cdk-nag checks it)."""
     # The feature flags are defaults: cdk.json (which holds the same) and `-c` win over them.
     # post_cli_context: the CLI refuses user context keys under aws:, and this must win over it.
@@ -50,6 +51,7 @@ def build_app(
         app=agents,
         packages=packages,
         requirements=requirements,
+        requirements_lock=requirements_lock,
         description="toolpipe: durable LLM tool calling",
     )
     if extend is not None:
@@ -70,6 +72,7 @@ def synth(
     agents: str | None = None,
     packages: Sequence[str] = (),
     requirements: Sequence[str] = (),
+    requirements_lock: str | os.PathLike[str] | None = None,
     extend: Callable[[ToolpipeStack], None] | None = None,
 ) -> None:
     """Build and synthesize the app, as `cdk synth` and `cdk deploy` run it; a bad setting is
@@ -81,6 +84,7 @@ def synth(
             agents=agents,
             packages=packages,
             requirements=requirements,
+            requirements_lock=requirements_lock,
             extend=extend,
         )
     except (ValueError, ConfigurationError) as e:  # a bad context value (`-c api_auth=...`), the app

@@ -11,8 +11,10 @@
 `infra.stack.ToolpipeStack` is a stack holding exactly one of these.
 """
 
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
@@ -73,6 +75,7 @@ class ToolPipeline(Construct):
         app: str | None = None,
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
+        requirements_lock: str | os.PathLike[str] | None = None,
         tracing: bool = True,
     ) -> None:
         """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls.
@@ -92,8 +95,10 @@ class ToolPipeline(Construct):
         (README "Human approval"); none by default. `app`: your module
         that defines the agents (default: `[tool.toolpipe] app` of the nearest pyproject.toml);
         its top-level package is bundled with the functions. `packages`: other top-level packages
-        of yours that it imports, bundled too. `requirements`: pip requirements your tools
-        import, added to the functions' dependencies layer. `tracing`: False
+        of yours that it imports, bundled too. `requirements_lock`: a lock file, with
+        hashes, of what your tools import, installed into the functions' dependencies layer
+        with toolpipe's lock (README "Dependencies"); `requirements` (ranges, unhashed) is no
+        longer taken: the layers install only locked, hashed files. `tracing`: False
         deploys the functions without X-Ray, which they then never import (README "Cold start")."""
         super().__init__(scope, construct_id)
         if model_base_url and not re.fullmatch(r"https?://[^\s/]+\S*", model_base_url):
@@ -109,6 +114,7 @@ class ToolPipeline(Construct):
                 )
             app = found.module
         auth = ApiAuth.parse(api_auth)
+        user_lock = _requirements_lock(requirements, requirements_lock)
         approvers = parse_addresses(approval_emails)
         # Checked before anything is built: a bad value is one line, not a half-built tree.
         given_key = resolve_model_key(
@@ -133,7 +139,7 @@ class ToolPipeline(Construct):
             mcp_header_secrets=mcp_header_secrets,
             app=app,
             packages=packages,
-            requirements=requirements,
+            requirements_lock=user_lock,
             tracing=tracing,
         )
         self.run_flow = RunFlow(
@@ -200,3 +206,20 @@ class ToolPipeline(Construct):
     @property
     def rest_api(self) -> apigw.RestApi:
         return self.api.rest_api
+
+
+def _requirements_lock(requirements: Sequence[str], lock: str | os.PathLike[str] | None) -> Path | None:
+    """Your tools' lock file, checked before anything is built; a one-line error otherwise."""
+    if requirements:
+        raise ValueError(
+            "requirements=[...] is no longer taken: the layers install only locked, hashed files. "
+            "Lock yours for Lambda with `uv pip compile requirements.in --generate-hashes "
+            "--python-platform aarch64-manylinux2014 --python-version 3.14 --only-binary :all: "
+            "-o requirements.lock` and pass requirements_lock='requirements.lock' (README \"Dependencies\")"
+        )
+    if lock is None:
+        return None
+    path = Path(lock).resolve()
+    if not path.is_file():
+        raise ValueError(f"requirements_lock: {lock} is not a file")
+    return path

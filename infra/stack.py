@@ -11,6 +11,7 @@ functions neither trace nor load X-Ray; README "Cold start"). `model_name` and
 """
 
 import hashlib
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -37,9 +38,10 @@ class ToolpipeStack(Stack):
         app: str | None = None,
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
+        requirements_lock: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """`app`, `packages`, `requirements`: your agents' module and what it needs (as for
+        """`app`, `packages`, `requirements_lock`: your agents' module and what it needs (as for
         `ToolPipeline`); every other setting comes from CDK context."""
         super().__init__(scope, construct_id, **kwargs)
         # Set before any resource exists: logical ids are allocated (for cdk-nag's findings)
@@ -54,6 +56,7 @@ class ToolpipeStack(Stack):
             app=app,
             packages=packages,
             requirements=requirements,
+            requirements_lock=requirements_lock,
             **pipeline_settings(self.node),
         )
         p = self.pipeline

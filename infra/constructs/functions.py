@@ -1,6 +1,7 @@
 """The three Lambda functions (`infra/functions.py` names them) and exactly what each may do."""
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
@@ -40,7 +41,7 @@ class Functions(Construct):
         mcp_header_secrets: Sequence[str] = (),
         app: str,
         packages: Sequence[str] = (),
-        requirements: Sequence[str] = (),
+        requirements_lock: Path | None = None,
         tracing: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -54,7 +55,7 @@ class Functions(Construct):
         self.dependencies = lambda_.LayerVersion(
             self,
             "Dependencies",
-            code=bundling.deps_layer_code(requirements),
+            code=bundling.deps_layer_code(requirements_lock),
             compatible_runtimes=[bundling.RUNTIME],
             compatible_architectures=[bundling.ARCHITECTURE],
             description="aws-lambda-powertools, pydantic",
