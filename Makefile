@@ -16,7 +16,7 @@ export TOOLPIPE_CHROMIUM := $(CHROMIUM)
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install browser demo test lint unit reliability openapi synth local-template check-deploy deploy bench clean event-schemas
+.PHONY: install browser demo test lint unit reliability openapi synth local-template check-deploy deploy bench clean event-schemas lock
 
 install: $(VENV)/.installed node_modules/.installed browser
 
@@ -105,6 +105,13 @@ $(CHECKOV_VENV)/.installed:
 
 check-deploy: install $(CHECKOV_VENV)/.installed
 	$(BIN)/python -m toolpipe.infra.deploy_checks
+
+# Rewrites the layers' locks (infra/layers/*.lock: pins and file hashes, for Lambda's Python and
+# platform) from infra/bundling.py's requirements, with uv (the `lock` extra); needs PyPI. Pins
+# that still satisfy the ranges stay; `make lock UPGRADE=1` moves each to the newest allowed.
+lock: install
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[lock]'
+	$(BIN)/python -m toolpipe.infra.bundling $(if $(UPGRADE),--upgrade)
 
 # Builds the layers with pip (needs PyPI), then deploys with your AWS credentials.
 deploy: install

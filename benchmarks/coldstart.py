@@ -172,14 +172,14 @@ def layer_bytes(name: str) -> int:
     os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
     from toolpipe.infra.bundling import LAYERS, install_layer, layer_hash  # imports aws_cdk: only here
 
-    requirements, skip = LAYERS[name]
-    layer_dir = LAYER_CACHE / layer_hash(requirements, skip)
+    layer = LAYERS[name]
+    layer_dir = LAYER_CACHE / layer_hash([layer.lock], layer.skip)
     if not (layer_dir / "complete").exists():
         LAYER_CACHE.mkdir(parents=True, exist_ok=True)
         # Built aside and renamed when complete: an interrupted pip never leaves a half layer cached.
         building = Path(tempfile.mkdtemp(dir=LAYER_CACHE, prefix="building-"))
         try:
-            install_layer(requirements, skip, building)
+            install_layer([layer.lock], layer.skip, building)
             (building / "complete").touch()
             shutil.rmtree(layer_dir, ignore_errors=True)
             building.rename(layer_dir)

@@ -14,6 +14,7 @@ from typing import Any
 from aws_cdk import Annotations, App, Validations
 from cdk_nag import AwsSolutionsChecks
 
+from toolpipe.infra.feature_flags import FEATURE_FLAGS
 from toolpipe.infra.stack import ToolpipeStack
 from toolpipe.shared.errors import ConfigurationError
 
@@ -29,13 +30,19 @@ def build_app(
     agents: str | None = None,
     packages: Sequence[str] = (),
     requirements: Sequence[str] = (),
+    requirements_lock: str | os.PathLike[str] | None = None,
     extend: Callable[[ToolpipeStack], None] | None = None,
 ) -> tuple[App, ToolpipeStack]:
     """The CDK app and its one stack. `agents`: your app module (default: `[tool.toolpipe]
-    app` of the nearest pyproject.toml); `packages`, `requirements`: as for `ToolPipeline`;
+    app` of the nearest pyproject.toml); `packages`, `requirements_lock`: as for `ToolPipeline`;
     `extend`: adds your own resources and grants to the stack (before cdk-nag checks it)."""
+    # The feature flags are defaults: cdk.json (which holds the same) and `-c` win over them.
     # post_cli_context: the CLI refuses user context keys under aws:, and this must win over it.
-    app = App(outdir=outdir, context=context, post_cli_context=None if bundle else SKIP_BUNDLING)
+    app = App(
+        outdir=outdir,
+        context={**FEATURE_FLAGS, **(context or {})},
+        post_cli_context=None if bundle else SKIP_BUNDLING,
+    )
     stack = ToolpipeStack(
         app,
         stack_name,
@@ -44,6 +51,7 @@ def build_app(
         app=agents,
         packages=packages,
         requirements=requirements,
+        requirements_lock=requirements_lock,
         description="toolpipe: durable LLM tool calling",
     )
     if extend is not None:
@@ -64,6 +72,7 @@ def synth(
     agents: str | None = None,
     packages: Sequence[str] = (),
     requirements: Sequence[str] = (),
+    requirements_lock: str | os.PathLike[str] | None = None,
     extend: Callable[[ToolpipeStack], None] | None = None,
 ) -> None:
     """Build and synthesize the app, as `cdk synth` and `cdk deploy` run it; a bad setting is
@@ -75,6 +84,7 @@ def synth(
             agents=agents,
             packages=packages,
             requirements=requirements,
+            requirements_lock=requirements_lock,
             extend=extend,
         )
     except (ValueError, ConfigurationError) as e:  # a bad context value (`-c api_auth=...`), the app

@@ -11,8 +11,10 @@
 `infra.stack.ToolpipeStack` is a stack holding exactly one of these.
 """
 
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
@@ -65,6 +67,7 @@ class ToolPipeline(Construct):
         model_key_kms_key_arn: str | None = None,
         api_auth: ApiAuth | str = ApiAuth.IAM,
         api_throttle: Throttle | None = None,
+        api_gateway_cloudwatch_role: bool = False,
         admin_principal: str | None = None,
         mcp_header_secrets: Sequence[str] = (),
         triggers: TriggerOptions | None = None,
@@ -72,6 +75,7 @@ class ToolPipeline(Construct):
         app: str | None = None,
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
+        requirements_lock: str | os.PathLike[str] | None = None,
         tracing: bool = True,
     ) -> None:
         """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls.
@@ -81,6 +85,9 @@ class ToolPipeline(Construct):
         endpoint of your own that takes no key. `model_key_kms_key_arn`: the customer-managed KMS
         key that encrypts the secret given by ARN, if any. `api_auth`: "iam" (SigV4,
         the default) or "api_key" (a key and a usage plan, throttled by `api_throttle`).
+        `api_gateway_cloudwatch_role`: also create the role API Gateway logs with and make it
+        the region's API Gateway account setting, for an account that has none yet (README
+        "API Gateway's CloudWatch role"); off by default, as that setting is the account's.
         `admin_principal`: a caller who may read every run. `mcp_header_secrets`: ARNs of the
         secrets agents' MCP servers read their headers from. `triggers`: the S3 and
         RunRequested triggers' settings and schedules (README "Triggers"). `approval_emails`:
@@ -88,8 +95,10 @@ class ToolPipeline(Construct):
         (README "Human approval"); none by default. `app`: your module
         that defines the agents (default: `[tool.toolpipe] app` of the nearest pyproject.toml);
         its top-level package is bundled with the functions. `packages`: other top-level packages
-        of yours that it imports, bundled too. `requirements`: pip requirements your tools
-        import, added to the functions' dependencies layer. `tracing`: False
+        of yours that it imports, bundled too. `requirements_lock`: a lock file, with
+        hashes, of what your tools import, installed into the functions' dependencies layer
+        with toolpipe's lock (README "Dependencies"); `requirements` (ranges, unhashed) is no
+        longer taken: the layers install only locked, hashed files. `tracing`: False
         deploys the functions without X-Ray, which they then never import (README "Cold start")."""
         super().__init__(scope, construct_id)
         if model_base_url and not re.fullmatch(r"https?://[^\s/]+\S*", model_base_url):
@@ -105,6 +114,7 @@ class ToolPipeline(Construct):
                 )
             app = found.module
         auth = ApiAuth.parse(api_auth)
+        user_lock = _requirements_lock(requirements, requirements_lock)
         approvers = parse_addresses(approval_emails)
         # Checked before anything is built: a bad value is one line, not a half-built tree.
         given_key = resolve_model_key(
@@ -129,7 +139,7 @@ class ToolPipeline(Construct):
             mcp_header_secrets=mcp_header_secrets,
             app=app,
             packages=packages,
-            requirements=requirements,
+            requirements_lock=user_lock,
             tracing=tracing,
         )
         self.run_flow = RunFlow(
@@ -139,7 +149,14 @@ class ToolPipeline(Construct):
         # Run events (infra/constructs/events.py): the bus, and the functions that publish to it.
         self.run_events = RunEvents(self, "RunEvents")
         self.run_events.grant_publish(*self.functions.all)
-        self.api = Api(self, "Api", handler=self.functions.api, auth=auth, throttle=api_throttle)
+        self.api = Api(
+            self,
+            "Api",
+            handler=self.functions.api,
+            auth=auth,
+            throttle=api_throttle,
+            cloud_watch_role=api_gateway_cloudwatch_role,
+        )
         # The orchestrator makes `ApprovalRequested`'s link under the API's URL. Built from the
         # API's id, not `rest_api.url` (its stage): the stage depends on the methods, they on the
         # API function, its role on the state machine and that on the orchestrator (a cycle).
@@ -189,3 +206,20 @@ class ToolPipeline(Construct):
     @property
     def rest_api(self) -> apigw.RestApi:
         return self.api.rest_api
+
+
+def _requirements_lock(requirements: Sequence[str], lock: str | os.PathLike[str] | None) -> Path | None:
+    """Your tools' lock file, checked before anything is built; a one-line error otherwise."""
+    if requirements:
+        raise ValueError(
+            "requirements=[...] is no longer taken: the layers install only locked, hashed files. "
+            "Lock yours for Lambda with `uv pip compile requirements.in --generate-hashes "
+            "--python-platform aarch64-manylinux2014 --python-version 3.14 --only-binary :all: "
+            "-o requirements.lock` and pass requirements_lock='requirements.lock' (README \"Dependencies\")"
+        )
+    if lock is None:
+        return None
+    path = Path(lock).resolve()
+    if not path.is_file():
+        raise ValueError(f"requirements_lock: {lock} is not a file")
+    return path

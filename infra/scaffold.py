@@ -6,10 +6,13 @@ as created. toolpipe's example project (examples/assistant) is one, with other a
 """
 
 import importlib.util
+import json
 import keyword
 import re
 import sys
 from pathlib import Path
+
+from toolpipe.infra.feature_flags import FEATURE_FLAGS
 
 _AGENTS = '''"""Your agents and their tools. Every `Agent` at this module's top level is registered
 under its name: `toolpipe run "..." --agent weather`."""
@@ -88,14 +91,13 @@ app = "{package}.agents"
 testpaths = ["tests"]
 """
 
-CDK_JSON = """{{
-  "app": "python cdk_app.py",
-  "context": {{
-    "model_name": "gpt-4o-mini",
-    "model_base_url": ""
-  }}
-}}
-"""
+
+def cdk_json() -> str:
+    """The project's cdk.json: its CDK app, and the CDK feature flags toolpipe's apps are built
+    with (infra/feature_flags.py; `build_app` applies them too), as `cdk init` would write them."""
+    context = {"model_name": "gpt-4o-mini", "model_base_url": "", **FEATURE_FLAGS}
+    return json.dumps({"app": "python cdk_app.py", "context": context}, indent=2) + "\n"
+
 
 CDK_APP = '''"""Your CDK app: `cdk deploy` from this folder deploys your agents on toolpipe's pipeline.
 
@@ -164,7 +166,6 @@ def toolpipe_source() -> str | None:
     """Where this toolpipe was installed from, as a URL pip can install from again: its source
     checkout, or what pip recorded (PEP 610). None when neither is known."""
     import importlib.metadata
-    import json
     import tomllib
 
     import toolpipe
@@ -212,7 +213,7 @@ def project_files(
     stack = "".join(part.capitalize() for part in package.split("_")) or "Agents"
     files = {
         "pyproject.toml": PYPROJECT.format(dist=dist, package=package, dependencies=_dependencies(source)),
-        "cdk.json": CDK_JSON.format(),
+        "cdk.json": cdk_json(),
         "cdk_app.py": CDK_APP.format(stack=stack, package=package),
         ".gitignore": GITIGNORE,
         "README.md": README.format(dist=dist, package=package),

@@ -2,6 +2,7 @@
 
 Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.json):
 `api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (api_key only),
+`api_gateway_cloudwatch_role` ("true": README "API Gateway's CloudWatch role"),
 `admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `approval_emails`
 (comma-separated addresses, emailed each call that waits for approval), `model_key_secret_arn` (a
 secret's complete ARN, or `none`), `model_key_kms_key_arn` and `tracing` ("false": the
@@ -10,6 +11,7 @@ functions neither trace nor load X-Ray; README "Cold start"). `model_name` and
 """
 
 import hashlib
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -36,9 +38,10 @@ class ToolpipeStack(Stack):
         app: str | None = None,
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
+        requirements_lock: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """`app`, `packages`, `requirements`: your agents' module and what it needs (as for
+        """`app`, `packages`, `requirements_lock`: your agents' module and what it needs (as for
         `ToolPipeline`); every other setting comes from CDK context."""
         super().__init__(scope, construct_id, **kwargs)
         # Set before any resource exists: logical ids are allocated (for cdk-nag's findings)
@@ -53,6 +56,7 @@ class ToolpipeStack(Stack):
             app=app,
             packages=packages,
             requirements=requirements,
+            requirements_lock=requirements_lock,
             **pipeline_settings(self.node),
         )
         p = self.pipeline
@@ -116,6 +120,10 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     kms_key = node.try_get_context("model_key_kms_key_arn")
     if kms_key:
         settings["model_key_kms_key_arn"] = str(kms_key).strip()
+    # `-c api_gateway_cloudwatch_role=true`: the region's API Gateway logging role, made here.
+    cloudwatch_role = node.try_get_context("api_gateway_cloudwatch_role")
+    if cloudwatch_role is not None:
+        settings["api_gateway_cloudwatch_role"] = _flag("api_gateway_cloudwatch_role", cloudwatch_role)
     tracing = node.try_get_context("tracing")
     if tracing is not None:
         settings["tracing"] = _flag("tracing", tracing)

@@ -68,7 +68,12 @@ class Api(Construct):
         handler: lambda_.IFunction,
         auth: ApiAuth = ApiAuth.IAM,
         throttle: Throttle | None = None,
+        cloud_watch_role: bool = False,
     ) -> None:
+        """`cloud_watch_role`: also create the role API Gateway writes logs with and set it as the
+        region's API Gateway account setting (`AWS::ApiGateway::Account`, one per account and
+        region: every stack that sets it overwrites the others'). Off by default; see README
+        "API Gateway's CloudWatch role"."""
         super().__init__(scope, construct_id)
         if throttle is not None and auth is not ApiAuth.API_KEY:
             # Refused rather than ignored: a deployer who set a throttle expects one.
@@ -81,7 +86,10 @@ class Api(Construct):
             self,
             "RunsApi",
             description="Start and inspect toolpipe runs",
-            cloud_watch_role=True,
+            # The stage's logs (execution logs at ERROR, access logs) need the region's account
+            # setting; a role made here is kept when the stack goes or it is turned off (CDK's
+            # default removal policy for it: RETAIN), so the setting keeps working.
+            cloud_watch_role=cloud_watch_role,
             deploy_options=apigw.StageOptions(
                 stage_name=STAGE_NAME,
                 # The approval page takes no IAM signature or key (the link's signature is the
@@ -116,7 +124,14 @@ class Api(Construct):
                 )
             ),
         )
-        self._routes(handler)
+        # One permission for the whole API (its execute-api ARN, every stage, method and path),
+        # not one per method and one more per method for the console's test invocations: those
+        # were 32 statements, ~14 KB of the function's 20 KB resource-policy limit, ~0.9 KB for
+        # each route added (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html).
+        # The API already decides who may call each method; the function trusts only this API.
+        # Routes added later (a plugin's) use `integration` too, and add no permission.
+        self.integration = apigw.LambdaIntegration(handler, scope_permission_to_method=False)
+        self._routes(self.integration)
         skip_checkov(
             self.rest_api.deployment_stage,
             "CKV_AWS_120",
@@ -134,11 +149,12 @@ class Api(Construct):
             id="AwsSolutions-APIG3",
             reason="WAF web ACLs are owned per organisation; associate yours with the v1 stage.",
         )
-        acknowledge(
-            self.rest_api,
-            id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
-            reason="API Gateway's account-level CloudWatch role uses the AWS managed push-to-logs policy.",
-        )
+        if cloud_watch_role:
+            acknowledge(
+                self.rest_api,
+                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
+                reason="API Gateway's account-level CloudWatch role uses the AWS managed push-to-logs policy.",
+            )
 
         # The API's base URL with its stage, from the API's id alone (no stage reference: the
         # orchestrator needs it, and a reference to the stage would be a dependency cycle).
@@ -170,7 +186,7 @@ class Api(Construct):
             "usage plan throttles it, and the key's id is the caller that owns its runs.",
         )
 
-    def _routes(self, handler: lambda_.IFunction) -> None:
+    def _routes(self, integration: apigw.Integration) -> None:
         api = self.rest_api
         run_request = api.add_model(
             "StartRunRequest",
@@ -209,7 +225,6 @@ class Api(Construct):
         validator = api.add_request_validator(
             "Validator", validate_request_body=True, validate_request_parameters=True
         )
-        integration = apigw.LambdaIntegration(handler)
         runs = api.root.add_resource("runs")
         runs.add_method(
             "POST",

@@ -1,8 +1,9 @@
 """The three Lambda functions (`infra/functions.py` names them) and exactly what each may do."""
 
 from collections.abc import Sequence
+from pathlib import Path
 
-from aws_cdk import Duration
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -49,7 +50,7 @@ class Functions(Construct):
         mcp_header_secrets: Sequence[str] = (),
         app: str,
         packages: Sequence[str] = (),
-        requirements: Sequence[str] = (),
+        requirements_lock: Path | None = None,
         tracing: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -63,7 +64,7 @@ class Functions(Construct):
         self.dependencies = lambda_.LayerVersion(
             self,
             "Dependencies",
-            code=bundling.deps_layer_code(requirements),
+            code=bundling.deps_layer_code(requirements_lock),
             compatible_runtimes=[bundling.RUNTIME],
             compatible_architectures=[bundling.ARCHITECTURE],
             description="aws-lambda-powertools, pydantic",
@@ -137,6 +138,11 @@ class Functions(Construct):
             generate_secret_string=secretsmanager.SecretStringGenerator(
                 password_length=64, exclude_punctuation=True, include_space=False
             ),
+            # Deleted with the stack, unlike the model key: generated here, it only signs links to
+            # this stack's API, which goes with it, and a stack made again makes its own; kept, it
+            # would be an orphan holding key material. Secrets Manager keeps a deleted secret
+            # recoverable for 30 days.
+            removal_policy=RemovalPolicy.DESTROY,
         )
         for fn in (self.orchestrator, self.api):
             self.approval_signing_key.grant_read(fn)

@@ -16,7 +16,7 @@ empty, or none at all (an endpoint that takes no key).
 
 import re
 
-from aws_cdk import Arn, ArnFormat, Token
+from aws_cdk import Arn, ArnFormat, RemovalPolicy, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
@@ -95,6 +95,10 @@ def create_empty_secret(scope: Construct, construct_id: str) -> secretsmanager.S
         construct_id,
         description="API key of the OpenAI-compatible model endpoint: put its value after deploying "
         "(aws secretsmanager put-secret-value --secret-id ARN --secret-string KEY).",
+        # Kept when the stack is deleted or the secret replaced, as the table and bucket are: it
+        # holds a key the deployer put, which nothing here could make again (CDK's default for a
+        # Secret is to delete it).
+        removal_policy=RemovalPolicy.RETAIN,
     )
     # CDK's Secret always asks CloudFormation to generate a value when none is given.
     resource = secret.node.default_child

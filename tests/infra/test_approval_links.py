@@ -4,6 +4,7 @@ orchestrator without a dependency cycle, the page's methods open to a link holde
 
 from typing import Any
 
+from tests.infra.policies import per_resource
 from toolpipe.infra.functions import API, ORCHESTRATOR, TOOL_WORKER
 
 
@@ -25,7 +26,7 @@ def test_the_signing_key_is_generated_and_read_only_by_the_orchestrator_and_the_
     assert generated["PasswordLength"] >= 32 and "SecretString" not in secret["Properties"]
     readers = set()
     for policy in template.find_resources("AWS::IAM::Policy").values():
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+        for statement in per_resource(policy["Properties"]["PolicyDocument"]["Statement"]):
             if statement["Resource"] == {"Ref": key}:
                 assert set(statement["Action"]) == {
                     "secretsmanager:GetSecretValue",

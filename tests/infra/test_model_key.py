@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.infra.policies import per_resource
 from toolpipe.infra.app import SKIP_BUNDLING
 from toolpipe.infra.functions import ORCHESTRATOR
 
@@ -69,7 +70,7 @@ def _statements(template: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     """Every IAM statement, anywhere in the template, with an action starting with `prefix`."""
     found = []
     for policy in _resources(template, "AWS::IAM::Policy").values():
-        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+        for statement in per_resource(policy["Properties"]["PolicyDocument"]["Statement"]):
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
             if any(a.startswith(prefix) for a in actions) and statement["Resource"] not in [
                 {"Ref": key} for key in _signing_keys(template)

@@ -107,6 +107,16 @@ def test_model_key_comes_from_secrets_manager_not_the_environment(template: Any)
     assert "OPENAI_API_KEY" not in env
 
 
+def test_the_model_key_is_retained_and_the_approval_signing_key_is_not(template: Any) -> None:
+    """The model key holds what the deployer put: kept, like the table and bucket. The signing key
+    was generated for this stack's links only: deleted with it (infra/constructs/functions.py)."""
+    secrets = template.find_resources("AWS::SecretsManager::Secret")
+    model_key = secrets["ModelApiKeyF7948A61"]
+    assert (model_key["DeletionPolicy"], model_key["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    [signing_key] = [s for name, s in secrets.items() if name.startswith("ApprovalSigningKey")]
+    assert (signing_key["DeletionPolicy"], signing_key["UpdateReplacePolicy"]) == ("Delete", "Delete")
+
+
 def test_rest_api_is_iam_authorized_with_validated_bodies(template: Any) -> None:
     template.resource_count_is("AWS::ApiGateway::RestApi", 1)
     methods = template.find_resources("AWS::ApiGateway::Method")

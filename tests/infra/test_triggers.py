@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
+from tests.infra.policies import per_resource
 from toolpipe.infra.constructs.triggers import TriggerSchedule
 
 SCHEDULES = [
@@ -58,12 +59,14 @@ def _bucket(template: Any) -> str:
 
 def _statements(template: Any, policy_prefix: str) -> list[dict[str, Any]]:
     policies = template.find_resources("AWS::IAM::Policy")
-    return [
-        s
-        for name, p in policies.items()
-        if name.startswith(policy_prefix)
-        for s in p["Properties"]["PolicyDocument"]["Statement"]
-    ]
+    return per_resource(
+        [
+            s
+            for name, p in policies.items()
+            if name.startswith(policy_prefix)
+            for s in p["Properties"]["PolicyDocument"]["Statement"]
+        ]
+    )
 
 
 def _actions(statement: dict[str, Any]) -> list[str]:
@@ -164,7 +167,7 @@ def test_grants_stop_at_the_prefixes(template: Any) -> None:
         for name, p in template.find_resources("AWS::IAM::Policy").items()
         # CDK's own handler, which sets the bucket's notification at deploy time.
         if "NotificationsHandler" not in name
-        for s in p["Properties"]["PolicyDocument"]["Statement"]
+        for s in per_resource(p["Properties"]["PolicyDocument"]["Statement"])
         if json.dumps([bucket, "Arn"]) in json.dumps(s)
     ]
     # Only these statements name the input bucket: no bucket-wide grant, no write on the inputs.

@@ -1,0 +1,161 @@
+"""What deploying the API touches beyond the API: the function's resource policy (one grant for
+the whole API) and the region's API Gateway account setting (left alone unless asked)."""
+
+import fnmatch
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolpipe.infra.functions import API
+
+# The `AWS::ApiGateway::Account` and its role, with the ids they had when the stack always made them.
+ACCOUNT_ID, ROLE_ID = "RunsApiAccount733A908A", "RunsApiCloudWatchRole87D72B23"
+PUSH_TO_LOGS = "AmazonAPIGatewayPushToCloudWatchLogs"
+
+
+@pytest.fixture(scope="module")
+def with_role(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """`cdk synth -c api_gateway_cloudwatch_role=true`, cdk-nag included: a finding raises."""
+    from aws_cdk.assertions import Template
+
+    from toolpipe.infra.app import build_app
+
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    app, _ = build_app(bundle=False, outdir=str(outdir), context={"api_gateway_cloudwatch_role": "true"})
+    yield Template.from_json(app.synth().get_stack_by_name("Toolpipe").template)
+
+
+def _api_function(template: Any) -> str:
+    [name] = template.find_resources("AWS::Lambda::Function", {"Properties": {"Handler": API.handler}})
+    return str(name)
+
+
+def _api_permissions(template: Any) -> dict[str, Any]:
+    function = _api_function(template)
+    return {
+        name: p["Properties"]
+        for name, p in template.find_resources("AWS::Lambda::Permission").items()
+        if p["Properties"]["FunctionName"] == {"Fn::GetAtt": [function, "Arn"]}
+        and p["Properties"]["Principal"] == "apigateway.amazonaws.com"
+    }
+
+
+def _source_arn(permission: dict[str, Any], api_id: str) -> str:
+    """The permission's `SourceArn` for an API whose id is `api_id`, in eu-west-1."""
+    values = {"AWS::Partition": "aws", "AWS::Region": "eu-west-1", "AWS::AccountId": "123456789012"}
+    parts = permission["SourceArn"]["Fn::Join"][1]
+    return "".join(
+        p if isinstance(p, str) else values.get(p["Ref"], api_id if "Ref" in p else "?") for p in parts
+    )
+
+
+def _method_paths(template: Any) -> list[tuple[str, str, str]]:
+    """Every method as (HTTP method, resource path, authorization type)."""
+    resources = template.find_resources("AWS::ApiGateway::Resource")
+
+    def path(parent: Any) -> str:
+        if "Ref" not in parent:  # the API's root resource
+            return ""
+        props = resources[parent["Ref"]]["Properties"]
+        return f"{path(props['ParentId'])}/{props['PathPart']}"
+
+    return [
+        (
+            m["Properties"]["HttpMethod"],
+            path(m["Properties"]["ResourceId"]) or "/",
+            m["Properties"]["AuthorizationType"],
+        )
+        for m in template.find_resources("AWS::ApiGateway::Method").values()
+    ]
+
+
+def test_api_gateway_may_invoke_the_api_function_through_one_permission(template: Any) -> None:
+    """One statement in the function's resource policy, whatever the number of routes (Lambda
+    caps the policy at 20 KB; one per method and one per test invocation were 32 statements)."""
+    [permission] = _api_permissions(template).values()
+    [api] = template.find_resources("AWS::ApiGateway::RestApi")
+    assert permission["Action"] == "lambda:InvokeFunction"
+    assert permission["SourceArn"]["Fn::Join"][1][-2:] == [{"Ref": api}, "/*/*/*"]
+    # Lambda matches SourceArn with ArnLike: `*` spans `/`. Every method, on stage v1 and in the
+    # console's test invocations, the approval page's (no IAM, no key) among them.
+    allowed = _source_arn(permission, "a1b2c3d4e5")
+    methods = _method_paths(template)
+    assert {(m, p) for m, p, auth in methods if auth == "NONE"} == {
+        (method, "/approvals/{approval_id}/page") for method in ("GET", "HEAD", "POST")
+    }
+    for method, path, _ in methods:
+        for stage in ("v1", "test-invoke-stage"):
+            arn = f"arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/{stage}/{method}{path}"
+            assert fnmatch.fnmatchcase(arn, allowed), (arn, allowed)
+    assert not fnmatch.fnmatchcase("arn:aws:execute-api:eu-west-1:123456789012:another/v1/GET/runs", allowed)
+    # Every method reaches the function as a proxy integration.
+    for method in template.find_resources("AWS::ApiGateway::Method").values():
+        integration = method["Properties"]["Integration"]
+        assert integration["Type"] == "AWS_PROXY" and integration["IntegrationHttpMethod"] == "POST"
+        assert {"Fn::GetAtt": [_api_function(template), "Arn"]} in integration["Uri"]["Fn::Join"][1]
+
+
+def test_routes_added_to_the_api_add_no_permission(tmp_path: Path) -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_lambda as lambda_
+    from aws_cdk.assertions import Template
+
+    from toolpipe.infra.constructs.api import Api
+
+    stack = Stack(App(outdir=str(tmp_path)), "Routes")
+    handler = lambda_.Function(
+        stack,
+        "Handler",
+        runtime=lambda_.Runtime.PYTHON_3_13,
+        handler="index.handler",
+        code=lambda_.Code.from_inline("def handler(event, context): pass"),
+    )
+    api = Api(stack, "Api", handler=handler)
+    extra = api.rest_api.root.add_resource("extra")
+    for method in ("GET", "PUT", "DELETE"):
+        extra.add_method(method, api.integration)
+    template = Template.from_stack(stack)
+    assert len(template.find_resources("AWS::ApiGateway::Method")) == 19
+    template.resource_count_is("AWS::Lambda::Permission", 1)
+
+
+def test_the_api_leaves_the_regions_api_gateway_account_setting_alone(template: Any) -> None:
+    """No `AWS::ApiGateway::Account` (one per account and region: the stacks that set it fight
+    over it) and no role for it; the stage still logs errors and access, which need the setting."""
+    template.resource_count_is("AWS::ApiGateway::Account", 0)
+    for role in template.find_resources("AWS::IAM::Role").values():
+        assert PUSH_TO_LOGS not in str(role["Properties"].get("ManagedPolicyArns"))
+    [stage] = template.find_resources("AWS::ApiGateway::Stage").values()
+    assert stage["Properties"]["MethodSettings"] == [
+        {
+            "DataTraceEnabled": False,
+            "HttpMethod": "*",
+            "LoggingLevel": "ERROR",
+            "ResourcePath": "/*",
+        },
+        *stage["Properties"]["MethodSettings"][1:],  # the approval page's throttles
+    ]
+    assert "DestinationArn" in stage["Properties"]["AccessLogSetting"]
+    assert "DependsOn" not in stage
+
+
+def test_the_account_setting_is_made_when_asked_with_the_ids_it_had(with_role: Any) -> None:
+    resources = with_role.to_json()["Resources"]
+    account, role = resources[ACCOUNT_ID], resources[ROLE_ID]
+    assert account["Type"] == "AWS::ApiGateway::Account"
+    assert account["Properties"]["CloudWatchRoleArn"] == {"Fn::GetAtt": [ROLE_ID, "Arn"]}
+    assert PUSH_TO_LOGS in str(role["Properties"]["ManagedPolicyArns"])
+    # Kept when the stack goes or the option is turned off: the setting keeps working for the
+    # region's other APIs.
+    assert account["DeletionPolicy"] == role["DeletionPolicy"] == "Retain"
+    [stage] = with_role.find_resources("AWS::ApiGateway::Stage").values()
+    assert stage["DependsOn"] == [ACCOUNT_ID]
+
+
+def test_a_bad_account_setting_value_is_one_line(tmp_path: Path) -> None:
+    from toolpipe.infra.app import build_app
+
+    with pytest.raises(ValueError, match="api_gateway_cloudwatch_role must be true or false, not 'yes'"):
+        build_app(bundle=False, outdir=str(tmp_path), context={"api_gateway_cloudwatch_role": "yes"})
