@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from toolpipe.infra import asl_rules
+from toolpipe.infra.intrinsics import IntrinsicError, Resolver
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_BIN = ROOT / "node_modules" / ".bin"
@@ -41,13 +42,7 @@ STATE_MACHINE = "AWS::StepFunctions::StateMachine"
 # Stand-ins for what CloudFormation resolves at deploy time: well-formed, so the validator
 # checks a `Resource` ARN or a `QueueUrl` as it would check the real one.
 REGION, ACCOUNT, PARTITION = "us-east-1", "123456789012", "aws"
-PSEUDO = {
-    "AWS::Partition": PARTITION,
-    "AWS::Region": REGION,
-    "AWS::AccountId": ACCOUNT,
-    "AWS::URLSuffix": "amazonaws.com",
-    "AWS::StackName": "Toolpipe",
-}
+STACK_NAME = "Toolpipe"
 
 
 @dataclass(frozen=True)
@@ -90,19 +85,18 @@ def definitions(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _render(value: Any, resources: dict[str, Any]) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and len(value) == 1:
-        ((function, argument),) = value.items()
-        if function == "Fn::Join":
-            separator, parts = argument
-            return str(separator).join(_render(part, resources) for part in parts)
-        if function == "Ref":
-            return _ref(str(argument), resources)
-        if function == "Fn::GetAtt":
-            logical_id, attribute = argument if isinstance(argument, list) else str(argument).split(".", 1)
-            return _get_att(logical_id, attribute, resources)
-    raise TemplateError(f"cannot render {json.dumps(value)[:80]} in a state machine definition")
+    """A definition's text, every reference in it replaced by its stand-in."""
+    refs = {logical_id: _ref(logical_id, resources) for logical_id in resources}
+    attributes = {
+        (logical_id, attribute): _get_att(logical_id, attribute, resources)
+        for logical_id in resources
+        for attribute in ("Arn", "QueueUrl", "Name")
+    }
+    resolver = Resolver(refs, attributes, region=REGION, account=ACCOUNT, stack_name=STACK_NAME)
+    try:
+        return str(resolver.resolve(value))
+    except IntrinsicError as e:
+        raise TemplateError(f"{e} in a state machine definition") from e
 
 
 def _type(logical_id: str, resources: dict[str, Any]) -> str:
@@ -112,8 +106,6 @@ def _type(logical_id: str, resources: dict[str, Any]) -> str:
 
 
 def _ref(logical_id: str, resources: dict[str, Any]) -> str:
-    if logical_id in PSEUDO:
-        return PSEUDO[logical_id]
     kind = _type(logical_id, resources)
     if kind == "AWS::SQS::Queue":
         return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{logical_id}"

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from toolpipe.infra.functions import FunctionSpec
+from toolpipe.infra.intrinsics import Resolver
 from toolpipe.infra.local import iam
 from toolpipe.infra.local.isolation import FunctionContext
-from toolpipe.infra.local.template import Resolver, Template, TemplateError
+from toolpipe.infra.local.template import Template, TemplateError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient

@@ -17,7 +17,7 @@ checks each AWS call a function makes against its role's policies (`infra/local/
 import json
 import os
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -139,63 +139,6 @@ def load(path: Path = PACKAGED) -> Template:
     if not isinstance(data, dict) or not isinstance(data.get("Resources"), dict):
         raise TemplateError(f"{path} is not a CloudFormation template (no Resources)")
     return Template(resources=data["Resources"], outputs=data.get("Outputs", {}), path=path)
-
-
-class Resolver:
-    """CloudFormation's intrinsic functions, as far as toolpipe's template uses them, against
-    the local resources: `refs` (logical id -> what `Ref` gives) and `attributes` ((logical id,
-    attribute) -> what `Fn::GetAtt` gives)."""
-
-    def __init__(
-        self,
-        refs: Mapping[str, str],
-        attributes: Mapping[tuple[str, str], str],
-        *,
-        region: str,
-        account: str,
-        substitutions: Mapping[str, str] | None = None,
-    ) -> None:
-        self._refs = {
-            "AWS::Partition": "aws",
-            "AWS::Region": region,
-            "AWS::AccountId": account,
-            "AWS::URLSuffix": "amazonaws.com",
-            "AWS::StackName": "toolpipe-local",
-            **refs,
-        }
-        self._attributes = attributes
-        self._substitutions = substitutions or {}
-        self._functions: dict[str, Callable[[Any], Any]] = {
-            "Ref": self._ref,
-            "Fn::GetAtt": self._get_att,
-            "Fn::Join": lambda args: str(self.resolve(args[0])).join(str(self.resolve(v)) for v in args[1]),
-            "Fn::Select": lambda args: self.resolve(args[1])[int(self.resolve(args[0]))],
-            "Fn::Split": lambda args: str(self.resolve(args[1])).split(str(self.resolve(args[0]))),
-        }
-
-    def resolve(self, value: Any) -> Any:
-        if isinstance(value, dict):
-            if len(value) == 1:
-                ((name, args),) = value.items()
-                if name in self._functions:
-                    return self._functions[name](args)
-            return {k: self.resolve(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.resolve(v) for v in value]
-        return value
-
-    def _ref(self, name: str) -> str:
-        try:
-            return self._refs[name]
-        except KeyError:
-            raise TemplateError(f"the local runtime has no resource for Ref {name}") from None
-
-    def _get_att(self, args: list[str] | str) -> str:
-        name, attribute = args.split(".", 1) if isinstance(args, str) else args
-        try:
-            return self._attributes[(name, attribute)]
-        except KeyError:
-            raise TemplateError(f"the local runtime has no attribute {name}.{attribute}") from None
 
 
 def generate(path: Path = PACKAGED) -> None:
