@@ -127,24 +127,22 @@ class Deployment:
         environment.update(local)
         for name in LOCAL_REMOVALS.get(spec.name, ()):
             environment.pop(name, None)
-        role = props["Role"]["Fn::GetAtt"][0]
-        policy = iam.Policy(
-            role_arn=self.role_arns[role],
-            documents=tuple(self.resolve(self.template.role_policies(role))),
-            state_machine_arn=self.state_machine_arn,
-        )
+        policy = self.role_policy(props["Role"]["Fn::GetAtt"][0])
         return FunctionContext(name=spec.name, environment=environment, policy=policy, owned=owned)
 
     def state_machine_context(self) -> FunctionContext:
         """The state machine's role: what its tasks may call (invoke, send to the queue)."""
         _, machine = self.template.one("AWS::StepFunctions::StateMachine")
-        role = machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]
-        policy = iam.Policy(
+        policy = self.role_policy(machine["Properties"]["RoleArn"]["Fn::GetAtt"][0])
+        return FunctionContext(name="state-machine", environment={}, policy=policy)
+
+    def role_policy(self, role: str) -> iam.Policy:
+        """A role of the template (by logical id) with its policies, resolved to local ARNs."""
+        return iam.Policy(
             role_arn=self.role_arns[role],
             documents=tuple(self.resolve(self.template.role_policies(role))),
             state_machine_arn=self.state_machine_arn,
         )
-        return FunctionContext(name="state-machine", environment={}, policy=policy)
 
     def owned_names(self) -> frozenset[str]:
         """Every name some function's environment sets here: each function answers these alone."""
