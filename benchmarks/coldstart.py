@@ -169,7 +169,6 @@ def code_asset_bytes() -> int:
 
 def layer_bytes(name: str) -> int:
     """One layer as the stack builds it, installed once into the cache (pip needs PyPI)."""
-    os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
     from toolpipe.infra.bundling import LAYERS, install_layer, layer_hash  # imports aws_cdk: only here
 
     layer = LAYERS[name]
@@ -190,7 +189,6 @@ def layer_bytes(name: str) -> int:
 
 def runtime_provided() -> list[str]:
     """What the Lambda runtime provides and the layers leave out (boto3 and what it needs)."""
-    os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
     from toolpipe.infra.bundling import RUNTIME_PROVIDED  # imports aws_cdk: only here
 
     return RUNTIME_PROVIDED
