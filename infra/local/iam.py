@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from botocore.client import BaseClient
 from botocore.exceptions import ClientError
-from botocore.handlers import BUILTIN_HANDLERS
 from moto.iam.access_control import IAMPolicy, PermissionResult
 
 REGION = "us-east-1"
@@ -74,7 +74,10 @@ def _arn(service: str, resource: str) -> str:
 
 
 def _queue_arn(url: str) -> str:
-    return _arn("sqs", urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1])
+    # https://sqs.REGION.amazonaws.com/ACCOUNT/NAME: the account is the URL's, not assumed ours.
+    parts = urlsplit(url).path.strip("/").split("/")
+    account, name = (parts[-2], parts[-1]) if len(parts) >= 2 else (ACCOUNT, parts[-1])
+    return f"arn:aws:sqs:{REGION}:{account}:{name}"
 
 
 def _table(name: str, index: str | None = None) -> str:
@@ -133,7 +136,7 @@ def requests(service: str, operation: str, params: dict[str, Any], policy: Polic
         bucket = params.get("Bucket")
         if bucket is None:
             return [(action, "*")]
-        if operation == "CopyObject":
+        if operation in ("CopyObject", "UploadPartCopy"):
             source = params["CopySource"]
             source = source if isinstance(source, str) else f"{source['Bucket']}/{source['Key']}"
             return [
@@ -176,7 +179,8 @@ def requests(service: str, operation: str, params: dict[str, Any], policy: Polic
             )
         ]
     if service == "ses" and operation in ("SendEmail", "SendRawEmail"):
-        source = str(params.get("Source", ""))
+        # SES v1 names the sender `Source`, v2 `FromEmailAddress`; both authorize its identity.
+        source = str(params.get("Source") or params.get("FromEmailAddress") or "")
         identity = source.rsplit("<", 1)[-1].rstrip(">").strip()
         return [(action, _arn("ses", f"identity/{identity}"))]
     if service == "lambda" and "FunctionName" in params:
@@ -206,28 +210,29 @@ def authorize(policy: Policy, service: str, operation: str, params: dict[str, An
 
 
 def _signing_service(model: Any) -> str:
-    metadata = model.service_model.metadata
+    metadata = model.metadata
     return str(metadata.get("signingName") or metadata["endpointPrefix"])
-
-
-def _before_parameter_build(params: dict[str, Any], model: Any, **_: Any) -> None:
-    from toolpipe.infra.local.isolation import current
-
-    context = current()
-    if context is not None:
-        authorize(context.policy, _signing_service(model), model.name, params)
 
 
 _lock = threading.Lock()
 _installed = False
-_HANDLER = ("before-parameter-build", _before_parameter_build)
+_make_api_call = BaseClient._make_api_call  # type: ignore[attr-defined]
+
+
+def _make_api_call_as_caller(self: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
+    from toolpipe.infra.local.isolation import current
+
+    context = current()
+    if context is not None:
+        authorize(context.policy, _signing_service(self.meta.service_model), operation_name, api_params)
+    return _make_api_call(self, operation_name, api_params)
 
 
 def install() -> None:
-    """Authorize the calls of every botocore client created from now on (clients take the
-    built-in handlers when their session is made: moto makes a new default session at start)."""
+    """Authorize every botocore client's calls, whatever session made it and when (a presigned
+    URL is not a call: AWS never refuses to make one, only the request it signs)."""
     global _installed
     with _lock:
         if not _installed:
-            BUILTIN_HANDLERS.append(_HANDLER)
+            BaseClient._make_api_call = _make_api_call_as_caller  # type: ignore[attr-defined]
             _installed = True

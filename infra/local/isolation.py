@@ -65,21 +65,26 @@ class FunctionEnviron(MutableMapping[str, str]):
         self.process = process
 
     def _own(self, name: str) -> dict[str, str] | None:
+        """The environment that answers `name` for the running function, or None for the
+        process's: its own for what it set or the template set, the process's for the rest."""
         context = _current.get()
-        if context is None or name not in context.owned:
+        if context is None:
             return None
         if name in context.passthrough and name in self.process:
             return None
-        return context.environment
+        if name in context.environment or name in context.owned:
+            return context.environment
+        return None
 
     def __getitem__(self, name: str) -> str:
         own = self._own(name)
         return own[name] if own is not None else self.process[name]
 
     def __setitem__(self, name: str, value: str) -> None:
-        own = self._own(name)
-        if own is not None:
-            own[name] = value
+        # A function's writes are its own, as on Lambda, where each runs in a sandbox of its own.
+        context = _current.get()
+        if context is not None:
+            context.environment[name] = value
         else:
             self.process[name] = value
 
@@ -95,7 +100,9 @@ class FunctionEnviron(MutableMapping[str, str]):
         if context is None:
             yield from self.process
             return
-        yield from (name for name in self.process if name not in context.owned)
+        yield from (
+            name for name in self.process if name not in context.owned and name not in context.environment
+        )
         yield from context.environment
 
     def __len__(self) -> int:

@@ -156,6 +156,12 @@ class LocalRuntime:
         except BaseException:  # a template it cannot run: nothing is left installed
             self._undo_start()
             raise
+        # The developer's model key is the orchestrator's alone now: out of the process's
+        # environment (the C-level one too), so no tool reads it, nor a process a tool starts.
+        for name in deployment.PRIVATE:
+            if name in os.environ and name != "OPENAI_BASE_URL":
+                self._saved_env.setdefault(name, os.environ.get(name))
+                del os.environ[name]
         execution_events.subscribe(self.state_machine_arn, self._execution_status_changed)
         self._cold_start()
         if self._state_dir is not None:
@@ -309,6 +315,8 @@ class LocalRuntime:
                     environment[APP_PATH_ENV] = app.path
             else:
                 environment.pop(APP_ENV, None)  # the handlers look for the project's pyproject.toml
+            if spec is ORCHESTRATOR and os.environ.get("OPENAI_API_KEY"):
+                environment["OPENAI_API_KEY"] = os.environ["OPENAI_API_KEY"]
             for name, value in self._extra_env.items():
                 anywhere = any(name in names for names in templated.values())
                 model_setting = name in deployment.PRIVATE

@@ -199,3 +199,63 @@ def _run_both(pipeline: Pipeline, arn: str) -> dict[str, Any]:
         Reply(content="done"),
     )
     return pipeline.finish(pipeline.start("steal the key", agent=ROLE_AGENT.name))
+
+
+# --- found by an adversarial probe ---------------------------------------------------------------
+
+EARLY_SESSION = boto3.Session(region_name=REGION)  # made before any runtime, at import
+
+
+def test_a_session_made_before_the_runtime_is_checked_too(runtime: LocalRuntime) -> None:
+    client = EARLY_SESSION.client("secretsmanager")
+    _refused(runtime, "tool_worker", lambda: client.get_secret_value(SecretId=runtime.signing_key_arn))
+
+
+def test_the_model_key_reaches_no_process_a_tool_starts_and_writes_stay_the_functions_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-developers")
+    with LocalRuntime(workers=0) as rt:
+        assert b"OPENAI_API_KEY" not in os.environb
+        shell = _as(
+            rt,
+            "tool_worker",
+            lambda: (
+                subprocess.run(
+                    ["sh", "-c", "echo ${OPENAI_API_KEY:-none}"], capture_output=True, text=True
+                ).stdout
+            ),
+        )
+        assert shell.strip() == "none"
+        assert _as(rt, "orchestrator", lambda: os.environ["OPENAI_API_KEY"]) == "sk-the-developers"
+        _as(rt, "tool_worker", lambda: os.environ.__setitem__("HTTPS_PROXY", "http://mallory:8080"))
+        assert _as(rt, "orchestrator", lambda: os.environ.get("HTTPS_PROXY")) is None
+        assert _as(rt, "tool_worker", lambda: os.environ.get("HTTPS_PROXY")) == "http://mallory:8080"
+    assert os.environ["OPENAI_API_KEY"] == "sk-the-developers"  # the developer's again
+
+
+def test_copies_within_the_runs_prefix_are_allowed_and_presigning_is_never_refused(
+    runtime: LocalRuntime,
+) -> None:
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.put_object(Bucket="toolpipe-local-contents", Key="runs/a", Body=b"x" * 10)
+    upload = s3.create_multipart_upload(Bucket="toolpipe-local-contents", Key="runs/b")["UploadId"]
+    part = {"Bucket": "toolpipe-local-contents", "Key": "runs/b", "UploadId": upload, "PartNumber": 1}
+    _as(
+        runtime,
+        "tool_worker",
+        lambda: s3.upload_part_copy(CopySource="toolpipe-local-contents/runs/a", **part),
+    )
+    _refused(
+        runtime,
+        "tool_worker",
+        lambda: s3.upload_part_copy(CopySource="toolpipe-local-contents/secret", **part),
+    )
+    # AWS never refuses to sign a URL; the request it signs is what is authorized.
+    assert _as(
+        runtime,
+        "tool_worker",
+        lambda: s3.generate_presigned_url("get_object", Params={"Bucket": "x", "Key": "y"}),
+    )
