@@ -103,6 +103,11 @@ class Deployment:
     trigger_prefix: str | None = None
     function_arns: dict[str, str] = field(default_factory=dict)
     role_arns: dict[str, str] = field(default_factory=dict)
+    # The event patterns of the template's enabled rules (the runtime applies them itself).
+    enabled_rules: list[dict[str, Any]] = field(default_factory=list)
+
+    def rule_enabled(self, pattern: dict[str, Any]) -> bool:
+        return pattern in self.enabled_rules
 
     def resolver(self) -> Resolver:
         return Resolver(self.refs, self.attributes, region=REGION, account=ACCOUNT)
@@ -128,7 +133,14 @@ class Deployment:
         for name in LOCAL_REMOVALS.get(spec.name, ()):
             environment.pop(name, None)
         policy = self.role_policy(props["Role"]["Fn::GetAtt"][0])
-        return FunctionContext(name=spec.name, environment=environment, policy=policy, owned=owned)
+        return FunctionContext(
+            name=spec.name,
+            environment=environment,
+            policy=policy,
+            owned=owned,
+            timeout_seconds=int(props.get("Timeout", 3)),
+            memory_mb=int(props.get("MemorySize", 128)),
+        )
 
     def state_machine_context(self) -> FunctionContext:
         """The state machine's role: what its tasks may call (invoke, send to the queue)."""
@@ -287,6 +299,11 @@ def deploy(
     d.refs[machine_id] = d.state_machine_arn
     d.attributes[(machine_id, "Name")] = d.state_machine_arn.rsplit(":", 1)[-1]
 
+    d.enabled_rules = [
+        d.resolve(rule["Properties"]["EventPattern"])
+        for rule in template.of_type("AWS::Events::Rule").values()
+        if rule["Properties"].get("State", "ENABLED") == "ENABLED" and "EventPattern" in rule["Properties"]
+    ]
     for _, notification in template.of_type("Custom::S3BucketNotifications").items():
         for config in notification["Properties"]["NotificationConfiguration"].get(
             "LambdaFunctionConfigurations", []

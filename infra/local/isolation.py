@@ -38,6 +38,9 @@ class FunctionContext:
     # Local settings read from the process when it sets them (the CLI sets some after start:
     # the scripted model's URL, the local server's link base), else from `environment`.
     passthrough: frozenset[str] = field(default_factory=frozenset)
+    # The function's timeout and memory, as the template sets them (0: not a function).
+    timeout_seconds: int = 0
+    memory_mb: int = 0
 
 
 _current: contextvars.ContextVar[FunctionContext | None] = contextvars.ContextVar(

@@ -82,8 +82,15 @@ def call_handler(handler_path: str, event: Any, context: LocalContext) -> Any:
 
 
 def call_function(spec: FunctionSpec, event: Any) -> Any:
-    """Invoke one of the stack's functions in-process, as Lambda would: its handler, a fresh context."""
-    return call_handler(spec.handler, event, LocalContext.of(spec))
+    """Invoke one of the stack's functions in-process, as Lambda would: its handler, a fresh
+    context with the timeout and memory the runtime's template gives it."""
+    function = _functions.get(spec.name)
+    context = (
+        LocalContext(spec.name, function.timeout_seconds, function.memory_mb)
+        if function is not None
+        else LocalContext.of(spec)
+    )
+    return call_handler(spec.handler, event, context)
 
 
 def _invoke_in_process(self: LambdaFunction, event: Any = None) -> tuple[str, bool, str]:

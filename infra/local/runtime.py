@@ -162,12 +162,17 @@ class LocalRuntime:
             if name in os.environ and name != "OPENAI_BASE_URL":
                 self._saved_env.setdefault(name, os.environ.get(name))
                 del os.environ[name]
-        execution_events.subscribe(self.state_machine_arn, self._execution_status_changed)
+        if self.deployment.rule_enabled(execution_ended_pattern(self.state_machine_arn)):
+            execution_events.subscribe(self.state_machine_arn, self._execution_status_changed)
         self._cold_start()
         if self._state_dir is not None:
             self._load_state(self._state_dir)
         self.workers = WorkerPool(
-            self.sqs, self.queue_url, self.queue_arn, self._worker_count, TOOL_WORKER.timeout_seconds
+            self.sqs,
+            self.queue_url,
+            self.queue_arn,
+            self._worker_count,
+            self.functions[TOOL_WORKER.name].timeout_seconds,
         )
         self.workers.start()
         triggers.notify_on_input_prefix(self.s3, self._triggers_arn, self.trigger_bucket, self.trigger_prefix)
@@ -176,7 +181,7 @@ class LocalRuntime:
             self.trigger_queue_url,
             self.trigger_queue_arn,
             1,
-            triggers.TRIGGERS_TIMEOUT_SECONDS,
+            self.functions[TRIGGERS.name].timeout_seconds if TRIGGERS.name in self.functions else 60,
             handler=triggers.HANDLER,
         )
         serial.add_listener(self._on_put_events)
@@ -276,9 +281,9 @@ class LocalRuntime:
         # SES sends only from a verified identity, in moto as on AWS.
         self.ses = boto3.client("ses", region_name=REGION)
         self.ses.verify_email_identity(EmailAddress=os.environ["TOOLPIPE_EMAIL_SENDER"])
-        # RunRequested on the bus starts runs (infra/local/triggers.py).
+        # RunRequested on the bus starts runs (infra/local/triggers.py), while its rule is on.
         self.trigger_queue_url, self.trigger_queue_arn = triggers.create_event_trigger(
-            self.events, self.sqs, self.event_bus_name
+            self.events, self.sqs, self.event_bus_name, enabled=d.rule_enabled(triggers.RUN_REQUESTED_PATTERN)
         )
 
     def _function_contexts(self, d: deployment.Deployment) -> dict[str, isolation.FunctionContext]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from moto.s3 import notifications
 
 from toolpipe.infra.functions import TRIGGERS
-from toolpipe.infra.local.lambdas import LocalContext, call_handler
+from toolpipe.infra.local.lambdas import LocalContext, call_function
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
@@ -84,11 +84,7 @@ def sqs_to_triggers(event: dict[str, Any], context: LocalContext) -> dict[str, A
     failures = []
     for record in event["Records"]:
         try:
-            call_handler(
-                TRIGGERS_HANDLER,
-                json.loads(record["body"]),
-                LocalContext(function_name="triggers", timeout_seconds=TRIGGERS_TIMEOUT_SECONDS),
-            )
+            call_function(TRIGGERS, json.loads(record["body"]))
         except Exception:
             failures.append({"itemIdentifier": record["messageId"]})
     return {"batchItemFailures": failures}
@@ -134,15 +130,18 @@ def put_quietly(s3: "S3Client", key: str, body: bytes) -> dict[str, Any]:
     return described
 
 
-def create_event_trigger(events: "EventBridgeClient", sqs: "SQSClient", bus: str) -> tuple[str, str]:
-    """The RunRequested rule on the runtime's bus and the queue standing in for the rule's
-    Lambda target: (queue URL, queue ARN)."""
+def create_event_trigger(
+    events: "EventBridgeClient", sqs: "SQSClient", bus: str, *, enabled: bool = True
+) -> tuple[str, str]:
+    """The RunRequested rule on the runtime's bus (disabled, as the template may say) and the
+    queue standing in for the rule's Lambda target: (queue URL, queue ARN)."""
     url = sqs.create_queue(QueueName="toolpipe-local-trigger-events")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     events.put_rule(
         Name="toolpipe-local-run-requested",
         EventBusName=bus,
         EventPattern=json.dumps(RUN_REQUESTED_PATTERN),
+        State="ENABLED" if enabled else "DISABLED",
     )
     events.put_targets(
         Rule="toolpipe-local-run-requested", EventBusName=bus, Targets=[{"Id": "triggers", "Arn": arn}]

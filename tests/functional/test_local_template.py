@@ -148,11 +148,22 @@ def test_a_template_that_says_otherwise_changes_what_runs(tmp_path: Path) -> Non
             policy["Properties"]["PolicyDocument"]["Statement"] = [
                 s for s in statements if "dynamodb:GetItem" not in json.dumps(s)
             ]
+    worker["Properties"]["Timeout"] = 7
+    for rule in data["Resources"].values():
+        if rule["Type"] == "AWS::Events::Rule":
+            rule["Properties"]["State"] = "DISABLED"
     changed = tmp_path / "changed.template.json"
     changed.write_text(json.dumps(data))
     load.cache_clear()
     with LocalRuntime(workers=0, template_path=changed) as rt:
         assert rt.functions["tool_worker"].environment["TOOLPIPE_HEARTBEAT_EVERY"] == "7"
+        # The worker's invocations get the template's timeout; rules it disables are not applied.
+        assert rt.functions["tool_worker"].timeout_seconds == 7 and rt.workers is not None
+        assert rt.workers._timeout == 7
+        events = boto3.client("events", region_name=REGION)
+        rule = events.describe_rule(Name="toolpipe-local-run-requested", EventBusName=rt.event_bus_name)
+        assert rule["State"] == "DISABLED"
+        assert not rt.deployment.rule_enabled(execution_ended_pattern(rt.state_machine_arn))
         attributes = boto3.client("sqs", region_name=REGION).get_queue_attributes(
             QueueUrl=rt.queue_url, AttributeNames=["VisibilityTimeout"]
         )
