@@ -8,7 +8,10 @@ itself; but it passes a Map processor's state whose `Next` names a state outside
 (AWS: MISSING_TRANSITION_TARGET), and states that only transition among themselves with no path
 from `StartAt`. It refuses names over 80 characters as "/States ... must NOT have additional
 properties", naming neither the state nor the limit. So the rules below overlap it on names
-(the gate's one-line reason then names the state) and add the two it misses.
+(the gate's one-line reason then names the state) and add the two it misses. It also passes
+fields the spec forbids, which the rules on a state's own fields check: `States.ALL` not alone
+or not in the last retrier or catcher, a `BackoffRate` under 1.0, `HeartbeatSeconds` not under
+`TimeoutSeconds`, a Choice state with `End` or `Next`, and `Next` inside `And`/`Or`/`Not`.
 
 The rules are the States Language's (https://states-language.net/spec.html: state names unique
 in the whole state machine, at most 80 Unicode characters; a Map's or Parallel's states form a
@@ -48,7 +51,42 @@ def problems(definition: dict[str, Any]) -> list[str]:
                     f"state name {name[:40]!r}… in {scope.path} has {len(name)} characters (1 to {MAX_NAME_LENGTH})"
                 )
         found.extend(_transition_problems(scope))
+        for name, state in scope.states.items():
+            if isinstance(state, dict):
+                found.extend(f"state {name!r} in {scope.path}: {p}" for p in _field_problems(state))
     return found
+
+
+def _field_problems(state: dict[str, Any]) -> Iterator[str]:
+    """The spec's rules on one state's fields that asl-validator 4.0 passes (each tried)."""
+    for field in ("Retry", "Catch"):
+        handlers = [h for h in state.get(field) or [] if isinstance(h, dict)]
+        for i, handler in enumerate(handlers):
+            errors = handler.get("ErrorEquals") or []
+            # "States.ALL ... MUST appear alone in its ErrorEquals array and MUST appear in the
+            # last Retrier/Catcher" (the spec's Error names).
+            if "States.ALL" in errors and (len(errors) > 1 or i < len(handlers) - 1):
+                yield f"States.ALL must be alone in the last of its {field} (at {i})"
+            rate = handler.get("BackoffRate")
+            if field == "Retry" and isinstance(rate, int | float) and rate < 1.0:
+                yield f"BackoffRate {rate} is below 1.0"
+    timeout, heartbeat = state.get("TimeoutSeconds"), state.get("HeartbeatSeconds")
+    if isinstance(timeout, int) and isinstance(heartbeat, int) and heartbeat >= timeout:
+        yield f"HeartbeatSeconds {heartbeat} must be smaller than TimeoutSeconds {timeout}"
+    if state.get("Type") == "Choice":
+        if "End" in state or "Next" in state:
+            yield "a Choice state cannot end the execution or name Next (its rules and Default do)"
+        for rule in state.get("Choices") or []:
+            if isinstance(rule, dict) and any(_nested_next(rule.get(k)) for k in ("And", "Or", "Not")):
+                yield "a rule inside And, Or or Not cannot name Next (only a top-level rule does)"
+
+
+def _nested_next(rules: Any) -> bool:
+    nested = rules if isinstance(rules, list) else [rules]
+    return any(
+        isinstance(r, dict) and ("Next" in r or any(_nested_next(r.get(k)) for k in ("And", "Or", "Not")))
+        for r in nested
+    )
 
 
 def scopes(definition: dict[str, Any], path: str = "States") -> Iterator[Scope]:

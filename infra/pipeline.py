@@ -222,4 +222,15 @@ def _requirements_lock(requirements: Sequence[str], lock: str | os.PathLike[str]
     path = Path(lock).resolve()
     if not path.is_file():
         raise ValueError(f"requirements_lock: {lock} is not a file")
+    # The layer's asset hash is the lock's own bytes: a file it pulls in (`-r`, `-c`) or an
+    # option that changes what pip builds would change the layer and not its hash, and the
+    # deployed layer would stay as it was.
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip().startswith(
+            ("-r", "-c", "--requirement", "--constraint", "--no-binary", "-e", "--editable")
+        ):
+            raise ValueError(
+                f"requirements_lock: {lock}, line {number}: {line.strip()[:60]!r} is not taken; "
+                "a lock must pin every package itself, each with its hashes"
+            )
     return path

@@ -130,3 +130,8 @@ def test_unlocked_requirements_and_a_missing_lock_are_one_line(tmp_path: Path) -
         build_app(bundle=False, outdir=str(tmp_path), requirements=["httpx>=0.27"])
     with pytest.raises(ValueError, match=r"requirements_lock: nowhere\.lock is not a file"):
         build_app(bundle=False, outdir=str(tmp_path), requirements_lock="nowhere.lock")
+    # Found by a probe: a lock that pulls another file in would change the layer, not its hash.
+    nested = tmp_path / "nested.lock"
+    nested.write_text("httpx==0.28.1 --hash=sha256:" + "0" * 64 + "\n-r more.txt\n")
+    with pytest.raises(ValueError, match=r"nested\.lock, line 2: '-r more\.txt' is not taken"):
+        build_app(bundle=False, outdir=str(tmp_path), requirements_lock=str(nested))
