@@ -18,9 +18,8 @@ import contextlib
 import contextvars
 import os
 import threading
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from toolpipe.infra.local.iam import Policy
 
@@ -155,8 +154,3 @@ def uninstall() -> None:
             if isinstance(environ, FunctionEnviron):
                 os.environ = environ.process  # type: ignore[assignment]  # noqa: B003
             threading.Thread.start = _original_start  # type: ignore[method-assign]
-
-
-def inherited(environment: Mapping[str, Any]) -> dict[str, str]:
-    """`environment`'s values as strings (CloudFormation's may be numbers)."""
-    return {name: str(value) for name, value in environment.items()}

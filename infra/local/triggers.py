@@ -41,7 +41,6 @@ HANDLER = (
 TRIGGER_BUCKET = "toolpipe-local-inputs"
 INPUT_PREFIX = "inbox/"
 OUTPUT_PREFIX = "answers/"
-TRIGGERS_TIMEOUT_SECONDS = TRIGGERS.timeout_seconds
 # The RunRequested rule's pattern, as the stack's (infra/constructs/triggers.py).
 RUN_REQUESTED_PATTERN = {"source": ["toolpipe"], "detail-type": ["RunRequested"]}
 
