@@ -144,7 +144,7 @@ class LocalRuntime:
             }
         )
         isolation.install()
-        iam.install()  # before the mock's new default session: its clients take the check
+        iam.install()  # every botocore client, of any session, checks a function's calls from now on
         self._mock.start()
         lambdas.install()
         moto_patches.install()
