@@ -686,10 +686,24 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         with logs_to_file(home, echo=err if args.verbose else None):
             _serve_runtime(args, out, home, aws_port)
         err.write(f"stopped; state saved in {home}\n")
-        return EXIT_OK
     finally:
         remove_server_file(home, os.getpid())
         os.close(lock)  # only now: the state is saved
+    _exit_past_stray_threads(err)
+    return EXIT_OK
+
+
+def _exit_past_stray_threads(err: TextIO) -> None:
+    """Exit now if a tool left a thread of its own running (not a daemon, so the interpreter
+    would wait for it forever): the state is saved and the lock released, nothing is lost."""
+    stray = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    if stray:
+        err.write(
+            f"toolpipe: leaving {len(stray)} thread(s) a tool started still running: {', '.join(stray[:5])}\n"
+        )
+        err.flush()
+        sys.stdout.flush()
+        os._exit(EXIT_OK)
 
 
 def _serve_runtime(args: argparse.Namespace, out: TextIO, home: Path, aws_port: int) -> None:

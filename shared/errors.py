@@ -12,6 +12,15 @@ from enum import StrEnum
 from pydantic import ValidationError
 
 
+def describe_exception(error: BaseException) -> str:
+    """`Type: message`, even for an exception whose `str()` raises (a hostile tool's)."""
+    try:
+        text = str(error)
+    except Exception:
+        text = "(its message could not be read)"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def describe_validation_error(error: ValidationError, root: str) -> str:
     """`field.sub: message; other: message`, the way a person (or a model) can act on it."""
     return "; ".join(
@@ -108,10 +117,19 @@ class TooManyCallsError(ModelVisibleError):
 class ToolTimeoutError(ModelVisibleError):
     kind = ErrorKind.TOOL_TIMEOUT
 
-    def __init__(self, name: str, seconds: float, idempotent: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        seconds: float,
+        idempotent: bool = True,
+        attempts: int = 1,
+        worker_limit: bool = False,
+    ) -> None:
         # A thread cannot be stopped: a tool that is not idempotent may still have its effect.
         tail = "" if idempotent else " It may still take effect: check before calling it again."
-        super().__init__(f"Tool '{name}' timed out after {seconds:g} s.{tail}")
+        limit = " (the time its worker had left)" if worker_limit else ""
+        tries = f" ({attempts} attempts)" if attempts > 1 else ""
+        super().__init__(f"Tool '{name}' timed out after {seconds:g} s{limit}{tries}.{tail}")
 
 
 class ToolExecutionError(ModelVisibleError):

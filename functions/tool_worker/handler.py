@@ -39,6 +39,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
         message,
         lease_seconds=lambda_context.get_remaining_time_in_millis() // 1000 + LEASE_MARGIN_SECONDS,
         attempt=int(record.attributes.approximate_receive_count or 1),
+        time_left=lambda: lambda_context.get_remaining_time_in_millis() / 1000,
     )
     if outcome is None:
         logger.info("tool call handed to a child run, or already over")

@@ -224,6 +224,18 @@ def _make_api_call_as_caller(self: BaseClient, operation_name: str, api_params: 
 
     context = current()
     if context is not None:
+        if context.stopped:
+            # A thread the runtime left running (a tool that hung past shutdown): with the mock
+            # gone, its call would go to real AWS.
+            raise ClientError(
+                {
+                    "Error": {
+                        "Code": "ServiceUnavailable",
+                        "Message": f"the local runtime of {context.name} has stopped",
+                    }
+                },
+                operation_name,
+            )
         authorize(context.policy, _signing_service(self.meta.service_model), operation_name, api_params)
     return _make_api_call(self, operation_name, api_params)
 

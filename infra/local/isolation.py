@@ -40,6 +40,8 @@ class FunctionContext:
     # The function's timeout and memory, as the template sets them (0: not a function).
     timeout_seconds: int = 0
     memory_mb: int = 0
+    # Set when the runtime stops: a thread of the function still running then calls nothing.
+    stopped: bool = False
 
 
 _current: contextvars.ContextVar[FunctionContext | None] = contextvars.ContextVar(

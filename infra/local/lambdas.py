@@ -34,13 +34,22 @@ def register(context: FunctionContext, *names: str) -> None:
         _functions[name] = context
 
 
+def function_context(name: str) -> FunctionContext | None:
+    """The running runtime's function of that name: what a test acts as to call its code."""
+    return _functions.get(name)
+
+
 def run_executions_as(context: FunctionContext) -> None:
     global _state_machine
     _state_machine = context
 
 
 def unregister_all() -> None:
+    """The runtime stops: its functions' threads still running (a tool that hung) call nothing."""
     global _state_machine
+    for context in (*_functions.values(), _state_machine):
+        if context is not None:
+            context.stopped = True
     _functions.clear()
     _state_machine = None
 

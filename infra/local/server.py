@@ -714,8 +714,9 @@ def serve_until_stopped(
     deadline = time.monotonic() + runtime.drain_seconds
     while _running(runtime) and time.monotonic() < deadline and not hurry.wait(0.05):
         pass
-    if hurry.is_set():
-        runtime.drain_seconds = 0.0  # the runtime's exit stops the executions still running
+    # The drain is over (its time spent, or a second signal): the runtime's exit stops the
+    # executions still running at once, rather than drain for as long again.
+    runtime.drain_seconds = 0.0
 
 
 def _running(runtime: "LocalRuntime") -> bool:

@@ -17,6 +17,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 # How often the pool as a whole polls an idle queue: the delay before a message whose
 # visibility timeout ran out is received again. Each receive costs ~2 ms of moto's request path.
 SAFETY_POLL_SECONDS = 0.5
+# How long stopping the pool waits for the invocations under way, all workers together.
+STOP_SECONDS = 3.0
 # Targets of the requests that make a message visible at once (JSON protocol, as boto3 sends).
 _WAKING_TARGETS = (b"AmazonSQS.SendMessage", b"AmazonSQS.SendMessageBatch")
 
@@ -87,7 +90,7 @@ class WorkerPool:
         self._safety_poll = safety_poll_seconds
         self._stop = threading.Event()
         self._threads = [
-            threading.Thread(target=self._loop, name=f"tool-worker-{i}", daemon=True) for i in range(size)
+            threading.Thread(target=self._serve, name=f"tool-worker-{i}", daemon=True) for i in range(size)
         ]
         self.invocations = 0
         self.receives = 0  # ReceiveMessage calls made, for tests and the benchmark
@@ -108,12 +111,16 @@ class WorkerPool:
         for t in self._threads:
             t.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
+        """Stop taking messages; wait `timeout` in all for the invocations under way. One still
+        running then (a tool that hangs) is left to its daemon thread, as Lambda's would be to a
+        killed sandbox: its message comes back after its visibility timeout."""
         self._stop.set()
         with self._wake:
             self._wake.notify_all()
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         serial.remove_listener(self._on_request)
 
     def _on_request(self, request: Any) -> None:
@@ -149,6 +156,14 @@ class WorkerPool:
                 return True
             return False
 
+    def _serve(self) -> None:
+        """One worker, for the pool's life: nothing an invocation does ends it."""
+        while not self._stop.is_set():
+            try:
+                self._loop()
+            except BaseException:  # a SystemExit of tool code, a bug of ours: the worker goes on
+                logging.getLogger(__name__).exception("tool worker stopped; starting it again")
+
     def _loop(self) -> None:
         just_handled = False
         while not self._stop.is_set():
@@ -169,8 +184,6 @@ class WorkerPool:
                 for message in messages:
                     self._handle(message)
                 just_handled = bool(messages)
-            except (KeyboardInterrupt, SystemExit):
-                raise
             except BaseException:  # a worker thread outlives anything one invocation raises
                 if self._stop.is_set():
                     return  # the runtime shut down under a running invocation: its queue is gone
@@ -194,8 +207,6 @@ class WorkerPool:
                     memory_limit_in_mb=TOOL_WORKER.memory_mb,
                 ),
             )
-        except (KeyboardInterrupt, SystemExit):
-            raise
         except BaseException:
             # As on Lambda: the message comes back after the visibility timeout. Said aloud, since
             # locally there is no CloudWatch to find it in.

@@ -18,3 +18,13 @@ def fit_for_model(
         f"the first {limit} shown. Whole result stored as {ref}.]"
     )
     return preview, ref, len(content)
+
+
+def unstored_preview(agent: Agent, content: str, reason: str) -> tuple[str, None, int]:
+    """What the model reads of a long result whose whole could not be stored."""
+    limit = agent.max_result_chars or len(content)
+    preview = (
+        f"{content[:limit]}\n[… result truncated: {len(content)} characters in all, the first "
+        f"{limit} shown. The whole result could not be stored ({reason}).]"
+    )
+    return preview, None, len(content)

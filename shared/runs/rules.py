@@ -109,10 +109,15 @@ def calls_limit(agent: Agent, history: list[HistoryItem]) -> str | None:
         seen[key] = seen.get(key, 0) + 1
         if seen[key] >= agent.max_identical_calls:
             return (
-                f"the model called {call.name} with the same arguments {seen[key]} times "
+                f"the model called {_named(call.name)} with the same arguments {seen[key]} times "
                 f"(the agent's max_identical_calls is {agent.max_identical_calls})"
             )
     return None
+
+
+def _named(tool: str) -> str:
+    # A sloppy model server may send a call with a null or empty name: said, not left blank.
+    return f"'{tool}'" if tool else "a tool with no name"
 
 
 def _canonical(arguments: str) -> str:

@@ -25,8 +25,10 @@ from toolpipe.shared.errors import (
     CallInProgressError,
     ErrorKind,
     ModelVisibleError,
+    ToolTimeoutError,
     UnknownAgentError,
     UnknownToolError,
+    describe_exception,
 )
 from toolpipe.shared.history import CallRead, Claim, ClaimState, HistoryStore
 from toolpipe.shared.messages import (
@@ -42,9 +44,10 @@ from toolpipe.shared.messages import (
 from toolpipe.shared.runs import children
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
-from toolpipe.shared.runs.results import fit_for_model
+from toolpipe.shared.runs.results import fit_for_model, unstored_preview
 from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.tools import Execution, RunState, Tool, ToolContext
+from toolpipe.shared.tools.time_limit import Overran, run_with_limit
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +56,15 @@ logger = logging.getLogger(__name__)
 PERSIST_ATTEMPTS = 3
 PERSIST_BACKOFF_SECONDS = 0.2
 START_BEAT_DELAYS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8)
+# What a call keeps of its invocation's time after the tool (storing the outcome, with its
+# retries and the upload of a long result; answering the task): the tool and its hooks get the
+# rest, and a tool that hangs ends as a timeout the model reads, not as an invocation killed
+# with the call in doubt.
+RESERVE_SECONDS = 10.0
+# The least a tool is given, however little time the invocation has left.
+MIN_TOOL_SECONDS = 1.0
+# Hooks around the tool get this much past the tool's own limit before the call is given up.
+HOOKS_GRACE_SECONDS = 2.0
 # What `ToolContext.state` may hold, as JSON: it is one DynamoDB item, and items stop at 400 KB.
 STATE_LIMIT_BYTES = 300_000
 
@@ -89,19 +101,32 @@ class ToolCallExecutor:
         self._sleep = sleep
         self._events = events
 
-    def execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int = 1) -> CallOutcome | None:
-        """The call's outcome, or None when it was handed to a child run, which answers it."""
+    def execute(
+        self,
+        message: ToolCallMessage,
+        lease_seconds: int,
+        attempt: int = 1,
+        time_left: Callable[[], float] | None = None,
+    ) -> CallOutcome | None:
+        """The call's outcome, or None when it was handed to a child run, which answers it.
+        `time_left`: the seconds the invocation has left (None: no limit but the tool's own)."""
         # Events wait until the task is answered: publishing is off the run's path.
         with self._events.deferred():
-            return self._execute(message, lease_seconds, attempt)
+            return self._execute(message, lease_seconds, attempt, time_left)
 
-    def _execute(self, message: ToolCallMessage, lease_seconds: int, attempt: int) -> CallOutcome | None:
+    def _execute(
+        self,
+        message: ToolCallMessage,
+        lease_seconds: int,
+        attempt: int,
+        time_left: Callable[[], float] | None,
+    ) -> CallOutcome | None:
         if not self._beat_at_start(message.task_token):
             return None
         read = self._store.load_call(message.run_id, message.message_seq, message.seq)
         result = read.result
         if result is None:
-            result = self._claim_and_run(message, read, lease_seconds, attempt)
+            result = self._claim_and_run(message, read, lease_seconds, attempt, time_left)
         if result is None:
             return None
         assert isinstance(result, ToolResult), "a call's result slot holds a non-result"
@@ -121,7 +146,12 @@ class ToolCallExecutor:
         return False
 
     def _claim_and_run(
-        self, message: ToolCallMessage, read: CallRead, lease_seconds: int, attempt: int
+        self,
+        message: ToolCallMessage,
+        read: CallRead,
+        lease_seconds: int,
+        attempt: int,
+        time_left: Callable[[], float] | None,
     ) -> ToolResult | None:
         claim = self._store.claim_call(message.run_id, message.seq, lease_seconds)
         if claim.state is ClaimState.BUSY:
@@ -164,24 +194,39 @@ class ToolCallExecutor:
             idempotency_key=f"{call.run.run_id}:{message.seq}",
             input_object=call.run.input_object,
         )
+        limit = None if time_left is None else max(MIN_TOOL_SECONDS, time_left() - RESERVE_SECONDS)
         with self._heartbeats(message.task_token):
-            execution, changes = self._run_tool(call, context, state)
+            execution, changes = self._run_tool(call, context, state, limit)
         return self._persist(call, execution, attempt, changes)
 
     def _run_tool(
-        self, call: _Call, context: ToolContext, state: RunState
+        self, call: _Call, context: ToolContext, state: RunState, limit: float | None
     ) -> tuple[Execution, tuple[dict[str, Any], list[str]]]:
         """The call's outcome and the state changes to keep. Whatever the tool, its hooks, its
         result converter or its state do that the worker could not store becomes the tool's
-        error: a claimed call must always end with a result, never an invocation that dies."""
+        error (an exit, a hang past `limit` seconds): a claimed call must always end with a
+        result, never an invocation that dies or hangs."""
+        arguments = (call.agent, call.call, context, call.run.tools, call.gate)
         try:
-            execution = _execute_with_hooks(call.agent, call.call, context, call.run.tools, call.gate)
+            if limit is None:
+                execution = _execute_with_hooks(*arguments, None)
+            else:
+                deadline = time.monotonic() + limit
+                execution = run_with_limit(
+                    _execute_with_hooks, (*arguments, deadline), limit + HOOKS_GRACE_SECONDS, "tool-call"
+                )
+            if execution.error_type is ErrorKind.TOOL_TIMEOUT:
+                # The tool may still be running and writing its state: none of it is kept.
+                return execution, ({}, [])
             changes = state.changes()
             size = len(json.dumps(dict(state)).encode())
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as e:
-            failure = f"Error: Tool '{call.call.name}' failed: {_describe(e)}"
+        except Overran:
+            # The tool's own limit answers first; this is a hook (or a converter) that hung.
+            idempotent = call.tool is not None and call.tool.idempotent
+            overran = ToolTimeoutError(call.call.name, limit or 0, idempotent, worker_limit=True)
+            return Execution(f"Error: {overran}", "error", 0, overran.kind), ({}, [])
+        except BaseException as e:  # SystemExit and KeyboardInterrupt too: tool code's, not ours
+            failure = f"Error: Tool '{call.call.name}' failed: {describe_exception(e)}"
             return Execution(failure, "error", 0, ErrorKind.TOOL_FAILED), ({}, [])
         if size > STATE_LIMIT_BYTES:
             # The state shares one DynamoDB item (400 KB): refused as the tool's error, not a crash.
@@ -259,11 +304,12 @@ class ToolCallExecutor:
         )
         try:
             hooked, answered = before_hooks(call.agent, call.call, context)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as e:
+        except BaseException as e:  # SystemExit too: a hook's, not ours
             failure = Execution(
-                f"Error: Tool '{call.call.name}' failed: {_describe(e)}", "error", 0, ErrorKind.TOOL_FAILED
+                f"Error: Tool '{call.call.name}' failed: {describe_exception(e)}",
+                "error",
+                0,
+                ErrorKind.TOOL_FAILED,
             )
             return self._persist(call, failure, 1, ({}, []))
         if (
@@ -324,9 +370,7 @@ class ToolCallExecutor:
         if execution.error_type is ErrorKind.TOOL_FAILED and call.agent.on_tool_error == "generic":
             content, detail = f"Error: the tool '{call.call.name}' failed.", content
         else:
-            content, ref, chars = fit_for_model(
-                self._store, call.agent, call.run.run_id, call.message.seq, content
-            )
+            content, ref, chars = self._fit(call, content)
         return ToolResult(
             seq=call.message.seq,
             turn=call.reply.turn,
@@ -341,6 +385,22 @@ class ToolCallExecutor:
             full_result_ref=ref,
             full_result_chars=chars,
         )
+
+    def _fit(self, call: _Call, content: str) -> tuple[str, str | None, int | None]:
+        """What the model reads of the result, its whole stored in S3 when long. The upload is
+        tried as the ledger write is; if it never succeeds, the model still reads the
+        beginning and why the rest is missing: the tool has run, its call must end."""
+        run_id, seq = call.run.run_id, call.message.seq
+        for tries in range(1, PERSIST_ATTEMPTS + 1):
+            try:
+                return fit_for_model(self._store, call.agent, run_id, seq, content)
+            except Exception as e:
+                if tries == PERSIST_ATTEMPTS:
+                    logger.exception("storing a long tool result failed", extra={"run_id": run_id})
+                    return unstored_preview(call.agent, content, describe_exception(e))
+                logger.warning("storing a long tool result failed; retrying", extra={"run_id": run_id})
+                self._sleep(PERSIST_BACKOFF_SECONDS * 2 ** (tries - 1))
+        raise AssertionError("unreachable")
 
     def _answer(self, message: ToolCallMessage, result: ToolResult) -> CallOutcome:
         outcome = CallOutcome(seq=result.seq, status=result.status)
@@ -453,20 +513,20 @@ def _hooked_refusal(
     return _policy_refusal(tool, call, context)
 
 
-def _describe(error: BaseException) -> str:
-    try:
-        text = str(error)
-    except Exception:
-        text = "(its message could not be read)"
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
 def _execute_with_hooks(
-    agent: Agent, call: ToolCall, context: ToolContext, allowed: list[str] | None, gate: Gate | None = None
+    agent: Agent,
+    call: ToolCall,
+    context: ToolContext,
+    allowed: list[str] | None,
+    gate: Gate | None,
+    deadline: float | None,
 ) -> Execution:
     approved_name = call.name
     call, answered = before_hooks(agent, call, context)
     if answered is None:
         answered = _hooked_refusal(agent, call, context, gate, approved_name)
-    execution = answered or agent.registry.execute(call, context, allowed=allowed)
-    return after_hooks(agent, call, execution, context)
+    if answered is None:
+        # The tool gets what the hooks before it left of the call's time.
+        time_limit = None if deadline is None else max(0.0, deadline - time.monotonic())
+        answered = agent.registry.execute(call, context, allowed=allowed, time_limit=time_limit)
+    return after_hooks(agent, call, answered, context)

@@ -130,16 +130,21 @@ class ToolRegistry:
         return self._with_default(found)
 
     def execute(
-        self, call: ToolCall, context: ToolContext | None = None, allowed: Iterable[str] | None = None
+        self,
+        call: ToolCall,
+        context: ToolContext | None = None,
+        allowed: Iterable[str] | None = None,
+        time_limit: float | None = None,
     ) -> Execution:
         """Run one call. Errors the model can act on become an error result, never a crash.
-        `allowed`, when given, is the run's tool set: anything else is refused."""
+        `allowed`, when given, is the run's tool set: anything else is refused. `time_limit`:
+        the seconds the caller can wait (see `Tool.invoke`)."""
         started = time.perf_counter()
         try:
             tool = self.get(call.name)
             if allowed is not None and tool.name not in set(allowed):
                 raise ToolNotAllowedError(call.name)
-            content = tool.invoke(call.arguments, context)
+            content = tool.invoke(call.arguments, context, time_limit=time_limit)
         except ModelVisibleError as e:
             return Execution(f"Error: {e}", "error", _ms_since(started), e.kind)
         return Execution(content, "ok", _ms_since(started))

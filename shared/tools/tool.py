@@ -1,9 +1,9 @@
 """A plain typed, documented Python function becomes a tool with a JSON schema."""
 
 import asyncio
-import concurrent.futures
 import inspect
 import json
+import threading
 import time
 import types
 import typing
@@ -22,12 +22,14 @@ from toolpipe.shared.errors import (
     ModelVisibleError,
     ToolExecutionError,
     ToolTimeoutError,
+    describe_exception,
     describe_validation_error,
 )
 from toolpipe.shared.tools.context import ToolContext
 from toolpipe.shared.tools.names import WIRE_NAME
 from toolpipe.shared.tools.schemas import Path, map_subschemas
 from toolpipe.shared.tools.strict import NotStrictError, strict_schema
+from toolpipe.shared.tools.time_limit import Overran, run_with_limit
 from toolpipe.shared.tools.validation import ArgumentsMismatch, Validator, json_schema_validator
 
 
@@ -120,7 +122,7 @@ class Tool:
             return policy
         try:
             answer = policy(dict(arguments), context)
-        except Exception:
+        except BaseException:  # SystemExit too: a policy cannot end the process that asks it
             return True
         return answer is not False
 
@@ -160,58 +162,94 @@ class Tool:
             raise InvalidArgumentsError(f"Invalid arguments for '{self.name}': {details}.") from e
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
-    def invoke(self, arguments: str, context: ToolContext | None = None) -> str:
-        """Validate, run and convert; model-visible failures raise `ModelVisibleError`."""
+    def invoke(
+        self, arguments: str, context: ToolContext | None = None, *, time_limit: float | None = None
+    ) -> str:
+        """Validate, run and convert; model-visible failures raise `ModelVisibleError`.
+
+        `time_limit`: the seconds the caller can wait at most (a worker: the time its invocation
+        has left). The call is answered as timed out then, whatever its own timeout, and no
+        retry starts after it. Whatever the tool raises, `SystemExit` and `KeyboardInterrupt`
+        included, is the call's error: a tool cannot end the process that runs it."""
         kwargs = self.parse_arguments(arguments)
         if self.context_param is not None:
             if context is None:
                 raise ToolExecutionError(f"Tool '{self.name}' needs a ToolContext and none was given.")
             kwargs[self.context_param] = context
-        attempt = 0
+        deadline = None if time_limit is None else time.monotonic() + time_limit
+        attempt = 1
         while True:
             try:
-                result = self._run(kwargs)
+                result = self._run(kwargs, deadline, attempt)
                 break
-            except self.retry_on as e:
-                if attempt >= self.max_retries:
-                    raise ToolExecutionError(
-                        f"Tool '{self.name}' failed after {attempt + 1} attempts: {type(e).__name__}: {e}"
-                    ) from e
-                self.sleep(self.retry_backoff_seconds * 2**attempt)
+            except KeyboardInterrupt:
+                if self._inline(deadline) and threading.current_thread() is threading.main_thread():
+                    raise  # Ctrl-C while a script calls the tool itself: the person's, not the tool's
+                raise self._failure(KeyboardInterrupt(), attempt) from None
+            except BaseException as e:
+                if not self._retries(e, attempt, deadline):
+                    raise self._failure(e, attempt) from e
+                self.sleep(self.retry_backoff_seconds * 2 ** (attempt - 1))
                 attempt += 1
-            except ModelVisibleError:
-                raise  # already says what the model should read (a timeout, a remote tool's own error)
-            except Exception as e:
-                raise ToolExecutionError(f"Tool '{self.name}' failed: {type(e).__name__}: {e}") from e
         converter = self.result_converter or to_model_text
         return converter(result)
 
-    def _run(self, kwargs: dict[str, Any]) -> Any:
-        if self.timeout_seconds is None:
-            return _call(self.fn, kwargs)
-        # A sync function keeps its thread if it overruns (Python cannot stop a thread); the call
-        # is answered at once and the invocation ends, which freezes it on Lambda. An async one
-        # is cancelled at the same deadline, so its connections close and its thread ends.
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tool-{self.name}")
-        future = pool.submit(_call, self.fn, kwargs, self.timeout_seconds)
+    def _retries(self, error: BaseException, attempt: int, deadline: float | None) -> bool:
+        """Whether `error` is worth another attempt. A timed-out attempt may still be running (a
+        thread cannot be stopped): another would be a second effect unless the tool is
+        idempotent, whatever `retry_on` says."""
+        if not isinstance(error, self.retry_on) or attempt > self.max_retries:
+            return False
+        if isinstance(error, ToolTimeoutError) and not self.idempotent:
+            return False
+        backoff = self.retry_backoff_seconds * 2 ** (attempt - 1)
+        return deadline is None or time.monotonic() + backoff < deadline
+
+    def _failure(self, error: BaseException, attempts: int) -> ModelVisibleError:
+        if isinstance(error, ModelVisibleError) and attempts == 1:
+            return error  # already says what the model should read (a timeout, a remote tool's own error)
+        if isinstance(error, ToolTimeoutError):
+            return error  # its text counts the attempts
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        return ToolExecutionError(f"Tool '{self.name}' failed{tries}: {describe_exception(error)}")
+
+    def _inline(self, deadline: float | None) -> bool:
+        return deadline is None and self.timeout_seconds is None
+
+    def _run(self, kwargs: dict[str, Any], deadline: float | None, attempt: int) -> Any:
+        if self._inline(deadline):
+            return _call(self.fn, kwargs, None)
+        limit, worker_limit = self.timeout_seconds, False
+        if deadline is not None:
+            left = max(0.0, deadline - time.monotonic())
+            if limit is None or left < limit:
+                limit, worker_limit = left, True
+        assert limit is not None
+        if limit <= 0:
+            # Nobody would wait for it: an effect no result reports. Not started at all.
+            raise ToolExecutionError(f"Tool '{self.name}' was not run: its worker had no time left.")
         try:
-            return future.result(timeout=self.timeout_seconds)
-        except concurrent.futures.TimeoutError:
-            raise ToolTimeoutError(self.name, self.timeout_seconds, self.idempotent) from None
-        finally:
-            pool.shutdown(wait=False)
+            return run_with_limit(_call, (self.fn, kwargs, limit), limit, f"tool-{self.name}")
+        except Overran:
+            raise ToolTimeoutError(self.name, limit, self.idempotent, attempt, worker_limit) from None
 
 
-def _call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float | None = None) -> Any:
+def _call(fn: Callable[..., Any], kwargs: dict[str, Any], limit: float | None) -> Any:
     result = fn(**kwargs)
     if inspect.isawaitable(result):
-        result = asyncio.run(_await(result, timeout))
+        result = asyncio.run(_await(result, limit))
     return result
 
 
-async def _await(awaitable: Any, timeout: float | None) -> Any:
-    # TimeoutError when it overruns: `_run` answers it like the thread's own timeout.
-    return await asyncio.wait_for(awaitable, timeout)
+async def _await(awaitable: Any, limit: float | None) -> Any:
+    scope = asyncio.timeout(limit)
+    try:
+        async with scope:
+            return await awaitable
+    except TimeoutError:
+        if scope.expired():
+            raise Overran() from None
+        raise  # the coroutine's own TimeoutError
 
 
 def to_model_text(result: Any) -> str:

@@ -147,7 +147,7 @@ def test_the_same_call_repeated_ends_the_run(pipeline: Pipeline, agent: Any) -> 
 
     assert (
         body["run"]["error"]
-        == "the model called count_once with the same arguments 2 times (the agent's max_identical_calls is 2)"
+        == "the model called 'count_once' with the same arguments 2 times (the agent's max_identical_calls is 2)"
     )
     assert [e["status"] for e in body["executions"]] == ["ok", "pending"]
 

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import pytest
 from botocore.exceptions import ClientError
 
+from toolpipe.infra.functions import TOOL_WORKER
 from toolpipe.infra.local.runtime import TABLE, LocalRuntime
 
 
@@ -170,7 +171,7 @@ def test_concurrent_worker_invocations_each_report_only_their_own_failures(
         response = call_handler(
             "toolpipe.functions.tool_worker.handler.lambda_handler",
             {"Records": [record]},
-            LocalContext(function_name="worker", timeout_seconds=60),
+            LocalContext(function_name=TOOL_WORKER.name, timeout_seconds=60),
         )
         expected = [{"itemIdentifier": f"m-{index}"}] if poison else []
         if response["batchItemFailures"] != expected:

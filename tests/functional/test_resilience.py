@@ -7,6 +7,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import CALLS, Pipeline, _pipeline, call
+from toolpipe.infra.functions import ORCHESTRATOR as ORCHESTRATOR_SPEC
+from toolpipe.infra.functions import TOOL_WORKER
+from toolpipe.infra.local import lambdas
+from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.lambdas import LocalContext, call_handler
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.infra.local.workers import sqs_record
@@ -17,9 +21,11 @@ WORKER = "toolpipe.functions.tool_worker.handler.lambda_handler"
 
 
 def _store() -> Any:
-    from toolpipe.functions.orchestrator import handler
+    # Imported as the orchestrator (its environment names the table), whichever test is first.
+    with running_as(lambdas.function_context(ORCHESTRATOR_SPEC.name)):
+        from toolpipe.functions.orchestrator import handler
 
-    return handler.service()._store
+        return handler.service()._store
 
 
 def _new_run(run_id: str, prompt: str = "hi") -> None:
@@ -73,7 +79,7 @@ def waiting_calls(p: Pipeline, count: int = 1, timeout: float = 20) -> list[dict
 
 
 def deliver(message: dict[str, Any], delivery: str = "m-1") -> dict[str, Any]:
-    return dict(call_handler(WORKER, _sqs_event(message["Body"], delivery), _context("worker")))
+    return dict(call_handler(WORKER, _sqs_event(message["Body"], delivery), _context(TOOL_WORKER.name)))
 
 
 def test_a_duplicate_delivery_does_not_run_the_tool_twice(held: Pipeline) -> None:
@@ -101,7 +107,7 @@ def test_a_delivery_while_another_runs_the_call_is_retried_later(held: Pipeline)
 
 
 def test_a_malformed_queue_message_is_reported_not_dropped(pipeline: Pipeline) -> None:
-    response = call_handler(WORKER, _sqs_event('{"run_id": "x"}', "bad-1"), _context("worker"))
+    response = call_handler(WORKER, _sqs_event('{"run_id": "x"}', "bad-1"), _context(TOOL_WORKER.name))
     assert response == {"batchItemFailures": [{"itemIdentifier": "bad-1"}]}
 
 

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.functional.test_resilience import WORKER, _context, waiting_calls
 from tests.reliability.figures import record
+from toolpipe.infra.functions import TOOL_WORKER
 from toolpipe.infra.local.lambdas import call_handler
 from toolpipe.infra.local.scripted_model import Reply
 
@@ -101,7 +102,7 @@ def test_poison_messages_in_batches_are_reported_and_good_ones_done_once(held: P
         batch = entries[start : start + BATCH_SIZE]
         event = {"Records": [_record(body, mid) for _, body, mid in batch]}
         try:
-            response = call_handler(WORKER, event, _context("worker"))
+            response = call_handler(WORKER, event, _context(TOOL_WORKER.name))
         except Exception:
             # The whole batch would come back: every good message in it redelivered.
             crashed_batches += 1
