@@ -129,7 +129,7 @@ class ToolTimeoutError(ModelVisibleError):
         tail = "" if idempotent else " It may still take effect: check before calling it again."
         limit = " (the time its worker had left)" if worker_limit else ""
         tries = f" ({attempts} attempts)" if attempts > 1 else ""
-        super().__init__(f"Tool '{name}' timed out after {seconds:g} s{limit}{tries}.{tail}")
+        super().__init__(f"Tool '{name}' timed out after {seconds:.3g} s{limit}{tries}.{tail}")
 
 
 class ToolExecutionError(ModelVisibleError):

@@ -42,12 +42,12 @@ def _toolpipe(home: Path, *args: str, timeout: float = 120) -> subprocess.Comple
 class Served:
     """A `toolpipe serve` process, its URL once it said it is ready."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.home = home
         started = time.monotonic()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "toolpipe.infra.cli", "serve", "--port", "0"],
-            env=_env(home),
+            [sys.executable, "-m", "toolpipe.infra.cli", "serve", "--port", "0", *args],
+            env={**_env(home), **(env or {})},
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

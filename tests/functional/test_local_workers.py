@@ -19,6 +19,7 @@ from toolpipe.infra.local.workers import WorkerPool
 HANDLER = f"{__name__}.record_handler"
 _bodies: "queue.Queue[str]" = queue.Queue()
 _fail_first: set[str] = set()
+_exit_first: set[str] = set()
 _barrier: threading.Barrier | None = None
 
 
@@ -26,6 +27,9 @@ def record_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """A worker handler for these tests: records each body; can fail a first delivery or
     wait at a barrier until every worker holds a message."""
     body = event["Records"][0]["body"]
+    if body in _exit_first:
+        _exit_first.discard(body)
+        raise SystemExit(2)  # what no handler should let out; a worker must outlive it all the same
     if body in _fail_first:
         _fail_first.discard(body)
         raise RuntimeError("first delivery fails")
@@ -100,6 +104,44 @@ def test_a_message_visible_again_after_its_timeout_is_received_by_the_safety_pol
         assert "retry me" not in _fail_first  # the first delivery did fail
     finally:
         pool.stop()
+
+
+def test_a_worker_outlives_an_invocation_that_raises_system_exit(sqs_queue: tuple[Any, str, str]) -> None:
+    sqs, url, arn = sqs_queue
+    bodies = [f"exit {i}" for i in range(11)]
+    _exit_first.update(bodies)
+    pool = WorkerPool(sqs, url, arn, size=1, timeout_seconds=5, safety_poll_seconds=0.1, handler=HANDLER)
+    pool.start()
+    try:
+        for body in bodies:
+            sqs.send_message(QueueUrl=url, MessageBody=body)
+        # Each first delivery exits; its redelivery (after the 1-s visibility timeout) is handled
+        # by the same, single worker.
+        handled = sorted(_bodies.get(timeout=30) for _ in bodies)
+        assert handled == sorted(bodies) and not _exit_first
+        assert all(t.is_alive() for t in pool._threads)
+    finally:
+        pool.stop()
+
+
+def test_stopping_a_pool_waits_a_bounded_time_for_a_hung_invocation(sqs_queue: tuple[Any, str, str]) -> None:
+    global _barrier
+    sqs, url, arn = sqs_queue
+    _barrier = threading.Barrier(2)  # the handler waits here: nobody else ever arrives
+    pool = WorkerPool(sqs, url, arn, size=3, timeout_seconds=5, handler=HANDLER)
+    pool.start()
+    try:
+        sqs.send_message(QueueUrl=url, MessageBody="hangs")
+        deadline = time.monotonic() + 5
+        while pool.invocations < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        started = time.monotonic()
+        pool.stop(timeout=0.5)
+        assert time.monotonic() - started < 1.5
+    finally:
+        _barrier.abort()
+        _barrier = None
 
 
 def test_as_many_workers_run_at_once_as_the_map_runs_branches(sqs_queue: tuple[Any, str, str]) -> None:
