@@ -7,6 +7,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import CALLS, Pipeline, _pipeline, call
+from toolpipe.infra.functions import ORCHESTRATOR as ORCHESTRATOR_FUNCTION
+from toolpipe.infra.functions import TOOL_WORKER
+from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.lambdas import LocalContext, call_handler
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.infra.local.workers import sqs_record
@@ -16,16 +19,19 @@ ORCHESTRATOR = "toolpipe.functions.orchestrator.handler.lambda_handler"
 WORKER = "toolpipe.functions.tool_worker.handler.lambda_handler"
 
 
-def _store() -> Any:
-    from toolpipe.functions.orchestrator import handler
+def _store(p: Pipeline) -> Any:
+    """The orchestrator's store, built as that function: its handler reads its settings from the
+    function's environment, which a test outside an invocation does not see."""
+    with running_as(p.runtime.functions[ORCHESTRATOR_FUNCTION.name]):
+        from toolpipe.functions.orchestrator import handler
 
-    return handler.service()._store
+        return handler.service()._store
 
 
-def _new_run(run_id: str, prompt: str = "hi") -> None:
+def _new_run(p: Pipeline, run_id: str, prompt: str = "hi") -> None:
     """A run record without an execution: the test drives the handlers itself."""
     record = RunRecord(run_id=run_id, agent="tester", status=RunStatus.RUNNING)
-    assert _store().create_run(record, UserMessage(seq=1, turn=0, content=prompt))
+    assert _store(p).create_run(record, UserMessage(seq=1, turn=0, content=prompt))
 
 
 def _sqs_event(body: str, message_id: str = "m-1") -> dict[str, Any]:
@@ -37,17 +43,17 @@ def _context(name: str) -> LocalContext:
 
 
 def test_a_retried_model_step_does_not_ask_the_model_again(pipeline: Pipeline) -> None:
-    _new_run("retry-1")
+    _new_run(pipeline, "retry-1")
     pipeline.script(Reply(tool_calls=[call("count_once", label="x")]))
     step = {"action": "step", "run_id": "retry-1", "results": []}
 
-    first = call_handler(ORCHESTRATOR, step, _context("orchestrator"))
-    second = call_handler(ORCHESTRATOR, step, _context("orchestrator"))
+    first = call_handler(ORCHESTRATOR, step, _context(ORCHESTRATOR_FUNCTION.name))
+    second = call_handler(ORCHESTRATOR, step, _context(ORCHESTRATOR_FUNCTION.name))
 
     assert first == second
     assert first["status"] == "tool_calls" and first["calls"][0]["seq"] == 3
     assert len(pipeline.model.requests) == 1
-    assert [i.kind for i in _store().load_history("retry-1")] == ["user", "assistant"]
+    assert [i.kind for i in _store(pipeline).load_history("retry-1")] == ["user", "assistant"]
 
 
 @pytest.fixture
@@ -73,7 +79,7 @@ def waiting_calls(p: Pipeline, count: int = 1, timeout: float = 20) -> list[dict
 
 
 def deliver(message: dict[str, Any], delivery: str = "m-1") -> dict[str, Any]:
-    return dict(call_handler(WORKER, _sqs_event(message["Body"], delivery), _context("worker")))
+    return dict(call_handler(WORKER, _sqs_event(message["Body"], delivery), _context(TOOL_WORKER.name)))
 
 
 def test_a_duplicate_delivery_does_not_run_the_tool_twice(held: Pipeline) -> None:
@@ -86,7 +92,7 @@ def test_a_duplicate_delivery_does_not_run_the_tool_twice(held: Pipeline) -> Non
 
     assert held.finish(run_id)["run"]["status"] == "succeeded"
     assert CALLS.counts == {"count_once": 1}
-    result = _store().get_item(run_id, 3)
+    result = _store(held).get_item(run_id, 3)
     assert result.kind == "tool_result" and result.content == "counted x"
 
 
@@ -94,14 +100,14 @@ def test_a_delivery_while_another_runs_the_call_is_retried_later(held: Pipeline)
     held.script(Reply(tool_calls=[call("count_once", label="x")]), Reply(content="done"))
     run_id = held.start("count")
     [message] = waiting_calls(held)
-    assert _store().claim_call(run_id, 3, lease_seconds=60).state == "new"  # another delivery, running
+    assert _store(held).claim_call(run_id, 3, lease_seconds=60).state == "new"  # another delivery, running
 
     assert deliver(message, "m-2") == {"batchItemFailures": [{"itemIdentifier": "m-2"}]}
     assert CALLS.counts == {}
 
 
 def test_a_malformed_queue_message_is_reported_not_dropped(pipeline: Pipeline) -> None:
-    response = call_handler(WORKER, _sqs_event('{"run_id": "x"}', "bad-1"), _context("worker"))
+    response = call_handler(WORKER, _sqs_event('{"run_id": "x"}', "bad-1"), _context(TOOL_WORKER.name))
     assert response == {"batchItemFailures": [{"itemIdentifier": "bad-1"}]}
 
 
@@ -126,16 +132,16 @@ def test_a_call_that_times_out_becomes_an_error_result(short_calls: Pipeline) ->
 def test_a_retried_step_keeps_valid_calls_beside_invalid_ones(pipeline: Pipeline) -> None:
     """The orchestrator answered the invalid call itself, so its reply is no longer the last
     history item; a retry must still re-dispatch the valid call, not give up on it."""
-    _new_run("retry-2")
+    _new_run(pipeline, "retry-2")
     pipeline.script(Reply(tool_calls=[call("no_such_tool"), call("count_once", label="x")]))
     step = {"action": "step", "run_id": "retry-2", "results": []}
 
-    first = call_handler(ORCHESTRATOR, step, _context("orchestrator"))
-    second = call_handler(ORCHESTRATOR, step, _context("orchestrator"))
+    first = call_handler(ORCHESTRATOR, step, _context(ORCHESTRATOR_FUNCTION.name))
+    second = call_handler(ORCHESTRATOR, step, _context(ORCHESTRATOR_FUNCTION.name))
 
     assert first == second
     assert [c["tool"] for c in second["calls"]] == ["count_once"]
     assert len(pipeline.model.requests) == 1
-    history = _store().load_history("retry-2")
+    history = _store(pipeline).load_history("retry-2")
     assert [i.kind for i in history] == ["user", "assistant", "tool_result"]
     assert history[2].error_type == "UnknownToolError"
