@@ -7,13 +7,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import CALLS, Pipeline, _pipeline, call
+from tests.dynamo_faults import cancellation_body, refused
 from toolpipe.infra.functions import ORCHESTRATOR as ORCHESTRATOR_FUNCTION
 from toolpipe.infra.functions import TOOL_WORKER
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.lambdas import LocalContext, call_handler
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.infra.local.workers import sqs_record
-from toolpipe.shared.messages import RunRecord, RunStatus, UserMessage
+from toolpipe.shared.history import ClaimState
+from toolpipe.shared.messages import RunRecord, RunStatus, ToolResult, UserMessage
 
 ORCHESTRATOR = "toolpipe.functions.orchestrator.handler.lambda_handler"
 WORKER = "toolpipe.functions.tool_worker.handler.lambda_handler"
@@ -94,6 +96,84 @@ def test_a_duplicate_delivery_does_not_run_the_tool_twice(held: Pipeline) -> Non
     assert CALLS.counts == {"count_once": 1}
     result = _store(held).get_item(run_id, 3)
     assert result.kind == "tool_result" and result.content == "counted x"
+
+
+def _worker_dynamodb(p: Pipeline) -> Any:
+    """The DynamoDB client of the tool worker's store, built by its handler as its function."""
+    with running_as(p.runtime.functions[TOOL_WORKER.name]):
+        from toolpipe.functions.tool_worker import handler
+
+        return handler.service()._store._table.meta.client
+
+
+@pytest.mark.parametrize("reason", ["ThrottlingError", "TransactionConflict"])
+def test_a_result_write_cancelled_by_throttling_or_a_conflict_is_written_again(
+    held: Pipeline, reason: str
+) -> None:
+    """Not a lost race: no other delivery stored a result, so the worker writes its own again
+    rather than look for one, find none and leave the call in doubt."""
+    held.script(Reply(tool_calls=[call("count_once", label="x")]), Reply(content="done"))
+    run_id = held.start("count")
+    [message] = waiting_calls(held)
+
+    # `complete_call`'s transaction: the result, then the ledger item, which DynamoDB refused.
+    with refused(_worker_dynamodb(held), "TransactWriteItems", cancellation_body("None", reason)) as refusals:
+        assert deliver(message) == {"batchItemFailures": []}
+
+    assert len(refusals) == 1
+    assert held.finish(run_id)["run"]["status"] == "succeeded"
+    assert CALLS.counts == {"count_once": 1}
+    result = _store(held).get_item(run_id, 3)
+    assert (result.content, result.status, result.attempts) == ("counted x", "ok", 1)
+    tool_message = next(m for m in held.model.requests[1]["messages"] if m["role"] == "tool")
+    assert tool_message["content"] == "counted x"
+
+
+def test_a_result_write_that_lost_its_race_answers_with_the_stored_result(held: Pipeline) -> None:
+    held.script(Reply(tool_calls=[call("count_once", label="x")]), Reply(content="done"))
+    run_id = held.start("count")
+    [message] = waiting_calls(held)
+    store = _store(held)
+    reply = store.get_item(run_id, 2)
+    winner = ToolResult(
+        seq=3,
+        turn=reply.turn,
+        call_id=reply.tool_calls[0].id,
+        tool="count_once",
+        content="stored first",
+        status="ok",
+    )
+    raced: list[bool] = []
+
+    def another_delivery_stores_first(**_: Any) -> None:
+        # While the tool ran, this delivery's lease ran out (as recovery ends a dead owner's) and
+        # a redelivery took the call over and stored its outcome: the transaction below loses.
+        if raced:
+            return
+        store._table.update_item(
+            Key={"pk": f"RUN#{run_id}", "sk": "CALL#000003"},
+            UpdateExpression="SET lease_until = :gone",
+            ExpressionAttributeValues={":gone": 0},
+        )
+        claim = store.claim_call(run_id, 3, lease_seconds=60)
+        assert claim.state is ClaimState.TAKEN_OVER
+        raced.append(store.complete_call(run_id, winner, claim.owner))
+
+    client = _worker_dynamodb(held)
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", another_delivery_stores_first)
+    try:
+        assert deliver(message) == {"batchItemFailures": []}
+    finally:
+        client.meta.events.unregister(
+            "before-call.dynamodb.TransactWriteItems", another_delivery_stores_first
+        )
+
+    assert raced == [True]  # the other delivery stored its result first
+    assert held.finish(run_id)["run"]["status"] == "succeeded"
+    assert CALLS.counts == {"count_once": 1}
+    assert _store(held).get_item(run_id, 3).content == "stored first"
+    tool_message = next(m for m in held.model.requests[1]["messages"] if m["role"] == "tool")
+    assert tool_message["content"] == "stored first"
 
 
 def test_a_delivery_while_another_runs_the_call_is_retried_later(held: Pipeline) -> None:

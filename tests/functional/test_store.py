@@ -1,10 +1,13 @@
 """The history store on moto: per-run state round trip."""
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.conftest import Pipeline
+from tests.dynamo_faults import cancellation_body, refused
 from toolpipe.infra.functions import ORCHESTRATOR
 from toolpipe.infra.local.isolation import running_as
+from toolpipe.shared.errors import RunNotFoundError
 from toolpipe.shared.history import ClaimState
 from toolpipe.shared.messages import RunRecord, RunStatus, ToolResult, UserMessage
 
@@ -63,6 +66,21 @@ def test_a_release_frees_only_the_owners_claim(pipeline: Pipeline) -> None:
     assert store.claim_call("l-3", 3, lease_seconds=60).state is ClaimState.BUSY
     store.release_call("l-3", 3, claim.owner)
     assert store.claim_call("l-3", 3, lease_seconds=60).state is ClaimState.NEW
+
+
+def test_a_throttled_run_creation_is_an_error_not_a_run_that_exists(pipeline: Pipeline) -> None:
+    """`False` would tell the starter the run id is taken: an idempotent start would then replay
+    a run that was never written, and a child run would be started without its record."""
+    store = _store(pipeline)
+    record = RunRecord(run_id="c-1", agent="tester", status=RunStatus.RUNNING)
+    first = UserMessage(seq=1, turn=0, content="hi")
+    throttled = cancellation_body("ThrottlingError", "None")
+    with refused(store._table.meta.client, "TransactWriteItems", throttled), pytest.raises(ClientError):
+        store.create_run(record, first)
+    with pytest.raises(RunNotFoundError):
+        store.get_run("c-1")
+    assert store.create_run(record, first)
+    assert not store.create_run(record, first)  # now it exists: a condition of ours said no
 
 
 def test_a_long_answer_is_stored_by_reference(pipeline: Pipeline) -> None:
