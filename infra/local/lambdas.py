@@ -34,11 +34,6 @@ def register(context: FunctionContext, *names: str) -> None:
         _functions[name] = context
 
 
-def function_context(name: str) -> FunctionContext | None:
-    """The running runtime's function of that name: what a test acts as to call its code."""
-    return _functions.get(name)
-
-
 def run_executions_as(context: FunctionContext) -> None:
     global _state_machine
     _state_machine = context

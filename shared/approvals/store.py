@@ -20,6 +20,7 @@ from toolpipe.shared.approvals.models import (
     EditedArguments,
     Gate,
 )
+from toolpipe.shared.history.conditions import lost_race
 from toolpipe.shared.history.store import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_SK
 from toolpipe.shared.messages import utc_now
 
@@ -38,20 +39,6 @@ def _pk(approval_id: str) -> str:
 
 def _gate_key(run_id: str, seq: int) -> dict[str, str]:
     return {"pk": f"RUN#{run_id}", "sk": f"GATE#{seq:06d}"}
-
-
-def _conditional_failure(e: ClientError) -> bool:
-    """A condition of ours said no (a lost race). A cancelled transaction is one only when its
-    reasons say so: one cancelled for anything else (a validation error, a conflict, throttling)
-    is an error, never a 409 that claims someone decided first."""
-    code = e.response.get("Error", {}).get("Code")
-    if code == "ConditionalCheckFailedException":
-        return True
-    if code != "TransactionCanceledException":
-        return False
-    response: dict[str, Any] = dict(e.response)
-    reasons = {str(r.get("Code")) for r in response.get("CancellationReasons") or []}
-    return "ConditionalCheckFailed" in reasons and reasons <= {"ConditionalCheckFailed", "None"}
 
 
 def _plain(item: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +91,7 @@ class DynamoApprovalStore:
             )
             return approval
         except ClientError as e:
-            if not _conditional_failure(e):
+            if not lost_race(e):
                 raise
         existing = self.get_gate(approval.run_id, approval.seq)
         if existing is None:
@@ -127,7 +114,7 @@ class DynamoApprovalStore:
                 ]
             )
         except ClientError as e:
-            if not _conditional_failure(e):
+            if not lost_race(e):
                 raise
         return self.get(existing.approval_id)
 
@@ -243,7 +230,7 @@ class DynamoApprovalStore:
                 ]
             )
         except ClientError as e:
-            if not _conditional_failure(e):
+            if not lost_race(e):
                 raise
             raise ApprovalAlreadyDecidedError(
                 approval.approval_id, self.get(approval.approval_id).status

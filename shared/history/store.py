@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from toolpipe.shared.errors import InvalidCursorError, RunNotFoundError
+from toolpipe.shared.history.conditions import lost_race
 from toolpipe.shared.history.ports import (
     ERROR_MAX_CHARS,
     LIST_READ_FACTOR,
@@ -122,11 +123,6 @@ def _call_sk(seq: int) -> str:
     return f"CALL#{seq:06d}"
 
 
-def _is_conditional_failure(e: ClientError) -> bool:
-    code = e.response.get("Error", {}).get("Code")
-    return code in ("ConditionalCheckFailedException", "TransactionCanceledException")
-
-
 class HistoryPrefixCache:
     """Per run, the items of every slot up to the first empty one, for the runs used last.
 
@@ -227,7 +223,7 @@ class DynamoHistoryStore:
                 ]
             )
         except ClientError as e:
-            if _is_conditional_failure(e):
+            if lost_race(e):
                 return False
             raise
         return True
@@ -292,7 +288,7 @@ class DynamoHistoryStore:
         try:
             counted = self._add(run_id, own, {"turn": turn}, first_of_turn=turn)
         except ClientError as e:
-            if _is_conditional_failure(e):
+            if lost_race(e):
                 return None
             raise
         if root != run_id:
@@ -366,7 +362,7 @@ class DynamoHistoryStore:
                 },
             )
         except ClientError as e:
-            if not _is_conditional_failure(e):
+            if not lost_race(e):
                 raise
             return False
         return True
@@ -466,7 +462,7 @@ class DynamoHistoryStore:
                 Item=self._message_item(run_id, item), ConditionExpression="attribute_not_exists(pk)"
             )
         except ClientError as e:
-            if _is_conditional_failure(e):
+            if lost_race(e):
                 return False
             raise
         return True
@@ -556,7 +552,7 @@ class DynamoHistoryStore:
             )
             return Claim(ClaimState.NEW, owner, 1)
         except ClientError as e:
-            if not _is_conditional_failure(e):
+            if not lost_race(e):
                 raise
         row = self._table.get_item(Key=key, ConsistentRead=True).get("Item", {})
         if row.get("state") == "DONE":
@@ -580,7 +576,7 @@ class DynamoHistoryStore:
                 },
             )
         except ClientError as e:
-            if _is_conditional_failure(e):
+            if lost_race(e):
                 return Claim(ClaimState.BUSY)
             raise
         return Claim(ClaimState.TAKEN_OVER, owner, attempt)
@@ -625,7 +621,7 @@ class DynamoHistoryStore:
         try:
             self._table.meta.client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
         except ClientError as e:
-            if _is_conditional_failure(e):
+            if lost_race(e):
                 return False
             raise
         return True
@@ -639,7 +635,7 @@ class DynamoHistoryStore:
                 ExpressionAttributeValues={":owner": owner, ":claimed": "CLAIMED"},
             )
         except ClientError as e:
-            if not _is_conditional_failure(e):
+            if not lost_race(e):
                 raise
 
     # --- reading a run page by page (the runs API) -----------------------------------------

@@ -356,25 +356,6 @@ def test_a_decision_taken_back_keeps_nothing_of_it(pipeline: Pipeline) -> None:
     assert (record["status"], record.get("reason")) == ("approved", None)
 
 
-def test_only_a_failed_condition_counts_as_a_lost_race() -> None:
-    from toolpipe.shared.approvals.store import _conditional_failure
-
-    def cancelled(*codes: str) -> ClientError:
-        return ClientError(
-            {
-                "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
-                "CancellationReasons": [{"Code": code} for code in codes],
-            },  # type: ignore[typeddict-unknown-key]
-            "TransactWriteItems",
-        )
-
-    # Anything else cancelling the transaction is an error to raise, never a 409 "already decided".
-    assert not _conditional_failure(cancelled("None", "ValidationError"))
-    assert not _conditional_failure(cancelled("ConditionalCheckFailed", "TransactionConflict"))
-    assert not _conditional_failure(cancelled())
-    assert _conditional_failure(cancelled("ConditionalCheckFailed", "None"))
-
-
 def test_an_approval_expires_with_its_waiting_task_not_later(pipeline: Pipeline) -> None:
     # The task's timeout runs from when it started, before the orchestrator stored the approval:
     # an expiry counted from the store would accept decisions Step Functions then refuses.

@@ -1,16 +1,24 @@
 """The history store on moto: per-run state round trip."""
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.conftest import Pipeline
+from tests.dynamo_faults import cancellation_body, refused
+from toolpipe.infra.functions import ORCHESTRATOR
+from toolpipe.infra.local.isolation import running_as
+from toolpipe.shared.errors import RunNotFoundError
 from toolpipe.shared.history import ClaimState
 from toolpipe.shared.messages import RunRecord, RunStatus, ToolResult, UserMessage
 
 
-def _store():  # type: ignore[no-untyped-def]
-    from toolpipe.functions.orchestrator import handler
+def _store(p: Pipeline):  # type: ignore[no-untyped-def]
+    """The orchestrator's store, built as that function: its handler reads its settings from the
+    function's environment, which a test outside an invocation does not see."""
+    with running_as(p.runtime.functions[ORCHESTRATOR.name]):
+        from toolpipe.functions.orchestrator import handler
 
-    return handler.service()._store
+        return handler.service()._store
 
 
 def _result(seq: int, content: str = "ok") -> ToolResult:
@@ -18,7 +26,7 @@ def _result(seq: int, content: str = "ok") -> ToolResult:
 
 
 def test_state_keys_are_set_and_removed_independently(pipeline: Pipeline) -> None:
-    store = _store()
+    store = _store(pipeline)
     for seq, changes in enumerate(
         [({"a": 1, "b": [1, 2], "c": "x"}, []), ({"b": [1, 2, 3]}, ["c"]), ({"d": {"k": True}}, [])], start=3
     ):
@@ -29,7 +37,7 @@ def test_state_keys_are_set_and_removed_independently(pipeline: Pipeline) -> Non
 
 
 def test_the_ledger_moves_from_claimed_to_done_once(pipeline: Pipeline) -> None:
-    store = _store()
+    store = _store(pipeline)
     first = store.claim_call("l-1", 3, lease_seconds=60)
     assert first.state is ClaimState.NEW and first.attempt == 1
     assert store.claim_call("l-1", 3, lease_seconds=60).state is ClaimState.BUSY  # live lease
@@ -42,7 +50,7 @@ def test_the_ledger_moves_from_claimed_to_done_once(pipeline: Pipeline) -> None:
 
 
 def test_a_claim_whose_lease_ran_out_is_taken_over_by_one_delivery(pipeline: Pipeline) -> None:
-    store = _store()
+    store = _store(pipeline)
     vanished = store.claim_call("l-2", 3, lease_seconds=-1)
     taken = store.claim_call("l-2", 3, lease_seconds=60)
     assert taken.state is ClaimState.TAKEN_OVER and taken.attempt == 2
@@ -52,7 +60,7 @@ def test_a_claim_whose_lease_ran_out_is_taken_over_by_one_delivery(pipeline: Pip
 
 
 def test_a_release_frees_only_the_owners_claim(pipeline: Pipeline) -> None:
-    store = _store()
+    store = _store(pipeline)
     claim = store.claim_call("l-3", 3, lease_seconds=60)
     store.release_call("l-3", 3, "someone-else")
     assert store.claim_call("l-3", 3, lease_seconds=60).state is ClaimState.BUSY
@@ -60,8 +68,23 @@ def test_a_release_frees_only_the_owners_claim(pipeline: Pipeline) -> None:
     assert store.claim_call("l-3", 3, lease_seconds=60).state is ClaimState.NEW
 
 
+def test_a_throttled_run_creation_is_an_error_not_a_run_that_exists(pipeline: Pipeline) -> None:
+    """`False` would tell the starter the run id is taken: an idempotent start would then replay
+    a run that was never written, and a child run would be started without its record."""
+    store = _store(pipeline)
+    record = RunRecord(run_id="c-1", agent="tester", status=RunStatus.RUNNING)
+    first = UserMessage(seq=1, turn=0, content="hi")
+    throttled = cancellation_body("ThrottlingError", "None")
+    with refused(store._table.meta.client, "TransactWriteItems", throttled), pytest.raises(ClientError):
+        store.create_run(record, first)
+    with pytest.raises(RunNotFoundError):
+        store.get_run("c-1")
+    assert store.create_run(record, first)
+    assert not store.create_run(record, first)  # now it exists: a condition of ours said no
+
+
 def test_a_long_answer_is_stored_by_reference(pipeline: Pipeline) -> None:
-    store = _store()
+    store = _store(pipeline)
     record = RunRecord(run_id="o-1", agent="tester", status=RunStatus.RUNNING)
     assert store.create_run(record, UserMessage(seq=1, turn=0, content="hi"))
     answer = "a" * 600_000  # past DynamoDB's 400 KB item limit
@@ -80,9 +103,9 @@ def test_a_run_record_with_nested_numbers_reads_back_as_plain_ints(pipeline: Pip
     record = RunRecord(
         run_id="child-1", agent="tester", status=RunStatus.RUNNING, parent=parent, tools=["count_once"]
     )
-    assert _store().create_run(record, UserMessage(seq=1, turn=0, content="task"))
+    assert _store(pipeline).create_run(record, UserMessage(seq=1, turn=0, content="task"))
 
-    loaded = _store().get_run("child-1")
+    loaded = _store(pipeline).get_run("child-1")
     assert loaded.parent == parent and type(loaded.parent.seq) is int
     assert loaded.tools == ["count_once"]
 
@@ -90,7 +113,7 @@ def test_a_run_record_with_nested_numbers_reads_back_as_plain_ints(pipeline: Pip
 def test_counting_a_model_call_answers_with_the_trees_totals(pipeline: Pipeline) -> None:
     from toolpipe.shared.messages import Usage
 
-    store = _store()
+    store = _store(pipeline)
     for run_id, root in (("tree-root", None), ("tree-child", "tree-root")):
         record = RunRecord(run_id=run_id, agent="assistant", status=RunStatus.RUNNING, root_run_id=root)
         assert store.create_run(record, UserMessage(seq=1, turn=0, content="go"))
@@ -112,7 +135,7 @@ def test_counting_a_model_call_answers_with_the_trees_totals(pipeline: Pipeline)
 def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) -> None:
     from toolpipe.shared.errors import InvalidCursorError
 
-    store = _store()
+    store = _store(pipeline)
     for i in range(7):
         record = RunRecord(
             run_id=f"r{i}",
