@@ -32,26 +32,32 @@ class Effects:
         self.counts: Counter[str] = Counter()
         # Set by a scenario: the tool does its effect, then the process dies (see `Crash`).
         self.crash_after_effect = False
+        # The effect is done and the process is to die: the worker's next store call does
+        # (a `CrashingStore`'s), before anything of the call is stored.
+        self.dying = False
 
     def add(self, key: str) -> None:
         with self._lock:
             self.counts[key] += 1
         if self.crash_after_effect:
-            raise Crash("died right after the tool's side effect")
+            # Not raised from the tool: whatever a tool raises, `SystemExit` included, is its
+            # call's error result. The death comes right after, at the worker's next step.
+            self.dying = True
 
     def clear(self) -> None:
         with self._lock:
             self.counts.clear()
         self.crash_after_effect = False
+        self.dying = False
 
 
 EFFECTS = Effects()
 
 
 class Crash(SystemExit):
-    """The process dies here. A SystemExit, which product code never swallows (it turns any
-    other exception a tool raises, `BaseException`s included, into the call's error result),
-    as no code runs after a real Lambda death."""
+    """The process dies here. A SystemExit, which the worker's own code never swallows (only
+    what tool code raises becomes the call's error result), as no code runs after a real Lambda
+    death."""
 
 
 @tool
@@ -163,6 +169,9 @@ class CrashingStore:
             return target
 
         def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if EFFECTS.dying:
+                EFFECTS.dying = False
+                raise Crash("died right after the tool's side effect")
             self._calls[name] += 1
             hit = self.crash is not None and self.crash[0] == name and self.crash[2] == self._calls[name]
             when = self.crash[1] if hit and self.crash else ""
