@@ -68,6 +68,7 @@ from toolpipe.shared.errors import (
     UnknownToolsRequestedError,
     describe_validation_error,
 )
+from toolpipe.shared.history.store import MAX_CALLER_BYTES, caller_fits
 from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.factory import (
@@ -76,7 +77,7 @@ from toolpipe.shared.runs.factory import (
     build_run_starter,
     build_store,
 )
-from toolpipe.shared.runs.report import PAGE_LIMIT, RUNS_PAGE_DEFAULT, URL_SECONDS, RunReader
+from toolpipe.shared.runs.report import MAX_TOKEN_CHARS, PAGE_LIMIT, RUNS_PAGE_DEFAULT, URL_SECONDS, RunReader
 from toolpipe.shared.runs.starter import RunStarter
 from toolpipe.shared.runs.views import ErrorBody, MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
 from toolpipe.shared.settings import (
@@ -99,6 +100,9 @@ api_settings = ApiSettings.from_env()
 event_settings = EventSettings.from_env()
 link_settings = ApprovalLinkSettings.from_env()
 
+# A caller identity (the request's, or an owner the admin names) is written into the keys of the
+# caller index: what every one of them can hold (shared/history/store.py).
+CALLER_RULE = f"is at most {MAX_CALLER_BYTES:,} bytes of UTF-8"
 RUN_ID = r"^[A-Za-z0-9_-]{1,64}$"
 SEQ = r"^[0-9]{1,6}$"  # [0-9], not \d: \d also matches digits such as "²" or "٣"
 LIMIT = r"^[0-9]{1,3}$"
@@ -113,7 +117,7 @@ PARAMETER_RULES = {
     "limit": f"limit is a number from 1 to {PAGE_LIMIT}",
     "status": f"status is one of {', '.join(s.value for s in RunStatus)}",
     "agent": "an agent name is 1 to 64 letters, digits, '_' or '-'",
-    "caller": "caller is a principal's ARN, at most 2048 characters",
+    "caller": f"caller is a principal's ARN (or `*`), {CALLER_RULE}",
     "next": "next is the token the previous page gave",
     "approval_id": "an approval id is 32 hex digits",
     "call_id": "a call id is the call's slot (the event's `slot`): 1 to 6 digits",
@@ -171,6 +175,9 @@ def current_caller() -> str:
     caller = caller_identity(app.current_event.raw_event.get("requestContext"))
     if caller is None:
         raise ForbiddenError("the request carries no caller identity: sign it with SigV4 (IAM authorization)")
+    if not caller_fits(caller):
+        # Refused before anything is written: a run or approval keyed on it could not be stored.
+        raise BadRequestError(f"invalid request: the caller identity {CALLER_RULE}")
     return caller
 
 
@@ -195,7 +202,8 @@ def status_url(run_id: str) -> str:
 def documented(status: int, model: Any, description: str, *errors: int) -> dict[int, Any]:
     """OpenAPI responses of a route: its answer's model, and the error codes it can give."""
     reasons = {
-        400: "A bad body, header or parameter: the message names the field.",
+        400: "A bad body, header or parameter: the message names the field. Also a caller identity "
+        f"longer than any key can hold: it {CALLER_RULE}.",
         403: "The request carries no caller identity.",
         404: "No such run (or not the caller's).",
         409: "A conflict: the key started another request, or the run already ended.",
@@ -332,12 +340,24 @@ def start_run() -> Response[dict[str, Any]]:
 def list_runs(
     status: Annotated[RunStatus | None, Query()] = None,
     agent: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
-    caller: Annotated[str | None, Query(min_length=1, max_length=2048)] = None,
+    # Characters here; the bytes below (a character is 1 to 4 bytes of UTF-8).
+    caller: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_CALLER_BYTES,
+            description=f"The admin principal only: another caller's runs, or `*` for every run. It {CALLER_RULE}.",
+        ),
+    ] = None,
     limit: Annotated[str, Query(pattern=LIMIT)] = str(RUNS_PAGE_DEFAULT),
-    next: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,  # the name the API uses
+    next: Annotated[
+        str | None, Query(min_length=1, max_length=MAX_TOKEN_CHARS)
+    ] = None,  # the name the API uses
 ) -> dict[str, Any]:
     if not 1 <= int(limit) <= PAGE_LIMIT:
         raise BadRequestError(f"invalid request: query.limit: {PARAMETER_RULES['limit']}")
+    if caller is not None and caller != "*" and not caller_fits(caller):
+        raise BadRequestError(f"invalid request: query.caller: {PARAMETER_RULES['caller']}")
     try:
         return reader().list_runs(
             current_caller(),
@@ -671,7 +691,8 @@ def openapi_document() -> dict[str, Any]:
             title=OPENAPI_TITLE,
             version="1",
             description="LLM tool calling as a durable serverless pipeline. IAM (SigV4) authorized; "
-            "the caller is the signer.",
+            "the caller is the signer (or a Lambda authorizer's principalId, or `api-key:` and the API "
+            f"key's id). A caller identity {CALLER_RULE}: a longer one is answered 400.",
         )
     )
     # Bad parameters are answered 400 (`bad_parameters`), never Powertools' 422.
