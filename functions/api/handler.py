@@ -8,12 +8,14 @@ bodies included; a run that is not the caller's is a 404, like an unknown one.
 
 import base64
 import binascii
+import copy
 import json
 import re
 import urllib.parse
 from functools import cache
 from http import HTTPStatus
 from typing import Annotated, Any, TypeVar
+from zoneinfo import available_timezones
 
 import boto3
 from aws_lambda_powertools import Logger
@@ -31,6 +33,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 from pydantic import BaseModel, ValidationError
 
+from toolpipe.shared.agents import all_agents
 from toolpipe.shared.approvals.models import (
     APPROVAL_ID_PATTERN,
     AnswerRequest,
@@ -69,7 +72,13 @@ from toolpipe.shared.errors import (
     describe_validation_error,
 )
 from toolpipe.shared.history.store import MAX_CALLER_BYTES, caller_fits
-from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
+from toolpipe.shared.messages import (
+    IDEMPOTENCY_KEY_PATTERN,
+    NAME_PATTERN,
+    TIMEZONE_PATTERN,
+    RunStatus,
+    StartRunRequest,
+)
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.factory import (
     build_approval_service,
@@ -77,7 +86,14 @@ from toolpipe.shared.runs.factory import (
     build_run_starter,
     build_store,
 )
-from toolpipe.shared.runs.report import MAX_TOKEN_CHARS, PAGE_LIMIT, RUNS_PAGE_DEFAULT, URL_SECONDS, RunReader
+from toolpipe.shared.runs.report import (
+    MAX_TOKEN_CHARS,
+    PAGE_LIMIT,
+    RUNS_PAGE_DEFAULT,
+    TOKEN_PATTERN,
+    URL_SECONDS,
+    RunReader,
+)
 from toolpipe.shared.runs.starter import RunStarter
 from toolpipe.shared.runs.views import ErrorBody, MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
 from toolpipe.shared.settings import (
@@ -351,7 +367,12 @@ def list_runs(
     ] = None,
     limit: Annotated[str, Query(pattern=LIMIT)] = str(RUNS_PAGE_DEFAULT),
     next: Annotated[
-        str | None, Query(min_length=1, max_length=MAX_TOKEN_CHARS)
+        str | None,
+        Query(
+            pattern=TOKEN_PATTERN,
+            max_length=MAX_TOKEN_CHARS,
+            description="The `next` of the previous page, as is.",
+        ),
     ] = None,  # the name the API uses
 ) -> dict[str, Any]:
     if not 1 <= int(limit) <= PAGE_LIMIT:
@@ -758,12 +779,55 @@ def openapi_document() -> dict[str, Any]:
         }
     # The stage path, deployed (API Gateway stage `v1`) and under `toolpipe serve`.
     document["servers"] = [{"url": "/v1"}]
+    # What the handler checks after the model or the pattern, stated where the schema can say it.
+    for operation in (o for path in document["paths"].values() for o in path.values()):
+        for parameter in operation.get("parameters", []):
+            if parameter["name"] == "limit":  # parsed from `LIMIT` text, then this range
+                default = int(parameter["schema"]["default"])
+                parameter["schema"] = {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": PAGE_LIMIT,
+                    "default": default,
+                }
+    start = schemas["StartRunRequest"]["properties"]
+    start["timezone"]["pattern"] = TIMEZONE_PATTERN  # and a zone the runtime knows (`with_deployment`)
+    for shape in start["metadata"]["anyOf"]:
+        if shape.get("type") == "object":
+            shape["additionalProperties"] = False  # a key is one of `patternProperties`
+    return document
+
+
+@cache
+def time_zones() -> list[str]:
+    # The zones `StartRunRequest` takes: its pattern, and a file in the runtime's tz database.
+    return sorted(z for z in available_timezones() | {"UTC"} if re.fullmatch(TIMEZONE_PATTERN, z))
+
+
+def with_deployment(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` with what only this deployment knows, so that every start it admits is taken:
+    its agents, the tools all of them have, the time zones its runtime has, and no `mcp_servers`
+    unless runs may name their own (docs/openapi.json, made for no deployment, cannot say)."""
+    document = copy.deepcopy(document)
+    start = document["components"]["schemas"]["StartRunRequest"]["properties"]
+    agents = all_agents()
+    start["agent"]["anyOf"][0]["enum"] = [agent.name for agent in agents]
+    # The schema cannot tie the list to the agent named: the tools every agent has.
+    common = set.intersection(*({tool.name for tool in agent.tools} for agent in agents)) if agents else set()
+    listed = start["tools"]["anyOf"][0]
+    if common:
+        listed["items"]["enum"] = sorted(common)
+    else:
+        listed["maxItems"] = 0
+    start["timezone"]["enum"] = time_zones()
+    if not api_settings.allow_run_mcp_servers:
+        del start["mcp_servers"]
     return document
 
 
 @app.get("/openapi.json", include_in_schema=False)
 def openapi() -> dict[str, Any]:
-    return openapi_document()
+    return with_deployment(openapi_document())
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -11,6 +11,7 @@ import base64
 import binascii
 import contextlib
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -42,6 +43,8 @@ RESPONSE_BUDGET = 5_000_000
 RUNS_PAGE_DEFAULT = 20
 # A token is a few keys: anything much longer is not one.
 MAX_TOKEN_CHARS = 4096
+# A token is base64url (unpadded) of a JSON object, which starts `{"`: `eyJ`.
+TOKEN_PATTERN = r"^eyJ[A-Za-z0-9_-]*$"
 # Presigned URLs outlive a slow download but not a leaked log line by much.
 URL_SECONDS = 900
 
@@ -179,7 +182,7 @@ def encode_cursor(cursor: Cursor) -> str:
 def decode_cursor(token: str, owner: str | None = None) -> Cursor:
     """The store's cursor from a `next` token, in the caller index partition of `owner` (None:
     the admin's listing of every run, which has none)."""
-    if len(token) > MAX_TOKEN_CHARS:
+    if len(token) > MAX_TOKEN_CHARS or not re.fullmatch(TOKEN_PATTERN, token):
         raise InvalidCursorError()
     try:
         value = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
