@@ -318,6 +318,12 @@ TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$"  # no dot
 # An idempotency key: printable ASCII without spaces, as the IETF draft's examples and Stripe's keys.
 IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
 MAX_PROMPT_CHARS = 100_000
+# What Python's `str.strip()` removes (every character whose `isspace()` is true; a unit test
+# re-measures it), as regex escapes: a text is blank when it has nothing else. A class of its
+# own, not `\S`: the OpenAPI document's pattern then means the same in every regex dialect
+# (ECMA's `\s` differs from Python's).
+WHITESPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK_PATTERN = f"[^{WHITESPACE}]"
 MAX_TOOLS = 128
 MAX_RUN_MCP_SERVERS = 5
 # Metadata is a few labels, stored in the run record (one DynamoDB item): bounded in count and size.
@@ -337,6 +343,7 @@ class StartRunRequest(BaseModel):
         max_length=MAX_PROMPT_CHARS,
         validation_alias=AliasChoices("input", "prompt"),
         description="The user's message; not blank. (`prompt` is accepted as a deprecated alias.)",
+        json_schema_extra={"pattern": NOT_BLANK_PATTERN},  # checked by `_not_blank`, which words the error
     )
     agent: str | None = Field(
         default=None,
@@ -389,7 +396,7 @@ class StartRunRequest(BaseModel):
     @field_validator("input")
     @classmethod
     def _not_blank(cls, value: str) -> str:
-        if not value.strip():
+        if not re.search(NOT_BLANK_PATTERN, value):
             raise PydanticCustomError("blank", "the input is blank")
         return text_safe(value)
 

@@ -8,12 +8,14 @@ bodies included; a run that is not the caller's is a 404, like an unknown one.
 
 import base64
 import binascii
+import copy
 import json
 import re
 import urllib.parse
 from functools import cache
 from http import HTTPStatus
 from typing import Annotated, Any, TypeVar
+from zoneinfo import available_timezones
 
 import boto3
 from aws_lambda_powertools import Logger
@@ -31,6 +33,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 from pydantic import BaseModel, ValidationError
 
+from toolpipe.shared.agents import all_agents
 from toolpipe.shared.approvals.models import (
     APPROVAL_ID_PATTERN,
     AnswerRequest,
@@ -68,7 +71,14 @@ from toolpipe.shared.errors import (
     UnknownToolsRequestedError,
     describe_validation_error,
 )
-from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
+from toolpipe.shared.history.store import MAX_CALLER_BYTES, caller_fits
+from toolpipe.shared.messages import (
+    IDEMPOTENCY_KEY_PATTERN,
+    NAME_PATTERN,
+    TIMEZONE_PATTERN,
+    RunStatus,
+    StartRunRequest,
+)
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.factory import (
     build_approval_service,
@@ -76,7 +86,14 @@ from toolpipe.shared.runs.factory import (
     build_run_starter,
     build_store,
 )
-from toolpipe.shared.runs.report import PAGE_LIMIT, RUNS_PAGE_DEFAULT, URL_SECONDS, RunReader
+from toolpipe.shared.runs.report import (
+    MAX_TOKEN_CHARS,
+    PAGE_LIMIT,
+    RUNS_PAGE_DEFAULT,
+    TOKEN_PATTERN,
+    URL_SECONDS,
+    RunReader,
+)
 from toolpipe.shared.runs.starter import RunStarter
 from toolpipe.shared.runs.views import ErrorBody, MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
 from toolpipe.shared.settings import (
@@ -99,6 +116,9 @@ api_settings = ApiSettings.from_env()
 event_settings = EventSettings.from_env()
 link_settings = ApprovalLinkSettings.from_env()
 
+# A caller identity (the request's, or an owner the admin names) is written into the keys of the
+# caller index: what every one of them can hold (shared/history/store.py).
+CALLER_RULE = f"is at most {MAX_CALLER_BYTES:,} bytes of UTF-8"
 RUN_ID = r"^[A-Za-z0-9_-]{1,64}$"
 SEQ = r"^[0-9]{1,6}$"  # [0-9], not \d: \d also matches digits such as "²" or "٣"
 LIMIT = r"^[0-9]{1,3}$"
@@ -113,7 +133,7 @@ PARAMETER_RULES = {
     "limit": f"limit is a number from 1 to {PAGE_LIMIT}",
     "status": f"status is one of {', '.join(s.value for s in RunStatus)}",
     "agent": "an agent name is 1 to 64 letters, digits, '_' or '-'",
-    "caller": "caller is a principal's ARN, at most 2048 characters",
+    "caller": f"caller is a principal's ARN (or `*`), {CALLER_RULE}",
     "next": "next is the token the previous page gave",
     "approval_id": "an approval id is 32 hex digits",
     "call_id": "a call id is the call's slot (the event's `slot`): 1 to 6 digits",
@@ -171,6 +191,9 @@ def current_caller() -> str:
     caller = caller_identity(app.current_event.raw_event.get("requestContext"))
     if caller is None:
         raise ForbiddenError("the request carries no caller identity: sign it with SigV4 (IAM authorization)")
+    if not caller_fits(caller):
+        # Refused before anything is written: a run or approval keyed on it could not be stored.
+        raise BadRequestError(f"invalid request: the caller identity {CALLER_RULE}")
     return caller
 
 
@@ -195,7 +218,8 @@ def status_url(run_id: str) -> str:
 def documented(status: int, model: Any, description: str, *errors: int) -> dict[int, Any]:
     """OpenAPI responses of a route: its answer's model, and the error codes it can give."""
     reasons = {
-        400: "A bad body, header or parameter: the message names the field.",
+        400: "A bad body, header or parameter: the message names the field. Also a caller identity "
+        f"longer than any key can hold: it {CALLER_RULE}.",
         403: "The request carries no caller identity.",
         404: "No such run (or not the caller's).",
         409: "A conflict: the key started another request, or the run already ended.",
@@ -332,12 +356,29 @@ def start_run() -> Response[dict[str, Any]]:
 def list_runs(
     status: Annotated[RunStatus | None, Query()] = None,
     agent: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
-    caller: Annotated[str | None, Query(min_length=1, max_length=2048)] = None,
+    # Characters here; the bytes below (a character is 1 to 4 bytes of UTF-8).
+    caller: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_CALLER_BYTES,
+            description=f"The admin principal only: another caller's runs, or `*` for every run. It {CALLER_RULE}.",
+        ),
+    ] = None,
     limit: Annotated[str, Query(pattern=LIMIT)] = str(RUNS_PAGE_DEFAULT),
-    next: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,  # the name the API uses
+    next: Annotated[
+        str | None,
+        Query(
+            pattern=TOKEN_PATTERN,
+            max_length=MAX_TOKEN_CHARS,
+            description="The `next` of the previous page, as is.",
+        ),
+    ] = None,  # the name the API uses
 ) -> dict[str, Any]:
     if not 1 <= int(limit) <= PAGE_LIMIT:
         raise BadRequestError(f"invalid request: query.limit: {PARAMETER_RULES['limit']}")
+    if caller is not None and caller != "*" and not caller_fits(caller):
+        raise BadRequestError(f"invalid request: query.caller: {PARAMETER_RULES['caller']}")
     try:
         return reader().list_runs(
             current_caller(),
@@ -671,7 +712,8 @@ def openapi_document() -> dict[str, Any]:
             title=OPENAPI_TITLE,
             version="1",
             description="LLM tool calling as a durable serverless pipeline. IAM (SigV4) authorized; "
-            "the caller is the signer.",
+            "the caller is the signer (or a Lambda authorizer's principalId, or `api-key:` and the API "
+            f"key's id). A caller identity {CALLER_RULE}: a longer one is answered 400.",
         )
     )
     # Bad parameters are answered 400 (`bad_parameters`), never Powertools' 422.
@@ -737,12 +779,55 @@ def openapi_document() -> dict[str, Any]:
         }
     # The stage path, deployed (API Gateway stage `v1`) and under `toolpipe serve`.
     document["servers"] = [{"url": "/v1"}]
+    # What the handler checks after the model or the pattern, stated where the schema can say it.
+    for operation in (o for path in document["paths"].values() for o in path.values()):
+        for parameter in operation.get("parameters", []):
+            if parameter["name"] == "limit":  # parsed from `LIMIT` text, then this range
+                default = int(parameter["schema"]["default"])
+                parameter["schema"] = {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": PAGE_LIMIT,
+                    "default": default,
+                }
+    start = schemas["StartRunRequest"]["properties"]
+    start["timezone"]["pattern"] = TIMEZONE_PATTERN  # and a zone the runtime knows (`with_deployment`)
+    for shape in start["metadata"]["anyOf"]:
+        if shape.get("type") == "object":
+            shape["additionalProperties"] = False  # a key is one of `patternProperties`
+    return document
+
+
+@cache
+def time_zones() -> list[str]:
+    # The zones `StartRunRequest` takes: its pattern, and a file in the runtime's tz database.
+    return sorted(z for z in available_timezones() | {"UTC"} if re.fullmatch(TIMEZONE_PATTERN, z))
+
+
+def with_deployment(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` with what only this deployment knows, so that every start it admits is taken:
+    its agents, the tools all of them have, the time zones its runtime has, and no `mcp_servers`
+    unless runs may name their own (docs/openapi.json, made for no deployment, cannot say)."""
+    document = copy.deepcopy(document)
+    start = document["components"]["schemas"]["StartRunRequest"]["properties"]
+    agents = all_agents()
+    start["agent"]["anyOf"][0]["enum"] = [agent.name for agent in agents]
+    # The schema cannot tie the list to the agent named: the tools every agent has.
+    common = set.intersection(*({tool.name for tool in agent.tools} for agent in agents)) if agents else set()
+    listed = start["tools"]["anyOf"][0]
+    if common:
+        listed["items"]["enum"] = sorted(common)
+    else:
+        listed["maxItems"] = 0
+    start["timezone"]["enum"] = time_zones()
+    if not api_settings.allow_run_mcp_servers:
+        del start["mcp_servers"]
     return document
 
 
 @app.get("/openapi.json", include_in_schema=False)
 def openapi() -> dict[str, Any]:
-    return openapi_document()
+    return with_deployment(openapi_document())
 
 
 @logger.inject_lambda_context(clear_state=True)

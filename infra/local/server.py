@@ -558,7 +558,20 @@ class LocalServer:
                 self.close_connection = True  # a stream ends with its connection (no chunked encoding)
                 server.stream_events(run_id, _caller(headers), after, timeout, self.wfile.write, self._send)
 
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _dispatch
+            def __getattr__(self, name: str) -> Any:
+                # http.server answers a method it finds no `do_<METHOD>` for with 501 and an HTML
+                # page. API Gateway answers every method (TRACE, PROPFIND, a lowercase `get`...),
+                # one the API does not declare with 403 (`LocalServer.handle`): so does this.
+                if name.startswith("do_"):
+                    return self._dispatch
+                raise AttributeError(name)
+
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                # What http.server refuses before a method runs (a request line or headers it
+                # cannot read): answered in JSON like everything else, never its HTML page.
+                self.close_connection = True
+                phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else "error"
+                self._send(*_json_response(code, {"message": message or phrase}))
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # request lines carry run ids and the like: keep the console for what matters

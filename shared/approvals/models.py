@@ -193,7 +193,20 @@ class ResultRequest(BaseModel):
     """`POST /runs/{run_id}/calls/{call_id}/result` (`call_id`: the call's slot): the result of a client-executed call, or the
     error the model should read instead (exactly one of the two)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # `_one_of` as the JSON schema states it: `result` (any JSON, null included) or a string `error`.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["result"], "not": {"required": ["error"]}},
+                {
+                    "required": ["error"],
+                    "not": {"required": ["result"]},
+                    "properties": {"error": {"type": "string"}},
+                },
+            ]
+        },
+    )
     result: Any = Field(
         default=None,
         description="Any JSON (a string is passed as is); matches the tool's `result_schema` if it has one.",

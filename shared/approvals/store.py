@@ -21,7 +21,7 @@ from toolpipe.shared.approvals.models import (
     Gate,
 )
 from toolpipe.shared.history.conditions import lost_race
-from toolpipe.shared.history.store import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_SK
+from toolpipe.shared.history.store import APPROVALS_OF_CALLER, CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_SK
 from toolpipe.shared.messages import utc_now
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class DynamoApprovalStore:
             # As JSON text: DynamoDB takes no floats, and a schema may hold some (`"minimum": 0.5`).
             record["result_schema"] = json.dumps(approval.result_schema)
         if approval.requester is not None:
-            record[CALLER_INDEX_PK] = f"APPROVALS#{approval.requester}"
+            record[CALLER_INDEX_PK] = f"{APPROVALS_OF_CALLER}{approval.requester}"
             record[CALLER_INDEX_SK] = f"{approval.created_at}#{approval.approval_id}"
         gate = {
             **_gate_key(approval.run_id, approval.seq),
@@ -269,7 +269,7 @@ class DynamoApprovalStore:
                 "KeyConditionExpression": f"{CALLER_INDEX_PK} = :requester",
                 "ScanIndexForward": False,
             }
-            values[":requester"] = f"APPROVALS#{requester}"
+            values[":requester"] = f"{APPROVALS_OF_CALLER}{requester}"
             operation = self._table.query
         kwargs["ExpressionAttributeValues"] = values
         while len(keys) < LIST_LIMIT:

@@ -62,9 +62,29 @@ CALLER_INDEX_PK = "gsi1pk"  # CALLER#<caller>
 CALLER_INDEX_SK = "gsi1sk"  # <created_at>#<run_id>
 CALLER_INDEX_PROJECTION = ("run_id", "agent", "status", "caller", "created_at", "metadata", "parent")
 _INDEX_KEYS = (CALLER_INDEX_PK, CALLER_INDEX_SK)
+# The caller index's partitions: a caller's runs (here) and the approvals of its runs
+# (shared/approvals/store.py), each under its own prefix. No other key holds a caller.
+RUNS_OF_CALLER = "CALLER#"
+APPROVALS_OF_CALLER = "APPROVALS#"
+# DynamoDB's limit on a partition key, a global secondary index's included, in UTF-8 bytes:
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys
+PARTITION_KEY_MAX_BYTES = 2048
+# The longest caller identity every key it is written into can hold (2,038 bytes): the API
+# refuses a longer one before anything is written, so no run or approval fails on its key.
+MAX_CALLER_BYTES = PARTITION_KEY_MAX_BYTES - max(
+    len(p.encode()) for p in (RUNS_OF_CALLER, APPROVALS_OF_CALLER)
+)
 # A scan (the admin's listing of every run) reads this many items a request: most are messages.
 SCAN_READ_ITEMS = 1000
-CURSOR_MAX_CHARS = 1024
+
+
+def caller_fits(caller: str) -> bool:
+    """Whether `caller` fits every key it is written into: at most `MAX_CALLER_BYTES` of UTF-8
+    (a lone surrogate has no UTF-8 at all)."""
+    try:
+        return len(caller.encode()) <= MAX_CALLER_BYTES
+    except UnicodeEncodeError:
+        return False
 
 
 def caller_index_keys(record: RunRecord) -> dict[str, str]:
@@ -72,7 +92,7 @@ def caller_index_keys(record: RunRecord) -> dict[str, str]:
     if record.caller is None:
         return {}
     return {
-        CALLER_INDEX_PK: f"CALLER#{record.caller}",
+        CALLER_INDEX_PK: f"{RUNS_OF_CALLER}{record.caller}",
         CALLER_INDEX_SK: f"{record.created_at}#{record.run_id}",
     }
 
@@ -87,12 +107,15 @@ def check_cursor(start: Cursor | None, caller: str | None) -> None:
     if (
         not isinstance(start, dict)
         or set(start) != wanted
-        or not all(isinstance(v, str) and 0 < len(v) <= CURSOR_MAX_CHARS for v in start.values())
+        or not all(
+            isinstance(v, str) and 0 < len(v.encode(errors="replace")) <= PARTITION_KEY_MAX_BYTES
+            for v in start.values()
+        )
         # The caller's listing resumes at a run record; the admin's scan of the table resumes
         # wherever its last read stopped, usually a message of some run.
         or (caller is not None and start["sk"] != "META")
         or not start["pk"].startswith("RUN#")
-        or (caller is not None and start[CALLER_INDEX_PK] != f"CALLER#{caller}")
+        or (caller is not None and start[CALLER_INDEX_PK] != f"{RUNS_OF_CALLER}{caller}")
         or (caller is not None and not start[CALLER_INDEX_SK].endswith("#" + start["pk"][4:]))
     ):
         raise InvalidCursorError()
@@ -406,7 +429,7 @@ class DynamoHistoryStore:
                 "KeyConditionExpression": f"{CALLER_INDEX_PK} = :caller",
                 "ScanIndexForward": False,  # newest first
             }
-            values[":caller"] = f"CALLER#{caller}"
+            values[":caller"] = f"{RUNS_OF_CALLER}{caller}"
             read = limit if not filters else limit * LIST_READ_FACTOR
             keys, operation = ("pk", "sk", *_INDEX_KEYS), self._table.query
         if filters:

@@ -11,6 +11,7 @@ import base64
 import binascii
 import contextlib
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 from toolpipe.shared.errors import InvalidCursorError, RunNotFoundError
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.history.ports import Cursor
+from toolpipe.shared.history.store import CALLER_INDEX_PK, RUNS_OF_CALLER
 from toolpipe.shared.messages import (
     HISTORY_ITEM,
     AssistantMessage,
@@ -41,6 +43,8 @@ RESPONSE_BUDGET = 5_000_000
 RUNS_PAGE_DEFAULT = 20
 # A token is a few keys: anything much longer is not one.
 MAX_TOKEN_CHARS = 4096
+# A token is base64url (unpadded) of a JSON object, which starts `{"`: `eyJ`.
+TOKEN_PATTERN = r"^eyJ[A-Za-z0-9_-]*$"
 # Presigned URLs outlive a slow download but not a leaked log line by much.
 URL_SECONDS = 900
 
@@ -167,20 +171,31 @@ def readable(store: HistoryStore, run_id: str, caller: str, admin: str | None) -
 
 
 def encode_cursor(cursor: Cursor) -> str:
-    """The `next` token: the store's cursor as URL-safe text. Not signed: every store checks a
-    cursor belongs to the listing it continues (`check_cursor`), which no edit can get past."""
-    return base64.urlsafe_b64encode(json.dumps(cursor, separators=(",", ":")).encode()).decode().rstrip("=")
+    """The `next` token: the store's cursor as URL-safe text, less the caller's partition (the
+    listing names it: a token never carries an identity, so its length does not grow with one).
+    Not signed: every store checks a cursor belongs to the listing it continues (`check_cursor`),
+    which no edit can get past."""
+    keys = {k: v for k, v in cursor.items() if k != CALLER_INDEX_PK}
+    return base64.urlsafe_b64encode(json.dumps(keys, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def decode_cursor(token: str) -> Cursor:
-    if len(token) > MAX_TOKEN_CHARS:
+def decode_cursor(token: str, owner: str | None = None) -> Cursor:
+    """The store's cursor from a `next` token, in the caller index partition of `owner` (None:
+    the admin's listing of every run, which has none)."""
+    if len(token) > MAX_TOKEN_CHARS or not re.fullmatch(TOKEN_PATTERN, token):
         raise InvalidCursorError()
     try:
         value = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     except (binascii.Error, ValueError, RecursionError) as e:
         raise InvalidCursorError() from e
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+    if (
+        not isinstance(value, dict)
+        or CALLER_INDEX_PK in value
+        or not all(isinstance(v, str) for v in value.values())
+    ):
         raise InvalidCursorError()
+    if owner is not None:
+        value[CALLER_INDEX_PK] = f"{RUNS_OF_CALLER}{owner}"
     return value
 
 
@@ -217,7 +232,7 @@ class RunReader:
         if (every or (owner is not None and owner != caller)) and caller != self._admin:
             raise PermissionError("only the admin principal may list other callers' runs")
         whose = None if every else owner or caller
-        start = decode_cursor(token) if token is not None else None
+        start = decode_cursor(token, whose) if token is not None else None
         runs, cursor = self._store.list_runs(whose, status=status, agent=agent, limit=limit, start=start)
         return {
             "runs": [{**r.model_dump(mode="json"), "links": {"self": f"/runs/{r.run_id}"}} for r in runs],

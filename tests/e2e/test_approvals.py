@@ -516,3 +516,33 @@ def test_the_example_assistant_sends_an_approved_email_once_and_a_denied_one_nev
     assert tool_messages(pipeline, -1) == [
         "Error: A person denied the call to 'send_email'; it was not run. Their reason: she has it"
     ]
+
+
+def test_a_caller_of_the_longest_identity_has_its_gated_call_approved(pipeline: Pipeline) -> None:
+    # Its approval is listed under the caller too (the key with the longest prefix): an identity
+    # one byte longer is refused at the start (tests/functional/test_caller_limits.py).
+    from tests.functional.test_caller_limits import identity
+    from toolpipe.shared.history.store import MAX_CALLER_BYTES
+
+    longest = identity(MAX_CALLER_BYTES)
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=250)]), Reply(content="Sent."))
+    run_id = pipeline.start("pay ana", agent="gated", caller=longest)
+    deadline = time.monotonic() + 20
+    while not (
+        listed := pipeline.runtime.api("GET", "/approvals?status=pending", caller=longest)[1]["approvals"]
+    ):
+        assert time.monotonic() < deadline, "no call waits for approval"
+        time.sleep(0.05)
+    [approval] = listed
+    assert (approval["run_id"], approval["requester"]) == (run_id, longest)
+
+    status, decided = pipeline.runtime.api(
+        "POST", f"/approvals/{approval['approval_id']}/approve", caller=longest
+    )
+    assert (status, decided["status"]) == (200, "approved")
+    body = pipeline.finish(run_id)
+    assert body["run"]["status"] == "succeeded" and CALLS.counts["wire_money"] == 1
+    assert (
+        pipeline.runtime.api("POST", "/runs", {"input": "hi"}, caller=identity(MAX_CALLER_BYTES + 1))[0]
+        == 400
+    )

@@ -5,6 +5,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -238,6 +239,45 @@ def test_routes_the_deployed_api_has_not(served: Served) -> None:
     )
     status, body, _ = _http(served.url, "POST", "/v1/runs", b"\xff\xfe{", **{"Content-Length": "3"})
     assert status == 400 and body["message"].startswith("invalid run request")
+
+
+def _raw(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """One request written to the socket as is (a verb http.client would refuse to send, a bad
+    request line), read back until the server closes the connection."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(request)
+        data = b""
+        while chunk := connection.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["TRACE", "CONNECT", "PROPFIND", "MKCOL", "get", "Post", "FOO", "OPTIONS", "PUT", "PATCH", "HEAD"],
+)
+def test_a_method_the_api_has_not_is_a_403_in_json_as_api_gateway_answers(
+    served: Served, method: str
+) -> None:
+    for path in ("/v1/runs", "/v1/runs/r1", "/v1/approvals", "/v1/openapi.json", "/v1/nothing", "/v1"):
+        request = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        status, headers, body = _raw(served.url, request.encode())
+
+        assert (status, headers["content-type"]) == (403, "application/json"), (method, path, body)
+        if method != "HEAD":
+            assert json.loads(body) == {"message": "Missing Authentication Token"}
+
+
+def test_a_request_line_the_server_cannot_read_is_answered_in_json(served: Served) -> None:
+    for request in (b"GET\r\n\r\n", b"GET /v1/runs HTTP/9.9\r\n\r\n", b"GET /v1/runs HTTP/1.1 extra\r\n\r\n"):
+        status, headers, body = _raw(served.url, request)
+
+        assert 400 <= status < 600 and status != 501, request
+        assert headers["content-type"] == "application/json" and "message" in json.loads(body), body
 
 
 def test_sigterm_drains_a_run_in_progress_saves_and_exits_0(tmp_path: Path) -> None:

@@ -1,9 +1,14 @@
 """The OpenAPI document: generated from the handler, served at /openapi.json, checked in."""
 
 import json
+from typing import Any
 
 from tests.conftest import Pipeline
 from toolpipe.infra.openapi import DOCUMENT, render
+from toolpipe.shared.agents import all_agents
+from toolpipe.shared.history.store import MAX_CALLER_BYTES
+from toolpipe.shared.messages import NOT_BLANK_PATTERN
+from toolpipe.shared.runs.report import MAX_TOKEN_CHARS, PAGE_LIMIT, TOKEN_PATTERN
 
 
 def test_the_checked_in_document_is_the_generated_one(pipeline: Pipeline) -> None:
@@ -11,9 +16,19 @@ def test_the_checked_in_document_is_the_generated_one(pipeline: Pipeline) -> Non
 
 
 def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pipeline) -> None:
+    from toolpipe.functions.api.handler import with_deployment  # reads the runtime's settings
+
     status, served = pipeline.runtime.api("GET", "/openapi.json")
     assert status == 200
-    assert served == json.loads(DOCUMENT.read_text())
+    # The checked-in document, with what only this deployment knows (its agents, their tools,
+    # its time zones, whether runs may name MCP servers).
+    assert served == with_deployment(json.loads(DOCUMENT.read_text()))
+    start_fields = served["components"]["schemas"]["StartRunRequest"]["properties"]
+    assert start_fields["agent"]["anyOf"][0]["enum"] == [agent.name for agent in all_agents()]
+    assert (
+        "Europe/Paris" in start_fields["timezone"]["enum"]
+        and "Mars/Olympus" not in start_fields["timezone"]["enum"]
+    )
     operations = {(path, method) for path, ops in served["paths"].items() for method in ops}
     assert operations == {
         ("/runs", "post"),
@@ -65,3 +80,31 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
     assert set(page["post"]["responses"]) == {"200", "400", "403", "409", "410", "503"}
     assert all(op["security"] == [] for op in page.values())
     assert list(page["get"]["responses"]["403"]["content"]) == ["text/html"]
+
+
+def test_the_document_states_the_rules_the_handler_enforces(pipeline: Pipeline) -> None:
+    from toolpipe.functions.api.handler import CALLER_RULE
+
+    document = json.loads(DOCUMENT.read_text())
+    schemas = document["components"]["schemas"]
+
+    def parameters(path: str, method: str = "get") -> dict[str, Any]:
+        return {p["name"]: p for p in document["paths"][path][method]["parameters"]}
+
+    for path in ("/runs", "/runs/{run_id}/messages"):
+        limit = parameters(path)["limit"]["schema"]
+        assert (limit["type"], limit["minimum"], limit["maximum"]) == ("integer", 1, PAGE_LIMIT)
+    listing = parameters("/runs")
+    caller = listing["caller"]["schema"]["anyOf"][0]
+    assert caller["maxLength"] == MAX_CALLER_BYTES and CALLER_RULE in listing["caller"]["description"]
+    assert CALLER_RULE in document["info"]["description"]
+    token = listing["next"]["schema"]["anyOf"][0]
+    assert (token["pattern"], token["maxLength"]) == (TOKEN_PATTERN, MAX_TOKEN_CHARS)
+    start = schemas["StartRunRequest"]
+    assert start["properties"]["input"]["pattern"] == NOT_BLANK_PATTERN
+    assert start["properties"]["metadata"]["anyOf"][0]["additionalProperties"] is False
+    assert start["properties"]["timezone"]["pattern"]
+    assert schemas["ResultRequest"]["oneOf"] == [
+        {"required": ["result"], "not": {"required": ["error"]}},
+        {"required": ["error"], "not": {"required": ["result"]}, "properties": {"error": {"type": "string"}}},
+    ]

@@ -102,3 +102,23 @@ def test_the_api_may_stop_only_its_state_machines_executions(template: Any) -> N
     ]
     text = str(statement["Resource"])
     assert ":execution:" in text and "RunFlow" in text and text.rstrip("']}").endswith(":*")
+
+
+def test_the_local_server_declares_the_methods_the_deployed_api_has(template: Any) -> None:
+    # `toolpipe serve` answers 403 to any other method or path, as API Gateway does; with no
+    # CORS preflight in the stack (no OPTIONS method), an OPTIONS request is one of those.
+    from toolpipe.infra.local.server import RESOURCES
+
+    resources = template.find_resources("AWS::ApiGateway::Resource")
+
+    def path(ref: Any) -> str:
+        if not isinstance(ref, dict) or "Ref" not in ref:
+            return ""  # the API's root resource (`Fn::GetAtt` RootResourceId)
+        resource = resources[ref["Ref"]]["Properties"]
+        return f"{path(resource['ParentId'])}/{resource['PathPart']}"
+
+    declared: dict[str, set[str]] = {}
+    for method in template.find_resources("AWS::ApiGateway::Method").values():
+        properties = method["Properties"]
+        declared.setdefault(path(properties["ResourceId"]), set()).add(properties["HttpMethod"])
+    assert declared == {resource: set(methods) for resource, methods in RESOURCES.items()}

@@ -1,5 +1,7 @@
 """Cancelling runs and listing them, on the in-memory store (the DynamoDB store: functional tests)."""
 
+import base64
+import json
 from typing import Any
 
 import pytest
@@ -178,10 +180,15 @@ def test_runs_are_listed_newest_first_with_tokens_only_their_listing_takes() -> 
     assert [r["run_id"] for r in rest["runs"]] == ["r2", "r1", "r0"] and rest["next"] is None
     assert [r["run_id"] for r in reader.list_runs("alice", agent="boss")["runs"]] == ["r3", "r1"]
     assert [r["run_id"] for r in reader.list_runs("alice", status=RunStatus.SUCCEEDED)["runs"]] == ["r3"]
-    # Alice's token in Bob's listing, or edited, is refused; so is garbage.
-    cursor = decode_cursor(page["next"])
-    edited = encode_cursor({**cursor, "gsi1pk": "CALLER#bob", "pk": "RUN#bob1"})
-    for token in (page["next"], edited, "not-base64!", "e30"):
+    # A token never names a caller: Alice's, in Bob's listing, reads none of her runs. One edited
+    # to name a partition, or to point at another run than its position, is refused; so is garbage.
+    assert "alice" not in base64.urlsafe_b64decode(page["next"] + "==").decode()
+    assert reader.list_runs("bob", token=page["next"])["runs"] == []
+    cursor = decode_cursor(page["next"], "alice")
+    assert cursor["gsi1pk"] == "CALLER#alice" and encode_cursor(cursor) == page["next"]
+    forged = base64.urlsafe_b64encode(json.dumps({**cursor, "gsi1pk": "CALLER#bob"}).encode()).decode()
+    moved = encode_cursor({**cursor, "pk": "RUN#bob1"})
+    for token in (forged, moved, "not-base64!", "e30"):
         with pytest.raises(InvalidCursorError):
             reader.list_runs("bob", token=token)
     with pytest.raises(PermissionError):

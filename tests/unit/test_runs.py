@@ -677,3 +677,25 @@ def test_a_step_that_died_after_storing_its_reply_still_counts_the_model_call(
     run = store.get_run("r1")
     assert run.turn == 1 and run.usage.total_tokens == 120 and run.usage.model_calls == 1
     assert store.tree_usage("r1").tool_calls == 1 and model.requests == []
+
+
+def test_blank_is_what_strip_removes_in_every_regex_dialect() -> None:
+    # Re-measured over every code point: the pattern the OpenAPI document states for `input`
+    # refuses exactly the texts the model refuses as blank.
+    import re
+
+    from pydantic import ValidationError
+
+    from toolpipe.shared.messages import NOT_BLANK_PATTERN, StartRunRequest
+
+    blank = [chr(c) for c in range(0x110000) if not re.search(NOT_BLANK_PATTERN, chr(c))]
+    assert blank == [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    for text in ("\x1c", "\u3000 \u2028", "\ufeff", "a"):
+        valid = bool(re.search(NOT_BLANK_PATTERN, text))
+        assert valid == bool(text.strip())
+        try:
+            StartRunRequest(input=text)
+        except ValidationError:
+            assert not valid
+        else:
+            assert valid
