@@ -46,6 +46,13 @@ TOOL_WORKER = FunctionSpec(
     handler="toolpipe.functions.tool_worker.handler.lambda_handler",
     timeout_seconds=limits.WORKER_TIMEOUT_SECONDS,
 )
+# A call's tool code, invoked by the worker: a role with no key to the pipeline.
+TOOL_RUNNER = FunctionSpec(
+    name="tool_runner",
+    construct_id="ToolRunner",
+    handler="toolpipe.functions.tool_runner.handler.lambda_handler",
+    timeout_seconds=limits.TOOL_RUNNER_TIMEOUT_SECONDS,
+)
 API = FunctionSpec(
     name="api",
     construct_id="Api",
@@ -61,4 +68,6 @@ TRIGGERS = FunctionSpec(
 )
 
 # Every function, by name: the choices of `toolpipe invoke`.
-FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (API, ORCHESTRATOR, TOOL_WORKER, TRIGGERS)}
+FUNCTIONS: dict[str, FunctionSpec] = {
+    spec.name: spec for spec in (API, ORCHESTRATOR, TOOL_WORKER, TOOL_RUNNER, TRIGGERS)
+}

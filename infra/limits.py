@@ -19,6 +19,9 @@ heartbeat timeout after the last delivery's beat), well inside the 3,060 s call 
 """
 
 WORKER_TIMEOUT_SECONDS = 120
+# The tool runner (a call's tool code, invoked by the worker) ends before the worker does, with
+# room left for the worker to store the outcome and answer the task.
+TOOL_RUNNER_TIMEOUT_SECONDS = WORKER_TIMEOUT_SECONDS - 15
 ORCHESTRATOR_TIMEOUT_SECONDS = 300
 API_TIMEOUT_SECONDS = 29  # API Gateway's integration timeout
 

@@ -172,7 +172,7 @@ class ToolPipeline(Construct):
             contents=self.bucket,
             machine=self.state_machine,
             orchestrator=self.functions.orchestrator,
-            worker=self.functions.tool_worker,
+            worker=self.functions.tool_runner,  # `read_input` is a tool: its code runs there
             code=self.functions.code,
             layers=[self.functions.dependencies],
             environment=self.functions.environment,

@@ -120,6 +120,24 @@ class WorkerSettings(_EnvSettings):
     heartbeat_every: float = 60.0
 
 
+class OverflowSettings(_EnvSettings):
+    """The bucket the tool runner puts an answer too long for a Lambda response in."""
+
+    bucket_name: str
+
+
+class ToolRunnerSettings(_EnvSettings):
+    """Where the tool worker sends a call's tool code (shared/runs/tool_runner_client.py): the
+    tool runner function. Unset, the worker runs it in its own process (tests only)."""
+
+    env_names: ClassVar[dict[str, str]] = {
+        "function_name": "TOOLPIPE_TOOL_RUNNER",
+        "timeout_seconds": "TOOLPIPE_TOOL_RUNNER_TIMEOUT",
+    }
+    function_name: str | None = None
+    timeout_seconds: float = 105.0
+
+
 class ApiSettings(_EnvSettings):
     """Who may read every run, besides the principal that started it (the stack's CDK context
     `admin_principal`): an IAM ARN as API Gateway reports it in `requestContext.identity.userArn`."""

@@ -13,11 +13,11 @@ from toolpipe.cdk import ToolpipeStack, synth
 
 def allow_email(stack: ToolpipeStack) -> None:
     """`send_email` (assistant/agents.py) sends from this SES identity, which must be verified
-    in the account; the tool worker may send from it and nothing else."""
+    in the account; the tool runner (where tool code runs) may send from it and nothing else."""
     sender = str(stack.node.try_get_context("email_sender") or "assistant@example.com")
-    worker = stack.pipeline.functions.tool_worker
-    worker.add_environment("TOOLPIPE_EMAIL_SENDER", sender)
-    worker.add_to_role_policy(
+    runner = stack.pipeline.functions.tool_runner
+    runner.add_environment("TOOLPIPE_EMAIL_SENDER", sender)
+    runner.add_to_role_policy(
         iam.PolicyStatement(
             actions=["ses:SendEmail"],
             resources=[stack.format_arn(service="ses", resource="identity", resource_name=sender)],

@@ -12,7 +12,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from toolpipe.shared.messages import ToolCallMessage
 from toolpipe.shared.runs.factory import build_tool_executor
 from toolpipe.shared.runs.tool_executor import ToolCallExecutor
-from toolpipe.shared.settings import EventSettings, StateMachineSettings, StoreSettings, WorkerSettings
+from toolpipe.shared.settings import (
+    EventSettings,
+    StateMachineSettings,
+    StoreSettings,
+    ToolRunnerSettings,
+    WorkerSettings,
+)
 from toolpipe.shared.tracing import trace_handler
 
 logger = Logger()
@@ -20,6 +26,7 @@ store_settings = StoreSettings.from_env()
 worker_settings = WorkerSettings.from_env()
 machine_settings = StateMachineSettings.from_env()
 event_settings = EventSettings.from_env()
+runner_settings = ToolRunnerSettings.from_env()
 # A claim outlives the invocation by this margin, so a redelivery takes it over only after
 # the invocation that holds it is certainly over.
 LEASE_MARGIN_SECONDS = 30
@@ -27,7 +34,9 @@ LEASE_MARGIN_SECONDS = 30
 
 @cache
 def service() -> ToolCallExecutor:
-    return build_tool_executor(store_settings, worker_settings, machine_settings, event_settings)
+    return build_tool_executor(
+        store_settings, worker_settings, machine_settings, event_settings, runner_settings
+    )
 
 
 def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:

@@ -28,6 +28,7 @@ from toolpipe.infra.constructs.nag import (
 from toolpipe.infra.constructs.storage import Storage
 from toolpipe.infra.constructs.tool_queue import ToolQueue
 from toolpipe.shared.agents.app import APP_ENV
+from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
 
 
 class Functions(Construct):
@@ -90,23 +91,82 @@ class Functions(Construct):
         self.orchestrator = self._function(
             specs.ORCHESTRATOR,
             [self.dependencies, self.model_client],
-            TOOLPIPE_MODEL=model_name,
-            # Set here, not left to defaults: they must agree with the queue's (infra/limits.py).
-            TOOLPIPE_CALL_TIMEOUT_SECONDS=str(limits.CALL_TIMEOUT_SECONDS),
-            TOOLPIPE_CALL_HEARTBEAT_SECONDS=str(limits.CALL_HEARTBEAT_SECONDS),
-            TOOLPIPE_APPROVAL_TIMEOUT_SECONDS=str(limits.APPROVAL_TIMEOUT_SECONDS),
-            **({"OPENAI_BASE_URL": model_base_url} if model_base_url else {}),
-            # None: an endpoint that takes no key (`model_key_secret_arn=none`).
-            **({"OPENAI_API_KEY_SECRET_ARN": model_key.secret_arn} if model_key is not None else {}),
+            {
+                "TOOLPIPE_MODEL": model_name,
+                # Set here, not left to defaults: they must agree with the queue's (infra/limits.py).
+                "TOOLPIPE_CALL_TIMEOUT_SECONDS": str(limits.CALL_TIMEOUT_SECONDS),
+                "TOOLPIPE_CALL_HEARTBEAT_SECONDS": str(limits.CALL_HEARTBEAT_SECONDS),
+                "TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": str(limits.APPROVAL_TIMEOUT_SECONDS),
+                **({"OPENAI_BASE_URL": model_base_url} if model_base_url else {}),
+                # None: an endpoint that takes no key (`model_key_secret_arn=none`).
+                **({"OPENAI_API_KEY_SECRET_ARN": model_key.secret_arn} if model_key is not None else {}),
+            },
         )
         self.tool_worker = self._function(
             specs.TOOL_WORKER,
             [self.dependencies],
-            TOOLPIPE_HEARTBEAT_EVERY=str(limits.HEARTBEAT_EVERY_SECONDS),
+            {"TOOLPIPE_HEARTBEAT_EVERY": str(limits.HEARTBEAT_EVERY_SECONDS)},
         )
         self.tool_worker.add_event_source(
             # Batch size 1: every tool call runs in its own invocation.
             sources.SqsEventSource(tool_queue.queue, batch_size=1, report_batch_item_failures=True)
+        )
+        # Tool code runs here, invoked by the worker once per call: its role holds no key to the
+        # pipeline (no table, task token, event bus or model key), only what a deployer grants
+        # tools (`tool_runner.add_to_role_policy`) and one prefix to put a long answer under.
+        self.tool_runner = self._function(
+            specs.TOOL_RUNNER,
+            [self.dependencies],
+            # The pipeline's settings but the table's name: nothing here reads the table.
+            environment={k: v for k, v in self.environment.items() if k != "TABLE_NAME"},
+        )
+        self.tool_runner.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject"], resources=[storage.bucket.arn_for_objects(f"{OVERFLOW_PREFIX}*")]
+            )
+        )
+        self.tool_runner.grant_invoke(self.tool_worker)
+        self.tool_worker.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"], resources=[storage.bucket.arn_for_objects(f"{OVERFLOW_PREFIX}*")]
+            )
+        )
+        self.tool_worker.add_environment("TOOLPIPE_TOOL_RUNNER", self.tool_runner.function_name)
+        self.tool_worker.add_environment(
+            "TOOLPIPE_TOOL_RUNNER_TIMEOUT", str(specs.TOOL_RUNNER.timeout_seconds)
+        )
+        overflow = f"AwsSolutions-IAM5[Resource::<{logical_id(storage.bucket)}.Arn>/{OVERFLOW_PREFIX}*]"
+        acknowledge(
+            self.tool_runner,
+            id=overflow,
+            reason="A long answer goes under a key the worker makes per call; the runner may only put "
+            "objects there, and the worker only read them.",
+        )
+        acknowledge(
+            self.tool_worker,
+            id=overflow,
+            reason="The worker reads the long answer of a call it invoked the runner for, at the key it made.",
+        )
+        acknowledge(
+            self.tool_worker,
+            id=f"AwsSolutions-IAM5[Resource::<{logical_id(self.tool_runner)}.Arn>:*]",
+            reason="CDK's invoke grant covers the runner's versions and aliases, that one function only.",
+        )
+        for rule, reason in (
+            (
+                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+                "AWSLambdaBasicExecutionRole only lets the function write its own logs.",
+            ),
+            (
+                "AwsSolutions-IAM5[Resource::*]",
+                "X-Ray tracing actions (PutTraceSegments, PutTelemetryRecords) support no resource-level scope.",
+            ),
+        ):
+            acknowledge(self.tool_runner, id=rule, reason=reason)
+        skip_checkov(
+            self.tool_runner,
+            "CKV_AWS_116",
+            "The worker invokes it synchronously: a failure is that call's error result, nothing to redrive.",
         )
         self.api = self._function(specs.API, [self.dependencies])
         skip_checkov(
@@ -179,7 +239,7 @@ class Functions(Construct):
         # ...)`). Only agent code names them, so the deployer lists them; each function that
         # lists or calls MCP tools may read them.
         if mcp_header_secrets:
-            for fn in self.all:
+            for fn in (*self.all, self.tool_runner):
                 fn.add_to_role_policy(
                     iam.PolicyStatement(
                         actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
@@ -214,8 +274,15 @@ class Functions(Construct):
         return (self.orchestrator, self.tool_worker, self.api)
 
     def _function(
-        self, spec: specs.FunctionSpec, layers: list[lambda_.ILayerVersion], **env: str
+        self,
+        spec: specs.FunctionSpec,
+        layers: list[lambda_.ILayerVersion],
+        env: dict[str, str] | None = None,
+        *,
+        environment: dict[str, str] | None = None,
     ) -> lambda_.Function:
+        """One of the stack's functions with `env` added to the pipeline's shared environment
+        (or to `environment`, in its place)."""
         log_group = logs.LogGroup(self, f"{spec.construct_id}Logs", retention=logs.RetentionDays.ONE_MONTH)
         skip_checkov(log_group, "CKV_AWS_158", LOGS_ENCRYPTION)
         function = lambda_.Function(
@@ -229,7 +296,7 @@ class Functions(Construct):
             timeout=Duration.seconds(spec.timeout_seconds),
             memory_size=spec.memory_mb,
             tracing=self.tracing,
-            environment={**self.environment, **env},
+            environment={**(self.environment if environment is None else environment), **(env or {})},
             log_group=log_group,
         )
         skip_checkov(function, "CKV_AWS_117", NO_VPC)

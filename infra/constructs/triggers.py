@@ -14,7 +14,7 @@
 - **Schedules** (EventBridge Scheduler) put RunRequested events on that bus; their role may do
   nothing but `events:PutEvents` on it.
 
-Who may read where: the triggers function reads (heads) the input prefix; the tool worker reads
+Who may read where: the triggers function reads (heads) the input prefix; the tool runner reads
 it (`read_input`); the orchestrator reads and writes the output prefix (a run's answer, written
 once with a conditional put when the run ends, on the path that already answers parent runs).
 """

@@ -21,6 +21,7 @@ from toolpipe.shared.settings import (
     ModelSettings,
     StateMachineSettings,
     StoreSettings,
+    ToolRunnerSettings,
     TriggerSettings,
     WorkerSettings,
 )
@@ -118,17 +119,33 @@ def build_approval_service(
 
 
 def build_tool_executor(
-    store: StoreSettings, worker: WorkerSettings, machine: StateMachineSettings, events: EventSettings
+    store: StoreSettings,
+    worker: WorkerSettings,
+    machine: StateMachineSettings,
+    events: EventSettings,
+    runner: ToolRunnerSettings,
 ) -> "ToolCallExecutor":
     from toolpipe.shared.runs.tool_executor import ToolCallExecutor
+    from toolpipe.shared.runs.tool_run import InProcessToolRunner, ToolRunner
+    from toolpipe.shared.runs.tool_runner_client import LambdaToolRunner, invoke_config
 
     sfn = boto3.client("stepfunctions")
+    tools: ToolRunner = InProcessToolRunner()
+    if runner.function_name:
+        tools = LambdaToolRunner(
+            boto3.client("lambda", config=invoke_config(runner.timeout_seconds)),
+            runner.function_name,
+            boto3.client("s3"),
+            store.bucket_name,
+            runner.timeout_seconds,
+        )
     return ToolCallExecutor(
         build_store(store),
         StepFunctionsTaskReporter(sfn),
         StepFunctionsStarter(sfn, machine.state_machine_arn),  # agent tools start child runs
         worker.heartbeat_every,
         events=build_events(events),
+        runner=tools,
     )
 
 

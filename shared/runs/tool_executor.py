@@ -8,14 +8,12 @@ delivery that finds the call claimed by one that vanished cannot know whether th
 its effect: an `idempotent` tool runs again, any other ends "in doubt", never silently twice.
 """
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from toolpipe.shared.agents import Agent, get_agent, run_agent
 from toolpipe.shared.agents.app import child_waits
@@ -25,7 +23,6 @@ from toolpipe.shared.errors import (
     CallInProgressError,
     ErrorKind,
     ModelVisibleError,
-    ToolTimeoutError,
     UnknownAgentError,
     UnknownToolError,
     describe_exception,
@@ -45,9 +42,16 @@ from toolpipe.shared.runs import children
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.results import fit_for_model, unstored_preview
-from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
-from toolpipe.shared.tools import Execution, RunState, Tool, ToolContext
-from toolpipe.shared.tools.time_limit import Overran, run_with_limit
+from toolpipe.shared.runs.tool_hooks import before_hooks
+from toolpipe.shared.runs.tool_run import (
+    ApprovedCall,
+    InProcessToolRunner,
+    ToolRunner,
+    ToolRunRequest,
+    not_approved,
+    policy_refusal,
+)
+from toolpipe.shared.tools import Execution, Tool, ToolContext
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +67,6 @@ START_BEAT_DELAYS = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8)
 RESERVE_SECONDS = 10.0
 # The least a tool is given, however little time the invocation has left.
 MIN_TOOL_SECONDS = 1.0
-# Hooks around the tool get this much past the tool's own limit before the call is given up.
-HOOKS_GRACE_SECONDS = 2.0
-# What `ToolContext.state` may hold, as JSON: it is one DynamoDB item, and items stop at 400 KB.
-STATE_LIMIT_BYTES = 300_000
 
 
 @dataclass
@@ -93,8 +93,10 @@ class ToolCallExecutor:
         sleep: Callable[[float], None] = time.sleep,
         *,
         events: EventPublisher = NO_EVENTS,
+        runner: ToolRunner | None = None,
     ) -> None:
         self._store = store
+        self._runner = runner or InProcessToolRunner()
         self._reporter = reporter
         self._starter = starter
         self._heartbeat_every = heartbeat_every
@@ -184,61 +186,24 @@ class ToolCallExecutor:
             return self._persist(call, self._in_doubt(call), attempt, ({}, []))
         # Only a tool that takes a context, or a hook, can see the run's state: others skip the read.
         uses_state = call.tool is not None and (call.tool.context_param is not None or bool(call.agent.hooks))
-        state = RunState(self._store.load_state(call.run.run_id) if uses_state else {})
-        context = ToolContext(
+        gate = call.gate
+        request = ToolRunRequest(
             run_id=call.run.run_id,
             agent=call.run.agent,
-            call_id=call.call.id,
+            call=call.call,
             caller=call.run.caller,
-            state=state,
             idempotency_key=f"{call.run.run_id}:{message.seq}",
             input_object=call.run.input_object,
+            state=self._store.load_state(call.run.run_id) if uses_state else None,
+            allowed=call.run.tools,
+            approved=None
+            if gate is None
+            else ApprovedCall(name=call.call.name, arguments_sha256=gate.arguments_sha256),
+            time_limit=None if time_left is None else max(MIN_TOOL_SECONDS, time_left() - RESERVE_SECONDS),
         )
-        limit = None if time_left is None else max(MIN_TOOL_SECONDS, time_left() - RESERVE_SECONDS)
         with self._heartbeats(message.task_token):
-            execution, changes = self._run_tool(call, context, state, limit)
-        return self._persist(call, execution, attempt, changes)
-
-    def _run_tool(
-        self, call: _Call, context: ToolContext, state: RunState, limit: float | None
-    ) -> tuple[Execution, tuple[dict[str, Any], list[str]]]:
-        """The call's outcome and the state changes to keep. Whatever the tool, its hooks, its
-        result converter or its state do that the worker could not store becomes the tool's
-        error (an exit, a hang past `limit` seconds): a claimed call must always end with a
-        result, never an invocation that dies or hangs."""
-        arguments = (call.agent, call.call, context, call.run.tools, call.gate)
-        try:
-            if limit is None:
-                execution = _execute_with_hooks(*arguments, None)
-            else:
-                deadline = time.monotonic() + limit
-                execution = run_with_limit(
-                    _execute_with_hooks, (*arguments, deadline), limit + HOOKS_GRACE_SECONDS, "tool-call"
-                )
-            if execution.error_type is ErrorKind.TOOL_TIMEOUT:
-                # The tool may still be running and writing its state: none of it is kept.
-                return execution, ({}, [])
-            changes = state.changes()
-            size = len(json.dumps(dict(state)).encode())
-        except Overran:
-            # The tool's own limit answers first; this is a hook (or a converter) that hung.
-            idempotent = call.tool is not None and call.tool.idempotent
-            overran = ToolTimeoutError(call.call.name, limit or 0, idempotent, worker_limit=True)
-            return Execution(f"Error: {overran}", "error", 0, overran.kind), ({}, [])
-        except BaseException as e:  # SystemExit and KeyboardInterrupt too: tool code's, not ours
-            failure = f"Error: Tool '{call.call.name}' failed: {describe_exception(e)}"
-            return Execution(failure, "error", 0, ErrorKind.TOOL_FAILED), ({}, [])
-        if size > STATE_LIMIT_BYTES:
-            # The state shares one DynamoDB item (400 KB): refused as the tool's error, not a crash.
-            execution = Execution(
-                f"Error: Tool '{call.call.name}' left {size} bytes of run state; a run keeps at most "
-                f"{STATE_LIMIT_BYTES}. Nothing it stored was kept.",
-                "error",
-                execution.duration_ms,
-                ErrorKind.TOOL_FAILED,
-            )
-            return execution, ({}, [])
-        return execution, changes
+            answer = self._runner.run(request, call.tool)
+        return self._persist(call, answer.execution(), attempt, (answer.state_set, answer.state_removed))
 
     @staticmethod
     def _load(message: ToolCallMessage, claim: Claim, read: CallRead) -> _Call:
@@ -318,7 +283,7 @@ class ToolCallExecutor:
             and arguments_hash(hooked.arguments) != call.gate.arguments_sha256
         ):
             # As for any gated tool: the child run gets only the task a person approved.
-            answered = _not_approved(call.call.name, "its arguments were changed after they were approved")
+            answered = not_approved(call.call.name, "its arguments were changed after they were approved")
         if answered is not None:
             return self._persist(call, answered, 1, ({}, []))
         try:
@@ -431,15 +396,6 @@ def edited_note(arguments: str) -> str:
     return f"Note: a person changed the arguments before approving; the call used {arguments}"
 
 
-def _not_approved(tool: str, why: str) -> Execution:
-    return Execution(
-        f"Error: not run: the call to '{tool}' needs a person's approval, and {why}.",
-        "error",
-        0,
-        ErrorKind.NOT_APPROVED,
-    )
-
-
 def _approval_refusal(call: _Call) -> Execution | None:
     """Why a call must not run for want of an approval, or None. The state machine dispatches a
     gated call only once approved; this is the worker's own check that what runs is exactly
@@ -448,14 +404,14 @@ def _approval_refusal(call: _Call) -> Execution | None:
     gate, tool = call.gate, call.tool
     if gate is not None:
         if gate.status is not ApprovalStatus.APPROVED:
-            return _not_approved(call.call.name, f"it is {gate.status.value}")
+            return not_approved(call.call.name, f"it is {gate.status.value}")
         if arguments_hash(call.call.arguments) != gate.arguments_sha256:
-            return _not_approved(call.call.name, "its arguments are not the ones approved")
+            return not_approved(call.call.name, "its arguments are not the ones approved")
         return _changed_refusal(call.call.name, tool, gate)
     context = ToolContext(
         run_id=call.run.run_id, agent=call.run.agent, call_id=call.call.id, caller=call.run.caller
     )
-    return _policy_refusal(tool, call.call, context)
+    return policy_refusal(tool, call.call, context)
 
 
 def _changed_refusal(name: str, tool: Tool | None, gate: Gate) -> Execution | None:
@@ -471,62 +427,3 @@ def _changed_refusal(name: str, tool: Tool | None, gate: Gate) -> Execution | No
         0,
         ErrorKind.TOOL_CHANGED,
     )
-
-
-def _policy_refusal(tool: Tool | None, call: ToolCall, context: ToolContext) -> Execution | None:
-    """A call with no approval recorded: refused if its tool's policy wants one for it."""
-    if tool is not None and tool.deferred is not None:
-        # Answered from outside (a person, the caller's program): the state machine never
-        # dispatches such a call, and a worker that gets one (a hook renamed a call) runs nothing.
-        return Execution(
-            f"Error: not run: '{call.name}' is answered from outside (a person or the caller's "
-            "program), never run by a worker.",
-            "error",
-            0,
-            ErrorKind.NOT_APPROVED,
-        )
-    if tool is None or tool.requires_approval is False:
-        return None
-    try:
-        arguments = tool.parse_arguments(call.arguments)
-    except ModelVisibleError:
-        return None  # the registry answers the invalid arguments
-    if tool.needs_approval(arguments, context):
-        return _not_approved(call.name, "none was recorded")
-    return None
-
-
-def _hooked_refusal(
-    agent: Agent, call: ToolCall, context: ToolContext, gate: Gate | None, approved_name: str
-) -> Execution | None:
-    """The approval check again, on the call as the `before_tool` hooks leave it: a hook may
-    rename a call or rewrite its arguments, and what runs must be what was approved, or need
-    no approval at all."""
-    if gate is not None:
-        if call.name != approved_name or arguments_hash(call.arguments) != gate.arguments_sha256:
-            return _not_approved(call.name, "it was changed after it was approved")
-        return None
-    try:
-        tool: Tool | None = agent.registry.get(call.name)
-    except UnknownToolError:
-        tool = None
-    return _policy_refusal(tool, call, context)
-
-
-def _execute_with_hooks(
-    agent: Agent,
-    call: ToolCall,
-    context: ToolContext,
-    allowed: list[str] | None,
-    gate: Gate | None,
-    deadline: float | None,
-) -> Execution:
-    approved_name = call.name
-    call, answered = before_hooks(agent, call, context)
-    if answered is None:
-        answered = _hooked_refusal(agent, call, context, gate, approved_name)
-    if answered is None:
-        # The tool gets what the hooks before it left of the call's time.
-        time_limit = None if deadline is None else max(0.0, deadline - time.monotonic())
-        answered = agent.registry.execute(call, context, allowed=allowed, time_limit=time_limit)
-    return after_hooks(agent, call, answered, context)

@@ -1,0 +1,119 @@
+"""The tool worker's way to the tool runner function: one synchronous invocation per call.
+
+The runner's role holds no key to the pipeline (shared/runs/tool_run.py). The invocation is
+never retried once it may have reached the runner: a second one would run the tool twice.
+"""
+
+import json
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from botocore.config import Config
+from pydantic import ValidationError
+
+from toolpipe.shared.errors import ErrorKind, ToolTimeoutError, describe_exception
+from toolpipe.shared.runs.ports import certainly_not_sent
+from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse
+from toolpipe.shared.tools import Execution, Tool
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.client import S3Client
+
+logger = logging.getLogger(__name__)
+
+# Where the runner puts a result too long to answer in line (a Lambda response stops at
+# 6 MB): the one prefix its role may write, under a key made per call; a lifecycle rule
+# expires what is left there.
+OVERFLOW_PREFIX = "tool-results/"
+# An invocation refused before it ran (throttled, no connection) is tried this often.
+INVOKE_ATTEMPTS = 3
+INVOKE_BACKOFF_SECONDS = 0.5
+
+
+def invoke_config(runner_timeout_seconds: float) -> Config:
+    """A client that waits for the runner's whole timeout and never retries on its own (botocore
+    would send an invocation again after a read timeout: the tool would run twice)."""
+    return Config(
+        read_timeout=runner_timeout_seconds + 10,
+        connect_timeout=5,
+        retries={"total_max_attempts": 1},
+    )
+
+
+class LambdaToolRunner:
+    def __init__(
+        self,
+        client: Any,  # a boto3 Lambda client (the project types no Lambda stubs)
+        function_name: str,
+        s3: "S3Client",
+        bucket: str,
+        timeout_seconds: float,
+        sleep: Any = time.sleep,
+    ) -> None:
+        self._client, self._function = client, function_name
+        self._s3, self._bucket = s3, bucket
+        self._timeout = timeout_seconds
+        self._sleep = sleep
+
+    def run(self, request: ToolRunRequest, tool: Tool | None) -> ToolRunResponse:
+        key = f"{OVERFLOW_PREFIX}{uuid.uuid4().hex}"
+        payload = request.model_copy(update={"overflow_key": key}).model_dump_json().encode()
+        name = request.call.name
+        for attempt in range(1, INVOKE_ATTEMPTS + 1):
+            try:
+                response = self._client.invoke(FunctionName=self._function, Payload=payload)
+                break
+            except Exception as e:
+                if not certainly_not_sent(e):
+                    return _unknown(name, describe_exception(e))
+                if attempt == INVOKE_ATTEMPTS:
+                    return ToolRunResponse.of(
+                        Execution(
+                            f"Error: Tool '{name}' was not run: its function could not be invoked "
+                            f"({describe_exception(e)}). It had no effect; it may be called again.",
+                            "error",
+                            0,
+                            ErrorKind.TOOL_FAILED,
+                        )
+                    )
+                logger.warning("invoking the tool runner was refused; trying again", extra={"tool": name})
+                self._sleep(INVOKE_BACKOFF_SECONDS * 2 ** (attempt - 1))
+        body = response["Payload"].read()
+        if response.get("FunctionError"):
+            return self._function_error(name, tool, body)
+        try:
+            answer = ToolRunResponse.model_validate_json(body)
+        except ValidationError:
+            return _unknown(name, "its function answered something that is not a result")
+        if answer.overflowed:
+            whole = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read().decode()
+            answer = answer.model_copy(update={"content": whole, "overflowed": False})
+        return answer
+
+    def _function_error(self, name: str, tool: Tool | None, body: bytes) -> ToolRunResponse:
+        """The runner's invocation ended without an answer: it ran out of time or its process
+        died (memory, `os._exit`). Either way the tool may have had its effect."""
+        try:
+            error = json.loads(body)
+            kind, message = str(error.get("errorType", "")), str(error.get("errorMessage", ""))
+        except (ValueError, AttributeError):
+            kind, message = "", body.decode(errors="replace")[:200]
+        idempotent = tool is not None and tool.idempotent
+        if "timed out" in message.lower() or kind.endswith("Timedout"):
+            overran = ToolTimeoutError(name, self._timeout, idempotent, worker_limit=True)
+            return ToolRunResponse.of(Execution(f"Error: {overran}", "error", 0, overran.kind))
+        return _unknown(name, f"its function stopped ({kind or 'error'}: {' '.join(message.split())[:300]})")
+
+
+def _unknown(name: str, why: str) -> ToolRunResponse:
+    return ToolRunResponse.of(
+        Execution(
+            f"Error: the call to '{name}' was interrupted ({why}) and may or may not have taken effect. "
+            "Check its effect before calling it again.",
+            "error",
+            0,
+            ErrorKind.IN_DOUBT,
+        )
+    )
