@@ -97,7 +97,8 @@ class _Visible:
 
 
 def _state_dir() -> Path:
-    return Path(os.environ.get("TOOLPIPE_HOME", ".toolpipe"))
+    # Absolute: a tool that changes the process's directory (`os.chdir`) must not move it.
+    return Path(os.environ.get("TOOLPIPE_HOME", ".toolpipe")).absolute()
 
 
 def _short(text: str, limit: int = 300) -> str:

@@ -16,7 +16,7 @@ def describe_exception(error: BaseException) -> str:
     """`Type: message`, even for an exception whose `str()` raises (a hostile tool's)."""
     try:
         text = str(error)
-    except Exception:
+    except BaseException:  # a hostile `__str__` may raise anything, SystemExit included
         text = "(its message could not be read)"
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 

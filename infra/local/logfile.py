@@ -30,7 +30,8 @@ def log_path(home: Path) -> Path:
 
 
 class _Tee:
-    """Writes to several text streams: the log file and, with `--verbose`, stderr."""
+    """Writes to several text streams: the log file and, with `--verbose`, stderr. What the
+    process's `sys.stdout` is while it lives: a tool that closes it closes nothing of ours."""
 
     def __init__(self, *streams: TextIO) -> None:
         self._streams = streams
@@ -43,6 +44,13 @@ class _Tee:
     def flush(self) -> None:
         for stream in self._streams:
             stream.flush()
+
+    def close(self) -> None:
+        pass  # the log file is the block's to close
+
+    @property
+    def closed(self) -> bool:
+        return False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._streams[0], name)
@@ -70,7 +78,7 @@ def logs_to_file(home: Path, *, echo: TextIO | None = None) -> Iterator[Path]:
     home.mkdir(parents=True, exist_ok=True)
     path = log_path(home)
     with path.open("a", encoding="utf-8", buffering=1) as file:
-        sink: TextIO = file if echo is None else _Tee(file, echo)  # type: ignore[assignment]
+        sink: TextIO = _Tee(file) if echo is None else _Tee(file, echo)  # type: ignore[assignment]
         terminal = (sys.stdout, sys.stderr)
         # Loggers made before the block (Powertools' binds sys.stdout when it is first made)
         # write to the sink for its duration.

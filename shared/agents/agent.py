@@ -13,6 +13,7 @@ from toolpipe.shared.errors import DefinitionError
 from toolpipe.shared.messages import NAME_PATTERN
 from toolpipe.shared.settings import EXECUTION_EVENT_BUDGET, WAITING_CALLS_PER_TURN
 from toolpipe.shared.tools import Tool, ToolRegistry, ToolSource
+from toolpipe.shared.tools.tool import positive_seconds
 
 # Step Functions caps an execution at 25,000 history events; a run whose execution nears its
 # budget continues in a fresh execution. Measured on the state machine as built (moto's
@@ -130,6 +131,10 @@ class Agent:
         if self.max_iterations < 1 or self.max_calls_per_turn < 1:
             raise DefinitionError(
                 f"agent '{self.name}': max_iterations and max_calls_per_turn must be at least 1"
+            )
+        if self.tool_timeout_seconds is not None and not positive_seconds(self.tool_timeout_seconds):
+            raise DefinitionError(
+                f"agent '{self.name}': tool_timeout_seconds is a number of seconds above 0, or None"
             )
         if self.max_cost_usd is not None and self.price is None:
             raise DefinitionError(f"agent '{self.name}': max_cost_usd needs a price to count cost with")

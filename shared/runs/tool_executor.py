@@ -52,6 +52,7 @@ from toolpipe.shared.runs.tool_run import (
     policy_refusal,
 )
 from toolpipe.shared.tools import Execution, Tool, ToolContext
+from toolpipe.shared.tools.time_limit import Overran, run_with_limit
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class ToolCallExecutor:
         if refusal is not None:
             return self._persist(call, refusal, attempt, ({}, []))
         if call.tool is not None and call.tool.child_agent is not None:
-            return self._delegate(call)
+            return self._delegate(call, _tool_seconds(time_left))
         if claim.state is ClaimState.TAKEN_OVER and not (call.tool is not None and call.tool.idempotent):
             return self._persist(call, self._in_doubt(call), attempt, ({}, []))
         # Only a tool that takes a context, or a hook, can see the run's state: others skip the read.
@@ -199,7 +200,7 @@ class ToolCallExecutor:
             approved=None
             if gate is None
             else ApprovedCall(name=call.call.name, arguments_sha256=gate.arguments_sha256),
-            time_limit=None if time_left is None else max(MIN_TOOL_SECONDS, time_left() - RESERVE_SECONDS),
+            time_limit=_tool_seconds(time_left),
         )
         with self._heartbeats(message.task_token):
             answer = self._runner.run(request, call.tool)
@@ -233,7 +234,7 @@ class ToolCallExecutor:
             ErrorKind.IN_DOUBT,
         )
 
-    def _delegate(self, call: _Call) -> ToolResult | None:
+    def _delegate(self, call: _Call, limit: float | None) -> ToolResult | None:
         """Start the child run that answers this call, or an error result if it may not start."""
         assert call.tool is not None and call.tool.child_agent is not None
         root_id = call.run.root_run_id or call.run.run_id
@@ -268,15 +269,23 @@ class ToolCallExecutor:
             idempotency_key=f"{call.run.run_id}:{call.message.seq}",
         )
         try:
-            hooked, answered = before_hooks(call.agent, call.call, context)
-        except BaseException as e:  # SystemExit too: a hook's, not ours
-            failure = Execution(
-                f"Error: Tool '{call.call.name}' failed: {describe_exception(e)}",
+            hooked, answered = (
+                _hooks_before(call.agent, call.call, context)
+                if limit is None
+                else run_with_limit(
+                    _hooks_before, (call.agent, call.call, context), limit, "agent-tool-hooks"
+                )
+            )
+        except Overran:
+            overran = Execution(
+                f"Error: not run: the before_tool hooks of '{call.call.name}' did not finish in {limit:.3g} s.",
                 "error",
                 0,
                 ErrorKind.TOOL_FAILED,
             )
-            return self._persist(call, failure, 1, ({}, []))
+            return self._persist(call, overran, 1, ({}, []))
+        if isinstance(answered, _HookFailure):
+            return self._persist(call, answered.execution, 1, ({}, []))
         if (
             answered is None
             and call.gate is not None
@@ -389,6 +398,28 @@ class ToolCallExecutor:
         finally:
             stop.set()
             thread.join(timeout=5)
+
+
+def _tool_seconds(time_left: Callable[[], float] | None) -> float | None:
+    """What the call's user code may take of the invocation's time (None: no limit)."""
+    return None if time_left is None else max(MIN_TOOL_SECONDS, time_left() - RESERVE_SECONDS)
+
+
+@dataclass(frozen=True)
+class _HookFailure:
+    execution: Execution
+
+
+def _hooks_before(
+    agent: Agent, call: ToolCall, context: ToolContext
+) -> tuple[ToolCall, Execution | _HookFailure | None]:
+    """An agent tool's `before_tool` hooks (user code, run here since the child run starts from
+    the worker), their failure said inside the time limit: its `__str__` is theirs too."""
+    try:
+        return before_hooks(agent, call, context)
+    except BaseException as e:  # SystemExit too: a hook's, not ours
+        failure = f"Error: Tool '{call.name}' failed: {describe_exception(e)}"
+        return call, _HookFailure(Execution(failure, "error", 0, ErrorKind.TOOL_FAILED))
 
 
 def edited_note(arguments: str) -> str:

@@ -125,24 +125,27 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
     arguments = (agent, request.call, context, request.allowed, request.approved)
     try:
         if limit is None:
-            execution = _execute_with_hooks(*arguments, None)
+            execution = _guarded(*arguments, None)
         else:
             deadline = time.monotonic() + limit
             execution = run_with_limit(
-                _execute_with_hooks, (*arguments, deadline), limit + HOOKS_GRACE_SECONDS, "tool-call"
+                _guarded, (*arguments, deadline), limit + HOOKS_GRACE_SECONDS, "tool-call"
             )
-        if execution.error_type is ErrorKind.TOOL_TIMEOUT:
-            # The tool may still be running and writing its state: none of it is kept.
-            return ToolRunResponse.of(execution)
-        changes = state.changes()
-        size = len(json.dumps(dict(state)).encode())
     except Overran:
-        # The tool's own limit answers first; this is a hook (or a converter) that hung.
+        # The tool's own limit answers first; this is a hook, a converter or an error's message
+        # that hung. It may still be running and writing the state: none of it is kept.
         idempotent = _idempotent(agent, request.call.name)
         overran = ToolTimeoutError(request.call.name, limit or 0, idempotent, worker_limit=True)
         return ToolRunResponse.of(Execution(f"Error: {overran}", "error", 0, overran.kind))
-    except BaseException as e:  # SystemExit and KeyboardInterrupt too: tool code's
-        failure = f"Error: Tool '{request.call.name}' failed: {describe_exception(e)}"
+    if execution.error_type is ErrorKind.TOOL_TIMEOUT:
+        return ToolRunResponse.of(execution)  # whatever a hook made of it, nothing of its state
+    try:
+        changes = state.changes()
+        size = len(json.dumps(dict(state)).encode())
+    except (TypeError, ValueError, RecursionError) as e:  # a value JSON cannot hold
+        failure = (
+            f"Error: Tool '{request.call.name}' left run state that cannot be stored: {describe_exception(e)}"
+        )
         return ToolRunResponse.of(Execution(failure, "error", 0, ErrorKind.TOOL_FAILED))
     if size > STATE_LIMIT_BYTES:
         # The state shares one DynamoDB item (400 KB): refused as the tool's error, not a crash.
@@ -155,6 +158,42 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
         )
         return ToolRunResponse.of(refused)
     return ToolRunResponse.of(execution, changes)
+
+
+def _guarded(
+    agent: Agent,
+    call: ToolCall,
+    context: ToolContext,
+    allowed: list[str] | None,
+    approved: ApprovedCall | None,
+    deadline: float | None,
+) -> Execution:
+    """The call's execution, or its failure, said here: inside the time limit, since saying it
+    runs the error's own `__str__`, which a hostile one may make hang."""
+    try:
+        return _checked(call.name, _execute_with_hooks(agent, call, context, allowed, approved, deadline))
+    except BaseException as e:  # SystemExit and KeyboardInterrupt too: tool code's
+        failure = f"Error: Tool '{call.name}' failed: {describe_exception(e)}"
+        return Execution(failure, "error", 0, ErrorKind.TOOL_FAILED)
+
+
+def _checked(name: str, execution: object) -> Execution:
+    """What a converter or an `after_tool` hook made is text with a known status: else the
+    call's error, said here, never a worker that cannot store it."""
+    if (
+        not isinstance(execution, Execution)
+        or not isinstance(execution.content, str)
+        or execution.status not in ("ok", "error")
+        or not (execution.error_type is None or execution.error_type in set(ErrorKind))
+    ):
+        shown = type(getattr(execution, "content", execution)).__name__
+        return Execution(
+            f"Error: Tool '{name}' failed: its result is not text with a known status ({shown}).",
+            "error",
+            0,
+            ErrorKind.TOOL_FAILED,
+        )
+    return execution
 
 
 def _idempotent(agent: Agent, name: str) -> bool:

@@ -19,9 +19,17 @@ class RunState(dict[str, Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._loaded = {key: json.dumps(value, sort_keys=True) for key, value in self.items()}
+        self._abandoned = False
+
+    def abandon(self) -> None:
+        """Keep none of this call's changes: an attempt of it timed out and may still be running,
+        writing (a later attempt's writes would mix with its late ones)."""
+        self._abandoned = True
 
     def changes(self) -> tuple[dict[str, Any], list[str]]:
-        """(keys set or changed with their values, keys removed)."""
+        """(keys set or changed with their values, keys removed); none once abandoned."""
+        if self._abandoned:
+            return {}, []
         changed = {
             key: value
             for key, value in self.items()

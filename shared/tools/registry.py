@@ -146,7 +146,9 @@ class ToolRegistry:
                 raise ToolNotAllowedError(call.name)
             content = tool.invoke(call.arguments, context, time_limit=time_limit)
         except ModelVisibleError as e:
-            return Execution(f"Error: {e}", "error", _ms_since(started), e.kind)
+            # A tool's own subclass may name a kind of its own: policies match on ours only.
+            kind = e.kind if e.kind in set(ErrorKind) else ErrorKind.TOOL_FAILED
+            return Execution(f"Error: {e}", "error", _ms_since(started), ErrorKind(kind))
         return Execution(content, "ok", _ms_since(started))
 
 

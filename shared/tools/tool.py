@@ -3,11 +3,12 @@
 import asyncio
 import inspect
 import json
+import math
 import threading
 import time
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints, overload
 
@@ -101,6 +102,7 @@ class Tool:
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        _check_numbers(self)
         if not isinstance(self.requires_approval, bool) and not callable(self.requires_approval):
             raise DefinitionError(
                 f"tool '{self.name}': requires_approval is True, False or a function (arguments, ctx) -> bool"
@@ -231,6 +233,9 @@ class Tool:
         try:
             return run_with_limit(_call, (self.fn, kwargs, limit), limit, f"tool-{self.name}")
         except Overran:
+            for value in kwargs.values():
+                if isinstance(value, ToolContext):
+                    value.state.abandon()  # the attempt may still be running and writing it
             raise ToolTimeoutError(self.name, limit, self.idempotent, attempt, worker_limit) from None
 
 
@@ -238,6 +243,9 @@ def _call(fn: Callable[..., Any], kwargs: dict[str, Any], limit: float | None) -
     result = fn(**kwargs)
     if inspect.isawaitable(result):
         result = asyncio.run(_await(result, limit))
+    if isinstance(result, Iterator | AsyncIterator):
+        # Turned into JSON it would be drained, and one that never ends takes the process's memory.
+        raise TypeError(f"a tool returns a value, not a {type(result).__name__}: return a list")
     return result
 
 
@@ -438,6 +446,23 @@ def tool(
     if fn is not None:
         return _build(fn, dict(options))
     return lambda f: _build(f, dict(options))
+
+
+def _check_numbers(t: Tool) -> None:
+    """Timeouts and retries, checked where they are written: a NaN, zero or negative timeout would
+    report a tool that ran as timed out at once, or never run it."""
+    timeout = t.timeout_seconds
+    if timeout is not None and not positive_seconds(timeout):
+        raise DefinitionError(f"tool '{t.name}': timeout_seconds is a number of seconds above 0, or None")
+    if not (isinstance(t.retry_backoff_seconds, int | float) and 0 <= t.retry_backoff_seconds < math.inf):
+        raise DefinitionError(f"tool '{t.name}': retry_backoff_seconds is a number of seconds, 0 or more")
+    if isinstance(t.max_retries, bool) or not isinstance(t.max_retries, int) or t.max_retries < 0:
+        raise DefinitionError(f"tool '{t.name}': max_retries is a whole number, 0 or more")
+
+
+def positive_seconds(value: object) -> bool:
+    """A finite number of seconds above 0 (not a bool, not NaN, not infinite)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def _check_deferred(t: Tool) -> None:

@@ -111,6 +111,22 @@ def circular() -> dict[str, object]:
 
 
 @tool
+def moves_away() -> str:
+    """Change the process's working directory (a library that chdirs and never returns)."""
+    mark("moves_away")
+    os.chdir(os.environ.get("TMPDIR", "/tmp"))
+    return "moved"
+
+
+@tool
+def closes_stdout() -> str:
+    """Close stdout, as a careless library's cleanup does."""
+    mark("closes_stdout")
+    sys.stdout.close()
+    return "closed"
+
+
+@tool
 def quick() -> str:
     """Answer at once."""
     mark("quick")
@@ -131,6 +147,8 @@ HOSTILE = Agent(
         own_timeout,
         ignores_cancel,
         circular,
+        moves_away,
+        closes_stdout,
         quick,
     ],
     # No default timeout: a tool without its own gets its worker's time, as on Lambda.

@@ -102,7 +102,16 @@ def test_the_hostile_set_leaves_every_run_ended_and_the_server_answering(hostile
     runs |= {f"exits-{i}": hostile.start("exits") for i in range(11)}
     runs |= {
         tool: hostile.start(tool)
-        for tool in ("unreadable", "shouts", "leaves_a_thread", "own_timeout", "ignores_cancel", "circular")
+        for tool in (
+            "unreadable",
+            "shouts",
+            "leaves_a_thread",
+            "own_timeout",
+            "ignores_cancel",
+            "circular",
+            "moves_away",
+            "closes_stdout",
+        )
     }
     answers = {name: hostile.finish(run_id) for name, run_id in runs.items()}
 
@@ -136,6 +145,8 @@ def test_the_hostile_set_leaves_every_run_ended_and_the_server_answering(hostile
     assert said["circular"].startswith(
         "result: Error: Tool 'circular' failed: ValueError: Circular reference"
     )
+
+    assert said["moves_away"] == "result: moved" and said["closes_stdout"] == "result: closed"
 
     starts = hostile.starts()
     assert starts["charge_slowly"] == 1  # one side effect, though retry_on covers every exception

@@ -21,13 +21,13 @@ from tests.reliability.harness import (
     moto_store,
     seed_run,
 )
-from toolpipe.shared.agents import AGENTS, Agent
+from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 from toolpipe.shared.agents.hooks import Hooks
-from toolpipe.shared.errors import ErrorKind
+from toolpipe.shared.errors import ErrorKind, ToolExecutionError
 from toolpipe.shared.messages import ToolCallMessage, ToolResult
 from toolpipe.shared.runs import ToolCallExecutor
 from toolpipe.shared.runs.tool_executor import RESERVE_SECONDS
-from toolpipe.shared.tools import ToolContext, tool
+from toolpipe.shared.tools import Execution, ToolContext, tool
 
 LONG_KB = 5
 
@@ -167,3 +167,126 @@ def test_a_hook_that_exits_or_hangs_is_the_calls_error(
         )
         assert time.monotonic() - started < 8
         assert result.status == "error" and result.content == said
+
+
+class _MyKind(ToolExecutionError):
+    kind = "MyKind"  # type: ignore[assignment]
+
+
+@tool(result_converter=lambda value: value)  # type: ignore[arg-type, return-value]
+def number(ctx: ToolContext) -> int:
+    """Answer with a number its converter leaves a number."""
+    EFFECTS.add(ctx.idempotency_key)
+    return 42
+
+
+@tool
+def own_kind(ctx: ToolContext) -> str:
+    """Fail with an error kind of its own."""
+    EFFECTS.add(ctx.idempotency_key)
+    raise _MyKind("custom")
+
+
+class _HangingMessage(Exception):
+    def __str__(self) -> str:
+        time.sleep(30)
+        return "late"
+
+
+@tool
+def hangs_saying_why(ctx: ToolContext) -> str:
+    """Fail with an error whose message never comes."""
+    EFFECTS.add(ctx.idempotency_key)
+    raise _HangingMessage()
+
+
+class _ContentToDict(Hooks):
+    def after_tool(self, event: Any) -> None:
+        event.execution = Execution({"redacted": True}, "ok", 0)  # type: ignore[arg-type]
+
+
+class _Redacts(Hooks):
+    """A user's redaction hook: keeps the text, drops the error kind (a timeout's too)."""
+
+    def after_tool(self, event: Any) -> None:
+        done = event.execution
+        event.execution = Execution(done.content.replace("Tool", "The tool"), done.status, done.duration_ms)
+
+
+@tool(timeout_seconds=0.3)
+def pays_late(ctx: ToolContext) -> str:
+    """Write the state, then overrun."""
+    EFFECTS.add(ctx.idempotency_key)
+    ctx.state["paid"] = "half"
+    time.sleep(1)
+    ctx.state["paid"] = "all"
+    return "paid"
+
+
+@pytest.mark.parametrize(
+    ("tools", "hooks", "name", "said"),
+    [
+        (
+            [number],
+            [],
+            "number",
+            "Error: Tool 'number' failed: its result is not text with a known status (int).",
+        ),
+        ([own_kind], [], "own_kind", "Error: custom"),
+        (
+            [hangs_saying_why],
+            [],
+            "hangs_saying_why",
+            "Error: Tool 'hangs_saying_why' timed out after 1.5 s (the time its worker had left). It may still "
+            "take effect: check before calling it again.",
+        ),
+        (
+            [RELIABLE_AGENT.tools[0]],
+            [_ContentToDict()],
+            "charge",
+            "Error: Tool 'charge' failed: its result is not text with a known status (dict).",
+        ),
+    ],
+)
+def test_a_call_whose_tool_ran_ends_with_one_clear_result_at_once(
+    monkeypatch: pytest.MonkeyPatch, tools: list[Any], hooks: list[Hooks], name: str, said: str
+) -> None:
+    monkeypatch.setitem(AGENTS, AGENT, Agent(name=AGENT, instructions="x", tools=tools, hooks=hooks))
+    args = {"label": "x"} if name == "charge" else {}
+    with moto_store() as store:
+        started = time.monotonic()
+        result = _run_one(store, "ran-1", name, args, time_left=lambda: RESERVE_SECONDS + 1.5)
+        assert time.monotonic() - started < 8
+        assert result.status == "error" and result.content == said
+        assert result.error_type is not ErrorKind.IN_DOUBT
+        assert EFFECTS.counts["ran-1:3"] == 1
+
+
+def test_the_state_of_a_timed_out_call_is_never_kept_whatever_a_hook_makes_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(
+        AGENTS, AGENT, Agent(name=AGENT, instructions="x", tools=[pays_late], hooks=[_Redacts()])
+    )
+    with moto_store() as store:
+        result = _run_one(store, "late-1", "pays_late", {}, time_left=lambda: RESERVE_SECONDS + 5)
+        assert result.content.startswith("Error: The tool 'pays_late' timed out after 0.3 s.")
+        time.sleep(1)
+        assert store.load_state("late-1") == {}
+
+
+class _HangsBefore(Hooks):
+    def before_tool(self, event: Any) -> None:
+        time.sleep(30)
+
+
+def test_an_agent_tools_before_hook_that_hangs_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    child = Agent(name="child", instructions="x", tools=[])
+    parent = Agent(name=AGENT, instructions="x", tools=[agent_tool("child")], hooks=[_HangsBefore()])
+    monkeypatch.setitem(AGENTS, "child", child)
+    monkeypatch.setitem(AGENTS, AGENT, parent)
+    with moto_store() as store:
+        started = time.monotonic()
+        result = _run_one(store, "child-1", "child", {"task": "t"}, time_left=lambda: RESERVE_SECONDS + 1.5)
+        assert time.monotonic() - started < 6
+        assert result.content == "Error: not run: the before_tool hooks of 'child' did not finish in 1.5 s."

@@ -258,3 +258,13 @@ def test_terminal_escapes_in_what_the_cli_prints_are_shown_not_obeyed() -> None:
     written = io.StringIO()
     _Visible(written).write("to: bob@example.com\u202egnp.exe\u2066x\u2069\n")
     assert written.getvalue() == "to: bob@example.com\\u202egnp.exe\\u2066x\\u2069\n"
+
+
+def test_the_state_folder_is_absolute_so_a_tool_that_changes_directory_cannot_move_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TOOLPIPE_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    home = cli._state_dir()
+    monkeypatch.chdir("/")
+    assert home == tmp_path / ".toolpipe" and home.is_absolute()

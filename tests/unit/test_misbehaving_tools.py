@@ -2,13 +2,15 @@
 
 import asyncio
 import contextlib
+import itertools
 import threading
 import time
 from typing import Any
 
 import pytest
 
-from toolpipe.shared.errors import ToolExecutionError, ToolTimeoutError
+from toolpipe.shared.agents import Agent
+from toolpipe.shared.errors import DefinitionError, ToolExecutionError, ToolTimeoutError, describe_exception
 from toolpipe.shared.tools import ToolContext, tool
 
 NO_WAIT: dict[str, Any] = {"retry_backoff_seconds": 0.0}
@@ -208,3 +210,60 @@ def test_an_approval_policy_that_exits_fails_closed() -> None:
         return "refunded"
 
     assert refund.needs_approval({}, ToolContext(run_id="r", agent="a", call_id="c", caller="x")) is True
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), 0, -1, float("inf"), True, "5"])
+def test_a_timeout_that_is_no_number_of_seconds_is_refused_where_it_is_written(seconds: Any) -> None:
+    def fn() -> str:
+        """Answer."""
+        return "x"
+
+    with pytest.raises(DefinitionError, match="timeout_seconds is a number of seconds above 0"):
+        tool(timeout_seconds=seconds)(fn)
+    with pytest.raises(DefinitionError, match="tool_timeout_seconds is a number of seconds above 0"):
+        Agent(name="a", instructions="x", tools=[], tool_timeout_seconds=seconds)
+
+
+@pytest.mark.parametrize(("option", "value"), [("retry_backoff_seconds", -1), ("max_retries", -1)])
+def test_retries_that_make_no_sense_are_refused(option: str, value: Any) -> None:
+    def fn() -> str:
+        """Answer."""
+        return "x"
+
+    with pytest.raises(DefinitionError, match=option):
+        tool(retry_on=(ValueError,), **{option: value})(fn)
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0])
+def test_a_tool_that_returns_a_generator_fails_instead_of_draining_it(timeout: float | None) -> None:
+    @tool(timeout_seconds=timeout)
+    def numbers() -> Any:
+        """Count forever."""
+        return itertools.count()
+
+    with pytest.raises(ToolExecutionError, match="a tool returns a value, not a count: return a list"):
+        numbers.invoke("{}")
+
+
+def test_a_message_whose_str_raises_a_base_exception_is_still_said() -> None:
+    class Hostile(Exception):
+        def __str__(self) -> str:
+            raise KeyboardInterrupt
+
+    assert describe_exception(Hostile()) == "Hostile: (its message could not be read)"
+
+
+def test_a_timed_out_attempt_keeps_none_of_its_state() -> None:
+    @tool(timeout_seconds=0.1, retry_on=(ToolTimeoutError,), max_retries=1, idempotent=True, **NO_WAIT)
+    def slow_write(ctx: ToolContext) -> str:
+        """Write late."""
+        ctx.state["paid"] = "half"
+        time.sleep(0.3)
+        ctx.state["paid"] = "all"
+        return "paid"
+
+    context = ToolContext(run_id="r", agent="a", call_id="c")
+    with pytest.raises(ToolTimeoutError):
+        slow_write.invoke("{}", context)
+    time.sleep(0.5)  # both attempts' late writes are in
+    assert context.state["paid"] == "all" and context.state.changes() == ({}, [])
