@@ -77,8 +77,13 @@ def with_mcp_servers(agent: Agent, urls: Sequence[str] | None) -> Agent:
 def run_agent(run: RunRecord) -> Agent:
     """The agent a run uses: its registered agent, with the run's own MCP servers if any, and
     `read_input` if an S3 object started it."""
-    agent = with_mcp_servers(get_agent(run.agent), run.mcp_servers)
-    if run.input_object is not None:
+    return agent_for(run.agent, run.mcp_servers, reads_input=run.input_object is not None)
+
+
+def agent_for(name: str, mcp_servers: Sequence[str] | None, *, reads_input: bool) -> Agent:
+    """`run_agent` from the parts of a run record it reads (the tool runner gets only those)."""
+    agent = with_mcp_servers(get_agent(name), mcp_servers)
+    if reads_input:
         from toolpipe.shared.triggers.read_input import with_input_reader
 
         agent = with_input_reader(agent)
@@ -96,6 +101,7 @@ __all__ = [
     "Hooks",
     "ModelPrice",
     "ToolProvider",
+    "agent_for",
     "agent_tool",
     "all_agents",
     "default_agent_name",

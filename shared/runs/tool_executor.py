@@ -195,6 +195,7 @@ class ToolCallExecutor:
             caller=call.run.caller,
             idempotency_key=f"{call.run.run_id}:{message.seq}",
             input_object=call.run.input_object,
+            mcp_servers=call.run.mcp_servers,
             state=self._store.load_state(call.run.run_id) if uses_state else None,
             allowed=call.run.tools,
             approved=None

@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from toolpipe.shared.agents import Agent, get_agent
+from toolpipe.shared.agents import Agent, agent_for
 from toolpipe.shared.approvals.hashing import arguments_hash
 from toolpipe.shared.errors import (
     ErrorKind,
@@ -50,6 +50,8 @@ class ToolRunRequest(BaseModel):
     caller: str | None = None
     idempotency_key: str
     input_object: InputObject | None = None
+    # The run's own MCP servers (`toolpipe run --mcp`): their tools are the run's too.
+    mcp_servers: list[str] | None = None
     # The run's state as loaded, when the tool or a hook can see it (None: not read).
     state: dict[str, Any] | None = None
     allowed: list[str] | None = None  # the run's tool set, when it names one
@@ -110,7 +112,7 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
     """Run the call as its agent defines it. Whatever the tool, its hooks, its converter or its
     state do becomes the call's error (an exit, a hang past the time limit): the answer always
     comes back, never an invocation that dies or hangs."""
-    agent = get_agent(request.agent)
+    agent = agent_for(request.agent, request.mcp_servers, reads_input=request.input_object is not None)
     state = RunState(request.state or {})
     context = ToolContext(
         run_id=request.run_id,

@@ -36,7 +36,7 @@ def test_the_admin_principal_and_mcp_secrets_come_from_cdk_context(tmp_path: Any
         if "secretsmanager:GetSecretValue" in statement["Action"]
         and statement["Resource"] == [MCP_SECRET, f"{MCP_SECRET}-2"]
     ]
-    assert sorted(name[:5] for name in granted) == ["ApiSe", "Orche", "ToolW"]
+    assert sorted(name[:9] for name in granted) == ["ApiServic", "Orchestra", "ToolRunne", "ToolWorke"]
 
 
 def test_without_context_no_principal_reads_other_runs(template: Any) -> None:

@@ -40,7 +40,7 @@ def _lambda_env(props: dict[str, Any]) -> dict[str, str]:
 
 def test_by_default_every_function_traces(template: Any) -> None:
     functions = _functions(template)
-    assert len(functions) == 4  # orchestrator, tool worker, API, triggers
+    assert len(functions) == 5  # orchestrator, tool worker, tool runner, API, triggers
     for props in functions.values():
         assert props["TracingConfig"] == {"Mode": "Active"}
         assert tracing_enabled(_lambda_env(props))
@@ -49,7 +49,7 @@ def test_by_default_every_function_traces(template: Any) -> None:
 @pytest.mark.slow
 def test_tracing_false_deploys_no_xray_and_loads_none(tmp_path: Path) -> None:
     functions = _functions(_synth({"tracing": "false"}, tmp_path))
-    assert len(functions) == 4
+    assert len(functions) == 5
     for props in functions.values():
         assert props.get("TracingConfig", {}).get("Mode") != "Active"
         assert props["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == "true"

@@ -181,8 +181,9 @@ def test_grants_stop_at_the_prefixes(template: Any) -> None:
     triggers = _statements(template, "TriggersFunctionServiceRoleDefaultPolicy")
     assert {"states:StartExecution"} <= {a for s in triggers for a in _actions(s)}
     assert not any(_objects(bucket, "out/") == s["Resource"] for s in triggers)  # writes nothing there
-    worker = _statements(template, "ToolWorker")
-    assert any(s["Resource"] == _objects(bucket, "in/") for s in worker)  # read_input
+    runner = _statements(template, "ToolRunner")  # `read_input` is a tool: its code runs there
+    assert any(s["Resource"] == _objects(bucket, "in/") for s in runner)
+    assert not any(s["Resource"] == _objects(bucket, "in/") for s in _statements(template, "ToolWorker"))
     orchestrator = _statements(template, "OrchestratorServiceRole")
     assert any(s["Resource"] == _objects(bucket, "out/") for s in orchestrator)  # the answer
     del function

@@ -73,7 +73,7 @@ def test_a_project_with_its_own_infra_and_shared_packages(tmp_path: Path) -> Non
         for r in template["Resources"].values()
         if r["Type"] == "AWS::Lambda::Function" and r["Properties"].get("Handler", "").startswith("toolpipe.")
     ]
-    assert len(functions) == 4  # orchestrator, tool worker, api, triggers
+    assert len(functions) == 5  # orchestrator, tool worker, tool runner, api, triggers
     assert {f["Properties"]["Environment"]["Variables"]["TOOLPIPE_APP"] for f in functions} == {"desk.agents"}
     assets = {f["Properties"]["Code"]["S3Key"] for f in functions}
     assert len(assets) == 1  # one code asset for every function

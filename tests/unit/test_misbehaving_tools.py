@@ -160,14 +160,14 @@ def test_an_overrunning_thread_never_holds_the_process_open() -> None:
     release = threading.Event()
 
     @tool(timeout_seconds=0.1)
-    def hangs() -> str:
+    def hangs_past_its_timeout() -> str:
         """Hang."""
         release.wait(30)
         return "late"
 
     with pytest.raises(ToolTimeoutError):
-        hangs.invoke("{}")
-    [left] = [t for t in threading.enumerate() if t.name == "tool-hangs"]
+        hangs_past_its_timeout.invoke("{}")
+    [left] = [t for t in threading.enumerate() if t.name == "tool-hangs_past_its_timeout"]
     assert left.daemon  # the interpreter does not wait for it at exit
     release.set()
 
