@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import Capture, Pipeline, call
 from toolpipe.infra.cli import main
+from toolpipe.infra.functions import TOOL_RUNNER
 from toolpipe.infra.local.lambdas import LocalContext, call_handler
 from toolpipe.infra.local.scripted_model import Reply
 
@@ -144,6 +145,22 @@ def test_sample_worker_event_whose_task_waits_no_more_is_consumed_without_runnin
         "toolpipe.functions.tool_worker.handler.lambda_handler", _event("tool_worker_sqs.json"), _ctx()
     )
     assert response == {"batchItemFailures": []}
+
+
+def test_sample_tool_runner_event_runs_the_tool_and_answers_what_the_worker_stores(
+    pipeline: Pipeline,
+) -> None:
+    response = call_handler(
+        "toolpipe.functions.tool_runner.handler.lambda_handler",
+        _event("tool_runner_call.json"),
+        LocalContext(function_name=TOOL_RUNNER.name, timeout_seconds=TOOL_RUNNER.timeout_seconds),
+    )
+    assert {k: response[k] for k in ("content", "status", "error_type", "overflowed")} == {
+        "content": "5.0",
+        "status": "ok",
+        "error_type": None,
+        "overflowed": False,
+    }
 
 
 def test_sample_orchestrator_event_for_an_unknown_run_fails_clearly(pipeline: Pipeline) -> None:
