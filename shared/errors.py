@@ -129,7 +129,9 @@ class ToolTimeoutError(ModelVisibleError):
         tail = "" if idempotent else " It may still take effect: check before calling it again."
         limit = " (the time its worker had left)" if worker_limit else ""
         tries = f" ({attempts} attempts)" if attempts > 1 else ""
-        super().__init__(f"Tool '{name}' timed out after {seconds:.3g} s{limit}{tries}.{tail}")
+        # Tenths: the time a worker had left is read off a clock, and 1.49 s says nothing 1.5 s does not.
+        shown = f"{round(seconds, 1):g}" if seconds >= 0.1 else f"{seconds:.2g}"
+        super().__init__(f"Tool '{name}' timed out after {shown} s{limit}{tries}.{tail}")
 
 
 class ToolExecutionError(ModelVisibleError):

@@ -127,11 +127,11 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
     arguments = (agent, request.call, context, request.allowed, request.approved)
     try:
         if limit is None:
-            execution = _guarded(*arguments, None)
+            execution = _run_with_hooks(*arguments, None)
         else:
             deadline = time.monotonic() + limit
             execution = run_with_limit(
-                _guarded, (*arguments, deadline), limit + HOOKS_GRACE_SECONDS, "tool-call"
+                _run_with_hooks, (*arguments, deadline), limit + HOOKS_GRACE_SECONDS, "tool-call"
             )
     except Overran:
         # The tool's own limit answers first; this is a hook, a converter or an error's message
@@ -162,7 +162,7 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
     return ToolRunResponse.of(execution, changes)
 
 
-def _guarded(
+def _run_with_hooks(
     agent: Agent,
     call: ToolCall,
     context: ToolContext,
@@ -170,10 +170,18 @@ def _guarded(
     approved: ApprovedCall | None,
     deadline: float | None,
 ) -> Execution:
-    """The call's execution, or its failure, said here: inside the time limit, since saying it
-    runs the error's own `__str__`, which a hostile one may make hang."""
+    """The `before_tool` hooks, the approval check again on what they leave, the tool, the
+    `after_tool` hooks: the call's execution, or its failure, said here: inside the time limit,
+    since saying it runs the error's own `__str__`, which a hostile one may make hang."""
     try:
-        return _checked(call.name, _execute_with_hooks(agent, call, context, allowed, approved, deadline))
+        call, answered = before_hooks(agent, call, context)
+        if answered is None:
+            answered = _hooked_refusal(agent, call, context, approved)
+        if answered is None:
+            # The tool gets what the hooks before it left of the call's time.
+            time_limit = None if deadline is None else max(0.0, deadline - time.monotonic())
+            answered = agent.registry.execute(call, context, allowed=allowed, time_limit=time_limit)
+        return _checked(call.name, after_hooks(agent, call, answered, context))
     except BaseException as e:  # SystemExit and KeyboardInterrupt too: tool code's
         failure = f"Error: Tool '{call.name}' failed: {describe_exception(e)}"
         return Execution(failure, "error", 0, ErrorKind.TOOL_FAILED)
@@ -252,21 +260,3 @@ def _hooked_refusal(
     except UnknownToolError:
         tool = None
     return policy_refusal(tool, call, context)
-
-
-def _execute_with_hooks(
-    agent: Agent,
-    call: ToolCall,
-    context: ToolContext,
-    allowed: list[str] | None,
-    approved: ApprovedCall | None,
-    deadline: float | None,
-) -> Execution:
-    call, answered = before_hooks(agent, call, context)
-    if answered is None:
-        answered = _hooked_refusal(agent, call, context, approved)
-    if answered is None:
-        # The tool gets what the hooks before it left of the call's time.
-        time_limit = None if deadline is None else max(0.0, deadline - time.monotonic())
-        answered = agent.registry.execute(call, context, allowed=allowed, time_limit=time_limit)
-    return after_hooks(agent, call, answered, context)
