@@ -5,11 +5,16 @@ with a message that names it, not at the first AWS call.
 """
 
 import os
+import re
 from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from toolpipe.shared.errors import ConfigurationError
+
+# Where run requests (`RunRequested`) come from unless the stack names other sources
+# (`trigger_sources`). Not `toolpipe`, the run events' own source (shared/runs/events.py).
+RUN_REQUESTED_SOURCE = "toolpipe.requests"
 
 
 class _EnvSettings(BaseModel):
@@ -169,6 +174,7 @@ class TriggerSettings(_EnvSettings):
         "max_object_bytes": "TOOLPIPE_TRIGGER_MAX_OBJECT_BYTES",
         "instructions": "TOOLPIPE_TRIGGER_INSTRUCTIONS",
         "principal": "TOOLPIPE_TRIGGER_PRINCIPAL",
+        "sources": "TOOLPIPE_TRIGGER_SOURCES",
     }
     bucket: str | None = None  # None: any bucket that notifies the function
     agent: str | None = None  # None: the app's first agent
@@ -180,6 +186,30 @@ class TriggerSettings(_EnvSettings):
     # Who owns triggered runs (ToolContext.caller, and who may read them besides the admin):
     # None means `trigger:s3` and `trigger:eventbridge`.
     principal: str | None = None
+    # The event sources whose `RunRequested` starts a run: the rule's pattern and the handler's
+    # check. Comma-separated in the environment.
+    sources: tuple[str, ...] = (RUN_REQUESTED_SOURCE,)
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _sources(cls, value: Any) -> Any:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return items
+        sources = tuple(dict.fromkeys(str(item).strip() for item in items if str(item).strip()))
+        for source in sources:
+            # EventBridge's own rule for a source (PutEventsRequestEntry, Scheduler's target).
+            if (
+                len(source) > 256
+                or not re.fullmatch(r"[/.\-_A-Za-z0-9]+", source)
+                or source.startswith("aws.")
+            ):
+                raise ValueError(
+                    f"{source!r} is not an event source: 1 to 256 of A-Z a-z 0-9 . / - _, not aws.…"
+                )
+        if not sources:
+            raise ValueError("name at least one event source")
+        return sources
 
     @field_validator("output_prefix")
     @classmethod
