@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.owners import owner_of
 
 # Where run requests (`RunRequested`) come from unless the stack names other sources
 # (`trigger_sources`). Not `toolpipe`, the run events' own source (shared/runs/events.py).
@@ -127,13 +128,20 @@ class WorkerSettings(_EnvSettings):
 
 class ApiSettings(_EnvSettings):
     """Who may read every run, besides the principal that started it (the stack's CDK context
-    `admin_principal`): an IAM ARN as API Gateway reports it in `requestContext.identity.userArn`."""
+    `admin_principal`): an owner as shared/owners.py makes it, so a role's ARN (with its path or
+    not) or one of its sessions' names every session of that role."""
 
     env_names: ClassVar[dict[str, str]] = {
         "admin_principal": "TOOLPIPE_ADMIN_PRINCIPAL",
         "allow_run_mcp_servers": "TOOLPIPE_ALLOW_RUN_MCP_SERVERS",
     }
     admin_principal: str | None = None
+
+    @field_validator("admin_principal")
+    @classmethod
+    def _admin_owner(cls, value: str | None) -> str | None:
+        return None if value is None else owner_of(value)
+
     # Runs may name MCP servers of their own (`POST /runs {"mcp_servers": [...]}`): off unless
     # set, since workers would then call whatever URL a caller gives (the local CLI sets it).
     allow_run_mcp_servers: bool = False
@@ -183,8 +191,8 @@ class TriggerSettings(_EnvSettings):
     # Larger objects start no run: reading them 64 KiB a call would spend the agent's budgets.
     max_object_bytes: int = Field(default=1024 * 1024, ge=1)
     instructions: str = "Read the file and do what it asks; if it asks nothing, summarise it."
-    # Who owns triggered runs (ToolContext.caller, and who may read them besides the admin):
-    # None means `trigger:s3` and `trigger:eventbridge`.
+    # Who owns triggered runs (ToolContext.caller, and who may read them besides the admin), as
+    # an owner (shared/owners.py): None means `trigger:s3` and `trigger:eventbridge`.
     principal: str | None = None
     # The event sources whose `RunRequested` starts a run: the rule's pattern and the handler's
     # check. Comma-separated in the environment.
@@ -210,6 +218,11 @@ class TriggerSettings(_EnvSettings):
         if not sources:
             raise ValueError("name at least one event source")
         return sources
+
+    @field_validator("principal")
+    @classmethod
+    def _principal_owner(cls, value: str | None) -> str | None:
+        return None if value is None else owner_of(value)
 
     @field_validator("output_prefix")
     @classmethod
