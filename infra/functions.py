@@ -23,6 +23,9 @@ class FunctionSpec:
     handler: str
     timeout_seconds: int
     memory_mb: int = 512
+    # The run events it publishes (detail-types, shared/runs/events.py): its role may put these
+    # on the bus and no other (infra/constructs/events.py). Found by who calls each publisher.
+    publishes: tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
@@ -39,12 +42,19 @@ ORCHESTRATOR = FunctionSpec(
     construct_id="Orchestrator",
     handler="toolpipe.functions.orchestrator.handler.lambda_handler",
     timeout_seconds=limits.ORCHESTRATOR_TIMEOUT_SECONDS,
+    # The model step's calls and endings, a child run's answer to its parent's call, and the
+    # calls that wait for a person or a program (it stores their approvals).
+    publishes=("ToolCallCompleted", "RunCompleted", "RunFailed", "ApprovalRequested", "ToolCallRequested"),
 )
 TOOL_WORKER = FunctionSpec(
     name="tool_worker",
     construct_id="ToolWorker",
     handler="toolpipe.functions.tool_worker.handler.lambda_handler",
     timeout_seconds=limits.WORKER_TIMEOUT_SECONDS,
+    # Its calls' outcomes, and an agent tool's child run: started, or cancelled with its parent.
+    # Tool code runs here: never RunRequested (a run as the trigger principal) or ApprovalRequested
+    # (a link of its choosing in the approvers' mail).
+    publishes=("ToolCallCompleted", "RunStarted", "RunCancelled"),
 )
 # A call's tool code, invoked by the worker: a role with no key to the pipeline.
 TOOL_RUNNER = FunctionSpec(
@@ -58,6 +68,9 @@ API = FunctionSpec(
     construct_id="Api",
     handler="toolpipe.functions.api.handler.lambda_handler",
     timeout_seconds=limits.API_TIMEOUT_SECONDS,
+    # Runs it starts (failed when they cannot start) or cancels, and the results people and
+    # programs post for waiting calls.
+    publishes=("RunStarted", "RunFailed", "RunCancelled", "ToolCallCompleted"),
 )
 # S3 files and RunRequested events (infra/constructs/triggers.py, README "Triggers").
 TRIGGERS = FunctionSpec(
@@ -65,6 +78,7 @@ TRIGGERS = FunctionSpec(
     construct_id="Function",  # inside the Triggers construct
     handler="toolpipe.functions.triggers.handler.lambda_handler",
     timeout_seconds=60,
+    publishes=("RunStarted", "RunFailed"),  # the runs it starts, failed when they cannot start
 )
 
 # Every function, by name: the choices of `toolpipe invoke`.

@@ -24,6 +24,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from toolpipe.infra import functions as specs
 from toolpipe.infra.constructs import (
     Api,
     ApiAuth,
@@ -146,9 +147,14 @@ class ToolPipeline(Construct):
             self, "RunFlow", orchestrator=self.functions.orchestrator, tool_queue=self.tool_queue.queue
         )
         self.functions.allow_runs(self.run_flow.state_machine)
-        # Run events (infra/constructs/events.py): the bus, and the functions that publish to it.
+        # Run events (infra/constructs/events.py): the bus, and what each function publishes to it.
         self.run_events = RunEvents(self, "RunEvents")
-        self.run_events.grant_publish(*self.functions.all)
+        for function, spec in (
+            (self.functions.orchestrator, specs.ORCHESTRATOR),
+            (self.functions.tool_worker, specs.TOOL_WORKER),
+            (self.functions.api, specs.API),
+        ):
+            self.run_events.grant_publish(function, spec.publishes)
         self.api = Api(
             self,
             "Api",
@@ -179,7 +185,7 @@ class ToolPipeline(Construct):
             tracing=self.functions.tracing,
             options=triggers or TriggerOptions(),
         )
-        self.run_events.grant_publish(self.triggers.function)  # RunStarted for the runs it starts
+        self.run_events.grant_publish(self.triggers.function, specs.TRIGGERS.publishes)
         # Optional: an email per waiting call, from the ApprovalRequested events on the bus.
         self.approval_emails = (
             ApprovalEmails(self, "ApprovalEmails", bus=self.run_events.bus, addresses=approvers)

@@ -5,11 +5,17 @@ with a message that names it, not at the first AWS call.
 """
 
 import os
+import re
 from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.owners import owner_of
+
+# Where run requests (`RunRequested`) come from unless the stack names other sources
+# (`trigger_sources`). Not `toolpipe`, the run events' own source (shared/runs/events.py).
+RUN_REQUESTED_SOURCE = "toolpipe.requests"
 
 
 class _EnvSettings(BaseModel):
@@ -140,13 +146,20 @@ class ToolRunnerSettings(_EnvSettings):
 
 class ApiSettings(_EnvSettings):
     """Who may read every run, besides the principal that started it (the stack's CDK context
-    `admin_principal`): an IAM ARN as API Gateway reports it in `requestContext.identity.userArn`."""
+    `admin_principal`): an owner as shared/owners.py makes it, so a role's ARN (with its path or
+    not) or one of its sessions' names every session of that role."""
 
     env_names: ClassVar[dict[str, str]] = {
         "admin_principal": "TOOLPIPE_ADMIN_PRINCIPAL",
         "allow_run_mcp_servers": "TOOLPIPE_ALLOW_RUN_MCP_SERVERS",
     }
     admin_principal: str | None = None
+
+    @field_validator("admin_principal")
+    @classmethod
+    def _admin_owner(cls, value: str | None) -> str | None:
+        return None if value is None else owner_of(value)
+
     # Runs may name MCP servers of their own (`POST /runs {"mcp_servers": [...]}`): off unless
     # set, since workers would then call whatever URL a caller gives (the local CLI sets it).
     allow_run_mcp_servers: bool = False
@@ -187,6 +200,7 @@ class TriggerSettings(_EnvSettings):
         "max_object_bytes": "TOOLPIPE_TRIGGER_MAX_OBJECT_BYTES",
         "instructions": "TOOLPIPE_TRIGGER_INSTRUCTIONS",
         "principal": "TOOLPIPE_TRIGGER_PRINCIPAL",
+        "sources": "TOOLPIPE_TRIGGER_SOURCES",
     }
     bucket: str | None = None  # None: any bucket that notifies the function
     agent: str | None = None  # None: the app's first agent
@@ -195,9 +209,38 @@ class TriggerSettings(_EnvSettings):
     # Larger objects start no run: reading them 64 KiB a call would spend the agent's budgets.
     max_object_bytes: int = Field(default=1024 * 1024, ge=1)
     instructions: str = "Read the file and do what it asks; if it asks nothing, summarise it."
-    # Who owns triggered runs (ToolContext.caller, and who may read them besides the admin):
-    # None means `trigger:s3` and `trigger:eventbridge`.
+    # Who owns triggered runs (ToolContext.caller, and who may read them besides the admin), as
+    # an owner (shared/owners.py): None means `trigger:s3` and `trigger:eventbridge`.
     principal: str | None = None
+    # The event sources whose `RunRequested` starts a run: the rule's pattern and the handler's
+    # check. Comma-separated in the environment.
+    sources: tuple[str, ...] = (RUN_REQUESTED_SOURCE,)
+
+    @field_validator("sources", mode="before")
+    @classmethod
+    def _sources(cls, value: Any) -> Any:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            return items
+        sources = tuple(dict.fromkeys(str(item).strip() for item in items if str(item).strip()))
+        for source in sources:
+            # EventBridge's own rule for a source (PutEventsRequestEntry, Scheduler's target).
+            if (
+                len(source) > 256
+                or not re.fullmatch(r"[/.\-_A-Za-z0-9]+", source)
+                or source.startswith("aws.")
+            ):
+                raise ValueError(
+                    f"{source!r} is not an event source: 1 to 256 of A-Z a-z 0-9 . / - _, not aws.…"
+                )
+        if not sources:
+            raise ValueError("name at least one event source")
+        return sources
+
+    @field_validator("principal")
+    @classmethod
+    def _principal_owner(cls, value: str | None) -> str | None:
+        return None if value is None else owner_of(value)
 
     @field_validator("output_prefix")
     @classmethod

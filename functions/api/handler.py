@@ -79,6 +79,7 @@ from toolpipe.shared.messages import (
     RunStatus,
     StartRunRequest,
 )
+from toolpipe.shared.owners import owner_of
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.factory import (
     build_approval_service,
@@ -169,9 +170,10 @@ def reader() -> RunReader:
     return RunReader(build_store(store_settings), presign, api_settings.admin_principal)
 
 
-def caller_identity(request_context: Any) -> str | None:
-    """The authenticated principal: the IAM signer's ARN (IAM authorization), else a Lambda
-    authorizer's principal id, else the API key's id. None when the request carries none."""
+def signer(request_context: Any) -> str | None:
+    """The authenticated identity as API Gateway reports it: the IAM signer's ARN (IAM
+    authorization; a role's session ARN for a role), else a Lambda authorizer's principal id,
+    else the API key's id. None when the request carries none."""
     if not isinstance(request_context, dict):
         return None
     identity = request_context.get("identity") or {}
@@ -187,6 +189,13 @@ def caller_identity(request_context: Any) -> str | None:
     return None
 
 
+def caller_identity(request_context: Any) -> str | None:
+    """The caller that owns runs: the signer, a role's session as its role (shared/owners.py),
+    so every session of one role reads the same runs. None when the request carries none."""
+    found = signer(request_context)
+    return None if found is None else owner_of(found)
+
+
 def current_caller() -> str:
     caller = caller_identity(app.current_event.raw_event.get("requestContext"))
     if caller is None:
@@ -195,6 +204,12 @@ def current_caller() -> str:
         # Refused before anything is written: a run or approval keyed on it could not be stored.
         raise BadRequestError(f"invalid request: the caller identity {CALLER_RULE}")
     return caller
+
+
+def current_signer() -> str:
+    """Who made this request, for the record of a decision or a cancel: the session, where the
+    caller (the owner) is its role. Call after `current_caller`, which refuses a request without."""
+    return signer(app.current_event.raw_event.get("requestContext")) or current_caller()
 
 
 def api_url() -> str:
@@ -454,7 +469,7 @@ def get_message(run_id: RunId, seq: Annotated[str, Path(pattern=SEQ)]) -> dict[s
 def cancel_run(run_id: RunId) -> dict[str, Any]:
     caller = current_caller()
     try:
-        record, replayed = canceller().cancel(run_id, caller)
+        record, replayed = canceller().cancel(run_id, caller, by=current_signer())
     except RunNotFoundError as e:
         raise NotFoundError(str(e)) from e
     except RunEndedError as e:
@@ -513,7 +528,7 @@ def decide(
 ) -> dict[str, Any]:
     caller = current_caller()
     try:
-        decided = approvals().decide(approval_id, caller, approve, reason, arguments)
+        decided = approvals().decide(approval_id, caller, approve, reason, arguments, by=current_signer())
     except ApprovalNotFoundError as e:
         raise NotFoundError(str(e)) from e
     except InvalidEditError as e:
@@ -594,7 +609,9 @@ def answered(resolve: Any) -> dict[str, Any]:
 )
 def answer(approval_id: ApprovalId) -> dict[str, Any]:
     request = parsed_body(AnswerRequest, "answer")
-    return answered(lambda: approvals().answer(approval_id, current_caller(), request.answer))
+    return answered(
+        lambda: approvals().answer(approval_id, current_caller(), request.answer, by=current_signer())
+    )
 
 
 @app.post(
@@ -607,7 +624,9 @@ def answer(approval_id: ApprovalId) -> dict[str, Any]:
 )
 def post_result(run_id: RunId, call_id: Annotated[str, Path(pattern=SEQ)]) -> dict[str, Any]:
     request = parsed_body(ResultRequest, "result")
-    return answered(lambda: approvals().post_result(run_id, int(call_id), current_caller(), request))
+    return answered(
+        lambda: approvals().post_result(run_id, int(call_id), current_caller(), request, by=current_signer())
+    )
 
 
 # --- the approval page: for whoever holds the signed link (README "The approval link") -------
@@ -712,8 +731,9 @@ def openapi_document() -> dict[str, Any]:
             title=OPENAPI_TITLE,
             version="1",
             description="LLM tool calling as a durable serverless pipeline. IAM (SigV4) authorized; "
-            "the caller is the signer (or a Lambda authorizer's principalId, or `api-key:` and the API "
-            f"key's id). A caller identity {CALLER_RULE}: a longer one is answered 400.",
+            "the caller is the signer, a role's session as its role `arn:aws:iam::ACCOUNT:role/NAME` "
+            "(or a Lambda authorizer's principalId, or `api-key:` and the API key's id). A caller identity "
+            f"{CALLER_RULE}: a longer one is answered 400.",
         )
     )
     # Bad parameters are answered 400 (`bad_parameters`), never Powertools' 422.

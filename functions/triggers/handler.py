@@ -61,7 +61,7 @@ def lambda_handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     if isinstance(event, dict) and isinstance(event.get("id"), str):
         logger.append_keys(event_id=event["id"])
     try:
-        parsed = parse_trigger_event(event)
+        parsed = parse_trigger_event(event, trigger_settings.sources)
     except TriggerEventError as e:
         logger.error("trigger rejected", reason=str(e))
         return {"outcome": "rejected", "reason": str(e)}

@@ -52,11 +52,7 @@ from toolpipe.infra.constructs.nag import (
 )
 from toolpipe.infra.functions import TRIGGERS
 from toolpipe.shared.settings import TriggerSettings
-from toolpipe.shared.triggers.events import (
-    RUN_REQUESTED_DETAIL_TYPE,
-    RUN_REQUESTED_SOURCE,
-    RunRequestedDetail,
-)
+from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE, RunRequestedDetail
 
 SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,48}$")
 
@@ -100,9 +96,10 @@ class TriggerOptions:
             return node.try_get_context(f"trigger_{name}")
 
         env = {
-            var: str(context(name))
+            # A list (cdk.json's `"trigger_sources": [...]`) as the environment holds it.
+            var: ",".join(map(str, value)) if isinstance(value, list) else str(value)
             for name, var in TriggerSettings.env_names.items()
-            if name != "bucket" and context(name) not in (None, "")
+            if name != "bucket" and (value := context(name)) not in (None, "")
         }
         schedules = context("schedules") or []
         if isinstance(schedules, str):  # `-c trigger_schedules='[...]'` arrives as text
@@ -194,6 +191,7 @@ class Triggers(Construct):
                 "TOOLPIPE_TRIGGER_MAX_OBJECT_BYTES": str(settings.max_object_bytes),
                 "TOOLPIPE_TRIGGER_INSTRUCTIONS": settings.instructions,
                 **({"TOOLPIPE_TRIGGER_PRINCIPAL": settings.principal} if settings.principal else {}),
+                "TOOLPIPE_TRIGGER_SOURCES": ",".join(settings.sources),
             },
             log_group=log_group,
             # S3 and EventBridge invoke it asynchronously: two retries, then the DLQ.
@@ -266,8 +264,11 @@ class Triggers(Construct):
             "RunRequested",
             description="Start a toolpipe run for each RunRequested event",
             event_bus=bus,
+            # The sources the deployer named (`trigger_sources`); by default not the run events'
+            # own, so a subscriber to `toolpipe` receives no request's input. No function may
+            # put RunRequested, whatever its source (infra/constructs/events.py).
             event_pattern=events.EventPattern(
-                source=[RUN_REQUESTED_SOURCE], detail_type=[RUN_REQUESTED_DETAIL_TYPE]
+                source=list(settings.sources), detail_type=[RUN_REQUESTED_DETAIL_TYPE]
             ),
             targets=[
                 targets.LambdaFunction(
@@ -279,10 +280,10 @@ class Triggers(Construct):
                 )
             ],
         )
-        self._schedules(bus, options.schedules)
+        self._schedules(bus, options.schedules, settings.sources[0])
         self._acknowledge_function(contents, table, orchestrator, worker)
 
-    def _schedules(self, bus: events.IEventBus, schedules: list[TriggerSchedule]) -> None:
+    def _schedules(self, bus: events.IEventBus, schedules: list[TriggerSchedule], source: str) -> None:
         if not schedules:
             return
         stack = Stack.of(self)
@@ -307,7 +308,7 @@ class Triggers(Construct):
                 target=scheduler_targets.EventBridgePutEvents(
                     scheduler_targets.EventBridgePutEventsEntry(
                         event_bus=bus,
-                        source=RUN_REQUESTED_SOURCE,
+                        source=source,
                         detail_type=RUN_REQUESTED_DETAIL_TYPE,
                         detail=scheduler.ScheduleTargetInput.from_object(
                             entry.detail.model_dump(mode="json", exclude_none=True)

@@ -103,11 +103,17 @@ class Deployment:
     trigger_prefix: str | None = None
     function_arns: dict[str, str] = field(default_factory=dict)
     role_arns: dict[str, str] = field(default_factory=dict)
-    # The event patterns of the template's enabled rules (the runtime applies them itself).
+    # The event patterns of the template's rules, and of those enabled (the runtime applies
+    # them itself).
+    rules: list[dict[str, Any]] = field(default_factory=list)
     enabled_rules: list[dict[str, Any]] = field(default_factory=list)
 
     def rule_enabled(self, pattern: dict[str, Any]) -> bool:
         return pattern in self.enabled_rules
+
+    def rule_for(self, detail_type: str) -> dict[str, Any] | None:
+        """The pattern of the template's rule for `detail_type` events, if it has one."""
+        return next((p for p in self.rules if detail_type in p.get("detail-type", [])), None)
 
     def resolver(self) -> Resolver:
         return Resolver(self.refs, self.attributes, region=REGION, account=ACCOUNT)
@@ -299,10 +305,16 @@ def deploy(
     d.refs[machine_id] = d.state_machine_arn
     d.attributes[(machine_id, "Name")] = d.state_machine_arn.rsplit(":", 1)[-1]
 
-    d.enabled_rules = [
-        d.resolve(rule["Properties"]["EventPattern"])
+    patterned = [
+        rule["Properties"]
         for rule in template.of_type("AWS::Events::Rule").values()
-        if rule["Properties"].get("State", "ENABLED") == "ENABLED" and "EventPattern" in rule["Properties"]
+        if "EventPattern" in rule["Properties"]
+    ]
+    d.rules = [d.resolve(props["EventPattern"]) for props in patterned]
+    d.enabled_rules = [
+        pattern
+        for pattern, props in zip(d.rules, patterned, strict=True)
+        if props.get("State", "ENABLED") == "ENABLED"
     ]
     for _, notification in template.of_type("Custom::S3BucketNotifications").items():
         for config in notification["Properties"]["NotificationConfiguration"].get(

@@ -3,31 +3,56 @@
 moto's IAM access control authorizes actions only: for most services it checks a request
 against the resource `*`, so a policy that names its table or queue (all of ours) would allow
 nothing, and it needs every request signed with an assumed role's keys. Here the caller is the
-function whose invocation is running (`infra/local/isolation.py`), the action and the resources
-come from the operation and its parameters, as IAM's service authorization reference names them,
-and moto's own policy evaluation (`IAMPolicy`) matches them against the role's statements from
-the synthesized template. A call no statement allows, or one denies, fails before it is sent
-with the error AWS answers: `AccessDeniedException` (`AccessDenied` from S3 and SQS).
+function whose invocation is running (`infra/local/isolation.py`), the action, the resources and
+the condition keys come from the operation and its parameters, as IAM's service authorization
+reference names them, moto's `IAMPolicyStatement` matches the action and resource against each
+statement of the role's policies from the synthesized template, and `conditions.py` evaluates
+its `Condition` block. A call no statement allows, or one denies, fails before it is sent with
+the error AWS answers: `AccessDeniedException` (`AccessDenied` from S3 and SQS).
+
+`PutEvents` is authorized entry by entry, as EventBridge does (each entry names its own bus,
+source and detail-type, the keys `events:source` and `events:detail-type`): a refused entry
+fails in the answer's `Entries` (`AccessDeniedException`; AWS may name it
+`NotAuthorizedForSourceException` or `NotAuthorizedForDetailTypeException`) and the others are
+put. Requests carry only those condition keys: a statement that needs another (a customer-managed
+key's `kms:ViaService`, which the local runtime never uses) allows nothing here.
 
 Calls made outside any function (the CLI, the runtime setting itself up, moto's own services
-among themselves) are the developer's and are not checked. Conditions are not evaluated: a
-statement with a condition allows nothing here (none of the functions' roles has one, but for a
-customer-managed key's `kms:ViaService`, which the local runtime never uses).
+among themselves) are the developer's and are not checked.
 """
 
 import functools
-import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
-from moto.iam.access_control import IAMPolicy, PermissionResult
+from moto.iam.access_control import IAMPolicyStatement, PermissionResult
+
+from toolpipe.infra.local import conditions
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What IAM authorizes for one call, or one entry of it: an action on a resource, with the
+    condition keys the request carries (each with its values)."""
+
+    action: str
+    resource: str
+    context: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Statement:
+    # moto matches the effect, the action and the resource; the condition is evaluated apart.
+    scope: IAMPolicyStatement
+    condition: dict[str, Any]
+    deny: bool
 
 
 @dataclass(frozen=True)
@@ -40,19 +65,39 @@ class Policy:
     state_machine_arn: str = ""
 
     @functools.cached_property
-    def _policies(self) -> tuple[IAMPolicy, ...]:
+    def _statements(self) -> tuple[_Statement, ...]:
         # Parsed once: a tool turn makes ~14 calls.
-        return tuple(IAMPolicy(json.dumps(document)) for document in self.documents)
+        found = []
+        for document in self.documents:
+            listed = document["Statement"]
+            for statement in listed if isinstance(listed, list) else [listed]:
+                unconditioned = {k: v for k, v in statement.items() if k != "Condition"}
+                found.append(
+                    _Statement(
+                        IAMPolicyStatement(unconditioned),
+                        statement.get("Condition") or {},
+                        statement["Effect"] == "Deny",
+                    )
+                )
+        return tuple(found)
 
-    def allows(self, action: str, resource: str) -> bool:
-        if action == "sts:GetCallerIdentity":  # AWS allows it whatever the policies say
+    def allows(self, request: Request) -> bool:
+        if request.action == "sts:GetCallerIdentity":  # AWS allows it whatever the policies say
             return True
         allowed = False
-        for policy in self._policies:
-            result = policy.is_action_permitted(action, resource)
-            if result == PermissionResult.DENIED:
+        for statement in self._statements:
+            if (
+                statement.scope.is_action_permitted(request.action, request.resource)
+                == PermissionResult.NEUTRAL
+            ):
+                continue
+            try:
+                holds = conditions.hold(statement.condition, request.context)
+            except conditions.UnsupportedConditionError:
+                holds = statement.deny  # unknown: an Allow does not apply, a Deny does
+            if holds and statement.deny:
                 return False
-            allowed = allowed or result == PermissionResult.PERMITTED
+            allowed = allowed or holds
         return allowed
 
 
@@ -60,13 +105,16 @@ class AccessDeniedError(ClientError):
     """What AWS answers a call the caller's policies do not allow."""
 
 
-def _deny(policy: Policy, action: str, resource: str, operation: str, service: str) -> AccessDeniedError:
-    code = "AccessDenied" if service in ("s3", "sqs") else "AccessDeniedException"
-    message = (
-        f"User: {policy.role_arn} is not authorized to perform: {action} on resource: {resource} "
-        f"because no identity-based policy allows the {action} action"
+def _refusal(policy: Policy, request: Request) -> str:
+    return (
+        f"User: {policy.role_arn} is not authorized to perform: {request.action} on resource: "
+        f"{request.resource} because no identity-based policy allows the {request.action} action"
     )
-    return AccessDeniedError({"Error": {"Code": code, "Message": message}}, operation)
+
+
+def _deny(policy: Policy, request: Request, operation: str, service: str) -> AccessDeniedError:
+    code = "AccessDenied" if service in ("s3", "sqs") else "AccessDeniedException"
+    return AccessDeniedError({"Error": {"Code": code, "Message": _refusal(policy, request)}}, operation)
 
 
 def _arn(service: str, resource: str) -> str:
@@ -110,8 +158,26 @@ _DYNAMODB_ITEM_ACTIONS = {
 }
 
 
-def requests(service: str, operation: str, params: dict[str, Any], policy: Policy) -> list[tuple[str, str]]:
-    """The (action, resource) pairs IAM authorizes for one call."""
+def requests(service: str, operation: str, params: dict[str, Any], policy: Policy) -> list[Request]:
+    """What IAM authorizes for one call: each action on each resource it names; for `PutEvents`,
+    each entry, with its source and detail-type."""
+    if service == "events" and operation == "PutEvents":
+        return [_put_event(entry) for entry in params.get("Entries", [])]
+    return [Request(action, resource) for action, resource in _resources(service, operation, params, policy)]
+
+
+def _put_event(entry: dict[str, Any]) -> Request:
+    bus = entry.get("EventBusName") or "default"
+    keys = {"events:source": entry.get("Source"), "events:detail-type": entry.get("DetailType")}
+    return Request(
+        "events:PutEvents",
+        bus if bus.startswith("arn:") else _arn("events", f"event-bus/{bus}"),
+        # An entry without one lacks the key (EventBridge refuses the entry anyway).
+        {key: (value,) for key, value in keys.items() if isinstance(value, str)},
+    )
+
+
+def _resources(service: str, operation: str, params: dict[str, Any], policy: Policy) -> list[tuple[str, str]]:
     action = f"{service}:{operation}"
     if service == "dynamodb":
         if operation in ("TransactWriteItems", "TransactGetItems"):
@@ -158,14 +224,6 @@ def requests(service: str, operation: str, params: dict[str, Any], policy: Polic
         if "taskToken" in params:
             return [(action, policy.state_machine_arn)]
         return [(action, "*")]
-    if service == "events":
-        if operation == "PutEvents":
-            buses = {entry.get("EventBusName") or "default" for entry in params.get("Entries", [])}
-            return [
-                (action, bus if bus.startswith("arn:") else _arn("events", f"event-bus/{bus}"))
-                for bus in sorted(buses)
-            ]
-        return [(action, "*")]
     if service == "secretsmanager":
         secret = params.get("SecretId")
         if secret is None:
@@ -204,9 +262,9 @@ def know_secret(name: str, arn: str) -> None:
 
 def authorize(policy: Policy, service: str, operation: str, params: dict[str, Any]) -> None:
     """Raise AccessDeniedError unless `policy` allows every action and resource of the call."""
-    for action, resource in requests(service, operation, params, policy):
-        if not policy.allows(action, resource):
-            raise _deny(policy, action, resource, operation, service)
+    for request in requests(service, operation, params, policy):
+        if not policy.allows(request):
+            raise _deny(policy, request, operation, service)
 
 
 def _signing_service(model: Any) -> str:
@@ -236,8 +294,41 @@ def _make_api_call_as_caller(self: BaseClient, operation_name: str, api_params: 
                 },
                 operation_name,
             )
-        authorize(context.policy, _signing_service(self.meta.service_model), operation_name, api_params)
+        service = _signing_service(self.meta.service_model)
+        if (service, operation_name) == ("events", "PutEvents"):
+            return _put_events(self, context.policy, api_params)
+        authorize(context.policy, service, operation_name, api_params)
     return _make_api_call(self, operation_name, api_params)
+
+
+def _put_events(client: BaseClient, policy: Policy, params: dict[str, Any]) -> Any:
+    """`PutEvents` as EventBridge authorizes it: entry by entry. The refused entries fail in the
+    answer, in their place; the others are sent."""
+    entries = params.get("Entries", [])
+    refused = {
+        index: _refusal(policy, request)
+        for index, request in enumerate(requests("events", "PutEvents", params, policy))
+        if not policy.allows(request)
+    }
+    if not refused:
+        return _make_api_call(client, "PutEvents", params)
+    kept = [entry for index, entry in enumerate(entries) if index not in refused]
+    answer: dict[str, Any] = (
+        _make_api_call(client, "PutEvents", {**params, "Entries": kept})
+        if kept
+        else {"FailedEntryCount": 0, "Entries": [], "ResponseMetadata": {"HTTPStatusCode": 200}}
+    )
+    sent = iter(answer["Entries"])
+    return {
+        **answer,
+        "FailedEntryCount": answer["FailedEntryCount"] + len(refused),
+        "Entries": [
+            {"ErrorCode": "AccessDeniedException", "ErrorMessage": refused[index]}
+            if index in refused
+            else next(sent)
+            for index in range(len(entries))
+        ],
+    }
 
 
 def install() -> None:

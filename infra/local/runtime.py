@@ -50,6 +50,7 @@ from toolpipe.shared.runs.executions import execution_name
 from toolpipe.shared.runs.factory import build_events
 from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
 from toolpipe.shared.settings import EventSettings
+from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -281,9 +282,11 @@ class LocalRuntime:
         # SES sends only from a verified identity, in moto as on AWS.
         self.ses = boto3.client("ses", region_name=REGION)
         self.ses.verify_email_identity(EmailAddress=os.environ["TOOLPIPE_EMAIL_SENDER"])
-        # RunRequested on the bus starts runs (infra/local/triggers.py), while its rule is on.
+        # RunRequested on the bus starts runs (infra/local/triggers.py), from the sources the
+        # template's rule names, while that rule is on.
+        pattern = d.rule_for(RUN_REQUESTED_DETAIL_TYPE) or triggers.RUN_REQUESTED_PATTERN
         self.trigger_queue_url, self.trigger_queue_arn = triggers.create_event_trigger(
-            self.events, self.sqs, self.event_bus_name, enabled=d.rule_enabled(triggers.RUN_REQUESTED_PATTERN)
+            self.events, self.sqs, self.event_bus_name, pattern=pattern, enabled=d.rule_enabled(pattern)
         )
 
     def _function_contexts(self, d: deployment.Deployment) -> dict[str, isolation.FunctionContext]:

@@ -28,6 +28,8 @@ from moto.s3 import notifications
 
 from toolpipe.infra.functions import TRIGGERS
 from toolpipe.infra.local.lambdas import LocalContext, call_function
+from toolpipe.shared.settings import RUN_REQUESTED_SOURCE
+from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
@@ -41,8 +43,9 @@ HANDLER = (
 TRIGGER_BUCKET = "toolpipe-local-inputs"
 INPUT_PREFIX = "inbox/"
 OUTPUT_PREFIX = "answers/"
-# The RunRequested rule's pattern, as the stack's (infra/constructs/triggers.py).
-RUN_REQUESTED_PATTERN = {"source": ["toolpipe"], "detail-type": ["RunRequested"]}
+# The RunRequested rule's pattern as the stack makes it by default (infra/constructs/triggers.py);
+# the runtime applies the template's own, whose sources the deployer may have named.
+RUN_REQUESTED_PATTERN = {"source": [RUN_REQUESTED_SOURCE], "detail-type": [RUN_REQUESTED_DETAIL_TYPE]}
 
 _lock = threading.Lock()
 _installed = False
@@ -130,16 +133,22 @@ def put_quietly(s3: "S3Client", key: str, body: bytes) -> dict[str, Any]:
 
 
 def create_event_trigger(
-    events: "EventBridgeClient", sqs: "SQSClient", bus: str, *, enabled: bool = True
+    events: "EventBridgeClient",
+    sqs: "SQSClient",
+    bus: str,
+    *,
+    pattern: dict[str, Any] | None = None,
+    enabled: bool = True,
 ) -> tuple[str, str]:
-    """The RunRequested rule on the runtime's bus (disabled, as the template may say) and the
-    queue standing in for the rule's Lambda target: (queue URL, queue ARN)."""
+    """The RunRequested rule on the runtime's bus, with the template's `pattern` (disabled, as
+    the template may say), and the queue standing in for the rule's Lambda target: (queue URL,
+    queue ARN)."""
     url = sqs.create_queue(QueueName="toolpipe-local-trigger-events")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     events.put_rule(
         Name="toolpipe-local-run-requested",
         EventBusName=bus,
-        EventPattern=json.dumps(RUN_REQUESTED_PATTERN),
+        EventPattern=json.dumps(pattern or RUN_REQUESTED_PATTERN),
         State="ENABLED" if enabled else "DISABLED",
     )
     events.put_targets(

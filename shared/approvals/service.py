@@ -208,13 +208,16 @@ class ApprovalService:
         approve: bool,
         reason: str | None = None,
         arguments: str | None = None,
+        *,
+        by: str | None = None,
     ) -> Approval:
         """Record the caller's decision if it is the first, then answer the waiting task, once:
         only the write that moved the record from pending sends. Later decisions raise
         `ApprovalAlreadyDecidedError` and change nothing. `arguments` (JSON text): approve with
         these instead of the model's; `InvalidEditError`, nothing decided, when they do not pass
-        the tool's validation."""
-        return self._decide(self.get(approval_id, caller), caller, approve, reason, arguments)
+        the tool's validation. `by`: who decided, when more precise than the caller (a role's
+        session, where the caller is the role); the caller otherwise."""
+        return self._decide(self.get(approval_id, caller), by or caller, approve, reason, arguments)
 
     def record(self, approval_id: str) -> Approval:
         """The approval, for a holder of its signed link (who checks the link first)."""
@@ -329,12 +332,13 @@ class ApprovalService:
 
     # --- a deferred call's answer ----------------------------------------------------------
 
-    def answer(self, approval_id: str, caller: str, value: Any) -> Approval:
+    def answer(self, approval_id: str, caller: str, value: Any, *, by: str | None = None) -> Approval:
         """A person's answer to a human-input call (the page and `POST /approvals/{id}/answer`
-        call this): checked against the call's result schema, recorded if it is the first, written
-        to the call's slot as its result, then the waiting task answered once. A later answer
-        raises `ApprovalAlreadyDecidedError` and changes nothing."""
-        return self._answer_question(self.get(approval_id, caller), caller, value)
+        call this): checked against the call's result schema, recorded if it is the first (as
+        answered `by`, else by the caller), written to the call's slot as its result, then the
+        waiting task answered once. A later answer raises `ApprovalAlreadyDecidedError` and
+        changes nothing."""
+        return self._answer_question(self.get(approval_id, caller), by or caller, value)
 
     def answer_by_link(self, approval: Approval, source_ip: str | None, value: Any) -> Approval:
         """As `answer`, for a person holding the question's signed link (checked by the caller,
@@ -347,7 +351,9 @@ class ApprovalService:
         content = answer_content(approval.kind, approval.result_schema, value, "answer")
         return self._resolve(approval, by, content, None)
 
-    def post_result(self, run_id: str, seq: int, caller: str, request: ResultRequest) -> Approval:
+    def post_result(
+        self, run_id: str, seq: int, caller: str, request: ResultRequest, *, by: str | None = None
+    ) -> Approval:
         """The caller's program's result (or error) for the client-executed call in slot `seq`:
         as `answer`, for calls declared `deferred="client"`."""
         gate = self._approvals.get_gate(run_id, seq)
@@ -358,9 +364,9 @@ class ApprovalService:
         if approval is None or approval.kind is not ApprovalKind.CLIENT or approval.run_id != run_id:
             raise DeferredCallNotFoundError(run_id, seq)
         if request.error is not None:
-            return self._resolve(approval, caller, f"Error: {request.error}", ErrorKind.CLIENT_ERROR)
+            return self._resolve(approval, by or caller, f"Error: {request.error}", ErrorKind.CLIENT_ERROR)
         content = answer_content(approval.kind, approval.result_schema, request.result, "result")
-        return self._resolve(approval, caller, content, None)
+        return self._resolve(approval, by or caller, content, None)
 
     def _resolve(self, approval: Approval, caller: str, content: str, error: ErrorKind | None) -> Approval:
         """The one path every deferred answer takes: still open, the tool unchanged, the first

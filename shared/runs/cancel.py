@@ -37,9 +37,11 @@ class RunCanceller:
         self._admin = admin_principal
         self._events = events
 
-    def cancel(self, run_id: str, caller: str) -> Cancelled:
+    def cancel(self, run_id: str, caller: str, *, by: str | None = None) -> Cancelled:
         """Cancel a running run and its child runs. A cancelled run is answered as it is (and
-        its executions stopped again, in case a first cancel died half-way).
+        its executions stopped again, in case a first cancel died half-way). The run's error
+        names who cancelled it: `by` (a role's session, where the caller is the role), else the
+        caller.
 
         Raises:
             RunNotFoundError: unknown, or not the caller's.
@@ -47,7 +49,7 @@ class RunCanceller:
         """
         run = readable(self._store, run_id, caller, self._admin)
         if run.status is RunStatus.RUNNING and self._store.finish_run(
-            run_id, RunStatus.CANCELLED, error=f"cancelled by {caller}"
+            run_id, RunStatus.CANCELLED, error=f"cancelled by {by or caller}"
         ):
             replayed = False
             self._events.run_ended(self._store, run_id)  # RunCancelled, once: this write ended it

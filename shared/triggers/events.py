@@ -3,8 +3,10 @@
 - An S3 event notification (S3 -> Lambda): `{"Records": [{"eventSource": "aws:s3", ...}]}`.
 - The same, routed through EventBridge (`source: aws.s3`, `detail-type: Object Created`), so a
   bucket that sends its events to EventBridge can be wired to the same function.
-- `source: toolpipe`, `detail-type: RunRequested`: a run request (`RunRequestedDetail`), put on
-  the stack's bus by a service or by EventBridge Scheduler.
+- `detail-type: RunRequested` from a source the stack accepts (`TriggerSettings.sources`, by
+  default `toolpipe.requests`): a run request (`RunRequestedDetail`), put on the stack's bus by a
+  service or by EventBridge Scheduler. Not `toolpipe`, the run events' own source: a function may
+  put run events, never a request (infra/constructs/events.py).
 
 Only the fields toolpipe uses are read, so a notification with fewer fields (a replayed or
 hand-written one) still works; every field it uses is checked.
@@ -12,6 +14,7 @@ hand-written one) still works; every field it uses is checked.
 
 import json
 import urllib.parse
+from collections.abc import Collection
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -27,8 +30,8 @@ from toolpipe.shared.messages import (
     MetadataValue,
     StartRunRequest,
 )
+from toolpipe.shared.settings import RUN_REQUESTED_SOURCE
 
-RUN_REQUESTED_SOURCE = "toolpipe"
 RUN_REQUESTED_DETAIL_TYPE = "RunRequested"
 S3_EVENT_SOURCE = "aws.s3"
 S3_OBJECT_CREATED = "Object Created"
@@ -108,8 +111,8 @@ class _S3Detail(BaseModel):
 
 
 class RunRequestedDetail(BaseModel):
-    """The `detail` of a `RunRequested` event (`source: toolpipe`): one run of `agent` on
-    `input`. Its JSON Schema is checked in as docs/events/RunRequested.json."""
+    """The `detail` of a `RunRequested` event (from a source the stack accepts): one run of
+    `agent` on `input`. Its JSON Schema is checked in as docs/events/RunRequested.json."""
 
     model_config = ConfigDict(extra="forbid", title="RunRequested")
     agent: str = Field(pattern=NAME_PATTERN, description="A registered agent's name.")
@@ -168,8 +171,9 @@ def run_requested_schema() -> str:
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         **schema,
-        "description": "The detail of an EventBridge event with source 'toolpipe' and detail-type "
-        "'RunRequested': one run of `agent` on `input`, one per event id.",
+        "description": f"The detail of an EventBridge event with detail-type '{RUN_REQUESTED_DETAIL_TYPE}' "
+        f"and a source the stack accepts ('{RUN_REQUESTED_SOURCE}' unless it names others): one run of "
+        "`agent` on `input`, one per event id.",
     }
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
@@ -196,8 +200,10 @@ class _Envelope(BaseModel):
 TriggerEvent = list[S3ObjectCreated] | RunRequested | S3TestEvent
 
 
-def parse_trigger_event(event: Any) -> TriggerEvent:
-    """The event as what it asks for. Raises `TriggerEventError` with a one-line reason."""
+def parse_trigger_event(event: Any, sources: Collection[str] = (RUN_REQUESTED_SOURCE,)) -> TriggerEvent:
+    """The event as what it asks for; a `RunRequested` only from one of `sources` (the stack's
+    rule matches those alone: this holds for an event delivered another way). Raises
+    `TriggerEventError` with a one-line reason."""
     if not isinstance(event, dict):
         raise TriggerEventError(f"the event is a JSON {type(event).__name__}, not an object")
     if event.get("Event") == "s3:TestEvent":
@@ -218,12 +224,18 @@ def parse_trigger_event(event: Any) -> TriggerEvent:
             )
             # EventBridge gives the key as it is; an S3 notification gives it URL-encoded.
             return [_created(detail.bucket.name, entity, "ObjectCreated", encoded=False)]
-        if envelope.source == RUN_REQUESTED_SOURCE and envelope.detail_type == RUN_REQUESTED_DETAIL_TYPE:
+        accepted = " or ".join(repr(source) for source in sources)
+        if envelope.detail_type == RUN_REQUESTED_DETAIL_TYPE:
+            if envelope.source not in sources:
+                raise TriggerEventError(
+                    f"RunRequested from source {envelope.source!r} is not accepted: this stack takes it "
+                    f"from {accepted} (trigger_sources)"
+                )
             detail_model = _validated(RunRequestedDetail, envelope.detail, "RunRequested detail")
             return RunRequested(event_id=envelope.id, account=envelope.account, detail=detail_model)
         raise TriggerEventError(
             f"unexpected event: source {envelope.source!r}, detail-type {envelope.detail_type!r} "
-            f"(expected {RUN_REQUESTED_SOURCE!r} / {RUN_REQUESTED_DETAIL_TYPE!r})"
+            f"(expected {RUN_REQUESTED_DETAIL_TYPE!r} from {accepted})"
         )
     raise TriggerEventError("not an S3 notification nor an EventBridge event (no Records, no detail-type)")
 

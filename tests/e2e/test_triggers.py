@@ -61,7 +61,7 @@ def test_an_event_put_with_boto3_on_the_bus_starts_a_run_that_completes(pipeline
         Entries=[
             {
                 "EventBusName": pipeline.runtime.event_bus_name,
-                "Source": "toolpipe",
+                "Source": "toolpipe.requests",
                 "DetailType": "RunRequested",
                 "Detail": json.dumps(detail),
             }
@@ -122,7 +122,7 @@ def test_through_serves_aws_endpoint_a_file_and_an_event_each_start_a_run_that_c
             Entries=[
                 {
                     "EventBusName": "toolpipe-local-events",
-                    "Source": "toolpipe",
+                    "Source": "toolpipe.requests",
                     "DetailType": "RunRequested",
                     "Detail": json.dumps({"agent": "assistant", "input": "What is the square root of 16?"}),
                 }

@@ -187,13 +187,14 @@ def test_a_request_without_identity_is_403_and_writes_nothing(pipeline: Pipeline
     assert _scan(pipeline) == []
 
 
-def test_the_caller_is_the_signer_and_tools_see_it(pipeline: Pipeline) -> None:
+def test_the_caller_is_the_signers_role_and_tools_see_it(pipeline: Pipeline) -> None:
     pipeline.script(Reply(tool_calls=[call("remember", key="k", value="v")]), Reply(content="ok"))
     signer = "arn:aws:sts::123456789012:assumed-role/Support/ana"
     body = pipeline.finish(pipeline.start("remember", caller=signer))
 
-    assert body["run"]["caller"] == signer
-    assert body["messages"][2]["content"] == f"stored k for {signer}"
+    owner = "arn:aws:iam::123456789012:role/Support"  # every session of the role (shared/owners.py)
+    assert body["run"]["caller"] == owner
+    assert body["messages"][2]["content"] == f"stored k for {owner}"
 
 
 def test_another_principal_cannot_tell_a_run_exists(pipeline: Pipeline) -> None:

@@ -260,7 +260,13 @@ MALFORMED: dict[str, tuple[Any, str]] = {
     "bad timezone": (_detail(timezone="../etc"), "not an IANA time zone name"),
     "other detail-type": (
         {**sample("eventbridge_run_requested.json"), "detail-type": "RunCompleted"},
-        "unexpected event: source 'toolpipe', detail-type 'RunCompleted'",
+        "unexpected event: source 'toolpipe.requests', detail-type 'RunCompleted' "
+        "(expected 'RunRequested' from 'toolpipe.requests')",
+    ),
+    # The run events' own source, which the functions may put: never a request, however delivered.
+    "source not named": (
+        {**sample("eventbridge_run_requested.json"), "source": "toolpipe"},
+        "RunRequested from source 'toolpipe' is not accepted: this stack takes it from 'toolpipe.requests'",
     ),
     "detail a string": (
         {**sample("eventbridge_run_requested.json"), "detail": "{}"},

@@ -1,13 +1,14 @@
-"""The run events bus on the synthesized template: the stack's own, and only the functions
-that publish may put events on it, and only on it."""
+"""The run events bus on the synthesized template: the stack's own, and each function may put
+on it the run events it publishes, no other event, and nothing anywhere else."""
 
 import json
 from typing import Any
 
-from toolpipe.infra.functions import FUNCTIONS, TOOL_RUNNER
+from toolpipe.infra.functions import FUNCTIONS
+from toolpipe.shared.runs.events import DETAIL_TYPES
 
-# Every function but the tool runner: tool code publishes nothing.
-HANDLERS = {spec.handler for spec in FUNCTIONS.values() if spec != TOOL_RUNNER}
+# Every function that publishes: not the tool runner (tool code publishes nothing).
+HANDLERS = {spec.handler for spec in FUNCTIONS.values() if spec.publishes}
 
 
 def test_the_stack_has_its_own_bus_and_names_it_in_an_output(template: Any) -> None:
@@ -29,18 +30,30 @@ def test_each_publishing_function_knows_the_bus(template: Any) -> None:
     assert told == HANDLERS
 
 
-def test_put_events_is_granted_on_that_bus_only_to_the_publishing_functions(template: Any) -> None:
+def test_each_function_may_put_on_that_bus_only_the_run_events_it_publishes(template: Any) -> None:
     [bus] = template.find_resources("AWS::Events::EventBus")
     functions = template.find_resources("AWS::Lambda::Function")
     role_of = {
         f["Properties"]["Role"]["Fn::GetAtt"][0]: f["Properties"]["Handler"] for f in functions.values()
     }
-    granted: set[str] = set()
+    granted: dict[str, list[str]] = {}
     for policy in template.find_resources("AWS::IAM::Policy").values():
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
             if not any(a in ("events:PutEvents", "events:*", "*") for a in actions):
                 continue
             assert statement["Resource"] == {"Fn::GetAtt": [bus, "Arn"]}, json.dumps(statement)
-            granted |= {role_of[role["Ref"]] for role in policy["Properties"]["Roles"]}
-    assert granted == HANDLERS
+            condition = statement["Condition"]
+            assert condition["Null"] == {"events:source": "false", "events:detail-type": "false"}
+            [(operator, keys)] = [(k, v) for k, v in condition.items() if k != "Null"]
+            assert operator == "ForAllValues:StringEquals" and keys["events:source"] == ["toolpipe"]
+            for role in policy["Properties"]["Roles"]:
+                granted.setdefault(role_of[role["Ref"]], []).extend(keys["events:detail-type"])
+    assert granted == {spec.handler: sorted(spec.publishes) for spec in FUNCTIONS.values()}
+    # No function may ask for a run (RunRequested): tool code runs in the worker.
+    published = {t for spec in FUNCTIONS.values() for t in spec.publishes}
+    assert published == {model.__name__ for model in DETAIL_TYPES}
+    assert "ApprovalRequested" in FUNCTIONS["orchestrator"].publishes
+    assert not {"ApprovalRequested", "ToolCallRequested", "RunRequested"} & set(
+        FUNCTIONS["tool_worker"].publishes
+    )

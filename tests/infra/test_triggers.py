@@ -26,6 +26,8 @@ CONTEXT = {
     "trigger_input_prefix": "in/",
     "trigger_output_prefix": "out/",
     "trigger_principal": "arn:aws:iam::123456789012:role/reports",
+    # As cdk.json gives a list: the sources whose RunRequested starts a run.
+    "trigger_sources": ["com.example.billing", "com.example.crm"],
 }
 
 
@@ -100,6 +102,7 @@ def test_files_under_the_input_prefix_of_a_versioned_bucket_invoke_the_function(
     assert env["TOOLPIPE_TRIGGER_BUCKET"] == {"Ref": bucket}
     assert (env["TOOLPIPE_TRIGGER_INPUT_PREFIX"], env["TOOLPIPE_TRIGGER_OUTPUT_PREFIX"]) == ("in/", "out/")
     assert env["TOOLPIPE_TRIGGER_PRINCIPAL"] == CONTEXT["trigger_principal"]
+    assert env["TOOLPIPE_TRIGGER_SOURCES"] == "com.example.billing,com.example.crm"  # the handler's check
     # Asynchronous invocations: two retries, then the dead-letter queue.
     template.has_resource_properties(
         "AWS::Lambda::EventInvokeConfig",
@@ -116,11 +119,15 @@ def test_run_requested_events_on_the_stacks_bus_invoke_the_function_with_retries
 ) -> None:
     function, _ = _function(template)
     rules = template.find_resources(
-        "AWS::Events::Rule", {"Properties": {"EventPattern": {"source": ["toolpipe"]}}}
+        "AWS::Events::Rule", {"Properties": {"EventPattern": {"detail-type": ["RunRequested"]}}}
     )
     assert len(rules) == 1
     props = next(iter(rules.values()))["Properties"]
-    assert props["EventPattern"] == {"source": ["toolpipe"], "detail-type": ["RunRequested"]}
+    # The sources the deployer named, never the run events' own: functions put those.
+    assert props["EventPattern"] == {
+        "source": ["com.example.billing", "com.example.crm"],
+        "detail-type": ["RunRequested"],
+    }
     [bus] = template.find_resources("AWS::Events::EventBus")
     assert props["EventBusName"] == {"Ref": bus}
     [target] = props["Targets"]
@@ -138,7 +145,8 @@ def test_a_schedule_puts_run_requested_on_the_bus_with_a_role_that_may_do_only_t
     assert props["ScheduleExpressionTimezone"] == "Europe/Paris"
     target = props["Target"]
     assert target["Arn"] == {"Fn::GetAtt": [bus, "Arn"]}
-    assert target["EventBridgeParameters"] == {"DetailType": "RunRequested", "Source": "toolpipe"}
+    # The first source the stack accepts.
+    assert target["EventBridgeParameters"] == {"DetailType": "RunRequested", "Source": "com.example.billing"}
     assert json.loads(target["Input"]) == {
         "agent": "assistant",
         "input": "what time is it",

@@ -3,11 +3,12 @@ threads inherit, and which action on which resource IAM authorizes for a call.""
 
 import os
 import threading
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
-from toolpipe.infra.local import iam, isolation
+from toolpipe.infra.local import conditions, iam, isolation
 from toolpipe.infra.local.isolation import FunctionContext, running_as
 
 ARN = "arn:aws:{}:us-east-1:123456789012:{}"
@@ -95,44 +96,69 @@ def test_uninstalled_the_process_environment_is_os_environ_again() -> None:
             "dynamodb",
             "Query",
             {"TableName": "history", "IndexName": "ByCaller"},
-            [("dynamodb:Query", TABLE + "/index/ByCaller")],
+            [iam.Request("dynamodb:Query", TABLE + "/index/ByCaller")],
         ),
         (
             "dynamodb",
             "TransactWriteItems",
             {"TransactItems": [{"Put": {"TableName": "history"}}, {"Update": {"TableName": "other"}}]},
-            [("dynamodb:PutItem", TABLE), ("dynamodb:UpdateItem", ARN.format("dynamodb", "table/other"))],
+            [
+                iam.Request("dynamodb:PutItem", TABLE),
+                iam.Request("dynamodb:UpdateItem", ARN.format("dynamodb", "table/other")),
+            ],
         ),
-        ("s3", "HeadObject", {"Bucket": "b", "Key": "runs/1"}, [("s3:GetObject", "arn:aws:s3:::b/runs/1")]),
-        ("s3", "ListObjectsV2", {"Bucket": "b"}, [("s3:ListBucket", "arn:aws:s3:::b")]),
+        (
+            "s3",
+            "HeadObject",
+            {"Bucket": "b", "Key": "runs/1"},
+            [iam.Request("s3:GetObject", "arn:aws:s3:::b/runs/1")],
+        ),
+        ("s3", "ListObjectsV2", {"Bucket": "b"}, [iam.Request("s3:ListBucket", "arn:aws:s3:::b")]),
         (
             "sqs",
             "SendMessage",
             {"QueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/tools"},
-            [("sqs:SendMessage", ARN.format("sqs", "tools"))],
+            [iam.Request("sqs:SendMessage", ARN.format("sqs", "tools"))],
         ),
         (
             "states",
             "SendTaskSuccess",
             {"taskToken": "t"},
-            [("states:SendTaskSuccess", ARN.format("states", "stateMachine:flow"))],
+            [iam.Request("states:SendTaskSuccess", ARN.format("states", "stateMachine:flow"))],
         ),
         (
             "events",
             "PutEvents",
-            {"Entries": [{"Detail": "{}"}]},
-            [("events:PutEvents", ARN.format("events", "event-bus/default"))],
+            {
+                "Entries": [
+                    {"Detail": "{}"},
+                    {
+                        "EventBusName": "runs",
+                        "Source": "toolpipe",
+                        "DetailType": "RunStarted",
+                        "Detail": "{}",
+                    },
+                ]
+            },
+            [
+                iam.Request("events:PutEvents", ARN.format("events", "event-bus/default")),
+                iam.Request(
+                    "events:PutEvents",
+                    ARN.format("events", "event-bus/runs"),
+                    {"events:source": ("toolpipe",), "events:detail-type": ("RunStarted",)},
+                ),
+            ],
         ),
         (
             "ses",
             "SendEmail",
             {"Source": "Ana <ana@example.com>"},
-            [("ses:SendEmail", ARN.format("ses", "identity/ana@example.com"))],
+            [iam.Request("ses:SendEmail", ARN.format("ses", "identity/ana@example.com"))],
         ),
     ],
 )
 def test_each_call_is_authorized_as_iam_names_its_actions_and_resources(
-    service: str, operation: str, params: dict[str, object], expected: list[tuple[str, str]]
+    service: str, operation: str, params: dict[str, object], expected: list[iam.Request]
 ) -> None:
     assert iam.requests(service, operation, params, _policy()) == expected
 
@@ -158,3 +184,95 @@ def test_a_statement_allows_its_actions_on_its_resources_only_and_a_deny_wins() 
         assert raised.value.response["Error"]["Code"] == "AccessDeniedException"
         assert "arn:aws:iam::123456789012:role/worker is not authorized" in str(raised.value)
     iam.authorize(policy, "sts", "GetCallerIdentity", {})  # AWS allows it to anyone
+
+
+# --- conditions: evaluated as IAM does, not as moto does ---------------------------------------
+
+BUS = ARN.format("events", "event-bus/runs")
+OWN_EVENTS = {
+    "Effect": "Allow",
+    "Action": "events:PutEvents",
+    "Resource": BUS,
+    "Condition": {
+        "ForAllValues:StringEquals": {"events:source": "toolpipe", "events:detail-type": ["RunStarted"]},
+        "Null": {"events:source": "false", "events:detail-type": "false"},
+    },
+}
+
+
+def _entry(detail_type: str | None, source: str | None = "toolpipe") -> iam.Request:
+    [request] = iam.requests(
+        "events",
+        "PutEvents",
+        {
+            "Entries": [
+                {
+                    "EventBusName": "runs",
+                    "Detail": "{}",
+                    **({} if source is None else {"Source": source}),
+                    **({} if detail_type is None else {"DetailType": detail_type}),
+                }
+            ]
+        },
+        _policy(),
+    )
+    return request
+
+
+def test_put_events_is_allowed_only_for_the_sources_and_detail_types_a_statement_names() -> None:
+    policy = _policy(OWN_EVENTS)
+    assert policy.allows(_entry("RunStarted"))
+    assert not policy.allows(_entry("RunRequested"))
+    assert not policy.allows(_entry("RunStarted", source="toolpipe.requests"))
+    # ForAllValues holds over no values: the Null check is what refuses an entry without them.
+    assert not policy.allows(_entry(None))
+    assert not policy.allows(_entry("RunStarted", source=None))
+
+
+def test_an_allow_whose_condition_fails_denies_nothing_and_an_unknown_operator_fails_closed() -> None:
+    # moto 5.2.5 answers DENIED for an Allow whose condition fails, and lets unknown operators pass.
+    anything = {"Effect": "Allow", "Action": "events:PutEvents", "Resource": BUS}
+    assert _policy(OWN_EVENTS, anything).allows(_entry("RunRequested"))
+    unknown = {**anything, "Condition": {"DateGreaterThan": {"aws:CurrentTime": "2020-01-01T00:00:00Z"}}}
+    assert not _policy(unknown).allows(_entry("RunStarted"))
+    assert not _policy(anything, {**unknown, "Effect": "Deny"}).allows(_entry("RunStarted"))
+    deny_requests = {
+        "Effect": "Deny",
+        "Action": "events:PutEvents",
+        "Resource": "*",
+        "Condition": {"StringEquals": {"EVENTS:Detail-Type": "RunRequested"}},  # keys ignore case
+    }
+    assert not _policy(anything, deny_requests).allows(_entry("RunRequested"))
+    assert _policy(anything, deny_requests).allows(_entry("RunStarted"))
+
+
+@pytest.mark.parametrize(
+    ("condition", "context", "holds"),
+    [
+        ({"StringEquals": {"k": ["a", "b"]}}, {"k": ("b",)}, True),
+        ({"StringEquals": {"k": "a"}}, {}, False),  # a key the request lacks fails...
+        ({"StringNotEquals": {"k": "a"}}, {}, True),  # ...but a negated operator
+        ({"StringEqualsIfExists": {"k": "a"}}, {}, True),  # ...and IfExists
+        ({"StringNotEquals": {"k": "a"}}, {"k": ("a",)}, False),
+        ({"StringLike": {"k": "run-*"}}, {"k": ("run-7",)}, True),
+        ({"StringLike": {"k": "run-?"}}, {"k": ("run-77",)}, False),
+        ({"StringEqualsIgnoreCase": {"k": "ABC"}}, {"k": ("abc",)}, True),
+        ({"StringEquals": {"k": "ABC"}}, {"k": ("abc",)}, False),
+        ({"ForAllValues:StringEquals": {"k": ["a", "b"]}}, {"k": ("a", "b")}, True),
+        ({"ForAllValues:StringEquals": {"k": ["a"]}}, {"k": ("a", "c")}, False),
+        ({"ForAllValues:StringEquals": {"k": ["a"]}}, {}, True),
+        ({"ForAnyValue:StringEquals": {"k": ["a"]}}, {"k": ("c", "a")}, True),
+        ({"ForAnyValue:StringEquals": {"k": ["a"]}}, {}, False),
+        ({"Null": {"k": "true"}}, {}, True),
+        ({"Null": {"k": "false"}}, {}, False),
+        ({"Null": {"k": True}}, {}, True),  # JSON true is "true"
+        ({"ArnLike": {"k": "arn:aws:iam::*:role/admin"}}, {"k": ("arn:aws:iam::1:role/admin",)}, True),
+        # A wildcard stays within its part of the ARN.
+        ({"ArnLike": {"k": "arn:aws:iam::*"}}, {"k": ("arn:aws:iam::1:role/admin",)}, False),
+        ({"StringEquals": {"a": "1"}, "StringLike": {"b": "2*"}}, {"a": ("1",), "b": ("3",)}, False),
+    ],
+)
+def test_condition_operators(
+    condition: dict[str, Any], context: dict[str, tuple[str, ...]], holds: bool
+) -> None:
+    assert conditions.hold(condition, context) is holds

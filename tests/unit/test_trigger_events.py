@@ -1,12 +1,21 @@
 """The RunRequested detail: its checked-in JSON Schema, and the samples it must accept."""
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from toolpipe.shared.triggers.events import RunRequestedDetail, run_requested_schema
+from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.settings import TriggerSettings
+from toolpipe.shared.triggers.events import (
+    RunRequested,
+    RunRequestedDetail,
+    TriggerEventError,
+    parse_trigger_event,
+    run_requested_schema,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "docs" / "events" / "RunRequested.json"
@@ -137,3 +146,35 @@ def test_an_answer_is_written_once_per_run_and_a_racing_ending_of_the_same_run_w
     # A failed run writes its error beside it, never as an answer.
     assert writer.write(_ended("r3", "failed"), lambda: None) is True  # type: ignore[arg-type]
     assert objects.stored["answers/q.txt.error.md"][0] == "The run r3 ended failed: boom\n"
+
+
+@pytest.mark.parametrize(
+    ("given", "sources"),
+    [
+        (None, ("toolpipe.requests",)),
+        (
+            "com.example.billing, com.example.crm,com.example.billing",
+            ("com.example.billing", "com.example.crm"),
+        ),
+    ],
+)
+def test_the_stack_names_the_sources_of_run_requests(given: str | None, sources: tuple[str, ...]) -> None:
+    env = {} if given is None else {"TOOLPIPE_TRIGGER_SOURCES": given}
+    assert TriggerSettings.from_env(env).sources == sources
+
+
+@pytest.mark.parametrize("given", ["aws.s3", "has space", ",", "x" * 257])
+def test_a_source_eventbridge_would_refuse_is_a_configuration_error(given: str) -> None:
+    with pytest.raises(ConfigurationError, match="TOOLPIPE_TRIGGER_SOURCES"):
+        TriggerSettings.from_env({"TOOLPIPE_TRIGGER_SOURCES": given})
+
+
+def test_run_requested_is_taken_only_from_the_sources_named() -> None:
+    event = json.loads((ROOT / "events" / "eventbridge_run_requested.json").read_text())
+    assert isinstance(parse_trigger_event(event), RunRequested)
+    with pytest.raises(TriggerEventError, match=re.escape("from source 'toolpipe.requests' is not accepted")):
+        parse_trigger_event(event, ("com.example.billing",))
+    assert isinstance(
+        parse_trigger_event({**event, "source": "com.example.billing"}, ("com.example.billing",)),
+        RunRequested,
+    )
