@@ -65,10 +65,15 @@ def snoop() -> str:
     }
     for name, attempt in tries.items():
         try:
-            attempt()
-            ATTEMPTS[name] = "allowed"
+            answer = attempt()
         except ClientError as e:
             ATTEMPTS[name] = str(e.response["Error"]["Code"])
+            continue
+        # PutEvents is authorized entry by entry: a refused entry says so in the answer.
+        failed = [
+            e["ErrorCode"] for e in answer.get("Entries", []) if isinstance(e, dict) and e.get("ErrorCode")
+        ]
+        ATTEMPTS[name] = failed[0] if failed else "allowed"
     return "snooped"
 
 
