@@ -36,7 +36,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     left = max(1.0, context.get_remaining_time_in_millis() / 1000 - RESERVE_SECONDS)
     limit = left if request.time_limit is None else min(request.time_limit, left)
     answer = run_tool_call(request.model_copy(update={"time_limit": limit}))
-    if request.overflow_key and len(answer.content.encode()) > INLINE_ANSWER_BYTES:
+    # The response as Lambda sends it: JSON, where a quote or a control character takes more bytes.
+    if request.overflow_key and len(answer.model_dump_json().encode()) > INLINE_ANSWER_BYTES:
         s3().put_object(Bucket=settings.bucket_name, Key=request.overflow_key, Body=answer.content.encode())
         answer = answer.model_copy(update={"content": "", "overflowed": True})
     return answer.model_dump(mode="json")

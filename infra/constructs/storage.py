@@ -1,6 +1,6 @@
 """Where runs live: the history table, the bucket for large items, the model's API key."""
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -14,6 +14,7 @@ from toolpipe.shared.history.store import (
     CALLER_INDEX_PROJECTION,
     CALLER_INDEX_SK,
 )
+from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
 
 
 class Storage(Construct):
@@ -56,6 +57,11 @@ class Storage(Construct):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             removal_policy=RemovalPolicy.RETAIN,
+        )
+        # A tool runner's long answer waits here only until the worker reads it back (and deletes
+        # it): one a crash left behind expires.
+        self.bucket.add_lifecycle_rule(
+            id="ToolResultsExpire", prefix=OVERFLOW_PREFIX, expiration=Duration.days(1)
         )
         acknowledge(
             self.bucket,

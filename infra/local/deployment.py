@@ -274,6 +274,11 @@ def deploy(
     # Things the template refers to that are not emulated: names that resolve, never called.
     for logical_id in template.of_type("AWS::ApiGateway::RestApi"):
         d.refs[logical_id] = "local"
+    # A function's log group: a role may name it (the tool runner writes its own only).
+    for logical_id in template.of_type("AWS::Logs::LogGroup"):
+        name = _local_name(logical_id)
+        d.refs[logical_id] = name
+        d.attributes[(logical_id, "Arn")] = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{name}:*"
 
     # Functions: moto runs the ones a service invokes (Step Functions, S3) through lambdas.py.
     for spec_name, (logical_id, props) in functions.items():

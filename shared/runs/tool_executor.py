@@ -8,6 +8,7 @@ delivery that finds the call claimed by one that vanished cannot know whether th
 its effect: an `idempotent` tool runs again, any other ends "in doubt", never silently twice.
 """
 
+import json
 import logging
 import threading
 import time
@@ -44,6 +45,7 @@ from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.results import fit_for_model, unstored_preview
 from toolpipe.shared.runs.tool_hooks import before_hooks
 from toolpipe.shared.runs.tool_run import (
+    STATE_LIMIT_BYTES,
     ApprovedCall,
     InProcessToolRunner,
     ToolRunner,
@@ -205,6 +207,15 @@ class ToolCallExecutor:
         )
         with self._heartbeats(message.task_token):
             answer = self._runner.run(request, call.tool)
+        if len(json.dumps(answer.state_set).encode()) > STATE_LIMIT_BYTES:
+            # The runner checks it too; this worker does not take the runner's word for it.
+            too_big = Execution(
+                f"Error: Tool '{call.call.name}' left more run state than a run keeps. Nothing it stored was kept.",
+                "error",
+                answer.duration_ms,
+                ErrorKind.TOOL_FAILED,
+            )
+            return self._persist(call, too_big, attempt, ({}, []))
         return self._persist(call, answer.execution(), attempt, (answer.state_set, answer.state_removed))
 
     @staticmethod

@@ -11,6 +11,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from botocore.config import Config
+from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 from pydantic import ValidationError
 
 from toolpipe.shared.errors import ErrorKind, ToolTimeoutError, describe_exception
@@ -30,6 +31,7 @@ OVERFLOW_PREFIX = "tool-results/"
 # An invocation refused before it ran (throttled, no connection) is tried this often.
 INVOKE_ATTEMPTS = 3
 INVOKE_BACKOFF_SECONDS = 0.5
+READ_ATTEMPTS = 3
 
 
 def invoke_config(runner_timeout_seconds: float) -> Config:
@@ -66,7 +68,7 @@ class LambdaToolRunner:
                 response = self._client.invoke(FunctionName=self._function, Payload=payload)
                 break
             except Exception as e:
-                if not certainly_not_sent(e):
+                if not _never_reached_the_runner(e):
                     return _unknown(name, describe_exception(e))
                 if attempt == INVOKE_ATTEMPTS:
                     return ToolRunResponse.of(
@@ -88,9 +90,32 @@ class LambdaToolRunner:
         except ValidationError:
             return _unknown(name, "its function answered something that is not a result")
         if answer.overflowed:
-            whole = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read().decode()
-            answer = answer.model_copy(update={"content": whole, "overflowed": False})
+            answer = self._overflowed(name, key, answer)
         return answer
+
+    def _overflowed(self, name: str, key: str, answer: ToolRunResponse) -> ToolRunResponse:
+        """The whole of a long answer, read back (tried as the worker's own writes are) and
+        deleted: the tool ran, so a read that never succeeds is said, never an invocation that
+        fails and leaves the call to end "in doubt" a visibility timeout later."""
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                whole = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read().decode()
+                break
+            except Exception as e:
+                if attempt == READ_ATTEMPTS:
+                    lost = (
+                        f"Error: Tool '{name}' ran, but its result could not be read back "
+                        f"({describe_exception(e)}): it has taken effect."
+                    )
+                    return ToolRunResponse.of(
+                        Execution(lost, "error", answer.duration_ms, ErrorKind.TOOL_FAILED)
+                    )
+                self._sleep(INVOKE_BACKOFF_SECONDS * 2 ** (attempt - 1))
+        try:
+            self._s3.delete_object(Bucket=self._bucket, Key=key)
+        except Exception:  # the bucket's lifecycle rule expires what is left
+            logger.warning("deleting a long tool answer failed", extra={"tool": name})
+        return answer.model_copy(update={"content": whole, "overflowed": False})
 
     def _function_error(self, name: str, tool: Tool | None, body: bytes) -> ToolRunResponse:
         """The runner's invocation ended without an answer: it ran out of time or its process
@@ -105,6 +130,15 @@ class LambdaToolRunner:
             overran = ToolTimeoutError(name, self._timeout, idempotent, worker_limit=True)
             return ToolRunResponse.of(Execution(f"Error: {overran}", "error", 0, overran.kind))
         return _unknown(name, f"its function stopped ({kind or 'error'}: {' '.join(message.split())[:300]})")
+
+
+def _never_reached_the_runner(error: BaseException) -> bool:
+    """Whether the invocation certainly did not run: refused by Lambda (throttled, or any 4xx:
+    a function error comes back as an answer, not an error) or its connection never opened. A
+    TLS or read error may come after the request was sent: the tool may be running."""
+    if isinstance(error, EndpointConnectionError | ConnectTimeoutError):
+        return True
+    return isinstance(error, ClientError) and certainly_not_sent(error)
 
 
 def _unknown(name: str, why: str) -> ToolRunResponse:

@@ -144,3 +144,32 @@ def test_the_runner_may_put_only_a_long_answer_and_nothing_else_of_the_bucket(pi
     _refused(
         runtime, TOOL_RUNNER.name, lambda: s3.put_object(Bucket=bucket, Key="runs/r/results/1.txt", Body=b"x")
     )
+
+
+@tool
+def quotes(count: int) -> str:
+    """Answer with this many double quotes (each is two bytes once written as JSON).
+
+    Args:
+        count: How many.
+    """
+    return '"' * count
+
+
+def test_an_answer_too_long_for_a_lambda_response_once_escaped_comes_back_whole(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(
+        AGENTS, "long", Agent(name="long", instructions="x", tools=[quotes], max_iterations=3)
+    )
+    pipeline.script(Reply(tool_calls=[call("quotes", count=3_000_000)]), Reply(content="done"))
+    run_id = pipeline.start("quote", agent="long")
+    assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
+
+    runtime = pipeline.runtime
+    bucket = runtime.deployment.bucket
+    [whole] = runtime.s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{run_id}/results/")["Contents"]
+    body = runtime.s3.get_object(Bucket=bucket, Key=whole["Key"])["Body"].read()
+    assert body == b'"' * 3_000_000  # 6 MB as JSON: through the overflow, not a failed response
+    # Read back, then deleted: nothing waits under the runner's prefix.
+    assert runtime.s3.list_objects_v2(Bucket=bucket, Prefix="tool-results/").get("KeyCount") == 0
