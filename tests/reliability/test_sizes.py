@@ -71,11 +71,15 @@ def sized() -> Iterator[Pipeline]:
 
 
 def test_results_and_answers_from_10_kb_to_20_mb(sized: Pipeline) -> None:
-    from toolpipe.functions.orchestrator import handler
+    from toolpipe.infra.local.isolation import running_as
 
     sized.model.responder = _responder
     run_ids = {kb: sized.start(f"produce {kb}") for kb in SIZES_KB}
-    store = handler.service()._store
+    # Built as the orchestrator: its settings are in that function's environment only.
+    with running_as(sized.runtime.functions["orchestrator"]):
+        from toolpipe.functions.orchestrator import handler
+
+        store = handler.service()._store
     lost: list[str] = []
     largest_api_body = 0
     for kb, run_id in run_ids.items():
