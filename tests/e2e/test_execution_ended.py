@@ -24,6 +24,7 @@ from toolpipe.shared.tools import tool
 
 ORCHESTRATOR = "toolpipe.functions.orchestrator.handler.lambda_handler"
 RELEASE = threading.Event()
+STARTED = threading.Event()  # set when a call of `hold` runs
 
 
 @tool
@@ -33,6 +34,7 @@ def hold(label: str) -> str:
     Args:
         label: Any text.
     """
+    STARTED.set()
     RELEASE.wait(timeout=30)
     return f"released {label}"
 
@@ -132,6 +134,7 @@ def test_a_run_left_running_at_shutdown_is_resumed_at_the_next_start(
     start resumes it, and the call the old process was running ends in doubt, never twice."""
     monkeypatch.setitem(AGENTS, "tester", dataclasses.replace(TEST_AGENT, tools=[*TEST_AGENT.tools, hold]))
     RELEASE.clear()
+    STARTED.clear()
     # The old process's tool stays blocked to the end: in one test process, a thread left from
     # the first runtime could otherwise write into the next one's state, which a real restart
     # (a new process) never sees.
@@ -140,6 +143,9 @@ def test_a_run_left_running_at_shutdown_is_resumed_at_the_next_start(
             pipeline.script(Reply(tool_calls=[call("hold", label="x")]))
             run_id = pipeline.start("never finishes")
             _wait_until_waiting_on_a_call(pipeline, run_id)
+            # The old process runs the call (a dispatched call may wait in the queue a while on
+            # a loaded machine: then the next process would simply run it).
+            assert STARTED.wait(30), "the call never started"
             pipeline.runtime.drain_seconds = 0.1
         for pipeline in _pipeline(state_dir=tmp_path, workers=0):  # a viewer resumes nothing
             _, body = pipeline.runtime.api("GET", f"/runs/{run_id}")
