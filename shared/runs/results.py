@@ -13,18 +13,15 @@ def fit_for_model(
     if limit is None or len(content) <= limit:
         return content, None, None
     ref = contents.put_result(run_id, seq, content)
-    preview = (
-        f"{content[:limit]}\n[… result truncated: {len(content)} characters in all, "
-        f"the first {limit} shown. Whole result stored as {ref}.]"
-    )
-    return preview, ref, len(content)
+    return _preview(content, limit, f"Whole result stored as {ref}."), ref, len(content)
 
 
 def unstored_preview(agent: Agent, content: str, reason: str) -> tuple[str, None, int]:
     """What the model reads of a long result whose whole could not be stored."""
     limit = agent.max_result_chars or len(content)
-    preview = (
-        f"{content[:limit]}\n[… result truncated: {len(content)} characters in all, the first "
-        f"{limit} shown. The whole result could not be stored ({reason}).]"
-    )
-    return preview, None, len(content)
+    return _preview(content, limit, f"The whole result could not be stored ({reason})."), None, len(content)
+
+
+def _preview(content: str, limit: int, where: str) -> str:
+    """The beginning of a long result, and a line saying how long it is and where the rest is."""
+    return f"{content[:limit]}\n[… result truncated: {len(content)} characters in all, the first {limit} shown. {where}]"
