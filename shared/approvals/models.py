@@ -109,6 +109,11 @@ class Approval(BaseModel):
         "denies, or, for a `human` call, takes the answer; null for a `client` call. Only in answers "
         "to the run's caller or the admin, never stored.",
     )
+    agent: str | None = Field(
+        default=None,
+        description="The agent whose call it is (a run handed from agent to agent has several); "
+        "null on approvals stored before it was kept.",
+    )
 
     @property
     def link_arguments_sha256(self) -> str:

@@ -239,6 +239,7 @@ class ApprovalPage:
         rows = [
             ("Tool", approval.tool),
             ("What it does", approval.tool_description or "(no description)"),
+            ("Agent", approval.agent or "(not recorded)"),
             ("Run", approval.run_id),
             ("Request", run_input if run_input is not None else "(not available)"),
             ("Requested by", approval.requester or "(unknown)"),

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from toolpipe.shared.agents import run_agent
+from toolpipe.shared.agents import Agent, agent_for
 from toolpipe.shared.approvals.answers import answer_content, question_of
 from toolpipe.shared.approvals.hashing import arguments_hash, canonical_json, tool_hash
 from toolpipe.shared.approvals.links import ApprovalLinks, SigningKeyError
@@ -127,7 +127,7 @@ class ApprovalService:
             raise ValueError(f"message_seq {request.message_seq} and seq {request.seq} name no call")
         call = reply.tool_calls[index]
         try:
-            tool: Tool | None = run_agent(run).registry.get(call.name)
+            tool: Tool | None = _agent_of(run, reply.agent).registry.get(call.name)
         except UnknownToolError:
             tool = None
         kind = ApprovalKind(request.kind)
@@ -148,6 +148,7 @@ class ApprovalService:
             turn=reply.turn,
             call_id=call.id,
             tool=call.name,
+            agent=reply.agent or run.agent,
             tool_description="" if tool is None else tool.description,
             arguments_sha256=arguments_hash(call.arguments),
             arguments_preview=_preview(call.arguments),
@@ -421,12 +422,12 @@ class ApprovalService:
     ) -> ToolResult:
         """The answer as the call's result, cut to the agent's `max_result_chars` for the model
         (the whole in S3) exactly as a worker's result is."""
-        agent = run_agent(run)
+        agent = _agent_of(run, approval.agent)
         outcome = Execution(content, "ok" if error is None else "error", 0, error)
         call = self.call_of(approval) if agent.hooks else None
         if call is not None:
             # The worker runs after_tool on every result it writes; an answer is this call's.
-            context = ToolContext(run_id=run.run_id, agent=run.agent, call_id=call.id, caller=run.caller)
+            context = ToolContext(run_id=run.run_id, agent=agent.name, call_id=call.id, caller=run.caller)
             outcome = after_hooks(agent, call, outcome, context)
         shown, ref, chars = fit_for_model(self._runs, agent, run.run_id, approval.seq, outcome.content)
         return ToolResult(
@@ -458,7 +459,7 @@ class ApprovalService:
         if approval.tool_sha256 is None:
             return False
         try:
-            tool = run_agent(run).registry.get(approval.tool)
+            tool = _agent_of(run, approval.agent).registry.get(approval.tool)
         except UnknownToolError:
             return True
         return tool_hash(tool) != approval.tool_sha256
@@ -502,7 +503,7 @@ class ApprovalService:
                 "the arguments hold text that is not valid Unicode (a lone surrogate)"
             ) from None
         try:
-            tool = run_agent(run).registry.get(approval.tool)
+            tool = _agent_of(run, approval.agent).registry.get(approval.tool)
             parsed = tool.parse_arguments(canonical)
         except ModelVisibleError as e:
             raise InvalidEditError(_one_line(str(e))) from e
@@ -633,3 +634,8 @@ def _preview(arguments: str) -> str:
     except (ValueError, RecursionError):
         text = arguments
     return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"
+
+
+def _agent_of(run: RunRecord, agent: str | None) -> Agent:
+    """The agent whose call it is (`agent`, recorded with the call), else the run's own."""
+    return agent_for(agent or run.agent, run.mcp_servers, reads_input=run.input_object is not None)

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from toolpipe.shared.messages import HistoryItem, RunRecord, RunStatus, RunSummary, ToolResult, Usage
+from toolpipe.shared.messages import (
+    HandoffRecord,
+    HistoryItem,
+    RunRecord,
+    RunStatus,
+    RunSummary,
+    ToolResult,
+    Usage,
+)
 
 # Answers longer than this stay in the run record only as their beginning; the whole answer
 # goes to S3. DynamoDB items stop at 400 KB, and the record also holds the error and usage.
@@ -55,6 +63,12 @@ class RunRecords(Protocol):
 
     def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:
         """Record which execution of the run is current, and the turn it starts after."""
+        ...
+
+    def record_handoffs(self, run_id: str, handoffs: list[HandoffRecord], active: str, known: int) -> bool:
+        """Bring the record's agents up to date: the run's handoffs so far and the agent answering
+        now, if the record still lists `known` handoffs and the run is running. False (nothing
+        changed) when another step got there first."""
         ...
 
     def list_runs(
