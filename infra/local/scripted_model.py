@@ -328,11 +328,11 @@ class DemoResponder:
         starts on the request, as a real model reads the conversation it was handed."""
         if messages[-1].get("role") != "tool":
             return None
-        reply = next((m for m in reversed(messages) if m.get("role") == "assistant"), {})
+        reply: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "assistant"), {})
         names = [c["function"]["name"] for c in reply.get("tool_calls") or []]
         if not any(name.startswith("transfer_to_") for name in names):
             return None
-        asked = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+        asked: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "user"), {})
         return str(asked.get("content") or "")
 
     @staticmethod

@@ -30,7 +30,7 @@ from toolpipe.shared.settings import CallTimeouts
 from toolpipe.shared.tools import ToolContext, tool
 
 EFFECTS: list[str] = []
-HANDED: list[tuple[str, str, Any]] = []
+handed_over: list[tuple[str, str, Any]] = []
 
 
 @tool
@@ -74,13 +74,13 @@ class Reason(BaseModel):
 
 
 def _on_handoff(context: HandoffContext, given: BaseModel | None) -> None:
-    HANDED.append((context.from_agent, context.to_agent, given))
+    handed_over.append((context.from_agent, context.to_agent, given))
 
 
 @pytest.fixture(autouse=True)
 def agents(monkeypatch: pytest.MonkeyPatch) -> None:
     EFFECTS.clear()
-    HANDED.clear()
+    handed_over.clear()
     billing = Agent(
         name="billing",
         instructions="You answer billing questions.",
@@ -195,7 +195,7 @@ def test_a_transfer_hands_the_run_to_the_target_from_the_next_turn(model: Script
     ]
     replies = [i for i in driver.store.load_history("r1") if isinstance(i, AssistantMessage)]
     assert [r.agent for r in replies] == ["triage", "billing"]
-    assert HANDED == [("triage", "billing", Reason(reason="an invoice"))]
+    assert handed_over == [("triage", "billing", Reason(reason="an invoice"))]
 
 
 def test_two_transfers_in_one_reply_the_first_wins(model: ScriptedModelServer) -> None:
@@ -215,7 +215,7 @@ def test_two_transfers_in_one_reply_the_first_wins(model: ScriptedModelServer) -
     )
     assert model.requests[1]["messages"][0]["content"].startswith("You fix things.")
     assert [h.to_agent for h in driver.run().handoffs] == ["support"]
-    assert HANDED == []  # billing's on_handoff never ran: its transfer was not made
+    assert handed_over == []  # billing's on_handoff never ran: its transfer was not made
 
 
 def test_ordinary_calls_in_the_transfer_reply_run_then_the_run_switches(model: ScriptedModelServer) -> None:
@@ -259,7 +259,7 @@ def test_invalid_transfer_input_is_a_repairable_error(model: ScriptedModelServer
 
     [result] = driver.results()
     assert result.error_type is ErrorKind.INVALID_ARGUMENTS and "reason" in result.content
-    assert driver.run().handoffs == [] and HANDED == []
+    assert driver.run().handoffs == [] and handed_over == []
 
 
 def test_an_on_handoff_that_raises_leaves_the_run_where_it_is(
@@ -389,7 +389,7 @@ def test_a_step_retried_after_the_transfer_neither_loses_nor_repeats_it(model: S
     run = driver.run()
     assert [h.to_agent for h in run.handoffs] == ["billing"] and run.output == "billing"
     assert len([r for r in driver.results() if r.handoff]) == 1
-    assert HANDED == [("triage", "billing", Reason(reason="x"))]
+    assert handed_over == [("triage", "billing", Reason(reason="x"))]
 
 
 def test_a_redelivered_call_of_the_agent_handed_from_runs_its_own_tool(model: ScriptedModelServer) -> None:
