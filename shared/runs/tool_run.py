@@ -180,13 +180,16 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
 def requested_handoff(context: ToolContext) -> HandoffAction | None:
     """What the tool asked through `context.actions`, checked: a transfer wins over an escalate
     asked in the same call. Raises ValueError for a target that cannot be an agent's name."""
-    actions = context.actions
-    target = actions.transfer_to_agent
+    try:  # what a tool left there may be anything: read defensively
+        target = getattr(context.actions, "transfer_to_agent", None)
+        escalate = getattr(context.actions, "escalate", False) is True
+    except Exception as e:
+        raise ValueError(f"left context.actions unreadable: {describe_exception(e)}") from e
     if target is not None:
         if not isinstance(target, str) or not re.fullmatch(NAME_PATTERN, target):
             raise ValueError("set context.actions.transfer_to_agent to something that is not an agent's name")
         return HandoffAction(kind="transfer", agent=target)
-    if actions.escalate is True:
+    if escalate:
         return HandoffAction(kind="escalate")
     return None
 
