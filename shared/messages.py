@@ -165,6 +165,14 @@ class HandoffRecord(BaseModel):
     kind: Literal["transfer", "escalate"]
     from_agent: str
     to_agent: str
+    via: str | None = Field(
+        default=None, description="The transfer tool the model called, if it was the model."
+    )
+    tools: list[str] | None = Field(
+        default=None,
+        description="The tools the new agent may use (its tool provider and the caller's allow-list); "
+        "null: all of its tools.",
+    )
 
 
 class RunRecord(BaseModel):
@@ -175,6 +183,9 @@ class RunRecord(BaseModel):
     timezone: str = "UTC"
     caller: str | None = None
     tools: list[str] | None = None  # the tools this run may use; None: all the agent's
+    # The caller's own allow-list as sent (`POST /runs {"tools"}`): it narrows every agent the
+    # run is handed to, as `tools` narrows the first.
+    requested_tools: list[str] | None = None
     # MCP server URLs whose tools this run offers besides the agent's (`toolpipe run --mcp`).
     mcp_servers: list[str] | None = None
     parent: ParentCall | None = None

@@ -39,6 +39,7 @@ from toolpipe.shared.messages import (
     DecisionStatus,
     FailRequest,
     HandoffAction,
+    HandoffRecord,
     HistoryItem,
     RunRecord,
     RunStatus,
@@ -53,7 +54,7 @@ from toolpipe.shared.runs import children
 from toolpipe.shared.runs.calls import assign_call_ids, result_slot
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.executions import execution_number, needs_fresh_execution
-from toolpipe.shared.runs.handoffs import Chain, follow
+from toolpipe.shared.runs.handoffs import Chain, allowed_tools, filtered_history, follow, transfer_refusal
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.rules import (
     budget_reached,
@@ -64,6 +65,7 @@ from toolpipe.shared.runs.rules import (
     tool_failure,
     tree_budget_reached,
 )
+from toolpipe.shared.runs.starter import tools_for
 from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.runs.triggers import AnswerWriter
 from toolpipe.shared.settings import CallTimeouts
@@ -167,7 +169,8 @@ class ModelStep:
             return ended
         if request.state_machine_arn and needs_fresh_execution(step.run, step.agent, step.history):
             return self._continue_in_fresh_execution(step, self._starters(request.state_machine_arn))
-        return self._decide(step, self._ask_model(step, deadline))
+        asked = self._ask_model(step, deadline)
+        return asked if isinstance(asked, Decision) else self._decide(step, asked)
 
     # --- phases -----------------------------------------------------------------------------
 
@@ -207,18 +210,16 @@ class ModelStep:
         run = step.run
         chain = step.chain = follow(run.agent, step.history)
         if chain.ended_by is not None:
-            # An escalate with no agent to return to: the run ends with that call's result.
-            result = chain.ended_by
-            output = (
-                self._store.get_result(result.full_result_ref) if result.full_result_ref else result.content
-            )
-            return self._end(run, RunStatus.SUCCEEDED, DecisionStatus.FINAL, output=output)
+            return self._escalated_out(step, chain.ended_by)
         known = len(run.handoffs)
         if len(chain.handoffs) > known:
-            if self._store.record_handoffs(run.run_id, chain.handoffs, chain.active, known):
-                for handoff in chain.handoffs[known:]:
+            # The changes recorded already keep what was recorded (their tool sets); the new
+            # ones get the tool set of the agent they move to.
+            handoffs = [*run.handoffs, *(self._with_tools(step, h) for h in chain.handoffs[known:])]
+            if self._store.record_handoffs(run.run_id, handoffs, chain.active, known):
+                for handoff in handoffs[known:]:
                     self._events.run_handed_off(run, handoff)
-            step.run = run.model_copy(update={"active_agent": chain.active, "handoffs": chain.handoffs})
+            step.run = run.model_copy(update={"active_agent": chain.active, "handoffs": handoffs})
         if chain.active != step.agent.name:
             try:
                 step.agent = agent_for(
@@ -228,6 +229,37 @@ class ModelStep:
                 error = f"the run was handed to the agent '{chain.active}', which is no longer deployed"
                 return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=error)
         return None
+
+    def _escalated_out(self, step: _Step, result: ToolResult) -> Decision:
+        """An escalate with no agent to return to: the run ends with that call's result, which
+        must be the agent's `output_type` JSON when it has one, as any answer of it."""
+        text = self._store.get_result(result.full_result_ref) if result.full_result_ref else result.content
+        try:
+            output = final_output(step.agent, text)
+        except ValidationError as e:
+            error = (
+                f"the tool '{result.tool}' escalated out of the run, and its result is not the answer "
+                f"the agent must give: {describe_validation_error(e, '(answer)')}"
+            )
+            return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=error)
+        return self._end(step.run, RunStatus.SUCCEEDED, DecisionStatus.FINAL, output=output)
+
+    def _with_tools(self, step: _Step, handoff: HandoffRecord) -> HandoffRecord:
+        """The change with the tools its agent may use: its tool provider's choice for the run's
+        prompt and caller, narrowed by the caller's allow-list (as the first agent's are)."""
+        if handoff.to_agent == step.run.agent:
+            return handoff  # back to the agent that started the run: the run's own set
+        try:
+            agent = get_agent(handoff.to_agent)
+        except UnknownAgentError:
+            return handoff  # the switch fails the run, with a clearer word (below)
+        run = step.run
+        first = step.history[0]
+        prompt = first.content if isinstance(first, UserMessage) else ""
+        tools = tools_for(agent, prompt, run.caller, run.requested_tools)
+        if tools is not None and run.input_object is not None and "read_input" not in tools:
+            tools.append("read_input")  # a triggered run's way to its file is never narrowed away
+        return handoff.model_copy(update={"tools": tools})
 
     def _check_budgets(self, step: _Step) -> Decision | None:
         limit = budget_reached(step.run, step.agent, step.history) or self._tree_limit(step)
@@ -239,7 +271,8 @@ class ModelStep:
         """The root agent's budgets over the run's whole tree (itself, when it has no parent)."""
         root_id = step.run.root_run_id or step.run.run_id
         is_child = root_id != step.run.run_id
-        root_agent = get_agent(self._store.get_run(root_id).agent) if is_child else step.agent
+        # The agent answering the root run now: a handoff moves the tree's budgets with it.
+        root_agent = get_agent(self._store.get_run(root_id).current_agent) if is_child else step.agent
         tree = step.tree if step.tree is not None else self._store.tree_usage(root_id)
         return tree_budget_reached(root_agent, tree, is_child, calls_only)
 
@@ -251,13 +284,20 @@ class ModelStep:
         starter.start(step.run.run_id, following)
         return Decision(status=DecisionStatus.CONTINUED, turn=step.run.turn)
 
-    def _ask_model(self, step: _Step, deadline: float) -> AssistantMessage:
+    def _ask_model(self, step: _Step, deadline: float) -> AssistantMessage | Decision:
         run, agent = step.run, step.agent
+        read = self._read_by_agent(step)
+        if isinstance(read, str):
+            return self._end(run, RunStatus.FAILED, DecisionStatus.FAILED, error=read)
+        tools = agent.registry.specs(only=allowed_tools(run, agent.name))
+        offered = transfer_specs(agent)
+        # A transfer's name wins over a tool source's tool of the same name (listed at run time).
+        transfers = {t["function"]["name"] for t in offered}
         before = BeforeModel(
             run_id=run.run_id,
             agent=agent.name,
-            messages=to_openai_messages(agent.system_prompt(run.timezone), self._read_by_agent(step)),
-            tools=[*agent.registry.specs(only=run.tools), *transfer_specs(agent)],
+            messages=to_openai_messages(agent.system_prompt(run.timezone), read),
+            tools=[*(t for t in tools if t["function"]["name"] not in transfers), *offered],
         )
         for hooks in agent.hooks:
             hooks.before_model(before)
@@ -273,20 +313,27 @@ class ModelStep:
         return self._store_reply(step, after.reply)
 
     @staticmethod
-    def _read_by_agent(step: _Step) -> list[HistoryItem]:
+    def _read_by_agent(step: _Step) -> list[HistoryItem] | str:
         """What the answering agent reads of the history: all of it, unless the transfer that
-        made it answer has a history filter; then that filter's view of the turns before it."""
+        made it answer has a history filter; then that filter's view of the turns before it.
+        A filter that fails: why, in a line (the run cannot go on without it)."""
         entered = step.chain.entered_by if step.chain is not None else None
         if entered is None:
             return step.history
         try:
-            handoff = get_agent(entered.from_agent).transfer_to(entered.to_agent)
+            source = get_agent(entered.from_agent)
         except UnknownAgentError:
-            handoff = None
+            return step.history
+        handoff = (source.transfer_named(entered.via) if entered.via else None) or source.transfer_to(
+            entered.to_agent
+        )
         if handoff is None or handoff.input_filter is None:
             return step.history
         before = [i for i in step.history if i.turn < entered.turn]
-        return [*handoff.input_filter(before), *(i for i in step.history if i.turn >= entered.turn)]
+        filtered = filtered_history(handoff, before)
+        if isinstance(filtered, str):
+            return f"the input_filter of the handoff {entered.from_agent} -> {entered.to_agent} {filtered}"
+        return [*filtered, *(i for i in step.history if i.turn >= entered.turn)]
 
     def _store_reply(self, step: _Step, reply: ModelReply) -> AssistantMessage:
         run, agent = step.run, step.agent
@@ -430,7 +477,8 @@ class ModelStep:
                 if index >= agent.max_calls_per_turn:
                     raise TooManyCallsError(agent.max_calls_per_turn)
                 tool = agent.registry.get(call.name)
-                if run.tools is not None and tool.name not in run.tools:
+                allowed = allowed_tools(run, agent.name)
+                if allowed is not None and tool.name not in allowed:
                     raise ToolNotAllowedError(call.name)
                 arguments = tool.parse_arguments(call.arguments)
             except ModelVisibleError as e:
@@ -486,7 +534,7 @@ class ModelStep:
             )
             kind = ErrorKind.HANDOFF_REFUSED
         else:
-            content, kind = self._checked_transfer(step, call, handoff)
+            content, kind = self._checked_transfer(step, call, handoff, reply.turn)
             if kind is None:
                 action = HandoffAction(kind="transfer", agent=target, by="model")
         result = ToolResult(
@@ -507,17 +555,31 @@ class ModelStep:
         return taken or (action.agent if action is not None else None)
 
     @staticmethod
-    def _checked_transfer(step: _Step, call: ToolCall, handoff: Handoff) -> tuple[str, ErrorKind | None]:
+    def _checked_transfer(
+        step: _Step, call: ToolCall, handoff: Handoff, turn: int
+    ) -> tuple[str, ErrorKind | None]:
         """The transfer's result text, and an error kind when it is not made: an unknown target,
         invalid input, or an `on_handoff` that raised."""
         target = handoff.target
         try:
-            get_agent(target)
+            to = get_agent(target)
         except UnknownAgentError:
             return (
                 f"Error: not transferred: no agent named '{target}' is deployed.",
                 ErrorKind.UNKNOWN_AGENT,
             )
+        refusal = transfer_refusal(step.run, step.agent.name, to)
+        if refusal is not None:
+            return f"Error: not transferred: {refusal}.", ErrorKind.HANDOFF_REFUSED
+        if handoff.input_filter is not None:
+            # Tried now, on what it will see, so a filter that fails refuses the transfer here
+            # instead of stopping the run after it.
+            tried = filtered_history(handoff, [i for i in step.history if i.turn < turn])
+            if isinstance(tried, str):
+                return (
+                    f"Error: not transferred to '{target}': its input_filter {tried}",
+                    ErrorKind.TOOL_FAILED,
+                )
         given = None
         if handoff.input_type is not None:
             try:

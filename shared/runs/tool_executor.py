@@ -42,6 +42,7 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.runs import children
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.handoffs import allowed_tools, transfer_refusal
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.results import fit_for_model, unstored_preview
 from toolpipe.shared.runs.tool_hooks import before_hooks
@@ -200,7 +201,7 @@ class ToolCallExecutor:
             input_object=call.run.input_object,
             mcp_servers=call.run.mcp_servers,
             state=self._store.load_state(call.run.run_id) if uses_state else None,
-            allowed=call.run.tools,
+            allowed=allowed_tools(call.run, call.agent.name),
             approved=None
             if gate is None
             else ApprovedCall(name=call.call.name, arguments_sha256=gate.arguments_sha256),
@@ -254,7 +255,9 @@ class ToolCallExecutor:
         assert call.tool is not None and call.tool.child_agent is not None
         root_id = call.run.root_run_id or call.run.run_id
         root_agent = (
-            call.agent if root_id == call.run.run_id else get_agent(self._store.get_run(root_id).agent)
+            call.agent
+            if root_id == call.run.run_id
+            else get_agent(self._store.get_run(root_id).current_agent)
         )
         refusal = children.depth_refusal(call.run, root_agent)
         if refusal is not None:
@@ -363,13 +366,10 @@ class ToolCallExecutor:
         if call.gate is not None and call.gate.arguments is not None:
             # The model must know its call did not run as it asked: one line before the result.
             content = f"{edited_note(call.gate.arguments)}\n{content}"
-        if handoff is not None and handoff.agent is not None:
-            try:
-                get_agent(handoff.agent)
-            except UnknownAgentError:
-                # The tool has run: its result stands, and says why the run stays where it is.
-                content = f"{content}\n(Not transferred: no agent named '{handoff.agent}' is deployed.)"
-                handoff = None
+        handoff, refused = _tool_handoff(call, execution, handoff)
+        if refused is not None:
+            # The tool has run: its result stands, and says why the run stays where it is.
+            content = f"{content}\n(Not transferred: {refused}.)"
         if execution.error_type is ErrorKind.TOOL_FAILED and call.agent.on_tool_error == "generic":
             content, detail = f"Error: the tool '{call.call.name}' failed.", content
         else:
@@ -450,6 +450,29 @@ def _hooks_before(
     except BaseException as e:  # SystemExit too: a hook's, not ours
         failure = f"Error: Tool '{call.name}' failed: {describe_exception(e)}"
         return call, _HookFailure(Execution(failure, "error", 0, ErrorKind.TOOL_FAILED))
+
+
+def _tool_handoff(
+    call: _Call, execution: Execution, asked: HandoffAction | None
+) -> tuple[HandoffAction | None, str | None]:
+    """What a tool asked of the run through `context.actions`, as this worker honours it (the
+    runner's answer is tool code's: nothing in it is taken on trust): only from a call that
+    succeeded, a transfer only to one of its agent's handoffs; and why not, when not."""
+    if asked is None or execution.status != "ok":
+        return None, None
+    if asked.kind == "escalate":
+        return HandoffAction(kind="escalate"), None
+    target = asked.agent or ""
+    if call.agent.transfer_to(target) is None:
+        return None, f"'{target}' is not one of the handoffs of '{call.agent.name}'"
+    try:
+        to = get_agent(target)
+    except UnknownAgentError:
+        return None, f"no agent named '{target}' is deployed"
+    refusal = transfer_refusal(call.run, call.agent.name, to)
+    if refusal is not None:
+        return None, refusal
+    return HandoffAction(kind="transfer", agent=target), None
 
 
 def edited_note(arguments: str) -> str:

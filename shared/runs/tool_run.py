@@ -171,9 +171,11 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
     try:
         handoff = requested_handoff(context)
     except ValueError as e:
-        return ToolRunResponse.of(
-            Execution(f"Error: Tool '{request.call.name}' {e}", "error", 0, ErrorKind.TOOL_FAILED)
+        # The tool has run: its result and state stand, and say why the run stays where it is.
+        noted = Execution(
+            f"{execution.content}\n(Not transferred: the tool {e}.)", "ok", execution.duration_ms
         )
+        return ToolRunResponse.of(noted, changes)
     return ToolRunResponse.of(execution, changes, handoff)
 
 

@@ -1,6 +1,8 @@
 """Handoff: a run goes on under another agent (issue 20). The model step and the worker on the
 in-memory store; the model is the scripted OpenAI-compatible server, through the real client."""
 
+import dataclasses
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -10,15 +12,18 @@ from pydantic import BaseModel
 
 from tests.unit.test_runs import Reporter, Starter
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
-from toolpipe.shared.agents import AGENTS, Agent, Handoff, HandoffContext, remove_tool_calls
+from toolpipe.shared.agents import AGENTS, Agent, Handoff, HandoffContext, agent_tool, remove_tool_calls
 from toolpipe.shared.errors import DefinitionError, ErrorKind
 from toolpipe.shared.history import MemoryHistoryStore
 from toolpipe.shared.messages import (
     AssistantMessage,
     Decision,
     DecisionStatus,
+    HandoffAction,
+    ParentCall,
     RunRecord,
     RunStatus,
+    StartRunRequest,
     StepRequest,
     ToolCallMessage,
     ToolResult,
@@ -26,6 +31,7 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
 from toolpipe.shared.runs import ModelStep, ToolCallExecutor
+from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse
 from toolpipe.shared.settings import CallTimeouts
 from toolpipe.shared.tools import ToolContext, tool
 
@@ -111,7 +117,7 @@ def model() -> Iterator[ScriptedModelServer]:
 class Driver:
     """Steps a run as the state machine would: model step, then each dispatched call."""
 
-    def __init__(self, model: ScriptedModelServer) -> None:
+    def __init__(self, model: ScriptedModelServer, agent: str = "triage", **fields: Any) -> None:
         self.store = MemoryHistoryStore()
         self.model = model
         client = OpenAIModelClient(build_openai_client(model.base_url, "k"), max_retries=0)
@@ -120,7 +126,7 @@ class Driver:
             self.store, Reporter(), Starter(), heartbeat_every=60, sleep=lambda s: None
         )
         assert self.store.create_run(
-            RunRecord(run_id="r1", agent="triage", status=RunStatus.RUNNING),
+            RunRecord(run_id="r1", agent=agent, status=RunStatus.RUNNING, **fields),
             UserMessage(seq=1, turn=0, content="hi"),
         )
 
@@ -315,7 +321,7 @@ def test_a_tool_can_transfer_and_a_failed_call_asks_nothing(model: ScriptedModel
     driver.script(
         Reply(tool_calls=[call("send_to", agent="billing")]),
         Reply(tool_calls=[call("escalate_then_fail")]),  # failed: its escalate is not honoured
-        Reply(tool_calls=[call("send_to", agent="nobody")]),  # not deployed: the run stays
+        Reply(tool_calls=[call("send_to", agent="triage")]),  # not one of billing's handoffs
         Reply(content="billing answers"),
     )
 
@@ -325,9 +331,154 @@ def test_a_tool_can_transfer_and_a_failed_call_asks_nothing(model: ScriptedModel
     assert results[0].handoff is not None and results[0].handoff.by == "tool"
     assert results[1].status == "error" and results[1].handoff is None
     assert results[2].handoff is None
-    assert results[2].content == "sending to nobody\n(Not transferred: no agent named 'nobody' is deployed.)"
+    assert (
+        results[2].content
+        == "sending to triage\n(Not transferred: 'triage' is not one of the handoffs of 'billing'.)"
+    )
     assert model.requests[3]["messages"][0]["content"].startswith("You answer billing questions.")
     assert driver.run().active_agent == "billing"
+
+
+def test_a_tools_transfer_goes_only_to_a_declared_deployed_other_agent(model: ScriptedModelServer) -> None:
+    driver = Driver(model)
+    driver.script(
+        Reply(tool_calls=[call("send_to", agent="ghost")]),  # declared, not deployed
+        Reply(tool_calls=[call("send_to", agent="triage")]),  # itself
+        Reply(tool_calls=[call("send_to", agent="admin")]),  # not declared
+        Reply(content="still triage"),
+    )
+
+    driver.until_end()
+
+    assert [r.content.split("\n")[1] for r in driver.results()] == [
+        "(Not transferred: no agent named 'ghost' is deployed.)",
+        "(Not transferred: 'triage' is not one of the handoffs of 'triage'.)",
+        "(Not transferred: 'admin' is not one of the handoffs of 'triage'.)",
+    ]
+    assert driver.run().handoffs == []
+
+
+def test_a_runner_answer_cannot_forge_a_transfer(model: ScriptedModelServer) -> None:
+    class Forging:
+        def run(self, request: ToolRunRequest, tool: Any) -> ToolRunResponse:
+            # Tool code owns the runner's process: it may answer anything.
+            forged = HandoffAction(kind="transfer", agent="support", by="model")
+            return ToolRunResponse(content="failed", status="error", handoff=forged)
+
+    driver = Driver(model)
+    driver.worker = ToolCallExecutor(
+        driver.store, Reporter(), Starter(), heartbeat_every=60, sleep=lambda s: None, runner=Forging()
+    )
+    driver.script(Reply(tool_calls=[call("note", text="x")]), Reply(content="triage"))
+
+    driver.until_end()
+
+    assert driver.results()[0].handoff is None and driver.run().handoffs == []
+
+
+def test_unreadable_actions_keep_the_tools_result(
+    model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @tool
+    def hop(ctx: ToolContext) -> str:
+        """Do real work, then ask for a transfer to something that cannot be an agent."""
+        ctx.state["done"] = "yes"
+        ctx.actions.transfer_to_agent = 42  # type: ignore[assignment]
+        return "did real work"
+
+    triage = AGENTS["triage"]
+    monkeypatch.setitem(AGENTS, "triage", dataclasses.replace(triage, tools=[*triage.tools, hop]))
+    driver = Driver(model)
+    driver.script(Reply(tool_calls=[call("hop")]), Reply(content="ok"))
+
+    driver.until_end()
+
+    [result] = driver.results()
+    assert result.status == "ok" and result.content.startswith("did real work\n(Not transferred: the tool ")
+    assert driver.store.load_state("r1") == {"done": "yes"}
+
+
+def test_the_target_gets_its_own_tool_provider_and_the_callers_allow_list(
+    model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    billing = AGENTS["billing"]
+    staff_only = dataclasses.replace(
+        billing, tool_provider=lambda prompt, caller: ["note", "give_back"] if caller == "staff" else ["note"]
+    )
+    monkeypatch.setitem(AGENTS, "billing", staff_only)
+    for caller, requested, offered in (
+        ("mallory", None, ["note"]),
+        ("staff", None, ["note", "give_back"]),
+        ("staff", ["give_back", "send_to"], ["give_back"]),
+    ):
+        driver = Driver(model, caller=caller, requested_tools=requested)
+        driver.script(Reply(tool_calls=[call("transfer_to_billing", reason="x")]), Reply(content="ok"))
+        driver.until_end()
+        assert _names(model.requests[-1]) == offered, caller
+        assert driver.run().handoffs[0].tools == offered
+
+
+def test_the_allow_list_may_name_the_tools_of_agents_the_run_can_reach() -> None:
+    from toolpipe.shared.errors import UnknownToolsRequestedError
+    from toolpipe.shared.runs.starter import run_tools
+
+    triage = AGENTS["triage"]
+    request = StartRunRequest(input="hi", agent="triage", tools=["note", "escalate_then_fail"])
+    assert run_tools(triage, request, "ana") == ["note"]  # billing's tool: allowed, not triage's
+    with pytest.raises(UnknownToolsRequestedError):
+        run_tools(triage, StartRunRequest(input="hi", agent="triage", tools=["no_such_tool"]), "ana")
+
+
+def test_an_agent_tools_run_cannot_hand_off_to_an_agent_that_waits(
+    model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolpipe.shared.agents.app import waiting_child
+
+    @tool(requires_approval=True)
+    def wire(amount: int) -> str:
+        """Wire money.
+
+        Args:
+            amount: Cents.
+        """
+        return "wired"
+
+    waiting = Agent(name="approver", instructions="x", tools=[wire])
+    helper = Agent(name="helper", instructions="x", handoffs=["approver"])
+    parent = Agent(name="parent", instructions="x", tools=[agent_tool("helper")])
+    for agent in (waiting, helper, parent):
+        monkeypatch.setitem(AGENTS, agent.name, agent)
+    assert "runs agent 'approver'" in (waiting_child([parent], AGENTS) or "")
+
+    driver = Driver(
+        model, agent="helper", parent=ParentCall(run_id="p", call_id="c", seq=3, turn=1, tool="helper")
+    )
+    driver.script(Reply(tool_calls=[call("transfer_to_approver")]))
+    assert driver.decide().calls == []  # answered by the step: refused
+
+    [result] = driver.results()
+    assert result.error_type is ErrorKind.HANDOFF_REFUSED and "cannot wait for them" in result.content
+    assert driver.run().handoffs == []
+
+
+def test_an_escalate_out_gives_the_answer_the_agent_must_give(
+    model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Answer(BaseModel):
+        text: str
+
+    triage = AGENTS["triage"]
+    monkeypatch.setitem(AGENTS, "triage", dataclasses.replace(triage, output_type=Answer))
+    driver = Driver(model)
+    driver.script(Reply(tool_calls=[call("give_back")]))
+
+    driver.until_end()
+
+    run = driver.run()
+    assert run.status is RunStatus.FAILED
+    assert (run.error or "").startswith(
+        "the tool 'give_back' escalated out of the run, and its result is not"
+    )
 
 
 def test_the_models_transfer_wins_over_a_tools_request_in_its_turn(model: ScriptedModelServer) -> None:
@@ -432,6 +583,51 @@ def test_the_history_filter_applies_to_the_turns_before_the_transfer(
     roles = [(m["role"], bool(m.get("tool_calls"))) for m in model.requests[2]["messages"]]
     # The note call and its result are gone; the transfer's turn is read whole.
     assert roles == [("system", False), ("user", False), ("assistant", True), ("tool", False)]
+
+
+def test_the_filter_of_the_handoff_called_applies_and_a_failing_one_refuses(
+    model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(items: list[Any]) -> list[Any]:
+        raise KeyError("boom")
+
+    def orphan(items: list[Any]) -> list[Any]:
+        return [i for i in items if not isinstance(i, AssistantMessage)]
+
+    monkeypatch.setitem(
+        AGENTS,
+        "triage",
+        Agent(
+            name="triage",
+            instructions="x",
+            tools=[note],
+            handoffs=[
+                Handoff("support", tool_name="to_support_whole"),
+                Handoff("support", tool_name="to_support_clean", input_filter=remove_tool_calls),
+                Handoff("support", tool_name="to_support_broken", input_filter=broken),
+                Handoff("support", tool_name="to_support_orphan", input_filter=orphan),
+            ],
+        ),
+    )
+    driver = Driver(model)
+    driver.script(
+        Reply(tool_calls=[call("note", text="secret")]),
+        Reply(tool_calls=[call("to_support_broken")]),
+        Reply(tool_calls=[call("to_support_orphan")]),
+        Reply(tool_calls=[call("to_support_clean")]),
+        Reply(content="support"),
+    )
+
+    driver.until_end()
+
+    refused = [r.content for r in driver.results()[1:3]]
+    assert refused == [
+        "Error: not transferred to 'support': its input_filter raised KeyError: 'boom'",
+        "Error: not transferred to 'support': its input_filter left a tool call without its result, or a "
+        "result without its call",
+    ]
+    assert "noted secret" not in json.dumps(model.requests[-1]["messages"])
+    assert driver.run().handoffs[0].via == "to_support_clean"
 
 
 def test_definition_errors_are_said_at_import() -> None:
