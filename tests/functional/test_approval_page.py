@@ -752,3 +752,31 @@ def test_the_json_api_answers_503_for_an_uncertain_delivery_and_200_for_the_same
     assert (status, body["status"]) == (200, "approved")
     pipeline.finish(run_id)
     assert CALLS.counts["wire_money"] == 1
+
+
+def test_a_rotated_key_reaches_the_warm_api_a_new_link_works_at_once_and_the_old_one_still_decides(
+    pipeline: Pipeline,
+) -> None:
+    """`put-secret-value` on the running stack's secret, with the API function warm: a link signed
+    with the new key (as a rotated orchestrator signs it) opens at once, and the link sent before
+    the rotation still decides, until its expiry."""
+    from toolpipe.shared.approvals.links import key_id
+
+    run_id, approval_id, browser, page = _wire_money_page(pipeline)  # warm: the API read the key
+    runtime = pipeline.runtime
+    old_key = runtime.secrets.get_secret_value(SecretId=runtime.signing_key_arn)["SecretString"].encode()
+    new_key = b"n" * 64
+    runtime.secrets.put_secret_value(SecretId=runtime.signing_key_arn, SecretString=new_key.decode())
+
+    record = Approval.model_validate(runtime.api("GET", f"/approvals/{approval_id}")[1])
+    new_link = urllib.parse.urlsplit(
+        ApprovalLinks(StaticSigningKey(new_key)).url(f"http://{HOST}/v1", record)
+    )
+    assert f"kid={key_id(new_key)}" in new_link.query and f"kid={key_id(old_key)}" in browser.query
+    fresh = Browser(new_link.path.removeprefix("/v1"), new_link.query)
+    assert (fresh.open().status, exchange("GET", browser.path, browser.query).status) == (200, 200)
+
+    decided = browser.post(page, "approve", [("Origin", f"http://{HOST}")])  # the form from before
+    assert (decided.status, decided.h1()) == (200, "Approved")
+    assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
+    assert CALLS.counts["wire_money"] == 1
