@@ -15,6 +15,7 @@ from toolpipe.shared.approvals.hashing import arguments_hash, canonical_json, to
 from toolpipe.shared.approvals.links import ApprovalLinks, SigningKeyError
 from toolpipe.shared.approvals.models import (
     ARGUMENTS_PREVIEW_CHARS,
+    LINK_DECIDER,
     MAX_EDITED_ARGUMENTS_BYTES,
     Approval,
     ApprovalAlreadyDecidedError,
@@ -26,6 +27,7 @@ from toolpipe.shared.approvals.models import (
     DeliveryUncertainError,
     EditedArguments,
     InvalidEditError,
+    LinkEditsOffError,
     ResultRequest,
     WrongKindError,
 )
@@ -103,9 +105,12 @@ class ApprovalService:
         events: EventPublisher = NO_EVENTS,
         links: ApprovalLinks | None = None,
         api_url: str | None = None,
+        link_edits: bool = False,
     ) -> None:
         """`links`: signs approval links (None: no link is made or accepted). `api_url`: the
-        API's base URL the link of `ApprovalRequested` is made under (None: the event has none)."""
+        API's base URL the link of `ApprovalRequested` is made under (None: the event has none).
+        `link_edits`: a link may approve with edited arguments too (else only an authenticated
+        caller may, through `decide`)."""
         self._approvals = approvals
         self._runs = runs
         self._tasks = tasks
@@ -114,6 +119,7 @@ class ApprovalService:
         self._events = events
         self.links = links
         self._api_url = api_url
+        self.link_edits = link_edits
 
     # --- the waiting task ---------------------------------------------------------------
 
@@ -232,12 +238,23 @@ class ApprovalService:
         reason: str | None = None,
         arguments: str | None = None,
     ) -> Approval:
-        """As `decide`, for a person holding the approval's signed link (checked by the caller):
-        no IAM principal, so the decision is recorded as made by the link, from where."""
-        return self._decide(approval, _by_link(source_ip), approve, reason, arguments)
+        """As `decide`, for whoever holds the approval's signed link (checked by the caller): no
+        principal, so the decision is recorded as made by the link, from where. Arguments that
+        differ from the model's raise `LinkEditsOffError` (nothing decided) unless link edits
+        are on: a link is not an authenticated person."""
+        return self._decide(
+            approval, _by_link(source_ip), approve, reason, arguments, may_edit=self.link_edits
+        )
 
     def _decide(
-        self, approval: Approval, by: str, approve: bool, reason: str | None, arguments: str | None
+        self,
+        approval: Approval,
+        by: str,
+        approve: bool,
+        reason: str | None,
+        arguments: str | None,
+        *,
+        may_edit: bool = True,
     ) -> Approval:
         approval_id = approval.approval_id
         if approval.kind is not ApprovalKind.APPROVAL:
@@ -247,6 +264,8 @@ class ApprovalService:
                 else f"POST /runs/{approval.run_id}/calls/{approval.seq}/result"
             )
             raise WrongKindError(f"{approval_id} waits for an answer, not a decision: {how}")
+        if approve and arguments is not None and not may_edit:
+            self._refuse_edit(approval, arguments)
         run = self._still_open(approval)
         edited: EditedArguments | None = None
         if approve and arguments is not None:
@@ -277,6 +296,16 @@ class ApprovalService:
             return current
         self._deliver(decided, first=True)
         return decided
+
+    def _refuse_edit(self, approval: Approval, arguments: str) -> None:
+        """Raise `LinkEditsOffError` unless `arguments` are the model's after all (any spelling):
+        checked before anything else, so the refusal is the same whatever the call's state."""
+        try:
+            same = self._edited(approval, self._runs.get_run(approval.run_id), arguments) is None
+        except InvalidEditError:
+            same = False  # not even arguments the tool takes: certainly not the model's
+        if not same:
+            raise LinkEditsOffError(approval.approval_id)
 
     def _redeliver(self, current: Approval) -> None:
         """The same decision again: tell the task again only if it may not have heard it, so a
@@ -608,8 +637,9 @@ def _arguments(arguments: str) -> dict[str, Any]:
 
 
 def _by_link(source_ip: str | None) -> str:
-    """Who decided or answered through a signed link: no IAM principal, the link from where."""
-    return f"signed link ({source_ip or 'unknown address'})"
+    """Who decided or answered through a signed link: no principal, whoever held the link, from
+    where (the request's source address as API Gateway saw it)."""
+    return f"{LINK_DECIDER} ({source_ip or 'unknown address'})"
 
 
 def _cut(text: str) -> str:
