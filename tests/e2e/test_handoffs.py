@@ -69,7 +69,14 @@ def test_the_run_events_name_both_agents(pipeline: Pipeline) -> None:
     )
     assert handed["agent"] == "triage" and handed["run_id"] == run_id
     assert body["run"]["handoffs"] == [
-        {"turn": 1, "kind": "transfer", "from_agent": "triage", "to_agent": "assistant"}
+        {
+            "turn": 1,
+            "kind": "transfer",
+            "from_agent": "triage",
+            "to_agent": "assistant",
+            "via": "transfer_to_assistant",
+            "tools": None,
+        }
     ]
     assert [m.get("agent") for m in body["messages"] if m["kind"] == "assistant"] == [
         "triage",

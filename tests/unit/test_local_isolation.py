@@ -63,6 +63,10 @@ def test_a_passthrough_setting_is_read_live_from_the_process(monkeypatch: pytest
         assert os.environ["OPENAI_BASE_URL"] == "http://from-start"
         monkeypatch.setenv("OPENAI_BASE_URL", "http://set-later")
         assert os.environ["OPENAI_BASE_URL"] == "http://set-later"
+        # Undone in here: outside, the value it found (the function's) would land in the
+        # process's environment and point later tests' model at http://from-start.
+        monkeypatch.undo()
+    assert os.environ.get("OPENAI_BASE_URL") != "http://from-start"
 
 
 @pytest.mark.usefixtures("installed")
