@@ -180,6 +180,11 @@ class RunRecord(BaseModel):
     metadata: dict[str, str] | None = None
     created_at: str = Field(default_factory=utc_now)
     updated_at: str = Field(default_factory=utc_now)
+    retain_until: int | None = Field(
+        default=None,
+        description="When the ended run's items and objects expire (epoch seconds: its end plus the "
+        "stack's retention_days); null while it runs.",
+    )
 
 
 class RunSummary(BaseModel):

@@ -57,6 +57,11 @@ class RunRecords(Protocol):
         """Record which execution of the run is current, and the turn it starts after."""
         ...
 
+    def delete_run(self, run_id: str) -> None:
+        """Remove every item and stored object of the run now, its record last (so a delete that
+        dies half-way is finished by the next). The caller checks the run has ended."""
+        ...
+
     def list_runs(
         self,
         caller: str | None,
