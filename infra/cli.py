@@ -1089,7 +1089,15 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentPar
         metavar="JSON",
         help="your answer as a JSON value, for a question with a form (result schema)",
     )
-    for remote in (run_parser, show_parser, approvals_parser, approve_parser, deny_parser, answer_parser):
+    for remote in (
+        run_parser,
+        show_parser,
+        delete_parser,
+        approvals_parser,
+        approve_parser,
+        deny_parser,
+        answer_parser,
+    ):
         _add_api_arguments(remote)
 
     commands.add_parser("agents", help="list the agents and their tools", **options)

@@ -110,6 +110,9 @@ class MemoryHistoryStore:
                 update={"execution": execution, "execution_start_turn": start_turn}
             )
 
+    def expire_ended(self, run_id: str) -> None:
+        pass  # nothing here expires: the record's `retain_until` is all there is
+
     def delete_run(self, run_id: str) -> None:
         with self._lock:
             self.items.pop(run_id, None)

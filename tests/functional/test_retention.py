@@ -224,3 +224,29 @@ def test_a_runs_approvals_expire_and_are_deleted_with_it(
     assert _items(pipeline) == []
     assert pipeline.runtime.api("GET", f"/approvals/{approval['approval_id']}")[0] == 404
     assert pipeline.runtime.api("GET", "/approvals?status=approved")[1]["approvals"] == []
+
+
+def test_an_ending_that_died_while_stamping_is_finished_by_the_next(pipeline: Pipeline) -> None:
+    """The record is ended (and stamped) first; the rest of the run is stamped after. A crash in
+    between leaves items without expiry until the retried step, or any other writer that finds
+    the run ended, stamps them."""
+    from botocore.exceptions import ClientError
+
+    from toolpipe.infra.functions import ORCHESTRATOR
+    from toolpipe.shared.messages import AssistantMessage, RunRecord, RunStatus, UserMessage
+
+    with running_as(pipeline.runtime.functions[ORCHESTRATOR.name]):
+        from toolpipe.functions.orchestrator import handler
+
+        store: Any = handler.service()._store
+        record = RunRecord(run_id="dies-1", agent="tester", status=RunStatus.RUNNING)
+        assert store.create_run(record, UserMessage(seq=1, turn=0, content="hi"))
+        assert store.append("dies-1", AssistantMessage(seq=2, turn=1, content="done"))
+        invalid = error_body("ValidationException", "One or more parameter values were invalid.")
+        with refused(store._table.meta.client, "Query", invalid), pytest.raises(ClientError):
+            store.finish_run("dies-1", RunStatus.SUCCEEDED, output="done")
+        stamps = _stamps(pipeline, "dies-1")
+        assert stamps["RUN#dies-1|META"] is not None and stamps["RUN#dies-1|MSG#000002"] is None
+        assert not store.finish_run("dies-1", RunStatus.FAILED, error="a retry")  # ended: stamps the rest
+    stamps = _stamps(pipeline, "dies-1")
+    assert len(set(stamps.values())) == 1 and None not in stamps.values(), stamps
