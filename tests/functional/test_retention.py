@@ -250,3 +250,16 @@ def test_an_ending_that_died_while_stamping_is_finished_by_the_next(pipeline: Pi
         assert not store.finish_run("dies-1", RunStatus.FAILED, error="a retry")  # ended: stamps the rest
     stamps = _stamps(pipeline, "dies-1")
     assert len(set(stamps.values())) == 1 and None not in stamps.values(), stamps
+
+
+def test_a_deleted_run_stays_deleted_after_the_local_runtime_restarts(tmp_path: Any) -> None:
+    """The local state journal replays deletes too: `toolpipe serve` brings no deleted run back."""
+    from tests.conftest import _pipeline
+
+    for first in _pipeline(state_dir=tmp_path):
+        kept, gone = _long_run(first), _long_run(first)
+        assert first.runtime.api("DELETE", f"/runs/{gone}") == (204, None)
+    for again in _pipeline(state_dir=tmp_path):
+        assert again.runtime.api("GET", f"/runs/{gone}")[0] == 404
+        assert _of_run(again, gone) == [] and _objects(again, gone) == []
+        assert again.runtime.api("GET", f"/runs/{kept}")[0] == 200 and _objects(again, kept)
