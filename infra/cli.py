@@ -117,16 +117,23 @@ def format_item(item: dict[str, Any]) -> list[str]:
         if item["tool_calls"]:
             # A long list comes as its first entries; `truncated` has the whole count.
             count = item.get("truncated", {}).get("tool_calls", len(item["tool_calls"]))
-            lines.append(f"model (turn {item['turn']}): {count} tool call(s)")
+            lines.append(f"{who_answered(item)} (turn {item['turn']}): {count} tool call(s)")
             lines.extend(f"  call {c['name']}({_short(c['arguments'], 200)})" for c in item["tool_calls"])
             if item.get("content"):
                 lines.insert(1, f"  says: {_short(item['content'])}")
         else:
-            lines.append(f"answer: {item.get('content') or ''}")
+            by = f" ({item['agent']})" if item.get("agent") else ""
+            lines.append(f"answer{by}: {item.get('content') or ''}")
         return lines
     mark = "->" if item["status"] == "ok" else "!!"
     took = f" ({item['duration_ms']} ms)" if item.get("duration_ms") is not None else ""
     return [f"  {mark} {item['tool']}: {_short(item['content'])}{took}"]
+
+
+def who_answered(item: dict[str, Any]) -> str:
+    """ "model", or the agent whose turn it was when the history names one (a run may be handed
+    from agent to agent)."""
+    return f"model [{item['agent']}]" if item.get("agent") else "model"
 
 
 @contextlib.contextmanager
@@ -359,6 +366,11 @@ def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     out.write(
         f"run {record['run_id']} · agent {record['agent']} · {record['status']} · created {record['created_at']}\n"
     )
+    for handoff in record.get("handoffs") or []:
+        out.write(
+            f"handoff after turn {handoff['turn']}: {handoff['from_agent']} -> {handoff['to_agent']}"
+            f" ({handoff['kind']})\n"
+        )
     for item in body["messages"]:
         out.write(
             "\n".join(
@@ -560,14 +572,21 @@ def _default_agent() -> str:
 
 def _describe_agents() -> list[dict[str, Any]]:
     """Your app's agents, in the order it defines them (the first is the default)."""
-    from toolpipe.shared.agents import all_agents
+    from toolpipe.shared.agents import all_agents, transfer_specs
 
     return [
         {
             "name": agent.name,
             "model": agent.model,
             "instructions": agent.instructions,
-            "tools": [{"name": t.name, "description": t.description} for t in agent.tools],
+            "tools": [
+                *({"name": t.name, "description": t.description} for t in agent.tools),
+                # The handoffs, as the model sees them: `transfer_to_<agent>` tools.
+                *(
+                    {"name": spec["function"]["name"], "description": spec["function"]["description"]}
+                    for spec in transfer_specs(agent)
+                ),
+            ],
             # Listed at run time (an MCP server): naming them here would mean reaching the server.
             "tool_sources": [source.name for source in agent.tool_sources],
         }

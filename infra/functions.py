@@ -44,7 +44,14 @@ ORCHESTRATOR = FunctionSpec(
     timeout_seconds=limits.ORCHESTRATOR_TIMEOUT_SECONDS,
     # The model step's calls and endings, a child run's answer to its parent's call, and the
     # calls that wait for a person or a program (it stores their approvals).
-    publishes=("ToolCallCompleted", "RunCompleted", "RunFailed", "ApprovalRequested", "ToolCallRequested"),
+    publishes=(
+        "ToolCallCompleted",
+        "RunCompleted",
+        "RunFailed",
+        "RunHandedOff",
+        "ApprovalRequested",
+        "ToolCallRequested",
+    ),
 )
 TOOL_WORKER = FunctionSpec(
     name="tool_worker",

@@ -74,6 +74,7 @@ class ToolPipeline(Construct):
         mcp_header_secrets: Sequence[str] = (),
         triggers: TriggerOptions | None = None,
         approval_emails: Sequence[str] = (),
+        link_edits: bool = False,
         app: str | None = None,
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
@@ -95,7 +96,10 @@ class ToolPipeline(Construct):
         secrets agents' MCP servers read their headers from. `triggers`: the S3 and
         RunRequested triggers' settings and schedules (README "Triggers"). `approval_emails`:
         addresses emailed the link of each call that waits for approval, through an SNS topic
-        (README "Human approval"); none by default. `app`: your module
+        (README "Human approval"); none by default. `link_edits`: whoever holds a call's signed
+        approval link may also approve it with edited arguments; off by default, when only an
+        authenticated caller (the API, `toolpipe approve --arguments`) may (README "The approval
+        link"). `app`: your module
         that defines the agents (default: `[tool.toolpipe] app` of the nearest pyproject.toml);
         its top-level package is bundled with the functions. `packages`: other top-level packages
         of yours that it imports, bundled too. `requirements_lock`: a lock file, with
@@ -142,6 +146,7 @@ class ToolPipeline(Construct):
             model_key=self.model_key,
             model_key_kms_key_arn=model_key_kms_key_arn,
             admin_principal=admin_principal,
+            link_edits=link_edits,
             mcp_header_secrets=mcp_header_secrets,
             app=app,
             packages=packages,
@@ -194,7 +199,9 @@ class ToolPipeline(Construct):
         self.run_events.grant_publish(self.triggers.function, specs.TRIGGERS.publishes)
         # Optional: an email per waiting call, from the ApprovalRequested events on the bus.
         self.approval_emails = (
-            ApprovalEmails(self, "ApprovalEmails", bus=self.run_events.bus, addresses=approvers)
+            ApprovalEmails(
+                self, "ApprovalEmails", bus=self.run_events.bus, addresses=approvers, link_edits=link_edits
+            )
             if approvers
             else None
         )

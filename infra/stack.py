@@ -4,7 +4,8 @@ Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.
 `api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (api_key only),
 `api_gateway_cloudwatch_role` ("true": README "API Gateway's CloudWatch role"),
 `admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `approval_emails`
-(comma-separated addresses, emailed each call that waits for approval), `model_key_secret_arn` (a
+(comma-separated addresses, emailed each call that waits for approval), `link_edits` ("true":
+whoever holds an approval link may also approve with edited arguments), `model_key_secret_arn` (a
 secret's complete ARN, or `none`), `model_key_kms_key_arn`, `tracing` ("false": the
 functions neither trace nor load X-Ray; README "Cold start") and `retention_days` (how long an
 ended run is kept, 30 by default; README "Retention"). `model_name` and
@@ -129,6 +130,10 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     tracing = node.try_get_context("tracing")
     if tracing is not None:
         settings["tracing"] = _flag("tracing", tracing)
+    # `-c link_edits=true`: a signed link may approve with edited arguments (README "The approval link").
+    link_edits = node.try_get_context("link_edits")
+    if link_edits is not None:
+        settings["link_edits"] = _flag("link_edits", link_edits)
     # `-c approval_emails=a@example.com,b@example.com`, or a list in cdk.json.
     emails = parse_addresses(node.try_get_context("approval_emails"))
     if emails:

@@ -65,6 +65,8 @@ class ErrorKind(StrEnum):
     NO_ANSWER = "NoAnswer"
     # The caller's program posted an error for a client-executed call.
     CLIENT_ERROR = "ClientError"
+    # A transfer to another agent that was not made: the reply had already transferred the run.
+    HANDOFF_REFUSED = "HandoffRefused"
 
     @property
     def is_invalid_call(self) -> bool:

@@ -79,8 +79,22 @@ class AssistantMessage(_Item):
     kind: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    # The agent whose turn it was (a run may be handed from agent to agent); None: the run's own.
+    agent: str | None = None
     # What the model call that made it cost, kept so a retried step can still count it.
     usage: Usage | None = None
+
+
+class HandoffAction(BaseModel):
+    """What a call asked of the run besides its result: continue under another agent
+    (`transfer`), or give the turn back to the agent that handed off to this one (`escalate`)."""
+
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["transfer", "escalate"]
+    agent: str | None = Field(default=None, description="The agent a transfer goes to.")
+    # "model": a `transfer_to_<agent>` call (wins over tools' requests in its turn); "tool": a
+    # tool's `context.actions`.
+    by: Literal["model", "tool"] = "tool"
 
 
 class ToolResult(_Item):
@@ -99,6 +113,8 @@ class ToolResult(_Item):
     # What the operator needs and the model was not shown (the "generic" error policy, the
     # Step Functions error of a call that did not complete).
     error_detail: str | None = None
+    # Set when the call handed the run to another agent or escalated (shared/runs/handoffs.py).
+    handoff: HandoffAction | None = None
 
 
 HistoryItem = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="kind")]
@@ -141,6 +157,24 @@ class InputObject(BaseModel):
     answer_key: str
 
 
+class HandoffRecord(BaseModel):
+    """One change of the agent that answers a run, as its record lists them."""
+
+    model_config = ConfigDict(frozen=True)
+    turn: int = Field(description="The turn whose call made the change; the new agent answers from the next.")
+    kind: Literal["transfer", "escalate"]
+    from_agent: str
+    to_agent: str
+    via: str | None = Field(
+        default=None, description="The transfer tool the model called, if it was the model."
+    )
+    tools: list[str] | None = Field(
+        default=None,
+        description="The tools the new agent may use (its tool provider and the caller's allow-list); "
+        "null: all of its tools.",
+    )
+
+
 class RunRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
     run_id: str
@@ -149,6 +183,9 @@ class RunRecord(BaseModel):
     timezone: str = "UTC"
     caller: str | None = None
     tools: list[str] | None = None  # the tools this run may use; None: all the agent's
+    # The caller's own allow-list as sent (`POST /runs {"tools"}`): it narrows every agent the
+    # run is handed to, as `tools` narrows the first.
+    requested_tools: list[str] | None = None
     # MCP server URLs whose tools this run offers besides the agent's (`toolpipe run --mcp`).
     mcp_servers: list[str] | None = None
     parent: ParentCall | None = None
@@ -178,6 +215,9 @@ class RunRecord(BaseModel):
     tree_usage: Usage | None = None
     # The caller's own labels (`POST /runs {"metadata"}`), returned as given.
     metadata: dict[str, str] | None = None
+    # The agent answering now, when a handoff moved the run from `agent` (which started it).
+    active_agent: str | None = None
+    handoffs: list[HandoffRecord] = Field(default_factory=list)
     created_at: str = Field(default_factory=utc_now)
     updated_at: str = Field(default_factory=utc_now)
     retain_until: int | None = Field(
@@ -185,6 +225,10 @@ class RunRecord(BaseModel):
         description="When the ended run's items and objects expire (epoch seconds: its end plus the "
         "stack's retention_days); null while it runs.",
     )
+
+    @property
+    def current_agent(self) -> str:
+        return self.active_agent or self.agent
 
 
 class RunSummary(BaseModel):

@@ -113,15 +113,19 @@ class ApprovalLinkSettings(_EnvSettings):
     """The signed approval link (README "The approval link"): the Secrets Manager secret whose
     value is its HMAC key (the orchestrator signs, the API verifies; unset: no links), and the
     API's base URL with its stage, which the orchestrator makes `ApprovalRequested`'s link under
-    (the API function uses the URL each request came to)."""
+    (the API function uses the URL each request came to). `link_edits`: whether whoever holds a
+    link may also approve with edited arguments (the stack's `-c link_edits=true`); off, editing
+    needs an authenticated approver (the JSON API, `toolpipe approve --arguments`)."""
 
     env_names: ClassVar[dict[str, str]] = {
         "signing_key_secret_arn": "TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN",
         # Not TOOLPIPE_API_URL: that names the deployed API to the CLI (`--api`).
         "api_url": "TOOLPIPE_LINK_BASE_URL",
+        "link_edits": "TOOLPIPE_LINK_EDITS",
     }
     signing_key_secret_arn: str | None = None
     api_url: str | None = None
+    link_edits: bool = False
 
 
 class WorkerSettings(_EnvSettings):

@@ -20,13 +20,16 @@ if TYPE_CHECKING:
         Agent,
         BeforeModel,
         BeforeTool,
+        Handoff,
+        HandoffContext,
         Hooks,
         ModelPrice,
         agent_tool,
+        remove_tool_calls,
     )
     from toolpipe.shared.errors import DefinitionError
     from toolpipe.shared.mcp import McpServer
-    from toolpipe.shared.tools import Param, SchemaError, ToolContext, schema_tool, tool
+    from toolpipe.shared.tools import Param, SchemaError, ToolActions, ToolContext, schema_tool, tool
 
 _WHERE = {
     "AfterModel": "toolpipe.shared.agents",
@@ -34,13 +37,17 @@ _WHERE = {
     "Agent": "toolpipe.shared.agents",
     "BeforeModel": "toolpipe.shared.agents",
     "BeforeTool": "toolpipe.shared.agents",
+    "Handoff": "toolpipe.shared.agents",
+    "HandoffContext": "toolpipe.shared.agents",
     "Hooks": "toolpipe.shared.agents",
     "ModelPrice": "toolpipe.shared.agents",
     "agent_tool": "toolpipe.shared.agents",
+    "remove_tool_calls": "toolpipe.shared.agents",
     "DefinitionError": "toolpipe.shared.errors",
     "McpServer": "toolpipe.shared.mcp",
     "Param": "toolpipe.shared.tools",
     "SchemaError": "toolpipe.shared.tools",
+    "ToolActions": "toolpipe.shared.tools",
     "ToolContext": "toolpipe.shared.tools",
     "schema_tool": "toolpipe.shared.tools",
     "tool": "toolpipe.shared.tools",
@@ -53,13 +60,17 @@ __all__ = [
     "BeforeModel",
     "BeforeTool",
     "DefinitionError",
+    "Handoff",
+    "HandoffContext",
     "Hooks",
     "McpServer",
     "ModelPrice",
     "Param",
     "SchemaError",
+    "ToolActions",
     "ToolContext",
     "agent_tool",
+    "remove_tool_calls",
     "schema_tool",
     "tool",
 ]

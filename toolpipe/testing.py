@@ -44,6 +44,13 @@ class RunResult:
     output: str | None
     error: str | None
     messages: list[dict[str, Any]] = field(default_factory=list)  # the whole history, in order
+    # Who answered: the agents a handoff moved the run to, in order ({turn, kind, from_agent, to_agent}).
+    handoffs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def agents(self) -> list[str]:
+        """The agent of each model reply, in order (a handoff changes it)."""
+        return [str(m.get("agent")) for m in self.messages if m.get("kind") == "assistant"]
 
     @property
     def tool_results(self) -> list[str]:
@@ -157,7 +164,14 @@ class LocalPipeline:
                 runtime.api(*_decision(approval, decide(approval)), caller=LOCAL_CALLER)
         shown = read_run(runtime, run_id)
         run = shown["run"]
-        return RunResult(run_id, run["status"], run.get("output"), run.get("error"), shown["messages"])
+        return RunResult(
+            run_id,
+            run["status"],
+            run.get("output"),
+            run.get("error"),
+            shown["messages"],
+            run.get("handoffs") or [],
+        )
 
     @property
     def runtime(self) -> LocalRuntime:

@@ -579,7 +579,7 @@ def decide(
     summary="Approve a waiting call: it runs, with exactly the arguments shown (or yours)",
     description="Body (optional): ApproveRequest. With `arguments`, the call runs with those instead "
     "of the model's, once they pass the tool's validation (else a 400, nothing decided); the model "
-    "is told. Only the run's caller or the admin principal may decide. The first decision wins; "
+    "is told, and the record keeps who edited them (`decided_by`, the signer). Only the run's caller or the admin principal may decide. The first decision wins; "
     "the same decision again is a retry (200; the waiting task is told again only while the first "
     "delivery is uncertain), another one a 409 that changes nothing.",
     responses=documented(
@@ -683,6 +683,7 @@ def page_request(approval_id: str, form: dict[str, str] | None = None) -> PageRe
         approval_id=approval_id,
         exp=form.get("exp") or query.get("exp"),
         sig=form.get("sig") or query.get("sig"),
+        kid=form.get("kid") or query.get("kid"),
         cookie=csrf_cookie(event.headers.get("cookie")),
         source_ip=source_ip if isinstance(source_ip, str) else None,
         origin=event.headers.get("origin"),
@@ -721,8 +722,8 @@ def page_response(answer: PageAnswer) -> Response[str]:
     "/approvals/<approval_id>/page",
     method=["GET", "HEAD"],
     summary="The approval page (HTML) behind the signed link: shows the call, never decides",
-    description="Query: `exp` and `sig` from the link. No IAM signature or API key: the signature is "
-    "the credential. 403 for a link that is not valid, 410 once expired. Sets the CSRF cookie the "
+    description="Query: `exp`, `kid` and `sig` from the link. No IAM signature or API key: the signature "
+    "is the credential. 403 for a link that is not valid, 410 once expired. Sets the CSRF cookie the "
     "page's forms need.",
 )
 def approval_page(approval_id: str) -> Response[str]:
@@ -733,7 +734,7 @@ def approval_page(approval_id: str) -> Response[str]:
     "/approvals/<approval_id>/page",
     summary="Decide from the approval page, or answer a question page (a form post)",
     description="Form-encoded: `action` (approve, deny or edit), `reason`, `arguments`, `csrf`, and "
-    "the link's `exp` and `sig`; a human-input call's page posts `action` answer with `answer` (free "
+    "the link's `exp`, `kid` and `sig` (`edit` only where the stack turned link edits on: else a 403); a human-input call's page posts `action` answer with `answer` (free "
     "text or JSON) or one `field.<property>` per property of its result schema. Needs the CSRF "
     "cookie the page set and a matching token; a foreign `Origin` is refused. 409 once decided.",
 )
@@ -791,7 +792,8 @@ def openapi_document() -> dict[str, Any]:
         "200": "The page: the call and its forms, or who decided it (GET, HEAD); the decision (POST).",
         "400": "A form that cannot be taken (a blank reason, arguments that fail the tool's checks): "
         "the page again with the error; nothing decided.",
-        "403": "A link that is not valid, a missing or foreign CSRF token, another site's form.",
+        "403": "A link that is not valid, a missing or foreign CSRF token, another site's form; (POST) "
+        "edited arguments where link edits are off.",
         "409": "Already decided (POST): the first decision stands.",
         "410": "The link expired, or the run ended: the call no longer waits.",
         "503": "The signing key cannot be read (nothing changed); or (POST) the run could not be "

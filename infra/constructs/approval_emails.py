@@ -6,8 +6,9 @@ a call to approve, and a human-input tool's question to answer.
   the run, the approval and its link (`callback_url`), and when it expires. Never the
   arguments, nor the question: an email crosses mail systems we do not control, and a question
   may quote what the run read (a customer's data); the page behind the link shows them to
-  whoever holds it. The link is signed, expiring and single use, and never carries the task
-  token (README "Human approval").
+  whoever holds it. The link is signed and expiring, the first decision wins, and it never
+  carries the task token (README "The approval link"). The message says so, and whether the link
+  may edit the arguments (`link_edits`), since anyone the mail reaches holds it.
 - **Encryption**: SNS encrypts the topic with a customer-managed KMS key of its own (rotated
   yearly). Not the AWS-managed `alias/aws/sns`: its key policy cannot be changed, so EventBridge
   could not encrypt what it publishes and every message would be dropped
@@ -76,13 +77,15 @@ def question_message() -> events.RuleTargetInput:
         f"A question from the agent waits for your answer (tool {tool}, run {run_id}, "
         f"question {approval_id}).\n\n"
         f"Open this link to read it and answer: {_field('callback_url')}\n\n"
-        f"The link works once. If nobody answers by {expires_at} (UTC), the agent is told that no "
+        f"Anyone holding this link can answer until it expires at {expires_at} (UTC); the first answer "
+        "wins, and later ones change nothing. If nobody answers by then, the agent is told that no "
         "answer came."
     )
 
 
-def message() -> events.RuleTargetInput:
-    """The email's text, filled in by EventBridge from the `ApprovalRequested` detail."""
+def message(link_edits: bool = False) -> events.RuleTargetInput:
+    """The email's text, filled in by EventBridge from the `ApprovalRequested` detail; what the
+    link can do follows the stack's `link_edits`."""
     # Each name is a field of the detail (tests/infra hold them to docs/events/ApprovalRequested.json);
     # `callback_url` arrives with the approval page (issue 9, item 4).
     tool, run_id, approval_id, expires_at = (
@@ -91,8 +94,15 @@ def message() -> events.RuleTargetInput:
     return events.RuleTargetInput.from_text(
         f"A call to the tool {tool} waits for your approval (run {run_id}, approval {approval_id}).\n\n"
         f"Open this link to see its arguments and approve or deny it: {_field('callback_url')}\n\n"
-        f"The link works once. If nobody decides by {expires_at} (UTC), the call counts as denied "
-        "and is not run."
+        f"Anyone holding this link can decide until it expires at {expires_at} (UTC); the first "
+        "decision wins, here or through the API, and later ones change nothing. "
+        + (
+            "The link can also approve with edited arguments. "
+            if link_edits
+            else "The link approves or denies the arguments as they are; to change them, an "
+            f"authenticated approver runs: toolpipe approve {approval_id} --arguments '...'. "
+        )
+        + "If nobody decides by then, the call counts as denied and is not run."
     )
 
 
@@ -101,7 +111,13 @@ class ApprovalEmails(Construct):
     each `ApprovalRequested` event of `bus` to the topic as a readable message."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, bus: events.IEventBus, addresses: Sequence[str]
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        bus: events.IEventBus,
+        addresses: Sequence[str],
+        link_edits: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
         addresses = parse_addresses(addresses)
@@ -139,7 +155,7 @@ class ApprovalEmails(Construct):
         # One rule per kind, each with its own wording (an input transformer has no conditionals).
         # `kind` is in every ApprovalRequested; a client-executed call publishes another event.
         self.rule = self._rule(
-            "Requested", "a tool call waits for a person's approval", "approval", bus, message()
+            "Requested", "a tool call waits for a person's approval", "approval", bus, message(link_edits)
         )
         self.question_rule = self._rule(
             "QuestionAsked",

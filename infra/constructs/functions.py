@@ -48,6 +48,7 @@ class Functions(Construct):
         model_key: secretsmanager.ISecret | None = None,
         model_key_kms_key_arn: str | None = None,
         admin_principal: str | None = None,
+        link_edits: bool = False,
         mcp_header_secrets: Sequence[str] = (),
         app: str,
         packages: Sequence[str] = (),
@@ -198,8 +199,8 @@ class Functions(Construct):
         self.approval_signing_key = secretsmanager.Secret(
             self,
             "ApprovalSigningKey",
-            description="HMAC key of toolpipe's signed approval links. Replacing it invalidates every "
-            "link not yet used.",
+            description="HMAC key of toolpipe's signed approval links. Rotate it with put-secret-value: "
+            "links signed with the previous version keep working until they expire.",
             generate_secret_string=secretsmanager.SecretStringGenerator(
                 password_length=64, exclude_punctuation=True, include_space=False
             ),
@@ -217,10 +218,9 @@ class Functions(Construct):
         acknowledge(
             self.approval_signing_key,
             id="AwsSolutions-SMG4",
-            reason="No automatic rotation: a rotated key invalidates every approval link still waiting "
-            "in someone's inbox (they are checked against the current key only). Replace it by hand "
-            "when it may have leaked; the people then use `toolpipe approvals` or a new link from "
-            "GET /approvals.",
+            reason="Rotated by hand (put-secret-value), not by a rotation Lambda: the value is a random "
+            "HMAC key with no service to update. The functions verify with the AWSCURRENT and "
+            'AWSPREVIOUS versions and read them again every 5 minutes (README "The approval link").',
         )
         skip_checkov(self.approval_signing_key, "CKV_AWS_149", AWS_MANAGED_SECRET_KEY)
 
@@ -238,6 +238,10 @@ class Functions(Construct):
         # Who may read every run, not only their own (`cdk deploy -c admin_principal=arn:...`).
         if admin_principal:
             self.api.add_environment("TOOLPIPE_ADMIN_PRINCIPAL", admin_principal)
+        # Whoever holds an approval link may also edit the arguments (`-c link_edits=true`); off,
+        # the API refuses an edit from a link (shared/settings.py ApprovalLinkSettings). Always
+        # set, so the template says which, and the local runtime follows it, not the shell's.
+        self.api.add_environment("TOOLPIPE_LINK_EDITS", "true" if link_edits else "false")
         # The secrets agents' MCP servers read their headers from (`McpServer(headers_secret_arn=
         # ...)`). Only agent code names them, so the deployer lists them; each function that
         # lists or calls MCP tools may read them.

@@ -110,7 +110,7 @@ def resume_runs(
     planned: list[RunRecord] = []
     for run in running:
         try:
-            get_agent(run.agent)  # else its next step would fail with a less telling reason
+            get_agent(run.current_agent)  # else its next step would fail with a less telling reason
             store.set_execution(run.run_id, run.execution + 1, run.turn)
             planned.append(run)
         except Exception as e:

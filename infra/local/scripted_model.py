@@ -294,14 +294,16 @@ class DemoResponder:
             return HttpError(
                 400, {"error": {"message": "messages is empty", "type": "invalid_request_error"}}
             )
-        if messages[-1].get("role") == "tool":
+        prompt = self._handed_over(messages)
+        if messages[-1].get("role") == "tool" and prompt is None:
             read = self._file_read(messages)
             if read is None:
                 return Reply(content=self._answer(messages))
             # A file a trigger started the run for: do what it asks, or say what it holds.
             asked = self._calls(read, self._timezone(messages))  # read_input's agent: any tools
             return Reply(tool_calls=asked) if asked else Reply(content=f"The file says: {read.strip()[:500]}")
-        prompt = str(messages[-1].get("content") or "")
+        if prompt is None:
+            prompt = str(messages[-1].get("content") or "")
         if "read_input tool" in prompt:
             return Reply(tool_calls=[("read_input", {})])
         # As a real model does: only the tools the request offers.
@@ -309,12 +311,29 @@ class DemoResponder:
             t.get("function", {}).get("name") for t in request.get("tools") or [] if isinstance(t, dict)
         }
         calls = [c for c in self._calls(prompt, self._timezone(messages)) if c[0] in offered]
+        transfers = sorted(name for name in offered if name and name.startswith("transfer_to_"))
+        if not calls and transfers:
+            # A front-desk agent with none of the tools asked for: hand the request on.
+            return Reply(tool_calls=[(transfers[0], {})])
         if not calls:
             return Reply(
                 content="I am toolpipe's scripted demo model: I call the example assistant's tools "
                 "(square roots, sums, the date and time, alarms). Set OPENAI_BASE_URL for a real model."
             )
         return Reply(tool_calls=calls)
+
+    @staticmethod
+    def _handed_over(messages: list[dict[str, Any]]) -> str | None:
+        """The user's request, when the last reply was a transfer to the agent asked now: it
+        starts on the request, as a real model reads the conversation it was handed."""
+        if messages[-1].get("role") != "tool":
+            return None
+        reply: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "assistant"), {})
+        names = [c["function"]["name"] for c in reply.get("tool_calls") or []]
+        if not any(name.startswith("transfer_to_") for name in names):
+            return None
+        asked: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+        return str(asked.get("content") or "")
 
     @staticmethod
     def _file_read(messages: list[dict[str, Any]]) -> str | None:

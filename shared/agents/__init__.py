@@ -4,6 +4,7 @@ registered in code with `AGENTS[name] = agent`."""
 import dataclasses
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from toolpipe.shared.agents.agent import (
     Agent,
@@ -14,9 +15,10 @@ from toolpipe.shared.agents.agent import (
 )
 from toolpipe.shared.agents.agent_tool import agent_tool
 from toolpipe.shared.agents.app import load_app
+from toolpipe.shared.agents.handoff import Handoff, HandoffContext, remove_tool_calls
 from toolpipe.shared.agents.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
 from toolpipe.shared.errors import ConfigurationError, UnknownAgentError
-from toolpipe.shared.messages import RunRecord
+from toolpipe.shared.messages import AssistantMessage, RunRecord
 
 AGENTS: dict[str, Agent] = {}
 NO_AGENTS = (
@@ -74,10 +76,29 @@ def with_mcp_servers(agent: Agent, urls: Sequence[str] | None) -> Agent:
         return found
 
 
+def transfer_specs(agent: Agent) -> list[dict[str, Any]]:
+    """The agent's `transfer_to_<agent>` tools as the model is offered them, each described by
+    its target (a target not deployed is offered still: the model reads why if it calls it)."""
+    specs = []
+    for handoff in agent.transfers:
+        try:
+            described: str | None = get_agent(handoff.target).summary
+        except UnknownAgentError:
+            described = None
+        specs.append(handoff.spec(described))
+    return specs
+
+
 def run_agent(run: RunRecord) -> Agent:
-    """The agent a run uses: its registered agent, with the run's own MCP servers if any, and
-    `read_input` if an S3 object started it."""
-    return agent_for(run.agent, run.mcp_servers, reads_input=run.input_object is not None)
+    """The agent answering a run now (its own, or the one a handoff moved it to), with the
+    run's own MCP servers if any, and `read_input` if an S3 object started it."""
+    return agent_for(run.current_agent, run.mcp_servers, reads_input=run.input_object is not None)
+
+
+def reply_agent(run: RunRecord, reply: AssistantMessage) -> Agent:
+    """The agent whose reply made a call: its tools and policies are the call's, whichever agent
+    answers the run by the time the call runs or waits."""
+    return agent_for(reply.agent or run.agent, run.mcp_servers, reads_input=run.input_object is not None)
 
 
 def agent_for(name: str, mcp_servers: Sequence[str] | None, *, reads_input: bool) -> Agent:
@@ -98,6 +119,8 @@ __all__ = [
     "Agent",
     "BeforeModel",
     "BeforeTool",
+    "Handoff",
+    "HandoffContext",
     "Hooks",
     "ModelPrice",
     "ToolProvider",
@@ -107,7 +130,10 @@ __all__ = [
     "default_agent_name",
     "execution_events_bound",
     "get_agent",
+    "remove_tool_calls",
+    "reply_agent",
     "run_agent",
+    "transfer_specs",
     "with_mcp_servers",
     "worst_turn_events",
 ]

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from toolpipe.shared.agents.handoff import Handoff, handoffs_of
 from toolpipe.shared.agents.hooks import Hooks
 from toolpipe.shared.errors import DefinitionError
 from toolpipe.shared.messages import NAME_PATTERN
@@ -116,6 +117,11 @@ class Agent:
     # The final answer must be JSON that validates against this model; it is stored as JSON.
     output_type: type[BaseModel] | None = None
     hooks: list[Hooks] = field(default_factory=list)
+    # Agents the model may hand the run to (`transfer_to_<name>` tools): Agents, their names,
+    # or `Handoff(...)` for a tool name, description, input, hook or history filter of its own.
+    handoffs: "list[Agent | str | Handoff]" = field(default_factory=list)
+    # What the agent is for, in a line: the description of the transfer tools that lead to it.
+    description: str | None = None
 
     @property
     def waits(self) -> bool:
@@ -162,8 +168,25 @@ class Agent:
         object.__setattr__(
             self, "registry", ToolRegistry(self.tools, self.tool_timeout_seconds, self.tool_sources)
         )
+        object.__setattr__(
+            self, "transfers", handoffs_of(self.name, self.handoffs, self.registry.static_names)
+        )
 
     registry: ToolRegistry = field(init=False, repr=False, compare=False)
+    transfers: tuple[Handoff, ...] = field(init=False, repr=False, compare=False)
+
+    def transfer_named(self, name: str) -> Handoff | None:
+        """The handoff whose tool the model called `name`, or None (an ordinary tool)."""
+        return next((h for h in self.transfers if h.name == name), None)
+
+    def transfer_to(self, agent: str) -> Handoff | None:
+        """This agent's handoff to `agent`, if it declares one (its history filter applies)."""
+        return next((h for h in self.transfers if h.target == agent), None)
+
+    @property
+    def summary(self) -> str:
+        """What a transfer tool says of this agent: its description, else its instructions' first line."""
+        return self.description or self.instructions.strip().split("\n", 1)[0][:200]
 
     def system_prompt(self, timezone: str) -> str:
         prompt = f"{self.instructions}\n\nThe user's time zone is {timezone}."

@@ -158,9 +158,25 @@ def waiting_child(agents: list[Agent], registry: dict[str, Agent]) -> str | None
     for agent in agents:
         for t in agent.tools:
             target = registry.get(t.child_agent) if t.child_agent else None
-            if target is not None and target.waits:
-                return child_waits(agent.name, t.name, target.name)
+            # The child run may hand itself on: every agent it can reach answers the parent.
+            for reached in reachable(target, registry) if target is not None else []:
+                if reached.waits:
+                    return child_waits(agent.name, t.name, reached.name)
     return None
+
+
+def reachable(agent: Agent, registry: dict[str, Agent]) -> list[Agent]:
+    """`agent` and every agent its handoffs lead to, through theirs (each once; targets not
+    registered are skipped: a transfer to one is refused when the model makes it)."""
+    found: dict[str, Agent] = {agent.name: agent}
+    pending = [agent]
+    while pending:
+        for handoff in pending.pop().transfers:
+            target = registry.get(handoff.target)
+            if target is not None and target.name not in found:
+                found[target.name] = target
+                pending.append(target)
+    return list(found.values())
 
 
 def child_waits(parent: str, tool: str, child: str) -> str:

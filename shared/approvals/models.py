@@ -3,7 +3,7 @@
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from toolpipe.shared.errors import ToolpipeError
 
@@ -42,6 +42,12 @@ MAX_ANSWER_CHARS = 64 * 1024
 QUESTION_CHARS = 2_000
 
 
+# `decided_by` of a decision (or answer) made through the signed link: there is no principal, only
+# whoever held the link, and where from. Records written before it say `signed link (<IP>)`.
+LINK_DECIDER = "signed link holder, not authenticated"
+_LINK_DECIDERS = ("signed link",)
+
+
 class Approval(BaseModel):
     """One call waiting for (or decided by) a person, or, for a deferred tool, for its answer
     (`kind`). Stored as `pk=APPROVAL#<id>`; its task token is a separate item that no view reads."""
@@ -67,7 +73,12 @@ class Approval(BaseModel):
     status: ApprovalStatus
     created_at: str
     expires_at: str = Field(description="When an undecided call stops waiting and counts as denied.")
-    decided_by: str | None = None
+    decided_by: str | None = Field(
+        default=None,
+        description="Who decided (or answered): the principal the API authenticated (IAM: the "
+        f"signer's ARN, a role's session), or `{LINK_DECIDER} (<source IP>)` for the approval page, "
+        "whose signed link anyone holding it may use.",
+    )
     decided_at: str | None = None
     reason: str | None = Field(default=None, description="The person's reason for a denial.")
     kind: ApprovalKind = Field(
@@ -109,6 +120,21 @@ class Approval(BaseModel):
         "denies, or, for a `human` call, takes the answer; null for a `client` call. Only in answers "
         "to the run's caller or the admin, never stored.",
     )
+    agent: str | None = Field(
+        default=None,
+        description="The agent whose call it is (a run handed from agent to agent has several); "
+        "null on approvals stored before it was kept.",
+    )
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="True when `decided_by` is a principal the API authenticated; false when the "
+        "decision came through the signed link (whoever held it); null when nobody decided."
+    )
+    @property
+    def decided_by_authenticated(self) -> bool | None:
+        if self.decided_by is None:
+            return None
+        return not self.decided_by.startswith(_LINK_DECIDERS)
 
     @property
     def link_arguments_sha256(self) -> str:
@@ -243,6 +269,17 @@ class WrongKindError(ToolpipeError):
 class InvalidEditError(ToolpipeError):
     """Edited arguments that cannot be approved (not JSON, not an object, too large, or failing
     the tool's own validation): nothing is decided."""
+
+
+class LinkEditsOffError(ToolpipeError):
+    """Edited arguments from a signed link where link edits are off (a 403): whoever holds a link
+    is not an authenticated person; nothing is decided."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(
+            "editing the arguments needs an authenticated approver: approve or deny them as they "
+            f"are here, or use toolpipe approve {approval_id} --arguments '{{…}}' (the authenticated API)"
+        )
 
 
 class ApprovalNotFoundError(ToolpipeError):

@@ -40,6 +40,7 @@ from toolpipe.shared.approvals.models import (
     DeliveryUncertainError,
     InvalidAnswerError,
     InvalidEditError,
+    LinkEditsOffError,
 )
 from toolpipe.shared.approvals.service import ApprovalService
 
@@ -94,6 +95,7 @@ class PageRequest:
     exp: str | None
     sig: str | None
     cookie: str | None
+    kid: str | None = None
     source_ip: str | None = None
     origin: str | None = None
     host: str | None = None
@@ -157,6 +159,8 @@ class ApprovalPage:
             )
         except InvalidEditError as e:
             return self._again(approval, request, f"Not decided: {e}")
+        except LinkEditsOffError as e:
+            return self._again(approval, request, f"Not decided: {e}", 403)
         except DeliveryFailedError:
             message = "Not decided: the run could not be told; nothing was recorded. Send it again."
             return self._again(approval, request, message, 503)
@@ -187,7 +191,7 @@ class ApprovalPage:
             return _invalid()
         try:
             approval = self._service.record(request.approval_id)
-            links.check(approval, request.exp, request.sig, self._clock())
+            links.check(approval, request.exp, request.sig, self._clock(), request.kid)
         except (ApprovalNotFoundError, LinkInvalidError):
             return _invalid()
         except SigningKeyError as e:
@@ -221,7 +225,7 @@ class ApprovalPage:
         same = "".join(
             f'<input type="hidden" name="{escape(name)}" value="{escape(value)}">'
             for name, value in request.form.items()
-            if name not in ("exp", "sig", "csrf")
+            if name not in ("exp", "kid", "sig", "csrf")
         )
         heading = f"Recorded {error.status.value}; delivery uncertain"
         body = (
@@ -239,6 +243,7 @@ class ApprovalPage:
         rows = [
             ("Tool", approval.tool),
             ("What it does", approval.tool_description or "(no description)"),
+            ("Agent", approval.agent or "(not recorded)"),
             ("Run", approval.run_id),
             ("Request", run_input if run_input is not None else "(not available)"),
             ("Requested by", approval.requester or "(unknown)"),
@@ -269,6 +274,22 @@ class ApprovalPage:
             if error
             else f"<h1>Approve <code>{escape(approval.tool)}</code>?</h1>"
         )
+        if self._service.link_edits:
+            editor = (
+                f'<form method="post">{hidden}<input type="hidden" name="action" value="edit">'
+                '<label for="arguments">Arguments (JSON)</label>'
+                f'<textarea id="arguments" name="arguments" rows="12">{escape(edited if edited is not None else arguments)}</textarea>'
+                '<button type="submit">Approve with these arguments</button></form>'
+            )
+        else:
+            # A link is not a person: whoever holds it (a forwarded mail, a shared inbox) may
+            # approve or deny what the model asked, never change it (README "The approval link").
+            editor = (
+                "<p>To run it with other arguments, an authenticated approver uses "
+                f"<code>toolpipe approve {escape(approval.approval_id)} --arguments '{{…}}'</code> "
+                "(or the API's <code>POST /approvals/{id}/approve</code>): this link approves or "
+                "denies the arguments above as they are.</p>"
+            )
         body = (
             heading
             + self._facts(approval)
@@ -278,19 +299,17 @@ class ApprovalPage:
             + f'<form method="post">{hidden}<input type="hidden" name="action" value="deny">'
             f'<label for="reason">Reason</label><textarea id="reason" name="reason" rows="3" '
             f'maxlength="{MAX_REASON_CHARS}" required>{escape(typed)}</textarea>'
-            '<button type="submit">Deny</button></form>'
-            + f'<form method="post">{hidden}<input type="hidden" name="action" value="edit">'
-            '<label for="arguments">Arguments (JSON)</label>'
-            f'<textarea id="arguments" name="arguments" rows="12">{escape(edited if edited is not None else arguments)}</textarea>'
-            '<button type="submit">Approve with these arguments</button></form>'
+            '<button type="submit">Deny</button></form>' + editor
         )
         return _document(f"Approve {approval.tool}?", body)
 
     def _hidden(self, approval: Approval, request: PageRequest, cookie: str) -> str:
-        """What every form of the page posts back: the link's `exp` and `sig`, the CSRF token."""
+        """What every form of the page posts back: the link's `exp`, `kid` and `sig`, the CSRF
+        token."""
         token = self._links().csrf_token(approval.approval_id, cookie)
         return (
             f'<input type="hidden" name="exp" value="{escape(request.exp or "")}">'
+            f'<input type="hidden" name="kid" value="{escape(request.kid or "")}">'
             f'<input type="hidden" name="sig" value="{escape(request.sig or "")}">'
             f'<input type="hidden" name="csrf" value="{escape(token)}">'
         )
@@ -350,7 +369,7 @@ class ApprovalPage:
 
     def _answered_page(self, approval: Approval, title: str | None) -> str:
         """A question no longer open: the answer (its first 500 characters), or why none was
-        taken; no form (a link works once)."""
+        taken; no form (the first answer won)."""
         heading = title or f"{approval.status.value.capitalize()}: question from the agent"
         body = f"<h1>{escape(heading)}</h1><pre>{escape(self._question(approval))}</pre>"
         body += self._facts(approval)
@@ -359,7 +378,7 @@ class ApprovalPage:
         return _document(heading, body)
 
     def _decided_page(self, approval: Approval, title: str | None) -> str:
-        """A decided approval: who decided and when, and no forms (a link works once)."""
+        """A decided approval: who decided and when, and no forms (the first decision won)."""
         heading = title or f"{approval.status.value.capitalize()}: {approval.tool}"
         body = f"<h1>{escape(heading)}</h1>" + f"<p>Tool <code>{escape(approval.tool)}</code></p>"
         body += self._facts(approval)

@@ -9,12 +9,13 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from toolpipe.shared.agents import run_agent
+from toolpipe.shared.agents import Agent, agent_for
 from toolpipe.shared.approvals.answers import answer_content, question_of
 from toolpipe.shared.approvals.hashing import arguments_hash, canonical_json, tool_hash
 from toolpipe.shared.approvals.links import ApprovalLinks, SigningKeyError
 from toolpipe.shared.approvals.models import (
     ARGUMENTS_PREVIEW_CHARS,
+    LINK_DECIDER,
     MAX_EDITED_ARGUMENTS_BYTES,
     Approval,
     ApprovalAlreadyDecidedError,
@@ -26,6 +27,7 @@ from toolpipe.shared.approvals.models import (
     DeliveryUncertainError,
     EditedArguments,
     InvalidEditError,
+    LinkEditsOffError,
     ResultRequest,
     WrongKindError,
 )
@@ -103,9 +105,12 @@ class ApprovalService:
         events: EventPublisher = NO_EVENTS,
         links: ApprovalLinks | None = None,
         api_url: str | None = None,
+        link_edits: bool = False,
     ) -> None:
         """`links`: signs approval links (None: no link is made or accepted). `api_url`: the
-        API's base URL the link of `ApprovalRequested` is made under (None: the event has none)."""
+        API's base URL the link of `ApprovalRequested` is made under (None: the event has none).
+        `link_edits`: a link may approve with edited arguments too (else only an authenticated
+        caller may, through `decide`)."""
         self._approvals = approvals
         self._runs = runs
         self._tasks = tasks
@@ -114,6 +119,7 @@ class ApprovalService:
         self._events = events
         self.links = links
         self._api_url = api_url
+        self.link_edits = link_edits
 
     # --- the waiting task ---------------------------------------------------------------
 
@@ -127,7 +133,7 @@ class ApprovalService:
             raise ValueError(f"message_seq {request.message_seq} and seq {request.seq} name no call")
         call = reply.tool_calls[index]
         try:
-            tool: Tool | None = run_agent(run).registry.get(call.name)
+            tool: Tool | None = _agent_of(run, reply.agent).registry.get(call.name)
         except UnknownToolError:
             tool = None
         kind = ApprovalKind(request.kind)
@@ -148,6 +154,7 @@ class ApprovalService:
             turn=reply.turn,
             call_id=call.id,
             tool=call.name,
+            agent=reply.agent or run.agent,
             tool_description="" if tool is None else tool.description,
             arguments_sha256=arguments_hash(call.arguments),
             arguments_preview=_preview(call.arguments),
@@ -231,12 +238,23 @@ class ApprovalService:
         reason: str | None = None,
         arguments: str | None = None,
     ) -> Approval:
-        """As `decide`, for a person holding the approval's signed link (checked by the caller):
-        no IAM principal, so the decision is recorded as made by the link, from where."""
-        return self._decide(approval, _by_link(source_ip), approve, reason, arguments)
+        """As `decide`, for whoever holds the approval's signed link (checked by the caller): no
+        principal, so the decision is recorded as made by the link, from where. Arguments that
+        differ from the model's raise `LinkEditsOffError` (nothing decided) unless link edits
+        are on: a link is not an authenticated person."""
+        return self._decide(
+            approval, _by_link(source_ip), approve, reason, arguments, may_edit=self.link_edits
+        )
 
     def _decide(
-        self, approval: Approval, by: str, approve: bool, reason: str | None, arguments: str | None
+        self,
+        approval: Approval,
+        by: str,
+        approve: bool,
+        reason: str | None,
+        arguments: str | None,
+        *,
+        may_edit: bool = True,
     ) -> Approval:
         approval_id = approval.approval_id
         if approval.kind is not ApprovalKind.APPROVAL:
@@ -246,6 +264,8 @@ class ApprovalService:
                 else f"POST /runs/{approval.run_id}/calls/{approval.seq}/result"
             )
             raise WrongKindError(f"{approval_id} waits for an answer, not a decision: {how}")
+        if approve and arguments is not None and not may_edit:
+            self._refuse_edit(approval, arguments)
         run = self._still_open(approval)
         edited: EditedArguments | None = None
         if approve and arguments is not None:
@@ -276,6 +296,16 @@ class ApprovalService:
             return current
         self._deliver(decided, first=True)
         return decided
+
+    def _refuse_edit(self, approval: Approval, arguments: str) -> None:
+        """Raise `LinkEditsOffError` unless `arguments` are the model's after all (any spelling):
+        checked before anything else, so the refusal is the same whatever the call's state."""
+        try:
+            same = self._edited(approval, self._runs.get_run(approval.run_id), arguments) is None
+        except InvalidEditError:
+            same = False  # not even arguments the tool takes: certainly not the model's
+        if not same:
+            raise LinkEditsOffError(approval.approval_id)
 
     def _redeliver(self, current: Approval) -> None:
         """The same decision again: tell the task again only if it may not have heard it, so a
@@ -421,12 +451,12 @@ class ApprovalService:
     ) -> ToolResult:
         """The answer as the call's result, cut to the agent's `max_result_chars` for the model
         (the whole in S3) exactly as a worker's result is."""
-        agent = run_agent(run)
+        agent = _agent_of(run, approval.agent)
         outcome = Execution(content, "ok" if error is None else "error", 0, error)
         call = self.call_of(approval) if agent.hooks else None
         if call is not None:
             # The worker runs after_tool on every result it writes; an answer is this call's.
-            context = ToolContext(run_id=run.run_id, agent=run.agent, call_id=call.id, caller=run.caller)
+            context = ToolContext(run_id=run.run_id, agent=agent.name, call_id=call.id, caller=run.caller)
             outcome = after_hooks(agent, call, outcome, context)
         shown, ref, chars = fit_for_model(self._runs, agent, run.run_id, approval.seq, outcome.content)
         return ToolResult(
@@ -458,7 +488,7 @@ class ApprovalService:
         if approval.tool_sha256 is None:
             return False
         try:
-            tool = run_agent(run).registry.get(approval.tool)
+            tool = _agent_of(run, approval.agent).registry.get(approval.tool)
         except UnknownToolError:
             return True
         return tool_hash(tool) != approval.tool_sha256
@@ -502,7 +532,7 @@ class ApprovalService:
                 "the arguments hold text that is not valid Unicode (a lone surrogate)"
             ) from None
         try:
-            tool = run_agent(run).registry.get(approval.tool)
+            tool = _agent_of(run, approval.agent).registry.get(approval.tool)
             parsed = tool.parse_arguments(canonical)
         except ModelVisibleError as e:
             raise InvalidEditError(_one_line(str(e))) from e
@@ -607,8 +637,9 @@ def _arguments(arguments: str) -> dict[str, Any]:
 
 
 def _by_link(source_ip: str | None) -> str:
-    """Who decided or answered through a signed link: no IAM principal, the link from where."""
-    return f"signed link ({source_ip or 'unknown address'})"
+    """Who decided or answered through a signed link: no principal, whoever held the link, from
+    where (the request's source address as API Gateway saw it)."""
+    return f"{LINK_DECIDER} ({source_ip or 'unknown address'})"
 
 
 def _cut(text: str) -> str:
@@ -633,3 +664,8 @@ def _preview(arguments: str) -> str:
     except (ValueError, RecursionError):
         text = arguments
     return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"
+
+
+def _agent_of(run: RunRecord, agent: str | None) -> Agent:
+    """The agent whose call it is (`agent`, recorded with the call), else the run's own."""
+    return agent_for(agent or run.agent, run.mcp_servers, reads_input=run.input_object is not None)

@@ -19,7 +19,16 @@ from toolpipe.shared.history.ports import (
 )
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS, retain_until, run_prefix
 from toolpipe.shared.history.store import bounded, caller_index_keys, check_cursor
-from toolpipe.shared.messages import HistoryItem, RunRecord, RunStatus, RunSummary, ToolResult, Usage
+from toolpipe.shared.messages import (
+    HandoffRecord,
+    HistoryItem,
+    RunRecord,
+    RunStatus,
+    RunSummary,
+    ToolResult,
+    Usage,
+    utc_now,
+)
 
 
 @dataclass
@@ -124,6 +133,16 @@ class MemoryHistoryStore:
             for name in [k for k in self.objects if k.startswith(run_prefix(run_id))]:
                 del self.objects[name]
             self.runs.pop(run_id, None)
+
+    def record_handoffs(self, run_id: str, handoffs: list[HandoffRecord], active: str, known: int) -> bool:
+        with self._lock:
+            run = self.get_run(run_id)
+            if run.status is not RunStatus.RUNNING or len(run.handoffs) != known:
+                return False
+            self.runs[run_id] = run.model_copy(
+                update={"active_agent": active, "handoffs": list(handoffs), "updated_at": utc_now()}
+            )
+            return True
 
     def list_runs(
         self,

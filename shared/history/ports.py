@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from toolpipe.shared.messages import HistoryItem, RunRecord, RunStatus, RunSummary, ToolResult, Usage
+from toolpipe.shared.messages import (
+    HandoffRecord,
+    HistoryItem,
+    RunRecord,
+    RunStatus,
+    RunSummary,
+    ToolResult,
+    Usage,
+)
 
 # Answers longer than this stay in the run record only as their beginning; the whole answer
 # goes to S3. DynamoDB items stop at 400 KB, and the record also holds the error and usage.
@@ -66,6 +74,12 @@ class RunRecords(Protocol):
     def delete_run(self, run_id: str) -> None:
         """Remove every item and stored object of the run now, its record last (so a delete that
         dies half-way is finished by the next). The caller checks the run has ended."""
+        ...
+
+    def record_handoffs(self, run_id: str, handoffs: list[HandoffRecord], active: str, known: int) -> bool:
+        """Bring the record's agents up to date: the run's handoffs so far and the agent answering
+        now, if the record still lists `known` handoffs and the run is running. False (nothing
+        changed) when another step got there first."""
         ...
 
     def list_runs(

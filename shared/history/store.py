@@ -32,6 +32,7 @@ from toolpipe.shared.history.ports import (
 )
 from toolpipe.shared.messages import (
     HISTORY_ITEM,
+    HandoffRecord,
     HistoryItem,
     RunRecord,
     RunStatus,
@@ -423,6 +424,30 @@ class DynamoHistoryStore:
             ExpressionAttributeNames={"#execution": "execution"},
             ExpressionAttributeValues={":n": execution, ":t": start_turn},
         )
+
+    def record_handoffs(self, run_id: str, handoffs: list[HandoffRecord], active: str, known: int) -> bool:
+        listed = "size(handoffs) = :known"
+        if known == 0:
+            listed = f"(attribute_not_exists(handoffs) OR {listed})"
+        try:
+            self._table.update_item(
+                Key={"pk": _pk(run_id), "sk": "META"},
+                UpdateExpression="SET active_agent = :active, handoffs = :handoffs, updated_at = :now",
+                ConditionExpression=f"#status = :running AND {listed}",
+                ExpressionAttributeNames={"#status": "status"},
+                ExpressionAttributeValues={
+                    ":active": active,
+                    ":handoffs": [h.model_dump() for h in handoffs],
+                    ":known": known,
+                    ":running": RunStatus.RUNNING.value,
+                    ":now": utc_now(),
+                },
+            )
+        except ClientError as e:
+            if not lost_race(e):
+                raise
+            return False
+        return True
 
     def list_runs(
         self,

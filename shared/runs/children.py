@@ -86,9 +86,12 @@ def child_runs(store: HistoryStore, run: RunRecord) -> Iterator[RunRecord]:
     """The child runs this run started: one per agent-tool call, named by the call's slot."""
     try:
         # The agent's own tools only: agent tools are never listed from a source (no MCP call).
+        # Every agent that answered the run (a handoff moves it): any may have made the call.
+        agents = {run.agent, *(h.to_agent for h in run.handoffs)}
         agent_tools: set[str] | None = {
             name
-            for t in get_agent(run.agent).tools
+            for agent in agents
+            for t in get_agent(agent).tools
             if t.child_agent
             for name in (t.name, t.source_name)
             if name
@@ -134,7 +137,7 @@ def answer_parent(
     content = (output or "") if ok else f"Error: the '{run.agent}' agent stopped ({status.value}): {error}"
     # The parent's model reads the child's answer as any tool result: bounded by its agent.
     parent_run = store.get_run(parent.run_id)
-    parent_agent = get_agent(parent_run.agent)
+    parent_agent = get_agent(parent_run.current_agent)  # the call's: the run moves on only after it
     content, ref, chars = fit_for_model(store, parent_agent, parent.run_id, parent.seq, content)
     result = ToolResult(
         seq=parent.seq,

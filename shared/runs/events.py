@@ -26,7 +26,7 @@ from pydantic_core import CoreSchema
 
 from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.history.ports import RunRecords
-from toolpipe.shared.messages import RunRecord, RunStatus, ToolResult, Usage
+from toolpipe.shared.messages import HandoffRecord, RunRecord, RunStatus, ToolResult, Usage, utc_now
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
@@ -140,6 +140,19 @@ class RunCancelled(_RunEnded):
     status: Literal["cancelled"] = "cancelled"
 
 
+class RunHandedOff(RunEvent):
+    """The run goes on under another agent from its next turn: the model called a
+    `transfer_to_<agent>` tool or a tool asked for a transfer (`transfer`), or a tool gave the
+    run back to the agent that handed off to the one answering (`escalate`). Published once per
+    change, by the step that recorded it. `agent` stays the agent that started the run."""
+
+    kind: Literal["transfer", "escalate"]
+    from_agent: str = Field(description="The agent that answered until now.")
+    to_agent: str = Field(description="The agent that answers from the next turn.")
+    turn: int = Field(ge=0, description="The model turn whose call made the change.")
+    handed_off_at: str = _time("When the change was recorded")
+
+
 class ApprovalRequested(RunEvent):
     """A tool call waits for a person's decision (`requires_approval`): approve or deny it with
     `POST /approvals/{approval_id}/approve` or `/deny`; or, `kind` `human`, for a person's
@@ -215,6 +228,7 @@ DETAIL_TYPES: tuple[type[RunEvent], ...] = (
     RunCompleted,
     RunFailed,
     RunCancelled,
+    RunHandedOff,
     ApprovalRequested,
     ToolCallRequested,
 )
@@ -301,6 +315,18 @@ class EventPublisher:
 
     def tool_call_completed(self, run: RunRecord, result: ToolResult) -> None:
         self.publish(lambda: tool_call_completed(run, result))
+
+    def run_handed_off(self, run: RunRecord, handoff: HandoffRecord) -> None:
+        self.publish(
+            lambda: RunHandedOff(
+                **_about(run),
+                kind=handoff.kind,
+                from_agent=handoff.from_agent,
+                to_agent=handoff.to_agent,
+                turn=handoff.turn,
+                handed_off_at=utc_now(),
+            )
+        )
 
     def approval_requested(
         self, run: RunRecord, approval: "Approval", callback_url: str | None = None

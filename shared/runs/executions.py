@@ -6,7 +6,8 @@ refused by Step Functions. A long run continues in fresh executions (each with i
 `--`, so the run id is everything before the last one.
 """
 
-from toolpipe.shared.agents import Agent, execution_events_bound, worst_turn_events
+from toolpipe.shared.agents import Agent, execution_events_bound, get_agent, worst_turn_events
+from toolpipe.shared.errors import UnknownAgentError
 from toolpipe.shared.messages import AssistantMessage, HistoryItem, RunRecord
 from toolpipe.shared.settings import ExecutionBudget
 
@@ -44,16 +45,31 @@ def execution_number(name: str) -> int:
 
 
 def needs_fresh_execution(run: RunRecord, agent: Agent, history: list[HistoryItem]) -> bool:
-    """True when one more worst-case turn might not fit in this execution's event budget.
-    Every turn this execution ran is counted at its worst (all retries, every call failing
-    through its Catch), so the decision holds whatever the history really holds."""
-    turn_calls = [
-        min(len(i.tool_calls), agent.max_calls_per_turn)
-        for i in history
-        if isinstance(i, AssistantMessage) and i.turn > run.execution_start_turn
-    ]
+    """True when one more worst-case turn (of `agent`, answering next) might not fit in this
+    execution's event budget. Every turn this execution ran is counted at its worst (all
+    retries, every call failing through its Catch), so the decision holds whatever the history
+    really holds; turns of other agents (a handoff) by their own limits."""
+    replies = [i for i in history if isinstance(i, AssistantMessage) and i.turn > run.execution_start_turn]
+    agents = {
+        name: agent if name == agent.name else _known(name)
+        for name in {i.agent or run.agent for i in replies}
+    }
+    turn_calls = [_dispatched(agents[i.agent or run.agent], len(i.tool_calls)) for i in replies]
     # Calls that may wait for a person (or a deferred answer) write more events (shared/agents/agent.py).
-    bound = execution_events_bound(turn_calls, agent.waits) + worst_turn_events(
+    gated = agent.waits or any(a is None or a.waits for a in agents.values())
+    bound = execution_events_bound(turn_calls, gated) + worst_turn_events(
         agent.max_calls_per_turn, agent.waits
     )
     return bool(turn_calls) and bound > ExecutionBudget.from_env().event_budget
+
+
+def _known(name: str) -> Agent | None:
+    try:
+        return get_agent(name)
+    except UnknownAgentError:
+        return None  # removed by a deploy: its turns counted at their worst
+
+
+def _dispatched(agent: Agent | None, calls: int) -> int:
+    """The most calls of a reply that were dispatched: past its agent's limit, none were."""
+    return calls if agent is None else min(calls, agent.max_calls_per_turn)

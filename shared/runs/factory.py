@@ -117,11 +117,13 @@ def build_approval_service(
         admin_principal,
         timeout_seconds=timeouts.approval_timeout_seconds,
         events=build_events(events),
-        # The key is read at the first link made or checked, once: not at cold start.
+        # The key is read at the first link made or checked, not at cold start; again after
+        # its max age (a rotation).
         links=ApprovalLinks(SecretSigningKey(links.signing_key_secret_arn))
         if links.signing_key_secret_arn
         else None,
         api_url=links.api_url,
+        link_edits=links.link_edits,
     )
 
 

@@ -10,12 +10,25 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from toolpipe.shared.agents import AfterModel, Agent, BeforeModel, get_agent, run_agent
+from toolpipe.shared.agents import (
+    AfterModel,
+    Agent,
+    BeforeModel,
+    Handoff,
+    HandoffContext,
+    agent_for,
+    get_agent,
+    reply_agent,
+    run_agent,
+    transfer_specs,
+)
 from toolpipe.shared.errors import (
     ErrorKind,
     ModelVisibleError,
     ToolNotAllowedError,
     TooManyCallsError,
+    UnknownAgentError,
+    describe_exception,
     describe_validation_error,
 )
 from toolpipe.shared.history import HistoryStore
@@ -25,6 +38,8 @@ from toolpipe.shared.messages import (
     Decision,
     DecisionStatus,
     FailRequest,
+    HandoffAction,
+    HandoffRecord,
     HistoryItem,
     RunRecord,
     RunStatus,
@@ -39,6 +54,7 @@ from toolpipe.shared.runs import children
 from toolpipe.shared.runs.calls import assign_call_ids, result_slot
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.executions import execution_number, needs_fresh_execution
+from toolpipe.shared.runs.handoffs import Chain, allowed_tools, filtered_history, follow, transfer_refusal
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.rules import (
     budget_reached,
@@ -49,6 +65,7 @@ from toolpipe.shared.runs.rules import (
     tool_failure,
     tree_budget_reached,
 )
+from toolpipe.shared.runs.starter import tools_for
 from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.runs.triggers import AnswerWriter
 from toolpipe.shared.settings import CallTimeouts
@@ -71,6 +88,8 @@ class _Step:
     history: list[HistoryItem]
     # The tree's totals as last read or counted (a root run's come with its record); None: read them.
     tree: Usage | None = None
+    # The agents the history has answered with (see shared/runs/handoffs.py), once followed.
+    chain: Chain | None = None
 
     @property
     def last_reply(self) -> AssistantMessage | None:
@@ -128,7 +147,11 @@ class ModelStep:
             # the next one runs (starting it again does nothing), and end this one.
             self._starters(request.state_machine_arn).start(run.run_id, run.execution)
             return Decision(status=DecisionStatus.CONTINUED, turn=run.turn)
-        step = _Step(run, run_agent(run), self._store.load_history(run.run_id), run.tree_usage)
+        history = self._store.load_history(run.run_id)
+        last = next((i for i in reversed(history) if isinstance(i, AssistantMessage)), None)
+        # A stored reply is decided and settled by the agent that made it; the next model call is
+        # the agent's the history hands the run to (`_hand_over`).
+        step = _Step(run, run_agent(run) if last is None else reply_agent(run, last), history, run.tree_usage)
         children.heartbeat_parent(self._store, self._reporter, run)
         reply = step.last_reply
         if reply is not None:
@@ -140,12 +163,16 @@ class ModelStep:
             ended = self._settle_turn(step, reply, request)
             if ended is not None:
                 return ended
+        ended = self._hand_over(step)
+        if ended is not None:
+            return ended
         ended = self._check_budgets(step)
         if ended is not None:
             return ended
         if request.state_machine_arn and needs_fresh_execution(step.run, step.agent, step.history):
             return self._continue_in_fresh_execution(step, self._starters(request.state_machine_arn))
-        return self._decide(step, self._ask_model(step, deadline))
+        asked = self._ask_model(step, deadline)
+        return asked if isinstance(asked, Decision) else self._decide(step, asked)
 
     # --- phases -----------------------------------------------------------------------------
 
@@ -179,6 +206,63 @@ class ModelStep:
             return self._end(step.run, RunStatus.SUCCEEDED, DecisionStatus.FINAL, output=output)
         return None
 
+    def _hand_over(self, step: _Step) -> Decision | None:
+        """The agent the history says answers next: a transfer or an escalate in the turn just
+        settled moves the run; the record and the run events follow, once."""
+        run = step.run
+        chain = step.chain = follow(run.agent, step.history)
+        if chain.ended_by is not None:
+            return self._escalated_out(step, chain.ended_by)
+        known = len(run.handoffs)
+        if len(chain.handoffs) > known:
+            # The changes recorded already keep what was recorded (their tool sets); the new
+            # ones get the tool set of the agent they move to.
+            handoffs = [*run.handoffs, *(self._with_tools(step, h) for h in chain.handoffs[known:])]
+            if self._store.record_handoffs(run.run_id, handoffs, chain.active, known):
+                for handoff in handoffs[known:]:
+                    self._events.run_handed_off(run, handoff)
+            step.run = run.model_copy(update={"active_agent": chain.active, "handoffs": handoffs})
+        if chain.active != step.agent.name:
+            try:
+                step.agent = agent_for(
+                    chain.active, run.mcp_servers, reads_input=run.input_object is not None
+                )
+            except UnknownAgentError:
+                error = f"the run was handed to the agent '{chain.active}', which is no longer deployed"
+                return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=error)
+        return None
+
+    def _escalated_out(self, step: _Step, result: ToolResult) -> Decision:
+        """An escalate with no agent to return to: the run ends with that call's result, which
+        must be the agent's `output_type` JSON when it has one, as any answer of it."""
+        text = self._store.get_result(result.full_result_ref) if result.full_result_ref else result.content
+        try:
+            output = final_output(step.agent, text)
+        except ValidationError as e:
+            error = (
+                f"the tool '{result.tool}' escalated out of the run, and its result is not the answer "
+                f"the agent must give: {describe_validation_error(e, '(answer)')}"
+            )
+            return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=error)
+        return self._end(step.run, RunStatus.SUCCEEDED, DecisionStatus.FINAL, output=output)
+
+    def _with_tools(self, step: _Step, handoff: HandoffRecord) -> HandoffRecord:
+        """The change with the tools its agent may use: its tool provider's choice for the run's
+        prompt and caller, narrowed by the caller's allow-list (as the first agent's are)."""
+        if handoff.to_agent == step.run.agent:
+            return handoff  # back to the agent that started the run: the run's own set
+        try:
+            agent = get_agent(handoff.to_agent)
+        except UnknownAgentError:
+            return handoff  # the switch fails the run, with a clearer word (below)
+        run = step.run
+        first = step.history[0]
+        prompt = first.content if isinstance(first, UserMessage) else ""
+        tools = tools_for(agent, prompt, run.caller, run.requested_tools)
+        if tools is not None and run.input_object is not None and "read_input" not in tools:
+            tools.append("read_input")  # a triggered run's way to its file is never narrowed away
+        return handoff.model_copy(update={"tools": tools})
+
     def _check_budgets(self, step: _Step) -> Decision | None:
         limit = budget_reached(step.run, step.agent, step.history) or self._tree_limit(step)
         if limit is None:
@@ -189,7 +273,8 @@ class ModelStep:
         """The root agent's budgets over the run's whole tree (itself, when it has no parent)."""
         root_id = step.run.root_run_id or step.run.run_id
         is_child = root_id != step.run.run_id
-        root_agent = get_agent(self._store.get_run(root_id).agent) if is_child else step.agent
+        # The agent answering the root run now: a handoff moves the tree's budgets with it.
+        root_agent = get_agent(self._store.get_run(root_id).current_agent) if is_child else step.agent
         tree = step.tree if step.tree is not None else self._store.tree_usage(root_id)
         return tree_budget_reached(root_agent, tree, is_child, calls_only)
 
@@ -201,13 +286,20 @@ class ModelStep:
         starter.start(step.run.run_id, following)
         return Decision(status=DecisionStatus.CONTINUED, turn=step.run.turn)
 
-    def _ask_model(self, step: _Step, deadline: float) -> AssistantMessage:
+    def _ask_model(self, step: _Step, deadline: float) -> AssistantMessage | Decision:
         run, agent = step.run, step.agent
+        read = self._read_by_agent(step)
+        if isinstance(read, str):
+            return self._end(run, RunStatus.FAILED, DecisionStatus.FAILED, error=read)
+        tools = agent.registry.specs(only=allowed_tools(run, agent.name))
+        offered = transfer_specs(agent)
+        # A transfer's name wins over a tool source's tool of the same name (listed at run time).
+        transfers = {t["function"]["name"] for t in offered}
         before = BeforeModel(
             run_id=run.run_id,
             agent=agent.name,
-            messages=to_openai_messages(agent.system_prompt(run.timezone), step.history),
-            tools=agent.registry.specs(only=run.tools),
+            messages=to_openai_messages(agent.system_prompt(run.timezone), read),
+            tools=[*(t for t in tools if t["function"]["name"] not in transfers), *offered],
         )
         for hooks in agent.hooks:
             hooks.before_model(before)
@@ -222,6 +314,29 @@ class ModelStep:
             hooks.after_model(after)
         return self._store_reply(step, after.reply)
 
+    @staticmethod
+    def _read_by_agent(step: _Step) -> list[HistoryItem] | str:
+        """What the answering agent reads of the history: all of it, unless the transfer that
+        made it answer has a history filter; then that filter's view of the turns before it.
+        A filter that fails: why, in a line (the run cannot go on without it)."""
+        entered = step.chain.entered_by if step.chain is not None else None
+        if entered is None:
+            return step.history
+        try:
+            source = get_agent(entered.from_agent)
+        except UnknownAgentError:
+            return step.history
+        handoff = (source.transfer_named(entered.via) if entered.via else None) or source.transfer_to(
+            entered.to_agent
+        )
+        if handoff is None or handoff.input_filter is None:
+            return step.history
+        before = [i for i in step.history if i.turn < entered.turn]
+        filtered = filtered_history(handoff, before)
+        if isinstance(filtered, str):
+            return f"the input_filter of the handoff {entered.from_agent} -> {entered.to_agent} {filtered}"
+        return [*filtered, *(i for i in step.history if i.turn >= entered.turn)]
+
     def _store_reply(self, step: _Step, reply: ModelReply) -> AssistantMessage:
         run, agent = step.run, step.agent
         seq = max(i.seq for i in step.history) + 1
@@ -235,7 +350,7 @@ class ModelStep:
             tool_calls=len(calls),
         )
         item = AssistantMessage(
-            seq=seq, turn=run.turn + 1, content=reply.content, tool_calls=calls, usage=used
+            seq=seq, turn=run.turn + 1, content=reply.content, tool_calls=calls, usage=used, agent=agent.name
         )
         if not self._store.append(run.run_id, item):
             # Another invocation of this step stored its reply first: act on that one.
@@ -340,16 +455,32 @@ class ModelStep:
         run, agent = step.run, step.agent
         # A step decided again (after a crash, or in a resumed execution) skips calls with results.
         answered = {i.seq for i in step.history if isinstance(i, ToolResult)}
+        transferred = next(
+            (
+                i.handoff.agent
+                for i in step.history
+                if isinstance(i, ToolResult)
+                and i.turn == reply.turn
+                and i.handoff
+                and i.handoff.by == "model"
+            ),
+            None,
+        )
         calls: list[CallRef] = []
         for index, call in enumerate(reply.tool_calls):
             seq = result_slot(reply, index)
             if seq in answered:
                 continue
+            handoff = agent.transfer_named(call.name)
+            if handoff is not None and index < agent.max_calls_per_turn:
+                transferred = self._transfer(step, reply, seq, call, handoff, transferred)
+                continue
             try:
                 if index >= agent.max_calls_per_turn:
                     raise TooManyCallsError(agent.max_calls_per_turn)
                 tool = agent.registry.get(call.name)
-                if run.tools is not None and tool.name not in run.tools:
+                allowed = allowed_tools(run, agent.name)
+                if allowed is not None and tool.name not in allowed:
                     raise ToolNotAllowedError(call.name)
                 arguments = tool.parse_arguments(call.arguments)
             except ModelVisibleError as e:
@@ -365,7 +496,7 @@ class ModelStep:
                 if self._store.append(run.run_id, refused):
                     self._events.tool_call_completed(run, refused)
                 continue
-            context = ToolContext(run_id=run.run_id, agent=run.agent, call_id=call.id, caller=run.caller)
+            context = ToolContext(run_id=run.run_id, agent=agent.name, call_id=call.id, caller=run.caller)
             if tool.deferred is not None and self._hooks_answer(step, reply, seq, call, context):
                 continue
             calls.append(
@@ -382,6 +513,100 @@ class ModelStep:
                 )
             )
         return calls
+
+    def _transfer(
+        self,
+        step: _Step,
+        reply: AssistantMessage,
+        seq: int,
+        call: ToolCall,
+        handoff: Handoff,
+        taken: str | None,
+    ) -> str | None:
+        """The model's `transfer_to_<agent>` call, answered here (never dispatched): its result
+        records the transfer, which the next step makes (`_hand_over`). One per reply. Returns
+        the agent this reply transfers to, if any."""
+        run, target = step.run, handoff.target
+        action: HandoffAction | None = None
+        kind: ErrorKind | None = None
+        if taken is not None:
+            content = (
+                f"Error: not transferred: this reply already transferred the run to '{taken}'; only the "
+                "first transfer counts."
+            )
+            kind = ErrorKind.HANDOFF_REFUSED
+        else:
+            content, kind = self._checked_transfer(step, call, handoff, reply.turn)
+            if kind is None:
+                action = HandoffAction(kind="transfer", agent=target, by="model")
+        result = ToolResult(
+            seq=seq,
+            turn=reply.turn,
+            call_id=call.id,
+            tool=call.name,
+            content=content,
+            status="ok" if kind is None else "error",
+            error_type=kind,
+            handoff=action,
+        )
+        if self._store.append(run.run_id, result):
+            self._events.tool_call_completed(run, result)
+        else:  # written by an earlier try of this step: it stands
+            stored = self._store.get_item(run.run_id, seq)
+            action = stored.handoff if isinstance(stored, ToolResult) else None
+        return taken or (action.agent if action is not None else None)
+
+    @staticmethod
+    def _checked_transfer(
+        step: _Step, call: ToolCall, handoff: Handoff, turn: int
+    ) -> tuple[str, ErrorKind | None]:
+        """The transfer's result text, and an error kind when it is not made: an unknown target,
+        invalid input, or an `on_handoff` that raised."""
+        target = handoff.target
+        try:
+            to = get_agent(target)
+        except UnknownAgentError:
+            return (
+                f"Error: not transferred: no agent named '{target}' is deployed.",
+                ErrorKind.UNKNOWN_AGENT,
+            )
+        refusal = transfer_refusal(step.run, step.agent.name, to)
+        if refusal is not None:
+            return f"Error: not transferred: {refusal}.", ErrorKind.HANDOFF_REFUSED
+        if handoff.input_filter is not None:
+            # Tried now, on what it will see, so a filter that fails refuses the transfer here
+            # instead of stopping the run after it.
+            tried = filtered_history(handoff, [i for i in step.history if i.turn < turn])
+            if isinstance(tried, str):
+                return (
+                    f"Error: not transferred to '{target}': its input_filter {tried}",
+                    ErrorKind.TOOL_FAILED,
+                )
+        given = None
+        if handoff.input_type is not None:
+            try:
+                given = handoff.input_type.model_validate_json(call.arguments or "{}")
+            except ValidationError as e:
+                return (
+                    f"Error: invalid arguments for '{call.name}': {describe_validation_error(e, '(arguments)')}",
+                    ErrorKind.INVALID_ARGUMENTS,
+                )
+        if handoff.on_handoff is not None:
+            context = HandoffContext(
+                run_id=step.run.run_id,
+                from_agent=step.agent.name,
+                to_agent=target,
+                call_id=call.id,
+                caller=step.run.caller,
+            )
+            try:
+                handoff.on_handoff(context, given)
+            except Exception as e:  # the hook's failure is the transfer's, for the model to read
+                return (
+                    f"Error: not transferred to '{target}': on_handoff failed: {describe_exception(e)}",
+                    ErrorKind.TOOL_FAILED,
+                )
+        return f"Transferred to {target}: the {target} agent answers from now on.", None
 
     def _hooks_answer(
         self, step: _Step, reply: AssistantMessage, seq: int, call: ToolCall, context: ToolContext

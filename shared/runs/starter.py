@@ -5,7 +5,8 @@ import json
 import uuid
 from typing import NamedTuple
 
-from toolpipe.shared.agents import Agent, default_agent_name, get_agent, with_mcp_servers
+from toolpipe.shared.agents import AGENTS, Agent, default_agent_name, get_agent, with_mcp_servers
+from toolpipe.shared.agents.app import reachable
 from toolpipe.shared.errors import (
     IdempotencyConflictError,
     UnknownToolsRequestedError,
@@ -95,6 +96,7 @@ class RunStarter:
             timezone=request.timezone,
             caller=caller,
             tools=tools,
+            requested_tools=request.tools,
             mcp_servers=request.mcp_servers or None,
             request_hash=request_hash,
             input_object=input_object,
@@ -131,13 +133,22 @@ class RunStarter:
 
 def run_tools(agent: Agent, request: StartRunRequest, caller: str) -> list[str] | None:
     """The tools a run may use: the agent's, narrowed by its tool provider and by the caller's
-    allow-list. None means all of the agent's tools."""
-    chosen: set[str] | None = None
-    if agent.tool_provider is not None:
-        chosen = set(agent.tool_provider(request.input, caller))
+    allow-list. None means all of the agent's tools. The allow-list may name the tools of the
+    agents the run can be handed to as well; anything else is the caller's error."""
     if request.tools is not None:
-        unknown = sorted(set(request.tools) - set(agent.registry.names))
+        known = {name for reached in reachable(agent, AGENTS) for name in reached.registry.names}
+        unknown = sorted(set(request.tools) - known - set(agent.registry.names))
         if unknown:
             raise UnknownToolsRequestedError(agent.name, unknown)
-        chosen = set(request.tools) if chosen is None else chosen & set(request.tools)
+    return tools_for(agent, request.input, caller, request.tools)
+
+
+def tools_for(agent: Agent, prompt: str, caller: str | None, requested: list[str] | None) -> list[str] | None:
+    """`agent`'s tools for a run of this prompt and caller: narrowed by the agent's tool provider
+    and by the caller's allow-list (`requested`). None means all of them."""
+    chosen: set[str] | None = None
+    if agent.tool_provider is not None:
+        chosen = set(agent.tool_provider(prompt, caller))
+    if requested is not None:
+        chosen = set(requested) if chosen is None else chosen & set(requested)
     return None if chosen is None else [name for name in agent.registry.names if name in chosen]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from toolpipe.shared.agents import Agent, get_agent, run_agent
+from toolpipe.shared.agents import Agent, get_agent, reply_agent
 from toolpipe.shared.agents.app import child_waits
 from toolpipe.shared.approvals.hashing import arguments_hash, tool_hash
 from toolpipe.shared.approvals.models import ApprovalStatus, Gate
@@ -32,6 +32,7 @@ from toolpipe.shared.history import CallRead, Claim, ClaimState, HistoryStore
 from toolpipe.shared.messages import (
     AssistantMessage,
     CallOutcome,
+    HandoffAction,
     RunRecord,
     RunStatus,
     ToolCall,
@@ -41,6 +42,7 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.runs import children
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
+from toolpipe.shared.runs.handoffs import allowed_tools, transfer_refusal
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.results import fit_for_model, unstored_preview
 from toolpipe.shared.runs.tool_hooks import before_hooks
@@ -192,14 +194,14 @@ class ToolCallExecutor:
         gate = call.gate
         request = ToolRunRequest(
             run_id=call.run.run_id,
-            agent=call.run.agent,
+            agent=call.agent.name,
             call=call.call,
             caller=call.run.caller,
             idempotency_key=f"{call.run.run_id}:{message.seq}",
             input_object=call.run.input_object,
             mcp_servers=call.run.mcp_servers,
             state=self._store.load_state(call.run.run_id) if uses_state else None,
-            allowed=call.run.tools,
+            allowed=allowed_tools(call.run, call.agent.name),
             approved=None
             if gate is None
             else ApprovedCall(name=call.call.name, arguments_sha256=gate.arguments_sha256),
@@ -216,7 +218,9 @@ class ToolCallExecutor:
                 ErrorKind.TOOL_FAILED,
             )
             return self._persist(call, too_big, attempt, ({}, []))
-        return self._persist(call, answer.execution(), attempt, (answer.state_set, answer.state_removed))
+        return self._persist(
+            call, answer.execution(), attempt, (answer.state_set, answer.state_removed), answer.handoff
+        )
 
     @staticmethod
     def _load(message: ToolCallMessage, claim: Claim, read: CallRead) -> _Call:
@@ -225,7 +229,7 @@ class ToolCallExecutor:
         if not isinstance(reply, AssistantMessage) or not 0 <= index < len(reply.tool_calls):
             raise ValueError(f"message_seq {message.message_seq} and seq {message.seq} name no call")
         call = reply.tool_calls[index]
-        agent = run_agent(run)
+        agent = reply_agent(run, reply)
         try:
             tool: Tool | None = agent.registry.get(call.name)  # by wire name, or a schema tool's own
         except UnknownToolError:
@@ -251,7 +255,9 @@ class ToolCallExecutor:
         assert call.tool is not None and call.tool.child_agent is not None
         root_id = call.run.root_run_id or call.run.run_id
         root_agent = (
-            call.agent if root_id == call.run.run_id else get_agent(self._store.get_run(root_id).agent)
+            call.agent
+            if root_id == call.run.run_id
+            else get_agent(self._store.get_run(root_id).current_agent)
         )
         refusal = children.depth_refusal(call.run, root_agent)
         if refusal is not None:
@@ -275,7 +281,7 @@ class ToolCallExecutor:
         # An agent tool passes the same `before_tool` hooks as any other: they may block it.
         context = ToolContext(
             run_id=call.run.run_id,
-            agent=call.run.agent,
+            agent=call.agent.name,
             call_id=call.call.id,
             caller=call.run.caller,
             idempotency_key=f"{call.run.run_id}:{call.message.seq}",
@@ -326,10 +332,15 @@ class ToolCallExecutor:
         return None
 
     def _persist(
-        self, call: _Call, execution: Execution, attempt: int, changes: tuple[dict[str, object], list[str]]
+        self,
+        call: _Call,
+        execution: Execution,
+        attempt: int,
+        changes: tuple[dict[str, object], list[str]],
+        handoff: HandoffAction | None = None,
     ) -> ToolResult:
         """Store the outcome before anything else happens; the stored one wins a race."""
-        result = self._to_result(call, execution, attempt)
+        result = self._to_result(call, execution, attempt, handoff)
         for tries in range(1, PERSIST_ATTEMPTS + 1):
             try:
                 if self._store.complete_call(call.run.run_id, result, call.claim.owner, changes):
@@ -348,11 +359,17 @@ class ToolCallExecutor:
             raise CallInProgressError(f"call {call.message.seq} of run {call.run.run_id} was taken over")
         return stored
 
-    def _to_result(self, call: _Call, execution: Execution, attempt: int) -> ToolResult:
+    def _to_result(
+        self, call: _Call, execution: Execution, attempt: int, handoff: HandoffAction | None = None
+    ) -> ToolResult:
         content, detail, ref, chars = text_safe(execution.content), None, None, None
         if call.gate is not None and call.gate.arguments is not None:
             # The model must know its call did not run as it asked: one line before the result.
             content = f"{edited_note(call.gate.arguments)}\n{content}"
+        handoff, refused = _tool_handoff(call, execution, handoff)
+        if refused is not None:
+            # The tool has run: its result stands, and says why the run stays where it is.
+            content = f"{content}\n(Not transferred: {refused}.)"
         if execution.error_type is ErrorKind.TOOL_FAILED and call.agent.on_tool_error == "generic":
             content, detail = f"Error: the tool '{call.call.name}' failed.", content
         else:
@@ -370,6 +387,7 @@ class ToolCallExecutor:
             error_detail=detail,
             full_result_ref=ref,
             full_result_chars=chars,
+            handoff=handoff,
         )
 
     def _fit(self, call: _Call, content: str) -> tuple[str, str | None, int | None]:
@@ -434,6 +452,29 @@ def _hooks_before(
         return call, _HookFailure(Execution(failure, "error", 0, ErrorKind.TOOL_FAILED))
 
 
+def _tool_handoff(
+    call: _Call, execution: Execution, asked: HandoffAction | None
+) -> tuple[HandoffAction | None, str | None]:
+    """What a tool asked of the run through `context.actions`, as this worker honours it (the
+    runner's answer is tool code's: nothing in it is taken on trust): only from a call that
+    succeeded, a transfer only to one of its agent's handoffs; and why not, when not."""
+    if asked is None or execution.status != "ok":
+        return None, None
+    if asked.kind == "escalate":
+        return HandoffAction(kind="escalate"), None
+    target = asked.agent or ""
+    if call.agent.transfer_to(target) is None:
+        return None, f"'{target}' is not one of the handoffs of '{call.agent.name}'"
+    try:
+        to = get_agent(target)
+    except UnknownAgentError:
+        return None, f"no agent named '{target}' is deployed"
+    refusal = transfer_refusal(call.run, call.agent.name, to)
+    if refusal is not None:
+        return None, refusal
+    return HandoffAction(kind="transfer", agent=target), None
+
+
 def edited_note(arguments: str) -> str:
     """The line a result of a call whose arguments a person edited starts with."""
     return f"Note: a person changed the arguments before approving; the call used {arguments}"
@@ -452,7 +493,7 @@ def _approval_refusal(call: _Call) -> Execution | None:
             return not_approved(call.call.name, "its arguments are not the ones approved")
         return _changed_refusal(call.call.name, tool, gate)
     context = ToolContext(
-        run_id=call.run.run_id, agent=call.run.agent, call_id=call.call.id, caller=call.run.caller
+        run_id=call.run.run_id, agent=call.agent.name, call_id=call.call.id, caller=call.run.caller
     )
     return policy_refusal(tool, call.call, context)
 

@@ -8,6 +8,7 @@ answers the waiting task; a tool never sees the token or the ledger.
 """
 
 import json
+import re
 import time
 from typing import Any, Literal, Protocol
 
@@ -22,7 +23,7 @@ from toolpipe.shared.errors import (
     UnknownToolError,
     describe_exception,
 )
-from toolpipe.shared.messages import InputObject, ToolCall
+from toolpipe.shared.messages import NAME_PATTERN, HandoffAction, InputObject, ToolCall
 from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.tools import Execution, RunState, Tool, ToolContext
 from toolpipe.shared.tools.time_limit import Overran, run_with_limit
@@ -73,10 +74,15 @@ class ToolRunResponse(BaseModel):
     state_removed: list[str] = []
     # The content was too long to answer in line: it is at the request's `overflow_key`.
     overflowed: bool = False
+    # What the tool asked of the run (`context.actions`): a transfer or an escalate.
+    handoff: HandoffAction | None = None
 
     @classmethod
     def of(
-        cls, execution: Execution, changes: tuple[dict[str, Any], list[str]] = ({}, [])
+        cls,
+        execution: Execution,
+        changes: tuple[dict[str, Any], list[str]] = ({}, []),
+        handoff: HandoffAction | None = None,
     ) -> "ToolRunResponse":
         return cls(
             content=execution.content,
@@ -85,6 +91,7 @@ class ToolRunResponse(BaseModel):
             error_type=execution.error_type,
             state_set=changes[0],
             state_removed=changes[1],
+            handoff=handoff,
         )
 
     def execution(self) -> Execution:
@@ -159,7 +166,34 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
             ErrorKind.TOOL_FAILED,
         )
         return ToolRunResponse.of(refused)
-    return ToolRunResponse.of(execution, changes)
+    if execution.status != "ok":
+        return ToolRunResponse.of(execution, changes)  # a failed call's request is not honoured
+    try:
+        handoff = requested_handoff(context)
+    except ValueError as e:
+        # The tool has run: its result and state stand, and say why the run stays where it is.
+        noted = Execution(
+            f"{execution.content}\n(Not transferred: the tool {e}.)", "ok", execution.duration_ms
+        )
+        return ToolRunResponse.of(noted, changes)
+    return ToolRunResponse.of(execution, changes, handoff)
+
+
+def requested_handoff(context: ToolContext) -> HandoffAction | None:
+    """What the tool asked through `context.actions`, checked: a transfer wins over an escalate
+    asked in the same call. Raises ValueError for a target that cannot be an agent's name."""
+    try:  # what a tool left there may be anything: read defensively
+        target = getattr(context.actions, "transfer_to_agent", None)
+        escalate = getattr(context.actions, "escalate", False) is True
+    except Exception as e:
+        raise ValueError(f"left context.actions unreadable: {describe_exception(e)}") from e
+    if target is not None:
+        if not isinstance(target, str) or not re.fullmatch(NAME_PATTERN, target):
+            raise ValueError("set context.actions.transfer_to_agent to something that is not an agent's name")
+        return HandoffAction(kind="transfer", agent=target)
+    if escalate:
+        return HandoffAction(kind="escalate")
+    return None
 
 
 def _run_with_hooks(

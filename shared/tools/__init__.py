@@ -1,4 +1,4 @@
-from toolpipe.shared.tools.context import RunState, ToolContext
+from toolpipe.shared.tools.context import RunState, ToolActions, ToolContext
 from toolpipe.shared.tools.names import assign_wire_names, wire_name
 from toolpipe.shared.tools.registry import Execution, ToolRegistry, ToolSource, ToolSourceError
 from toolpipe.shared.tools.schema_tool import SchemaError, schema_tool
@@ -10,6 +10,7 @@ __all__ = [
     "RunState",
     "SchemaError",
     "Tool",
+    "ToolActions",
     "ToolContext",
     "ToolRegistry",
     "ToolSource",

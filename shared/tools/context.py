@@ -39,6 +39,18 @@ class RunState(dict[str, Any]):
         return changed, removed
 
 
+@dataclass
+class ToolActions:
+    """What a tool asks of the run besides its result, as ADK's `tool_context.actions`:
+    `transfer_to_agent = "billing"` continues the run under that agent from the next turn;
+    `escalate = True` gives the run back to the agent that handed off to this one (or ends the
+    run with this call's result when none did). Honoured only when the call succeeds; the first
+    call of a turn (in call order) that asks wins."""
+
+    transfer_to_agent: str | None = None
+    escalate: bool = False
+
+
 @dataclass(frozen=True)
 class ToolContext:
     run_id: str
@@ -51,6 +63,7 @@ class ToolContext:
     idempotency_key: str = ""
     # The S3 object the run was started for (S3 trigger), read through `read_input`.
     input_object: InputObject | None = None
+    actions: ToolActions = field(default_factory=ToolActions)
 
     def __post_init__(self) -> None:
         if not self.idempotency_key:

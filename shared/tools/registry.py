@@ -107,6 +107,11 @@ class ToolRegistry:
         return True
 
     @property
+    def static_names(self) -> list[str]:
+        """The wire names of the agent's own tools (not its sources', listed at run time)."""
+        return list(self._static)
+
+    @property
     def names(self) -> list[str]:
         return list(self._tools())
 

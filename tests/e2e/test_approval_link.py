@@ -31,6 +31,14 @@ def served() -> Iterator[tuple[Pipeline, LocalServer]]:
             yield pipeline, server
 
 
+@pytest.fixture
+def served_with_link_edits() -> Iterator[tuple[Pipeline, LocalServer]]:
+    """The local server of a stack deployed with `-c link_edits=true`."""
+    for pipeline in _pipeline({"TOOLPIPE_LINK_EDITS": "true"}):
+        with LocalServer(pipeline.runtime) as server:
+            yield pipeline, server
+
+
 def _http(
     url: str, method: str, body: bytes | None = None, headers: dict[str, str] | None = None
 ) -> tuple[int, str, http.client.HTTPMessage]:
@@ -66,7 +74,7 @@ def _decide_in_browser(url: str, action: str, **fields: str) -> tuple[int, str]:
     cookie = headers["Set-Cookie"].split(";", 1)[0]
     form = {
         name: html.unescape(value)
-        for name, value in re.findall(r'name="(exp|sig|csrf)" value="([^"]*)"', page)[:3]
+        for name, value in re.findall(r'name="(exp|kid|sig|csrf)" value="([^"]*)"', page)[:4]
     }
     form |= {"action": action, **fields}
     parts = urllib.parse.urlsplit(url)
@@ -135,14 +143,43 @@ def test_the_example_email_is_sent_once_when_approved_from_the_page(
     assert _sent_emails() == [(["ana@example.com"], "Report")]
     # The link is single use: the page now shows the decision and offers no form.
     status, page, _ = _http(url, "GET")
-    assert status == 200 and "<form" not in page and "signed link (127.0.0.1)" in page
+    assert status == 200 and "<form" not in page
+    assert "signed link holder, not authenticated (127.0.0.1)" in page
     assert _sent_emails() == [(["ana@example.com"], "Report")]
 
 
-def test_the_example_email_goes_with_the_edited_arguments_and_the_model_is_told(
+def test_a_link_cannot_edit_the_example_email_but_an_authenticated_approver_can(
     served: tuple[Pipeline, LocalServer],
 ) -> None:
     pipeline, server = served
+    email = call("send_email", to="ana@example.com", subject="Report", body="The report is ready.")
+    pipeline.script(Reply(tool_calls=[email]), Reply(content="Sent."))
+    run_id = pipeline.start("Email Ana", agent="assistant")
+    approval = _link(server)
+    url = approval["callback_url"]
+    edited = {"to": "eve@example.com", "subject": "Report", "body": "The report is ready."}
+    status, refused = _decide_in_browser(url, "edit", arguments=json.dumps(edited))
+    assert status == 403 and _h1(refused).startswith(
+        "Not decided: editing the arguments needs an authenticated"
+    )
+    status, text, _ = _http(
+        f"{server.api_url}/approvals/{approval['approval_id']}/approve",
+        "POST",
+        json.dumps({"arguments": edited | {"to": "bea@example.com"}}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    assert status == 200, text
+    assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
+    assert _sent_emails() == [(["bea@example.com"], "Report")]
+    status, text, _ = _http(f"{server.api_url}/approvals/{approval['approval_id']}", "GET")
+    record = json.loads(text)
+    assert record["decided_by_authenticated"] is True and record["decided_by"].startswith("arn:aws:")
+
+
+def test_the_example_email_goes_with_the_edited_arguments_and_the_model_is_told(
+    served_with_link_edits: tuple[Pipeline, LocalServer],
+) -> None:
+    pipeline, server = served_with_link_edits
     email = call("send_email", to="ana@example.com", subject="Report", body="The report is ready.")
     pipeline.script(Reply(tool_calls=[email]), Reply(content="Sent."))
     run_id = pipeline.start("Email Ana", agent="assistant")

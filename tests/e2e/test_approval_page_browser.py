@@ -3,9 +3,10 @@ callback URL the local server hands out, a person reads the tool and its argumen
 with the page's buttons, and the run goes on from that decision.
 
 The page's contract, as these tests use it: an `<h1>` with the tool's name, the arguments in a
-`<pre>`, a button named `Approve`, a `<textarea>` labelled `Reason` with a button `Deny`, a
-`<textarea>` labelled `Arguments (JSON)` with a button `Approve with these arguments`; after the
-POST, an answer page whose `<h1>` says `Approved` or `Denied`. A human-input call's question page:
+`<pre>`, a button named `Approve`, a `<textarea>` labelled `Reason` with a button `Deny` (and,
+only where the stack turned link edits on, a `<textarea>` labelled `Arguments (JSON)` with a
+button `Approve with these arguments`); after the POST, an answer page whose `<h1>` says
+`Approved` or `Denied`. A human-input call's question page:
 an `<h1>` that says `Question from the agent`, the question in a `<pre>`, a `<textarea>` labelled
 `Answer` and a button `Send answer`; after the POST, an `<h1>` that says `Answer sent`.
 
@@ -104,7 +105,8 @@ def test_a_person_approves_an_email_in_the_browser_and_it_is_sent_once(
     page.screenshot(path=SCREENSHOT if update else tmp_path / "approval-page.png", full_page=True)
     assert SCREENSHOT.is_file(), f"{SCREENSHOT} is missing: run this test with TOOLPIPE_UPDATE_SCREENSHOT=1"
 
-    # exact: the page has "Approve with these arguments" too.
+    # No editor on a link by default: Approve and Deny only.
+    expect(page.get_by_role("button", name="Approve with these arguments")).to_have_count(0)
     page.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("h1")).to_contain_text("Approved")
 

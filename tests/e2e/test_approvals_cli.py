@@ -79,7 +79,8 @@ def test_run_prints_how_to_approve_and_finishes_once_approved(tmp_path: Path) ->
         link = next(run.stdout)
         assert "approve" in link
         assert re.search(
-            rf"http://127\.0\.0\.1:\d+/v1/approvals/{approval_id}/page\?exp=\d+&sig=\S{{43}}", link
+            rf"http://127\.0\.0\.1:\d+/v1/approvals/{approval_id}/page\?exp=\d+&kid=\S{{8}}&sig=\S{{43}}",
+            link,
         )
 
         listed = _toolpipe(tmp_path, "approvals", "--json")

@@ -36,7 +36,7 @@ def test_run_prints_the_question_and_finishes_once_answered(tmp_path: Path) -> N
         link = run.stdout.readline()
         assert re.fullmatch(
             rf"  or answer in a browser: http://127\.0\.0\.1:\d+/v1/approvals/{approval_id}/page"
-            r"\?exp=\d+&sig=[A-Za-z0-9_-]{43}\n",
+            r"\?exp=\d+&kid=[A-Za-z0-9_-]{8}&sig=[A-Za-z0-9_-]{43}\n",
             link,
         ), link
 

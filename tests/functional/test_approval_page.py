@@ -7,6 +7,7 @@ import json
 import re
 import threading
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,6 +32,17 @@ PERSON_IP = "198.51.100.7"
 @pytest.fixture(autouse=True)
 def gated_agent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(AGENTS, GATED.name, GATED)
+
+
+@pytest.fixture
+def edits_pipeline() -> Iterator[Pipeline]:
+    """A runtime whose links may also edit the arguments (the stack's `-c link_edits=true`)."""
+    yield from _pipeline({"TOOLPIPE_LINK_EDITS": "true"})
+
+
+def by_link(ip: str = PERSON_IP) -> str:
+    """`decided_by` of a decision made on the page: whoever held the link, from where."""
+    return f"signed link holder, not authenticated ({ip})"
 
 
 class Page:
@@ -95,6 +107,7 @@ class Browser:
     ) -> Page:
         form = {
             "exp": page.field("exp"),
+            "kid": page.field("kid"),
             "sig": page.field("sig"),
             "csrf": page.field("csrf"),
             "action": action,
@@ -144,7 +157,8 @@ def test_the_page_shows_the_whole_call_and_no_visit_decides(pipeline: Pipeline) 
     run_id, [approval] = _waiting(pipeline, call("wire_money", to=note, amount=250))
     approval_id = approval["approval_id"]
     path, query = link_of(approval_id)
-    assert path == f"/approvals/{approval_id}/page" and re.fullmatch(r"exp=\d+&sig=[A-Za-z0-9_-]{43}", query)
+    assert path == f"/approvals/{approval_id}/page"
+    assert re.fullmatch(r"exp=\d+&kid=[A-Za-z0-9_-]{8}&sig=[A-Za-z0-9_-]{43}", query)
     before = _items(pipeline, approval_id)
 
     browser = Browser(path, query)
@@ -156,10 +170,12 @@ def test_the_page_shows_the_whole_call_and_no_visit_decides(pipeline: Pipeline) 
     assert "<script>" not in page.body and "&lt;script&gt;" in page.body
     assert "Pay Ana 250 euros for the March invoice &lt;b&gt;now&lt;/b&gt;" in page.body  # the request
     assert run_id in page.body and LOCAL_CALLER in page.body and "Send money." in page.body
-    for button in ("Approve", "Deny", "Approve with these arguments"):
+    for button in ("Approve", "Deny"):
         assert f'<button type="submit">{button}</button>' in page.body
     assert '<label for="reason">Reason</label><textarea id="reason" name="reason"' in page.body
-    assert '<label for="arguments">Arguments (JSON)</label><textarea id="arguments"' in page.body
+    # No editor: a link is not an authenticated person (link edits are off by default).
+    assert "Approve with these arguments" not in page.body and 'name="arguments"' not in page.body
+    assert f"toolpipe approve {approval_id} --arguments" in page.body
     assert page.header("cache-control") == "no-store"
     assert page.header("referrer-policy") == "same-origin"
     assert page.header("x-content-type-options") == "nosniff"
@@ -186,13 +202,14 @@ def test_the_page_shows_the_whole_call_and_no_visit_decides(pipeline: Pipeline) 
     assert "<form" not in decided.body
     assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
     record = pipeline.runtime.api("GET", f"/approvals/{approval_id}")[1]
-    assert (record["status"], record["decided_by"]) == ("approved", f"signed link ({PERSON_IP})")
+    assert (record["status"], record["decided_by"]) == ("approved", by_link())
+    assert record["decided_by_authenticated"] is False
     assert CALLS.counts["wire_money"] == 1
 
     # Single use: the page now says who decided and when, and offers nothing; a replayed POST is a 409.
     after = exchange("GET", path, query)
     assert after.status == 200 and "<form" not in after.body
-    assert f"signed link ({PERSON_IP})" in after.body and record["decided_at"] in after.body
+    assert by_link() in after.body and record["decided_at"] in after.body
     again = browser.post(page, "deny", reason="changed my mind")
     assert again.status == 409 and again.h1().startswith("Already decided")
     assert pipeline.runtime.api("GET", f"/approvals/{approval_id}")[1]["status"] == "approved"
@@ -205,14 +222,20 @@ def test_forged_tampered_and_borrowed_links_are_refused_and_change_nothing(pipel
     )
     path, query = link_of(first["approval_id"])
     other_path, other_query = link_of(second["approval_id"])
-    exp, sig = (v for _, v in urllib.parse.parse_qsl(query))
+    exp, kid, sig = (v for _, v in urllib.parse.parse_qsl(query))
     flipped = ("A" if sig[0] != "A" else "B") + sig[1:]
+    other_kid = ("A" if kid[0] != "A" else "B") + kid[1:]
     before = {a["approval_id"]: _items(pipeline, a["approval_id"]) for a in (first, second)}
 
     refused = [
-        exchange("GET", path, f"exp={exp}&sig={flipped}"),  # tampered signature
-        exchange("GET", path, f"exp={int(exp) + 3600}&sig={sig}"),  # tampered expiry
-        exchange("GET", path, f"exp={exp}"),  # no signature
+        exchange("GET", path, f"exp={exp}&kid={kid}&sig={flipped}"),  # tampered signature
+        exchange("GET", path, f"exp={exp}&sig={flipped}"),  # tampered, and no key id
+        exchange("GET", path, f"exp={int(exp) + 3600}&kid={kid}&sig={sig}"),  # tampered expiry
+        exchange("GET", path, f"exp={exp}&kid={other_kid}&sig={sig}"),  # a key id no key has
+        exchange("GET", path, f"exp={exp}&kid={kid}A&sig={sig}"),  # a key id that is not one
+        exchange("GET", path, f"exp={exp}&kid=..%2F..%2F&sig={sig}"),
+        exchange("GET", path, f"exp={exp}&kid={kid}"),  # no signature
+        exchange("GET", path, f"exp={exp}"),
         exchange("GET", path, ""),
         exchange("GET", path, other_query),  # the other approval's signature
         exchange("GET", other_path.replace(second["approval_id"], "0" * 32), other_query),  # unknown id
@@ -277,6 +300,7 @@ def test_a_post_without_the_csrf_pair_or_from_another_site_is_refused(pipeline: 
         "no cookie": post(None, {"action": "approve", "csrf": token}),
         "a token for another cookie": post(other.cookie, {"action": "approve", "csrf": token}),
         "a made-up cookie": post("toolpipe_csrf=" + "A" * 43, {"action": "approve", "csrf": token}),
+        "a token that is not one": post(browser.cookie, {"action": "approve", "csrf": "é" * 43}),
         "another site": browser.post(page, "approve", [("Origin", "https://evil.example")]),
         "an opaque origin": browser.post(page, "approve", [("Origin", "null")]),
     }
@@ -295,9 +319,11 @@ def test_a_post_without_the_csrf_pair_or_from_another_site_is_refused(pipeline: 
 
 
 def test_edited_arguments_that_fail_the_schema_decide_nothing_and_valid_ones_run_exactly(
-    pipeline: Pipeline,
+    edits_pipeline: Pipeline,
 ) -> None:
+    pipeline = edits_pipeline
     run_id, approval_id, browser, page = _wire_money_page(pipeline)
+    assert '<label for="arguments">Arguments (JSON)</label><textarea id="arguments"' in page.body
     before = _items(pipeline, approval_id)
 
     for text, error in [
@@ -334,8 +360,44 @@ def test_edited_arguments_that_fail_the_schema_decide_nothing_and_valid_ones_run
         TableName="toolpipe-local", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "GATE#000003"}}
     )["Item"]
     assert (gate["arguments"]["S"], gate["arguments_sha256"]["S"]) == (edited, arguments_hash(edited))
+    assert (record["decided_by"], record["decided_by_authenticated"]) == (by_link(), False)
     # The link stays bound to the model's arguments: it still opens, on the decided page.
     assert "Arguments approved (edited)" in exchange("GET", browser.path, browser.query).body
+
+
+def test_a_link_cannot_edit_the_arguments_unless_link_edits_are_on_and_the_api_can(
+    pipeline: Pipeline,
+) -> None:
+    """Whoever holds a link (a forwarded mail, a shared inbox) approves or denies what the model
+    asked, never something else: edits from the page are a 403 that decides nothing, however the
+    form is made. An authenticated approver edits through the API, and is recorded."""
+    run_id, approval_id, browser, page = _wire_money_page(pipeline)
+    before = _items(pipeline, approval_id)
+    origin = [("Origin", f"http://{HOST}")]
+    for text in ('{"amount": 9000, "to": "eve"}', "{not json", '{"to": "ana", "amount": "lots"}', "[]"):
+        refused = browser.post(page, "edit", origin, arguments=text)
+        assert refused.status == 403, text
+        assert refused.h1() == (
+            "Not decided: editing the arguments needs an authenticated approver: approve or deny them "
+            f"as they are here, or use toolpipe approve {approval_id} --arguments '{{…}}' (the "
+            "authenticated API)"
+        )
+        assert "Approve with these arguments" not in refused.body
+    assert _items(pipeline, approval_id) == before
+    assert CALLS.counts.get("wire_money") is None
+
+    status, body = pipeline.runtime.api(
+        "POST", f"/approvals/{approval_id}/approve", {"arguments": {"to": "ana", "amount": 25}}
+    )
+    assert (status, body["status"]) == (200, "approved")
+    pipeline.finish(run_id)
+    assert tool_messages(pipeline, 1)[0].endswith('the call used {"amount":25,"to":"ana"}\nsent 25.0 to ana')
+    record = pipeline.runtime.api("GET", f"/approvals/{approval_id}")[1]
+    assert (record["decided_by"], record["decided_by_authenticated"]) == (LOCAL_CALLER, True)
+    assert record["arguments"] == '{"amount":25,"to":"ana"}'
+    # The page, still open in the browser, now shows who decided: a principal, not the link.
+    shown = exchange("GET", browser.path, browser.query)
+    assert LOCAL_CALLER in shown.body and "Arguments approved (edited)" in shown.body
 
 
 def test_the_json_api_approves_with_edited_arguments_checked_alike(pipeline: Pipeline) -> None:
@@ -349,6 +411,8 @@ def test_the_json_api_approves_with_edited_arguments_checked_alike(pipeline: Pip
     assert api("GET", f"/approvals/{approval['approval_id']}")[1]["status"] == "pending"
     status, body = api("POST", approve, {"arguments": {"to": "bea", "amount": 12.5}})
     assert (status, body["status"]) == (200, "approved")
+    record = api("GET", f"/approvals/{approval['approval_id']}")[1]
+    assert (record["decided_by"], record["decided_by_authenticated"]) == (LOCAL_CALLER, True)
     pipeline.finish(run_id)
     assert tool_messages(pipeline, 1)[0].endswith(
         'the call used {"amount":12.5,"to":"bea"}\nsent 12.5 to bea'
@@ -553,8 +617,9 @@ def test_the_csrf_cookie_is_found_among_any_others() -> None:
 
 
 def test_a_multi_line_reason_counts_each_line_break_once_and_typed_text_survives_an_error(
-    pipeline: Pipeline,
+    edits_pipeline: Pipeline,
 ) -> None:
+    pipeline = edits_pipeline
     run_id, approval_id, browser, page = _wire_money_page(pipeline)
     origin = [("Origin", f"http://{HOST}")]
 
@@ -575,7 +640,8 @@ def test_a_multi_line_reason_counts_each_line_break_once_and_typed_text_survives
     assert record["reason"] == reason.replace("\r\n", "\n") and len(record["reason"]) == 1_000
 
 
-def test_a_lone_surrogate_in_edited_arguments_is_a_400_not_a_decision(pipeline: Pipeline) -> None:
+def test_a_lone_surrogate_in_edited_arguments_is_a_400_not_a_decision(edits_pipeline: Pipeline) -> None:
+    pipeline = edits_pipeline
     run_id, approval_id, browser, page = _wire_money_page(pipeline)
     before = _items(pipeline, approval_id)
     origin = [("Origin", f"http://{HOST}")]
@@ -595,10 +661,12 @@ def test_a_lone_surrogate_in_edited_arguments_is_a_400_not_a_decision(pipeline: 
 
 
 def test_an_uncertain_delivery_from_the_page_offers_the_same_decision_again(
-    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+    edits_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.functional.test_approvals import AnswerLostOnce
     from toolpipe.functions.api import handler
+
+    pipeline = edits_pipeline
 
     run_id, approval_id, browser, page = _wire_money_page(pipeline)
     origin = [("Origin", f"http://{HOST}")]
@@ -651,6 +719,7 @@ def test_a_cancelled_runs_link_says_so_with_no_forms_and_changes_nothing(pipelin
 
 
 def test_arguments_equal_after_the_tools_validation_are_a_plain_approval(pipeline: Pipeline) -> None:
+    # Link edits are off here: the model's arguments, however spelled, are no edit, so a link may send them.
     run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
     browser = Browser(*link_of(approval["approval_id"]))
     page = browser.open()
@@ -682,4 +751,32 @@ def test_the_json_api_answers_503_for_an_uncertain_delivery_and_200_for_the_same
     status, body = api("POST", f"{path}/approve")
     assert (status, body["status"]) == (200, "approved")
     pipeline.finish(run_id)
+    assert CALLS.counts["wire_money"] == 1
+
+
+def test_a_rotated_key_reaches_the_warm_api_a_new_link_works_at_once_and_the_old_one_still_decides(
+    pipeline: Pipeline,
+) -> None:
+    """`put-secret-value` on the running stack's secret, with the API function warm: a link signed
+    with the new key (as a rotated orchestrator signs it) opens at once, and the link sent before
+    the rotation still decides, until its expiry."""
+    from toolpipe.shared.approvals.links import key_id
+
+    run_id, approval_id, browser, page = _wire_money_page(pipeline)  # warm: the API read the key
+    runtime = pipeline.runtime
+    old_key = runtime.secrets.get_secret_value(SecretId=runtime.signing_key_arn)["SecretString"].encode()
+    new_key = b"n" * 64
+    runtime.secrets.put_secret_value(SecretId=runtime.signing_key_arn, SecretString=new_key.decode())
+
+    record = Approval.model_validate(runtime.api("GET", f"/approvals/{approval_id}")[1])
+    new_link = urllib.parse.urlsplit(
+        ApprovalLinks(StaticSigningKey(new_key)).url(f"http://{HOST}/v1", record)
+    )
+    assert f"kid={key_id(new_key)}" in new_link.query and f"kid={key_id(old_key)}" in browser.query
+    fresh = Browser(new_link.path.removeprefix("/v1"), new_link.query)
+    assert (fresh.open().status, exchange("GET", browser.path, browser.query).status) == (200, 200)
+
+    decided = browser.post(page, "approve", [("Origin", f"http://{HOST}")])  # the form from before
+    assert (decided.status, decided.h1()) == (200, "Approved")
+    assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
     assert CALLS.counts["wire_money"] == 1

@@ -15,10 +15,10 @@ from tests.conftest import Pipeline, call
 from tests.e2e.test_deferred import DEFERRING, tool_messages, waiting
 from tests.functional.test_approval_page import (
     HOST,
-    PERSON_IP,
     Browser,
     Page,
     _all_pending,
+    by_link,
     exchange,
     link_of,
 )
@@ -110,7 +110,8 @@ def test_the_question_page_shows_the_question_and_a_free_text_answer_is_the_resu
     question = "Which city?\n  - Lyon\n  - <script>alert(1)</script>"
     run_id, approval_id, browser, page = _asked(pipeline, call("ask_user", question=question))
     path, query = browser.path, browser.query
-    assert path == f"/approvals/{approval_id}/page" and re.fullmatch(r"exp=\d+&sig=[A-Za-z0-9_-]{43}", query)
+    assert path == f"/approvals/{approval_id}/page"
+    assert re.fullmatch(r"exp=\d+&kid=[A-Za-z0-9_-]{8}&sig=[A-Za-z0-9_-]{43}", query)
     record = _record(pipeline, approval_id)
 
     assert page.h1() == "Question from the agent"
@@ -140,7 +141,8 @@ def test_the_question_page_shows_the_question_and_a_free_text_answer_is_the_resu
     assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
     assert tool_messages(pipeline, 1) == ["Lyon,\n  in May"]
     record = _record(pipeline, approval_id)
-    assert (record["status"], record["decided_by"]) == ("answered", f"signed link ({PERSON_IP})")
+    assert (record["status"], record["decided_by"]) == ("answered", by_link())
+    assert record["decided_by_authenticated"] is False
 
     # Single use: the page shows the answer and no form; another answer is a 409 and changes nothing.
     after = exchange("GET", path, query)
@@ -268,6 +270,7 @@ def test_forged_links_and_posts_without_the_csrf_pair_answer_nothing(pipeline: P
     elsewhere.cookie = browser.cookie
     forged = {
         "tampered signature": browser.post(page, "answer", answer="x", sig="A" * 43),
+        "a key id no key has": browser.post(page, "answer", answer="x", kid="A" * 8),
         "later exp": browser.post(page, "answer", answer="x", exp=str(int(page.field("exp")) + 3600)),
         "another call's path": elsewhere.post(page, "answer", answer="x"),
     }

@@ -143,10 +143,14 @@ def test_the_rule_sends_each_approval_requested_as_a_readable_message(emails_tem
     assert text == (
         "A call to the tool send_email waits for your approval (run r-1, approval 3f2a9c).\n\n"
         f"Open this link to see its arguments and approve or deny it: {DETAIL['callback_url']}\n\n"
-        "The link works once. If nobody decides by 2026-11-23T21:00:00+00:00 (UTC), the call counts "
+        "Anyone holding this link can decide until it expires at 2026-11-23T21:00:00+00:00 (UTC); the "
+        "first decision wins, here or through the API, and later ones change nothing. The link "
+        "approves or denies the arguments as they are; to change them, an authenticated approver "
+        "runs: toolpipe approve 3f2a9c --arguments '...'. If nobody decides by then, the call counts "
         "as denied and is not run."
     )
     assert "secret plans" not in text  # never the arguments: an email crosses mail systems
+    assert "works once" not in text  # the rule is first decision wins, whoever holds the link
 
 
 @pytest.mark.slow
@@ -171,8 +175,9 @@ def test_a_question_for_a_person_is_worded_as_one_and_never_quotes_the_question(
     assert text == (
         "A question from the agent waits for your answer (tool ask_user, run r-1, question 3f2a9c).\n\n"
         f"Open this link to read it and answer: {DETAIL['callback_url']}\n\n"
-        "The link works once. If nobody answers by 2026-11-23T21:00:00+00:00 (UTC), the agent is told "
-        "that no answer came."
+        "Anyone holding this link can answer until it expires at 2026-11-23T21:00:00+00:00 (UTC); the "
+        "first answer wins, and later ones change nothing. If nobody answers by then, the agent is "
+        "told that no answer came."
     )
     assert "4111" not in text and "secret plans" not in text  # the page shows them, not the email
 
@@ -230,3 +235,34 @@ def test_a_bad_address_stops_the_stack_with_one_line_naming_it(value: Any, error
         ToolpipeStack(app, "Toolpipe")
     assert str(raised.value) == error
     assert app.node.find_child("Toolpipe").node.children == []  # checked before anything is built
+
+
+@pytest.mark.slow
+def test_with_link_edits_on_the_api_takes_edits_from_links_and_the_email_says_so(
+    tmp_path_factory: pytest.TempPathFactory, template: Any
+) -> None:
+    from tests.infra.test_approval_links import _function
+    from toolpipe.infra.functions import API
+
+    edits = _synth({"approval_emails": APPROVERS, "link_edits": "true"}, tmp_path_factory.mktemp("cdk.out"))
+    env = _function(edits, API.handler)[1]["Properties"]["Environment"]["Variables"]
+    assert env["TOOLPIPE_LINK_EDITS"] == "true"
+    # Off by default, and said so: the API function refuses edits from a link.
+    default_env = _function(template, API.handler)[1]["Properties"]["Environment"]["Variables"]
+    assert default_env["TOOLPIPE_LINK_EDITS"] == "false"
+    _, rule = _approval_rule(edits)
+    text = _render(rule["Targets"][0]["InputTransformer"], DETAIL)
+    assert "The link can also approve with edited arguments. If nobody decides by then" in text
+    assert "--arguments" not in text
+
+
+@pytest.mark.parametrize("value", ["maybe", "1", ""])
+def test_a_link_edits_value_that_is_not_a_boolean_stops_the_stack_with_one_line(value: str) -> None:
+    from aws_cdk import App
+
+    from toolpipe.infra.stack import ToolpipeStack
+
+    app = App(context={"link_edits": value})
+    with pytest.raises(ValueError) as raised:
+        ToolpipeStack(app, "Toolpipe")
+    assert str(raised.value) == f"link_edits must be true or false, not {value!r}"

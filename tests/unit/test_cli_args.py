@@ -77,7 +77,9 @@ def test_an_unknown_agent_names_the_known_ones_and_where_to_list_them() -> None:
     err = io.StringIO()
     with pytest.raises(SystemExit):
         cli.main(["run", "hi", "--agent", "nobody"], io.StringIO(), err)
-    assert "(known: assistant, tester); `toolpipe agents` lists them with their tools" in err.getvalue()
+    assert (
+        "(known: assistant, tester, triage); `toolpipe agents` lists them with their tools" in err.getvalue()
+    )
     assert "`toolpipe agents` lists the agents and their tools" in _help(["run", "--help"])
 
 
@@ -124,6 +126,14 @@ def test_agents_lists_each_agent_its_tools_and_their_descriptions() -> None:
     listed = {a["name"]: a for a in json.loads(out.getvalue())["agents"]}
     assert {"name": "sum", "description": "Add two numbers."} in listed["assistant"]["tools"]
     assert listed["tester"]["tool_sources"] == []
+    # A handoff is a tool the model sees: listed with the target's description.
+    assert listed["triage"]["tools"] == [
+        {
+            "name": "transfer_to_assistant",
+            "description": "Hand the conversation to the assistant agent, which answers from then on: "
+            "Arithmetic, dates and times, alarms, emails, and questions for the user.",
+        }
+    ]
 
 
 def test_a_post_that_may_have_reached_the_server_is_not_sent_again(

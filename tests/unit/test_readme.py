@@ -18,7 +18,7 @@ def test_defining_tools_examples_run() -> None:
     for block in blocks:
         exec(compile(block, str(README), "exec"), vars(app))
     # As an app module: its top-level agents are what a deployment registers.
-    assert [agent.name for agent in agents_of(app)] == ["shop", "docs"]
+    assert [agent.name for agent in agents_of(app)] == ["shop", "billing", "front_desk", "docs"]
 
 
 def test_the_readme_imports_toolpipe_never_its_top_level_folders() -> None:

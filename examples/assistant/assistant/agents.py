@@ -1,4 +1,4 @@
-"""The example app: an assistant with five tools. Every `Agent` at this module's top level is
+"""The example app: an assistant with six tools, and a front desk that hands requests to it. Every `Agent` at this module's top level is
 registered under its name (`[tool.toolpipe] app = "assistant.agents"` in pyproject.toml)."""
 
 import math
@@ -112,4 +112,17 @@ assistant = Agent(
         "ask them with ask_user. Answer briefly."
     ),
     tools=[sum, square_root, get_current_date_time, set_alarm, send_email, ask_user],
+    description="Arithmetic, dates and times, alarms, emails, and questions for the user.",
+)
+
+# A front desk: it has no tools of its own and hands each request to the agent that can do it
+# (the model sees a `transfer_to_assistant` tool). `toolpipe run --agent triage "..."`.
+triage = Agent(
+    name="triage",
+    instructions=(
+        "You are the front desk. Hand every request to the agent that can do it; answer only "
+        "greetings yourself."
+    ),
+    handoffs=[assistant],
+    description="Routes each request to the agent that can do it.",
 )

@@ -64,3 +64,18 @@ def test_ask_user_waits_for_a_persons_answer_and_the_model_reads_it() -> None:
     assert [(a["kind"], a["question"]) for a in asked] == [("human", "Which city?")]
     assert run.status == "succeeded", run.error
     assert run.tool_results == ["Lyon"]
+
+
+def test_triage_hands_the_request_to_the_assistant() -> None:
+    with LocalPipeline(app=APP) as pipeline:
+        pipeline.script(
+            Reply(tool_calls=[call("transfer_to_assistant")]),
+            Reply(tool_calls=[call("sum", a=2, b=3)]),
+            Reply(content="2 + 3 = 5."),
+        )
+        run = pipeline.run("What is 2 + 3?", agent="triage")
+    assert run.status == "succeeded", run.error
+    assert run.agents == ["triage", "assistant", "assistant"]
+    assert [(h["from_agent"], h["to_agent"]) for h in run.handoffs] == [("triage", "assistant")]
+    assert run.tool_results == ["Transferred to assistant: the assistant agent answers from now on.", "5.0"]
+    assert run.output == "2 + 3 = 5."
