@@ -399,6 +399,25 @@ def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def delete(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Delete an ended run, with its child runs, now (`DELETE /runs/{id}`)."""
+    session = _open_session(args)
+    try:
+        status, body = session.request("DELETE", f"/runs/{args.run_id}")
+    finally:
+        session.close()
+    if status in (404, 409):
+        # Unknown or not the caller's (or deleted already); still running: cancel it first.
+        raise CommandError(_reason(body))
+    if status != 204:
+        raise _refused(status, body)
+    if args.json:
+        _write_json(out, {"run_id": args.run_id, "deleted": True})
+    else:
+        out.write(f"deleted {args.run_id}\n")
+    return EXIT_OK
+
+
 APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "answered", "all")
 
 
@@ -1050,6 +1069,10 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentPar
 
     show_parser = commands.add_parser("show", help="print a run's history", **options)
     show_parser.add_argument("run_id", type=_run_id)
+    delete_parser = commands.add_parser(
+        "delete", help="delete an ended run and its child runs now (every item and stored object)", **options
+    )
+    delete_parser.add_argument("run_id", type=_run_id)
     approvals_parser = commands.add_parser(
         "approvals", help="list the tool calls that wait for your approval (and decided ones)", **options
     )
@@ -1085,7 +1108,15 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool) -> argparse.ArgumentPar
         metavar="JSON",
         help="your answer as a JSON value, for a question with a form (result schema)",
     )
-    for remote in (run_parser, show_parser, approvals_parser, approve_parser, deny_parser, answer_parser):
+    for remote in (
+        run_parser,
+        show_parser,
+        delete_parser,
+        approvals_parser,
+        approve_parser,
+        deny_parser,
+        answer_parser,
+    ):
         _add_api_arguments(remote)
 
     commands.add_parser("agents", help="list the agents and their tools", **options)
@@ -1177,6 +1208,7 @@ COMMANDS: dict[str, Command] = {
     "init": init,
     "run": run,
     "show": show,
+    "delete": delete,
     "approvals": approvals,
     "approve": approve,
     "deny": deny,

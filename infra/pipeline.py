@@ -39,6 +39,7 @@ from toolpipe.infra.constructs.approval_emails import ApprovalEmails, parse_addr
 from toolpipe.infra.constructs.model_key import NO_MODEL_KEY, ModelKeySecret, resolve_model_key
 from toolpipe.infra.constructs.triggers import TriggerOptions, Triggers
 from toolpipe.shared.agents.app import find_app
+from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS
 
 __all__ = ["NO_MODEL_KEY", "ToolPipeline"]
 
@@ -79,6 +80,7 @@ class ToolPipeline(Construct):
         requirements: Sequence[str] = (),
         requirements_lock: str | os.PathLike[str] | None = None,
         tracing: bool = True,
+        retention_days: int = DEFAULT_RETENTION_DAYS,
     ) -> None:
         """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls.
         `model_key_secret`: where its API key is: None (the default) creates the empty
@@ -104,7 +106,8 @@ class ToolPipeline(Construct):
         hashes, of what your tools import, installed into the functions' dependencies layer
         with toolpipe's lock (README "Dependencies"); `requirements` (ranges, unhashed) is no
         longer taken: the layers install only locked, hashed files. `tracing`: False
-        deploys the functions without X-Ray, which they then never import (README "Cold start")."""
+        deploys the functions without X-Ray, which they then never import (README "Cold start").
+        `retention_days`: how long an ended run's items and objects are kept (README "Retention")."""
         super().__init__(scope, construct_id)
         if model_base_url and not re.fullmatch(r"https?://[^\s/]+\S*", model_base_url):
             raise ValueError(f"model_base_url: {model_base_url!r} is not an http(s) URL")
@@ -125,7 +128,9 @@ class ToolPipeline(Construct):
         given_key = resolve_model_key(
             self, model_key_secret, kms_key_arn=model_key_kms_key_arn, model_base_url=model_base_url
         )
-        self.storage = Storage(self, "Storage", create_model_key=model_key_secret is None)
+        self.storage = Storage(
+            self, "Storage", create_model_key=model_key_secret is None, retention_days=retention_days
+        )
         # The secret the orchestrator reads its key from; None for an endpoint that takes none.
         self.model_key: secretsmanager.ISecret | None = (
             self.storage.model_key if model_key_secret is None else given_key
@@ -189,6 +194,7 @@ class ToolPipeline(Construct):
             environment=self.functions.environment,
             tracing=self.functions.tracing,
             options=triggers or TriggerOptions(),
+            retention_days=retention_days,
         )
         self.run_events.grant_publish(self.triggers.function, specs.TRIGGERS.publishes)
         # Optional: an email per waiting call, from the ApprovalRequested events on the bus.

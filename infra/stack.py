@@ -6,8 +6,9 @@ Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.
 `admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `approval_emails`
 (comma-separated addresses, emailed each call that waits for approval), `link_edits` ("true":
 whoever holds an approval link may also approve with edited arguments), `model_key_secret_arn` (a
-secret's complete ARN, or `none`), `model_key_kms_key_arn` and `tracing` ("false": the
-functions neither trace nor load X-Ray; README "Cold start"). `model_name` and
+secret's complete ARN, or `none`), `model_key_kms_key_arn`, `tracing` ("false": the
+functions neither trace nor load X-Ray; README "Cold start") and `retention_days` (how long an
+ended run is kept, 30 by default; README "Retention"). `model_name` and
 `model_base_url` reach it from `infra/app.py`.
 """
 
@@ -22,6 +23,7 @@ from constructs import Construct, Node
 
 from toolpipe.infra.constructs import ApiAuth, Throttle
 from toolpipe.infra.constructs.approval_emails import parse_addresses
+from toolpipe.infra.constructs.storage import retention_days_of
 from toolpipe.infra.constructs.triggers import TriggerOptions
 from toolpipe.infra.pipeline import ToolPipeline
 
@@ -136,6 +138,9 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     emails = parse_addresses(node.try_get_context("approval_emails"))
     if emails:
         settings["approval_emails"] = emails
+    retention = node.try_get_context("retention_days")
+    if retention is not None:
+        settings["retention_days"] = retention_days_of(retention)
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]

@@ -170,6 +170,16 @@ class RunEndedError(ToolpipeError):
         self.status = status
 
 
+class RunStillRunningError(ToolpipeError):
+    """The run (or one of its child runs) is still running, so it cannot be deleted (a 409)."""
+
+    def __init__(self, run_id: str, running: str) -> None:
+        which = "it is" if running == run_id else f"its child run {running} is"
+        super().__init__(f"run {run_id} cannot be deleted: {which} still running; cancel it first")
+        self.run_id = run_id
+        self.running = running
+
+
 class InvalidCursorError(ToolpipeError):
     """A pagination token that this listing did not give (forged, altered, or another caller's)."""
 

@@ -220,6 +220,11 @@ class RunRecord(BaseModel):
     handoffs: list[HandoffRecord] = Field(default_factory=list)
     created_at: str = Field(default_factory=utc_now)
     updated_at: str = Field(default_factory=utc_now)
+    retain_until: int | None = Field(
+        default=None,
+        description="When the ended run's items and objects expire (epoch seconds: its end plus the "
+        "stack's retention_days); null while it runs.",
+    )
 
     @property
     def current_agent(self) -> str:

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS, MAX_RETENTION_DAYS
 from toolpipe.shared.owners import owner_of
 
 # Where run requests (`RunRequested`) come from unless the stack names other sources
@@ -43,10 +44,13 @@ class _EnvSettings(BaseModel):
 
 
 class StoreSettings(_EnvSettings):
+    env_names: ClassVar[dict[str, str]] = {"retention_days": "TOOLPIPE_RETENTION_DAYS"}
     table_name: str
     bucket_name: str
     # Contents above this many UTF-8 bytes go to S3; DynamoDB items stop at 400 KB.
     inline_content_limit: int = 100_000
+    # How long an ended run is kept (shared/history/retention.py); the stack's `retention_days`.
+    retention_days: int = Field(default=DEFAULT_RETENTION_DAYS, ge=1, le=MAX_RETENTION_DAYS)
 
 
 class ModelSettings(_EnvSettings):

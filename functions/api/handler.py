@@ -1,4 +1,4 @@
-"""REST API: start, list, inspect and cancel runs; list and decide approvals; its OpenAPI
+"""REST API: start, list, inspect, cancel and delete runs; list and decide approvals; its OpenAPI
 document. GET never changes state.
 
 Who calls is the request's identity as API Gateway reports it (IAM: the signer's ARN), never
@@ -67,6 +67,7 @@ from toolpipe.shared.errors import (
     InvalidCursorError,
     RunEndedError,
     RunNotFoundError,
+    RunStillRunningError,
     UnknownAgentError,
     UnknownToolsRequestedError,
     describe_validation_error,
@@ -81,9 +82,11 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.owners import owner_of
 from toolpipe.shared.runs.cancel import RunCanceller
+from toolpipe.shared.runs.delete import RunDeleter
 from toolpipe.shared.runs.factory import (
     build_approval_service,
     build_run_canceller,
+    build_run_deleter,
     build_run_starter,
     build_store,
 )
@@ -153,6 +156,11 @@ def starter() -> RunStarter:
 @cache
 def canceller() -> RunCanceller:
     return build_run_canceller(store_settings, machine_settings, event_settings, api_settings.admin_principal)
+
+
+@cache
+def deleter() -> RunDeleter:
+    return build_run_deleter(store_settings, api_settings.admin_principal)
 
 
 @cache
@@ -237,7 +245,8 @@ def documented(status: int, model: Any, description: str, *errors: int) -> dict[
         f"longer than any key can hold: it {CALLER_RULE}.",
         403: "The request carries no caller identity.",
         404: "No such run (or not the caller's).",
-        409: "A conflict: the key started another request, or the run already ended.",
+        409: "A conflict: the key started another request, the run already ended (cancel), or it is "
+        "still running (delete).",
         503: "The run could not be told: the message says whether the decision is recorded (the "
         "same request again delivers it) or not (nothing changed; send it again).",
     }
@@ -478,6 +487,26 @@ def cancel_run(run_id: RunId) -> dict[str, Any]:
     return RunCancelled(run_id=record.run_id, status=record.status, status_url=status_url(run_id)).model_dump(
         mode="json"
     )
+
+
+@app.delete(
+    "/runs/<run_id>",
+    summary="Delete an ended run now, with its child runs",
+    description="Removes every item and stored object of the run and of its child runs (agent "
+    "tools), before their retention runs out. A run, or a child run, still running is a 409: cancel "
+    "it first. Deleting a deleted run is a 404.",
+    responses=documented(204, None, "The run is deleted (no body).", 400, 403, 404, 409),
+)
+def delete_run(run_id: RunId) -> Response[None]:
+    caller = current_caller()
+    try:
+        deleted = deleter().delete(run_id, caller)
+    except RunNotFoundError as e:
+        raise NotFoundError(str(e)) from e
+    except RunStillRunningError as e:
+        raise ServiceError(HTTPStatus.CONFLICT, str(e)) from e
+    logger.info("run deleted", run_id=run_id, runs=len(deleted))
+    return Response(status_code=HTTPStatus.NO_CONTENT, body=None)
 
 
 # --- approvals: a person decides a call that waits (README "Human approval") ---------------
@@ -799,6 +828,8 @@ def openapi_document() -> dict[str, Any]:
                 "schema": {"type": "string", "enum": ["true"]},
             }
         }
+    # A deleted run's 204 has no body, whatever the route's return type gives it.
+    document["paths"]["/runs/{run_id}"]["delete"]["responses"]["204"].pop("content", None)
     # The stage path, deployed (API Gateway stage `v1`) and under `toolpipe serve`.
     document["servers"] = [{"url": "/v1"}]
     # What the handler checks after the model or the pattern, stated where the schema can say it.

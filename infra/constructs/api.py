@@ -249,12 +249,13 @@ class Api(Construct):
             request_validator=validator,
             request_parameters={"method.request.path.run_id": True},
         )
-        run.add_method(
-            "GET",
-            integration,
-            request_validator=validator,
-            request_parameters={"method.request.path.run_id": True},
-        )
+        for method in ("GET", "DELETE"):
+            run.add_method(
+                method,
+                integration,
+                request_validator=validator,
+                request_parameters={"method.request.path.run_id": True},
+            )
         messages = run.add_resource("messages")
         messages.add_method(
             "GET",

@@ -25,7 +25,7 @@ from toolpipe.infra.constructs.nag import (
     logical_id,
     skip_checkov,
 )
-from toolpipe.infra.constructs.storage import Storage
+from toolpipe.infra.constructs.storage import Storage, grant_run_objects
 from toolpipe.infra.constructs.tool_queue import ToolQueue
 from toolpipe.shared.agents.app import APP_ENV
 from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
@@ -85,6 +85,8 @@ class Functions(Construct):
             "BUCKET_NAME": storage.bucket.bucket_name,
             "POWERTOOLS_SERVICE_NAME": "toolpipe",
             APP_ENV: app,
+            # How long an ended run is kept: the functions that end runs stamp it on their items.
+            "TOOLPIPE_RETENTION_DAYS": str(storage.retention_days),
             # Without it Powertools' Tracer would still load X-Ray on Lambda (shared/tracing.py).
             **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"}),
         }
@@ -222,12 +224,10 @@ class Functions(Construct):
         )
         skip_checkov(self.approval_signing_key, "CKV_AWS_149", AWS_MANAGED_SECRET_KEY)
 
-        # Large history items live under runs/: each function gets the object actions it uses there.
-        run_objects = storage.bucket.arn_for_objects("runs/*")
+        # Large history items live under runs/: each function gets the object actions it uses
+        # there; each may end a run (and tag its objects for expiry); the API also deletes runs.
         for fn in self.all:
-            fn.add_to_role_policy(
-                iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[run_objects])
-            )
+            grant_run_objects(fn, storage.bucket, delete=fn is self.api)
             storage.table.grant_read_write_data(fn)
         if model_key is not None:
             # GetSecretValue on exactly that secret (and kms:Decrypt through Secrets Manager when

@@ -2,12 +2,21 @@
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from toolpipe.infra.constructs.model_key import create_empty_secret
 from toolpipe.infra.constructs.nag import AWS_MANAGED_SECRET_KEY, acknowledge, skip_checkov
+from toolpipe.shared.history.retention import (
+    DEFAULT_RETENTION_DAYS,
+    MAX_RETENTION_DAYS,
+    RETAIN_UNTIL,
+    RETENTION_TAG_KEY,
+    RETENTION_TAG_VALUE,
+    RUN_OBJECTS_PREFIX,
+)
 from toolpipe.shared.history.store import (
     CALLER_INDEX,
     CALLER_INDEX_PK,
@@ -17,13 +26,60 @@ from toolpipe.shared.history.store import (
 from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
 
 
+def retention_days_of(value: object) -> int:
+    """The stack's `retention_days` (CDK context, text from `-c`): days an ended run is kept."""
+    if value is None or value == "":
+        return DEFAULT_RETENTION_DAYS
+    try:
+        days = int(str(value))
+    except ValueError:
+        days = 0
+    if not 1 <= days <= MAX_RETENTION_DAYS:
+        raise ValueError(
+            f"retention_days must be a whole number of days from 1 to {MAX_RETENTION_DAYS}: {value!r}"
+        )
+    return days
+
+
+def grant_run_objects(fn: iam.IGrantable, bucket: s3.IBucket, *, delete: bool = False) -> None:
+    """What a function that writes runs may do with their objects (`runs/<id>/...`): read and
+    write them, list a run's (to tag them for expiry when it ends) and, for `delete`, remove them
+    (`DELETE /runs/{id}`)."""
+    actions = ["s3:GetObject", "s3:PutObject", "s3:PutObjectTagging"] + (
+        ["s3:DeleteObject"] if delete else []
+    )
+    fn.grant_principal.add_to_principal_policy(
+        iam.PolicyStatement(actions=actions, resources=[bucket.arn_for_objects(f"{RUN_OBJECTS_PREFIX}*")])
+    )
+    fn.grant_principal.add_to_principal_policy(
+        iam.PolicyStatement(
+            actions=["s3:ListBucket"],
+            resources=[bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": f"{RUN_OBJECTS_PREFIX}*"}},
+        )
+    )
+
+
 class Storage(Construct):
     """The run history (DynamoDB), items too large for it (S3) and the model API key (Secrets
     Manager), unless the key is given or there is none (`create_model_key=False`: `model_key` is
-    None). Table and bucket are kept when the stack goes: they hold every run."""
+    None). Table and bucket are kept when the stack goes: they hold every run. The table has
+    deletion protection on: turn it off before deleting the table (README "Retention").
 
-    def __init__(self, scope: Construct, construct_id: str, *, create_model_key: bool = True) -> None:
+    An ended run's items expire `retention_days` after its end (the table's TTL on
+    `retain_until`), and its objects, tagged when it ends, `retention_days` after they were
+    written (a lifecycle rule): shared/history/retention.py."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        create_model_key: bool = True,
+        retention_days: int = DEFAULT_RETENTION_DAYS,
+    ) -> None:
         super().__init__(scope, construct_id)
+        self.retention_days = retention_days
         self.table = dynamodb.Table(
             self,
             "History",
@@ -34,6 +90,9 @@ class Storage(Construct):
                 point_in_time_recovery_enabled=True
             ),
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            time_to_live_attribute=RETAIN_UNTIL,
+            # Retained with the stack and protected from a delete by hand: every run lives here.
+            deletion_protection=True,
             removal_policy=RemovalPolicy.RETAIN,
         )
         skip_checkov(
@@ -62,6 +121,14 @@ class Storage(Construct):
         # it): one a crash left behind expires.
         self.bucket.add_lifecycle_rule(
             id="ToolResultsExpire", prefix=OVERFLOW_PREFIX, expiration=Duration.days(1)
+        )
+        # An ended run's objects: tagged when it ends, never before (a run that is still going
+        # keeps its stored messages however long it takes).
+        self.bucket.add_lifecycle_rule(
+            id="EndedRunsExpire",
+            prefix=RUN_OBJECTS_PREFIX,
+            tag_filters={RETENTION_TAG_KEY: RETENTION_TAG_VALUE},
+            expiration=Duration.days(retention_days),
         )
         acknowledge(
             self.bucket,

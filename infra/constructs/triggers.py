@@ -50,7 +50,9 @@ from toolpipe.infra.constructs.nag import (
     logical_id,
     skip_checkov,
 )
+from toolpipe.infra.constructs.storage import grant_run_objects
 from toolpipe.infra.functions import TRIGGERS
+from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS
 from toolpipe.shared.settings import TriggerSettings
 from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE, RunRequestedDetail
 
@@ -131,6 +133,7 @@ class Triggers(Construct):
         environment: dict[str, str],
         options: TriggerOptions,
         tracing: lambda_.Tracing = lambda_.Tracing.ACTIVE,
+        retention_days: int = DEFAULT_RETENTION_DAYS,
     ) -> None:
         super().__init__(scope, construct_id)
         settings = options.settings
@@ -143,6 +146,12 @@ class Triggers(Construct):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             removal_policy=RemovalPolicy.RETAIN,
+        )
+        # An input overwritten or deleted keeps its old version (a run reads the version that
+        # started it) for as long as an ended run is kept, then it goes. Current versions, and
+        # the answers, are yours to keep or expire.
+        self.bucket.add_lifecycle_rule(
+            id="OldInputVersionsExpire", noncurrent_version_expiration=Duration.days(retention_days)
         )
         _acknowledge(
             self.bucket,
@@ -219,13 +228,10 @@ class Triggers(Construct):
         orchestrator.add_to_role_policy(
             iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[outputs])
         )
-        # Starting a run: its record and first message (a long one in the contents bucket).
+        # Starting a run: its record and first message (a long one in the contents bucket), and
+        # ending it (tagged for expiry) when its execution cannot start.
         table.grant_read_write_data(fn)
-        fn.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:PutObject"], resources=[contents.arn_for_objects("runs/*")]
-            )
-        )
+        grant_run_objects(fn, contents)
         machine.grant_start_execution(fn)
 
         self.bucket.add_event_notification(

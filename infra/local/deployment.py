@@ -213,6 +213,10 @@ def deploy(
     table_id, table = template.one("AWS::DynamoDB::Table")
     d.table = names.get("table", _local_name(table_id))
     dynamodb.create_table(TableName=d.table, **table_definition(table["Properties"]))
+    ttl = table["Properties"].get("TimeToLiveSpecification")
+    if ttl:
+        # Declared as deployed (moto keeps the setting, and expires nothing).
+        dynamodb.update_time_to_live(TableName=d.table, TimeToLiveSpecification=ttl)
     d.refs[table_id] = d.table
     d.attributes[(table_id, "Arn")] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{d.table}"
 

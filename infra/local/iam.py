@@ -163,7 +163,18 @@ def requests(service: str, operation: str, params: dict[str, Any], policy: Polic
     each entry, with its source and detail-type."""
     if service == "events" and operation == "PutEvents":
         return [_put_event(entry) for entry in params.get("Entries", [])]
-    return [Request(action, resource) for action, resource in _resources(service, operation, params, policy)]
+    context: dict[str, tuple[str, ...]] = {}
+    # A listing's `s3:prefix`; one that names none lacks the key.
+    if (
+        service == "s3"
+        and operation in ("ListObjectsV2", "ListObjects", "ListObjectVersions")
+        and "Prefix" in params
+    ):
+        context["s3:prefix"] = (str(params["Prefix"]),)
+    return [
+        Request(action, resource, context)
+        for action, resource in _resources(service, operation, params, policy)
+    ]
 
 
 def _put_event(entry: dict[str, Any]) -> Request:

@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 RESOURCES: dict[str, tuple[str, ...]] = {
     "/openapi.json": ("GET",),
     "/runs": ("GET", "POST"),
-    "/runs/{run_id}": ("GET",),
+    "/runs/{run_id}": ("GET", "DELETE"),
     "/runs/{run_id}/cancel": ("POST",),
     "/runs/{run_id}/messages": ("GET",),
     "/runs/{run_id}/messages/{seq}": ("GET",),

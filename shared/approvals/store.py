@@ -4,7 +4,8 @@ Keys: `pk=APPROVAL#<id>, sk=APPROVAL` (the record, listed by requester through t
 index under `APPROVALS#<requester>`), `pk=APPROVAL#<id>, sk=TOKEN` (the task token: no view
 reads this item) and, in the run's partition, `pk=RUN#<run>, sk=GATE#<seq>` (the call's gate
 beside the tool ledger). Decisions are conditional writes on `status = pending`: the first one
-wins and the ones after change nothing.
+wins and the ones after change nothing. All three expire with their run
+(`shared/history/retention.py`), which finds the first two from the gate's `approval_id`.
 """
 
 import json
@@ -20,6 +21,7 @@ from toolpipe.shared.approvals.models import (
     EditedArguments,
     Gate,
 )
+from toolpipe.shared.history import retention
 from toolpipe.shared.history.conditions import lost_race
 from toolpipe.shared.history.store import APPROVALS_OF_CALLER, CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_SK
 from toolpipe.shared.messages import utc_now
@@ -89,6 +91,7 @@ class DynamoApprovalStore:
                     {"Put": {"TableName": name, "Item": self._token_item(approval.approval_id, token)}},
                 ]
             )
+            self._stamp_if_ended(approval.run_id, approval.seq, approval.approval_id)
             return approval
         except ClientError as e:
             if not lost_race(e):
@@ -116,7 +119,16 @@ class DynamoApprovalStore:
         except ClientError as e:
             if not lost_race(e):
                 raise
+        self._stamp_if_ended(approval.run_id, approval.seq, existing.approval_id)  # the token was put anew
         return self.get(existing.approval_id)
+
+    def _stamp_if_ended(self, run_id: str, seq: int, approval_id: str) -> None:
+        """A step racing a cancel may store an approval after its run ended, which the ending's
+        stamping missed: these items then expire with the run (shared/history/retention.py)."""
+        _, until = retention.ended_stamp(self._table, run_id)
+        if until is not None:
+            keys = [{"pk": _pk(approval_id), "sk": sk} for sk in (RECORD_SK, TOKEN_SK)]
+            retention.stamp(self._table, [*keys, _gate_key(run_id, seq)], until)
 
     @staticmethod
     def _token_item(approval_id: str, token: str) -> dict[str, Any]:

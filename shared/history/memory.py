@@ -17,6 +17,7 @@ from toolpipe.shared.history.ports import (
     ClaimState,
     Cursor,
 )
+from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS, retain_until, run_prefix
 from toolpipe.shared.history.store import bounded, caller_index_keys, check_cursor
 from toolpipe.shared.messages import (
     HandoffRecord,
@@ -49,6 +50,7 @@ class MemoryHistoryStore:
         self.objects: dict[str, str] = {}
         self.state: dict[str, dict[str, Any]] = {}
         self.tokens: dict[str, str] = {}
+        self.retention_days = DEFAULT_RETENTION_DAYS
         # Make the next `failing_completes` calls of `complete_call` raise (a failed write).
         self.failing_completes = 0
 
@@ -97,6 +99,7 @@ class MemoryHistoryStore:
                 "status": status,
                 "output": output,
                 "error": bounded(error, ERROR_MAX_CHARS),
+                "retain_until": retain_until(self.retention_days, self._clock()),
             }
             if output is not None and len(output) > OUTPUT_INLINE_CHARS:
                 key = f"runs/{run_id}/output.txt"
@@ -115,6 +118,21 @@ class MemoryHistoryStore:
             self.runs[run_id] = run.model_copy(
                 update={"execution": execution, "execution_start_turn": start_turn}
             )
+
+    def expire_ended(self, run_id: str) -> None:
+        pass  # nothing here expires: the record's `retain_until` is all there is
+
+    def delete_run(self, run_id: str) -> None:
+        with self._lock:
+            self.items.pop(run_id, None)
+            self.state.pop(run_id, None)
+            self.tokens.pop(run_id, None)
+            self.trees.pop(run_id, None)
+            for key in [k for k in self.claims if k[0] == run_id]:
+                del self.claims[key]
+            for name in [k for k in self.objects if k.startswith(run_prefix(run_id))]:
+                del self.objects[name]
+            self.runs.pop(run_id, None)
 
     def record_handoffs(self, run_id: str, handoffs: list[HandoffRecord], active: str, known: int) -> bool:
         with self._lock:

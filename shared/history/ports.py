@@ -65,6 +65,17 @@ class RunRecords(Protocol):
         """Record which execution of the run is current, and the turn it starts after."""
         ...
 
+    def expire_ended(self, run_id: str) -> None:
+        """Give an ended run's items and objects the expiry its record holds, where an ending
+        that died half-way left some without (nothing for a running run). `finish_run` does it
+        for the ending it records."""
+        ...
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove every item and stored object of the run now, its record last (so a delete that
+        dies half-way is finished by the next). The caller checks the run has ended."""
+        ...
+
     def record_handoffs(self, run_id: str, handoffs: list[HandoffRecord], active: str, known: int) -> bool:
         """Bring the record's agents up to date: the run's handoffs so far and the agent answering
         now, if the record still lists `known` handoffs and the run is running. False (nothing

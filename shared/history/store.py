@@ -2,8 +2,9 @@
 
 Keys: `pk=RUN#<id>` with `sk=META` (the run record), `sk=MSG#<seq:06d>` (one history item
 each), `sk=CALL#<seq:06d>` (the tool-call ledger: CLAIMED, then DONE in the same transaction
-that stores the result) and `sk=STATE` (what tools share within a run). An item whose JSON would pass `inline_content_limit` is stored in S3 and the
-DynamoDB item keeps a reference: items stop at 400 KB.
+that stores the result) and `sk=STATE` (what tools share within a run). An item whose JSON would
+pass `inline_content_limit` is stored in S3 and the DynamoDB item keeps a reference: items stop at
+400 KB. When a run ends, all of it gets one expiry (`shared/history/retention.py`).
 """
 
 import json
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from toolpipe.shared.errors import InvalidCursorError, RunNotFoundError
+from toolpipe.shared.history import retention
 from toolpipe.shared.history.conditions import lost_race
 from toolpipe.shared.history.ports import (
     ERROR_MAX_CHARS,
@@ -206,11 +208,13 @@ class DynamoHistoryStore:
         bucket: str,
         inline_limit: int = 100_000,
         history_cache_runs: int = HISTORY_CACHE_RUNS,
+        retention_days: int = retention.DEFAULT_RETENTION_DAYS,
     ) -> None:
         self._table = table
         self._s3 = s3
         self._bucket = bucket
         self._inline_limit = inline_limit
+        self._retention_days = retention_days
         self._history_cache = HistoryPrefixCache(history_cache_runs)
 
     # --- run record -----------------------------------------------------------------------
@@ -361,6 +365,8 @@ class DynamoHistoryStore:
             "updated_at": utc_now(),
             "output": output,
             "error": bounded(error, ERROR_MAX_CHARS),
+            # The record's own expiry, written with the ending; the rest is stamped below.
+            retention.RETAIN_UNTIL: retention.retain_until(self._retention_days),
         }
         if output is not None and len(output) > OUTPUT_INLINE_CHARS:
             # Answers of any size: the record keeps the beginning, S3 the whole (items stop at 400 KB).
@@ -388,8 +394,28 @@ class DynamoHistoryStore:
         except ClientError as e:
             if not lost_race(e):
                 raise
+            # Ended already: by a writer that may have died before stamping the rest. Stamped
+            # items are not written again, so this costs a read when all is done.
+            self.expire_ended(run_id)
             return False
+        retention.expire_run(self._table, self._s3, self._bucket, run_id, changes[retention.RETAIN_UNTIL])
         return True
+
+    def expire_ended(self, run_id: str) -> None:
+        """Give an ended run's items and objects the expiry its record holds (nothing for a
+        running run)."""
+        exists, until = retention.ended_stamp(self._table, run_id)
+        if exists and until is not None:
+            retention.expire_run(self._table, self._s3, self._bucket, run_id, until)
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove the run's items and objects now, its record last (`retention.delete_run`)."""
+        retention.delete_run(self._table, self._s3, self._bucket, run_id)
+
+    def _after_write(self, run_id: str, keys: list[dict[str, Any]], objects: list[str]) -> None:
+        retention.after_write(
+            self._table, self._s3, self._bucket, run_id, (keys, objects), self._retention_days
+        )
 
     def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:
         self._table.update_item(
@@ -505,14 +531,15 @@ class DynamoHistoryStore:
 
     def append(self, run_id: str, item: HistoryItem) -> bool:
         """Append at `item.seq`; False if that slot is taken (a retry or duplicate delivery)."""
+        row = self._message_item(run_id, item)
         try:
-            self._table.put_item(
-                Item=self._message_item(run_id, item), ConditionExpression="attribute_not_exists(pk)"
-            )
+            self._table.put_item(Item=row, ConditionExpression="attribute_not_exists(pk)")
         except ClientError as e:
             if lost_race(e):
                 return False
             raise
+        # A model step may append after a cancel ended the run: the ending's stamping missed it.
+        self._after_write(run_id, [{"pk": row["pk"], "sk": row["sk"]}], _objects(row))
         return True
 
     def get_item(self, run_id: str, seq: int) -> HistoryItem | None:
@@ -672,6 +699,10 @@ class DynamoHistoryStore:
             if lost_race(e):
                 return False
             raise
+        # A call still running when its run was cancelled stores its result after the ending.
+        row = items[0]["Put"]["Item"]
+        keys = [{"pk": _pk(run_id), "sk": sk} for sk in (row["sk"], _call_sk(result.seq), "STATE")]
+        self._after_write(run_id, keys, _objects(row))
         return True
 
     def release_call(self, run_id: str, seq: int, owner: str) -> None:
@@ -716,6 +747,10 @@ class DynamoHistoryStore:
             Key={"pk": _pk(run_id), "sk": _msg_sk(seq)}, ProjectionExpression="data_ref", ConsistentRead=True
         ).get("Item")
         return None if row is None or "data_ref" not in row else str(row["data_ref"])
+
+
+def _objects(row: dict[str, Any]) -> list[str]:
+    return [str(row["data_ref"])] if "data_ref" in row else []
 
 
 def _plain(value: Any) -> Any:

@@ -29,6 +29,7 @@ from toolpipe.shared.settings import (
 if TYPE_CHECKING:
     from toolpipe.shared.approvals.service import ApprovalService
     from toolpipe.shared.runs.cancel import RunCanceller
+    from toolpipe.shared.runs.delete import RunDeleter
     from toolpipe.shared.runs.model_step import ModelStep
     from toolpipe.shared.runs.starter import RunStarter
     from toolpipe.shared.runs.tool_executor import ToolCallExecutor
@@ -37,7 +38,13 @@ if TYPE_CHECKING:
 
 def build_store(settings: StoreSettings) -> DynamoHistoryStore:
     table = boto3.resource("dynamodb").Table(settings.table_name)
-    return DynamoHistoryStore(table, boto3.client("s3"), settings.bucket_name, settings.inline_content_limit)
+    return DynamoHistoryStore(
+        table,
+        boto3.client("s3"),
+        settings.bucket_name,
+        settings.inline_content_limit,
+        retention_days=settings.retention_days,
+    )
 
 
 def build_events(settings: EventSettings) -> EventPublisher:
@@ -174,6 +181,12 @@ def build_run_canceller(
         admin_principal,
         events=build_events(events),
     )
+
+
+def build_run_deleter(store: StoreSettings, admin_principal: str | None) -> "RunDeleter":
+    from toolpipe.shared.runs.delete import RunDeleter
+
+    return RunDeleter(build_store(store), admin_principal)
 
 
 def build_trigger_service(

@@ -132,7 +132,9 @@ class ModelStep:
     def _step(self, request: StepRequest, deadline: float) -> Decision:
         run = self._store.get_run(request.run_id)
         if run.status is not RunStatus.RUNNING:
-            # A retried ending may have died between recording it and answering the parent.
+            # A retried ending may have died between recording it and answering the parent, or
+            # stamping the run's expiry on its items.
+            self._store.expire_ended(run.run_id)
             self._answer_parent_as_recorded(run)
             self._write_answer(run)
             return Decision(status=ended_status(run.status), turn=run.turn)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import GATE, Pipeline, Reply, call, gated_server, wait_for_gate
-from tests.e2e.test_serve import Served
+from tests.e2e.test_serve import Served, _toolpipe
 from toolpipe.infra.local.server import LocalServer
 from toolpipe.shared.agents import Agent
 
@@ -86,6 +86,26 @@ def test_start_with_a_key_poll_read_list_over_http(served: Served) -> None:
     assert checked_in == document
 
 
+def test_delete_an_ended_run_with_the_cli_then_over_http(served: Served) -> None:
+    status, started, _ = _http(f"{served.api_url}/runs", "POST", {"input": PROMPT, "agent": "assistant"})
+    assert status == 202
+    run_id = started["run_id"]
+    deadline = time.monotonic() + 60
+    while _http(started["status_url"], "GET")[1]["run"]["status"] == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    deleted = _toolpipe(served.home, "delete", run_id)
+    assert (deleted.returncode, deleted.stdout) == (0, f"deleted {run_id}\n"), deleted.stderr
+    assert _http(started["status_url"], "GET")[0] == 404
+    assert _http(started["status_url"], "DELETE")[:2] == (
+        404,
+        {"statusCode": 404, "message": f"run {run_id} not found"},
+    )
+    again = _toolpipe(served.home, "delete", run_id)
+    assert again.returncode != 0 and again.stdout == "" and f"run {run_id} not found" in again.stderr
+    assert "Traceback" not in again.stderr
+
+
 HELD = Agent(name="held", instructions="You wait.", tools=[wait_for_gate], max_iterations=3)
 
 
@@ -107,6 +127,8 @@ def test_cancel_a_running_run_over_http(local_server: tuple[Pipeline, LocalServe
     while "Item" not in pipeline.runtime.dynamodb.get_item(TableName="toolpipe-local", Key=claim):
         assert time.monotonic() < deadline, "the call never started"
         time.sleep(0.05)  # until its tool is running: the run waits on it
+    status, refused, _ = _http(started["status_url"], "DELETE")
+    assert status == 409 and refused["message"].endswith("still running; cancel it first")
     status, cancelled, _ = _http(f"{server.api_url}/runs/{run_id}/cancel", "POST")
     assert status == 200 and cancelled == {
         "run_id": run_id,

@@ -69,6 +69,10 @@ def test_every_api_sample_drives_the_real_handler(pipeline: Pipeline) -> None:
     assert _api(_event("api_cancel_run.json", running))[::2] == (200, cancelled)
     pipeline.runtime.wait_for_execution(running)  # stopped, or ended at its next step: either way
     assert _api(_event("api_get_run.json", running))[2]["run"]["status"] == "cancelled"
+    # Deleting an ended run: nothing of it is left, and a second delete finds nothing.
+    assert _api(_event("api_delete_run.json", run_id))[::2] == (204, None)
+    assert _api(_event("api_get_run.json", run_id))[0] == 404
+    assert _api(_event("api_delete_run.json", run_id))[0] == 404
 
 
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -103,6 +107,8 @@ def _body(**fields: Any) -> Callable[[dict[str, Any]], None]:
         ("api_get_messages.json", lambda e: None, 404, "run RUN_ID not found"),
         ("api_cancel_run.json", lambda e: None, 404, "run RUN_ID not found"),
         ("api_cancel_run.json", _set("path", "/runs/bad.id/cancel"), 400, "path.run_id"),
+        ("api_delete_run.json", lambda e: None, 404, "run RUN_ID not found"),
+        ("api_delete_run.json", _set("path", "/runs/bad.id"), 400, "path.run_id"),
     ],
 )
 def test_malformed_api_samples_are_a_clear_4xx_and_write_nothing(

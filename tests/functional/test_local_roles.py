@@ -14,7 +14,7 @@ from tests.conftest import Pipeline, _pipeline, call
 from toolpipe import tool
 from toolpipe.infra.functions import FUNCTIONS
 from toolpipe.infra.local.isolation import running_as
-from toolpipe.infra.local.runtime import REGION, LocalRuntime
+from toolpipe.infra.local.runtime import BUCKET, REGION, LocalRuntime
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS, Agent
 from toolpipe.shared.runs.events import DETAIL_TYPES, SOURCE
@@ -351,3 +351,35 @@ def test_copies_within_the_runs_prefix_are_allowed_and_presigning_is_never_refus
         "tool_worker",
         lambda: s3.generate_presigned_url("get_object", Params={"Bucket": "x", "Key": "y"}),
     )
+
+
+def test_only_the_api_may_delete_a_runs_objects_and_listings_stop_at_runs(runtime: LocalRuntime) -> None:
+    """Retention (README "Retention"): every function that ends runs may list a run's objects
+    and tag them for expiry; only the API deletes them (`DELETE /runs/{id}`), and nobody lists
+    or deletes outside `runs/`."""
+    aws = _clients()
+    bucket = BUCKET
+    aws["s3"].put_object(Bucket=bucket, Key="runs/r1/output.txt", Body=b"x")
+    aws["s3"].put_object(Bucket=bucket, Key="elsewhere.txt", Body=b"x")
+    tag = {"TagSet": [{"Key": "toolpipe-retention", "Value": "expire"}]}
+    for name in ("orchestrator", "tool_worker", "api", "triggers"):
+        listed = _as(runtime, name, lambda: aws["s3"].list_objects_v2(Bucket=bucket, Prefix="runs/r1/"))
+        assert [o["Key"] for o in listed["Contents"]] == ["runs/r1/output.txt"], name
+        _as(
+            runtime,
+            name,
+            lambda: aws["s3"].put_object_tagging(Bucket=bucket, Key="runs/r1/output.txt", Tagging=tag),
+        )
+        _refused(runtime, name, lambda: aws["s3"].list_objects_v2(Bucket=bucket))
+        _refused(runtime, name, lambda: aws["s3"].list_objects_v2(Bucket=bucket, Prefix="else"))
+        _refused(
+            runtime,
+            name,
+            lambda: aws["s3"].put_object_tagging(Bucket=bucket, Key="elsewhere.txt", Tagging=tag),
+        )
+        _refused(runtime, name, lambda: aws["s3"].delete_object(Bucket=bucket, Key="elsewhere.txt"))
+    for name in ("orchestrator", "tool_worker", "triggers", "tool_runner"):
+        _refused(runtime, name, lambda: aws["s3"].delete_object(Bucket=bucket, Key="runs/r1/output.txt"))
+    _refused(runtime, "tool_runner", lambda: aws["s3"].list_objects_v2(Bucket=bucket, Prefix="runs/r1/"))
+    _as(runtime, "api", lambda: aws["s3"].delete_object(Bucket=bucket, Key="runs/r1/output.txt"))
+    assert "Contents" not in aws["s3"].list_objects_v2(Bucket=bucket, Prefix="runs/")

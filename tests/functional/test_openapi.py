@@ -34,6 +34,7 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
         ("/runs", "post"),
         ("/runs", "get"),
         ("/runs/{run_id}", "get"),
+        ("/runs/{run_id}", "delete"),
         ("/runs/{run_id}/cancel", "post"),
         ("/runs/{run_id}/messages", "get"),
         ("/runs/{run_id}/messages/{seq}", "get"),
@@ -59,6 +60,9 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
     assert "cancelled" in schemas["RunStatus"]["enum"]
     cancel = served["paths"]["/runs/{run_id}/cancel"]["post"]["responses"]
     assert set(cancel) == {"200", "400", "403", "404", "409"}
+    delete = served["paths"]["/runs/{run_id}"]["delete"]["responses"]
+    assert set(delete) == {"204", "400", "403", "404", "409"} and "content" not in delete["204"]
+    assert "retain_until" in schemas["RunView"]["properties"]
     deny = served["paths"]["/approvals/{approval_id}/deny"]["post"]
     assert deny["requestBody"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/DenyRequest"

@@ -14,6 +14,12 @@ from aws_cdk.assertions import Capture, Match
 from toolpipe.infra import limits
 from toolpipe.infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json
 from toolpipe.infra.functions import FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
+from toolpipe.shared.history.retention import (
+    RETAIN_UNTIL,
+    RETENTION_TAG_KEY,
+    RETENTION_TAG_VALUE,
+    RUN_OBJECTS_PREFIX,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,6 +86,55 @@ def test_history_table_has_recovery_and_encryption(template: Any) -> None:
     assert table["DeletionPolicy"] == "Retain"
 
 
+def test_ended_runs_expire_and_the_table_is_protected(template: Any) -> None:
+    """Retention (README "Retention"): the table's TTL on the attribute the store stamps, a
+    lifecycle rule for ended runs' objects (tagged when the run ends) and one for old input
+    versions, all 30 days by default; deletion protection on the table."""
+    _, table = _one(template, "AWS::DynamoDB::Table")
+    props = table["Properties"]
+    assert props["TimeToLiveSpecification"] == {"AttributeName": RETAIN_UNTIL, "Enabled": True}
+    assert props["DeletionProtectionEnabled"] is True
+    contents = template.find_resources(
+        "AWS::S3::Bucket", {"Properties": {"LifecycleConfiguration": Match.object_like({})}}
+    )
+    rules = {
+        rule["Id"]: rule
+        for bucket in contents.values()
+        for rule in bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+    }
+    assert rules["EndedRunsExpire"] == {
+        "Id": "EndedRunsExpire",
+        "Prefix": RUN_OBJECTS_PREFIX,
+        "TagFilters": [{"Key": RETENTION_TAG_KEY, "Value": RETENTION_TAG_VALUE}],
+        "ExpirationInDays": 30,
+        "Status": "Enabled",
+    }
+    assert rules["OldInputVersionsExpire"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
+    [inputs] = [b for b in contents.values() if "OldInputVersionsExpire" in json.dumps(b)]
+    assert inputs["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+    for fn in template.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Runtime": "python3.14"}}
+    ).values():
+        env = fn["Properties"].get("Environment", {}).get("Variables", {})
+        if "TABLE_NAME" in env:  # every function that ends runs: the store stamps with it
+            assert env["TOOLPIPE_RETENTION_DAYS"] == "30"
+
+
+def test_retention_days_is_a_stack_option(tmp_path: Path) -> None:
+    from aws_cdk.assertions import Template
+
+    from toolpipe.infra.app import build_app
+
+    app, _ = build_app(bundle=False, outdir=str(tmp_path), context={"retention_days": "7"})
+    template = Template.from_json(app.synth().get_stack_by_name("Toolpipe").template)
+    text = json.dumps(template.to_json())
+    assert '"ExpirationInDays": 7' in text and '"NoncurrentDays": 7' in text
+    assert '"TOOLPIPE_RETENTION_DAYS": "7"' in text and '"TOOLPIPE_RETENTION_DAYS": "30"' not in text
+    for bad in ("0", "ten", "3651", "1.5"):
+        with pytest.raises(ValueError, match="retention_days must be a whole number of days from 1 to 3650"):
+            build_app(bundle=False, outdir=str(tmp_path / bad), context={"retention_days": bad})
+
+
 def test_functions_share_one_code_asset_and_only_the_orchestrator_gets_openai(template: Any) -> None:
     functions = template.find_resources("AWS::Lambda::Function", {"Properties": {"Runtime": "python3.14"}})
     assert len(functions) >= 3
@@ -120,7 +175,7 @@ def test_the_model_key_is_retained_and_the_approval_signing_key_is_not(template:
 def test_rest_api_is_iam_authorized_with_validated_bodies(template: Any) -> None:
     template.resource_count_is("AWS::ApiGateway::RestApi", 1)
     methods = template.find_resources("AWS::ApiGateway::Method")
-    assert {m["Properties"]["HttpMethod"] for m in methods.values()} == {"POST", "GET", "HEAD"}
+    assert {m["Properties"]["HttpMethod"] for m in methods.values()} == {"POST", "GET", "HEAD", "DELETE"}
     # Every method but the approval page's, whose credential is the signed link (test_approval_links.py).
     signed = [m for m in methods.values() if m["Properties"]["AuthorizationType"] != "AWS_IAM"]
     assert len(signed) == 3 and {m["Properties"]["HttpMethod"] for m in signed} == {"GET", "HEAD", "POST"}

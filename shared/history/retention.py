@@ -1,0 +1,224 @@
+"""How long an ended run is kept, and how a run is removed at once.
+
+The rule (README "Retention"): nothing of a run expires while it runs, or waits for a person or
+a program, however long that takes. When it ends, every item of the run (its partition on the
+table, and its approvals' records and task tokens) gets the same DynamoDB TTL, `retain_until`
+= the end + `retention_days`, and each of its objects under `runs/<id>/` gets the tag
+`RETENTION_TAG`, which the contents bucket's lifecycle rule expires `retention_days` after the
+object was written (so at once if that was longer ago). Whatever is written into an ended run
+later (a call that was still running when the run was cancelled) is stamped by its writer, and
+whatever is written into a run deleted meanwhile expires `retention_days` after it was written
+(`after_write`).
+
+`retain_until`, not `expires_at`: an approval's record already holds an `expires_at` (its
+deadline, as ISO text). TTL ignores an attribute that is not a number, but one name, one meaning.
+"""
+
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from toolpipe.shared.history.conditions import lost_race
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.service_resource import Table
+    from mypy_boto3_s3.client import S3Client
+
+# The table's TTL attribute (epoch seconds, a number); the stack declares the same name.
+RETAIN_UNTIL = "retain_until"
+DEFAULT_RETENTION_DAYS = 30
+# DynamoDB's TTL and S3's lifecycle both count in whole days here; ten years is plenty.
+MAX_RETENTION_DAYS = 3650
+# The tag an ended run's objects carry; the contents bucket's lifecycle rule expires tagged objects.
+RETENTION_TAG_KEY = "toolpipe-retention"
+RETENTION_TAG_VALUE = "expire"
+# Where a run's objects live in the contents bucket (shared/history/store.py writes them).
+RUN_OBJECTS_PREFIX = "runs/"
+# BatchWriteItem takes at most 25 requests; DeleteObjects at most 1,000 keys.
+BATCH_WRITE_MAX = 25
+DELETE_OBJECTS_MAX = 1000
+# Items stamped at once when a run ends (10,000 items at ~5 ms a write: ~3 s).
+STAMP_THREADS = 16
+# Backoff between retries of what a batch left unprocessed (throttling); then it is an error.
+RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+def run_pk(run_id: str) -> str:
+    return f"RUN#{run_id}"
+
+
+def run_prefix(run_id: str) -> str:
+    return f"{RUN_OBJECTS_PREFIX}{run_id}/"
+
+
+def retain_until(days: int, now: float | None = None) -> int:
+    """The TTL of an ended run's items: `days` after `now` (the end), in epoch seconds."""
+    return int(now if now is not None else time.time()) + days * 86_400
+
+
+def _approval_keys(approval_id: str) -> list[dict[str, str]]:
+    # shared/approvals/store.py: the record and the task token, outside the run's partition.
+    return [{"pk": f"APPROVAL#{approval_id}", "sk": sk} for sk in ("APPROVAL", "TOKEN")]
+
+
+def partition(table: "Table", run_id: str) -> Iterator[dict[str, Any]]:
+    """Every item of the run's partition: its keys, its stamp and (a gate) its approval id."""
+    kwargs: dict[str, Any] = {
+        "KeyConditionExpression": "pk = :pk",
+        "ExpressionAttributeValues": {":pk": run_pk(run_id)},
+        "ProjectionExpression": "pk, sk, approval_id, #r",
+        "ExpressionAttributeNames": {"#r": RETAIN_UNTIL},
+        "ConsistentRead": True,
+    }
+    while True:
+        page = table.query(**kwargs)
+        yield from page.get("Items", [])
+        if "LastEvaluatedKey" not in page:
+            return
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def ended_stamp(table: "Table", run_id: str) -> tuple[bool, int | None]:
+    """(whether the run record exists, its `retain_until`: set once the run has ended)."""
+    item = table.get_item(
+        Key={"pk": run_pk(run_id), "sk": "META"},
+        ProjectionExpression="pk, #r",
+        ExpressionAttributeNames={"#r": RETAIN_UNTIL},
+        ConsistentRead=True,
+    ).get("Item")
+    if item is None:
+        return False, None
+    until = item.get(RETAIN_UNTIL)
+    return True, None if until is None else int(str(until))
+
+
+def stamp(table: "Table", keys: Iterable[dict[str, Any]], until: int) -> None:
+    """Set `retain_until` on each existing item (one that is gone stays gone), a few at once:
+    a run's end (a cancel among them, inside the API's 29 seconds) stamps all of its items."""
+    client: Any = table.meta.client  # thread-safe, unlike the resource; takes plain values
+
+    def one(key: dict[str, Any]) -> None:
+        try:
+            client.update_item(
+                TableName=table.name,
+                Key=key,
+                UpdateExpression="SET #r = :until",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames={"#r": RETAIN_UNTIL},
+                ExpressionAttributeValues={":until": until},
+            )
+        except ClientError as e:
+            if not lost_race(e):
+                raise
+
+    keys = list(keys)
+    if len(keys) <= STAMP_THREADS:  # a few: threads would cost more than they save
+        for key in keys:
+            one(key)
+        return
+    with ThreadPoolExecutor(max_workers=STAMP_THREADS) as pool:
+        list(pool.map(one, keys))  # the first error, if any, is raised here
+
+
+def run_objects(s3: "S3Client", bucket: str, run_id: str) -> Iterator[str]:
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=run_prefix(run_id)):
+        for item in page.get("Contents", []):
+            yield item["Key"]
+
+
+def expire_run(table: "Table", s3: "S3Client", bucket: str, run_id: str, until: int) -> None:
+    """Give every item and object of an ended run its expiry. Idempotent: an item already
+    stamped is not written again, so a retry after a crash writes only what is left."""
+    items: list[dict[str, Any]] = []
+    gates: list[dict[str, Any]] = []
+    for item in partition(table, run_id):
+        if item["sk"] == "META" or _stamp_of(item) == until:
+            continue
+        (gates if "approval_id" in item else items).append(item)
+    # A gate is stamped after its approval's items: a stamped gate means all three are done.
+    stamp(table, [key for gate in gates for key in _approval_keys(str(gate["approval_id"]))], until)
+    stamp(table, [{"pk": item["pk"], "sk": item["sk"]} for item in (*items, *gates)], until)
+    tagging: Any = {"TagSet": [{"Key": RETENTION_TAG_KEY, "Value": RETENTION_TAG_VALUE}]}
+    for key in run_objects(s3, bucket, run_id):
+        try:
+            s3.put_object_tagging(Bucket=bucket, Key=key, Tagging=tagging)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
+                raise  # gone meanwhile (a delete): nothing to tag
+
+
+def _stamp_of(item: dict[str, Any]) -> int | None:
+    value = item.get(RETAIN_UNTIL)
+    return None if value is None else int(str(value))
+
+
+def delete_run(table: "Table", s3: "S3Client", bucket: str, run_id: str) -> None:
+    """Remove every object and item of the run, its record last: a delete that dies half-way
+    leaves a run that is still there, and deleting it again removes the rest."""
+    keys: list[str] = list(run_objects(s3, bucket, run_id))
+    for start in range(0, len(keys), DELETE_OBJECTS_MAX):
+        chunk = keys[start : start + DELETE_OBJECTS_MAX]
+        answer = s3.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True}
+        )
+        if answer.get("Errors"):
+            first = answer["Errors"][0]
+            raise RuntimeError(
+                f"S3 kept {len(answer['Errors'])} objects of run {run_id}: {first.get('Code')} on {first.get('Key')}"
+            )
+    items: list[dict[str, Any]] = []
+    for item in partition(table, run_id):
+        if item["sk"] == "META":
+            continue
+        if "approval_id" in item:
+            items += _approval_keys(str(item["approval_id"]))
+        items.append({"pk": item["pk"], "sk": item["sk"]})
+    batch_delete(table, items)
+    table.delete_item(Key={"pk": run_pk(run_id), "sk": "META"})
+
+
+def batch_delete(table: "Table", keys: list[dict[str, Any]]) -> None:
+    """Delete the items, 25 a request, retrying what DynamoDB leaves unprocessed."""
+    client: Any = table.meta.client  # plain Python values, as the table resource takes them
+    for start in range(0, len(keys), BATCH_WRITE_MAX):
+        pending: dict[str, Any] = {
+            table.name: [{"DeleteRequest": {"Key": key}} for key in keys[start : start + BATCH_WRITE_MAX]]
+        }
+        for delay in (*RETRY_DELAYS, None):
+            pending = client.batch_write_item(RequestItems=pending).get("UnprocessedItems", {})
+            if not pending:
+                break
+            if delay is None:
+                left = sum(len(v) for v in pending.values())
+                raise RuntimeError(f"DynamoDB left {left} items unprocessed (throttled past every retry)")
+            time.sleep(delay)
+
+
+def after_write(
+    table: "Table",
+    s3: "S3Client",
+    bucket: str,
+    run_id: str,
+    written: tuple[list[dict[str, Any]], list[str]],
+    days: int,
+) -> None:
+    """What a write into a run that may have ended (or been deleted) since its writer last read
+    it does next: one consistent read of the run record, and nothing more while it runs. In an
+    ended run, everything is stamped again (what was just written included). Without a record
+    (the run was deleted meanwhile), what was just written, `written` (item keys, object keys),
+    expires `days` from now: the delete that missed it cannot be repeated (the run is gone)."""
+    exists, until = ended_stamp(table, run_id)
+    if exists and until is not None:
+        expire_run(table, s3, bucket, run_id, until)
+    elif not exists:
+        keys, objects = written
+        stamp(table, keys, retain_until(days))
+        for key in objects:
+            s3.put_object_tagging(
+                Bucket=bucket,
+                Key=key,
+                Tagging={"TagSet": [{"Key": RETENTION_TAG_KEY, "Value": RETENTION_TAG_VALUE}]},
+            )
