@@ -13,6 +13,7 @@ from toolpipe.shared.history.store import (
     CALLER_INDEX_PK,
     CALLER_INDEX_PROJECTION,
     CALLER_INDEX_SK,
+    EXPIRES_AT,
 )
 from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
 
@@ -35,6 +36,8 @@ class Storage(Construct):
             ),
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
             removal_policy=RemovalPolicy.RETAIN,
+            # The per-minute quota counters (shared/runs/quota.py) expire; nothing else sets it.
+            time_to_live_attribute=EXPIRES_AT,
         )
         skip_checkov(
             self.table,
