@@ -172,7 +172,8 @@ class LocalRuntime:
             self.sqs,
             self.queue_url,
             self.queue_arn,
-            self._worker_count,
+            # As the deployed event source: at most its maximum concurrency at once.
+            min(self._worker_count, self.deployment.worker_max_concurrency or self._worker_count),
             self.functions[TOOL_WORKER.name].timeout_seconds,
         )
         self.workers.start()
