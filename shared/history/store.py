@@ -86,6 +86,9 @@ PARTITION_KEY_MAX_BYTES = 2048
 MAX_CALLER_BYTES = PARTITION_KEY_MAX_BYTES - max(
     len(p.encode()) for p in (RUNS_OF_CALLER, APPROVALS_OF_CALLER, QUOTAS_OF_CALLER)
 )
+# The partitions of the table a scan's read may stop in: runs, approvals (shared/approvals/store.py)
+# and callers' quota counters.
+SCANNED_PARTITIONS = ("RUN#", "APPROVAL#", QUOTAS_OF_CALLER)
 # A scan (the admin's listing of every run) reads this many items a request: most are messages.
 SCAN_READ_ITEMS = 1000
 
@@ -126,7 +129,7 @@ def check_cursor(start: Cursor | None, caller: str | None) -> None:
         # The caller's listing resumes at a run record; the admin's scan of the table resumes
         # wherever its last read stopped, usually a message of some run.
         or (caller is not None and start["sk"] != "META")
-        or not start["pk"].startswith("RUN#")
+        or not start["pk"].startswith("RUN#" if caller is not None else SCANNED_PARTITIONS)
         or (caller is not None and start[CALLER_INDEX_PK] != f"{RUNS_OF_CALLER}{caller}")
         or (caller is not None and not start[CALLER_INDEX_SK].endswith("#" + start["pk"][4:]))
     ):
