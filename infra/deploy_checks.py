@@ -218,6 +218,17 @@ def check_checkov(template: Path, workdir: Path) -> Result:
     )
 
 
+def checkov_skips(template: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """Every checkov check the template skips: by check id, each reason given and the logical ids
+    of the resources it is given for (`skip_checkov` writes them into the resources' metadata).
+    README "What the stack holds" lists the checks; a test holds the list to this."""
+    skips: dict[str, dict[str, list[str]]] = {}
+    for logical_id, resource in sorted(template.get("Resources", {}).items()):
+        for skip in (resource.get("Metadata") or {}).get("checkov", {}).get("skip", []):
+            skips.setdefault(skip["id"], {}).setdefault(skip["comment"], []).append(logical_id)
+    return dict(sorted(skips.items()))
+
+
 CHECKS: dict[str, Callable[[Path, Path], Result]] = {
     "asl-rules": check_asl_rules,
     "asl-validator": check_asl_validator,

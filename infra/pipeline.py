@@ -20,6 +20,7 @@ from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -35,11 +36,14 @@ from toolpipe.infra.constructs import (
     Throttle,
     ToolQueue,
 )
+from toolpipe.infra.constructs.alarms import Alarms
 from toolpipe.infra.constructs.approval_emails import ApprovalEmails, parse_addresses
+from toolpipe.infra.constructs.functions import WORKER_MAX_CONCURRENCY, ReservedConcurrency
 from toolpipe.infra.constructs.model_key import NO_MODEL_KEY, ModelKeySecret, resolve_model_key
 from toolpipe.infra.constructs.triggers import TriggerOptions, Triggers
 from toolpipe.shared.agents.app import find_app
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS
+from toolpipe.shared.settings import MAX_RUNNING_QUOTA, QuotaSettings
 
 __all__ = ["NO_MODEL_KEY", "ToolPipeline"]
 
@@ -81,6 +85,12 @@ class ToolPipeline(Construct):
         requirements_lock: str | os.PathLike[str] | None = None,
         tracing: bool = True,
         retention_days: int = DEFAULT_RETENTION_DAYS,
+        quota_starts_per_minute: int | None = 60,
+        quota_running: int | None = 20,
+        reserved_concurrency: ReservedConcurrency | None = None,
+        worker_max_concurrency: int | None = WORKER_MAX_CONCURRENCY,
+        alarms: bool = True,
+        alarm_topic: str | sns.ITopic | None = None,
     ) -> None:
         """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls.
         `model_key_secret`: where its API key is: None (the default) creates the empty
@@ -107,7 +117,15 @@ class ToolPipeline(Construct):
         with toolpipe's lock (README "Dependencies"); `requirements` (ranges, unhashed) is no
         longer taken: the layers install only locked, hashed files. `tracing`: False
         deploys the functions without X-Ray, which they then never import (README "Cold start").
-        `retention_days`: how long an ended run's items and objects are kept (README "Retention")."""
+        `retention_days`: how long an ended run's items and objects are kept (README "Retention").
+        `quota_starts_per_minute`, `quota_running`: how many runs each caller of `POST /runs` may
+        start a minute and have running at once, answered 429 with `Retry-After` past them; 0 or
+        None turns one off (README "Quotas"). `reserved_concurrency`: what the API and the
+        orchestrator reserve of the account's Lambda concurrency (none by default: new accounts
+        have too little to reserve). `worker_max_concurrency`: the most tool workers running at
+        once (2 to 1,000; None: no maximum). `alarms`: CloudWatch alarms on the dead-letter
+        queues, failed and timed-out executions and throttled functions (README "Alarms"),
+        notifying `alarm_topic`: an SNS topic or its ARN, "create" for one made here, or None."""
         super().__init__(scope, construct_id)
         if model_base_url and not re.fullmatch(r"https?://[^\s/]+\S*", model_base_url):
             raise ValueError(f"model_base_url: {model_base_url!r} is not an http(s) URL")
@@ -124,6 +142,11 @@ class ToolPipeline(Construct):
         auth = ApiAuth.parse(api_auth)
         user_lock = _requirements_lock(requirements, requirements_lock)
         approvers = parse_addresses(approval_emails)
+        quotas = _quotas(quota_starts_per_minute, quota_running)
+        if worker_max_concurrency is not None and not 2 <= worker_max_concurrency <= 1000:
+            raise ValueError(
+                f"worker_max_concurrency must be 2 to 1,000 (SQS event sources' range) or unset, not {worker_max_concurrency}"
+            )
         # Checked before anything is built: a bad value is one line, not a half-built tree.
         given_key = resolve_model_key(
             self, model_key_secret, kms_key_arn=model_key_kms_key_arn, model_base_url=model_base_url
@@ -152,6 +175,9 @@ class ToolPipeline(Construct):
             packages=packages,
             requirements_lock=user_lock,
             tracing=tracing,
+            quotas=quotas,
+            reserved_concurrency=reserved_concurrency,
+            worker_max_concurrency=worker_max_concurrency,
         )
         self.run_flow = RunFlow(
             self, "RunFlow", orchestrator=self.functions.orchestrator, tool_queue=self.tool_queue.queue
@@ -205,6 +231,29 @@ class ToolPipeline(Construct):
             if approvers
             else None
         )
+        # Last: they watch what every component above made.
+        self.alarms = (
+            Alarms(
+                self,
+                "Alarms",
+                dead_letter_queues={
+                    "ToolDeadLetters": self.tool_queue.dead_letters,
+                    "ExecutionEndedDeadLetters": self.run_flow.execution_ended_dead_letters,
+                    "TriggerDeadLetters": self.triggers.dead_letters,
+                },
+                state_machine=self.state_machine,
+                functions={
+                    "Orchestrator": self.functions.orchestrator,
+                    "ToolWorker": self.functions.tool_worker,
+                    "ToolRunner": self.functions.tool_runner,
+                    "Api": self.functions.api,
+                    "Triggers": self.triggers.function,
+                },
+                topic=alarm_topic,
+            )
+            if alarms
+            else None
+        )
 
     @property
     def table(self) -> dynamodb.Table:
@@ -225,6 +274,16 @@ class ToolPipeline(Construct):
     @property
     def rest_api(self) -> apigw.RestApi:
         return self.api.rest_api
+
+
+def _quotas(starts_per_minute: int | None, running: int | None) -> QuotaSettings:
+    """The per-caller quotas as the API reads them (0: off); a bad value is a one-line error."""
+    for name, value in (("quota_starts_per_minute", starts_per_minute), ("quota_running", running)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name} must be a whole number, 0 or more (0: off), not {value!r}")
+    if running is not None and running > MAX_RUNNING_QUOTA:
+        raise ValueError(f"quota_running must be at most {MAX_RUNNING_QUOTA:,}, not {running}")
+    return QuotaSettings(starts_per_minute=starts_per_minute or 0, running=running or 0)
 
 
 def _requirements_lock(requirements: Sequence[str], lock: str | os.PathLike[str] | None) -> Path | None:

@@ -1,7 +1,10 @@
 """The toolpipe stack: one `ToolPipeline` (infra/pipeline.py) and its outputs.
 
 Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.json):
-`api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (api_key only),
+`api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (the stage's, and
+each key's with api_key), `quota_starts_per_minute` and `quota_running` (per caller, 0: off),
+`api_reserved_concurrency`, `orchestrator_reserved_concurrency`, `worker_max_concurrency`,
+`alarms` ("false": none) and `alarm_topic_arn` (an SNS topic's ARN, or "create"),
 `api_gateway_cloudwatch_role` ("true": README "API Gateway's CloudWatch role"),
 `admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `approval_emails`
 (comma-separated addresses, emailed each call that waits for approval), `link_edits` ("true":
@@ -21,7 +24,7 @@ from typing import Any
 from aws_cdk import CfnElement, CfnOutput, Stack
 from constructs import Construct, Node
 
-from toolpipe.infra.constructs import ApiAuth, Throttle
+from toolpipe.infra.constructs import ApiAuth, ReservedConcurrency, Throttle
 from toolpipe.infra.constructs.approval_emails import parse_addresses
 from toolpipe.infra.constructs.storage import retention_days_of
 from toolpipe.infra.constructs.triggers import TriggerOptions
@@ -80,6 +83,9 @@ class ToolpipeStack(Stack):
         if p.approval_emails is not None:
             # Subscribe more endpoints (a chat webhook, a queue) to the same messages.
             CfnOutput(self, "ApprovalTopicArn", value=p.approval_emails.topic.topic_arn)
+        if p.alarms is not None and p.alarms.topic is not None:
+            # Where the alarms notify: subscribe an address, a chat webhook or a pager to it.
+            CfnOutput(self, "AlarmTopicArn", value=p.alarms.topic.topic_arn)
         if p.api.api_key is not None:
             # The id, not the value: `aws apigateway get-api-key --api-key ID --include-value`.
             CfnOutput(self, "ApiKeyId", value=p.api.api_key.key_id)
@@ -112,6 +118,23 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
             else _number("api_throttle_rate", rate, float),
             burst=default.burst if burst is None else _number("api_throttle_burst", burst, int),
         )
+    for name in ("quota_starts_per_minute", "quota_running", "worker_max_concurrency"):
+        value = node.try_get_context(name)
+        if value is not None:
+            settings[name] = _number(name, value, int)
+    reserved = {
+        name: _number(f"{name}_reserved_concurrency", value, int)
+        for name in ("api", "orchestrator")
+        if (value := node.try_get_context(f"{name}_reserved_concurrency")) not in (None, "", 0, "0")
+    }
+    if reserved:
+        settings["reserved_concurrency"] = ReservedConcurrency(**reserved)
+    alarms = node.try_get_context("alarms")
+    if alarms is not None:
+        settings["alarms"] = _flag("alarms", alarms)
+    topic = node.try_get_context("alarm_topic_arn")
+    if topic:
+        settings["alarm_topic"] = str(topic).strip()
     admin = node.try_get_context("admin_principal")
     if admin:
         settings["admin_principal"] = str(admin)

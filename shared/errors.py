@@ -161,6 +161,21 @@ class IdempotencyConflictError(ToolpipeError):
         self.run_id = run_id
 
 
+class QuotaExceededError(ToolpipeError):
+    """The caller is over one of its quotas on starting runs (shared/runs/quota.py): a 429,
+    to try again after `retry_after` seconds. Nothing was written."""
+
+    def __init__(self, quota: str, limit: int, retry_after: int) -> None:
+        what = {"starts_per_minute": "runs started a minute", "running": "runs running at once"}
+        super().__init__(
+            f"quota exceeded: at most {limit} {what.get(quota, quota)} per caller; "
+            f"try again in {retry_after} s"
+        )
+        self.quota = quota
+        self.limit = limit
+        self.retry_after = retry_after
+
+
 class RunEndedError(ToolpipeError):
     """The run already ended, so it cannot be cancelled (a 409)."""
 

@@ -173,6 +173,23 @@ class ApiSettings(_EnvSettings):
     allow_run_mcp_servers: bool = False
 
 
+# The most runs a caller may be allowed at once: the running slots are one DynamoDB item (a set
+# of 32-character run ids; items stop at 400 KB), and a repair reads that many run records.
+MAX_RUNNING_QUOTA = 1000
+
+
+class QuotaSettings(_EnvSettings):
+    """Per-caller quotas on `POST /runs` (shared/runs/quota.py), set by the stack
+    (`quota_starts_per_minute`, `quota_running`). 0 or unset: that quota is off."""
+
+    env_names: ClassVar[dict[str, str]] = {
+        "starts_per_minute": "TOOLPIPE_QUOTA_STARTS_PER_MINUTE",
+        "running": "TOOLPIPE_QUOTA_RUNNING",
+    }
+    starts_per_minute: int = Field(default=0, ge=0)
+    running: int = Field(default=0, ge=0, le=MAX_RUNNING_QUOTA)
+
+
 # Of Step Functions' 25,000 events an execution may write: the rest is headroom for events the
 # bound in shared/agents/agent.py does not model.
 EXECUTION_EVENT_BUDGET = 20_000

@@ -5,7 +5,7 @@ layers (no network), for checks and tests; never deploy such an assembly.
 """
 
 from toolpipe.infra.app import SKIP_BUNDLING, build_app, synth
-from toolpipe.infra.constructs import ApiAuth, Throttle
+from toolpipe.infra.constructs import ApiAuth, ReservedConcurrency, Throttle
 from toolpipe.infra.constructs.triggers import TriggerOptions
 from toolpipe.infra.pipeline import NO_MODEL_KEY, ToolPipeline
 from toolpipe.infra.stack import ToolpipeStack
@@ -14,6 +14,7 @@ __all__ = [
     "NO_MODEL_KEY",
     "SKIP_BUNDLING",
     "ApiAuth",
+    "ReservedConcurrency",
     "Throttle",
     "ToolPipeline",
     "ToolpipeStack",

@@ -65,6 +65,7 @@ from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.errors import (
     IdempotencyConflictError,
     InvalidCursorError,
+    QuotaExceededError,
     RunEndedError,
     RunNotFoundError,
     RunStillRunningError,
@@ -90,6 +91,7 @@ from toolpipe.shared.runs.factory import (
     build_run_starter,
     build_store,
 )
+from toolpipe.shared.runs.quota import RUNNING_RETRY_AFTER_SECONDS, WINDOW_SECONDS
 from toolpipe.shared.runs.report import (
     MAX_TOKEN_CHARS,
     PAGE_LIMIT,
@@ -105,6 +107,7 @@ from toolpipe.shared.settings import (
     ApprovalLinkSettings,
     CallTimeouts,
     EventSettings,
+    QuotaSettings,
     StateMachineSettings,
     StoreSettings,
 )
@@ -119,6 +122,7 @@ machine_settings = StateMachineSettings.from_env()
 api_settings = ApiSettings.from_env()
 event_settings = EventSettings.from_env()
 link_settings = ApprovalLinkSettings.from_env()
+quota_settings = QuotaSettings.from_env()
 
 # A caller identity (the request's, or an owner the admin names) is written into the keys of the
 # caller index: what every one of them can hold (shared/history/store.py).
@@ -150,7 +154,7 @@ PAGE_ROUTE = re.compile(r"/approvals/[^/]+/page")
 
 @cache
 def starter() -> RunStarter:
-    return build_run_starter(store_settings, machine_settings, event_settings)
+    return build_run_starter(store_settings, machine_settings, event_settings, quota_settings)
 
 
 @cache
@@ -247,6 +251,9 @@ def documented(status: int, model: Any, description: str, *errors: int) -> dict[
         404: "No such run (or not the caller's).",
         409: "A conflict: the key started another request, the run already ended (cancel), or it is "
         "still running (delete).",
+        429: "The caller is over a quota: runs started a minute (`Retry-After`: the seconds left in "
+        f"the {WINDOW_SECONDS} s window) or runs running at once (`Retry-After`: "
+        f"{RUNNING_RETRY_AFTER_SECONDS} s). Nothing was started.",
         503: "The run could not be told: the message says whether the decision is recorded (the "
         "same request again delivers it) or not (nothing changed; send it again).",
     }
@@ -330,7 +337,7 @@ app.exception_handler(Exception)(unexpected)
     description="Body: StartRunRequest. With an `Idempotency-Key` header, the same key and body "
     "start one run however often they are sent (a repeat is answered `Idempotent-Replayed: true`); "
     "the same key with another body is a 409.",
-    responses=documented(202, RunStarted, "The run started.", 400, 403, 409),
+    responses=documented(202, RunStarted, "The run started.", 400, 403, 409, 429),
 )
 def start_run() -> Response[dict[str, Any]]:
     caller = current_caller()
@@ -354,6 +361,14 @@ def start_run() -> Response[dict[str, Any]]:
     except IdempotencyConflictError as e:
         message = f"Idempotency-Key {key!r} already started run {e.run_id} with a different request"
         raise ServiceError(HTTPStatus.CONFLICT, message) from e
+    except QuotaExceededError as e:
+        logger.info("run refused", quota=e.quota, limit=e.limit)
+        return Response(
+            status_code=HTTPStatus.TOO_MANY_REQUESTS,
+            content_type=content_types.APPLICATION_JSON,
+            headers={"Retry-After": str(e.retry_after)},
+            body={"statusCode": HTTPStatus.TOO_MANY_REQUESTS, "message": str(e)},
+        )
     logger.info("run started", run_id=record.run_id, agent=record.agent, replayed=replayed)
     return Response(
         status_code=HTTPStatus.ACCEPTED,
@@ -820,6 +835,14 @@ def openapi_document() -> dict[str, Any]:
             "description": "One run per caller and key: a retry gets the first answer.",
         }
     ]
+    # The 429's wait, in seconds (RFC 9110 10.2.3), as `start_run` sets it.
+    operation["responses"]["429"]["headers"] = {
+        "Retry-After": {
+            "description": f"Seconds to wait: what is left of the {WINDOW_SECONDS} s window (runs started "
+            f"a minute), or {RUNNING_RETRY_AFTER_SECONDS} (runs running at once).",
+            "schema": {"type": "integer", "minimum": 1, "maximum": WINDOW_SECONDS},
+        }
+    }
     started = operation["responses"].get("202")
     if started is not None:
         started["headers"] = {

@@ -1,6 +1,7 @@
 """The three Lambda functions (`infra/functions.py` names them) and exactly what each may do."""
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from aws_cdk import Duration, RemovalPolicy
@@ -29,6 +30,35 @@ from toolpipe.infra.constructs.storage import Storage, grant_run_objects
 from toolpipe.infra.constructs.tool_queue import ToolQueue
 from toolpipe.shared.agents.app import APP_ENV
 from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
+from toolpipe.shared.settings import QuotaSettings
+
+# The tool queue's event source runs at most this many tool workers at once by default (SQS
+# allows 2 to 1,000): https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html
+WORKER_MAX_CONCURRENCY = 20
+
+
+@dataclass(frozen=True)
+class ReservedConcurrency:
+    """What the API and the orchestrator each reserve of the account's Lambda concurrency (None:
+    nothing, the default). Reserved, a function is never throttled by the others' load (a tool
+    fan-out) and never uses more than that. Lambda refuses a reservation that leaves under 100
+    unreserved in the account, and new accounts may have 10 in all: ask for a higher quota first
+    (README "Quotas")."""
+
+    api: int | None = None
+    orchestrator: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("api", "orchestrator"):
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= MAX_RESERVED_CONCURRENCY:
+                raise ValueError(
+                    f"{name}_reserved_concurrency must be 1 to {MAX_RESERVED_CONCURRENCY:,} (or unset), not {value}"
+                )
+
+
+# Lambda's own bound is the account's concurrency quota; this catches a typo before CloudFormation.
+MAX_RESERVED_CONCURRENCY = 10_000
 
 
 class Functions(Construct):
@@ -54,8 +84,16 @@ class Functions(Construct):
         packages: Sequence[str] = (),
         requirements_lock: Path | None = None,
         tracing: bool = True,
+        quotas: QuotaSettings | None = None,
+        reserved_concurrency: "ReservedConcurrency | None" = None,
+        worker_max_concurrency: int | None = WORKER_MAX_CONCURRENCY,
     ) -> None:
+        """`quotas`: the per-caller quotas on `POST /runs` (none by default), set in the API's
+        environment. `reserved_concurrency`: what the API and the orchestrator each reserve of
+        the account's Lambda concurrency (none by default). `worker_max_concurrency`: the most
+        tool workers the tool queue's event source runs at once (None: as many as Lambda scales to)."""
         super().__init__(scope, construct_id)
+        reserved = reserved_concurrency or ReservedConcurrency()
         # Public, like the code and layers: a function built elsewhere from them traces alike.
         self.tracing = lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED
         # Public, with the layers and the environment below: a construct that adds a function of
@@ -104,6 +142,7 @@ class Functions(Construct):
                 # None: an endpoint that takes no key (`model_key_secret_arn=none`).
                 **({"OPENAI_API_KEY_SECRET_ARN": model_key.secret_arn} if model_key is not None else {}),
             },
+            reserved=reserved.orchestrator,
         )
         self.tool_worker = self._function(
             specs.TOOL_WORKER,
@@ -111,8 +150,16 @@ class Functions(Construct):
             {"TOOLPIPE_HEARTBEAT_EVERY": str(limits.HEARTBEAT_EVERY_SECONDS)},
         )
         self.tool_worker.add_event_source(
-            # Batch size 1: every tool call runs in its own invocation.
-            sources.SqsEventSource(tool_queue.queue, batch_size=1, report_batch_item_failures=True)
+            # Batch size 1: every tool call runs in its own invocation. A maximum concurrency: one
+            # run's fan-out (up to 40 calls a turn) waits in the queue instead of taking the
+            # account's concurrency (and the tool runner's, one invocation per worker) from the
+            # API and the orchestrator. Messages over it stay queued, not throttled and retried.
+            sources.SqsEventSource(
+                tool_queue.queue,
+                batch_size=1,
+                report_batch_item_failures=True,
+                max_concurrency=worker_max_concurrency,
+            )
         )
         # Tool code runs here, invoked by the worker once per call: its role holds no key to the
         # pipeline (no table, task token, event bus or model key), only what a deployer grants
@@ -171,10 +218,26 @@ class Functions(Construct):
         )
         skip_checkov(
             self.tool_runner,
+            "CKV_AWS_115",
+            "Invoked by the tool workers only, one call per worker: at most the worker's maximum "
+            "concurrency run at once; a reservation would take as much from the account's pool.",
+        )
+        skip_checkov(
+            self.tool_runner,
             "CKV_AWS_116",
             "The worker invokes it synchronously: a failure is that call's error result, nothing to redrive.",
         )
-        self.api = self._function(specs.API, [self.dependencies])
+        q = quotas or QuotaSettings()
+        self.api = self._function(
+            specs.API,
+            [self.dependencies],
+            {
+                # Always set, 0 when off: the local runtime reads the same values (README "Quotas").
+                "TOOLPIPE_QUOTA_STARTS_PER_MINUTE": str(q.starts_per_minute),
+                "TOOLPIPE_QUOTA_RUNNING": str(q.running),
+            },
+            reserved=reserved.api,
+        )
         skip_checkov(
             self.orchestrator,
             "CKV_AWS_116",
@@ -182,6 +245,14 @@ class Functions(Construct):
             "one asynchronous caller, the execution-ended rule, sends failures to an on-failure "
             "destination (infra/constructs/run_flow.py).",
         )
+        if worker_max_concurrency is not None:
+            skip_checkov(
+                self.tool_worker,
+                "CKV_AWS_115",
+                f"Its SQS event source runs at most {worker_max_concurrency} at once (MaximumConcurrency), "
+                "holding the rest in the queue rather than throttling them; a reservation would take as "
+                "much from the account's pool.",
+            )
         skip_checkov(
             self.tool_worker,
             "CKV_AWS_116",
@@ -288,6 +359,7 @@ class Functions(Construct):
         *,
         environment: dict[str, str] | None = None,
         own_logs_only: bool = False,
+        reserved: int | None = None,
     ) -> lambda_.Function:
         """One of the stack's functions with `env` added to the pipeline's shared environment
         (or to `environment`, in its place)."""
@@ -306,6 +378,7 @@ class Functions(Construct):
             tracing=self.tracing,
             environment={**(self.environment if environment is None else environment), **(env or {})},
             log_group=log_group,
+            reserved_concurrent_executions=reserved,
         )
         if own_logs_only:
             # Not AWSLambdaBasicExecutionRole, which may write any log group: tool code could
@@ -320,7 +393,8 @@ class Functions(Construct):
                 )
             )
         skip_checkov(function, "CKV_AWS_117", NO_VPC)
-        skip_checkov(function, "CKV_AWS_115", NO_RESERVED_CONCURRENCY)
+        if reserved is None:
+            skip_checkov(function, "CKV_AWS_115", NO_RESERVED_CONCURRENCY)
         skip_checkov(function, "CKV_AWS_173", ENVIRONMENT_HOLDS_NO_SECRET)
         return function
 

@@ -19,7 +19,8 @@ NO_VPC = (
 )
 NO_RESERVED_CONCURRENCY = (
     "Reserved concurrency comes out of the account's shared pool, and Lambda refuses a reservation "
-    "that leaves under 100 unreserved (new accounts have 10 in all): an account-level sizing choice."
+    "that leaves under 100 unreserved (new accounts have 10 in all): an account-level sizing choice "
+    '(the API and the orchestrator take one when asked: README "Quotas").'
 )
 ENVIRONMENT_HOLDS_NO_SECRET = (
     "The environment holds names, ARNs and settings, no secret (secrets are read from Secrets "

@@ -90,6 +90,8 @@ class Storage(Construct):
                 point_in_time_recovery_enabled=True
             ),
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            # One attribute a table: an ended run's items (shared/history/retention.py) and the
+            # per-minute quota counters (shared/runs/quota.py) both expire by it.
             time_to_live_attribute=RETAIN_UNTIL,
             # Retained with the stack and protected from a delete by hand: every run lives here.
             deletion_protection=True,

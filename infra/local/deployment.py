@@ -101,6 +101,8 @@ class Deployment:
     model_key_arn: str | None = None
     trigger_bucket: str | None = None
     trigger_prefix: str | None = None
+    # The tool queue's event source's MaximumConcurrency: the local worker pool runs no more.
+    worker_max_concurrency: int | None = None
     function_arns: dict[str, str] = field(default_factory=dict)
     role_arns: dict[str, str] = field(default_factory=dict)
     # The event patterns of the template's rules, and of those enabled (the runtime applies
@@ -249,6 +251,8 @@ def deploy(
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         d.refs[logical_id], d.attributes[(logical_id, "Arn")] = url, arn
     d.queue_url, d.queue_arn = d.refs[tool_queue_id], d.attributes[(tool_queue_id, "Arn")]
+    maximum = mapping["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency")
+    d.worker_max_concurrency = None if maximum is None else int(maximum)
     d.dlq_url = d.refs[tool_dlq_id]
 
     bus_id, _ = template.one("AWS::Events::EventBus")

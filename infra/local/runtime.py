@@ -172,7 +172,8 @@ class LocalRuntime:
             self.sqs,
             self.queue_url,
             self.queue_arn,
-            self._worker_count,
+            # As the deployed event source: at most its maximum concurrency at once.
+            min(self._worker_count, self.deployment.worker_max_concurrency or self._worker_count),
             self.functions[TOOL_WORKER.name].timeout_seconds,
         )
         self.workers.start()
@@ -354,6 +355,19 @@ class LocalRuntime:
         `path` may carry a query string. `caller` is the identity API Gateway puts in the request
         context after IAM authorization (the signer's ARN); None sends a request without one.
         """
+        status, answer, _ = self.api_response(method, path, body, caller=caller, headers=headers)
+        return status, answer
+
+    def api_response(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        caller: str | None = LOCAL_CALLER,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any, dict[str, str]]:
+        """`api`, with the answer's headers (`Retry-After`, `Idempotent-Replayed`...)."""
         resource, _, query = path.partition("?")
         parameters = urllib.parse.parse_qs(query, keep_blank_values=True)
         context: dict[str, Any] = {"requestId": str(uuid.uuid4()), "stage": "local", "httpMethod": method}
@@ -374,7 +388,10 @@ class LocalRuntime:
         }
         response = lambdas.call_function(API, event)
         payload = response.get("body")
-        return int(response["statusCode"]), json.loads(payload) if payload else None
+        answer_headers = {str(k): str(v) for k, v in (response.get("headers") or {}).items()}
+        for name, values in (response.get("multiValueHeaders") or {}).items():
+            answer_headers.setdefault(str(name), str(values[-1]))
+        return int(response["statusCode"]), json.loads(payload) if payload else None, answer_headers
 
     def _on_put_events(self, request: Any) -> None:
         # moto's rule delivers to the queue inside PutEvents, with no SendMessage to announce it.

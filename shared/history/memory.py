@@ -8,10 +8,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from toolpipe.shared.errors import RunNotFoundError
+from toolpipe.shared.errors import QuotaExceededError, RunNotFoundError
 from toolpipe.shared.history.ports import (
     ERROR_MAX_CHARS,
     OUTPUT_INLINE_CHARS,
+    Admission,
     CallRead,
     Claim,
     ClaimState,
@@ -51,18 +52,52 @@ class MemoryHistoryStore:
         self.state: dict[str, dict[str, Any]] = {}
         self.tokens: dict[str, str] = {}
         self.retention_days = DEFAULT_RETENTION_DAYS
+        # The quotas (shared/runs/quota.py): starts by (caller, minute), running slots by caller,
+        # and the caller each run holding a slot holds it for.
+        self.started: dict[tuple[str, int], int] = {}
+        self.slots: dict[str, set[str]] = {}
+        self.holding: dict[str, str] = {}
         # Make the next `failing_completes` calls of `complete_call` raise (a failed write).
         self.failing_completes = 0
 
     # --- run records ----------------------------------------------------------------------
 
-    def create_run(self, record: RunRecord, first: HistoryItem) -> bool:
+    def create_run(self, record: RunRecord, first: HistoryItem, admission: Admission | None = None) -> bool:
         with self._lock:
             if record.run_id in self.runs:
                 return False
+            if admission is not None:
+                self._admit(record.run_id, admission)
             self.runs[record.run_id] = record
             self.items[record.run_id] = {first.seq: first}
             return True
+
+    def _admit(self, run_id: str, admission: Admission) -> None:
+        minute = (admission.caller, admission.window)
+        slots = self.slots.setdefault(admission.caller, set())
+        per_minute, running = admission.starts_per_minute, admission.running
+        if per_minute is not None and self.started.get(minute, 0) >= per_minute:
+            raise QuotaExceededError(
+                "starts_per_minute", per_minute, admission.retry_after["starts_per_minute"]
+            )
+        if running is not None and len(slots) >= running:
+            raise QuotaExceededError("running", running, admission.retry_after["running"])
+        if per_minute is not None:
+            self.started[minute] = self.started.get(minute, 0) + 1
+        if running is not None:
+            slots.add(run_id)
+            self.holding[run_id] = admission.caller
+
+    def running_slots(self, caller: str) -> list[str]:
+        with self._lock:
+            return sorted(self.slots.get(caller, set()))
+
+    def release_slots(self, caller: str, run_ids: list[str]) -> None:
+        with self._lock:
+            self.slots.get(caller, set()).difference_update(run_ids)
+
+    def get_runs(self, run_ids: list[str]) -> dict[str, RunRecord]:
+        return {run_id: self.get_run(run_id) for run_id in run_ids if run_id in self.runs}
 
     def get_run(self, run_id: str) -> RunRecord:
         try:
@@ -110,6 +145,9 @@ class MemoryHistoryStore:
                     "output_chars": len(output),
                 }
             self.runs[run_id] = run.model_copy(update=update)
+            caller = self.holding.pop(run_id, None)
+            if caller is not None:
+                self.release_slots(caller, [run_id])
             return True
 
     def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:

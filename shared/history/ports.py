@@ -32,11 +32,29 @@ LIST_READ_FACTOR = 5
 ERROR_MAX_CHARS = 4_000
 
 
+@dataclass(frozen=True)
+class Admission:
+    """What a start counts against its caller's quotas (shared/runs/quota.py), written in the
+    same transaction as the run: a run is counted if and only if it was created. A limit of
+    None is not counted at all."""
+
+    caller: str
+    window: int  # the minute the start falls in (seconds since the epoch // 60)
+    window_expires_at: int  # when the minute's counter may go (a TTL, seconds since the epoch)
+    starts_per_minute: int | None
+    running: int | None
+    # What a refusal tells the caller to wait, in seconds, by quota.
+    retry_after: dict[str, int]
+
+
 class RunRecords(Protocol):
     """The run record: status, usage, answer."""
 
-    def create_run(self, record: RunRecord, first: HistoryItem) -> bool:
-        """Write the record and its first message together; False if the run exists."""
+    def create_run(self, record: RunRecord, first: HistoryItem, admission: Admission | None = None) -> bool:
+        """Write the record and its first message together; False if the run exists. With an
+        `admission`, also count the start in the caller's minute and take a running slot, or
+        raise `QuotaExceededError` (nothing written) when either is full. A run that exists
+        (an idempotent retry) is never counted again."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -58,7 +76,8 @@ class RunRecords(Protocol):
     def finish_run(
         self, run_id: str, status: RunStatus, output: str | None = None, error: str | None = None
     ) -> bool:
-        """End a running run; False (and nothing changed) if it had already ended."""
+        """End a running run; False (and nothing changed) if it had already ended. A run that
+        held a running slot gives it back (once: only the ending that changed the status does)."""
         ...
 
     def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:
@@ -94,6 +113,22 @@ class RunRecords(Protocol):
         """`caller`'s runs, newest first (None: every run, in no set order), and the cursor of
         the next page, or None at the end. A page may hold fewer than `limit` runs when a
         filter is set. A `start` this listing did not give raises `InvalidCursorError`."""
+        ...
+
+
+class RunningSlots(Protocol):
+    """The runs holding a caller's running slots (the `running` quota), for repairs."""
+
+    def running_slots(self, caller: str) -> list[str]:
+        """The run ids holding `caller`'s slots."""
+        ...
+
+    def release_slots(self, caller: str, run_ids: list[str]) -> None:
+        """Give back the slots of `run_ids` (ids holding none are ignored)."""
+        ...
+
+    def get_runs(self, run_ids: list[str]) -> dict[str, RunRecord]:
+        """The records of `run_ids` that exist, by id (consistent reads)."""
         ...
 
 
@@ -199,5 +234,7 @@ class CallReads(Protocol):
         ...
 
 
-class HistoryStore(RunRecords, History, CallLedger, CallReads, Contents, RunState, ParentTokens, Protocol):
+class HistoryStore(
+    RunRecords, RunningSlots, History, CallLedger, CallReads, Contents, RunState, ParentTokens, Protocol
+):
     """Everything the run services store."""

@@ -2,12 +2,16 @@
 
 Keys: `pk=RUN#<id>` with `sk=META` (the run record), `sk=MSG#<seq:06d>` (one history item
 each), `sk=CALL#<seq:06d>` (the tool-call ledger: CLAIMED, then DONE in the same transaction
-that stores the result) and `sk=STATE` (what tools share within a run). An item whose JSON would
-pass `inline_content_limit` is stored in S3 and the DynamoDB item keeps a reference: items stop at
-400 KB. When a run ends, all of it gets one expiry (`shared/history/retention.py`).
+that stores the result) and `sk=STATE` (what tools share within a run). A caller's quotas
+(shared/runs/quota.py): `pk=QUOTA#<caller>` with `sk=MINUTE#<minute>` (starts in that minute,
+a counter that expires) and `sk=RUNNING` (the set of run ids holding its running slots). An item
+whose JSON would pass `inline_content_limit` is stored in S3 and the DynamoDB item keeps a
+reference: items stop at 400 KB. When a run ends, all of it gets one expiry
+(`shared/history/retention.py`).
 """
 
 import json
+import random
 import threading
 import time
 import uuid
@@ -18,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from toolpipe.shared.errors import InvalidCursorError, RunNotFoundError
+from toolpipe.shared.errors import InvalidCursorError, QuotaExceededError, RunNotFoundError
 from toolpipe.shared.history import retention
 from toolpipe.shared.history.conditions import lost_race
 from toolpipe.shared.history.ports import (
     ERROR_MAX_CHARS,
     LIST_READ_FACTOR,
     OUTPUT_INLINE_CHARS,
+    Admission,
     CallRead,
     Claim,
     ClaimState,
@@ -69,14 +74,23 @@ _INDEX_KEYS = (CALLER_INDEX_PK, CALLER_INDEX_SK)
 # (shared/approvals/store.py), each under its own prefix. No other key holds a caller.
 RUNS_OF_CALLER = "CALLER#"
 APPROVALS_OF_CALLER = "APPROVALS#"
+# The partition of a caller's quota counters (shared/runs/quota.py): a key of the table, not of
+# the index, bounded the same way.
+QUOTAS_OF_CALLER = "QUOTA#"
+RUNNING_SLOTS_SK = "RUNNING"
+# The META attribute of a run that holds a running slot: its ending gives the slot back.
+HOLDS_SLOT = "holds_slot"
 # DynamoDB's limit on a partition key, a global secondary index's included, in UTF-8 bytes:
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html#limits-partition-sort-keys
 PARTITION_KEY_MAX_BYTES = 2048
 # The longest caller identity every key it is written into can hold (2,038 bytes): the API
 # refuses a longer one before anything is written, so no run or approval fails on its key.
 MAX_CALLER_BYTES = PARTITION_KEY_MAX_BYTES - max(
-    len(p.encode()) for p in (RUNS_OF_CALLER, APPROVALS_OF_CALLER)
+    len(p.encode()) for p in (RUNS_OF_CALLER, APPROVALS_OF_CALLER, QUOTAS_OF_CALLER)
 )
+# The partitions of the table a scan's read may stop in: runs, approvals (shared/approvals/store.py)
+# and callers' quota counters.
+SCANNED_PARTITIONS = ("RUN#", "APPROVAL#", QUOTAS_OF_CALLER)
 # A scan (the admin's listing of every run) reads this many items a request: most are messages.
 SCAN_READ_ITEMS = 1000
 
@@ -117,11 +131,17 @@ def check_cursor(start: Cursor | None, caller: str | None) -> None:
         # The caller's listing resumes at a run record; the admin's scan of the table resumes
         # wherever its last read stopped, usually a message of some run.
         or (caller is not None and start["sk"] != "META")
-        or not start["pk"].startswith("RUN#")
+        or not start["pk"].startswith("RUN#" if caller is not None else SCANNED_PARTITIONS)
         or (caller is not None and start[CALLER_INDEX_PK] != f"{RUNS_OF_CALLER}{caller}")
         or (caller is not None and not start[CALLER_INDEX_SK].endswith("#" + start["pk"][4:]))
     ):
         raise InvalidCursorError()
+
+
+def _cancellation_codes(error: ClientError) -> list[str]:
+    """A cancelled transaction's reason codes, one per item in request order ("None": no reason)."""
+    response: dict[str, Any] = dict(error.response)
+    return [str(reason.get("Code")) for reason in response.get("CancellationReasons") or []]
 
 
 def _summary(item: dict[str, Any]) -> RunSummary:
@@ -143,6 +163,10 @@ def _pk(run_id: str) -> str:
 
 def _msg_sk(seq: int) -> str:
     return f"{MSG_PREFIX}{seq:06d}"
+
+
+def _quota_pk(caller: str) -> str:
+    return f"{QUOTAS_OF_CALLER}{caller}"
 
 
 def _call_sk(seq: int) -> str:
@@ -219,8 +243,11 @@ class DynamoHistoryStore:
 
     # --- run record -----------------------------------------------------------------------
 
-    def create_run(self, record: RunRecord, first: HistoryItem) -> bool:
-        """Write the run record and its first message together; False if the run exists."""
+    def create_run(self, record: RunRecord, first: HistoryItem, admission: Admission | None = None) -> bool:
+        """Write the run record and its first message together; False if the run exists. With
+        an `admission`, the quota counters are conditions of the same transaction: a start is
+        counted exactly when its run is created (`QuotaExceededError` when one is full)."""
+        counted = admission is not None and admission.running is not None
         meta = {
             "pk": _pk(record.run_id),
             "sk": "META",
@@ -228,33 +255,125 @@ class DynamoHistoryStore:
             **caller_index_keys(record),
             **dict.fromkeys(_USAGE, 0),
             **dict.fromkeys(_TREE, 0),
+            **({HOLDS_SLOT: True} if counted else {}),
         }
         meta = {k: v for k, v in meta.items() if v is not None}
-        client = self._table.meta.client
+        items: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self._table.name,
+                    "Item": meta,
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self._table.name,
+                    "Item": self._message_item(record.run_id, first),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+        ]
+        quotas = [] if admission is None else self._quota_updates(record.run_id, admission)
+        items += [update for _, update in quotas]
         try:
-            client.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self._table.name,
-                            "Item": meta,
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
-                    },
-                    {
-                        "Put": {
-                            "TableName": self._table.name,
-                            "Item": self._message_item(record.run_id, first),
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
-                    },
-                ]
-            )
+            self._transact_counted(items, contended=bool(quotas))
         except ClientError as e:
-            if lost_race(e):
+            if not lost_race(e):
+                raise
+            reasons = _cancellation_codes(e)
+            # The run exists (a retry, a duplicate event): that alone, never a quota, answers it.
+            if not reasons or reasons[0] == "ConditionalCheckFailed" or admission is None:
                 return False
-            raise
+            for (quota, _), reason in zip(quotas, reasons[2:], strict=True):
+                if reason == "ConditionalCheckFailed":
+                    limit = getattr(admission, quota)
+                    raise QuotaExceededError(quota, limit, admission.retry_after[quota]) from e
+            return False
         return True
+
+    def _transact_counted(self, items: list[dict[str, Any]], contended: bool) -> None:
+        """One transaction; one that counts a start is tried again when it met another on the same
+        counter (`TransactionConflict`: one caller's starts at once), as it was refused, not applied."""
+        client = self._table.meta.client
+        for delay in (0.02, 0.05, 0.1, 0.2, None) if contended else (None,):
+            try:
+                client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+                return
+            except ClientError as e:
+                conflicted = "TransactionConflict" in _cancellation_codes(e)
+                if delay is None or not conflicted or lost_race(e):
+                    raise
+                time.sleep(delay * (0.5 + random.random()))
+
+    def _quota_updates(self, run_id: str, admission: Admission) -> list[tuple[str, dict[str, Any]]]:
+        """The transaction items counting one start: (quota, item), for each quota that is on."""
+        pk = _quota_pk(admission.caller)
+        updates: list[tuple[str, dict[str, Any]]] = []
+        if admission.starts_per_minute is not None:
+            update = {
+                "TableName": self._table.name,
+                "Key": {"pk": pk, "sk": f"MINUTE#{admission.window}"},
+                "UpdateExpression": "ADD #n :one SET #expires = :expires",
+                "ConditionExpression": "attribute_not_exists(#n) OR #n < :limit",
+                "ExpressionAttributeNames": {"#n": "started", "#expires": retention.RETAIN_UNTIL},
+                "ExpressionAttributeValues": {
+                    ":one": 1,
+                    ":limit": admission.starts_per_minute,
+                    ":expires": admission.window_expires_at,
+                },
+            }
+            updates.append(("starts_per_minute", {"Update": update}))
+        if admission.running is not None:
+            update = {
+                "TableName": self._table.name,
+                "Key": {"pk": pk, "sk": RUNNING_SLOTS_SK},
+                # A set of run ids, not a number: giving a slot back twice, or a run that never
+                # held one, changes nothing.
+                "UpdateExpression": "ADD #runs :run",
+                "ConditionExpression": "attribute_not_exists(#runs) OR size(#runs) < :limit",
+                "ExpressionAttributeNames": {"#runs": "runs"},
+                "ExpressionAttributeValues": {":run": {run_id}, ":limit": admission.running},
+            }
+            updates.append(("running", {"Update": update}))
+        return updates
+
+    def running_slots(self, caller: str) -> list[str]:
+        item = self._table.get_item(
+            Key={"pk": _quota_pk(caller), "sk": RUNNING_SLOTS_SK}, ConsistentRead=True
+        ).get("Item", {})
+        runs = item.get("runs") or set()
+        return sorted(str(run_id) for run_id in runs)  # type: ignore[union-attr]
+
+    def release_slots(self, caller: str, run_ids: list[str]) -> None:
+        if not run_ids:
+            return
+        self._table.update_item(
+            Key={"pk": _quota_pk(caller), "sk": RUNNING_SLOTS_SK},
+            UpdateExpression="DELETE #runs :runs",
+            ExpressionAttributeNames={"#runs": "runs"},
+            ExpressionAttributeValues={":runs": set(run_ids)},
+        )
+
+    def get_runs(self, run_ids: list[str]) -> dict[str, RunRecord]:
+        client: Any = self._table.meta.client
+        found: dict[str, RunRecord] = {}
+        for start in range(0, len(run_ids), 100):  # BatchGetItem reads 100 keys a request
+            keys = [{"pk": _pk(run_id), "sk": "META"} for run_id in run_ids[start : start + 100]]
+            for delay in (0.05, 0.1, 0.2, 0.4, 0.8, None):
+                answer = client.batch_get_item(
+                    RequestItems={self._table.name: {"Keys": keys, "ConsistentRead": True}}
+                )
+                for row in answer["Responses"].get(self._table.name, []):
+                    run_id = str(row["pk"]).removeprefix("RUN#")
+                    found[run_id] = self._record(run_id, row)
+                keys = answer.get("UnprocessedKeys", {}).get(self._table.name, {}).get("Keys", [])
+                if not keys:
+                    break
+                if delay is None:
+                    raise RuntimeError(f"DynamoDB left {len(keys)} run records unread")
+                time.sleep(delay)
+        return found
 
     def get_run(self, run_id: str) -> RunRecord:
         item = self._table.get_item(Key={"pk": _pk(run_id), "sk": "META"}, ConsistentRead=True).get("Item")
@@ -380,7 +499,7 @@ class DynamoHistoryStore:
         changes = {name: value for name, value in changes.items() if value is not None}
         # status, output and error are DynamoDB reserved words: every name goes through "#".
         try:
-            self._table.update_item(
+            before = self._table.update_item(
                 Key={"pk": _pk(run_id), "sk": "META"},
                 UpdateExpression="SET " + ", ".join(f"#{name} = :{name}" for name in changes),
                 # A run ends once: a retried step must not overwrite the first ending.
@@ -390,7 +509,8 @@ class DynamoHistoryStore:
                     **{f":{name}": value for name, value in changes.items()},
                     ":running": RunStatus.RUNNING.value,
                 },
-            )
+                ReturnValues="ALL_OLD",
+            ).get("Attributes", {})
         except ClientError as e:
             if not lost_race(e):
                 raise
@@ -399,6 +519,11 @@ class DynamoHistoryStore:
             self.expire_ended(run_id)
             return False
         retention.expire_run(self._table, self._s3, self._bucket, run_id, changes[retention.RETAIN_UNTIL])
+        # Only the ending that changed the status gets here. A crash before this write leaves the
+        # slot held by an ended run: the caller's next start at its limit gives it back
+        # (shared/runs/quota.py `RunQuota.repair`).
+        if before.get(HOLDS_SLOT) and before.get("caller"):
+            self.release_slots(str(before["caller"]), [run_id])
         return True
 
     def expire_ended(self, run_id: str) -> None:

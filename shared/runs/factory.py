@@ -19,6 +19,7 @@ from toolpipe.shared.settings import (
     CallTimeouts,
     EventSettings,
     ModelSettings,
+    QuotaSettings,
     StateMachineSettings,
     StoreSettings,
     ToolRunnerSettings,
@@ -159,14 +160,20 @@ def build_tool_executor(
 
 
 def build_run_starter(
-    store: StoreSettings, machine: StateMachineSettings, events: EventSettings
+    store: StoreSettings,
+    machine: StateMachineSettings,
+    events: EventSettings,
+    quota: QuotaSettings | None = None,
 ) -> "RunStarter":
+    """`quota`: the per-caller quotas starts count against (the API's); None for none."""
+    from toolpipe.shared.runs.quota import RunQuota
     from toolpipe.shared.runs.starter import RunStarter
 
     return RunStarter(
         build_store(store),
         StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
         events=build_events(events),
+        quota=None if quota is None else RunQuota(quota),
     )
 
 

@@ -9,6 +9,7 @@ from toolpipe.shared.agents import AGENTS, Agent, default_agent_name, get_agent,
 from toolpipe.shared.agents.app import reachable
 from toolpipe.shared.errors import (
     IdempotencyConflictError,
+    QuotaExceededError,
     UnknownToolsRequestedError,
 )
 from toolpipe.shared.history import HistoryStore
@@ -21,6 +22,7 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter
+from toolpipe.shared.runs.quota import RUNNING, RunQuota
 from toolpipe.shared.triggers.read_input import read_input, with_input_reader
 
 
@@ -53,11 +55,19 @@ class StartedRun(NamedTuple):
 
 class RunStarter:
     def __init__(
-        self, store: HistoryStore, starter: ExecutionStarter, *, events: EventPublisher = NO_EVENTS
+        self,
+        store: HistoryStore,
+        starter: ExecutionStarter,
+        *,
+        events: EventPublisher = NO_EVENTS,
+        quota: RunQuota | None = None,
     ) -> None:
+        """`quota`: the per-caller quotas every start is counted against (`POST /runs`'s); None
+        counts nothing (the triggers' starter)."""
         self._store = store
         self._starter = starter
         self._events = events
+        self._quota = quota
 
     def start(
         self,
@@ -71,7 +81,8 @@ class RunStarter:
 
         With an `idempotency_key` (an API client's retry, an S3 object version, an event id),
         the same key and request start one run however often they come; the same key with
-        another request raises `IdempotencyConflictError`.
+        another request raises `IdempotencyConflictError`. Over a quota, `QuotaExceededError`
+        (nothing written); a retry of a run that exists is answered whatever the quotas.
 
         An `input_object` (the S3 trigger) is the file the run works on: its agent gets the
         `read_input` tool, which reads that object and no other."""
@@ -102,7 +113,7 @@ class RunStarter:
             input_object=input_object,
             metadata=request.metadata,
         )
-        if not self._store.create_run(record, UserMessage(seq=1, turn=0, content=request.input)):
+        if not self._create(record, UserMessage(seq=1, turn=0, content=request.input), caller):
             if idempotency_key is None:
                 raise RuntimeError(f"run id {record.run_id} is taken")  # a fresh UUID: never expected
             return StartedRun(self._replay(idempotency_key, record), replayed=True)
@@ -119,6 +130,18 @@ class RunStarter:
                 self._events.run_ended(self._store, record.run_id)
             raise
         return StartedRun(record, replayed=False)
+
+    def _create(self, record: RunRecord, first: UserMessage, caller: str) -> bool:
+        admission = None if self._quota is None else self._quota.admission(caller)
+        try:
+            return self._store.create_run(record, first, admission)
+        except QuotaExceededError as e:
+            # Full: first give back what runs that ended still hold, then try once more.
+            if self._quota is None or e.quota != RUNNING:
+                raise
+            if not self._quota.repair(self._store, self._starter, caller):
+                raise
+            return self._store.create_run(record, first, admission)
 
     def _replay(self, key: str, wanted: RunRecord) -> RunRecord:
         existing = self._store.get_run(wanted.run_id)

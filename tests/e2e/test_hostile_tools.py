@@ -18,7 +18,7 @@ import pytest
 from tests.e2e.hostile_app import MARKS_ENV
 from tests.e2e.test_serve import ROOT, Served, _env
 from tests.e2e.test_serve_runs_api import _http
-from toolpipe.infra.functions import TOOL_WORKER
+from toolpipe.infra.functions import API, TOOL_WORKER
 from toolpipe.infra.local.scripted_model import Answer, Reply, ScriptedModelServer
 from toolpipe.infra.local.template import TEMPLATE_ENV, configured_path
 from toolpipe.shared.runs.tool_executor import RESERVE_SECONDS
@@ -48,6 +48,14 @@ def _short_worker_template(folder: Path) -> Path:
         if r["Type"] == "AWS::Lambda::Function" and r["Properties"].get("Handler") == TOOL_WORKER.handler
     ]
     worker["Properties"]["Timeout"] = WORKER_SECONDS
+    # The set runs 22 runs at once as the one local caller: above the stack's default running
+    # quota (README "Quotas"), which is not what this test is about.
+    [api] = [
+        r
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::Lambda::Function" and r["Properties"].get("Handler") == API.handler
+    ]
+    api["Properties"]["Environment"]["Variables"]["TOOLPIPE_QUOTA_RUNNING"] = "0"
     path = folder / "short-worker.template.json"
     path.write_text(json.dumps(template))
     return path

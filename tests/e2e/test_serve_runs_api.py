@@ -140,3 +140,25 @@ def test_cancel_a_running_run_over_http(local_server: tuple[Pipeline, LocalServe
     GATE.set()
     status, shown, _ = _http(started["status_url"], "GET")
     assert shown["run"]["status"] == "cancelled"
+
+
+def test_a_caller_over_its_quota_gets_429_with_retry_after_over_http(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quota is the API handler's, so `toolpipe serve` answers it as API Gateway would pass it on."""
+    from tests.conftest import _pipeline
+    from toolpipe.shared.agents import AGENTS
+
+    monkeypatch.setitem(AGENTS, HELD.name, HELD)
+    GATE.clear()
+    try:
+        for pipeline in _pipeline({"TOOLPIPE_QUOTA_RUNNING": "1"}):
+            with LocalServer(pipeline.runtime) as server:
+                pipeline.script(Reply(tool_calls=[call("wait_for_gate", label="a")]), Reply(content="done"))
+                assert _http(f"{server.api_url}/runs", "POST", {"input": "wait", "agent": "held"})[0] == 202
+                status, refused, headers = _http(
+                    f"{server.api_url}/runs", "POST", {"input": "x", "agent": "held"}
+                )
+                assert status == 429 and headers["Retry-After"] == "10"
+                assert headers["Content-Type"].startswith("application/json")
+                assert refused["message"].startswith("quota exceeded: at most 1 runs running at once")
+    finally:
+        GATE.set()

@@ -185,3 +185,15 @@ def test_a_template_that_is_not_toolpipes_is_one_line(tmp_path: Path) -> None:
         LocalRuntime(workers=0, template_path=bad),
     ):
         pass
+
+
+def test_the_worker_pool_runs_no_more_than_the_event_sources_maximum_concurrency(tmp_path: Path) -> None:
+    data = json.loads(PACKAGED.read_text())
+    mapping = next(r for r in data["Resources"].values() if r["Type"] == "AWS::Lambda::EventSourceMapping")
+    assert mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] == 20  # the stack's default
+    mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"] = 3
+    changed = tmp_path / "changed.template.json"
+    changed.write_text(json.dumps(data))
+    load.cache_clear()
+    with LocalRuntime(workers=10, template_path=changed) as rt:
+        assert rt.workers is not None and rt.workers.size == 3

@@ -180,3 +180,39 @@ def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) 
         store.list_runs("bob", start=cursor)
     with pytest.raises(InvalidCursorError):
         store.list_runs(None, start=cursor)  # an index cursor is not a scan's
+
+
+def test_a_scan_that_stops_on_a_quota_counter_or_an_approval_goes_on_from_it(pipeline: Pipeline) -> None:
+    """The admin's listing of every run walks the whole table: its read may stop on any item,
+    a caller's quota counter or an approval included, and the cursor it gives must be taken."""
+    import toolpipe.shared.history.store as store_module
+    from toolpipe.shared.history.ports import Admission
+
+    store = _store(pipeline)
+    for i in range(3):
+        admission = Admission(
+            caller=f"caller-{i}",
+            window=1,
+            window_expires_at=180,
+            starts_per_minute=5,
+            running=5,
+            retry_after={"starts_per_minute": 1, "running": 1},
+        )
+        record = RunRecord(run_id=f"q{i}", agent="a", status=RunStatus.RUNNING, caller=f"caller-{i}")
+        assert store.create_run(record, UserMessage(seq=1, turn=0, content="go"), admission)
+    pipeline.runtime.dynamodb.put_item(
+        TableName="toolpipe-local", Item={"pk": {"S": "APPROVAL#" + "a" * 32}, "sk": {"S": "APPROVAL"}}
+    )
+    stops = set()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store_module, "SCAN_READ_ITEMS", 1)
+        patch.setattr(store_module, "LIST_READ_FACTOR", 1)
+        seen, cursor = [], None
+        while True:
+            runs, cursor = store.list_runs(None, limit=1, start=cursor)
+            seen += [r.run_id for r in runs]
+            if cursor is None:
+                break
+            stops.add(cursor["pk"].split("#")[0])
+    assert sorted(seen) == ["q0", "q1", "q2"]
+    assert {"QUOTA", "APPROVAL"} <= stops

@@ -134,6 +134,9 @@ def test_the_api_leaves_the_regions_api_gateway_account_setting_alone(template: 
             "HttpMethod": "*",
             "LoggingLevel": "ERROR",
             "ResourcePath": "/*",
+            # The stage's throttle, in every auth mode (README "Quotas").
+            "ThrottlingBurstLimit": 100,
+            "ThrottlingRateLimit": 50,
         },
         *stage["Properties"]["MethodSettings"][1:],  # the approval page's throttles
     ]

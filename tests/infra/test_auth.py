@@ -124,7 +124,7 @@ def test_only_the_api_changes_with_the_auth_option(template: Any, api_key_templa
         ),
         ({"api_auth": "api_key", "api_throttle_rate": "0"}, "must be above 0 requests a second, not 0.0"),
         ({"api_auth": "api_key", "api_throttle_burst": 0}, "burst must be at least 1 request, not 0"),
-        ({"api_throttle_rate": 5}, "an API throttle applies to api_auth='api_key' only"),
+        ({"api_throttle_rate": -1}, "must be above 0 requests a second, not -1.0"),
     ],
 )
 def test_a_bad_auth_setting_is_refused_in_one_line(
