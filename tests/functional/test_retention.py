@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import TEST_AGENT, Pipeline, call
 from tests.dynamo_faults import error_body, refused
+from tests.functional.test_runs_api import _wait
 from toolpipe.infra.functions import API
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import BUCKET, TABLE
@@ -52,16 +53,6 @@ def _objects(pipeline: Pipeline, run_id: str) -> list[str]:
 def _tags(pipeline: Pipeline, key: str) -> dict[str, str]:
     tags = pipeline.runtime.s3.get_object_tagging(Bucket=BUCKET, Key=key)["TagSet"]
     return {t["Key"]: t["Value"] for t in tags}
-
-
-def _wait(predicate: Any, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def _stamps(pipeline: Pipeline, run_id: str) -> dict[str, int | None]:
