@@ -106,8 +106,9 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
 
 
-def format_item(item: dict[str, Any]) -> list[str]:
-    """How one history item reads on a terminal."""
+def format_item(item: dict[str, Any], own_agent: str | None = None) -> list[str]:
+    """How one history item reads on a terminal; a reply of another agent than the run's own
+    (`own_agent`: a handoff moved the run) names it."""
     kind = item["kind"]
     if kind == "user":
         who = "toolpipe (asks the model to repair its answer)" if item.get("repair") else "user"
@@ -117,12 +118,12 @@ def format_item(item: dict[str, Any]) -> list[str]:
         if item["tool_calls"]:
             # A long list comes as its first entries; `truncated` has the whole count.
             count = item.get("truncated", {}).get("tool_calls", len(item["tool_calls"]))
-            lines.append(f"{who_answered(item)} (turn {item['turn']}): {count} tool call(s)")
+            lines.append(f"{who_answered(item, own_agent)} (turn {item['turn']}): {count} tool call(s)")
             lines.extend(f"  call {c['name']}({_short(c['arguments'], 200)})" for c in item["tool_calls"])
             if item.get("content"):
                 lines.insert(1, f"  says: {_short(item['content'])}")
         else:
-            by = f" ({item['agent']})" if item.get("agent") else ""
+            by = f" ({item['agent']})" if item.get("agent") not in (None, own_agent) else ""
             lines.append(f"answer{by}: {item.get('content') or ''}")
         return lines
     mark = "->" if item["status"] == "ok" else "!!"
@@ -130,10 +131,9 @@ def format_item(item: dict[str, Any]) -> list[str]:
     return [f"  {mark} {item['tool']}: {_short(item['content'])}{took}"]
 
 
-def who_answered(item: dict[str, Any]) -> str:
-    """ "model", or the agent whose turn it was when the history names one (a run may be handed
-    from agent to agent)."""
-    return f"model [{item['agent']}]" if item.get("agent") else "model"
+def who_answered(item: dict[str, Any], own_agent: str | None) -> str:
+    """ "model", or, when the turn was another agent's than the run's own, "model [agent]"."""
+    return f"model [{item['agent']}]" if item.get("agent") not in (None, own_agent) else "model"
 
 
 @contextlib.contextmanager
@@ -298,6 +298,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         transcript.flush()
         deadline = time.monotonic() + args.timeout
         printed = 0  # the last seq printed: a stream that broke resumes after it
+        own: str | None = None
         for attempt in range(_Session.ATTEMPTS):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -305,7 +306,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             try:
                 for event, data in session.connection.client.events(run_id, after=printed, timeout=remaining):
                     if event == "item":
-                        transcript.write("\n".join(format_item(data)) + "\n")
+                        if own is None and data.get("kind") == "assistant":
+                            own = data.get("agent")  # the first reply is the run's own agent's
+                        transcript.write("\n".join(format_item(data, own)) + "\n")
                         transcript.flush()
                         printed = int(data["seq"])
                     elif event == "approval":
@@ -375,7 +378,7 @@ def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(
             "\n".join(
                 f"[{item['seq']}] {line}" if i == 0 else f"    {line}"
-                for i, line in enumerate(format_item(item))
+                for i, line in enumerate(format_item(item, record["agent"]))
             )
             + "\n"
         )

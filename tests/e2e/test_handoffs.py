@@ -35,8 +35,8 @@ def test_toolpipe_show_names_who_answered_each_turn(tmp_path: Any, monkeypatch: 
     lines = shown.text.splitlines()
     assert lines[0].startswith(f"run {run_id} · agent triage · succeeded")
     assert lines[1] == "handoff after turn 1: triage -> assistant (transfer)"
-    assert [line.split("] ", 1)[1] for line in lines if " model [" in line or "] answer" in line] == [
-        "model [triage] (turn 1): 1 tool call(s)",
+    assert [line.split("] ", 1)[1] for line in lines if "] model" in line or "] answer" in line] == [
+        "model (turn 1): 1 tool call(s)",
         "model [assistant] (turn 2): 1 tool call(s)",
         "answer (assistant): The square root of 16 is 4.0.",
     ]

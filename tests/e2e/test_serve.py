@@ -228,7 +228,7 @@ def test_http_answers_as_the_api_function_does(tmp_path: Path) -> None:
 
 
 def test_routes_the_deployed_api_has_not(served: Served) -> None:
-    assert _http(served.url, "DELETE", "/v1/runs/x")[:2] == (
+    assert _http(served.url, "PUT", "/v1/runs/x")[:2] == (
         403,
         {"message": "Missing Authentication Token"},
     )

@@ -80,7 +80,7 @@ def test_start_with_a_key_poll_read_list_over_http(served: Served) -> None:
     # The checked-in document, with what only this server knows: the app's agent, its time zones.
     checked_in = json.loads((Path(__file__).parents[2] / "docs" / "openapi.json").read_text())
     start = document["components"]["schemas"].pop("StartRunRequest")
-    assert start["properties"]["agent"]["anyOf"][0]["enum"] == ["assistant"]
+    assert start["properties"]["agent"]["anyOf"][0]["enum"] == ["assistant", "triage"]
     assert "UTC" in start["properties"]["timezone"]["enum"]
     del checked_in["components"]["schemas"]["StartRunRequest"]
     assert checked_in == document
