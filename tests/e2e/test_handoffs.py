@@ -17,8 +17,18 @@ from tests.e2e.test_run_events import subscribe
 from toolpipe.infra.cli import main
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.infra.local.server import LocalServer
+from toolpipe.shared.agents import AGENTS
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "events"
+
+
+@pytest.fixture(autouse=True)
+def example_agents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example's two agents, registered whatever an earlier test in this process left."""
+    from assistant.agents import assistant, triage
+
+    monkeypatch.setitem(AGENTS, "assistant", assistant)
+    monkeypatch.setitem(AGENTS, "triage", triage)
 
 
 def test_toolpipe_show_names_who_answered_each_turn(tmp_path: Any, monkeypatch: Any) -> None:
