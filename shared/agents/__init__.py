@@ -92,13 +92,19 @@ def transfer_specs(agent: Agent) -> list[dict[str, Any]]:
 def run_agent(run: RunRecord) -> Agent:
     """The agent answering a run now (its own, or the one a handoff moved it to), with the
     run's own MCP servers if any, and `read_input` if an S3 object started it."""
-    return agent_for(run.current_agent, run.mcp_servers, reads_input=run.input_object is not None)
+    return agent_in_run(run, run.current_agent)
 
 
 def reply_agent(run: RunRecord, reply: AssistantMessage) -> Agent:
     """The agent whose reply made a call: its tools and policies are the call's, whichever agent
     answers the run by the time the call runs or waits."""
-    return agent_for(reply.agent or run.agent, run.mcp_servers, reads_input=run.input_object is not None)
+    return agent_in_run(run, reply.agent)
+
+
+def agent_in_run(run: RunRecord, name: str | None) -> Agent:
+    """The agent `name` (None: the run's own) as the run extends every agent it runs: its MCP
+    servers, and `read_input` if an S3 object started it."""
+    return agent_for(name or run.agent, run.mcp_servers, reads_input=run.input_object is not None)
 
 
 def agent_for(name: str, mcp_servers: Sequence[str] | None, *, reads_input: bool) -> Agent:
@@ -125,6 +131,7 @@ __all__ = [
     "ModelPrice",
     "ToolProvider",
     "agent_for",
+    "agent_in_run",
     "agent_tool",
     "all_agents",
     "default_agent_name",

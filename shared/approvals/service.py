@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from toolpipe.shared.agents import Agent, agent_for
+from toolpipe.shared.agents import agent_in_run
 from toolpipe.shared.approvals.answers import answer_content, question_of
 from toolpipe.shared.approvals.hashing import arguments_hash, canonical_json, tool_hash
 from toolpipe.shared.approvals.links import ApprovalLinks, SigningKeyError
@@ -133,7 +133,7 @@ class ApprovalService:
             raise ValueError(f"message_seq {request.message_seq} and seq {request.seq} name no call")
         call = reply.tool_calls[index]
         try:
-            tool: Tool | None = _agent_of(run, reply.agent).registry.get(call.name)
+            tool: Tool | None = agent_in_run(run, reply.agent).registry.get(call.name)
         except UnknownToolError:
             tool = None
         kind = ApprovalKind(request.kind)
@@ -451,7 +451,7 @@ class ApprovalService:
     ) -> ToolResult:
         """The answer as the call's result, cut to the agent's `max_result_chars` for the model
         (the whole in S3) exactly as a worker's result is."""
-        agent = _agent_of(run, approval.agent)
+        agent = agent_in_run(run, approval.agent)
         outcome = Execution(content, "ok" if error is None else "error", 0, error)
         call = self.call_of(approval) if agent.hooks else None
         if call is not None:
@@ -488,7 +488,7 @@ class ApprovalService:
         if approval.tool_sha256 is None:
             return False
         try:
-            tool = _agent_of(run, approval.agent).registry.get(approval.tool)
+            tool = agent_in_run(run, approval.agent).registry.get(approval.tool)
         except UnknownToolError:
             return True
         return tool_hash(tool) != approval.tool_sha256
@@ -532,7 +532,7 @@ class ApprovalService:
                 "the arguments hold text that is not valid Unicode (a lone surrogate)"
             ) from None
         try:
-            tool = _agent_of(run, approval.agent).registry.get(approval.tool)
+            tool = agent_in_run(run, approval.agent).registry.get(approval.tool)
             parsed = tool.parse_arguments(canonical)
         except ModelVisibleError as e:
             raise InvalidEditError(_one_line(str(e))) from e
@@ -664,8 +664,3 @@ def _preview(arguments: str) -> str:
     except (ValueError, RecursionError):
         text = arguments
     return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"
-
-
-def _agent_of(run: RunRecord, agent: str | None) -> Agent:
-    """The agent whose call it is (`agent`, recorded with the call), else the run's own."""
-    return agent_for(agent or run.agent, run.mcp_servers, reads_input=run.input_object is not None)

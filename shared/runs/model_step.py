@@ -16,7 +16,7 @@ from toolpipe.shared.agents import (
     BeforeModel,
     Handoff,
     HandoffContext,
-    agent_for,
+    agent_in_run,
     get_agent,
     reply_agent,
     run_agent,
@@ -224,9 +224,7 @@ class ModelStep:
             step.run = run.model_copy(update={"active_agent": chain.active, "handoffs": handoffs})
         if chain.active != step.agent.name:
             try:
-                step.agent = agent_for(
-                    chain.active, run.mcp_servers, reads_input=run.input_object is not None
-                )
+                step.agent = agent_in_run(run, chain.active)
             except UnknownAgentError:
                 error = f"the run was handed to the agent '{chain.active}', which is no longer deployed"
                 return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=error)
@@ -258,9 +256,9 @@ class ModelStep:
         run = step.run
         first = step.history[0]
         prompt = first.content if isinstance(first, UserMessage) else ""
-        tools = tools_for(agent, prompt, run.caller, run.requested_tools)
-        if tools is not None and run.input_object is not None and "read_input" not in tools:
-            tools.append("read_input")  # a triggered run's way to its file is never narrowed away
+        tools = tools_for(
+            agent, prompt, run.caller, run.requested_tools, reads_input=run.input_object is not None
+        )
         return handoff.model_copy(update={"tools": tools})
 
     def _check_budgets(self, step: _Step) -> Decision | None:

@@ -91,9 +91,7 @@ class RunStarter:
         agent = with_mcp_servers(get_agent(agent_name), request.mcp_servers)
         if input_object is not None:
             agent = with_input_reader(agent)
-        tools = run_tools(agent, request, caller)
-        if input_object is not None and tools is not None and read_input.name not in tools:
-            tools.append(read_input.name)  # a triggered run's way to its file is never narrowed away
+        tools = run_tools(agent, request, caller, reads_input=input_object is not None)
         request_hash = None
         if idempotency_key is not None:
             started_with = canonical_request(request)
@@ -154,7 +152,9 @@ class RunStarter:
         return existing
 
 
-def run_tools(agent: Agent, request: StartRunRequest, caller: str) -> list[str] | None:
+def run_tools(
+    agent: Agent, request: StartRunRequest, caller: str, *, reads_input: bool = False
+) -> list[str] | None:
     """The tools a run may use: the agent's, narrowed by its tool provider and by the caller's
     allow-list. None means all of the agent's tools. The allow-list may name the tools of the
     agents the run can be handed to as well; anything else is the caller's error."""
@@ -163,15 +163,23 @@ def run_tools(agent: Agent, request: StartRunRequest, caller: str) -> list[str] 
         unknown = sorted(set(request.tools) - known - set(agent.registry.names))
         if unknown:
             raise UnknownToolsRequestedError(agent.name, unknown)
-    return tools_for(agent, request.input, caller, request.tools)
+    return tools_for(agent, request.input, caller, request.tools, reads_input=reads_input)
 
 
-def tools_for(agent: Agent, prompt: str, caller: str | None, requested: list[str] | None) -> list[str] | None:
+def tools_for(
+    agent: Agent, prompt: str, caller: str | None, requested: list[str] | None, *, reads_input: bool = False
+) -> list[str] | None:
     """`agent`'s tools for a run of this prompt and caller: narrowed by the agent's tool provider
-    and by the caller's allow-list (`requested`). None means all of them."""
+    and by the caller's allow-list (`requested`). None means all of them. `reads_input`: an S3
+    object started the run, and its way to the file (`read_input`) is never narrowed away."""
     chosen: set[str] | None = None
     if agent.tool_provider is not None:
         chosen = set(agent.tool_provider(prompt, caller))
     if requested is not None:
         chosen = set(requested) if chosen is None else chosen & set(requested)
-    return None if chosen is None else [name for name in agent.registry.names if name in chosen]
+    if chosen is None:
+        return None
+    tools = [name for name in agent.registry.names if name in chosen]
+    if reads_input and read_input.name not in tools:
+        tools.append(read_input.name)
+    return tools
