@@ -34,7 +34,11 @@ def two_a_minute() -> Iterator[Pipeline]:
 @pytest.fixture
 def two_running() -> Iterator[Pipeline]:
     # No workers: a run that asked for a tool waits for it, running, until it is cancelled.
-    yield from _pipeline({"TOOLPIPE_QUOTA_STARTS_PER_MINUTE": "0", "TOOLPIPE_QUOTA_RUNNING": "2"}, workers=0)
+    for pipeline in _pipeline(
+        {"TOOLPIPE_QUOTA_STARTS_PER_MINUTE": "0", "TOOLPIPE_QUOTA_RUNNING": "2"}, workers=0
+    ):
+        yield pipeline
+        pipeline.runtime.drain_seconds = 0  # nothing would answer the calls they wait on
 
 
 def _start(pipeline: Pipeline, caller: str = LOCAL_CALLER, **headers: str) -> tuple[int, Any, dict[str, str]]:
@@ -111,7 +115,7 @@ def test_an_idempotent_retry_at_the_limit_is_answered_not_refused_nor_counted(tw
 
 def test_a_caller_over_its_running_runs_gets_429_until_one_ends(two_running: Pipeline) -> None:
     pipeline = two_running
-    pipeline.script(*[Reply(tool_calls=[call("count_once", key="k")])] * 6)
+    pipeline.script(*[Reply(tool_calls=[call("count_once", label="k")])] * 6)
     first, second = (_start(pipeline)[1]["run_id"] for _ in range(2))
     status, refused, headers = _start(pipeline)
     assert status == 429 and headers["Retry-After"] == str(RUNNING_RETRY_AFTER_SECONDS)
@@ -140,7 +144,7 @@ def _api_store(pipeline: Pipeline) -> Any:
 
 def test_concurrent_starts_at_the_limit_never_both_pass(two_running: Pipeline) -> None:
     pipeline = two_running
-    pipeline.script(*[Reply(tool_calls=[call("count_once", key="k")])] * 12)
+    pipeline.script(*[Reply(tool_calls=[call("count_once", label="k")])] * 12)
     barrier = threading.Barrier(6)
     statuses: list[int] = []
 
@@ -164,7 +168,7 @@ def test_a_slot_an_ended_run_still_holds_is_given_back_at_the_next_start(two_run
     """A crash between a run's ending and the give-back of its slot leaves the slot held: the
     next start that finds the slots full gives it back and starts."""
     pipeline = two_running
-    pipeline.script(*[Reply(tool_calls=[call("count_once", key="k")])] * 6)
+    pipeline.script(*[Reply(tool_calls=[call("count_once", label="k")])] * 6)
     first, _ = (_start(pipeline)[1]["run_id"] for _ in range(2))
     # The ending written as a crashed finish_run would leave it: status changed, slot kept.
     pipeline.runtime.dynamodb.update_item(
