@@ -62,6 +62,7 @@ from toolpipe.shared.approvals.page import (
     error_page,
 )
 from toolpipe.shared.approvals.service import ApprovalService
+from toolpipe.shared.dynamo import MAX_CALLER_BYTES, caller_fits
 from toolpipe.shared.errors import (
     IdempotencyConflictError,
     InvalidCursorError,
@@ -73,7 +74,6 @@ from toolpipe.shared.errors import (
     UnknownToolsRequestedError,
     describe_validation_error,
 )
-from toolpipe.shared.history.store import MAX_CALLER_BYTES, caller_fits
 from toolpipe.shared.messages import (
     IDEMPOTENCY_KEY_PATTERN,
     NAME_PATTERN,

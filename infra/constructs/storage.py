@@ -9,6 +9,7 @@ from constructs import Construct
 
 from toolpipe.infra.constructs.model_key import create_empty_secret
 from toolpipe.infra.constructs.nag import AWS_MANAGED_SECRET_KEY, acknowledge, skip_checkov
+from toolpipe.shared.dynamo import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_PROJECTION, CALLER_INDEX_SK
 from toolpipe.shared.history.retention import (
     DEFAULT_RETENTION_DAYS,
     MAX_RETENTION_DAYS,
@@ -16,12 +17,6 @@ from toolpipe.shared.history.retention import (
     RETENTION_TAG_KEY,
     RETENTION_TAG_VALUE,
     RUN_OBJECTS_PREFIX,
-)
-from toolpipe.shared.history.store import (
-    CALLER_INDEX,
-    CALLER_INDEX_PK,
-    CALLER_INDEX_PROJECTION,
-    CALLER_INDEX_SK,
 )
 from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
 

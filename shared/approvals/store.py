@@ -21,9 +21,17 @@ from toolpipe.shared.approvals.models import (
     EditedArguments,
     Gate,
 )
+from toolpipe.shared.dynamo import (
+    APPROVALS_OF_CALLER,
+    CALLER_INDEX,
+    CALLER_INDEX_PK,
+    CALLER_INDEX_SK,
+    approval_pk,
+    gate_sk,
+    lost_race,
+    run_pk,
+)
 from toolpipe.shared.history import retention
-from toolpipe.shared.history.conditions import lost_race
-from toolpipe.shared.history.store import APPROVALS_OF_CALLER, CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_SK
 from toolpipe.shared.messages import utc_now
 
 if TYPE_CHECKING:
@@ -35,12 +43,8 @@ TOKEN_SK = "TOKEN"
 LIST_LIMIT = 100
 
 
-def _pk(approval_id: str) -> str:
-    return f"APPROVAL#{approval_id}"
-
-
 def _gate_key(run_id: str, seq: int) -> dict[str, str]:
-    return {"pk": f"RUN#{run_id}", "sk": f"GATE#{seq:06d}"}
+    return {"pk": run_pk(run_id), "sk": gate_sk(seq)}
 
 
 def _plain(item: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +59,11 @@ class DynamoApprovalStore:
         """Store a new approval for its call, or, when the call has one (the waiting task was
         started again, with a new token), keep that one and give it the new token while it is
         pending. Returns the call's approval."""
-        record = {"pk": _pk(approval.approval_id), "sk": RECORD_SK, **approval.model_dump(exclude_none=True)}
+        record = {
+            "pk": approval_pk(approval.approval_id),
+            "sk": RECORD_SK,
+            **approval.model_dump(exclude_none=True),
+        }
         if approval.result_schema is not None:
             # As JSON text: DynamoDB takes no floats, and a schema may hold some (`"minimum": 0.5`).
             record["result_schema"] = json.dumps(approval.result_schema)
@@ -107,7 +115,7 @@ class DynamoApprovalStore:
                     {
                         "ConditionCheck": {
                             "TableName": name,
-                            "Key": {"pk": _pk(existing.approval_id), "sk": RECORD_SK},
+                            "Key": {"pk": approval_pk(existing.approval_id), "sk": RECORD_SK},
                             "ConditionExpression": "#status = :pending",
                             "ExpressionAttributeNames": {"#status": "status"},
                             "ExpressionAttributeValues": {":pending": ApprovalStatus.PENDING.value},
@@ -127,18 +135,18 @@ class DynamoApprovalStore:
         stamping missed: these items then expire with the run (shared/history/retention.py)."""
         _, until = retention.ended_stamp(self._table, run_id)
         if until is not None:
-            keys = [{"pk": _pk(approval_id), "sk": sk} for sk in (RECORD_SK, TOKEN_SK)]
+            keys = [{"pk": approval_pk(approval_id), "sk": sk} for sk in (RECORD_SK, TOKEN_SK)]
             retention.stamp(self._table, [*keys, _gate_key(run_id, seq)], until)
 
     @staticmethod
     def _token_item(approval_id: str, token: str) -> dict[str, Any]:
         # Its own item: the record is what views read, and a token is a bearer credential.
-        return {"pk": _pk(approval_id), "sk": TOKEN_SK, "token": token}
+        return {"pk": approval_pk(approval_id), "sk": TOKEN_SK, "token": token}
 
     def get(self, approval_id: str) -> Approval:
-        item = self._table.get_item(Key={"pk": _pk(approval_id), "sk": RECORD_SK}, ConsistentRead=True).get(
-            "Item"
-        )
+        item = self._table.get_item(
+            Key={"pk": approval_pk(approval_id), "sk": RECORD_SK}, ConsistentRead=True
+        ).get("Item")
         if item is None:
             raise ApprovalNotFoundError(approval_id)
         return self._approval(item)
@@ -151,9 +159,9 @@ class DynamoApprovalStore:
         return Approval.model_validate(_plain(fields))
 
     def get_token(self, approval_id: str) -> str | None:
-        item = self._table.get_item(Key={"pk": _pk(approval_id), "sk": TOKEN_SK}, ConsistentRead=True).get(
-            "Item"
-        )
+        item = self._table.get_item(
+            Key={"pk": approval_pk(approval_id), "sk": TOKEN_SK}, ConsistentRead=True
+        ).get("Item")
         return None if item is None else str(item["token"])
 
     def get_gate(self, run_id: str, seq: int) -> Gate | None:
@@ -223,7 +231,7 @@ class DynamoApprovalStore:
                     {
                         "Update": {
                             "TableName": name,
-                            "Key": {"pk": _pk(approval.approval_id), "sk": RECORD_SK},
+                            "Key": {"pk": approval_pk(approval.approval_id), "sk": RECORD_SK},
                             "UpdateExpression": record_update,
                             "ConditionExpression": "#status = :pending",
                             "ExpressionAttributeNames": names,
@@ -250,7 +258,7 @@ class DynamoApprovalStore:
         return self.get(approval.approval_id)
 
     def set_delivery_uncertain(self, approval_id: str, uncertain: bool) -> None:
-        key = {"pk": _pk(approval_id), "sk": RECORD_SK}
+        key = {"pk": approval_pk(approval_id), "sk": RECORD_SK}
         if uncertain:
             self._table.update_item(
                 Key=key,

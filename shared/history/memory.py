@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from toolpipe.shared.dynamo import META_SK, run_pk
 from toolpipe.shared.errors import QuotaExceededError, RunNotFoundError
 from toolpipe.shared.history.ports import (
     ERROR_MAX_CHARS,
@@ -19,7 +20,7 @@ from toolpipe.shared.history.ports import (
     Cursor,
 )
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS, retain_until, run_prefix
-from toolpipe.shared.history.store import bounded, caller_index_keys, check_cursor
+from toolpipe.shared.history.run_records import bounded, caller_index_keys, check_cursor
 from toolpipe.shared.messages import (
     HandoffRecord,
     HistoryItem,
@@ -195,7 +196,7 @@ class MemoryHistoryStore:
         check_cursor(start, caller)
 
         def keys(run: RunRecord) -> Cursor:
-            return {"pk": f"RUN#{run.run_id}", "sk": "META", **(caller_index_keys(run) if caller else {})}
+            return {"pk": run_pk(run.run_id), "sk": META_SK, **(caller_index_keys(run) if caller else {})}
 
         with self._lock:
             if caller is None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from toolpipe.shared.history.conditions import lost_race
+from toolpipe.shared.dynamo import lost_race, run_pk
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -44,10 +44,6 @@ DELETE_OBJECTS_MAX = 1000
 STAMP_THREADS = 16
 # Backoff between retries of what a batch left unprocessed (throttling); then it is an error.
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
-
-
-def run_pk(run_id: str) -> str:
-    return f"RUN#{run_id}"
 
 
 def run_prefix(run_id: str) -> str:

@@ -522,7 +522,7 @@ def test_a_caller_of_the_longest_identity_has_its_gated_call_approved(pipeline: 
     # Its approval is listed under the caller too (the key with the longest prefix): an identity
     # one byte longer is refused at the start (tests/functional/test_caller_limits.py).
     from tests.functional.test_caller_limits import identity
-    from toolpipe.shared.history.store import MAX_CALLER_BYTES
+    from toolpipe.shared.dynamo import MAX_CALLER_BYTES
 
     longest = identity(MAX_CALLER_BYTES)
     pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=250)]), Reply(content="Sent."))

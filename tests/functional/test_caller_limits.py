@@ -20,13 +20,13 @@ from toolpipe.infra.local.runtime import BUCKET, LOCAL_CALLER, REGION, TABLE
 from toolpipe.shared.approvals import ApprovalStatus
 from toolpipe.shared.approvals.models import Approval
 from toolpipe.shared.approvals.store import DynamoApprovalStore
-from toolpipe.shared.history.store import (
+from toolpipe.shared.dynamo import (
     APPROVALS_OF_CALLER,
     MAX_CALLER_BYTES,
     PARTITION_KEY_MAX_BYTES,
     RUNS_OF_CALLER,
-    DynamoHistoryStore,
 )
+from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.messages import RunRecord, RunStatus, UserMessage
 
 

@@ -6,7 +6,7 @@ from typing import Any
 from tests.conftest import Pipeline
 from toolpipe.infra.openapi import DOCUMENT, render
 from toolpipe.shared.agents import all_agents
-from toolpipe.shared.history.store import MAX_CALLER_BYTES
+from toolpipe.shared.dynamo import MAX_CALLER_BYTES
 from toolpipe.shared.messages import NOT_BLANK_PATTERN
 from toolpipe.shared.runs.report import MAX_TOKEN_CHARS, PAGE_LIMIT, TOKEN_PATTERN
 

@@ -14,7 +14,7 @@ from toolpipe.infra.functions import API
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
-from toolpipe.shared.history.store import QUOTAS_OF_CALLER, RUNNING_SLOTS_SK
+from toolpipe.shared.dynamo import QUOTAS_OF_CALLER, RUNNING_SLOTS_SK
 from toolpipe.shared.messages import RunRecord, RunStatus, UserMessage
 from toolpipe.shared.runs.quota import RUNNING_RETRY_AFTER_SECONDS, START_GRACE_SECONDS, WINDOW_SECONDS
 

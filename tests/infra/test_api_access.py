@@ -57,12 +57,7 @@ def test_the_messages_pages_have_a_route(template: Any) -> None:
 
 
 def test_runs_are_listed_from_an_index_by_caller_that_the_store_queries(template: Any) -> None:
-    from toolpipe.shared.history.store import (
-        CALLER_INDEX,
-        CALLER_INDEX_PK,
-        CALLER_INDEX_PROJECTION,
-        CALLER_INDEX_SK,
-    )
+    from toolpipe.shared.dynamo import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_PROJECTION, CALLER_INDEX_SK
 
     [table] = template.find_resources("AWS::DynamoDB::Table").values()
     [index] = table["Properties"]["GlobalSecondaryIndexes"]

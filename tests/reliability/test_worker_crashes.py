@@ -30,7 +30,7 @@ from tests.reliability.harness import (
 from toolpipe.shared.agents import AGENTS
 from toolpipe.shared.errors import CallInProgressError, ErrorKind
 from toolpipe.shared.history import MemoryHistoryStore
-from toolpipe.shared.history import store as dynamo_store_module
+from toolpipe.shared.history import ledger as dynamo_store_module
 from toolpipe.shared.messages import ToolCallMessage, ToolResult
 from toolpipe.shared.runs import ToolCallExecutor
 

@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from tests.dynamo_faults import cancellation_body, error_body, refused
-from toolpipe.shared.history.conditions import lost_race
+from toolpipe.shared.dynamo import lost_race
 
 # Two items: DynamoDB gives a transaction one reason per item.
 TWO_CHECKS = [
