@@ -59,6 +59,15 @@ def problems(definition: dict[str, Any]) -> list[str]:
 
 def _field_problems(state: dict[str, Any]) -> Iterator[str]:
     """The spec's rules on one state's fields that asl-validator 4.0 passes (each tried)."""
+    yield from _handler_problems(state)
+    timeout, heartbeat = state.get("TimeoutSeconds"), state.get("HeartbeatSeconds")
+    if isinstance(timeout, int) and isinstance(heartbeat, int) and heartbeat >= timeout:
+        yield f"HeartbeatSeconds {heartbeat} must be smaller than TimeoutSeconds {timeout}"
+    if state.get("Type") == "Choice":
+        yield from _choice_problems(state)
+
+
+def _handler_problems(state: dict[str, Any]) -> Iterator[str]:
     for field in ("Retry", "Catch"):
         handlers = [h for h in state.get(field) or [] if isinstance(h, dict)]
         for i, handler in enumerate(handlers):
@@ -70,15 +79,14 @@ def _field_problems(state: dict[str, Any]) -> Iterator[str]:
             rate = handler.get("BackoffRate")
             if field == "Retry" and isinstance(rate, int | float) and rate < 1.0:
                 yield f"BackoffRate {rate} is below 1.0"
-    timeout, heartbeat = state.get("TimeoutSeconds"), state.get("HeartbeatSeconds")
-    if isinstance(timeout, int) and isinstance(heartbeat, int) and heartbeat >= timeout:
-        yield f"HeartbeatSeconds {heartbeat} must be smaller than TimeoutSeconds {timeout}"
-    if state.get("Type") == "Choice":
-        if "End" in state or "Next" in state:
-            yield "a Choice state cannot end the execution or name Next (its rules and Default do)"
-        for rule in state.get("Choices") or []:
-            if isinstance(rule, dict) and any(_nested_next(rule.get(k)) for k in ("And", "Or", "Not")):
-                yield "a rule inside And, Or or Not cannot name Next (only a top-level rule does)"
+
+
+def _choice_problems(state: dict[str, Any]) -> Iterator[str]:
+    if "End" in state or "Next" in state:
+        yield "a Choice state cannot end the execution or name Next (its rules and Default do)"
+    for rule in state.get("Choices") or []:
+        if isinstance(rule, dict) and any(_nested_next(rule.get(k)) for k in ("And", "Or", "Not")):
+            yield "a rule inside And, Or or Not cannot name Next (only a top-level rule does)"
 
 
 def _nested_next(rules: Any) -> bool:

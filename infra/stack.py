@@ -109,15 +109,9 @@ class ToolpipeStack(Stack):
 def pipeline_settings(node: Node) -> dict[str, Any]:
     """`ToolPipeline`'s deployment choices from CDK context; a bad value is a one-line error."""
     settings: dict[str, Any] = {"api_auth": ApiAuth.parse(node.try_get_context("api_auth") or "iam")}
-    rate, burst = node.try_get_context("api_throttle_rate"), node.try_get_context("api_throttle_burst")
-    if rate is not None or burst is not None:
-        default = Throttle()
-        settings["api_throttle"] = Throttle(
-            rate_per_second=default.rate_per_second
-            if rate is None
-            else _number("api_throttle_rate", rate, float),
-            burst=default.burst if burst is None else _number("api_throttle_burst", burst, int),
-        )
+    throttle = _throttle(node)
+    if throttle is not None:
+        settings["api_throttle"] = throttle
     for name in ("quota_starts_per_minute", "quota_running", "worker_max_concurrency"):
         value = node.try_get_context(name)
         if value is not None:
@@ -129,34 +123,14 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     }
     if reserved:
         settings["reserved_concurrency"] = ReservedConcurrency(**reserved)
-    alarms = node.try_get_context("alarms")
-    if alarms is not None:
-        settings["alarms"] = _flag("alarms", alarms)
-    topic = node.try_get_context("alarm_topic_arn")
-    if topic:
-        settings["alarm_topic"] = str(topic).strip()
-    admin = node.try_get_context("admin_principal")
-    if admin:
-        settings["admin_principal"] = str(admin)
-    settings["triggers"] = TriggerOptions.from_context(node)  # the trigger_* keys (README "Triggers")
-    # `-c model_key_secret_arn=arn:…` (yours, read as is), `none` (no key), or unset (created empty).
-    model_key = node.try_get_context("model_key_secret_arn")
-    if model_key:
-        settings["model_key_secret"] = str(model_key).strip()
-    kms_key = node.try_get_context("model_key_kms_key_arn")
-    if kms_key:
-        settings["model_key_kms_key_arn"] = str(kms_key).strip()
     # `-c api_gateway_cloudwatch_role=true`: the region's API Gateway logging role, made here.
-    cloudwatch_role = node.try_get_context("api_gateway_cloudwatch_role")
-    if cloudwatch_role is not None:
-        settings["api_gateway_cloudwatch_role"] = _flag("api_gateway_cloudwatch_role", cloudwatch_role)
-    tracing = node.try_get_context("tracing")
-    if tracing is not None:
-        settings["tracing"] = _flag("tracing", tracing)
     # `-c link_edits=true`: a signed link may approve with edited arguments (README "The approval link").
-    link_edits = node.try_get_context("link_edits")
-    if link_edits is not None:
-        settings["link_edits"] = _flag("link_edits", link_edits)
+    for name in ("alarms", "api_gateway_cloudwatch_role", "tracing", "link_edits"):
+        value = node.try_get_context(name)
+        if value is not None:
+            settings[name] = _flag(name, value)
+    settings |= _texts(node)
+    settings["triggers"] = TriggerOptions.from_context(node)  # the trigger_* keys (README "Triggers")
     # `-c approval_emails=a@example.com,b@example.com`, or a list in cdk.json.
     emails = parse_addresses(node.try_get_context("approval_emails"))
     if emails:
@@ -167,6 +141,38 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]
+    return settings
+
+
+def _throttle(node: Node) -> Throttle | None:
+    rate, burst = node.try_get_context("api_throttle_rate"), node.try_get_context("api_throttle_burst")
+    if rate is None and burst is None:
+        return None
+    default = Throttle()
+    return Throttle(
+        rate_per_second=default.rate_per_second
+        if rate is None
+        else _number("api_throttle_rate", rate, float),
+        burst=default.burst if burst is None else _number("api_throttle_burst", burst, int),
+    )
+
+
+# Context keys holding text, and the setting each becomes. `-c model_key_secret_arn=arn:…` is
+# yours, read as is (`none`: no key; unset: created empty).
+_TEXTS = {
+    "alarm_topic_arn": "alarm_topic",
+    "model_key_secret_arn": "model_key_secret",
+    "model_key_kms_key_arn": "model_key_kms_key_arn",
+}
+
+
+def _texts(node: Node) -> dict[str, str]:
+    settings = {
+        setting: str(value).strip() for key, setting in _TEXTS.items() if (value := node.try_get_context(key))
+    }
+    admin = node.try_get_context("admin_principal")
+    if admin:
+        settings["admin_principal"] = str(admin)
     return settings
 
 

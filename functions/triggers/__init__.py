@@ -1,0 +1,1 @@
+"""The triggers function: an S3 object or a `RunRequested` event from the queue starts a run."""

@@ -17,6 +17,7 @@ from toolpipe.shared.agents.agent_tool import agent_tool
 from toolpipe.shared.agents.app import load_app
 from toolpipe.shared.agents.handoff import Handoff, HandoffContext, remove_tool_calls
 from toolpipe.shared.agents.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
+from toolpipe.shared.agents.read_input import with_input_reader
 from toolpipe.shared.errors import ConfigurationError, UnknownAgentError
 from toolpipe.shared.messages import AssistantMessage, RunRecord
 
@@ -111,8 +112,6 @@ def agent_for(name: str, mcp_servers: Sequence[str] | None, *, reads_input: bool
     """`run_agent` from the parts of a run record it reads (the tool runner gets only those)."""
     agent = with_mcp_servers(get_agent(name), mcp_servers)
     if reads_input:
-        from toolpipe.shared.triggers.read_input import with_input_reader
-
         agent = with_input_reader(agent)
     return agent
 

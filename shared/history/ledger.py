@@ -19,7 +19,7 @@ from toolpipe.shared.messages import ToolResult
 
 
 class CallLedgerStore(RunTable):
-    """`CallLedger`, `CallReads` and `RunState` on the run table."""
+    """`CallLedger`, `CallReads` and `SharedStates` on the run table."""
 
     def load_call(self, run_id: str, reply_seq: int, seq: int) -> CallRead:
         # One request for what three reads fetched: a tool call's delivery starts with these.

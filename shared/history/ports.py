@@ -200,7 +200,7 @@ class Contents(Protocol):
     def get_result(self, key: str) -> str: ...
 
 
-class RunState(Protocol):
+class SharedStates(Protocol):
     """The per-run state tools share (`ToolContext.state`)."""
 
     def load_state(self, run_id: str) -> dict[str, Any]: ...
@@ -235,6 +235,6 @@ class CallReads(Protocol):
 
 
 class HistoryStore(
-    RunRecords, RunningSlots, History, CallLedger, CallReads, Contents, RunState, ParentTokens, Protocol
+    RunRecords, RunningSlots, History, CallLedger, CallReads, Contents, SharedStates, ParentTokens, Protocol
 ):
     """Everything the run services store."""

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from toolpipe.shared.agents import AGENTS, Agent, default_agent_name, get_agent, with_mcp_servers
 from toolpipe.shared.agents.app import reachable
+from toolpipe.shared.agents.read_input import read_input, with_input_reader
 from toolpipe.shared.errors import (
     IdempotencyConflictError,
     QuotaExceededError,
@@ -23,7 +24,6 @@ from toolpipe.shared.messages import (
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter
 from toolpipe.shared.runs.quota import RUNNING, RunQuota
-from toolpipe.shared.triggers.read_input import read_input, with_input_reader
 
 
 def new_run_id() -> str:

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from botocore.exceptions import ClientError
 
+from toolpipe.shared.agents.read_input import MAX_READ_BYTES, read_input
 from toolpipe.shared.messages import InputObject, RunRecord, RunStatus, StartRunRequest
 from toolpipe.shared.runs.starter import RunStarter
 from toolpipe.shared.settings import TriggerSettings
 from toolpipe.shared.triggers.events import RunRequested, S3ObjectCreated
-from toolpipe.shared.triggers.read_input import MAX_READ_BYTES, read_input
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client

@@ -1,0 +1,151 @@
+"""A run's record (status, usage, agent, handoffs, what started it) and its summary in listings.
+Read by every function and the runs API; stored as the run's META item."""
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+)
+
+from toolpipe.shared.messages.common import Usage, utc_now
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LIMIT = "limit"
+    # Stopped by `POST /runs/{id}/cancel`: its execution stopped, its child runs cancelled too.
+    CANCELLED = "cancelled"
+
+
+class ParentCall(BaseModel):
+    """The tool call of another run that this (child) run answers."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    call_id: str
+    seq: int
+    turn: int
+    tool: str
+
+
+class InputObject(BaseModel):
+    """The S3 object a triggered run works on: a reference the `read_input` tool reads in
+    ranges, never contents. Written once with the run record, so no tool can point it elsewhere."""
+
+    model_config = ConfigDict(frozen=True)
+    bucket: str
+    key: str
+    version_id: str | None = None  # None: an unversioned bucket; reads then check `etag`
+    size: int
+    content_type: str | None = None
+    etag: str | None = None
+    # Where the run's ending is written, in the same bucket: `<answer_key>.answer.md` when it
+    # succeeded, `<answer_key>.error.md` otherwise.
+    answer_key: str
+
+
+class HandoffRecord(BaseModel):
+    """One change of the agent that answers a run, as its record lists them."""
+
+    model_config = ConfigDict(frozen=True)
+    turn: int = Field(description="The turn whose call made the change; the new agent answers from the next.")
+    kind: Literal["transfer", "escalate"]
+    from_agent: str
+    to_agent: str
+    via: str | None = Field(
+        default=None, description="The transfer tool the model called, if it was the model."
+    )
+    tools: list[str] | None = Field(
+        default=None,
+        description="The tools the new agent may use (its tool provider and the caller's allow-list); "
+        "null: all of its tools.",
+    )
+
+
+class RunRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    agent: str
+    status: RunStatus
+    timezone: str = "UTC"
+    caller: str | None = None
+    tools: list[str] | None = None  # the tools this run may use; None: all the agent's
+    # The caller's own allow-list as sent (`POST /runs {"tools"}`): it narrows every agent the
+    # run is handed to, as `tools` narrows the first.
+    requested_tools: list[str] | None = None
+    # MCP server URLs whose tools this run offers besides the agent's (`toolpipe run --mcp`).
+    mcp_servers: list[str] | None = None
+    parent: ParentCall | None = None
+    turn: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    # The answer; when longer than the record may hold, its beginning, with the whole answer
+    # in S3 under `output_ref` (`output_chars` long).
+    output: str | None = None
+    output_ref: str | None = None
+    output_chars: int | None = None
+    error: str | None = None
+    # The run at the top of a tree of agent-tool runs (itself for a root) and this run's depth
+    # in it (0 for a root): limits are shared by the whole tree.
+    root_run_id: str | None = None
+    depth: int = 0
+    # Long runs go on in fresh executions (Step Functions caps one at 25,000 history events):
+    # the current one's number, and the turn it started after.
+    execution: int = 1
+    execution_start_turn: int = 0
+    # A run started with an idempotency key: a hash of the request it started with, so the same
+    # key with another request is told apart from a retry of the same one.
+    request_hash: str | None = None
+    # Set for a run an S3 object started (shared/runs/triggers.py).
+    input_object: InputObject | None = None
+    # A root run's totals over its whole tree (itself and its agent-tool runs), as read with the
+    # record; None for a child run, whose tree totals are its root's.
+    tree_usage: Usage | None = None
+    # The caller's own labels (`POST /runs {"metadata"}`), returned as given.
+    metadata: dict[str, str] | None = None
+    # The agent answering now, when a handoff moved the run from `agent` (which started it).
+    active_agent: str | None = None
+    handoffs: list[HandoffRecord] = Field(default_factory=list)
+    created_at: str = Field(default_factory=utc_now)
+    updated_at: str = Field(default_factory=utc_now)
+    retain_until: int | None = Field(
+        default=None,
+        description="When the ended run's items and objects expire (epoch seconds: its end plus the "
+        "stack's retention_days); null while it runs.",
+    )
+
+    @property
+    def current_agent(self) -> str:
+        return self.active_agent or self.agent
+
+
+class RunSummary(BaseModel):
+    """One run in a listing (`GET /runs`): what the index by caller holds."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    agent: str
+    status: RunStatus
+    caller: str | None = None
+    created_at: str
+    metadata: dict[str, str] | None = None
+    parent_run_id: str | None = Field(default=None, description="Set for a child run (an agent tool's).")
+
+    @classmethod
+    def of(cls, record: RunRecord) -> "RunSummary":
+        return cls(
+            run_id=record.run_id,
+            agent=record.agent,
+            status=record.status,
+            caller=record.caller,
+            created_at=record.created_at,
+            metadata=record.metadata,
+            parent_run_id=record.parent.run_id if record.parent else None,
+        )
+
+
+# --- contracts that travel through Step Functions and SQS --------------------------------
