@@ -123,12 +123,15 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     }
     if reserved:
         settings["reserved_concurrency"] = ReservedConcurrency(**reserved)
-    # `-c api_gateway_cloudwatch_role=true`: the region's API Gateway logging role, made here.
-    # `-c link_edits=true`: a signed link may approve with edited arguments (README "The approval link").
-    for name in ("alarms", "api_gateway_cloudwatch_role", "tracing", "link_edits"):
-        value = node.try_get_context(name)
-        if value is not None:
-            settings[name] = _flag(name, value)
+    flags = {
+        "alarms": node.try_get_context("alarms"),
+        # `-c api_gateway_cloudwatch_role=true`: the region's API Gateway logging role, made here.
+        "api_gateway_cloudwatch_role": node.try_get_context("api_gateway_cloudwatch_role"),
+        "tracing": node.try_get_context("tracing"),
+        # `-c link_edits=true`: a signed link may approve with edited arguments (README "The approval link").
+        "link_edits": node.try_get_context("link_edits"),
+    }
+    settings |= {name: _flag(name, value) for name, value in flags.items() if value is not None}
     settings |= _texts(node)
     settings["triggers"] = TriggerOptions.from_context(node)  # the trigger_* keys (README "Triggers")
     # `-c approval_emails=a@example.com,b@example.com`, or a list in cdk.json.
@@ -157,19 +160,14 @@ def _throttle(node: Node) -> Throttle | None:
     )
 
 
-# Context keys holding text, and the setting each becomes. `-c model_key_secret_arn=arn:…` is
-# yours, read as is (`none`: no key; unset: created empty).
-_TEXTS = {
-    "alarm_topic_arn": "alarm_topic",
-    "model_key_secret_arn": "model_key_secret",
-    "model_key_kms_key_arn": "model_key_kms_key_arn",
-}
-
-
 def _texts(node: Node) -> dict[str, str]:
-    settings = {
-        setting: str(value).strip() for key, setting in _TEXTS.items() if (value := node.try_get_context(key))
+    texts = {
+        "alarm_topic": node.try_get_context("alarm_topic_arn"),
+        # `-c model_key_secret_arn=arn:…` (yours, read as is), `none` (no key), or unset (created empty).
+        "model_key_secret": node.try_get_context("model_key_secret_arn"),
+        "model_key_kms_key_arn": node.try_get_context("model_key_kms_key_arn"),
     }
+    settings = {name: str(value).strip() for name, value in texts.items() if value}
     admin = node.try_get_context("admin_principal")
     if admin:
         settings["admin_principal"] = str(admin)
