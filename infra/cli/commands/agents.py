@@ -39,7 +39,7 @@ def _describe_agents() -> list[dict[str, Any]]:
 
 
 def agents(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """`toolpipe agents`: the agents `--agent` can name, with their tools (read locally, no server)."""
+    """Each agent on a line, then its tools' first lines (or one JSON document)."""
     described = _describe_agents()
     if not described:
         from toolpipe.shared.agents import NO_AGENTS

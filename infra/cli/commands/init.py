@@ -9,7 +9,7 @@ from toolpipe.infra.cli.output import write_json
 
 
 def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """`toolpipe init DIR`: a project of your own (infra/scaffold.py)."""
+    """Write the project's files; list them on stdout, and what to do next on stderr."""
     from toolpipe.infra.scaffold import ScaffoldError, init_project
 
     try:

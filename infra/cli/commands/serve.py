@@ -35,7 +35,7 @@ _STARTED = time.monotonic()  # for "ready in"
 
 
 def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """`toolpipe serve`: one process holding the runtime and answering HTTP until a signal.
+    """Hold the folder's lock and serve the runtime until a signal.
 
     stdout: where it serves (text lines, or one JSON document with `--json`) once ready."""
     from toolpipe.infra.local.logfile import logs_to_file
