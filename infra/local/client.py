@@ -1,43 +1,22 @@
-"""Find the local server for a state folder, start one if there is none, and talk to it over HTTP.
+"""The runs API over HTTP: the local server's (and its local-only routes), or a deployed stack's.
 
 Standard library only: a `toolpipe run` or `toolpipe show` that finds a server running never
-imports boto3, moto or the handlers, so twenty of them at once start in a blink.
-
-The state folder (`TOOLPIPE_HOME`, default `.toolpipe`) holds two files for discovery:
-- `server.lock`: the server holds an exclusive `fcntl.flock` on it for its whole life, state
-  saved included. The lock is the truth (the kernel drops it when the process dies, however it
-  dies); a second server for the same folder cannot take it and exits 2.
-- `server.json`: `{"url", "pid", "started", "aws_endpoint"}`, written atomically once the server
-  answers and removed when it starts to shut down. `aws_endpoint` is where the server answers the
-  AWS APIs it emulates (`endpoint_url` for boto3, `--endpoint-url` for the aws CLI). Only an address: a file whose pid is dead or whose
-  server does not answer is stale and ignored (the next server replaces it).
+imports boto3, moto or the handlers, so twenty of them at once start in a blink. Finding or
+starting the server for a state folder is the CLI's (`infra/cli/discovery.py`); the constants
+here are the ones the server and its clients share.
 """
 
-import contextlib
-import errno
-import fcntl
 import http.client
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 STAGE = "v1"  # the stage the deployed REST API is served under (infra/stack.py)
 CALLER_HEADER = "X-Toolpipe-Caller"  # local only: who the request is from (an IAM ARN); "" for no one
 HEALTH_PATH = "/_local/health"  # local only, outside the stage: the deployed API has no such route
-SERVER_FILE = "server.json"
-LOCK_FILE = "server.lock"
 LOG_FILE = "toolpipe.log"  # the server's output and every CLI process's logs (infra/local/logfile.py)
-# A server started for a client's own duration stops this long after its last request ends
-# (and no run is running): long enough for `toolpipe run` then `toolpipe show` to share it.
-AUTO_IDLE_SECONDS = 1.0
-START_TIMEOUT_SECONDS = 60.0  # the runtime starts in ~2-4 s here; a loaded CI machine is slower
 # The deployed API has no event stream: a client of it reads new history items this often.
 POLL_SECONDS = 1.0
 
@@ -53,104 +32,10 @@ class ServerBusyError(ServerError):
     """The server refused the request because it is shutting down: nothing was done, try again."""
 
 
-@dataclass(frozen=True)
-class ServerInfo:
-    """What `server.json` says about a running server."""
-
-    url: str
-    pid: int
-    started: str
-    aws_endpoint: str | None = None
-
-
 def http_url(address: tuple[Any, ...]) -> str:
     """The URL of a server bound to `address` (host, port, ...); an IPv6 host in brackets."""
     host, port = str(address[0]), address[1]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def server_file(home: Path) -> Path:
-    return home / SERVER_FILE
-
-
-def lock_file(home: Path) -> Path:
-    return home / LOCK_FILE
-
-
-def try_lock(home: Path) -> int | None:
-    """The folder's server lock as an open descriptor, or None when another process holds it."""
-    home.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_file(home), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None
-        raise
-    return fd
-
-
-def lock_is_held(home: Path) -> bool:
-    fd = try_lock(home)
-    if fd is None:
-        return True
-    os.close(fd)  # closing the descriptor releases the lock
-    return False
-
-
-def write_server_file(home: Path, info: ServerInfo) -> None:
-    # Atomic: a client reads either no file or a whole one, never half of it.
-    tmp = home / f"{SERVER_FILE}.{os.getpid()}.tmp"
-    fields = {"url": info.url, "pid": info.pid, "started": info.started, "aws_endpoint": info.aws_endpoint}
-    tmp.write_text(json.dumps(fields))
-    tmp.replace(server_file(home))
-
-
-def remove_server_file(home: Path, pid: int) -> None:
-    """Remove `server.json` if it is this server's (a newer server's file is left alone)."""
-    info = read_server_file(home)
-    if info is not None and info.pid == pid:
-        with contextlib.suppress(FileNotFoundError):
-            server_file(home).unlink()
-
-
-def read_server_file(home: Path) -> ServerInfo | None:
-    try:
-        data = json.loads(server_file(home).read_text())
-        aws = data.get("aws_endpoint")
-        return ServerInfo(
-            url=str(data["url"]),
-            pid=int(data["pid"]),
-            started=str(data["started"]),
-            aws_endpoint=None if aws is None else str(aws),
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent, or not ours to read: treated as no server
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
-
-
-def discover(home: Path) -> ServerInfo | None:
-    """The server serving `home`, if `server.json` names one that is alive and answers as itself."""
-    info = read_server_file(home)
-    if info is None or not _alive(info.pid):
-        return None
-    try:
-        status, body = Client(info.url, timeout=5.0).health()
-    except ServerError:
-        return None
-    if status != 200 or not isinstance(body, dict) or body.get("pid") != info.pid:
-        return None  # a reused port or pid: not the server the file names
-    return info
 
 
 class Client:
@@ -333,91 +218,3 @@ def _parse_events(stream: IO[bytes]) -> Iterator[tuple[str, Any]]:
                 event = value
             elif name == "data":
                 data.append(value)
-
-
-@dataclass
-class Connection:
-    """A client of a server that was found, or started for this client's own use (`child`)."""
-
-    client: Client
-    info: ServerInfo
-    child: subprocess.Popen[bytes] | None = None
-
-    def close(self, wait: float = 10.0) -> None:
-        """Let a server this client started finish: it stops on its own once idle.
-
-        Other clients may still be using it: then it is left running, and stops after them.
-        """
-        if self.child is None:
-            return
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.child.wait(timeout=wait)
-
-
-def connect(
-    home: Path,
-    *,
-    caller: str | None = None,
-    env: dict[str, str] | None = None,
-    timeout: float = START_TIMEOUT_SECONDS,
-) -> Connection:
-    """The server for `home`: the running one, or a new one started for this client's duration.
-
-    Concurrent clients that find no server race to start one; the folder's lock lets exactly one
-    win, and the others use it. A server that is shutting down still holds the lock until its
-    state is saved: clients wait for it to go, then start a new one, which reads that state.
-
-    Raises:
-        ServerError: no server could be started or found within `timeout`.
-    """
-    deadline = time.monotonic() + timeout
-    child: subprocess.Popen[bytes] | None = None
-    while True:
-        info = discover(home)
-        if info is not None:
-            mine = child if child is not None and child.pid == info.pid else None
-            return Connection(Client(info.url, caller=caller), info, mine)
-        if child is not None and child.poll() is not None:
-            # Lost the race for the lock (exit 2): another client's server is starting.
-            if child.returncode != 2:
-                raise ServerError(
-                    f"the local server exited with {child.returncode} while starting; see {home / LOG_FILE}"
-                )
-            child = None
-        if child is None and not lock_is_held(home):
-            child = _start_child(home, env)
-        if time.monotonic() > deadline:
-            if child is not None:
-                child.terminate()
-            raise ServerError(
-                f"no local server answered for {home} within {timeout:g} s; see {home / LOG_FILE}"
-            )
-        # Waiting for another process's server to write server.json (or to release the lock).
-        time.sleep(0.02)
-
-
-def _start_child(home: Path, env: dict[str, str] | None) -> subprocess.Popen[bytes]:
-    home.mkdir(parents=True, exist_ok=True)
-    log = (home / LOG_FILE).open("ab")
-    try:
-        # Its own session: a Ctrl-C meant for this client must not stop a server other clients
-        # share. Output goes to a file: a pipe nobody reads any more would block or kill it.
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "toolpipe.infra.cli",
-                "serve",
-                "--port",
-                "0",
-                "--idle-exit",
-                f"{AUTO_IDLE_SECONDS:g}",
-            ],
-            env={**os.environ, **(env or {}), "TOOLPIPE_HOME": str(home)},
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-    finally:
-        log.close()

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import Pipeline, _pipeline, call
 from tests.e2e.test_approvals import GATED, _sent_emails, pending, tool_messages
-from toolpipe.infra.cli import approval_line
+from toolpipe.infra.cli.output import approval_line
 from toolpipe.infra.local.runtime import LocalRuntime
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
 from toolpipe.infra.local.server import LocalServer, proxy_event

@@ -27,7 +27,7 @@ from tests.e2e.conftest import BrowserUnavailableError, launch
 from tests.e2e.test_approvals import _sent_emails, pending, tool_messages
 from tests.e2e.test_run_events import of, subscribe
 from tests.e2e.test_serve_runs_api import _http
-from toolpipe.infra.cli import approval_line
+from toolpipe.infra.cli.output import approval_line
 from toolpipe.infra.local.server import LocalServer
 
 if TYPE_CHECKING:

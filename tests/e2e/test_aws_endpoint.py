@@ -24,9 +24,10 @@ import pytest
 from botocore.config import Config
 
 from tests.e2e.test_serve import PROMPT, ROOT, Served, _env
+from toolpipe.infra.cli.discovery import read_server_file
 from toolpipe.infra.local import serial
 from toolpipe.infra.local.aws_endpoint import AwsEndpoint
-from toolpipe.infra.local.client import Client, read_server_file
+from toolpipe.infra.local.client import Client
 from toolpipe.infra.local.runtime import BUCKET, TABLE, LocalRuntime
 from toolpipe.infra.local.workers import _sends_to
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.e2e.test_approvals_cli import ROOT, _env, _toolpipe
-from toolpipe.infra.cli import approval_line
+from toolpipe.infra.cli.output import approval_line
 
 
 def test_run_prints_the_question_and_finishes_once_answered(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ from botocore.credentials import Credentials
 
 from tests.conftest import _pipeline
 from toolpipe.infra.cli import main
+from toolpipe.infra.cli.remote import RemoteSession, api_region
 from toolpipe.infra.local.client import Client, http_url
 from toolpipe.infra.local.server import LocalServer
-from toolpipe.infra.remote import RemoteSession, api_region
 
 # What tests/conftest.py puts in the environment: the default chain finds these.
 CREDENTIALS = Credentials("testing", "testing", "testing")

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from toolpipe.infra.local.client import Client, discover, read_server_file, server_file
+from toolpipe.infra.cli.discovery import discover, read_server_file, server_file
+from toolpipe.infra.local.client import Client
 from toolpipe.infra.local.runtime import LocalRuntime
 
 ROOT = Path(__file__).resolve().parents[2]

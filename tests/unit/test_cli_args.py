@@ -9,6 +9,10 @@ from typing import Any
 import pytest
 
 from toolpipe.infra import cli
+from toolpipe.infra.cli import discovery, serving
+from toolpipe.infra.cli.arguments import default_timezone
+from toolpipe.infra.cli.discovery import state_dir
+from toolpipe.infra.cli.session import LocalSession
 from toolpipe.infra.local import client
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,10 +109,10 @@ def test_a_tz_that_is_not_an_iana_zone_falls_back_to_utc_and_says_so(monkeypatch
 
     err = io.StringIO()
     monkeypatch.setenv("TZ", "CET-1CEST")
-    assert cli._default_timezone(err) == "UTC"
+    assert default_timezone(err) == "UTC"
     assert err.getvalue().startswith("toolpipe: warning: TZ='CET-1CEST' is not an IANA time zone")
     monkeypatch.setenv("TZ", ":Europe/Paris")
-    assert cli._default_timezone(err) == "Europe/Paris"
+    assert default_timezone(err) == "Europe/Paris"
 
 
 def test_agents_lists_each_agent_its_tools_and_their_descriptions() -> None:
@@ -146,15 +150,17 @@ def test_a_post_that_may_have_reached_the_server_is_not_sent_again(
             sent.append(method)
             raise client.ServerError("lost the local server: timed out")
 
-    monkeypatch.setattr(client, "connect", lambda home, env=None: SimpleNamespace(client=Lost(), child=None))
-    session = cli._Session(tmp_path)
+    monkeypatch.setattr(
+        discovery, "connect", lambda home, env=None: SimpleNamespace(client=Lost(), child=None)
+    )
+    session = LocalSession(tmp_path)
 
     with pytest.raises(client.ServerError):
         session.request("POST", "/runs", {"prompt": "hi"})
     assert sent == ["POST"]  # it may have started a run: never a second one
     with pytest.raises(client.ServerError):
         session.request("GET", "/runs/x")
-    assert sent.count("GET") == cli._Session.ATTEMPTS  # reads are safe to repeat
+    assert sent.count("GET") == LocalSession.ATTEMPTS  # reads are safe to repeat
 
 
 @pytest.fixture
@@ -252,21 +258,21 @@ def test_serve_on_a_host_that_is_not_this_machines_says_so_in_one_line(serve_hom
 def test_the_aws_endpoint_defaults_to_the_port_after_the_apis(
     port: int, aws_port: int | None, chosen: int
 ) -> None:
-    assert cli._aws_port(SimpleNamespace(port=port, aws_port=aws_port)) == chosen  # type: ignore[arg-type]
+    assert serving.aws_port(SimpleNamespace(port=port, aws_port=aws_port)) == chosen  # type: ignore[arg-type]
 
 
 def test_terminal_escapes_in_what_the_cli_prints_are_shown_not_obeyed() -> None:
     # A file a trigger read, or a model's answer, may carry escapes that retitle or clear a terminal.
     import io
 
-    from toolpipe.infra.cli import _Visible
+    from toolpipe.infra.cli.output import Visible
 
     written = io.StringIO()
-    _Visible(written).write("answer: \x1b]0;PWNED\x07\x1b[2Jhi\x9b\n\tnext é\n")
+    Visible(written).write("answer: \x1b]0;PWNED\x07\x1b[2Jhi\x9b\n\tnext é\n")
     assert written.getvalue() == "answer: \\x1b]0;PWNED\\x07\\x1b[2Jhi\\x9b\n\tnext é\n"
     # A right-to-left override would show "moc.live@evE" reversed, as "Eve@evil.com"-like text.
     written = io.StringIO()
-    _Visible(written).write("to: bob@example.com\u202egnp.exe\u2066x\u2069\n")
+    Visible(written).write("to: bob@example.com\u202egnp.exe\u2066x\u2069\n")
     assert written.getvalue() == "to: bob@example.com\\u202egnp.exe\\u2066x\\u2069\n"
 
 
@@ -275,6 +281,6 @@ def test_the_state_folder_is_absolute_so_a_tool_that_changes_directory_cannot_mo
 ) -> None:
     monkeypatch.delenv("TOOLPIPE_HOME", raising=False)
     monkeypatch.chdir(tmp_path)
-    home = cli._state_dir()
+    home = state_dir()
     monkeypatch.chdir("/")
     assert home == tmp_path / ".toolpipe" and home.is_absolute()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from toolpipe.infra import cli
+from toolpipe.infra.cli import entry as cli
 from toolpipe.infra.local.logfile import logs_to_file
 
 

@@ -1,4 +1,4 @@
-"""`toolpipe run/show --api URL`: the CLI against a deployed runs API instead of the local server.
+"""`toolpipe run/show/… --api URL`: the `Session` of a deployed runs API instead of the local server.
 
 The same HTTP client as for the local server (`infra.local.client.Client`), given the stage URL
 and a hook that authenticates each request the way the stack's `api_auth` wants it:
@@ -13,9 +13,10 @@ botocore is imported only here, and only when signing: a local `toolpipe run` ne
 
 import re
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any
 
-from toolpipe.infra.local.client import Auth, Client, Connection, ServerError, ServerInfo
+from toolpipe.infra.local.client import Auth, Client, ServerError
 
 API_URL_ENV = "TOOLPIPE_API_URL"
 API_KEY_ENV = "TOOLPIPE_API_KEY"
@@ -73,23 +74,27 @@ def api_region(api_url: str) -> str | None:
 
 
 class RemoteSession:
-    """What `toolpipe run` and `show` use of a local session, for a deployed API.
+    """The `Session` of a deployed API (`infra/cli/session.py`).
 
     No server to start or find again: `reconnect` and `close` have nothing to do, and there is
     no health route to ask which model the stack calls.
     """
 
+    started_server = False
+
     def __init__(self, api_url: str, api_key: str | None = None) -> None:
         auth = api_key_auth(api_key) if api_key else sigv4_auth(api_url)
-        client = Client.for_api(api_url, auth)
-        self.api_url = api_url
-        self.connection = Connection(client, ServerInfo(url=api_url, pid=0, started=""))
+        self._client = Client.for_api(api_url, auth)
+        self.url = api_url
 
     def health(self) -> dict[str, Any]:
-        return {"model_endpoint": f"the deployed stack's (-c model_base_url), through {self.api_url}"}
+        return {"model_endpoint": f"the deployed stack's (-c model_base_url), through {self.url}"}
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return self.connection.client.request(method, path, body)
+        return self._client.request(method, path, body)
+
+    def events(self, run_id: str, *, after: int, timeout: float) -> Iterator[tuple[str, Any]]:
+        return self._client.events(run_id, after=after, timeout=timeout)
 
     def reconnect(self) -> None:
         pass  # nothing to find again: the same URL

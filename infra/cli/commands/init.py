@@ -1,0 +1,25 @@
+"""`toolpipe init DIR`: a project of your own (infra/scaffold.py)."""
+
+import argparse
+import shlex
+from typing import TextIO
+
+from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError
+from toolpipe.infra.cli.output import write_json
+
+
+def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Write the project's files; list them on stdout, and what to do next on stderr."""
+    from toolpipe.infra.scaffold import ScaffoldError, init_project
+
+    try:
+        written = init_project(args.directory, args.package)
+    except ScaffoldError as e:
+        raise CommandError(str(e), EXIT_USAGE) from None
+    if args.json:
+        write_json(out, {"directory": str(args.directory), "files": [str(p) for p in written]})
+        return EXIT_OK
+    out.write(f"created {len(written)} files in {args.directory}:\n")
+    out.writelines(f"  {path.relative_to(args.directory)}\n" for path in written)
+    err.write(f"next: cd {shlex.quote(str(args.directory))} && pip install -e '.[dev]' && pytest\n")
+    return EXIT_OK

@@ -1,0 +1,84 @@
+"""`toolpipe invoke FUNCTION EVENT`: one real handler on an event file, on the local runtime."""
+
+import argparse
+import json
+import os
+import traceback
+import urllib.parse
+from pathlib import Path
+from typing import Any, TextIO
+
+from toolpipe.infra.cli.discovery import serving, state_dir, try_lock
+from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError
+from toolpipe.infra.cli.model_endpoint import model_endpoint
+from toolpipe.infra.cli.output import write_json
+from toolpipe.infra.functions import FUNCTIONS
+
+
+def invoke(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Feed an event file to one real handler on the local runtime; RUN_ID in it is replaced.
+
+    A Step Functions status-change event reaches the orchestrator as the stack's rule
+    transforms it; `--object FILE` first puts FILE as the object an S3 notification names
+    (without the bucket's own notification, so only the sample starts a run). stdout gets the
+    handler's result as JSON, or Lambda's error payload (`errorType`, `errorMessage`) and exit 1."""
+    from toolpipe.infra.local.logfile import logs_to_file, record_traceback
+
+    event = _event(args)
+    home = state_dir()
+    # This command holds the folder's state itself: with a server serving it too, whichever
+    # saved last would erase the other's runs.
+    lock = try_lock(home)
+    if lock is None:
+        raise CommandError(
+            f"{serving(home)} is serving {home}: stop it first, or set TOOLPIPE_HOME", EXIT_USAGE
+        )
+    try:
+        with logs_to_file(home, echo=err if args.verbose else None):
+            result, failure = _invoke_in_runtime(args, event, home, err)
+    finally:
+        os.close(lock)
+    write_json(out, result)
+    if failure is not None:
+        logged = record_traceback(home, "invoke", failure)
+        if args.verbose:
+            err.write("".join(traceback.format_exception(failure)))
+        raise CommandError(
+            f"{args.function} raised {type(failure).__name__}: {failure}"
+            + (f" (traceback in {logged})" if logged else "")
+        )
+    return EXIT_OK
+
+
+def _event(args: argparse.Namespace) -> Any:
+    """The event file, RUN_ID replaced, as the function receives it."""
+    from toolpipe.infra.definition import EXECUTION_ENDED_DETAIL_TYPE, execution_ended_request
+
+    text = args.event.read_text()
+    if args.run_id:
+        text = text.replace("RUN_ID", args.run_id)
+    event = json.loads(text)  # JSON before (checked while parsing), and a run id has no quote
+    if args.function == "orchestrator" and event.get("detail-type") == EXECUTION_ENDED_DETAIL_TYPE:
+        event = execution_ended_request(event)
+    return event
+
+
+def _invoke_in_runtime(
+    args: argparse.Namespace, event: Any, home: Path, err: TextIO
+) -> tuple[Any, Exception | None]:
+    from toolpipe.infra.local import triggers
+    from toolpipe.infra.local.lambdas import call_function
+    from toolpipe.infra.local.runtime import LocalRuntime
+
+    # Workers run too: a run the event starts finishes before the runtime shuts down.
+    with model_endpoint() as model, LocalRuntime(state_dir=home) as runtime:
+        err.write(f"model endpoint: {model}\n")
+        if args.object:
+            for record in event.get("Records", []):
+                key = urllib.parse.unquote_plus(record["s3"]["object"]["key"])
+                # The sample's eTag and size are its own file's: the notification tells of this put.
+                record["s3"]["object"].update(triggers.put_quietly(runtime.s3, key, args.object.read_bytes()))
+        try:
+            return call_function(FUNCTIONS[args.function], event), None
+        except Exception as e:  # the function's error, as Lambda reports it to whoever invoked it
+            return {"errorType": type(e).__name__, "errorMessage": str(e)}, e

@@ -1,0 +1,160 @@
+"""`toolpipe run PROMPT`: start a run and print its transcript as it happens."""
+
+import argparse
+import os
+import time
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from toolpipe.infra.cli.commands.agents import default_agent
+from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError, reason, refused
+from toolpipe.infra.cli.output import approval_line, format_item, write_json
+from toolpipe.infra.cli.session import ATTEMPTS, Session, open_session, run_view
+from toolpipe.infra.local.client import ServerError
+from toolpipe.shared.agents.app import APP_ENV
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Start a run on the local server (found, or started for this command) and print its events.
+
+    Text: the run's transcript on stdout as it happens. `--json`: the transcript on stderr (it is
+    progress then) and the run, as `show --json` prints it, on stdout once it ended."""
+    transcript = err if args.json else out
+    if not args.api:
+        default_agent()  # the app loads here, or the command stops with why (not the server)
+    session = open_session(args, {"TOOLPIPE_MODEL": args.model} if args.model else None)
+    try:
+        health = _server_health(session, args)
+        err.write(f"model endpoint: {health.get('model_endpoint', 'unknown')}\n")
+        run_id = _start(session, args)
+        agent = args.agent or ("the stack's default" if args.api else default_agent())
+        transcript.write(f"run {run_id} (agent {agent})\n")
+        transcript.flush()
+        code = _watch(session, run_id, args, transcript, out)
+        if code is not None:
+            return code
+        if args.json:
+            write_json(out, run_view(session, run_id))
+        raise CommandError(
+            f"run {run_id} still running after {args.timeout:g} s (it goes on: toolpipe show {run_id})"
+        )
+    finally:
+        session.close()
+
+
+def _server_health(session: Session, args: argparse.Namespace) -> dict[str, Any]:
+    """The server's health, once it is known to run this command's model and app."""
+    health = session.health()
+    if args.model and not session.started_server and health.get("model") != args.model:
+        raise CommandError(
+            f"the server at {session.url} runs model "
+            f"{health.get('model') or 'default'} (its TOOLPIPE_MODEL); --model applies to a "
+            "server this command starts: stop it, or leave out --model",
+            EXIT_USAGE,
+        )
+    app = os.environ.get(APP_ENV)
+    if not args.api and not session.started_server and health.get("app") != app:
+        raise CommandError(
+            f"the server at {session.url} runs app {health.get('app') or 'none'}, "
+            f"not {app or 'none'}: stop it, or run this from its project",
+            EXIT_USAGE,
+        )
+    return health
+
+
+def _start(session: Session, args: argparse.Namespace) -> str:
+    """`POST /runs`: the new run's id."""
+    request: dict[str, Any] = {"prompt": args.prompt, "timezone": args.timezone}
+    if args.agent is not None:
+        request["agent"] = args.agent
+    if args.mcp:
+        request["mcp_servers"] = args.mcp
+    status, body = session.request("POST", "/runs", request)
+    if status != 202:
+        raise refused(status, body)
+    return str(body["run_id"])
+
+
+def _watch(
+    session: Session, run_id: str, args: argparse.Namespace, transcript: TextIO, out: TextIO
+) -> int | None:
+    """Print the run's events until it ends (its exit status) or `--timeout` passes (None).
+
+    A stream that breaks is opened again on the server found again, after the last item printed.
+    """
+    deadline = time.monotonic() + args.timeout
+    printer = _Transcript(transcript)
+    for attempt in range(ATTEMPTS):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            # Held open while the run's end is printed, as it was read.
+            events = session.events(run_id, after=printer.printed, timeout=remaining)
+            record = printer.follow(events)
+            if record is None:
+                break  # timed out
+            return _finish(session, record, args, transcript, out)
+        except ServerError:
+            if attempt == ATTEMPTS - 1:
+                raise
+            session.reconnect()
+    return None
+
+
+class _Transcript:
+    """The run's events as they are written: its history items and the calls that wait."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self.printed = 0  # the last seq printed: a stream that broke resumes after it
+        self._own: str | None = None  # the run's own agent: the first reply's
+
+    def follow(self, events: Iterator[tuple[str, Any]]) -> dict[str, Any] | None:
+        """Write each event; the run's record once it ended, None when the wait timed out.
+
+        Raises:
+            ServerError: the stream failed, or ended before the run did.
+        """
+        for event, data in events:
+            if event == "item":
+                self._item(data)
+            elif event == "approval":
+                # A call waits for a person: say how to decide, and keep watching.
+                self._write(approval_line(data))
+            elif event == "end":
+                return dict(data["run"])
+            elif event == "timeout":
+                return None
+            elif event == "error":
+                raise ServerError(reason(data))
+        raise ServerError("the event stream ended early")
+
+    def _item(self, item: dict[str, Any]) -> None:
+        if self._own is None and item.get("kind") == "assistant":
+            self._own = item.get("agent")
+        self._write("\n".join(format_item(item, self._own)))
+        self.printed = int(item["seq"])
+
+    def _write(self, text: str) -> None:
+        self._out.write(text + "\n")
+        self._out.flush()
+
+
+def _finish(
+    session: Session,
+    record: dict[str, Any],
+    args: argparse.Namespace,
+    transcript: TextIO,
+    out: TextIO,
+) -> int:
+    usage = record["usage"]
+    transcript.write(
+        f"status: {record['status']} · {usage['model_calls']} model call(s) · "
+        f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens\n"
+    )
+    if args.json:
+        write_json(out, run_view(session, record["run_id"]))
+    if record["status"] != "succeeded":
+        raise CommandError(f"run {record['status']}: {record.get('error') or 'no reason recorded'}")
+    return EXIT_OK

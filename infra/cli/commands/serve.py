@@ -1,0 +1,161 @@
+"""`toolpipe serve`: one process holding the runtime and answering HTTP until a signal.
+
+`run`, `show` and the other commands are its clients: they use the server serving the state
+folder, or start one for their own duration (infra/cli/discovery.py), so concurrent commands
+share one state.
+"""
+
+import argparse
+import json
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from toolpipe.infra.cli.discovery import (
+    ServerInfo,
+    remove_server_file,
+    serving,
+    state_dir,
+    take_lock,
+    write_server_file,
+)
+from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError
+from toolpipe.infra.cli.model_endpoint import model_endpoint
+from toolpipe.infra.cli.serving import LOOPBACK, aws_port, check_ports, exit_past_stray_threads, stop_events
+from toolpipe.shared.agents.app import APP_ENV
+
+if TYPE_CHECKING:
+    from toolpipe.infra.local.aws_endpoint import AwsEndpoint
+    from toolpipe.infra.local.runtime import LocalRuntime
+    from toolpipe.infra.local.server import LocalServer
+
+_STARTED = time.monotonic()  # for "ready in"
+
+
+def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Hold the folder's lock and serve the runtime until a signal.
+
+    stdout: where it serves (text lines, or one JSON document with `--json`) once ready."""
+    from toolpipe.infra.local.logfile import logs_to_file
+
+    home = state_dir()
+    api_port, aws = args.port, aws_port(args)
+    if aws and aws == api_port:
+        raise CommandError(
+            f"--aws-port {aws} is the API's port: choose another, or 0 for a free one", EXIT_USAGE
+        )
+    # Locally the caller is the user, on 127.0.0.1: a run may name its own MCP servers
+    # (`toolpipe run --mcp URL`). Reachable from elsewhere, or deployed, that stays off unless
+    # turned on: otherwise anyone who reaches the port could make the workers call any URL.
+    if args.host in LOOPBACK:
+        os.environ.setdefault("TOOLPIPE_ALLOW_RUN_MCP_SERVERS", "1")
+    lock = take_lock(home)
+    if lock is None:
+        # 2, which `connect` (infra/cli/discovery.py) reads as "another client's server won the lock".
+        raise CommandError(f"{serving(home)} is already serving {home}", EXIT_USAGE)
+    try:
+        check_ports(args.host, [("--port", api_port), ("--aws-port", aws)])
+        if args.host not in LOOPBACK:
+            err.write(
+                f"toolpipe: warning: serving on {args.host}: anyone who reaches it can act as any caller "
+                "(the X-Toolpipe-Caller header stands in for IAM) and, through the AWS endpoint, "
+                "read and change all local state (it accepts any credentials)\n"
+            )
+        with logs_to_file(home, echo=err if args.verbose else None):
+            _serve_runtime(args, out, home, aws)
+        err.write(f"stopped; state saved in {home}\n")
+    finally:
+        remove_server_file(home, os.getpid())
+        os.close(lock)  # only now: the state is saved
+    exit_past_stray_threads(err)
+    return EXIT_OK
+
+
+def _serve_runtime(args: argparse.Namespace, out: TextIO, home: Path, aws_port: int) -> None:
+    from toolpipe.infra.local.runtime import LocalRuntime
+    from toolpipe.infra.local.server import serve_until_stopped
+
+    stop, hurry = stop_events()
+    with model_endpoint() as model, LocalRuntime(state_dir=home) as runtime:
+        aws, server = _servers(args, runtime, home, aws_port, model)
+        # The AWS endpoint outlives the API server's drain: tools still read and write while
+        # the runs in progress end.
+        with aws, server:
+            started = datetime.now(UTC).isoformat(timespec="seconds")
+            write_server_file(home, ServerInfo(server.url, os.getpid(), started, aws_endpoint=aws.url))
+            _write_ready(args, out, home, runtime, server, aws.url, model)
+            try:
+                serve_until_stopped(runtime, server, stop, hurry, args.idle_exit, also_serving=[aws])
+            finally:
+                # Gone before the state is saved: a client that comes now waits for the lock,
+                # then starts a server that reads that state.
+                remove_server_file(home, os.getpid())
+
+
+def _servers(
+    args: argparse.Namespace, runtime: "LocalRuntime", home: Path, aws_port: int, model: str
+) -> tuple["AwsEndpoint", "LocalServer"]:
+    """The AWS endpoint and the API server, bound (not serving yet)."""
+    from toolpipe.infra.local.server import LocalServer
+
+    health = {
+        "pid": os.getpid(),
+        "home": str(home),
+        "model": os.environ.get("TOOLPIPE_MODEL"),
+        "app": os.environ.get(APP_ENV),
+    }
+    from toolpipe.infra.local.aws_endpoint import AwsEndpoint  # after the runtime: its own cost only
+
+    option, port = "--aws-port", aws_port
+    try:
+        aws = AwsEndpoint(args.host, aws_port)
+        option, port = "--port", args.port
+        server = LocalServer(
+            runtime, args.host, args.port, {**health, "aws_endpoint": aws.url, "model_endpoint": model}
+        )
+    except OSError as e:
+        if option == "--port":
+            aws.close()
+        raise CommandError(
+            f"cannot serve on {args.host}:{port}: {e.strerror} ({option} 0 picks a free one)"
+        ) from None
+    return aws, server
+
+
+def _write_ready(
+    args: argparse.Namespace,
+    out: TextIO,
+    home: Path,
+    runtime: "LocalRuntime",
+    server: "LocalServer",
+    aws_url: str,
+    model: str,
+) -> None:
+    """Where it serves, once it answers: the API, the AWS endpoint, the triggers, the model."""
+    # Triggers (README "Triggers"): a file put here, or an event put on the bus, starts a run.
+    trigger = f"s3://{runtime.trigger_bucket}/{runtime.trigger_prefix}"
+    ready = time.monotonic() - _STARTED
+    if args.json:
+        served = {
+            "api_url": server.api_url,
+            "url": server.url,
+            "aws_endpoint": aws_url,
+            "s3_trigger": trigger,
+            "event_bus": runtime.event_bus_name,
+            "model_endpoint": model,
+            "home": str(home),
+            "pid": os.getpid(),
+            "ready_seconds": round(ready, 2),
+        }
+        out.write(json.dumps(served) + "\n")
+    else:
+        out.write(f"model endpoint: {model}\n")
+        out.write(f"AWS endpoint: {aws_url}\n")
+        out.write(f"S3 trigger: {trigger}\n")
+        out.write(f"EventBridge bus: {runtime.event_bus_name}\n")
+        out.write(
+            f"toolpipe server at {server.api_url} · state {home} · ready in {ready:.1f} s · Ctrl-C stops it\n"
+        )
+    out.flush()

@@ -1,0 +1,60 @@
+"""`toolpipe show RUN_ID`: a run's history, its tool executions and its usage."""
+
+import argparse
+import json
+from typing import Any, TextIO
+
+from toolpipe.infra.cli.errors import EXIT_OK
+from toolpipe.infra.cli.output import format_item, short, write_json
+from toolpipe.infra.cli.session import open_session, run_view
+
+
+def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    session = open_session(args)
+    try:
+        body = run_view(session, args.run_id)
+    finally:
+        session.close()
+    if args.json:
+        write_json(out, body)
+        return EXIT_OK
+    record = body["run"]
+    out.write(
+        f"run {record['run_id']} · agent {record['agent']} · {record['status']} · created {record['created_at']}\n"
+    )
+    for handoff in record.get("handoffs") or []:
+        out.write(
+            f"handoff after turn {handoff['turn']}: {handoff['from_agent']} -> {handoff['to_agent']}"
+            f" ({handoff['kind']})\n"
+        )
+    for item in body["messages"]:
+        out.write(
+            "\n".join(
+                f"[{item['seq']}] {line}" if i == 0 else f"    {line}"
+                for i, line in enumerate(format_item(item, record["agent"]))
+            )
+            + "\n"
+        )
+    _write_executions(out, body["executions"])
+    usage = record["usage"]
+    out.write(
+        f"usage: {usage['model_calls']} model call(s) · {usage['prompt_tokens']} prompt + "
+        f"{usage['completion_tokens']} completion tokens · ${record['cost_usd']:.6f}\n"
+    )
+    if record.get("error"):
+        # Part of the run's history, not this command's error: the command did what it was asked.
+        out.write(f"error: {record['error']}\n")
+    return EXIT_OK
+
+
+def _write_executions(out: TextIO, executions: list[dict[str, Any]]) -> None:
+    if not executions:
+        return
+    out.write("tool executions:\n")
+    for e in executions:
+        took = "-" if e["duration_ms"] is None else f"{e['duration_ms']} ms"
+        kind = f" {e['error_type']}" if e["error_type"] else ""
+        out.write(
+            f"  turn {e['turn']} {e['tool']}({short(json.dumps(e['arguments']), 80)})"
+            f" · {e['status']}{kind} · {took} · attempts {e['attempts'] or 0}\n"
+        )

@@ -1,0 +1,72 @@
+"""`main`: the `toolpipe` command from its arguments to its exit status."""
+
+import argparse
+import contextlib
+import os
+import sys
+import traceback
+from typing import TextIO, cast
+
+from toolpipe.infra.cli.commands import COMMANDS
+from toolpipe.infra.cli.discovery import state_dir
+from toolpipe.infra.cli.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CommandError,
+)
+from toolpipe.infra.cli.output import Visible, write_error
+from toolpipe.infra.cli.parser import name_the_app, parse
+from toolpipe.infra.local.client import ServerError
+from toolpipe.shared.errors import ConfigurationError
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """The `toolpipe` command; returns its exit status (argparse raises SystemExit(2) itself)."""
+    raw_out = out or sys.stdout
+    arguments = sys.argv[1:] if argv is None else argv
+    # Known before parsing, so that argparse's own errors come as JSON too.
+    json_errors = "--json" in arguments
+    out, err = cast(TextIO, Visible(raw_out)), cast(TextIO, Visible(err or sys.stderr))
+    try:
+        # Before parsing: `--agent` is checked against the app's agents as it is parsed.
+        remote = name_the_app(arguments)
+    except ConfigurationError as e:
+        return write_error(err, str(e), EXIT_USAGE, json_errors)
+    args = parse(arguments, out, err, json_errors, remote)
+    try:
+        code = int(COMMANDS[args.command](args, out, err))
+        out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:
+        # The reader went away (`toolpipe show … | head -1`): nothing left to tell anyone. stdout
+        # points at /dev/null, so the interpreter's last flush has nowhere to fail (Python's
+        # documented recipe, "Note on SIGPIPE").
+        if raw_out is sys.stdout:
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except Exception as e:
+        return write_error(err, *_failure(e, args, err), json_errors)
+    except KeyboardInterrupt:
+        return write_error(err, "interrupted", EXIT_INTERRUPTED, json_errors)
+
+
+def _failure(error: Exception, args: argparse.Namespace, err: TextIO) -> tuple[str, int]:
+    """What the user reads of a command's error, in one line, and the exit status."""
+    if isinstance(error, CommandError):
+        return str(error), error.code
+    if isinstance(error, ConfigurationError):  # the app or a setting: the user's to fix
+        return str(error), EXIT_USAGE
+    if isinstance(error, ServerError):  # the local server could not be found, started or reached
+        return str(error), EXIT_FAILED
+    # Anything else: a user sees one line, never a traceback: that goes to the log.
+    from toolpipe.infra.local.logfile import record_traceback
+
+    where = record_traceback(state_dir(), args.command, error)
+    if args.verbose:
+        with contextlib.suppress(OSError):
+            err.write("".join(traceback.format_exception(error)))
+    detail = f" (traceback in {where})" if where else ""
+    return f"{type(error).__name__}: {error}{detail}", EXIT_FAILED

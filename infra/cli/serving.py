@@ -1,0 +1,64 @@
+"""What `toolpipe serve` checks and handles around the runtime: its ports, signals, and the
+threads a tool may leave behind."""
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+from typing import Any, TextIO
+
+from toolpipe.infra.cli.errors import EXIT_OK, CommandError
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def aws_port(args: argparse.Namespace) -> int:
+    """`--aws-port`, or the API port + 1 (a free one when the API port is chosen free)."""
+    if args.aws_port is not None:
+        return int(args.aws_port)
+    return args.port + 1 if 0 < args.port < 65535 else 0
+
+
+def check_ports(host: str, ports: list[tuple[str, int | None]]) -> None:
+    """Refuse, before the runtime starts, an (option, port) it could not bind on `host`.
+
+    Before the runtime starts: it would resume the folder's runs only to stop them. Port 0 too:
+    a host that does not resolve or is not this machine's fails here.
+    """
+    for option, port in ports:
+        if port is None:
+            continue
+        try:
+            socket.create_server((host, port)).close()
+        except OSError as e:
+            reason = e.strerror or str(e)
+            hint = f" ({option} 0 picks a free one)" if port else ""
+            raise CommandError(f"cannot serve on {host}:{port}: {reason}{hint}") from None
+
+
+def stop_events() -> tuple[threading.Event, threading.Event]:
+    """(stop, hurry), set by SIGINT and SIGTERM: the first drains (runs in progress end), a
+    second one stops them now."""
+    stop, hurry = threading.Event(), threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        (hurry if stop.is_set() else stop).set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    return stop, hurry
+
+
+def exit_past_stray_threads(err: TextIO) -> None:
+    """Exit now if a tool left a thread of its own running (not a daemon, so the interpreter
+    would wait for it forever): the state is saved and the lock released, nothing is lost."""
+    stray = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    if stray:
+        err.write(
+            f"toolpipe: leaving {len(stray)} thread(s) a tool started still running: {', '.join(stray[:5])}\n"
+        )
+        err.flush()
+        sys.stdout.flush()
+        os._exit(EXIT_OK)
