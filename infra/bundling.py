@@ -39,6 +39,7 @@ DEPS_REQUIREMENTS = [
     "PyYAML>=6",
     "mcp>=2.3,<3",
     "docstring-parser>=0.16",
+    "Jinja2>=3.1",
 ]
 MODEL_REQUIREMENTS = ["openai>=1.40"]
 # The Python runtime already has boto3 and what it needs (aws-xray-sdk pulls them in again).

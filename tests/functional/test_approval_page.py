@@ -603,7 +603,7 @@ def test_other_cookies_on_the_host_do_not_lock_a_person_out(pipeline: Pipeline) 
 
 
 def test_the_csrf_cookie_is_found_among_any_others() -> None:
-    from toolpipe.shared.approvals.page import csrf_cookie
+    from toolpipe.functions.api.page.approval_page import csrf_cookie
 
     ours = "A" * 43
     for header in (
@@ -671,7 +671,7 @@ def test_an_uncertain_delivery_from_the_page_offers_the_same_decision_again(
     run_id, approval_id, browser, page = _wire_money_page(pipeline)
     origin = [("Origin", f"http://{HOST}")]
     # The API function's own service, its answers to Step Functions timing out once, unheard.
-    monkeypatch.setattr(handler.approvals(), "_tasks", AnswerLostOnce(heard=False))
+    monkeypatch.setattr(handler.services.approvals, "_tasks", AnswerLostOnce(heard=False))
 
     edit = '{"amount": 25, "to": "ana"}'
     uncertain = browser.post(page, "edit", origin, arguments=edit)
@@ -743,7 +743,7 @@ def test_the_json_api_answers_503_for_an_uncertain_delivery_and_200_for_the_same
     run_id, [approval] = _waiting(pipeline, call("wire_money", to="ana", amount=250))
     path = f"/approvals/{approval['approval_id']}"
     api = pipeline.runtime.api
-    monkeypatch.setattr(handler.approvals(), "_tasks", AnswerLostOnce(heard=True))
+    monkeypatch.setattr(handler.services.approvals, "_tasks", AnswerLostOnce(heard=True))
 
     status, body = api("POST", f"{path}/approve")
     assert status == 503 and "recorded approved, but whether its run was told is uncertain" in body["message"]

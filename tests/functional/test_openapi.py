@@ -87,7 +87,7 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
 
 
 def test_the_document_states_the_rules_the_handler_enforces(pipeline: Pipeline) -> None:
-    from toolpipe.functions.api.handler import CALLER_RULE
+    from toolpipe.functions.api.identity import CALLER_RULE
 
     document = json.loads(DOCUMENT.read_text())
     schemas = document["components"]["schemas"]

@@ -302,7 +302,7 @@ def test_an_answer_whose_delivery_is_uncertain_is_kept_and_its_page_sends_it_aga
 
     run_id, approval_id, browser, page = _asked(pipeline, call("ask_user", question="Which city?"))
     origin = [("Origin", f"http://{HOST}")]
-    monkeypatch.setattr(handler.approvals(), "_tasks", AnswerLostOnce(heard=False))
+    monkeypatch.setattr(handler.services.approvals, "_tasks", AnswerLostOnce(heard=False))
 
     uncertain = browser.post(page, "answer", origin, answer="Lyon")
     assert (uncertain.status, uncertain.h1()) == (503, "Recorded answered; delivery uncertain")

@@ -139,7 +139,7 @@ def _api_store(pipeline: Pipeline) -> Any:
     with running_as(pipeline.runtime.functions[API.name]):
         from toolpipe.functions.api import handler
 
-        return handler.starter()
+        return handler.services.starter
 
 
 def test_concurrent_starts_at_the_limit_never_both_pass(two_running: Pipeline) -> None:

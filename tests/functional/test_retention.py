@@ -178,7 +178,7 @@ def test_a_delete_that_fails_half_way_is_finished_by_the_next(pipeline: Pipeline
     with running_as(pipeline.runtime.functions[API.name]):
         from toolpipe.functions.api import handler
 
-        store: Any = handler.deleter()._store  # the API's own store, its table's client
+        store: Any = handler.services.deleter._store  # the API's own store, its table's client
     invalid = error_body("ValidationException", "One or more parameter values were invalid.")
     with refused(store._table.meta.client, "BatchWriteItem", invalid):
         status, _ = pipeline.runtime.api("DELETE", f"/runs/{run_id}")

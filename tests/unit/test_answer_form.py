@@ -1,11 +1,11 @@
-"""The question page's answer form (shared/approvals/answer_form.py): which schemas get a form
+"""The question page's answer form (functions/api/page/answer_form.py): which schemas get a form
 field by field, and how the form's strings become the schema's types (issue 9, item 7a)."""
 
 from typing import Any
 
 import pytest
 
-from toolpipe.shared.approvals.answer_form import form_fields, posted_answer, render
+from toolpipe.functions.api.page.answer_form import form_fields, posted_answer, render
 from toolpipe.shared.approvals.models import InvalidAnswerError
 
 FLAT = {

@@ -7,14 +7,17 @@ The form is a convenience only: what it posts is turned into the schema's types 
 checked against the schema by `answers.answer_content` like any other answer.
 """
 
+import dataclasses
 import json
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
+from markupsafe import Markup
+
+from toolpipe.functions.api.page import views
 from toolpipe.shared.approvals.models import MAX_ANSWER_CHARS, InvalidAnswerError
 
 # The form's field names: the free-text or JSON box, and one per schema property under a prefix
@@ -88,55 +91,24 @@ def _scalar(value: Any) -> bool:
 # --- the form ----------------------------------------------------------------------------
 
 
-def render(schema: dict[str, Any] | None, posted: Mapping[str, str]) -> str:
+def render(schema: dict[str, Any] | None, posted: Mapping[str, str]) -> Markup:
     """The answer inputs (the caller wraps them in the form), holding what `posted` typed."""
-    if schema is None:
-        return _box("Answer", posted.get(ANSWER_FIELD, ""), 6)
-    fields = form_fields(schema)
+    fields = None if schema is None else form_fields(schema)
     if fields is None:
-        return _box("Answer (JSON)", posted.get(ANSWER_FIELD, ""), 10)
-    return "".join(_input(i, f, posted) for i, f in enumerate(fields))
-
-
-def _box(label: str, value: str, rows: int) -> str:
-    return (
-        f'<label for="answer">{escape(label)}</label>'
-        f'<textarea id="answer" name="{ANSWER_FIELD}" rows="{rows}" maxlength="{MAX_ANSWER_CHARS}" '
-        f"required>{escape(value)}</textarea>"
-    )
-
-
-def _input(index: int, field: FormField, posted: Mapping[str, str]) -> str:
-    element_id = f"field-{index}"
-    name = escape(field.key)
-    value = posted.get(field.key, "")
-    required = " required" if field.required else ""
-    label = escape(field.label) + (" (required)" if field.required else "")
-    hint = f'<small id="{element_id}-hint">{escape(field.hint)}</small>' if field.hint else ""
-    described = f' aria-describedby="{element_id}-hint"' if field.hint else ""
-    if field.kind == "boolean":
-        # A checkbox cannot be left unanswered: unticked is false, so it is never `required`.
-        checked = " checked" if value == "true" else ""
-        return (
-            f'<p><input type="checkbox" id="{element_id}" name="{name}" value="true"{checked}{described}> '
-            f'<label for="{element_id}">{label}</label> {hint}</p>'
-        )
-    if field.kind == "enum":
-        # An option's value is its index in the enum: the enum's members need not be strings.
-        options = '<option value="">(choose)</option>' + "".join(
-            f'<option value="{i}"{" selected" if value == str(i) else ""}>{escape(_shown(choice))}</option>'
-            for i, choice in enumerate(field.choices)
-        )
-        control = f'<select id="{element_id}" name="{name}"{required}{described}>{options}</select>'
-    elif field.kind in ("number", "integer"):
-        step = "1" if field.kind == "integer" else "any"
-        control = (
-            f'<input type="number" step="{step}" id="{element_id}" name="{name}" '
-            f'value="{escape(value)}"{required}{described}>'
-        )
-    else:
-        control = f'<input type="text" id="{element_id}" name="{name}" value="{escape(value)}"{required}{described}>'
-    return f'<p><label for="{element_id}">{label}</label><br>{control} {hint}</p>'
+        label, rows = ("Answer", 6) if schema is None else ("Answer (JSON)", 10)
+        values: dict[str, Any] = {
+            "label": label,
+            "rows": rows,
+            "name": ANSWER_FIELD,
+            "value": posted.get(ANSWER_FIELD, ""),
+        }
+        return Markup(views.render("answer_inputs.html", fields=None, max_chars=MAX_ANSWER_CHARS, **values))
+    shown = [
+        dataclasses.asdict(f)
+        | {"key": f.key, "value": posted.get(f.key, ""), "choices": [_shown(c) for c in f.choices]}
+        for f in fields
+    ]
+    return Markup(views.render("answer_inputs.html", fields=shown))
 
 
 def _shown(choice: Any) -> str:

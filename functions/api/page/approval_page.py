@@ -1,25 +1,23 @@
 """The approval page a person opens from the signed link: GET shows the call, POST decides.
 
-Server-rendered HTML with no script. GET (and HEAD) never change state: mail scanners and link
-previews open links. A POST needs the link's signature, the CSRF cookie the GET set and the
-token derived from it in the form, and no foreign `Origin`; the decision then goes through
-`ApprovalService` like any other (first decision wins, one answer to the waiting task).
-Every value shown is HTML-escaped.
+GET (and HEAD) never change state: mail scanners and link previews open links. A POST needs
+the link's signature, the CSRF cookie the GET set and the token derived from it in the form,
+and no foreign `Origin`; the decision then goes through `ApprovalService` like any other (first
+decision wins, one answer to the waiting task). This module says which page, with which status;
+`views` renders it (templates, autoescaped).
 """
 
-import base64
 import dataclasses
-import hashlib
 import json
 import logging
 import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from html import escape
 from urllib.parse import urlsplit
 
-from toolpipe.shared.approvals.answer_form import posted_answer, render
+from toolpipe.functions.api.page import views
+from toolpipe.functions.api.page.answer_form import posted_answer, render
 from toolpipe.shared.approvals.answers import question_of
 from toolpipe.shared.approvals.links import (
     TOKEN_PATTERN,
@@ -51,32 +49,6 @@ CSRF_COOKIE = "toolpipe_csrf"
 INPUT_CHARS = 2_000
 _ID = re.compile(APPROVAL_ID_PATTERN)
 
-_STYLE = (
-    "body{font-family:system-ui,sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem;color:#1b1b1b}"
-    "pre,textarea{font-family:ui-monospace,monospace;font-size:.9rem}"
-    "pre{background:#f4f4f4;padding:.75rem;overflow:auto;white-space:pre-wrap;word-break:break-word}"
-    "textarea{width:100%;box-sizing:border-box}"
-    "form{margin:1rem 0;padding:1rem;border:1px solid #ccc;border-radius:.4rem}"
-    "button{font-size:1rem;padding:.4rem 1rem;margin-top:.5rem}"
-    "dt{font-weight:600}dd{margin:0 0 .5rem 0;white-space:pre-wrap;word-break:break-word}"
-    ".error{color:#a00000}"
-)
-_STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
-# No script at all; forms post only back here; no framing (clickjacking); nothing else loads.
-CONTENT_SECURITY_POLICY = (
-    f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'"
-)
-HEADERS = {
-    "Cache-Control": "no-store",
-    # The URL carries the signature: never send it on to another site. Not `no-referrer`:
-    # under it Chromium sends the page's own form POST with `Origin: null`, which is refused.
-    "Referrer-Policy": "same-origin",
-    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-}
-
 
 @dataclass(frozen=True)
 class PageAnswer:
@@ -84,7 +56,7 @@ class PageAnswer:
     html: str
     # A CSRF cookie value to set (the GET of a browser that has none yet).
     set_cookie: str | None = None
-    headers: Mapping[str, str] = field(default_factory=lambda: dict(HEADERS))
+    headers: Mapping[str, str] = field(default_factory=lambda: dict(views.HEADERS))
 
 
 @dataclass(frozen=True)
@@ -130,14 +102,14 @@ class ApprovalPage:
     def submit(self, request: PageRequest) -> PageAnswer:
         """POST: a decision from the page's forms, taken once it passed every check."""
         if request.origin is not None and not _same_host(request.origin, request.host):
-            return _error(403, "Refused", "This form was sent from another site.")
+            return error_page(403, "Refused", "This form was sent from another site.")
         checked = self._checked(request)
         if isinstance(checked, PageAnswer):
             return checked
         approval = checked
         links = self._links()
         if not links.check_csrf(approval.approval_id, request.cookie, request.form.get("csrf")):
-            return _error(
+            return error_page(
                 403, "Refused", "The form's security token is missing or does not match: open the link again."
             )
         if approval.kind is ApprovalKind.HUMAN:
@@ -186,7 +158,7 @@ class ApprovalPage:
         `decided_after_expiry` and it was decided: a valid link may still show the outcome)."""
         links = self._service.links
         if links is None:
-            return _error(404, "Not available", "Approval links are not enabled here.")
+            return error_page(404, "Not available", "Approval links are not enabled here.")
         if not _ID.fullmatch(request.approval_id):
             return _invalid()
         try:
@@ -196,7 +168,7 @@ class ApprovalPage:
             return _invalid()
         except SigningKeyError as e:
             logger.error("approval page unavailable: %s", e)
-            return _error(
+            return error_page(
                 503,
                 "Not available",
                 "Approval links cannot be checked right now (a configuration error). Nothing was "
@@ -208,7 +180,7 @@ class ApprovalPage:
                 ApprovalStatus.EXPIRED,
             ):
                 return approval
-            return _error(410, "Link expired", f"{str(e)[0].upper()}{str(e)[1:]}.")
+            return error_page(410, "Link expired", f"{str(e)[0].upper()}{str(e)[1:]}.")
         return approval
 
     # --- pages ------------------------------------------------------------------------------
@@ -222,21 +194,18 @@ class ApprovalPage:
     def _resend_page(self, approval: Approval, request: PageRequest, error: DeliveryUncertainError) -> str:
         """A decision (or answer) recorded whose delivery is uncertain: one button sends the
         same form again, which re-delivers it."""
-        same = "".join(
-            f'<input type="hidden" name="{escape(name)}" value="{escape(value)}">'
-            for name, value in request.form.items()
-            if name not in ("exp", "kid", "sig", "csrf")
+        same = [
+            (name, value) for name, value in request.form.items() if name not in ("exp", "kid", "sig", "csrf")
+        ]
+        return views.render(
+            "resend.html",
+            title=f"Recorded {error.status.value}; delivery uncertain",
+            link=self._hidden(approval, request, request.cookie or ""),
+            form=same,
+            rows=self._facts(approval),
         )
-        heading = f"Recorded {error.status.value}; delivery uncertain"
-        body = (
-            f"<h1>{escape(heading)}</h1><p>This is recorded, but whether the run heard it is "
-            "uncertain. Sending the same again delivers it (once).</p>"
-            + f'<form method="post">{self._hidden(approval, request, request.cookie or "")}{same}'
-            '<button type="submit">Send the same again</button></form>' + self._facts(approval)
-        )
-        return _document(heading, body)
 
-    def _facts(self, approval: Approval) -> str:
+    def _facts(self, approval: Approval) -> list[tuple[str, str]]:
         run_input = self._service.run_input(approval)
         if run_input is not None and len(run_input) > INPUT_CHARS:
             run_input = run_input[: INPUT_CHARS - 1] + "…"
@@ -255,7 +224,7 @@ class ApprovalPage:
             rows.append(("Decided at", approval.decided_at or ""))
         if approval.reason:
             rows.append(("Reason", approval.reason))
-        return "<dl>" + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows) + "</dl>"
+        return rows
 
     def _arguments(self, approval: Approval) -> str:
         call = self._service.call_of(approval)
@@ -267,52 +236,26 @@ class ApprovalPage:
         arguments = self._arguments(approval)
         # After an error the forms keep what the person typed: nothing they wrote is lost.
         edited = request.form.get("arguments") if error and request.form.get("action") == "edit" else None
-        typed = (request.form.get("reason") or "").replace("\r\n", "\n") if error else ""
-        hidden = self._hidden(approval, request, cookie)
-        heading = (
-            f'<h1 class="error">{escape(error)}</h1><p>Tool <code>{escape(approval.tool)}</code>: nothing was decided.</p>'
-            if error
-            else f"<h1>Approve <code>{escape(approval.tool)}</code>?</h1>"
+        return views.render(
+            "approve.html",
+            title=f"Approve {approval.tool}?",
+            error=error,
+            tool=approval.tool,
+            approval_id=approval.approval_id,
+            rows=self._facts(approval),
+            arguments=arguments,
+            link=self._hidden(approval, request, cookie),
+            max_reason=MAX_REASON_CHARS,
+            typed_reason=(request.form.get("reason") or "").replace("\r\n", "\n") if error else "",
+            link_edits=self._service.link_edits,
+            edited_arguments=edited if edited is not None else arguments,
         )
-        if self._service.link_edits:
-            editor = (
-                f'<form method="post">{hidden}<input type="hidden" name="action" value="edit">'
-                '<label for="arguments">Arguments (JSON)</label>'
-                f'<textarea id="arguments" name="arguments" rows="12">{escape(edited if edited is not None else arguments)}</textarea>'
-                '<button type="submit">Approve with these arguments</button></form>'
-            )
-        else:
-            # A link is not a person: whoever holds it (a forwarded mail, a shared inbox) may
-            # approve or deny what the model asked, never change it (README "The approval link").
-            editor = (
-                "<p>To run it with other arguments, an authenticated approver uses "
-                f"<code>toolpipe approve {escape(approval.approval_id)} --arguments '{{…}}'</code> "
-                "(or the API's <code>POST /approvals/{id}/approve</code>): this link approves or "
-                "denies the arguments above as they are.</p>"
-            )
-        body = (
-            heading
-            + self._facts(approval)
-            + f"<h2>Arguments</h2><pre>{escape(arguments)}</pre>"
-            + f'<form method="post">{hidden}<input type="hidden" name="action" value="approve">'
-            '<button type="submit">Approve</button></form>'
-            + f'<form method="post">{hidden}<input type="hidden" name="action" value="deny">'
-            f'<label for="reason">Reason</label><textarea id="reason" name="reason" rows="3" '
-            f'maxlength="{MAX_REASON_CHARS}" required>{escape(typed)}</textarea>'
-            '<button type="submit">Deny</button></form>' + editor
-        )
-        return _document(f"Approve {approval.tool}?", body)
 
-    def _hidden(self, approval: Approval, request: PageRequest, cookie: str) -> str:
+    def _hidden(self, approval: Approval, request: PageRequest, cookie: str) -> dict[str, str]:
         """What every form of the page posts back: the link's `exp`, `kid` and `sig`, the CSRF
         token."""
         token = self._links().csrf_token(approval.approval_id, cookie)
-        return (
-            f'<input type="hidden" name="exp" value="{escape(request.exp or "")}">'
-            f'<input type="hidden" name="kid" value="{escape(request.kid or "")}">'
-            f'<input type="hidden" name="sig" value="{escape(request.sig or "")}">'
-            f'<input type="hidden" name="csrf" value="{escape(token)}">'
-        )
+        return {"exp": request.exp or "", "kid": request.kid or "", "sig": request.sig or "", "csrf": token}
 
     # --- a question for a person (a human-input tool): the answer is the call's result -----
 
@@ -350,42 +293,37 @@ class ApprovalPage:
         self, approval: Approval, request: PageRequest, cookie: str, error: str | None = None
     ) -> str:
         # What the person typed comes back only with an error: a fresh page starts empty.
-        typed = request.form if error else {}
-        heading = (
-            f'<h1 class="error">{escape(error)}</h1><p>Your answer was not sent: correct it below.</p>'
-            if error
-            else "<h1>Question from the agent</h1>"
+        return views.render(
+            "question.html",
+            title="Question from the agent",
+            error=error,
+            question=self._question(approval),
+            rows=self._facts(approval),
+            link=self._hidden(approval, request, cookie),
+            inputs=render(approval.result_schema, request.form if error else {}),
         )
-        body = (
-            heading
-            + f"<pre>{escape(self._question(approval))}</pre>"
-            + self._facts(approval)
-            + f'<form method="post">{self._hidden(approval, request, cookie)}'
-            '<input type="hidden" name="action" value="answer">'
-            + render(approval.result_schema, typed)
-            + '<button type="submit">Send answer</button></form>'
-        )
-        return _document("Question from the agent", body)
 
     def _answered_page(self, approval: Approval, title: str | None) -> str:
         """A question no longer open: the answer (its first 500 characters), or why none was
         taken; no form (the first answer won)."""
-        heading = title or f"{approval.status.value.capitalize()}: question from the agent"
-        body = f"<h1>{escape(heading)}</h1><pre>{escape(self._question(approval))}</pre>"
-        body += self._facts(approval)
-        if approval.answer_preview is not None:
-            body += f"<h2>The answer</h2><pre>{escape(approval.answer_preview)}</pre>"
-        return _document(heading, body)
+        return views.render(
+            "answered.html",
+            title=title or f"{approval.status.value.capitalize()}: question from the agent",
+            question=self._question(approval),
+            rows=self._facts(approval),
+            answer=approval.answer_preview,
+        )
 
     def _decided_page(self, approval: Approval, title: str | None) -> str:
         """A decided approval: who decided and when, and no forms (the first decision won)."""
-        heading = title or f"{approval.status.value.capitalize()}: {approval.tool}"
-        body = f"<h1>{escape(heading)}</h1>" + f"<p>Tool <code>{escape(approval.tool)}</code></p>"
-        body += self._facts(approval)
-        body += f"<h2>Arguments</h2><pre>{escape(self._arguments(approval))}</pre>"
-        if approval.arguments is not None:
-            body += f"<h2>Arguments approved (edited)</h2><pre>{escape(_pretty(approval.arguments))}</pre>"
-        return _document(heading, body)
+        return views.render(
+            "decided.html",
+            title=title or f"{approval.status.value.capitalize()}: {approval.tool}",
+            tool=approval.tool,
+            rows=self._facts(approval),
+            arguments=self._arguments(approval),
+            edited_arguments=None if approval.arguments is None else _pretty(approval.arguments),
+        )
 
 
 def _pretty(arguments: str) -> str:
@@ -395,27 +333,13 @@ def _pretty(arguments: str) -> str:
         return arguments
 
 
-def _document(title: str, body: str) -> str:
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<meta name="referrer" content="same-origin">'
-        f"<title>{escape(title)} · toolpipe</title><style>{_STYLE}</style></head>"
-        f"<body><main>{body}</main></body></html>"
-    )
-
-
 def error_page(status: int, title: str, message: str) -> PageAnswer:
     """A page that says what went wrong, in one line, with the page's headers."""
-    return _error(status, title, message)
-
-
-def _error(status: int, title: str, message: str) -> PageAnswer:
-    return PageAnswer(status, _document(title, f"<h1>{escape(title)}</h1><p>{escape(message)}</p>"))
+    return PageAnswer(status, views.render("error.html", title=title, message=message))
 
 
 def _invalid() -> PageAnswer:
-    return _error(403, "Link not valid", "This approval link is not valid. Nothing was changed.")
+    return error_page(403, "Link not valid", "This approval link is not valid. Nothing was changed.")
 
 
 def csrf_cookie(header: str | None) -> str | None:

@@ -1,0 +1,116 @@
+"""What the API's routes call into, built once per cold start from the function's settings.
+
+The handler builds one `ApiServices` when it is imported (a cold start) and hands it to every
+request through the resolver's context; the routes read it with `services_of`. Each service is
+built at its first use: a request for runs never builds the approval page.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import boto3
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from botocore.config import Config
+
+from toolpipe.functions.api.page.approval_page import ApprovalPage
+from toolpipe.shared.approvals.service import ApprovalService
+from toolpipe.shared.runs.cancel import RunCanceller
+from toolpipe.shared.runs.delete import RunDeleter
+from toolpipe.shared.runs.factory import (
+    build_approval_service,
+    build_run_canceller,
+    build_run_deleter,
+    build_run_starter,
+    build_store,
+)
+from toolpipe.shared.runs.report import URL_SECONDS, RunReader
+from toolpipe.shared.runs.starter import RunStarter
+from toolpipe.shared.settings import (
+    ApiSettings,
+    ApprovalLinkSettings,
+    CallTimeouts,
+    EventSettings,
+    QuotaSettings,
+    StateMachineSettings,
+    StoreSettings,
+)
+
+# The key of the services in the resolver's context (`app.append_context`).
+CONTEXT_KEY = "services"
+
+
+@dataclass(frozen=True)
+class FunctionSettings:
+    """Every setting the API reads, from the environment once: a missing one fails the cold
+    start, not the first request that needs it."""
+
+    store: StoreSettings
+    machine: StateMachineSettings
+    api: ApiSettings
+    events: EventSettings
+    links: ApprovalLinkSettings
+    quota: QuotaSettings
+
+    @classmethod
+    def from_env(cls) -> "FunctionSettings":
+        return cls(
+            store=StoreSettings.from_env(),
+            machine=StateMachineSettings.from_env(),
+            api=ApiSettings.from_env(),
+            events=EventSettings.from_env(),
+            links=ApprovalLinkSettings.from_env(),
+            quota=QuotaSettings.from_env(),
+        )
+
+
+class ApiServices:
+    """The services behind the routes, each built at its first use and kept for the warm
+    invocations that follow."""
+
+    def __init__(self, settings: FunctionSettings) -> None:
+        self.settings = settings
+
+    @cached_property
+    def starter(self) -> RunStarter:
+        s = self.settings
+        return build_run_starter(s.store, s.machine, s.events, s.quota)
+
+    @cached_property
+    def canceller(self) -> RunCanceller:
+        s = self.settings
+        return build_run_canceller(s.store, s.machine, s.events, s.api.admin_principal)
+
+    @cached_property
+    def deleter(self) -> RunDeleter:
+        return build_run_deleter(self.settings.store, self.settings.api.admin_principal)
+
+    @cached_property
+    def reader(self) -> RunReader:
+        bucket = self.settings.store.bucket_name
+        # SigV4 signs URLs that work in every region and with the function's session credentials.
+        s3 = boto3.client("s3", config=Config(signature_version="s3v4"))
+
+        def presign(key: str) -> str:
+            return str(
+                s3.generate_presigned_url(
+                    "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=URL_SECONDS
+                )
+            )
+
+        return RunReader(build_store(self.settings.store), presign, self.settings.api.admin_principal)
+
+    @cached_property
+    def approvals(self) -> ApprovalService:
+        s = self.settings
+        return build_approval_service(s.store, s.events, CallTimeouts(), s.api.admin_principal, s.links)
+
+    @cached_property
+    def page(self) -> ApprovalPage:
+        return ApprovalPage(self.approvals)
+
+
+def services_of(router: Router) -> ApiServices:
+    """The services the handler put in this request's context."""
+    services = router.context[CONTEXT_KEY]
+    assert isinstance(services, ApiServices), "the handler puts its services in the context"
+    return services
