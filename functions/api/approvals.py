@@ -15,7 +15,7 @@ from toolpipe.functions.api.identity import api_url, current_caller, current_sig
 from toolpipe.functions.api.openapi import documented, request_body
 from toolpipe.functions.api.request import ApprovalId, RunId, Seq, parsed_body
 from toolpipe.functions.api.services import services_of
-from toolpipe.shared.approvals.models import (
+from toolpipe.shared.deferred.models import (
     AnswerRequest,
     Approval,
     ApprovalDecided,

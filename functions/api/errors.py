@@ -17,7 +17,7 @@ from toolpipe.functions.api.identity import request_id
 from toolpipe.functions.api.page.approval_page import error_page
 from toolpipe.functions.api.page.routes import PAGE_ROUTE, page_response
 from toolpipe.functions.api.request import PARAMETER_RULES
-from toolpipe.shared.approvals.models import (
+from toolpipe.shared.deferred.models import (
     ApprovalAlreadyDecidedError,
     ApprovalNotFoundError,
     ApprovalStatus,

@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from pydantic import BaseModel, ValidationError
 
 from toolpipe.functions.api.identity import CALLER_RULE
-from toolpipe.shared.approvals.models import APPROVAL_ID_PATTERN
+from toolpipe.shared.deferred.models import APPROVAL_ID_PATTERN
 from toolpipe.shared.errors import describe_validation_error
 from toolpipe.shared.messages import RunStatus
 from toolpipe.shared.runs.report import PAGE_LIMIT

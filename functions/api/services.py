@@ -13,8 +13,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from botocore.config import Config
 
 from toolpipe.functions.api.page.approval_page import ApprovalPage
-from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.runs.cancel import RunCanceller
+from toolpipe.shared.runs.deferred import ApprovalService
 from toolpipe.shared.runs.delete import RunDeleter
 from toolpipe.shared.runs.factory import (
     build_approval_service,

@@ -6,7 +6,6 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from toolpipe.shared.approvals.service import ApprovalService
 from toolpipe.shared.errors import RunNotFoundError
 from toolpipe.shared.messages import (
     ORCHESTRATOR_REQUEST,
@@ -14,6 +13,7 @@ from toolpipe.shared.messages import (
     ExecutionEndedRequest,
     FailRequest,
 )
+from toolpipe.shared.runs.deferred import ApprovalService
 from toolpipe.shared.runs.executions import run_id_of
 from toolpipe.shared.runs.factory import build_approval_service, build_model_step
 from toolpipe.shared.runs.model_step import ModelStep, monotonic_deadline

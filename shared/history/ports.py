@@ -222,7 +222,7 @@ class CallRead:
     run: RunRecord
     reply: HistoryItem | None
     result: HistoryItem | None
-    # The call's approval gate (`sk=GATE#<seq>`, shared/approvals/store.py) as stored, read in
+    # The call's approval gate (`sk=GATE#<seq>`, shared/deferred/store.py) as stored, read in
     # the same request; None when the call was not gated.
     gate: dict[str, Any] | None = None
 

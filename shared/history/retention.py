@@ -56,7 +56,7 @@ def retain_until(days: int, now: float | None = None) -> int:
 
 
 def _approval_keys(approval_id: str) -> list[dict[str, str]]:
-    # shared/approvals/store.py: the record and the task token, outside the run's partition.
+    # shared/deferred/store.py: the record and the task token, outside the run's partition.
     return [{"pk": f"APPROVAL#{approval_id}", "sk": sk} for sk in ("APPROVAL", "TOKEN")]
 
 

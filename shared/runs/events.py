@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
     from mypy_boto3_events.type_defs import PutEventsRequestEntryTypeDef
 
-    from toolpipe.shared.approvals.models import Approval
+    from toolpipe.shared.deferred.models import Approval
 
 logger = logging.getLogger(__name__)
 

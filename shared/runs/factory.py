@@ -28,8 +28,8 @@ from toolpipe.shared.settings import (
 )
 
 if TYPE_CHECKING:
-    from toolpipe.shared.approvals.service import ApprovalService
     from toolpipe.shared.runs.cancel import RunCanceller
+    from toolpipe.shared.runs.deferred import ApprovalService
     from toolpipe.shared.runs.delete import RunDeleter
     from toolpipe.shared.runs.model_step import ModelStep
     from toolpipe.shared.runs.starter import RunStarter
@@ -106,9 +106,9 @@ def build_approval_service(
     admin_principal: str | None = None,
     links: ApprovalLinkSettings | None = None,
 ) -> "ApprovalService":
-    from toolpipe.shared.approvals.links import ApprovalLinks, SecretSigningKey
-    from toolpipe.shared.approvals.service import ApprovalService
-    from toolpipe.shared.approvals.store import DynamoApprovalStore
+    from toolpipe.shared.deferred.links import ApprovalLinks, SecretSigningKey
+    from toolpipe.shared.deferred.store import DynamoApprovalStore
+    from toolpipe.shared.runs.deferred import ApprovalService
 
     links = links or ApprovalLinkSettings()
     return ApprovalService(

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from toolpipe.shared.agents import Agent, get_agent, reply_agent
 from toolpipe.shared.agents.app import child_waits
-from toolpipe.shared.approvals.hashing import arguments_hash, tool_hash
-from toolpipe.shared.approvals.models import ApprovalStatus, Gate
+from toolpipe.shared.deferred.hashing import arguments_hash, tool_hash
+from toolpipe.shared.deferred.models import ApprovalStatus, Gate
 from toolpipe.shared.errors import (
     CallInProgressError,
     ErrorKind,

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from toolpipe.shared.agents import Agent, agent_for
-from toolpipe.shared.approvals.hashing import arguments_hash
+from toolpipe.shared.deferred.hashing import arguments_hash
 from toolpipe.shared.errors import (
     ErrorKind,
     ModelVisibleError,

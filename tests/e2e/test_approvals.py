@@ -15,7 +15,7 @@ from toolpipe.infra.local.runtime import LOCAL_CALLER, LocalRuntime
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
 from toolpipe.shared.agents import AGENTS, Agent, BeforeTool, Hooks, agent_tool, execution_events_bound
 from toolpipe.shared.agents.agent import EVENTS_PER_APPROVAL, EVENTS_PER_CALL
-from toolpipe.shared.approvals.hashing import tool_hash
+from toolpipe.shared.deferred.hashing import tool_hash
 from toolpipe.shared.tools import ToolContext, tool
 
 OTHER = "arn:aws:iam::000000000000:user/someone-else"

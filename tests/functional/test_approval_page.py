@@ -21,9 +21,9 @@ from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.infra.local.server import proxy_event
 from toolpipe.shared.agents import AGENTS
-from toolpipe.shared.approvals.hashing import arguments_hash
-from toolpipe.shared.approvals.links import ApprovalLinks, StaticSigningKey
-from toolpipe.shared.approvals.models import Approval, ApprovalStatus, DeliveryFailedError
+from toolpipe.shared.deferred.hashing import arguments_hash
+from toolpipe.shared.deferred.links import ApprovalLinks, StaticSigningKey
+from toolpipe.shared.deferred.models import Approval, ApprovalStatus, DeliveryFailedError
 
 HOST = "approvals.example.test"
 PERSON_IP = "198.51.100.7"
@@ -502,7 +502,7 @@ def _approval(**changes: Any) -> Approval:
 
 
 def test_the_signature_binds_the_version_the_id_the_arguments_and_the_expiry() -> None:
-    from toolpipe.shared.approvals.links import LinkExpiredError, LinkInvalidError, expiry_seconds
+    from toolpipe.shared.deferred.links import LinkExpiredError, LinkInvalidError, expiry_seconds
 
     links = ApprovalLinks(StaticSigningKey(b"k" * 32))
     approval = _approval()
@@ -760,7 +760,7 @@ def test_a_rotated_key_reaches_the_warm_api_a_new_link_works_at_once_and_the_old
     """`put-secret-value` on the running stack's secret, with the API function warm: a link signed
     with the new key (as a rotated orchestrator signs it) opens at once, and the link sent before
     the rotation still decides, until its expiry."""
-    from toolpipe.shared.approvals.links import key_id
+    from toolpipe.shared.deferred.links import key_id
 
     run_id, approval_id, browser, page = _wire_money_page(pipeline)  # warm: the API read the key
     runtime = pipeline.runtime

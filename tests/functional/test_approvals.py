@@ -16,17 +16,17 @@ from tests.e2e.test_approvals import GATED, pending, tool_messages
 from toolpipe.infra.local.runtime import LOCAL_CALLER, REGION, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS
-from toolpipe.shared.approvals import ApprovalAlreadyDecidedError, arguments_hash
-from toolpipe.shared.approvals.models import (
+from toolpipe.shared.deferred import ApprovalAlreadyDecidedError, arguments_hash
+from toolpipe.shared.deferred.models import (
     ApprovalRunEndedError,
     ApprovalStatus,
     DeliveryFailedError,
     DeliveryUncertainError,
 )
-from toolpipe.shared.approvals.service import ApprovalService
-from toolpipe.shared.approvals.store import DynamoApprovalStore
+from toolpipe.shared.deferred.store import DynamoApprovalStore
 from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.messages import ApprovalTaskRequest
+from toolpipe.shared.runs.deferred import ApprovalService
 from toolpipe.shared.runs.ports import StepFunctionsTaskReporter
 from toolpipe.shared.settings import CallTimeouts
 
@@ -185,7 +185,7 @@ def test_the_store_decides_once_and_keeps_the_gate_in_step() -> None:
 
     from tests.unit.test_approvals import _approval
     from toolpipe.infra.local.runtime import HISTORY_TABLE
-    from toolpipe.shared.approvals import ApprovalStatus
+    from toolpipe.shared.deferred import ApprovalStatus
 
     with mock_aws():
         boto3.client("dynamodb", region_name=REGION).create_table(TableName="t", **HISTORY_TABLE)

@@ -17,9 +17,9 @@ from tests.conftest import Pipeline
 from toolpipe.infra.functions import API
 from toolpipe.infra.local.lambdas import call_function
 from toolpipe.infra.local.runtime import BUCKET, LOCAL_CALLER, REGION, TABLE
-from toolpipe.shared.approvals import ApprovalStatus
-from toolpipe.shared.approvals.models import Approval
-from toolpipe.shared.approvals.store import DynamoApprovalStore
+from toolpipe.shared.deferred import ApprovalStatus
+from toolpipe.shared.deferred.models import Approval
+from toolpipe.shared.deferred.store import DynamoApprovalStore
 from toolpipe.shared.dynamo import (
     APPROVALS_OF_CALLER,
     MAX_CALLER_BYTES,

@@ -15,7 +15,7 @@ from tests.functional.test_approvals import CountingReporter, ThrottledOnce, _se
 from toolpipe.infra.local.runtime import BUCKET, LOCAL_CALLER, REGION, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS
-from toolpipe.shared.approvals.models import ApprovalAlreadyDecidedError, ApprovalStatus, DeliveryFailedError
+from toolpipe.shared.deferred.models import ApprovalAlreadyDecidedError, ApprovalStatus, DeliveryFailedError
 from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.messages import ToolResult
@@ -129,7 +129,7 @@ def test_an_answer_whose_delivery_is_uncertain_stays_and_the_same_answer_deliver
     pipeline: Pipeline,
 ) -> None:
     from tests.functional.test_approvals import AnswerLostOnce
-    from toolpipe.shared.approvals.models import DeliveryUncertainError
+    from toolpipe.shared.deferred.models import DeliveryUncertainError
 
     pipeline.script(Reply(tool_calls=[call("ask_user", question="Which city?")]), Reply(content="ok"))
     run_id = pipeline.start("trip", agent="deferring")

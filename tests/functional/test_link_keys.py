@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from toolpipe.shared.approvals.links import (
+from toolpipe.shared.deferred.links import (
     ApprovalLinks,
     LinkExpiredError,
     LinkInvalidError,
@@ -22,7 +22,7 @@ from toolpipe.shared.approvals.links import (
     expiry_seconds,
     key_id,
 )
-from toolpipe.shared.approvals.models import Approval, ApprovalStatus
+from toolpipe.shared.deferred.models import Approval, ApprovalStatus
 
 KEY_A, KEY_B, KEY_C = (c * 64 for c in "abc")
 MAX_AGE = SecretSigningKey.MAX_AGE_SECONDS

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from toolpipe.functions.api.page.answer_form import form_fields, posted_answer, render
-from toolpipe.shared.approvals.models import InvalidAnswerError
+from toolpipe.shared.deferred.models import InvalidAnswerError
 
 FLAT = {
     "type": "object",

@@ -11,8 +11,8 @@ from pydantic import BaseModel
 from tests.unit.test_approvals import APPROVER, _deliver
 from toolpipe.infra.definition import build_definition
 from toolpipe.shared.agents import AGENTS, Agent
-from toolpipe.shared.approvals.answers import answer_content, question_of
-from toolpipe.shared.approvals.models import ApprovalKind, InvalidAnswerError, ResultRequest
+from toolpipe.shared.deferred.answers import answer_content, question_of
+from toolpipe.shared.deferred.models import ApprovalKind, InvalidAnswerError, ResultRequest
 from toolpipe.shared.errors import DefinitionError, ErrorKind
 from toolpipe.shared.settings import WAITING_CALLS_PER_TURN
 from toolpipe.shared.tools import SchemaError, schema_tool, tool

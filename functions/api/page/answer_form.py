@@ -18,7 +18,7 @@ from typing import Any
 from markupsafe import Markup
 
 from toolpipe.functions.api.page import views
-from toolpipe.shared.approvals.models import MAX_ANSWER_CHARS, InvalidAnswerError
+from toolpipe.shared.deferred.models import MAX_ANSWER_CHARS, InvalidAnswerError
 
 # The form's field names: the free-text or JSON box, and one per schema property under a prefix
 # of its own (a property may be called `csrf` or `action` too).

@@ -18,15 +18,15 @@ from urllib.parse import urlsplit
 
 from toolpipe.functions.api.page import views
 from toolpipe.functions.api.page.answer_form import posted_answer, render
-from toolpipe.shared.approvals.answers import question_of
-from toolpipe.shared.approvals.links import (
+from toolpipe.shared.deferred.answers import question_of
+from toolpipe.shared.deferred.links import (
     TOKEN_PATTERN,
     ApprovalLinks,
     LinkExpiredError,
     LinkInvalidError,
     SigningKeyError,
 )
-from toolpipe.shared.approvals.models import (
+from toolpipe.shared.deferred.models import (
     APPROVAL_ID_PATTERN,
     MAX_REASON_CHARS,
     Approval,
@@ -40,7 +40,7 @@ from toolpipe.shared.approvals.models import (
     InvalidEditError,
     LinkEditsOffError,
 )
-from toolpipe.shared.approvals.service import ApprovalService
+from toolpipe.shared.runs.deferred import ApprovalService
 
 logger = logging.getLogger(__name__)
 

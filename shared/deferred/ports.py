@@ -2,7 +2,7 @@
 
 from typing import Protocol
 
-from toolpipe.shared.approvals.models import Approval, ApprovalStatus, EditedArguments, Gate
+from toolpipe.shared.deferred.models import Approval, ApprovalStatus, EditedArguments, Gate
 from toolpipe.shared.history.ports import Contents, History, RunRecords
 
 

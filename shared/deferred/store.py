@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from toolpipe.shared.approvals.models import (
+from toolpipe.shared.deferred.models import (
     Approval,
     ApprovalAlreadyDecidedError,
     ApprovalNotFoundError,

@@ -4,8 +4,8 @@ model reads. One line says what is wrong with a bad one; nothing is recorded for
 import json
 from typing import Any
 
-from toolpipe.shared.approvals.hashing import canonical_json
-from toolpipe.shared.approvals.models import (
+from toolpipe.shared.deferred.hashing import canonical_json
+from toolpipe.shared.deferred.models import (
     MAX_ANSWER_CHARS,
     QUESTION_CHARS,
     ApprovalKind,

@@ -1,5 +1,6 @@
-"""What happens to an approval: requested by a gated call's waiting task, decided once by a
-person through the API, resolved by the next model step when the call was not dispatched."""
+"""What happens to a deferred call (an approval, a person's answer, a program's result):
+requested by its call's waiting task, decided once through the API, resolved by the next model
+step when the call was not dispatched. The records are `shared/deferred`'s."""
 
 import json
 import logging
@@ -10,10 +11,10 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 
 from toolpipe.shared.agents import agent_in_run
-from toolpipe.shared.approvals.answers import answer_content, question_of
-from toolpipe.shared.approvals.hashing import arguments_hash, canonical_json, tool_hash
-from toolpipe.shared.approvals.links import ApprovalLinks, SigningKeyError
-from toolpipe.shared.approvals.models import (
+from toolpipe.shared.deferred.answers import answer_content, question_of
+from toolpipe.shared.deferred.hashing import arguments_hash, canonical_json, tool_hash
+from toolpipe.shared.deferred.links import ApprovalLinks, SigningKeyError
+from toolpipe.shared.deferred.models import (
     ARGUMENTS_PREVIEW_CHARS,
     LINK_DECIDER,
     MAX_EDITED_ARGUMENTS_BYTES,
@@ -31,7 +32,7 @@ from toolpipe.shared.approvals.models import (
     ResultRequest,
     WrongKindError,
 )
-from toolpipe.shared.approvals.ports import ApprovalRecords, RunsAndHistory
+from toolpipe.shared.deferred.ports import ApprovalRecords, RunsAndHistory
 from toolpipe.shared.errors import ErrorKind, ModelVisibleError, ToolpipeError, UnknownToolError
 from toolpipe.shared.messages import (
     ApprovalTaskRequest,

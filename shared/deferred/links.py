@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from toolpipe.shared.approvals.models import Approval
+from toolpipe.shared.deferred.models import Approval
 from toolpipe.shared.errors import ToolpipeError
 
 # Changing what is signed changes the tag: links signed the old way then fail closed.
