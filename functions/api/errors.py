@@ -17,6 +17,7 @@ from toolpipe.functions.api.identity import request_id
 from toolpipe.functions.api.page.approval_page import error_page
 from toolpipe.functions.api.page.routes import PAGE_ROUTE, page_response
 from toolpipe.functions.api.request import PARAMETER_RULES
+from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.deferred.models import (
     ApprovalAlreadyDecidedError,
     ApprovalNotFoundError,
@@ -27,14 +28,11 @@ from toolpipe.shared.deferred.models import (
     InvalidEditError,
     WrongKindError,
 )
-from toolpipe.shared.errors import (
+from toolpipe.shared.history.errors import InvalidCursorError, QuotaExceededError, RunNotFoundError
+from toolpipe.shared.runs.errors import (
     IdempotencyConflictError,
-    InvalidCursorError,
-    QuotaExceededError,
     RunEndedError,
-    RunNotFoundError,
     RunStillRunningError,
-    UnknownAgentError,
     UnknownToolsRequestedError,
 )
 from toolpipe.shared.tools import ToolSourceError

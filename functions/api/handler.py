@@ -18,7 +18,8 @@ from toolpipe.functions.api import approvals, errors, openapi, runs
 from toolpipe.functions.api.page import routes as page
 from toolpipe.functions.api.services import CONTEXT_KEY, ApiServices, FunctionSettings
 from toolpipe.shared.agents import all_agents
-from toolpipe.shared.errors import IdempotencyConflictError, QuotaExceededError
+from toolpipe.shared.history.errors import QuotaExceededError
+from toolpipe.shared.runs.errors import IdempotencyConflictError
 from toolpipe.shared.tracing import trace_handler
 
 logger = Logger()

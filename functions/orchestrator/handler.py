@@ -6,7 +6,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from toolpipe.shared.errors import RunNotFoundError
+from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.messages import (
     ORCHESTRATOR_REQUEST,
     ApprovalTaskRequest,

@@ -13,7 +13,8 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from toolpipe.shared.errors import IdempotencyConflictError, UnknownAgentError, UnknownToolsRequestedError
+from toolpipe.shared.agents.errors import UnknownAgentError
+from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRequestedError
 from toolpipe.shared.runs.factory import build_trigger_service
 from toolpipe.shared.runs.triggers import TriggerResult, TriggerService
 from toolpipe.shared.settings import EventSettings, StateMachineSettings, StoreSettings, TriggerSettings

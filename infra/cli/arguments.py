@@ -53,7 +53,7 @@ def agent_name(remote: bool) -> Callable[[str], str]:
 
     def agent(name: str) -> str:
         from toolpipe.shared.agents import get_agent
-        from toolpipe.shared.errors import UnknownAgentError
+        from toolpipe.shared.agents.errors import UnknownAgentError
 
         if remote:
             if _request_error(agent=name) is not None:

@@ -15,10 +15,11 @@ from toolpipe.shared.agents.agent import (
 )
 from toolpipe.shared.agents.agent_tool import agent_tool
 from toolpipe.shared.agents.app import load_app
+from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.agents.handoff import Handoff, HandoffContext, remove_tool_calls
 from toolpipe.shared.agents.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
 from toolpipe.shared.agents.read_input import with_input_reader
-from toolpipe.shared.errors import ConfigurationError, UnknownAgentError
+from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.messages import AssistantMessage, RunRecord
 
 AGENTS: dict[str, Agent] = {}

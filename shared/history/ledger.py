@@ -12,7 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from toolpipe.shared.dynamo import META_SK, STATE_SK, call_sk, gate_sk, lost_race, message_sk, plain, run_pk
-from toolpipe.shared.errors import RunNotFoundError
+from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.history.ports import CallRead, Claim, ClaimState
 from toolpipe.shared.history.table import RunTable, objects_of
 from toolpipe.shared.messages import ToolResult

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolpipe.shared.dynamo import META_SK, run_pk
-from toolpipe.shared.errors import QuotaExceededError, RunNotFoundError
+from toolpipe.shared.history.errors import QuotaExceededError, RunNotFoundError
 from toolpipe.shared.history.ports import (
     ERROR_MAX_CHARS,
     OUTPUT_INLINE_CHARS,

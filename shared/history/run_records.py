@@ -30,8 +30,8 @@ from toolpipe.shared.dynamo import (
     run_id_of,
     run_pk,
 )
-from toolpipe.shared.errors import InvalidCursorError, QuotaExceededError, RunNotFoundError
 from toolpipe.shared.history import retention
+from toolpipe.shared.history.errors import InvalidCursorError, QuotaExceededError, RunNotFoundError
 from toolpipe.shared.history.ports import (
     ERROR_MAX_CHARS,
     LIST_READ_FACTOR,

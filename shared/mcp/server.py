@@ -12,10 +12,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from toolpipe.shared.errors import DefinitionError, ToolExecutionError
+from toolpipe.shared.errors import DefinitionError
 from toolpipe.shared.mcp import client
 from toolpipe.shared.mcp.results import result_text
 from toolpipe.shared.tools import SchemaError, Tool, assign_wire_names, schema_tool
+from toolpipe.shared.tools.errors import ToolExecutionError
 from toolpipe.shared.tools.registry import ToolSourceError
 
 # Per server: a model request carries every tool, and APIs refuse more than 128 of them.

@@ -11,7 +11,7 @@ This module imports neither `openai` nor boto3 at import time: the model port st
 
 from typing import Protocol
 
-from toolpipe.shared.errors import ModelKeyNotSetError
+from toolpipe.shared.model.errors import ModelKeyNotSetError
 
 # How long a read key is trusted before Secrets Manager is asked again (Powertools' cache).
 KEY_MAX_AGE_SECONDS = 300

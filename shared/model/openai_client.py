@@ -30,9 +30,9 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from toolpipe.shared.errors import ModelCallError, ModelRejectedError, ModelResponseError
 from toolpipe.shared.messages import ToolCall, text_safe
 from toolpipe.shared.model.api_key import ApiKeySource
+from toolpipe.shared.model.errors import ModelCallError, ModelRejectedError, ModelResponseError
 from toolpipe.shared.model.port import ModelReply
 
 # Time kept back for writing the reply to DynamoDB and returning to Step Functions.

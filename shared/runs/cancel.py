@@ -9,10 +9,10 @@ more, and a child run started after the mark is cancelled by the worker that sta
 
 from typing import NamedTuple
 
-from toolpipe.shared.errors import RunEndedError
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.messages import RunRecord, RunStatus
 from toolpipe.shared.runs import children
+from toolpipe.shared.runs.errors import RunEndedError
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStopper
 from toolpipe.shared.runs.report import readable

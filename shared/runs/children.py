@@ -9,8 +9,9 @@ import hashlib
 from collections.abc import Iterator
 
 from toolpipe.shared.agents import Agent, get_agent
-from toolpipe.shared.errors import ErrorKind, RunNotFoundError, ToolpipeError
+from toolpipe.shared.errors import ErrorKind, ToolpipeError
 from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.messages import (
     AssistantMessage,
     CallOutcome,

@@ -33,7 +33,7 @@ from toolpipe.shared.deferred.models import (
     WrongKindError,
 )
 from toolpipe.shared.deferred.ports import ApprovalRecords, RunsAndHistory
-from toolpipe.shared.errors import ErrorKind, ModelVisibleError, ToolpipeError, UnknownToolError
+from toolpipe.shared.errors import ErrorKind, ModelVisibleError, ToolpipeError
 from toolpipe.shared.messages import (
     ApprovalTaskRequest,
     AssistantMessage,
@@ -50,6 +50,7 @@ from toolpipe.shared.runs.ports import certainly_not_sent
 from toolpipe.shared.runs.results import fit_for_model
 from toolpipe.shared.runs.tool_hooks import after_hooks
 from toolpipe.shared.tools import Tool, ToolContext
+from toolpipe.shared.tools.errors import UnknownToolError
 from toolpipe.shared.tools.registry import Execution
 
 # The error a denial or an expiry answers the waiting task with; the state machine's Catch

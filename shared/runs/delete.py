@@ -9,10 +9,10 @@ still listing what is left of its tree, and the same delete again removes the re
 
 from collections.abc import Iterator
 
-from toolpipe.shared.errors import RunStillRunningError
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.messages import RunRecord, RunStatus
 from toolpipe.shared.runs import children
+from toolpipe.shared.runs.errors import RunStillRunningError
 from toolpipe.shared.runs.report import readable
 
 

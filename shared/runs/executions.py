@@ -7,7 +7,7 @@ refused by Step Functions. A long run continues in fresh executions (each with i
 """
 
 from toolpipe.shared.agents import Agent, execution_events_bound, get_agent, worst_turn_events
-from toolpipe.shared.errors import UnknownAgentError
+from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.messages import AssistantMessage, HistoryItem, RunRecord
 from toolpipe.shared.settings import ExecutionBudget
 

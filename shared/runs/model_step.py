@@ -22,15 +22,8 @@ from toolpipe.shared.agents import (
     run_agent,
     transfer_specs,
 )
-from toolpipe.shared.errors import (
-    ErrorKind,
-    ModelVisibleError,
-    ToolNotAllowedError,
-    TooManyCallsError,
-    UnknownAgentError,
-    describe_exception,
-    describe_validation_error,
-)
+from toolpipe.shared.agents.errors import UnknownAgentError
+from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_exception, describe_validation_error
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.messages import (
     AssistantMessage,
@@ -70,6 +63,7 @@ from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.runs.triggers import AnswerWriter
 from toolpipe.shared.settings import CallTimeouts
 from toolpipe.shared.tools import Tool, ToolContext
+from toolpipe.shared.tools.errors import ToolNotAllowedError, TooManyCallsError
 from toolpipe.shared.tools.registry import Execution
 
 

@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from toolpipe.shared.dynamo import CALLER_INDEX_PK, RUNS_OF_CALLER
-from toolpipe.shared.errors import InvalidCursorError, RunNotFoundError
 from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.history.errors import InvalidCursorError, RunNotFoundError
 from toolpipe.shared.history.ports import Cursor
 from toolpipe.shared.messages import (
     HISTORY_ITEM,

@@ -8,12 +8,8 @@ from typing import NamedTuple
 from toolpipe.shared.agents import AGENTS, Agent, default_agent_name, get_agent, with_mcp_servers
 from toolpipe.shared.agents.app import reachable
 from toolpipe.shared.agents.read_input import read_input, with_input_reader
-from toolpipe.shared.errors import (
-    IdempotencyConflictError,
-    QuotaExceededError,
-    UnknownToolsRequestedError,
-)
 from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.history.errors import QuotaExceededError
 from toolpipe.shared.messages import (
     InputObject,
     RunRecord,
@@ -21,6 +17,7 @@ from toolpipe.shared.messages import (
     StartRunRequest,
     UserMessage,
 )
+from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRequestedError
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter
 from toolpipe.shared.runs.quota import RUNNING, RunQuota

@@ -18,16 +18,10 @@ from dataclasses import dataclass
 
 from toolpipe.shared.agents import Agent, get_agent, reply_agent
 from toolpipe.shared.agents.app import child_waits
+from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.deferred.hashing import arguments_hash, tool_hash
 from toolpipe.shared.deferred.models import ApprovalStatus, Gate
-from toolpipe.shared.errors import (
-    CallInProgressError,
-    ErrorKind,
-    ModelVisibleError,
-    UnknownAgentError,
-    UnknownToolError,
-    describe_exception,
-)
+from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_exception
 from toolpipe.shared.history import CallRead, Claim, ClaimState, HistoryStore
 from toolpipe.shared.messages import (
     AssistantMessage,
@@ -41,6 +35,7 @@ from toolpipe.shared.messages import (
     text_safe,
 )
 from toolpipe.shared.runs import children
+from toolpipe.shared.runs.errors import CallInProgressError
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.handoffs import allowed_tools, transfer_refusal
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
@@ -56,6 +51,7 @@ from toolpipe.shared.runs.tool_run import (
     policy_refusal,
 )
 from toolpipe.shared.tools import Execution, Tool, ToolContext
+from toolpipe.shared.tools.errors import UnknownToolError
 from toolpipe.shared.tools.time_limit import Overran, run_with_limit
 
 logger = logging.getLogger(__name__)

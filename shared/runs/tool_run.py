@@ -16,16 +16,11 @@ from pydantic import BaseModel, ConfigDict
 
 from toolpipe.shared.agents import Agent, agent_for
 from toolpipe.shared.deferred.hashing import arguments_hash
-from toolpipe.shared.errors import (
-    ErrorKind,
-    ModelVisibleError,
-    ToolTimeoutError,
-    UnknownToolError,
-    describe_exception,
-)
+from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_exception
 from toolpipe.shared.messages import NAME_PATTERN, HandoffAction, InputObject, ToolCall
 from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.tools import Execution, RunState, Tool, ToolContext
+from toolpipe.shared.tools.errors import ToolTimeoutError, UnknownToolError
 from toolpipe.shared.tools.time_limit import Overran, run_with_limit
 
 # What `ToolContext.state` may hold, as JSON: it is one DynamoDB item, and items stop at 400 KB.

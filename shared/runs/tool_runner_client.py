@@ -14,10 +14,11 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 from pydantic import ValidationError
 
-from toolpipe.shared.errors import ErrorKind, ToolTimeoutError, describe_exception
+from toolpipe.shared.errors import ErrorKind, describe_exception
 from toolpipe.shared.runs.ports import certainly_not_sent
 from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse
 from toolpipe.shared.tools import Execution, Tool
+from toolpipe.shared.tools.errors import ToolTimeoutError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client

@@ -6,16 +6,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from toolpipe.shared.errors import (
-    DefinitionError,
-    ErrorKind,
-    ModelVisibleError,
-    ToolNotAllowedError,
-    ToolpipeError,
-    UnknownToolError,
-)
+from toolpipe.shared.errors import DefinitionError, ErrorKind, ModelVisibleError, ToolpipeError
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.tools.context import ToolContext
+from toolpipe.shared.tools.errors import ToolNotAllowedError, UnknownToolError
 from toolpipe.shared.tools.names import assign_wire_names
 from toolpipe.shared.tools.tool import Tool
 

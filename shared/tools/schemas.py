@@ -10,6 +10,8 @@ is data and is never rewritten.
 from collections.abc import Callable
 from typing import Any
 
+from toolpipe.shared.errors import DefinitionError
+
 # Keywords whose value is one schema (JSON Schema 2020-12, plus draft 4-7 spellings).
 _ONE = frozenset(
     {
@@ -103,7 +105,7 @@ TYPE_NAMES = {name: schema for names, schema in _TYPE_TABLE for name in names.sp
 ANY_TYPE_NAMES = frozenset({"any", "anything", "mixed"})
 
 
-class UnknownTypeError(ValueError):
+class UnknownTypeError(DefinitionError):
     """A `type` in a loose schema that no table entry explains; says where."""
 
 

@@ -14,6 +14,7 @@ when the tool is defined, rather than by the API on the first run.
 import json
 from typing import Any
 
+from toolpipe.shared.errors import DefinitionError
 from toolpipe.shared.tools.schemas import Path, admits_null, map_subschemas, pointer
 
 # What the subset allows on a schema: the constraints above, and annotations.
@@ -63,7 +64,7 @@ _NULL = {"type": "null"}
 _ANNOTATIONS = ("description", "title", "default", "examples")
 
 
-class NotStrictError(ValueError):
+class NotStrictError(DefinitionError):
     """A schema strict mode cannot express; the message says where and why."""
 
 

@@ -19,14 +19,12 @@ from pydantic_core import to_jsonable_python
 
 from toolpipe.shared.errors import (
     DefinitionError,
-    InvalidArgumentsError,
     ModelVisibleError,
-    ToolExecutionError,
-    ToolTimeoutError,
     describe_exception,
     describe_validation_error,
 )
 from toolpipe.shared.tools.context import ToolContext
+from toolpipe.shared.tools.errors import InvalidArgumentsError, ToolExecutionError, ToolTimeoutError
 from toolpipe.shared.tools.names import WIRE_NAME
 from toolpipe.shared.tools.schemas import Path, map_subschemas
 from toolpipe.shared.tools.strict import NotStrictError, strict_schema

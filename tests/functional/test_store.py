@@ -7,8 +7,8 @@ from tests.conftest import Pipeline
 from tests.dynamo_faults import cancellation_body, refused
 from toolpipe.infra.functions import ORCHESTRATOR
 from toolpipe.infra.local.isolation import running_as
-from toolpipe.shared.errors import RunNotFoundError
 from toolpipe.shared.history import ClaimState
+from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.messages import RunRecord, RunStatus, ToolResult, UserMessage
 
 
@@ -133,7 +133,7 @@ def test_counting_a_model_call_answers_with_the_trees_totals(pipeline: Pipeline)
 
 
 def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) -> None:
-    from toolpipe.shared.errors import InvalidCursorError
+    from toolpipe.shared.history.errors import InvalidCursorError
 
     store = _store(pipeline)
     for i in range(7):

@@ -16,9 +16,9 @@ from toolpipe.infra.local.lambdas import LocalContext, call_handler
 from toolpipe.infra.local.runtime import LOCAL_CALLER, TABLE
 from toolpipe.infra.local.scripted_model import DemoResponder, HttpError
 from toolpipe.shared.agents.read_input import MAX_READ_BYTES, read_input
-from toolpipe.shared.errors import InvalidArgumentsError, ToolExecutionError
 from toolpipe.shared.messages import InputObject
 from toolpipe.shared.tools import ToolContext
+from toolpipe.shared.tools.errors import InvalidArgumentsError, ToolExecutionError
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 QUESTION = (EVENTS / "s3_put.txt").read_bytes()

@@ -178,7 +178,7 @@ def test_the_readme_deploy_path_names_only_context_keys_outputs_and_flags_that_e
     import re
 
     from toolpipe.infra.cli import main
-    from toolpipe.shared.errors import ModelKeyNotSetError
+    from toolpipe.shared.model.errors import ModelKeyNotSetError
 
     section = _deploy_section()
     read = set(

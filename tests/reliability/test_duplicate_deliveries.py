@@ -24,9 +24,9 @@ from tests.reliability.harness import (
 )
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS
-from toolpipe.shared.errors import CallInProgressError
 from toolpipe.shared.messages import ToolCallMessage, ToolResult
 from toolpipe.shared.runs import ToolCallExecutor
+from toolpipe.shared.runs.errors import CallInProgressError
 
 CALLS_IN_ALL = int(__import__("os").environ.get("REL_N", "1000"))
 CALLS_PER_RUN = 10

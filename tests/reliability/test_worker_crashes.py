@@ -28,11 +28,12 @@ from tests.reliability.harness import (
     seed_run,
 )
 from toolpipe.shared.agents import AGENTS
-from toolpipe.shared.errors import CallInProgressError, ErrorKind
+from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.history import MemoryHistoryStore
 from toolpipe.shared.history import ledger as dynamo_store_module
 from toolpipe.shared.messages import ToolCallMessage, ToolResult
 from toolpipe.shared.runs import ToolCallExecutor
+from toolpipe.shared.runs.errors import CallInProgressError
 
 LEASE_SECONDS = 150
 LONG_KB = 5  # past the agent's max_result_chars: the whole result goes to S3 first

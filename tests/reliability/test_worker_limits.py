@@ -23,11 +23,12 @@ from tests.reliability.harness import (
 )
 from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 from toolpipe.shared.agents.hooks import Hooks
-from toolpipe.shared.errors import ErrorKind, ToolExecutionError
+from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.messages import ToolCallMessage, ToolResult
 from toolpipe.shared.runs import ToolCallExecutor
 from toolpipe.shared.runs.tool_executor import RESERVE_SECONDS
 from toolpipe.shared.tools import Execution, ToolContext, tool
+from toolpipe.shared.tools.errors import ToolExecutionError
 
 LONG_KB = 5
 

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from toolpipe.shared.agents import AGENTS, Agent, agent_tool
-from toolpipe.shared.errors import ErrorKind, InvalidCursorError, RunEndedError, RunNotFoundError
+from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.history import MemoryHistoryStore
+from toolpipe.shared.history.errors import InvalidCursorError, RunNotFoundError
 from toolpipe.shared.messages import (
     AssistantMessage,
     ParentCall,
@@ -22,6 +23,7 @@ from toolpipe.shared.messages import (
 from toolpipe.shared.runs import ToolCallExecutor
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.children import child_run_id
+from toolpipe.shared.runs.errors import RunEndedError
 from toolpipe.shared.runs.report import RunReader, decode_cursor, encode_cursor
 from toolpipe.shared.tools import tool
 

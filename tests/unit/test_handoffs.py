@@ -419,7 +419,7 @@ def test_the_target_gets_its_own_tool_provider_and_the_callers_allow_list(
 
 
 def test_the_allow_list_may_name_the_tools_of_agents_the_run_can_reach() -> None:
-    from toolpipe.shared.errors import UnknownToolsRequestedError
+    from toolpipe.shared.runs.errors import UnknownToolsRequestedError
     from toolpipe.shared.runs.starter import run_tools
 
     triage = AGENTS["triage"]

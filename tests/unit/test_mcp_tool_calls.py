@@ -4,9 +4,10 @@ already speak to the model passed on unwrapped."""
 import asyncio
 import threading
 
-from toolpipe.shared.errors import ErrorKind, ToolExecutionError
+from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.tools import ToolRegistry, schema_tool
+from toolpipe.shared.tools.errors import ToolExecutionError
 
 
 def test_an_async_tool_is_cancelled_at_its_timeout() -> None:

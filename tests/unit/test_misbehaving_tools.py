@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from toolpipe.shared.agents import Agent
-from toolpipe.shared.errors import DefinitionError, ToolExecutionError, ToolTimeoutError, describe_exception
+from toolpipe.shared.errors import DefinitionError, describe_exception
 from toolpipe.shared.tools import ToolContext, tool
+from toolpipe.shared.tools.errors import ToolExecutionError, ToolTimeoutError
 
 NO_WAIT: dict[str, Any] = {"retry_backoff_seconds": 0.0}
 

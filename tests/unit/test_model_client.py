@@ -15,9 +15,9 @@ from toolpipe.infra.local.scripted_model import (
     ScriptedModelServer,
     ScriptResponder,
 )
-from toolpipe.shared.errors import ModelCallError, ModelRejectedError
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.model import to_openai_messages
+from toolpipe.shared.model.errors import ModelCallError, ModelRejectedError
 from toolpipe.shared.model.openai_client import (
     MAX_NAME_CHARS,
     RESERVE_SECONDS,

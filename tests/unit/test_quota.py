@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from toolpipe.shared.errors import QuotaExceededError
 from toolpipe.shared.history import MemoryHistoryStore
+from toolpipe.shared.history.errors import QuotaExceededError
 from toolpipe.shared.messages import RunRecord, RunStatus, UserMessage
 from toolpipe.shared.runs.quota import RUNNING_RETRY_AFTER_SECONDS, START_GRACE_SECONDS, RunQuota
 from toolpipe.shared.settings import QuotaSettings

@@ -9,7 +9,7 @@ import pytest
 
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
 from toolpipe.shared.agents import AGENTS, Agent, BeforeTool, Hooks, agent_tool
-from toolpipe.shared.errors import CallInProgressError, ErrorKind
+from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.history import MemoryHistoryStore
 from toolpipe.shared.messages import (
     AssistantMessage,
@@ -25,6 +25,7 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
 from toolpipe.shared.runs import ModelStep, ToolCallExecutor
+from toolpipe.shared.runs.errors import CallInProgressError
 from toolpipe.shared.settings import CallTimeouts
 from toolpipe.shared.tools import ToolContext, tool
 
@@ -579,9 +580,9 @@ def test_a_run_whose_execution_cannot_start_is_failed_not_left_running() -> None
 
 
 def test_an_idempotency_key_starts_one_run_and_refuses_another_request() -> None:
-    from toolpipe.shared.errors import IdempotencyConflictError
     from toolpipe.shared.messages import StartRunRequest
     from toolpipe.shared.runs import RunStarter
+    from toolpipe.shared.runs.errors import IdempotencyConflictError
 
     started: list[tuple[str, int]] = []
 

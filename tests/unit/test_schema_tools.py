@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from toolpipe.shared.errors import InvalidArgumentsError
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.tools import SchemaError, ToolContext, ToolRegistry, schema_tool, wire_name
+from toolpipe.shared.tools.errors import InvalidArgumentsError
 
 WEATHER = {
     "name": "get_weather",
@@ -155,7 +155,7 @@ def test_a_handler_can_take_the_context() -> None:
 
 
 def test_a_schema_that_cannot_be_applied_is_an_error_the_model_reads() -> None:
-    from toolpipe.shared.errors import InvalidArgumentsError
+    from toolpipe.shared.tools.errors import InvalidArgumentsError
 
     weird = schema_tool(
         {"properties": {"x": {"$ref": "#/nope"}}}, lambda args: "ran", name="weird", description="Weird."

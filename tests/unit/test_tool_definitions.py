@@ -11,10 +11,11 @@ from pydantic import BaseModel, Field
 
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
 from toolpipe.shared.agents import Agent, agent_tool
-from toolpipe.shared.errors import DefinitionError, InvalidArgumentsError
+from toolpipe.shared.errors import DefinitionError
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
 from toolpipe.shared.tools import SchemaError, Tool, ToolRegistry, schema_tool, tool
+from toolpipe.shared.tools.errors import InvalidArgumentsError
 
 
 def _named(name: str) -> Tool:

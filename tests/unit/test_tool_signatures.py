@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from toolpipe.shared.errors import ToolExecutionError, ToolTimeoutError
 from toolpipe.shared.tools import Param, ToolContext, tool
+from toolpipe.shared.tools.errors import ToolExecutionError, ToolTimeoutError
 
 
 class Color(enum.Enum):

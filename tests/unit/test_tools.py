@@ -9,9 +9,9 @@ from assistant.agents import get_current_date_time, set_alarm, square_root
 from assistant.agents import sum as sum_tool
 from pydantic import BaseModel
 
-from toolpipe.shared.errors import InvalidArgumentsError, ToolExecutionError, UnknownToolError
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.tools import ToolRegistry, tool
+from toolpipe.shared.tools.errors import InvalidArgumentsError, ToolExecutionError, UnknownToolError
 
 
 def test_example_tool_schemas_are_pinned() -> None:

@@ -1,0 +1,43 @@
+"""Errors of the run services that a caller must act on: a 4xx for a request, a retry for a
+delivery."""
+
+from toolpipe.shared.errors import ToolpipeError
+
+
+class IdempotencyConflictError(ToolpipeError):
+    """An idempotency key already started a run with a different request."""
+
+    def __init__(self, key: str, run_id: str) -> None:
+        super().__init__(f"idempotency key {key!r} already started run {run_id} with a different request")
+        self.key = key
+        self.run_id = run_id
+
+
+class RunEndedError(ToolpipeError):
+    """The run already ended, so it cannot be cancelled (a 409)."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} already ended ({status}): only a running run can be cancelled")
+        self.run_id = run_id
+        self.status = status
+
+
+class RunStillRunningError(ToolpipeError):
+    """The run (or one of its child runs) is still running, so it cannot be deleted (a 409)."""
+
+    def __init__(self, run_id: str, running: str) -> None:
+        which = "it is" if running == run_id else f"its child run {running} is"
+        super().__init__(f"run {run_id} cannot be deleted: {which} still running; cancel it first")
+        self.run_id = run_id
+        self.running = running
+
+
+class UnknownToolsRequestedError(ToolpipeError):
+    """A run request's tool allow-list names tools the agent does not have."""
+
+    def __init__(self, agent: str, names: list[str]) -> None:
+        super().__init__(f"agent '{agent}' has no tools named {', '.join(repr(n) for n in names)}")
+
+
+class CallInProgressError(ToolpipeError):
+    """Another delivery of the same tool call holds the claim; retry later (SQS redelivers)."""
