@@ -73,11 +73,11 @@ reliability: install
 
 # Rewrites docs/events/*.json, the run events' JSON Schemas, from the models in shared/runs/events.py.
 event-schemas: install
-	$(BIN)/python -m toolpipe.infra.event_schemas
+	$(BIN)/python -m toolpipe.infra.reference.event_schemas
 
 # docs/openapi.json, generated from the API handler's routes (a test fails when it is stale).
 openapi: install
-	$(BIN)/python -m toolpipe.infra.openapi
+	$(BIN)/python -m toolpipe.infra.reference.openapi
 
 # The template only, offline (no layers built): for review and checks.
 synth: install
@@ -92,7 +92,7 @@ local-template: install
 	$(BIN)/python -m toolpipe.infra.local.template examples/assistant
 
 # What AWS checks when it creates the stack, offline, on the template `make synth` makes: cdk-nag,
-# our state machine rules, asl-validator, cfn-lint and checkov (infra/deploy_checks.py). checkov
+# our state machine rules, asl-validator, cfn-lint and checkov (infra/cdk/deploy_checks.py). checkov
 # has a venv of its own: it pins boto3==1.35.49 and packaging<24, below this project's (README
 # "Dependencies").
 CHECKOV_VENV := .venv-checkov
@@ -104,14 +104,14 @@ $(CHECKOV_VENV)/.installed:
 	touch $@
 
 check-deploy: install $(CHECKOV_VENV)/.installed
-	$(BIN)/python -m toolpipe.infra.deploy_checks
+	$(BIN)/python -m toolpipe.infra.cdk.deploy_checks
 
-# Rewrites the layers' locks (infra/layers/*.lock: pins and file hashes, for Lambda's Python and
-# platform) from infra/bundling.py's requirements, with uv (the `lock` extra); needs PyPI. Pins
+# Rewrites the layers' locks (infra/cdk/layers/*.lock: pins and file hashes, for Lambda's Python and
+# platform) from infra/cdk/bundling.py's requirements, with uv (the `lock` extra); needs PyPI. Pins
 # that still satisfy the ranges stay; `make lock UPGRADE=1` moves each to the newest allowed.
 lock: install
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[lock]'
-	$(BIN)/python -m toolpipe.infra.bundling $(if $(UPGRADE),--upgrade)
+	$(BIN)/python -m toolpipe.infra.cdk.bundling $(if $(UPGRADE),--upgrade)
 
 # Builds the layers with pip (needs PyPI), then deploys with your AWS credentials.
 deploy: install

@@ -12,8 +12,8 @@ builds once, at its first invocation, after the import: its boto3 clients, and f
 orchestrator the `openai` client it imports then.
 
 Bundle: what the function deploys, unzipped (Lambda's 250 MB limit counts it so): the code
-asset (toolpipe's runtime and the app's package, as infra/app_code.py stages it) plus its layers, installed
-with the same pip command the stack's bundling runs (infra/bundling.py), for the Lambda
+asset (toolpipe's runtime and the app's package, as infra/cdk/app_code.py stages it) plus its layers, installed
+with the same pip command the stack's bundling runs (infra/cdk/bundling.py), for the Lambda
 platform, cached under build/bench-layers/. Without PyPI, the layers are reported as not
 measured.
 """
@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolpipe.infra.functions import FUNCTIONS, ORCHESTRATOR, FunctionSpec
+from toolpipe.infra.cdk.functions import FUNCTIONS, ORCHESTRATOR, FunctionSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYER_CACHE = ROOT / "build" / "bench-layers"
@@ -158,7 +158,7 @@ def tree_bytes(root: Path) -> int:
 
 def code_asset_bytes() -> int:
     """The functions' one code asset, staged as the stack stages it for this repository's app."""
-    from toolpipe.infra.app_code import stage_code
+    from toolpipe.infra.cdk.app_code import stage_code
     from toolpipe.shared.agents.app import find_app
 
     app = find_app()
@@ -169,7 +169,7 @@ def code_asset_bytes() -> int:
 
 def layer_bytes(name: str) -> int:
     """One layer as the stack builds it, installed once into the cache (pip needs PyPI)."""
-    from toolpipe.infra.bundling import LAYERS, install_layer, layer_hash  # imports aws_cdk: only here
+    from toolpipe.infra.cdk.bundling import LAYERS, install_layer, layer_hash  # imports aws_cdk: only here
 
     layer = LAYERS[name]
     layer_dir = LAYER_CACHE / layer_hash([layer.lock], layer.skip)
@@ -189,14 +189,14 @@ def layer_bytes(name: str) -> int:
 
 def runtime_provided() -> list[str]:
     """What the Lambda runtime provides and the layers leave out (boto3 and what it needs)."""
-    from toolpipe.infra.bundling import RUNTIME_PROVIDED  # imports aws_cdk: only here
+    from toolpipe.infra.cdk.bundling import RUNTIME_PROVIDED  # imports aws_cdk: only here
 
     return RUNTIME_PROVIDED
 
 
 def layers_of(spec: FunctionSpec) -> list[str]:
     # Every function gets the dependencies; only the orchestrator the openai layer
-    # (infra/constructs/functions.py; pinned by tests/infra/test_stack.py).
+    # (infra/cdk/constructs/functions.py; pinned by tests/infra/test_stack.py).
     return ["Dependencies", "ModelClient"] if spec is ORCHESTRATOR else ["Dependencies"]
 
 

@@ -86,7 +86,7 @@ class CallTimeouts(_EnvSettings):
 
     Heartbeat: a visibility timeout (720 s) plus a margin, so a crashed delivery is redelivered,
     and beats again, before the task gives up. Timeout: every delivery (3 x 720 s) and the last
-    one's heartbeat timeout fit inside it. The stack sets both from `infra/limits.py`; these
+    one's heartbeat timeout fit inside it. The stack sets both from `infra/cdk/limits.py`; these
     defaults are the same numbers (a test holds them equal).
     """
 

@@ -4,11 +4,11 @@
 layers (no network), for checks and tests; never deploy such an assembly.
 """
 
-from toolpipe.infra.app import SKIP_BUNDLING, build_app, synth
-from toolpipe.infra.constructs import ApiAuth, ReservedConcurrency, Throttle
-from toolpipe.infra.constructs.triggers import TriggerOptions
-from toolpipe.infra.pipeline import NO_MODEL_KEY, ToolPipeline
-from toolpipe.infra.stack import ToolpipeStack
+from toolpipe.infra.cdk.app import SKIP_BUNDLING, build_app, synth
+from toolpipe.infra.cdk.constructs import ApiAuth, ReservedConcurrency, Throttle
+from toolpipe.infra.cdk.constructs.triggers import TriggerOptions
+from toolpipe.infra.cdk.pipeline import NO_MODEL_KEY, ToolPipeline
+from toolpipe.infra.cdk.stack import ToolpipeStack
 
 __all__ = [
     "NO_MODEL_KEY",

@@ -6,10 +6,10 @@ import json
 import os
 from typing import Any, TextIO
 
+from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.infra.cli import arguments
 from toolpipe.infra.cli.errors import EXIT_USAGE
 from toolpipe.infra.cli.remote import API_KEY_ENV, API_URL_ENV
-from toolpipe.infra.functions import FUNCTIONS
 from toolpipe.shared.agents.app import AppRef, find_app, use_app, valid_module_name
 
 DEFAULT_PORT = 8710

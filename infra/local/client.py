@@ -13,7 +13,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-STAGE = "v1"  # the stage the deployed REST API is served under (infra/stack.py)
+STAGE = "v1"  # the stage the deployed REST API is served under (infra/cdk/stack.py)
 CALLER_HEADER = "X-Toolpipe-Caller"  # local only: who the request is from (an IAM ARN); "" for no one
 HEALTH_PATH = "/_local/health"  # local only, outside the stage: the deployed API has no such route
 LOG_FILE = "toolpipe.log"  # the server's output and every CLI process's logs (infra/local/logfile.py)

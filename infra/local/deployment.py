@@ -17,8 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from toolpipe.infra.functions import FunctionSpec
-from toolpipe.infra.intrinsics import Resolver
+from toolpipe.infra.cdk.functions import FunctionSpec
+from toolpipe.infra.cdk.intrinsics import Resolver
 from toolpipe.infra.local import iam
 from toolpipe.infra.local.isolation import FunctionContext
 from toolpipe.infra.local.template import Template, TemplateError

@@ -31,7 +31,7 @@ from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
-from toolpipe.infra.definition import EXECUTION_ENDED_DETAIL_TYPE, EXECUTION_ENDED_SOURCE
+from toolpipe.infra.cdk.definition import EXECUTION_ENDED_DETAIL_TYPE, EXECUTION_ENDED_SOURCE
 
 Subscriber = Callable[[dict[str, Any]], None]
 

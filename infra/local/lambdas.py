@@ -18,7 +18,7 @@ from typing import Any
 from moto.awslambda.models import LambdaFunction
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
-from toolpipe.infra.functions import FunctionSpec
+from toolpipe.infra.cdk.functions import FunctionSpec
 from toolpipe.infra.local.isolation import FunctionContext, running_as
 
 _lock = threading.Lock()

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from moto import mock_aws
 
-from toolpipe.infra import limits
-from toolpipe.infra.definition import (
+from toolpipe.infra.cdk import limits
+from toolpipe.infra.cdk.definition import (
     MAX_PARALLEL_CALLS,
     execution_ended_pattern,
     execution_ended_request,
     matches,
 )
-from toolpipe.infra.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_WORKER, TRIGGERS
+from toolpipe.infra.cdk.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_WORKER, TRIGGERS
 from toolpipe.infra.local import (
     deployment,
     execution_events,

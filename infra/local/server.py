@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from moto.core.botocore_stubber import BotocoreStubber
 
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local import lambdas
 from toolpipe.infra.local.client import CALLER_HEADER, HEALTH_PATH, STAGE, http_url
 from toolpipe.infra.local.runtime import LOCAL_CALLER
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The REST API's resources (infra/stack.py) and the methods each one has.
+# The REST API's resources (infra/cdk/stack.py) and the methods each one has.
 RESOURCES: dict[str, tuple[str, ...]] = {
     "/openapi.json": ("GET",),
     "/runs": ("GET", "POST"),

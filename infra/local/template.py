@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from toolpipe.infra.functions import FUNCTIONS, FunctionSpec
+from toolpipe.infra.cdk.functions import FUNCTIONS, FunctionSpec
 from toolpipe.shared.errors import ConfigurationError
 
 PACKAGED = Path(__file__).with_name("stack.template.json")
@@ -145,7 +145,7 @@ def generate(path: Path = PACKAGED) -> None:
     """Synthesize toolpipe's own stack (default settings, no layers built) into `path`."""
     import tempfile
 
-    from toolpipe.infra.app import build_app
+    from toolpipe.infra.cdk.app import build_app
 
     with tempfile.TemporaryDirectory() as out:
         app, stack = build_app(bundle=False, outdir=out, agents=PACKAGED_APP)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from moto.s3 import notifications
 
-from toolpipe.infra.functions import TRIGGERS
+from toolpipe.infra.cdk.functions import TRIGGERS
 from toolpipe.infra.local.lambdas import LocalContext, call_function
 from toolpipe.shared.settings import RUN_REQUESTED_SOURCE
 from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE
@@ -43,7 +43,7 @@ HANDLER = (
 TRIGGER_BUCKET = "toolpipe-local-inputs"
 INPUT_PREFIX = "inbox/"
 OUTPUT_PREFIX = "answers/"
-# The RunRequested rule's pattern as the stack makes it by default (infra/constructs/triggers.py);
+# The RunRequested rule's pattern as the stack makes it by default (infra/cdk/constructs/triggers.py);
 # the runtime applies the template's own, whose sources the deployer may have named.
 RUN_REQUESTED_PATTERN = {"source": [RUN_REQUESTED_SOURCE], "detail-type": [RUN_REQUESTED_DETAIL_TYPE]}
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from toolpipe.infra.functions import TOOL_WORKER
+from toolpipe.infra.cdk.functions import TOOL_WORKER
 from toolpipe.infra.local import serial
 from toolpipe.infra.local.lambdas import LocalContext, call_handler
 

@@ -34,7 +34,7 @@ EVENTS_PER_APPROVAL = 8
 # WaitForApproval's retrier (transient Lambda errors), at most.
 APPROVAL_TASK_RETRIES = 6
 # Heartbeats write no history events. The definition's retriers, at most (a test holds these
-# to infra/definition.py): CallModel 6 transient Lambda errors + 2 ModelCallError; MarkFailed 6.
+# to infra/cdk/definition.py): CallModel 6 transient Lambda errors + 2 ModelCallError; MarkFailed 6.
 MODEL_STEP_RETRIES = 8
 MARK_FAILED_RETRIES = 6
 

@@ -51,7 +51,7 @@ ApprovalPolicy = Callable[[dict[str, Any], ToolContext], bool]
 # model's question is the result) or the caller's program ("client": return of control).
 Deferred = Literal["human", "client"]
 # A deferred call may wait this long at most: Step Functions' own limit for a Standard
-# execution (one year). The execution's timeout (infra/limits.py) ends it sooner.
+# execution (one year). The execution's timeout (infra/cdk/limits.py) ends it sooner.
 MAX_WAIT_SECONDS = 365 * 24 * 3600
 
 

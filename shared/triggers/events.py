@@ -6,7 +6,7 @@
 - `detail-type: RunRequested` from a source the stack accepts (`TriggerSettings.sources`, by
   default `toolpipe.requests`): a run request (`RunRequestedDetail`), put on the stack's bus by a
   service or by EventBridge Scheduler. Not `toolpipe`, the run events' own source: a function may
-  put run events, never a request (infra/constructs/events.py).
+  put run events, never a request (infra/cdk/constructs/events.py).
 
 Only the fields toolpipe uses are read, so a notification with fewer fields (a replayed or
 hand-written one) still works; every field it uses is checked.

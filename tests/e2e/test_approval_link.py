@@ -228,7 +228,7 @@ def test_a_link_stays_valid_after_the_local_runtime_restarts(
 
 
 def _page(path: str, method: str, query: str) -> dict[str, Any]:
-    from toolpipe.infra.functions import API
+    from toolpipe.infra.cdk.functions import API
     from toolpipe.infra.local import lambdas
     from toolpipe.infra.local.runtime import LOCAL_CALLER
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TEST_AGENT, Pipeline, _pipeline, call
-from toolpipe.infra.definition import execution_ended_pattern, execution_ended_request, matches
+from toolpipe.infra.cdk.definition import execution_ended_pattern, execution_ended_request, matches
 from toolpipe.infra.local.execution_events import status_change_event
 from toolpipe.infra.local.lambdas import LocalContext, call_handler
 from toolpipe.infra.local.scripted_model import Reply

@@ -18,7 +18,7 @@ import pytest
 from tests.e2e.hostile_app import MARKS_ENV
 from tests.e2e.test_serve import ROOT, Served, _env
 from tests.e2e.test_serve_runs_api import _http
-from toolpipe.infra.functions import API, TOOL_WORKER
+from toolpipe.infra.cdk.functions import API, TOOL_WORKER
 from toolpipe.infra.local.scripted_model import Answer, Reply, ScriptedModelServer
 from toolpipe.infra.local.template import TEMPLATE_ENV, configured_path
 from toolpipe.shared.runs.tool_executor import RESERVE_SECONDS

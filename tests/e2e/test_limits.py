@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Pipeline, _pipeline, call
-from toolpipe.infra.definition import build_definition
+from toolpipe.infra.cdk.definition import build_definition
 from toolpipe.infra.local.scripted_model import HttpError, Reply
 from toolpipe.infra.local.template import configured_path
 from toolpipe.shared.agents import AGENTS, Agent, execution_events_bound, worst_turn_events

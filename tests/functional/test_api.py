@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Pipeline, Reply, _pipeline, call
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local.lambdas import call_function
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 from tests.conftest import Pipeline
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local.lambdas import call_function
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 

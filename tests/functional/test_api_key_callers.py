@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from tests.conftest import Pipeline
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local.lambdas import call_function
 
 KEY_A = ("k7ab3x9q2d", "Wq4rS1vN8mTz0pLc6yHj2BdX5eKa9FgU3iOo7sRl")

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.e2e.test_approvals import GATED
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local.lambdas import call_function
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.e2e.test_approvals import GATED, pending, tool_messages
 from tests.functional.test_approvals import _items
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local import lambdas, serial
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply

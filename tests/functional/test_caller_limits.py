@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.conftest import Pipeline
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local.lambdas import call_function
 from toolpipe.infra.local.runtime import BUCKET, LOCAL_CALLER, REGION, TABLE
 from toolpipe.shared.deferred import ApprovalStatus

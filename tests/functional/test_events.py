@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import Capture, Pipeline, call
+from toolpipe.infra.cdk.functions import TOOL_RUNNER
 from toolpipe.infra.cli import main
-from toolpipe.infra.functions import TOOL_RUNNER
 from toolpipe.infra.local.lambdas import LocalContext, call_handler
 from toolpipe.infra.local.scripted_model import Reply
 
@@ -184,7 +184,7 @@ def test_the_execution_status_change_sample_fails_the_run_once(pipeline: Pipelin
     """The rule's event, delivered twice as EventBridge may: the run is failed with the reason,
     and the second delivery changes nothing."""
     from tests.conftest import GATE, GATE_REACHED, wait_for_gate
-    from toolpipe.infra.definition import execution_ended_request
+    from toolpipe.infra.cdk.definition import execution_ended_request
 
     GATE.clear()
     GATE_REACHED.clear()

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import pytest
 from botocore.exceptions import ClientError
 
-from toolpipe.infra.functions import TOOL_WORKER
+from toolpipe.infra.cdk.functions import TOOL_WORKER
 from toolpipe.infra.local.runtime import TABLE, LocalRuntime
 
 

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from tests.conftest import Pipeline, _pipeline, call
 from toolpipe import tool
-from toolpipe.infra.functions import FUNCTIONS
+from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import BUCKET, REGION, LocalRuntime
 from toolpipe.infra.local.scripted_model import Reply

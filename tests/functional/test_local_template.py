@@ -11,8 +11,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from toolpipe.infra.definition import definition_json, execution_ended_pattern, substitute
-from toolpipe.infra.functions import FUNCTIONS
+from toolpipe.infra.cdk.definition import definition_json, execution_ended_pattern, substitute
+from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.infra.local import deployment, triggers
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import REGION, LocalRuntime
@@ -68,7 +68,7 @@ def test_the_state_machine_runs_the_templates_definition(runtime: LocalRuntime) 
     described = boto3.client("stepfunctions", region_name=REGION).describe_state_machine(
         stateMachineArn=runtime.state_machine_arn
     )
-    # The definition the template ships is the one infra/definition.py builds, substituted.
+    # The definition the template ships is the one infra/cdk/definition.py builds, substituted.
     expected = substitute(
         definition_json(),
         {

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from toolpipe.infra.definition import MAX_PARALLEL_CALLS
+from toolpipe.infra.cdk.definition import MAX_PARALLEL_CALLS
 from toolpipe.infra.local import serial
 from toolpipe.infra.local.runtime import LocalRuntime
 from toolpipe.infra.local.workers import WorkerPool

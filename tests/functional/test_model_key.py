@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
-from toolpipe.infra.functions import ORCHESTRATOR
+from toolpipe.infra.cdk.functions import ORCHESTRATOR
 from toolpipe.infra.local.isolation import FunctionContext, running_as
 from toolpipe.infra.local.runtime import LocalRuntime
 from toolpipe.infra.local.scripted_model import DemoResponder, ScriptedModelServer

@@ -4,7 +4,7 @@ import json
 from typing import Any
 
 from tests.conftest import Pipeline
-from toolpipe.infra.openapi import DOCUMENT, render
+from toolpipe.infra.reference.openapi import DOCUMENT, render
 from toolpipe.shared.agents import all_agents
 from toolpipe.shared.dynamo import MAX_CALLER_BYTES
 from toolpipe.shared.messages import NOT_BLANK_PATTERN

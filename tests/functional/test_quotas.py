@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Pipeline, _pipeline, call
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply

@@ -8,8 +8,8 @@ import pytest
 
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.dynamo_faults import cancellation_body, refused
-from toolpipe.infra.functions import ORCHESTRATOR as ORCHESTRATOR_FUNCTION
-from toolpipe.infra.functions import TOOL_WORKER
+from toolpipe.infra.cdk.functions import ORCHESTRATOR as ORCHESTRATOR_FUNCTION
+from toolpipe.infra.cdk.functions import TOOL_WORKER
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.lambdas import LocalContext, call_handler
 from toolpipe.infra.local.scripted_model import Reply

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import TEST_AGENT, Pipeline, call
 from tests.dynamo_faults import error_body, refused
 from tests.functional.test_runs_api import _wait
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import BUCKET, TABLE
 from toolpipe.infra.local.scripted_model import Reply
@@ -225,7 +225,7 @@ def test_an_ending_that_died_while_stamping_is_finished_by_the_next(pipeline: Pi
     the run ended, stamps them."""
     from botocore.exceptions import ClientError
 
-    from toolpipe.infra.functions import ORCHESTRATOR
+    from toolpipe.infra.cdk.functions import ORCHESTRATOR
     from toolpipe.shared.messages import AssistantMessage, RunRecord, RunStatus, UserMessage
 
     with running_as(pipeline.runtime.functions[ORCHESTRATOR.name]):

@@ -5,7 +5,7 @@ from botocore.exceptions import ClientError
 
 from tests.conftest import Pipeline
 from tests.dynamo_faults import cancellation_body, refused
-from toolpipe.infra.functions import ORCHESTRATOR
+from toolpipe.infra.cdk.functions import ORCHESTRATOR
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.shared.history import ClaimState
 from toolpipe.shared.history.errors import RunNotFoundError

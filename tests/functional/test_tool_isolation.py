@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 from tests.conftest import Pipeline, call
 from tests.e2e.test_approvals import GATED, pending
 from toolpipe import tool
-from toolpipe.infra.functions import TOOL_RUNNER, TOOL_WORKER
+from toolpipe.infra.cdk.functions import TOOL_RUNNER, TOOL_WORKER
 from toolpipe.infra.local.runtime import REGION, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS, Agent

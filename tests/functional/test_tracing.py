@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from aws_lambda_powertools import Tracer
 
-from toolpipe.infra.functions import FUNCTIONS
+from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.tracing import tracing_enabled
 

@@ -17,7 +17,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The synthesized template, cdk-nag included: synthesis raises on any unacknowledged finding."""
     from aws_cdk.assertions import Template
 
-    from toolpipe.infra.app import build_app
+    from toolpipe.infra.cdk.app import build_app
 
     app, _ = build_app(bundle=False, outdir=str(tmp_path_factory.mktemp("cdk.out")))
     assembly = app.synth()  # once per session: Template.from_stack would synthesize again

@@ -1,5 +1,5 @@
 """IAM statements read one resource at a time: the `@aws-cdk/aws-iam:minimizePolicies` feature flag
-(infra/feature_flags.py) merges statements that grant the same actions into one listing several
+(infra/cdk/feature_flags.py) merges statements that grant the same actions into one listing several
 resources, which changes the policy's shape, not what it grants."""
 
 from typing import Any

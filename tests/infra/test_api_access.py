@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from toolpipe.infra.app import SKIP_BUNDLING
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.app import SKIP_BUNDLING
+from toolpipe.infra.cdk.functions import API
 
 ADMIN = "arn:aws:iam::123456789012:role/Operator"
 MCP_SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:docs-mcp"
@@ -22,7 +22,7 @@ def test_the_admin_principal_and_mcp_secrets_come_from_cdk_context(tmp_path: Any
     from aws_cdk import App
     from aws_cdk.assertions import Template
 
-    from toolpipe.infra.stack import ToolpipeStack
+    from toolpipe.infra.cdk.stack import ToolpipeStack
 
     context = {"admin_principal": ADMIN, "mcp_header_secrets": f"{MCP_SECRET}, {MCP_SECRET}-2"}
     app = App(outdir=str(tmp_path), context=context, post_cli_context=SKIP_BUNDLING)

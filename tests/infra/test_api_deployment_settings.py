@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from toolpipe.infra.functions import API
+from toolpipe.infra.cdk.functions import API
 
 # The `AWS::ApiGateway::Account` and its role, with the ids they had when the stack always made them.
 ACCOUNT_ID, ROLE_ID = "RunsApiAccount733A908A", "RunsApiCloudWatchRole87D72B23"
@@ -20,7 +20,7 @@ def with_role(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """`cdk synth -c api_gateway_cloudwatch_role=true`, cdk-nag included: a finding raises."""
     from aws_cdk.assertions import Template
 
-    from toolpipe.infra.app import build_app
+    from toolpipe.infra.cdk.app import build_app
 
     outdir = tmp_path_factory.mktemp("cdk.out")
     app, _ = build_app(bundle=False, outdir=str(outdir), context={"api_gateway_cloudwatch_role": "true"})
@@ -102,7 +102,7 @@ def test_routes_added_to_the_api_add_no_permission(tmp_path: Path) -> None:
     from aws_cdk import aws_lambda as lambda_
     from aws_cdk.assertions import Template
 
-    from toolpipe.infra.constructs.api import Api
+    from toolpipe.infra.cdk.constructs.api import Api
 
     stack = Stack(App(outdir=str(tmp_path)), "Routes")
     handler = lambda_.Function(
@@ -158,7 +158,7 @@ def test_the_account_setting_is_made_when_asked_with_the_ids_it_had(with_role: A
 
 
 def test_a_bad_account_setting_value_is_one_line(tmp_path: Path) -> None:
-    from toolpipe.infra.app import build_app
+    from toolpipe.infra.cdk.app import build_app
 
     with pytest.raises(ValueError, match="api_gateway_cloudwatch_role must be true or false, not 'yes'"):
         build_app(bundle=False, outdir=str(tmp_path), context={"api_gateway_cloudwatch_role": "yes"})

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.infra.test_auth import _synth
-from toolpipe.infra.constructs.approval_emails import parse_addresses
+from toolpipe.infra.cdk.constructs.approval_emails import parse_addresses
 
 ROOT = Path(__file__).resolve().parents[2]
 APPROVERS = "ana@example.com, bob+approvals@example.org,ana@example.com"
@@ -228,7 +228,7 @@ def test_addresses_from_context_or_a_list(value: Any, expected: list[str]) -> No
 def test_a_bad_address_stops_the_stack_with_one_line_naming_it(value: Any, error: str) -> None:
     from aws_cdk import App
 
-    from toolpipe.infra.stack import ToolpipeStack
+    from toolpipe.infra.cdk.stack import ToolpipeStack
 
     app = App(context={"approval_emails": value})
     with pytest.raises(ValueError) as raised:
@@ -242,7 +242,7 @@ def test_with_link_edits_on_the_api_takes_edits_from_links_and_the_email_says_so
     tmp_path_factory: pytest.TempPathFactory, template: Any
 ) -> None:
     from tests.infra.test_approval_links import _function
-    from toolpipe.infra.functions import API
+    from toolpipe.infra.cdk.functions import API
 
     edits = _synth({"approval_emails": APPROVERS, "link_edits": "true"}, tmp_path_factory.mktemp("cdk.out"))
     env = _function(edits, API.handler)[1]["Properties"]["Environment"]["Variables"]
@@ -260,7 +260,7 @@ def test_with_link_edits_on_the_api_takes_edits_from_links_and_the_email_says_so
 def test_a_link_edits_value_that_is_not_a_boolean_stops_the_stack_with_one_line(value: str) -> None:
     from aws_cdk import App
 
-    from toolpipe.infra.stack import ToolpipeStack
+    from toolpipe.infra.cdk.stack import ToolpipeStack
 
     app = App(context={"link_edits": value})
     with pytest.raises(ValueError) as raised:

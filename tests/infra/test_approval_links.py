@@ -5,7 +5,7 @@ orchestrator without a dependency cycle, the page's methods open to a link holde
 from typing import Any
 
 from tests.infra.policies import per_resource
-from toolpipe.infra.functions import API, ORCHESTRATOR, TOOL_WORKER
+from toolpipe.infra.cdk.functions import API, ORCHESTRATOR, TOOL_WORKER
 
 
 def _function(template: Any, handler: str) -> tuple[str, dict[str, Any]]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from toolpipe.infra.app import SKIP_BUNDLING
+from toolpipe.infra.cdk.app import SKIP_BUNDLING
 
 API_KEY_CONTEXT = {"api_auth": "api_key", "api_throttle_rate": "50", "api_throttle_burst": "100"}
 
@@ -21,7 +21,7 @@ def _synth(context: dict[str, Any], outdir: Path) -> Any:
     from aws_cdk.assertions import Template
     from cdk_nag import AwsSolutionsChecks
 
-    from toolpipe.infra.stack import ToolpipeStack
+    from toolpipe.infra.cdk.stack import ToolpipeStack
 
     app = App(outdir=str(outdir), context=context, post_cli_context=SKIP_BUNDLING)
     ToolpipeStack(app, "Toolpipe")
@@ -132,7 +132,7 @@ def test_a_bad_auth_setting_is_refused_in_one_line(
 ) -> None:
     from aws_cdk import App
 
-    from toolpipe.infra.stack import ToolpipeStack
+    from toolpipe.infra.cdk.stack import ToolpipeStack
 
     app = App(outdir=str(tmp_path), context=context, post_cli_context=SKIP_BUNDLING)
     with pytest.raises(ValueError, match=message) as refused:
@@ -156,7 +156,7 @@ def test_the_cdk_app_refuses_a_bad_setting_in_one_line_and_writes_nothing(tmp_pa
     }
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-m", "toolpipe.infra.app"],
+        [sys.executable, "-m", "toolpipe.infra.cdk.app"],
         cwd=root,
         env=env,
         capture_output=True,

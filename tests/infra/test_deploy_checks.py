@@ -1,4 +1,4 @@
-"""`make check-deploy` (infra/deploy_checks.py): it passes on the synthesized template, and fails,
+"""`make check-deploy` (infra/cdk/deploy_checks.py): it passes on the synthesized template, and fails,
 with one line naming the cause, on templates broken in ways AWS refuses at create time. The real
 validators run (asl-validator on package.json's Node, cfn-lint), on small files."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from toolpipe.infra import deploy_checks
-from toolpipe.infra.deploy_checks import STATE_MACHINE, main
+from toolpipe.infra.cdk import deploy_checks
+from toolpipe.infra.cdk.deploy_checks import STATE_MACHINE, main
 
 ASL = "asl-rules,asl-validator"
 pytestmark = pytest.mark.skipif(
@@ -183,7 +183,7 @@ def test_a_resource_cloudformation_refuses_fails_the_gate(
 
 
 def test_every_checkov_skip_says_why(template: Any) -> None:
-    """Skips are stated on the resource (infra/constructs/nag.py `skip_checkov`), with a reason."""
+    """Skips are stated on the resource (infra/cdk/constructs/nag.py `skip_checkov`), with a reason."""
     skips = [
         (name, skip)
         for name, resource in template.to_json()["Resources"].items()
@@ -211,7 +211,7 @@ def test_the_readme_lists_every_checkov_skip(template: Any) -> None:
 def test_an_ended_execution_the_orchestrator_fails_on_is_kept_not_dropped(template: Any) -> None:
     """The fix behind checkov's CKV_AWS_116 on the orchestrator: the execution-ended rule invokes
     it asynchronously; after Lambda's retries a failure goes to the rule's dead-letter queue."""
-    from toolpipe.infra.functions import ORCHESTRATOR
+    from toolpipe.infra.cdk.functions import ORCHESTRATOR
 
     resources = template.to_json()["Resources"]
     orchestrator = next(

@@ -9,8 +9,8 @@ from typing import Any
 import aws_cdk
 import pytest
 
-from toolpipe.infra.feature_flags import FEATURE_FLAGS, RECOMMENDED_BY
-from toolpipe.infra.scaffold import project_files
+from toolpipe.infra.cdk.feature_flags import FEATURE_FLAGS, RECOMMENDED_BY
+from toolpipe.infra.cli.scaffold import project_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def test_the_flags_are_the_installed_aws_cdk_libs_recommended_set() -> None:
     recommended = _recommended()
     new = sorted(set(recommended) - set(FEATURE_FLAGS))
     assert not new, (
-        f"aws-cdk-lib recommends flags infra/feature_flags.py ({RECOMMENDED_BY}) does not set: {new}. "
+        f"aws-cdk-lib recommends flags infra/cdk/feature_flags.py ({RECOMMENDED_BY}) does not set: {new}. "
         "Synthesize with and without each and review the template diff (logical ids, replacements) "
         "before adding it."
     )
@@ -57,7 +57,7 @@ def test_a_scaffolded_project_sets_the_same_flags() -> None:
 def test_build_app_applies_the_flags_and_context_wins(context: dict[str, Any], tmp_path: Path) -> None:
     from aws_cdk import FeatureFlags
 
-    from toolpipe.infra.app import build_app
+    from toolpipe.infra.cdk.app import build_app
 
     _, stack = build_app(bundle=False, outdir=str(tmp_path), context=context)
     enabled = FeatureFlags.of(stack)

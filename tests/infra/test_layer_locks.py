@@ -1,4 +1,4 @@
-"""The layers come from committed locks (infra/layers/*.lock, `make lock`): every requirement
+"""The layers come from committed locks (infra/cdk/layers/*.lock, `make lock`): every requirement
 pinned within its range, every file hashed, and the lock's bytes as the layer's asset hash.
 Nothing here reaches the network: pip and uv are never run."""
 
@@ -11,8 +11,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from toolpipe.infra import bundling
-from toolpipe.infra.bundling import LAYERS
+from toolpipe.infra.cdk import bundling
+from toolpipe.infra.cdk.bundling import LAYERS
 
 ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s*\\\n\s+--hash=sha256:[0-9a-f]{64})*)", re.M)
 
@@ -112,7 +112,7 @@ def test_each_layers_asset_hash_is_its_locks(monkeypatch: pytest.MonkeyPatch, tm
 
 @pytest.mark.slow
 def test_your_lock_joins_the_deps_layer(template: Any, tmp_path: Path) -> None:
-    from toolpipe.infra.app import build_app
+    from toolpipe.infra.cdk.app import build_app
 
     user_lock = tmp_path / "requirements.lock"
     user_lock.write_text("httpx==0.28.1 \\\n    --hash=sha256:" + "0" * 64 + "\n")
@@ -124,7 +124,7 @@ def test_your_lock_joins_the_deps_layer(template: Any, tmp_path: Path) -> None:
 
 
 def test_unlocked_requirements_and_a_missing_lock_are_one_line(tmp_path: Path) -> None:
-    from toolpipe.infra.app import build_app
+    from toolpipe.infra.cdk.app import build_app
 
     with pytest.raises(ValueError, match=r"requirements=\[...\] is no longer taken.*requirements_lock="):
         build_app(bundle=False, outdir=str(tmp_path), requirements=["httpx>=0.27"])

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.infra.policies import per_resource
-from toolpipe.infra.app import SKIP_BUNDLING
-from toolpipe.infra.functions import ORCHESTRATOR
+from toolpipe.infra.cdk.app import SKIP_BUNDLING
+from toolpipe.infra.cdk.functions import ORCHESTRATOR
 
 SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:openai-key-AbCdEf"
 KMS_KEY_ARN = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
@@ -20,7 +20,7 @@ SELF_HOSTED = "http://10.0.0.5:8000/v1"
 
 def _synth(context: dict[str, Any], outdir: Path) -> dict[str, Any]:
     """The Toolpipe stack as `cdk synth -c ...` builds it, cdk-nag included: a finding raises."""
-    from toolpipe.infra.app import build_app
+    from toolpipe.infra.cdk.app import build_app
 
     app, _ = build_app(bundle=False, outdir=str(outdir), context=context)
     return dict(app.synth().get_stack_by_name("Toolpipe").template)
@@ -140,7 +140,7 @@ def test_a_key_setting_that_cannot_work_stops_the_synth_in_one_line(
 ) -> None:
     from aws_cdk import App
 
-    from toolpipe.infra.stack import ToolpipeStack
+    from toolpipe.infra.cdk.stack import ToolpipeStack
 
     app = App(context=context, post_cli_context=SKIP_BUNDLING)
     with pytest.raises(ValueError, match="^" + message) as raised:
@@ -153,7 +153,7 @@ def test_the_construct_takes_the_same_choices(tmp_path: Path) -> None:
     from aws_cdk import App, Stack
     from aws_cdk.assertions import Template
 
-    from toolpipe.infra.pipeline import ToolPipeline
+    from toolpipe.infra.cdk.pipeline import ToolPipeline
 
     app = App(outdir=str(tmp_path), post_cli_context=SKIP_BUNDLING)
     stack = Stack(app, "MyService")
@@ -183,7 +183,7 @@ def test_the_readme_deploy_path_names_only_context_keys_outputs_and_flags_that_e
     section = _deploy_section()
     read = set(
         re.findall(
-            r'try_get_context\("(\w+)"\)', "".join(p.read_text() for p in (ROOT / "infra").glob("*.py"))
+            r'try_get_context\("(\w+)"\)', "".join(p.read_text() for p in (ROOT / "infra" / "cdk").glob("*.py"))
         )
     )
     keys = set(re.findall(r"-c (\w+)=", section))

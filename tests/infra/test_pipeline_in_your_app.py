@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from toolpipe.infra.app import SKIP_BUNDLING
+from toolpipe.infra.cdk.app import SKIP_BUNDLING
 
 ROOT = Path(__file__).resolve().parents[2]
 

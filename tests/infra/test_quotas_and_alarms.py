@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.infra.test_auth import _synth
-from toolpipe.infra.constructs.functions import WORKER_MAX_CONCURRENCY
+from toolpipe.infra.cdk.constructs.functions import WORKER_MAX_CONCURRENCY
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -112,8 +112,8 @@ def test_a_bad_quota_or_alarm_setting_is_refused_in_one_line(
 ) -> None:
     from aws_cdk import App
 
-    from toolpipe.infra.app import SKIP_BUNDLING
-    from toolpipe.infra.stack import ToolpipeStack
+    from toolpipe.infra.cdk.app import SKIP_BUNDLING
+    from toolpipe.infra.cdk.stack import ToolpipeStack
 
     app = App(outdir=str(tmp_path), context=context, post_cli_context=SKIP_BUNDLING)
     with pytest.raises(ValueError, match=re.escape(message)) as refused:

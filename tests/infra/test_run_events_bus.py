@@ -4,7 +4,7 @@ on it the run events it publishes, no other event, and nothing anywhere else."""
 import json
 from typing import Any
 
-from toolpipe.infra.functions import FUNCTIONS
+from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.shared.runs.events import DETAIL_TYPES
 
 # Every function that publishes: not the tool runner (tool code publishes nothing).

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Capture, Match
 
-from toolpipe.infra import limits
-from toolpipe.infra.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json
-from toolpipe.infra.functions import FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
+from toolpipe.infra.cdk import limits
+from toolpipe.infra.cdk.definition import ORCHESTRATOR_ARN, TOOL_QUEUE_URL, definition_json
+from toolpipe.infra.cdk.functions import FUNCTIONS, ORCHESTRATOR, TOOL_WORKER
 from toolpipe.shared.history.retention import (
     RETAIN_UNTIL,
     RETENTION_TAG_KEY,
@@ -123,7 +123,7 @@ def test_ended_runs_expire_and_the_table_is_protected(template: Any) -> None:
 def test_retention_days_is_a_stack_option(tmp_path: Path) -> None:
     from aws_cdk.assertions import Template
 
-    from toolpipe.infra.app import build_app
+    from toolpipe.infra.cdk.app import build_app
 
     app, _ = build_app(bundle=False, outdir=str(tmp_path), context={"retention_days": "7"})
     template = Template.from_json(app.synth().get_stack_by_name("Toolpipe").template)
@@ -164,7 +164,7 @@ def test_model_key_comes_from_secrets_manager_not_the_environment(template: Any)
 
 def test_the_model_key_is_retained_and_the_approval_signing_key_is_not(template: Any) -> None:
     """The model key holds what the deployer put: kept, like the table and bucket. The signing key
-    was generated for this stack's links only: deleted with it (infra/constructs/functions.py)."""
+    was generated for this stack's links only: deleted with it (infra/cdk/constructs/functions.py)."""
     secrets = template.find_resources("AWS::SecretsManager::Secret")
     model_key = secrets["ModelApiKeyF7948A61"]
     assert (model_key["DeletionPolicy"], model_key["UpdateReplacePolicy"]) == ("Retain", "Retain")
@@ -279,7 +279,7 @@ def test_api_gateway_request_model_matches_the_handler_model(template: Any) -> N
 
 def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: Any) -> None:
     """Stopped by hand, timed out or failed outside its own Catch: the run must not stay running."""
-    from toolpipe.infra.definition import execution_ended_request
+    from toolpipe.infra.cdk.definition import execution_ended_request
 
     machine = _logical(template, "AWS::StepFunctions::StateMachine")
     orchestrator = _logical(template, "AWS::Lambda::Function", Handler=ORCHESTRATOR.handler)
@@ -326,7 +326,7 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
     )
 
 
-# The ids the stack's resources had when it was one construct (before infra/constructs/).
+# The ids the stack's resources had when it was one construct (before infra/cdk/constructs/).
 # CloudFormation replaces a resource whose id changes: the retained table, bucket and secret
 # would be orphaned and new, empty ones made. Only Lambda permissions and the event source
 # mapping changed id in the split (CDK names them after their targets' full paths).

@@ -8,7 +8,7 @@ invariant from what would deploy, not from the constants that built it.
 from dataclasses import dataclass
 from typing import Any
 
-from toolpipe.infra import functions, limits
+from toolpipe.infra.cdk import functions, limits
 from toolpipe.shared.settings import CallTimeouts, WorkerSettings
 
 ORCHESTRATOR = functions.ORCHESTRATOR.handler

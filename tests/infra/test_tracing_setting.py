@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from toolpipe.infra.app import SKIP_BUNDLING
+from toolpipe.infra.cdk.app import SKIP_BUNDLING
 from toolpipe.shared.tracing import tracing_enabled
 
 
@@ -24,7 +24,7 @@ def _synth(context: dict[str, Any], outdir: Path) -> Any:
     from aws_cdk.assertions import Template
     from cdk_nag import AwsSolutionsChecks
 
-    from toolpipe.infra.stack import ToolpipeStack
+    from toolpipe.infra.cdk.stack import ToolpipeStack
 
     app = App(outdir=str(outdir), context=context, post_cli_context=SKIP_BUNDLING)
     ToolpipeStack(app, "Toolpipe")

@@ -10,7 +10,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from tests.infra.policies import per_resource
-from toolpipe.infra.constructs.triggers import TriggerSchedule
+from toolpipe.infra.cdk.constructs.triggers import TriggerSchedule
 
 SCHEDULES = [
     {
@@ -36,7 +36,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The stack with schedules configured, cdk-nag included (findings fail the synth)."""
     from aws_cdk.assertions import Template
 
-    from toolpipe.infra.app import build_app
+    from toolpipe.infra.cdk.app import build_app
 
     app, _ = build_app(bundle=False, outdir=str(tmp_path_factory.mktemp("cdk.out")), context=CONTEXT)
     yield Template.from_json(app.synth().get_stack_by_name("Toolpipe").template)

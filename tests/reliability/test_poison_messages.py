@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import CALLS, Pipeline, _pipeline, call
 from tests.functional.test_resilience import WORKER, _context, waiting_calls
 from tests.reliability.figures import record
-from toolpipe.infra.functions import TOOL_WORKER
+from toolpipe.infra.cdk.functions import TOOL_WORKER
 from toolpipe.infra.local.lambdas import call_handler
 from toolpipe.infra.local.scripted_model import Reply
 

@@ -14,7 +14,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from toolpipe.infra.definition import build_definition
+from toolpipe.infra.cdk.definition import build_definition
 from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 from toolpipe.shared.deferred import Approval, ApprovalStatus, arguments_hash
 from toolpipe.shared.errors import DefinitionError, ErrorKind

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from toolpipe.infra.asl_rules import problems
-from toolpipe.infra.definition import build_definition
+from toolpipe.infra.cdk.asl_rules import problems
+from toolpipe.infra.cdk.definition import build_definition
 
 
 def _call_model(d: dict[str, Any]) -> dict[str, Any]:

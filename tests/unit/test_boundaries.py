@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from toolpipe.infra.definition import SUBSTITUTIONS, build_definition, definition_json, substitute
+from toolpipe.infra.cdk.definition import SUBSTITUTIONS, build_definition, definition_json, substitute
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.messages import HISTORY_ITEM, AssistantMessage, ToolCall
 from toolpipe.shared.settings import CallTimeouts, StoreSettings

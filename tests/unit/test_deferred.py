@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.unit.test_approvals import APPROVER, _deliver
-from toolpipe.infra.definition import build_definition
+from toolpipe.infra.cdk.definition import build_definition
 from toolpipe.shared.agents import AGENTS, Agent
 from toolpipe.shared.deferred.answers import answer_content, question_of
 from toolpipe.shared.deferred.models import ApprovalKind, InvalidAnswerError, ResultRequest

@@ -1,4 +1,4 @@
-"""`infra/functions.py` is the one place handlers and timeouts are named: each must exist."""
+"""`infra/cdk/functions.py` is the one place handlers and timeouts are named: each must exist."""
 
 import ast
 import importlib.util
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from toolpipe.infra.functions import FUNCTIONS, FunctionSpec
+from toolpipe.infra.cdk.functions import FUNCTIONS, FunctionSpec
 
 
 @pytest.mark.parametrize("spec", FUNCTIONS.values(), ids=list(FUNCTIONS))

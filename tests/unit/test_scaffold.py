@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from toolpipe.infra.scaffold import ScaffoldError, init_project, package_name, project_files
+from toolpipe.infra.cli.scaffold import ScaffoldError, init_project, package_name, project_files
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""`toolpipe init DIR`: a project of your own (infra/scaffold.py)."""
+"""`toolpipe init DIR`: a project of your own (infra/cli/scaffold.py)."""
 
 import argparse
 import shlex
@@ -10,7 +10,7 @@ from toolpipe.infra.cli.output import write_json
 
 def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Write the project's files; list them on stdout, and what to do next on stderr."""
-    from toolpipe.infra.scaffold import ScaffoldError, init_project
+    from toolpipe.infra.cli.scaffold import ScaffoldError, init_project
 
     try:
         written = init_project(args.directory, args.package)

@@ -8,11 +8,11 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, TextIO
 
+from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.infra.cli.discovery import serving, state_dir, try_lock
 from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError
 from toolpipe.infra.cli.model_endpoint import model_endpoint
 from toolpipe.infra.cli.output import write_json
-from toolpipe.infra.functions import FUNCTIONS
 
 
 def invoke(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -52,7 +52,7 @@ def invoke(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _event(args: argparse.Namespace) -> Any:
     """The event file, RUN_ID replaced, as the function receives it."""
-    from toolpipe.infra.definition import EXECUTION_ENDED_DETAIL_TYPE, execution_ended_request
+    from toolpipe.infra.cdk.definition import EXECUTION_ENDED_DETAIL_TYPE, execution_ended_request
 
     text = args.event.read_text()
     if args.run_id:

@@ -3,15 +3,15 @@ on the synthesized template (`TOOLPIPE_BUNDLE=0`, as `make synth`).
 
 One line per check, then a one-line reason and a non-zero exit on any failure:
 
-- `cdk-nag`: synthesis itself; an unacknowledged finding fails it (infra/app.py).
+- `cdk-nag`: synthesis itself; an unacknowledged finding fails it (infra/cdk/app.py).
 - `asl-rules`: what Step Functions refuses and asl-validator misses, or reports without naming
-  the state (infra/asl_rules.py).
+  the state (infra/cdk/asl_rules.py).
 - `asl-validator` (npm): every state machine's definition, rendered as AWS will see it.
 - `cfn-lint` (pip): no errors against the CloudFormation resource specification; warnings pass.
 - `checkov` (pip, its own venv): no failed check; each skip is stated, with its reason, on the
-  resource it concerns (infra/constructs/nag.py `skip_checkov`).
+  resource it concerns (infra/cdk/constructs/nag.py `skip_checkov`).
 
-`python -m toolpipe.infra.deploy_checks [--template FILE] [--checks a,b]`: with `--template`, the
+`python -m toolpipe.infra.cdk.deploy_checks [--template FILE] [--checks a,b]`: with `--template`, the
 file is checked and nothing is synthesized (so no cdk-nag).
 """
 
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolpipe.infra import asl_rules
-from toolpipe.infra.intrinsics import IntrinsicError, Resolver
+from toolpipe.infra.cdk import asl_rules
+from toolpipe.infra.cdk.intrinsics import IntrinsicError, Resolver
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NODE_BIN = ROOT / "node_modules" / ".bin"
 # Its own venv: checkov 3.3 pins boto3==1.35.49 and packaging<24, below what the dev venv runs.
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
@@ -239,7 +239,7 @@ CHECKS: dict[str, Callable[[Path, Path], Result]] = {
 
 def synthesize(outdir: Path) -> tuple[Result, Path | None]:
     """The app synthesized offline, cdk-nag included: its result, and the template's path."""
-    from toolpipe.infra.app import build_app  # imports aws_cdk (and starts node): only here
+    from toolpipe.infra.cdk.app import build_app  # imports aws_cdk (and starts node): only here
 
     try:
         app, stack = build_app(bundle=False, outdir=str(outdir))
@@ -297,7 +297,7 @@ def _check(name: str, template: Path, workdir: Path) -> Result:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolpipe.infra.deploy_checks", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m toolpipe.infra.cdk.deploy_checks", description=__doc__)
     parser.add_argument("--template", type=Path, help="check this template; do not synthesize")
     parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma-separated, of {', '.join(CHECKS)}")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Lambda layers built with pip on this machine, from lock files: no Docker.
 
-Each layer is installed from its lock (`infra/layers/*.lock`: every package pinned, with the
+Each layer is installed from its lock (`infra/cdk/layers/*.lock`: every package pinned, with the
 hashes of its files), made by `make lock` from the requirement ranges below, resolved for the
 Lambda platform (Python 3.14, manylinux2014 aarch64) whatever machine runs it. pip downloads
 only wheels for that platform (`--platform manylinux2014_<arch> --only-binary=:all:`) and

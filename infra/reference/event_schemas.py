@@ -11,7 +11,7 @@ from pathlib import Path
 from toolpipe.shared.runs.events import schema_text, schemas
 from toolpipe.shared.triggers.events import run_requested_schema
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "docs" / "events"
 
 

@@ -1,6 +1,6 @@
 """CloudFormation's intrinsic functions, resolved offline: the local runtime resolves a template
 against the resources it created (`infra/local/deployment.py`), the deploy checks against
-well-formed stand-ins (`infra/deploy_checks.py`)."""
+well-formed stand-ins (`infra/cdk/deploy_checks.py`)."""
 
 from collections.abc import Callable, Mapping
 from typing import Any

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-DOCUMENT = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
+DOCUMENT = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 # The handler reads its settings at import; the document depends on none of them.
 _PLACEHOLDERS = {
     "TABLE_NAME": "openapi",

@@ -13,7 +13,7 @@ synthesize: no logical id changes and nothing is replaced. Two flags change reso
 `@aws-cdk/aws-apigateway:logGroupDestinationArnWithoutWildcard` writes the stage's access-log
 destination ARN without its `:*`. An aws-cdk-lib that recommends more fails test_feature_flags
 until each new flag is reviewed and added here: a flag can change logical ids, which the stack
-keeps stable (the retained table, bucket and secret; infra/stack.py `_allocate_logical_id`).
+keeps stable (the retained table, bucket and secret; infra/cdk/stack.py `_allocate_logical_id`).
 """
 
 from typing import Any

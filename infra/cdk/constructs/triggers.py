@@ -40,8 +40,8 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct, Node
 
-from toolpipe.infra import bundling
-from toolpipe.infra.constructs.nag import (
+from toolpipe.infra.cdk import bundling
+from toolpipe.infra.cdk.constructs.nag import (
     ENVIRONMENT_HOLDS_NO_SECRET,
     LOGS_ENCRYPTION,
     NO_RESERVED_CONCURRENCY,
@@ -50,8 +50,8 @@ from toolpipe.infra.constructs.nag import (
     logical_id,
     skip_checkov,
 )
-from toolpipe.infra.constructs.storage import grant_run_objects
-from toolpipe.infra.functions import TRIGGERS
+from toolpipe.infra.cdk.constructs.storage import grant_run_objects
+from toolpipe.infra.cdk.functions import TRIGGERS
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS
 from toolpipe.shared.settings import TriggerSettings
 from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE, RunRequestedDetail
@@ -272,7 +272,7 @@ class Triggers(Construct):
             event_bus=bus,
             # The sources the deployer named (`trigger_sources`); by default not the run events'
             # own, so a subscriber to `toolpipe` receives no request's input. No function may
-            # put RunRequested, whatever its source (infra/constructs/events.py).
+            # put RunRequested, whatever its source (infra/cdk/constructs/events.py).
             event_pattern=events.EventPattern(
                 source=list(settings.sources), detail_type=[RUN_REQUESTED_DETAIL_TYPE]
             ),

@@ -10,7 +10,7 @@ of an execution stays near 1 KB whatever the tools return (Step Functions caps i
 import json
 from typing import Any
 
-from toolpipe.infra import limits
+from toolpipe.infra.cdk import limits
 from toolpipe.shared.settings import WAITING_CALLS_PER_TURN
 
 ORCHESTRATOR_ARN = "OrchestratorFunctionArn"

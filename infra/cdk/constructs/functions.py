@@ -1,4 +1,4 @@
-"""The three Lambda functions (`infra/functions.py` names them) and exactly what each may do."""
+"""The three Lambda functions (`infra/cdk/functions.py` names them) and exactly what each may do."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,10 +13,10 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from toolpipe.infra import app_code, bundling, limits
-from toolpipe.infra import functions as specs
-from toolpipe.infra.constructs.model_key import grant_decrypt
-from toolpipe.infra.constructs.nag import (
+from toolpipe.infra.cdk import app_code, bundling, limits
+from toolpipe.infra.cdk import functions as specs
+from toolpipe.infra.cdk.constructs.model_key import grant_decrypt
+from toolpipe.infra.cdk.constructs.nag import (
     AWS_MANAGED_SECRET_KEY,
     ENVIRONMENT_HOLDS_NO_SECRET,
     LOGS_ENCRYPTION,
@@ -26,8 +26,8 @@ from toolpipe.infra.constructs.nag import (
     logical_id,
     skip_checkov,
 )
-from toolpipe.infra.constructs.storage import Storage, grant_run_objects
-from toolpipe.infra.constructs.tool_queue import ToolQueue
+from toolpipe.infra.cdk.constructs.storage import Storage, grant_run_objects
+from toolpipe.infra.cdk.constructs.tool_queue import ToolQueue
 from toolpipe.shared.agents.app import APP_ENV
 from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
 from toolpipe.shared.settings import QuotaSettings
@@ -99,7 +99,7 @@ class Functions(Construct):
         # Public, with the layers and the environment below: a construct that adds a function of
         # its own (a trigger's) builds it from the same code, layers and settings.
         # One code asset for every function: toolpipe's runtime and your app's package
-        # (infra/app_code.py); third-party packages come from the layers.
+        # (infra/cdk/app_code.py); third-party packages come from the layers.
         self.code = lambda_.Code.from_asset(str(app_code.stage_code(app, packages)))
         self.dependencies = lambda_.LayerVersion(
             self,
@@ -134,7 +134,7 @@ class Functions(Construct):
             [self.dependencies, self.model_client],
             {
                 "TOOLPIPE_MODEL": model_name,
-                # Set here, not left to defaults: they must agree with the queue's (infra/limits.py).
+                # Set here, not left to defaults: they must agree with the queue's (infra/cdk/limits.py).
                 "TOOLPIPE_CALL_TIMEOUT_SECONDS": str(limits.CALL_TIMEOUT_SECONDS),
                 "TOOLPIPE_CALL_HEARTBEAT_SECONDS": str(limits.CALL_HEARTBEAT_SECONDS),
                 "TOOLPIPE_APPROVAL_TIMEOUT_SECONDS": str(limits.APPROVAL_TIMEOUT_SECONDS),
@@ -243,7 +243,7 @@ class Functions(Construct):
             "CKV_AWS_116",
             "Step Functions invokes it synchronously (a failure reaches the state machine's Catch); its "
             "one asynchronous caller, the execution-ended rule, sends failures to an on-failure "
-            "destination (infra/constructs/run_flow.py).",
+            "destination (infra/cdk/constructs/run_flow.py).",
         )
         if worker_max_concurrency is not None:
             skip_checkov(

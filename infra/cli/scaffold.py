@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from toolpipe.infra.feature_flags import FEATURE_FLAGS
+from toolpipe.infra.cdk.feature_flags import FEATURE_FLAGS
 
 _AGENTS = '''"""Your agents and their tools. Every `Agent` at this module's top level is registered
 under its name: `toolpipe run "..." --agent weather`."""
@@ -94,7 +94,7 @@ testpaths = ["tests"]
 
 def cdk_json() -> str:
     """The project's cdk.json: its CDK app, and the CDK feature flags toolpipe's apps are built
-    with (infra/feature_flags.py; `build_app` applies them too), as `cdk init` would write them."""
+    with (infra/cdk/feature_flags.py; `build_app` applies them too), as `cdk init` would write them."""
     context = {"model_name": "gpt-4o-mini", "model_base_url": "", **FEATURE_FLAGS}
     return json.dumps({"app": "python cdk_app.py", "context": context}, indent=2) + "\n"
 

@@ -9,7 +9,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from toolpipe.infra.constructs.nag import LOGS_ENCRYPTION, acknowledge, skip_checkov
+from toolpipe.infra.cdk.constructs.nag import LOGS_ENCRYPTION, acknowledge, skip_checkov
 
 STAGE_NAME = "v1"
 # The approval page behind the signed link (README "The approval link") and its methods.

@@ -7,8 +7,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from toolpipe.infra.constructs.model_key import create_empty_secret
-from toolpipe.infra.constructs.nag import AWS_MANAGED_SECRET_KEY, acknowledge, skip_checkov
+from toolpipe.infra.cdk.constructs.model_key import create_empty_secret
+from toolpipe.infra.cdk.constructs.nag import AWS_MANAGED_SECRET_KEY, acknowledge, skip_checkov
 from toolpipe.shared.dynamo import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_PROJECTION, CALLER_INDEX_SK
 from toolpipe.shared.history.retention import (
     DEFAULT_RETENTION_DAYS,
@@ -148,7 +148,7 @@ class Storage(Construct):
         )
         self.model_key: secretsmanager.Secret | None = None
         if create_model_key:
-            # Empty: each run says how to set it until it is (infra/constructs/model_key.py).
+            # Empty: each run says how to set it until it is (infra/cdk/constructs/model_key.py).
             self.model_key = create_empty_secret(self, "ModelApiKey")
             acknowledge(
                 self.model_key,

@@ -1,6 +1,6 @@
 """CDK entry point (`cdk synth`, `cdk deploy`): this repository's, and a project's of your own
 (`toolpipe init` writes a `cdk_app.py` calling `synth`). Context: `model_base_url`,
-`model_name`, and the keys `infra/stack.py` reads.
+`model_name`, and the keys `infra/cdk/stack.py` reads.
 
 `TOOLPIPE_BUNDLE=0` synthesizes the template without building the layers (no pip, no
 network): for checks and tests only, and the assembly carries a warning saying so.
@@ -14,8 +14,8 @@ from typing import Any
 from aws_cdk import Annotations, App, Validations
 from cdk_nag import AwsSolutionsChecks
 
-from toolpipe.infra.feature_flags import FEATURE_FLAGS
-from toolpipe.infra.stack import ToolpipeStack
+from toolpipe.infra.cdk.feature_flags import FEATURE_FLAGS
+from toolpipe.infra.cdk.stack import ToolpipeStack
 from toolpipe.shared.errors import ConfigurationError
 
 SKIP_BUNDLING: dict[str, Any] = {"aws:cdk:bundling-stacks": []}
@@ -61,7 +61,7 @@ def build_app(
             "toolpipe:NoBundling",
             "TOOLPIPE_BUNDLE=0: the layers were not built; do not deploy this assembly.",
         )
-    # Findings fail the synth; each construct acknowledges its own, with the reason (infra/constructs/).
+    # Findings fail the synth; each construct acknowledges its own, with the reason (infra/cdk/constructs/).
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app, stack
 

@@ -1,14 +1,14 @@
 """`ToolPipeline`: the whole of toolpipe as one construct, for a CDK app of your own.
 
     from aws_cdk import App, Stack
-    from toolpipe.infra.pipeline import ToolPipeline
+    from toolpipe.infra.cdk.pipeline import ToolPipeline
 
     app = App()
     stack = Stack(app, "MyService")
     agents = ToolPipeline(stack, "Agents", api_auth="api_key")
     app.synth()
 
-`infra.stack.ToolpipeStack` is a stack holding exactly one of these.
+`infra.cdk.stack.ToolpipeStack` is a stack holding exactly one of these.
 """
 
 import os
@@ -25,8 +25,8 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from toolpipe.infra import functions as specs
-from toolpipe.infra.constructs import (
+from toolpipe.infra.cdk import functions as specs
+from toolpipe.infra.cdk.constructs import (
     Api,
     ApiAuth,
     Functions,
@@ -36,11 +36,11 @@ from toolpipe.infra.constructs import (
     Throttle,
     ToolQueue,
 )
-from toolpipe.infra.constructs.alarms import Alarms
-from toolpipe.infra.constructs.approval_emails import ApprovalEmails, parse_addresses
-from toolpipe.infra.constructs.functions import WORKER_MAX_CONCURRENCY, ReservedConcurrency
-from toolpipe.infra.constructs.model_key import NO_MODEL_KEY, ModelKeySecret, resolve_model_key
-from toolpipe.infra.constructs.triggers import TriggerOptions, Triggers
+from toolpipe.infra.cdk.constructs.alarms import Alarms
+from toolpipe.infra.cdk.constructs.approval_emails import ApprovalEmails, parse_addresses
+from toolpipe.infra.cdk.constructs.functions import WORKER_MAX_CONCURRENCY, ReservedConcurrency
+from toolpipe.infra.cdk.constructs.model_key import NO_MODEL_KEY, ModelKeySecret, resolve_model_key
+from toolpipe.infra.cdk.constructs.triggers import TriggerOptions, Triggers
 from toolpipe.shared.agents.app import find_app
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS
 from toolpipe.shared.settings import MAX_RUNNING_QUOTA, QuotaSettings
@@ -183,7 +183,7 @@ class ToolPipeline(Construct):
             self, "RunFlow", orchestrator=self.functions.orchestrator, tool_queue=self.tool_queue.queue
         )
         self.functions.allow_runs(self.run_flow.state_machine)
-        # Run events (infra/constructs/events.py): the bus, and what each function publishes to it.
+        # Run events (infra/cdk/constructs/events.py): the bus, and what each function publishes to it.
         self.run_events = RunEvents(self, "RunEvents")
         for function, spec in (
             (self.functions.orchestrator, specs.ORCHESTRATOR),

@@ -1,4 +1,4 @@
-"""The toolpipe stack: one `ToolPipeline` (infra/pipeline.py) and its outputs.
+"""The toolpipe stack: one `ToolPipeline` (infra/cdk/pipeline.py) and its outputs.
 
 Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.json):
 `api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (the stage's, and
@@ -12,7 +12,7 @@ whoever holds an approval link may also approve with edited arguments), `model_k
 secret's complete ARN, or `none`), `model_key_kms_key_arn`, `tracing` ("false": the
 functions neither trace nor load X-Ray; README "Cold start") and `retention_days` (how long an
 ended run is kept, 30 by default; README "Retention"). `model_name` and
-`model_base_url` reach it from `infra/app.py`.
+`model_base_url` reach it from `infra/cdk/app.py`.
 """
 
 import hashlib
@@ -24,11 +24,11 @@ from typing import Any
 from aws_cdk import CfnElement, CfnOutput, Stack
 from constructs import Construct, Node
 
-from toolpipe.infra.constructs import ApiAuth, ReservedConcurrency, Throttle
-from toolpipe.infra.constructs.approval_emails import parse_addresses
-from toolpipe.infra.constructs.storage import retention_days_of
-from toolpipe.infra.constructs.triggers import TriggerOptions
-from toolpipe.infra.pipeline import ToolPipeline
+from toolpipe.infra.cdk.constructs import ApiAuth, ReservedConcurrency, Throttle
+from toolpipe.infra.cdk.constructs.approval_emails import parse_addresses
+from toolpipe.infra.cdk.constructs.storage import retention_days_of
+from toolpipe.infra.cdk.constructs.triggers import TriggerOptions
+from toolpipe.infra.cdk.pipeline import ToolPipeline
 
 PIPELINE_ID = "Pipeline"
 

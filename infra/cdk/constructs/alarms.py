@@ -14,7 +14,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from toolpipe.infra.constructs.nag import acknowledge, skip_checkov
+from toolpipe.infra.cdk.constructs.nag import acknowledge, skip_checkov
 
 # `alarm_topic_arn=create`: the stack makes the topic (subscribe to it after deploying).
 CREATE_TOPIC = "create"

@@ -13,14 +13,14 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from toolpipe.infra.constructs.nag import (
+from toolpipe.infra.cdk.constructs.nag import (
     LOGS_ENCRYPTION,
     SQS_MANAGED_SSE,
     acknowledge,
     logical_id,
     skip_checkov,
 )
-from toolpipe.infra.definition import (
+from toolpipe.infra.cdk.definition import (
     EXECUTION_ENDED_ACTION,
     EXECUTION_ENDED_PATHS,
     ORCHESTRATOR_ARN,
@@ -31,7 +31,7 @@ from toolpipe.infra.definition import (
 
 
 class RunFlow(Construct):
-    """The state machine from `infra.definition` (the very text the local runtime executes),
+    """The state machine from `infra.cdk.definition` (the very text the local runtime executes),
     its role, granted exactly what the definition calls, and the execution-status rule."""
 
     def __init__(

@@ -2,7 +2,7 @@
 
 A Lambda imports `toolpipe.functions.<handler>` and, at its first run, your app module
 (`TOOLPIPE_APP`); both must be in its code. Third-party packages come from the layers
-(`infra/bundling.py`), never from here.
+(`infra/cdk/bundling.py`), never from here.
 """
 
 import atexit

@@ -4,14 +4,14 @@ from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from toolpipe.infra import limits
-from toolpipe.infra.constructs.nag import SQS_MANAGED_SSE, skip_checkov
+from toolpipe.infra.cdk import limits
+from toolpipe.infra.cdk.constructs.nag import SQS_MANAGED_SSE, skip_checkov
 
 
 class ToolQueue(Construct):
     """One message per tool call, consumed by the tool worker one at a time. The visibility
     timeout and the receive count hang together with the worker's and the call's timeouts
-    (`infra/limits.py`, held by `tests/infra/test_timings.py`)."""
+    (`infra/cdk/limits.py`, held by `tests/infra/test_timings.py`)."""
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)

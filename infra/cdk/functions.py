@@ -1,6 +1,6 @@
 """The Lambda functions: where each handler lives and how long it may run, defined once.
 
-The stack deploys them from this table (`infra/constructs/functions.py`); `toolpipe invoke`
+The stack deploys them from this table (`infra/cdk/constructs/functions.py`); `toolpipe invoke`
 and the local runtime call the same handlers with the same timeouts. A handler moved or a
 timeout changed here reaches all three, so none can be left running another configuration.
 This module imports neither `aws_cdk` nor moto: the CLI and the runtime read it cheaply.
@@ -8,7 +8,7 @@ This module imports neither `aws_cdk` nor moto: the CLI and the runtime read it 
 
 from dataclasses import dataclass
 
-from toolpipe.infra import limits
+from toolpipe.infra.cdk import limits
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class FunctionSpec:
     timeout_seconds: int
     memory_mb: int = 512
     # The run events it publishes (detail-types, shared/runs/events.py): its role may put these
-    # on the bus and no other (infra/constructs/events.py). Found by who calls each publisher.
+    # on the bus and no other (infra/cdk/constructs/events.py). Found by who calls each publisher.
     publishes: tuple[str, ...] = ()
 
     @property
@@ -79,7 +79,7 @@ API = FunctionSpec(
     # programs post for waiting calls.
     publishes=("RunStarted", "RunFailed", "RunCancelled", "ToolCallCompleted"),
 )
-# S3 files and RunRequested events (infra/constructs/triggers.py, README "Triggers").
+# S3 files and RunRequested events (infra/cdk/constructs/triggers.py, README "Triggers").
 TRIGGERS = FunctionSpec(
     name="triggers",
     construct_id="Function",  # inside the Triggers construct
