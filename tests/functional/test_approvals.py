@@ -183,7 +183,7 @@ def test_bad_decisions_are_refused_and_change_nothing(admin_pipeline: Pipeline) 
 def test_the_store_decides_once_and_keeps_the_gate_in_step() -> None:
     from moto import mock_aws
 
-    from tests.unit.test_approvals import _approval
+    from tests.unit.shared.runs.test_approvals import _approval
     from toolpipe.infra.local.runtime import HISTORY_TABLE
     from toolpipe.shared.deferred import ApprovalStatus
 

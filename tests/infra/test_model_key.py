@@ -183,7 +183,8 @@ def test_the_readme_deploy_path_names_only_context_keys_outputs_and_flags_that_e
     section = _deploy_section()
     read = set(
         re.findall(
-            r'try_get_context\("(\w+)"\)', "".join(p.read_text() for p in (ROOT / "infra" / "cdk").glob("*.py"))
+            r'try_get_context\("(\w+)"\)',
+            "".join(p.read_text() for p in (ROOT / "infra" / "cdk").glob("*.py")),
         )
     )
     keys = set(re.findall(r"-c (\w+)=", section))

@@ -17,7 +17,7 @@ from toolpipe.shared.triggers.events import (
     run_requested_schema,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 SCHEMA = ROOT / "docs" / "events" / "RunRequested.json"
 
 

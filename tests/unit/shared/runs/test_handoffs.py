@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from tests.unit.test_runs import Reporter, Starter
+from tests.unit.shared.runs.test_runs import Reporter, Starter
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
 from toolpipe.shared.agents import AGENTS, Agent, Handoff, HandoffContext, agent_tool, remove_tool_calls
 from toolpipe.shared.errors import DefinitionError, ErrorKind

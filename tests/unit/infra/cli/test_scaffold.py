@@ -6,7 +6,7 @@ import pytest
 
 from toolpipe.infra.cli.scaffold import ScaffoldError, init_project, package_name, project_files
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_the_example_project_is_a_scaffolded_one() -> None:

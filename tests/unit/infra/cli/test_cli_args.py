@@ -15,7 +15,7 @@ from toolpipe.infra.cli.discovery import state_dir
 from toolpipe.infra.cli.session import LocalSession
 from toolpipe.infra.local import client
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 EVENT = str(ROOT / "events" / "api_post_run.json")
 
 

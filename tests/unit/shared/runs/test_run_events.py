@@ -21,14 +21,14 @@ from toolpipe.shared.runs.events import (
     tool_call_completed,
 )
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "events"
+DOCS = Path(__file__).resolve().parents[4] / "docs" / "events"
 RUN = RunRecord(run_id="r1", agent="tester", status=RunStatus.RUNNING, caller="arn:aws:iam::1:user/ana")
 
 
 def test_checked_in_schemas_are_the_generated_ones() -> None:
     """Regenerate with `make event-schemas` when a model changes."""
     generated = schemas()
-    # RunRequested.json is the detail toolpipe consumes (tests/unit/test_trigger_events.py).
+    # RunRequested.json is the detail toolpipe consumes (tests/unit/shared/triggers/test_trigger_events.py).
     assert sorted(generated) == sorted(p.stem for p in DOCS.glob("*.json") if p.stem != "RunRequested")
     for name, schema in generated.items():
         assert (DOCS / f"{name}.json").read_text() == schema_text(schema), f"docs/events/{name}.json is stale"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from tests.unit.test_approvals import APPROVER, _deliver
+from tests.unit.shared.runs.test_approvals import APPROVER, _deliver
 from toolpipe.infra.cdk.definition import build_definition
 from toolpipe.shared.agents import AGENTS, Agent
 from toolpipe.shared.deferred.answers import answer_content, question_of
@@ -167,7 +167,7 @@ def test_the_question_is_the_question_argument_else_the_arguments() -> None:
 
 
 def test_the_readme_example_declares_what_it_says() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[4] / "README.md").read_text()
     section = readme[readme.index("### Deferred tools") : readme.index("## Failure handling")]
     [block] = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     namespace: dict[str, Any] = {"__name__": "readme"}
