@@ -146,6 +146,19 @@ class ConfigurationError(ToolpipeError):
     """A required setting is missing or malformed; raised at start-up, not at first use."""
 
 
+class UntestedMotoError(ConfigurationError):
+    """The installed moto is not a version the local runtime's patches of it were checked with
+    (infra/local/patches): refused at start-up rather than misbehaving mid-run."""
+
+    def __init__(self, installed: str, tested: tuple[str, ...]) -> None:
+        super().__init__(
+            f"moto {installed} is installed, but the local runtime is tested with moto "
+            f"{' or '.join(tested)} only: `pip install 'moto=={tested[-1]}'`"
+        )
+        self.installed = installed
+        self.tested = tested
+
+
 class RunNotFoundError(ToolpipeError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id} not found")
