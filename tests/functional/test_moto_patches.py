@@ -394,7 +394,9 @@ def test_updates_and_requests_parse_as_moto_does(monkeypatch: Any) -> None:
     monkeypatch.setattr(BaseJSONParser, "_parse_structure", json_request_parser._moto_parse_structure)
     monkeypatch.setattr(BaseJSONParser, "_parse_shape", json_request_parser._moto_parse_shape)
     monkeypatch.setattr(validators, "deepcopy", copy.deepcopy)
-    monkeypatch.setattr(DepthFirstTraverser, "traverse_node_recursively", update_validator_walk._moto_traverse_node)
+    monkeypatch.setattr(
+        DepthFirstTraverser, "traverse_node_recursively", update_validator_walk._moto_traverse_node
+    )
     with mock_aws():
         unpatched = requests(boto3.client("dynamodb", region_name="us-east-1"))
     assert patched == unpatched
