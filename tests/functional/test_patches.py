@@ -17,6 +17,7 @@ from moto.dynamodb.parsing.validators import ActionCountValidator
 
 from toolpipe.infra.local import patches
 from toolpipe.infra.local.patches import correctness, speed
+from toolpipe.infra.local.patches.speed import item_answers
 from toolpipe.infra.local.runtime import LocalRuntime
 from toolpipe.shared.errors import ConfigurationError, UntestedMotoError
 
@@ -128,3 +129,19 @@ def test_clause_counts_are_checked_once_an_update_and_still_refuse_two_of_a_kind
                 UpdateExpression="ADD a :one ADD b :one",
                 ExpressionAttributeValues={":one": {"N": "1"}},
             )
+
+
+def test_item_answers_skip_motos_serializer(monkeypatch: pytest.MonkeyPatch) -> None:
+    dumped: list[Any] = []
+    as_wire = item_answers._as_wire
+
+    def recording(value: Any) -> Any:
+        dumped.append(value)
+        return as_wire(value)
+
+    monkeypatch.setattr(item_answers, "_as_wire", recording)
+    with mock_aws():
+        client = _table_and_requests()
+        item = client.get_item(TableName="t", Key={"pk": {"S": "k"}})["Item"]
+    assert item == {"pk": {"S": "k"}, "n": {"N": "2"}}
+    assert {"Item": item} in dumped  # the answer as moto built it, dumped without the serializer
