@@ -178,6 +178,9 @@ def _local_name(logical_id: str) -> str:
     return f"{PREFIX}-{logical_id}"
 
 
+Functions = dict[str, tuple[str, dict[str, Any]]]  # spec name -> (logical id, properties)
+
+
 def deploy(
     template: Template,
     *,
@@ -197,13 +200,28 @@ def deploy(
     with none is created empty, as CloudFormation creates one without `GenerateSecretString`)."""
     d = Deployment(template)
     functions = {spec.name: (name, props) for spec, name, props in template.functions()}
+    _create_roles(d, template, iam_client)
+    _create_table(d, template, dynamodb, names)
+    _create_buckets(d, template, s3, names, functions)
+    _create_queues(d, template, sqs, names)
+    _create_bus(d, template, events, names)
+    _create_secrets(d, template, secrets, names, secret_values, functions)
+    _name_what_is_not_emulated(d, template)
+    _create_functions(d, functions, lambdas, names)
+    _create_state_machine(d, template, sfn, names)
+    _read_rules_and_triggers(d, template)
+    return d
 
-    def env_ref(function: str, variable: str) -> str | None:
-        if function not in functions:
-            return None
-        value = functions[function][1].get("Environment", {}).get("Variables", {}).get(variable)
-        return value["Ref"] if isinstance(value, dict) and "Ref" in value else None
 
+def _env_ref(functions: Functions, function: str, variable: str) -> str | None:
+    """The logical id a function's environment variable refers to, if it is a `Ref`."""
+    if function not in functions:
+        return None
+    value = functions[function][1].get("Environment", {}).get("Variables", {}).get(variable)
+    return value["Ref"] if isinstance(value, dict) and "Ref" in value else None
+
+
+def _create_roles(d: Deployment, template: Template, iam_client: Any) -> None:
     # Roles: the ARNs error messages name; policies are evaluated in-process (iam.py).
     for logical_id in template.of_type("AWS::IAM::Role"):
         arn = iam_client.create_role(
@@ -212,6 +230,10 @@ def deploy(
         d.refs[logical_id], d.attributes[(logical_id, "Arn")] = _local_name(logical_id)[:64], arn
         d.role_arns[logical_id] = arn
 
+
+def _create_table(
+    d: Deployment, template: Template, dynamodb: "DynamoDBClient", names: dict[str, str]
+) -> None:
     table_id, table = template.one("AWS::DynamoDB::Table")
     d.table = names.get("table", _local_name(table_id))
     dynamodb.create_table(TableName=d.table, **table_definition(table["Properties"]))
@@ -222,9 +244,13 @@ def deploy(
     d.refs[table_id] = d.table
     d.attributes[(table_id, "Arn")] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{d.table}"
 
+
+def _create_buckets(
+    d: Deployment, template: Template, s3: "S3Client", names: dict[str, str], functions: Functions
+) -> None:
     bucket_roles = {
-        env_ref("api", "BUCKET_NAME"): "bucket",
-        env_ref("triggers", "TOOLPIPE_TRIGGER_BUCKET"): "trigger_bucket",
+        _env_ref(functions, "api", "BUCKET_NAME"): "bucket",
+        _env_ref(functions, "triggers", "TOOLPIPE_TRIGGER_BUCKET"): "trigger_bucket",
     }
     for logical_id in template.of_type("AWS::S3::Bucket"):
         role = bucket_roles.get(logical_id)
@@ -236,7 +262,9 @@ def deploy(
         elif role == "trigger_bucket":
             d.trigger_bucket = bucket
 
-    # Queues, dead-letter queues first: a redrive policy names its target's ARN.
+
+def _create_queues(d: Deployment, template: Template, sqs: "SQSClient", names: dict[str, str]) -> None:
+    # Dead-letter queues first: a redrive policy names its target's ARN.
     queues = template.of_type("AWS::SQS::Queue")
     _, mapping = template.one("AWS::Lambda::EventSourceMapping")
     tool_queue_id = mapping["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]
@@ -255,6 +283,8 @@ def deploy(
     d.worker_max_concurrency = None if maximum is None else int(maximum)
     d.dlq_url = d.refs[tool_dlq_id]
 
+
+def _create_bus(d: Deployment, template: Template, events: Any, names: dict[str, str]) -> None:
     bus_id, _ = template.one("AWS::Events::EventBus")
     d.bus_name = names.get("bus", _local_name(bus_id))
     d.bus_arn = events.create_event_bus(Name=d.bus_name)["EventBusArn"]
@@ -264,9 +294,18 @@ def deploy(
         d.bus_name,
     )
 
+
+def _create_secrets(
+    d: Deployment,
+    template: Template,
+    secrets: Any,
+    names: dict[str, str],
+    secret_values: dict[str, str],
+    functions: Functions,
+) -> None:
     secret_roles = {
-        env_ref("api", "TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN"): "signing_key",
-        env_ref("orchestrator", "OPENAI_API_KEY_SECRET_ARN"): "model_key",
+        _env_ref(functions, "api", "TOOLPIPE_APPROVAL_SIGNING_KEY_SECRET_ARN"): "signing_key",
+        _env_ref(functions, "orchestrator", "OPENAI_API_KEY_SECRET_ARN"): "model_key",
     }
     for logical_id in template.of_type("AWS::SecretsManager::Secret"):
         role = secret_roles.get(logical_id) or logical_id
@@ -279,6 +318,9 @@ def deploy(
             d.signing_key_arn = arn
         elif role == "model_key":
             d.model_key_arn = arn
+
+
+def _name_what_is_not_emulated(d: Deployment, template: Template) -> None:
     # Things the template refers to that are not emulated: names that resolve, never called.
     for logical_id in template.of_type("AWS::ApiGateway::RestApi"):
         d.refs[logical_id] = "local"
@@ -288,7 +330,9 @@ def deploy(
         d.refs[logical_id] = name
         d.attributes[(logical_id, "Arn")] = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{name}:*"
 
-    # Functions: moto runs the ones a service invokes (Step Functions, S3) through lambdas.py.
+
+def _create_functions(d: Deployment, functions: Functions, lambdas: Any, names: dict[str, str]) -> None:
+    # moto runs the ones a service invokes (Step Functions, S3) through lambdas.py.
     for spec_name, (logical_id, props) in functions.items():
         function_name = names.get(f"function:{spec_name}", _local_name(spec_name))
         arn = lambdas.create_function(
@@ -303,6 +347,8 @@ def deploy(
         d.refs[logical_id], d.attributes[(logical_id, "Arn")] = function_name, arn
         d.function_arns[spec_name] = arn
 
+
+def _create_state_machine(d: Deployment, template: Template, sfn: Any, names: dict[str, str]) -> None:
     machine_id, machine = template.one("AWS::StepFunctions::StateMachine")
     props = machine["Properties"]
     definition = d.resolve(props["DefinitionString"])
@@ -318,6 +364,8 @@ def deploy(
     d.refs[machine_id] = d.state_machine_arn
     d.attributes[(machine_id, "Name")] = d.state_machine_arn.rsplit(":", 1)[-1]
 
+
+def _read_rules_and_triggers(d: Deployment, template: Template) -> None:
     patterned = [
         rule["Properties"]
         for rule in template.of_type("AWS::Events::Rule").values()
@@ -336,7 +384,6 @@ def deploy(
             for rule in config.get("Filter", {}).get("Key", {}).get("FilterRules", []):
                 if rule["Name"] == "prefix":
                     d.trigger_prefix = rule["Value"]
-    return d
 
 
 def table_definition(props: dict[str, Any]) -> dict[str, Any]:

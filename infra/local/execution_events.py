@@ -5,14 +5,9 @@ function. Every execution moto's interpreter runs ends in one method,
 `BaseExecutionWorkerCommunication.terminated`, on the execution's own thread; wrapping it once
 per process turns each ending into the "Step Functions Execution Status Change" event AWS
 would put on the default bus, and hands it to the subscriber registered for that state
-machine (the local runtime, which applies the stack's rule to it).
-
-Two fixes to moto's stop on the way (5.2.5), so a stop behaves as on AWS:
-- a task waiting for its token (`.waitForTaskToken`) only noticed the stop at its next
-  heartbeat, answer or timeout, up to an hour later: a stop now interrupts those waits;
-- stopping an execution while an inline Map runs makes the Map's abort handling raise (it
-  reads the stop's error string as a dict), and that error overwrote the stop, so the
-  execution ended FAILED: an error no longer replaces a stop, and it ends ABORTED.
+machine (the local runtime, which applies the stack's rule to it). For a stop to end as on AWS,
+two fixes of moto's stop are needed too: `patches.correctness.stop_interrupts_waits` and
+`error_keeps_the_stop`.
 
 An execution counts as "delivering" from the moment its ending begins until its subscriber
 returns, before moto shows the new status: whoever waits for the execution, then for
@@ -27,8 +22,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from moto.stepfunctions.parser.asl.eval.environment import Environment
-from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
 from toolpipe.infra.cdk.definition import EXECUTION_ENDED_DETAIL_TYPE, EXECUTION_ENDED_SOURCE
@@ -148,22 +141,4 @@ def install() -> None:
                     _state.notify_all()
 
         BaseExecutionWorkerCommunication.terminated = emit_on_termination  # type: ignore[method-assign]
-
-        set_error = Environment.set_error
-
-        def keep_the_stop(self: Environment, error: Any) -> None:
-            if isinstance(self._program_state, ProgramStopped):
-                return
-            set_error(self, error)
-
-        Environment.set_error = keep_the_stop  # type: ignore[method-assign]
-
-        set_stop = Environment.set_stop
-
-        def stop_now(self: Environment, stop_date: Any, cause: str | None, error: str | None) -> None:
-            set_stop(self, stop_date=stop_date, cause=cause, error=error)
-            for endpoint in list(self.callback_pool_manager._pool.values()):
-                endpoint.interrupt_all()
-
-        Environment.set_stop = stop_now  # type: ignore[method-assign]
         _installed = True

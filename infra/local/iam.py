@@ -23,6 +23,7 @@ among themselves) are the developer's and are not checked.
 
 import functools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -188,79 +189,109 @@ def _put_event(entry: dict[str, Any]) -> Request:
     )
 
 
-def _resources(service: str, operation: str, params: dict[str, Any], policy: Policy) -> list[tuple[str, str]]:
+Pairs = list[tuple[str, str]]
+
+
+def _resources(service: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
+    """Each action the call is authorized for, with the resource it acts on."""
     action = f"{service}:{operation}"
-    if service == "dynamodb":
-        if operation in ("TransactWriteItems", "TransactGetItems"):
-            pairs = []
-            for item in params.get("TransactItems", []):
-                for kind, body in item.items():
-                    pairs.append((f"dynamodb:{_DYNAMODB_ITEM_ACTIONS[kind]}", _table(body["TableName"])))
-            return pairs
-        if operation in ("BatchGetItem", "BatchWriteItem"):
-            return [(action, _table(name)) for name in params.get("RequestItems", {})]
-        if "TableName" in params:
-            return [(action, _table(params["TableName"], params.get("IndexName")))]
+    by_service = _RESOURCES_BY_SERVICE.get(service)
+    if by_service is None:
         return [(action, "*")]
-    if service == "sqs":
-        if "QueueUrl" in params:
-            return [(action, _queue_arn(params["QueueUrl"]))]
-        if "QueueName" in params:
-            return [(action, _arn("sqs", params["QueueName"]))]
-        return [(action, "*")]
-    if service == "s3":
-        action = f"s3:{_S3_ACTIONS.get(operation, operation)}"
-        bucket = params.get("Bucket")
-        if bucket is None:
-            return [(action, "*")]
-        if operation in ("CopyObject", "UploadPartCopy"):
-            source = params["CopySource"]
-            source = source if isinstance(source, str) else f"{source['Bucket']}/{source['Key']}"
-            return [
-                ("s3:PutObject", f"arn:aws:s3:::{bucket}/{params['Key']}"),
-                ("s3:GetObject", f"arn:aws:s3:::{source.lstrip('/')}"),
-            ]
-        if "Key" in params:
-            return [(action, f"arn:aws:s3:::{bucket}/{params['Key']}")]
-        if operation == "DeleteObjects":
-            return [
-                (action, f"arn:aws:s3:::{bucket}/{o['Key']}")
-                for o in params.get("Delete", {}).get("Objects", [])
-            ]
-        return [(action, f"arn:aws:s3:::{bucket}")]
-    if service == "states":
-        for name in ("stateMachineArn", "executionArn"):
-            if name in params:
-                return [(action, params[name])]
-        if "taskToken" in params:
-            return [(action, policy.state_machine_arn)]
-        return [(action, "*")]
-    if service == "secretsmanager":
-        secret = params.get("SecretId")
-        if secret is None:
-            return [(action, "*")]
+    return by_service(action, operation, params, policy)
+
+
+def _dynamodb(action: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
+    if operation in ("TransactWriteItems", "TransactGetItems"):
         return [
-            (
-                action,
-                secret
-                if secret.startswith("arn:")
-                else _secret_arns.get(secret, _arn("secretsmanager", f"secret:{secret}")),
-            )
+            (f"dynamodb:{_DYNAMODB_ITEM_ACTIONS[kind]}", _table(body["TableName"]))
+            for item in params.get("TransactItems", [])
+            for kind, body in item.items()
         ]
-    if service == "ses" and operation in ("SendEmail", "SendRawEmail"):
-        # SES v1 names the sender `Source`, v2 `FromEmailAddress`; both authorize its identity.
-        source = str(params.get("Source") or params.get("FromEmailAddress") or "")
-        identity = source.rsplit("<", 1)[-1].rstrip(">").strip()
-        return [(action, _arn("ses", f"identity/{identity}"))]
-    if service == "lambda" and "FunctionName" in params:
-        name = params["FunctionName"]
-        return [
-            (
-                "lambda:InvokeFunction" if operation == "Invoke" else action,
-                name if name.startswith("arn:") else _arn("lambda", f"function:{name}"),
-            )
-        ]
+    if operation in ("BatchGetItem", "BatchWriteItem"):
+        return [(action, _table(name)) for name in params.get("RequestItems", {})]
+    if "TableName" in params:
+        return [(action, _table(params["TableName"], params.get("IndexName")))]
     return [(action, "*")]
+
+
+def _sqs(action: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
+    if "QueueUrl" in params:
+        return [(action, _queue_arn(params["QueueUrl"]))]
+    if "QueueName" in params:
+        return [(action, _arn("sqs", params["QueueName"]))]
+    return [(action, "*")]
+
+
+def _s3(action: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
+    action = f"s3:{_S3_ACTIONS.get(operation, operation)}"
+    bucket = params.get("Bucket")
+    if bucket is None:
+        return [(action, "*")]
+    if operation in ("CopyObject", "UploadPartCopy"):
+        source = params["CopySource"]
+        source = source if isinstance(source, str) else f"{source['Bucket']}/{source['Key']}"
+        return [
+            ("s3:PutObject", f"arn:aws:s3:::{bucket}/{params['Key']}"),
+            ("s3:GetObject", f"arn:aws:s3:::{source.lstrip('/')}"),
+        ]
+    if "Key" in params:
+        return [(action, f"arn:aws:s3:::{bucket}/{params['Key']}")]
+    if operation == "DeleteObjects":
+        return [
+            (action, f"arn:aws:s3:::{bucket}/{o['Key']}") for o in params.get("Delete", {}).get("Objects", [])
+        ]
+    return [(action, f"arn:aws:s3:::{bucket}")]
+
+
+def _states(action: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
+    for name in ("stateMachineArn", "executionArn"):
+        if name in params:
+            return [(action, params[name])]
+    if "taskToken" in params:
+        return [(action, policy.state_machine_arn)]
+    return [(action, "*")]
+
+
+def _secretsmanager(action: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
+    secret = params.get("SecretId")
+    if secret is None:
+        return [(action, "*")]
+    if secret.startswith("arn:"):
+        return [(action, secret)]
+    return [(action, _secret_arns.get(secret, _arn("secretsmanager", f"secret:{secret}")))]
+
+
+def _ses(action: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
+    if operation not in ("SendEmail", "SendRawEmail"):
+        return [(action, "*")]
+    # SES v1 names the sender `Source`, v2 `FromEmailAddress`; both authorize its identity.
+    source = str(params.get("Source") or params.get("FromEmailAddress") or "")
+    identity = source.rsplit("<", 1)[-1].rstrip(">").strip()
+    return [(action, _arn("ses", f"identity/{identity}"))]
+
+
+def _lambda(action: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
+    if "FunctionName" not in params:
+        return [(action, "*")]
+    name = params["FunctionName"]
+    return [
+        (
+            "lambda:InvokeFunction" if operation == "Invoke" else action,
+            name if name.startswith("arn:") else _arn("lambda", f"function:{name}"),
+        )
+    ]
+
+
+_RESOURCES_BY_SERVICE: dict[str, Callable[[str, str, dict[str, Any], Policy], Pairs]] = {
+    "dynamodb": _dynamodb,
+    "sqs": _sqs,
+    "s3": _s3,
+    "states": _states,
+    "secretsmanager": _secretsmanager,
+    "ses": _ses,
+    "lambda": _lambda,
+}
 
 
 # A secret's ARN by its name: calls may name a secret either way.

@@ -36,7 +36,7 @@ from toolpipe.infra.local import (
     iam,
     isolation,
     lambdas,
-    moto_patches,
+    patches,
     persistence,
     recovery,
     serial,
@@ -131,6 +131,7 @@ class LocalRuntime:
     # --- lifecycle ------------------------------------------------------------------------
 
     def __enter__(self) -> "LocalRuntime":
+        patches.require_tested_moto()  # before anything is installed: refused, nothing to undo
         # The process's environment: the developer's, as the CLI and tests see it. Each
         # function sees its own on top (infra/local/isolation.py), built from the template.
         self._set_env(
@@ -148,7 +149,7 @@ class LocalRuntime:
         iam.install()  # every botocore client, of any session, checks a function's calls from now on
         self._mock.start()
         lambdas.install()
-        moto_patches.install()
+        patches.install()
         serial.install()
         execution_events.install()
         triggers.install()

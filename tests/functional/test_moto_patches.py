@@ -20,9 +20,18 @@ from moto.dynamodb.responses import DynamoResult
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, CallbackOutcomeSuccess
 from moto.stepfunctions.parser.asl.utils import boto_client, json_path
 
-from toolpipe.infra.local import moto_patches
+from toolpipe.infra.local import patches
+from toolpipe.infra.local.patches.speed import (
+    item_answers,
+    json_request_parser,
+    program_cache,
+    query_one_partition,
+    unsigned_in_process,
+    update_tree_copy,
+    update_validator_walk,
+)
 
-moto_patches.install()
+patches.install()
 
 
 def test_a_heartbeat_sent_before_the_task_starts_its_clock_is_accepted() -> None:
@@ -76,7 +85,7 @@ def test_an_execution_stopped_right_after_it_started_ends_aborted() -> None:
         for n in range(5):
             # Parsed programs are kept: forgotten, the execution parses its definition again,
             # which opens the window this test needs.
-            moto_patches.cached_program_parse.cache_clear()
+            program_cache.cached_program_parse.cache_clear()
             execution = sfn.start_execution(stateMachineArn=machine, name=f"e{n}")["executionArn"]
             sfn.stop_execution(executionArn=execution, cause="cancelled")
             # moto reflects the stop when the interpreter's thread ends, a moment later.
@@ -121,8 +130,8 @@ def test_dynamodb_item_answers_are_the_serializers_byte_for_byte_in_meaning(monk
     compared: list[str] = []
 
     def both(self: DynamoResult, context: Any) -> Any:
-        fast = moto_patches._execute_result_as_built(self, context)
-        slow = moto_patches._serialize_result(self, context)
+        fast = item_answers._execute_result_as_built(self, context)
+        slow = item_answers._serialize_result(self, context)
         assert (fast[0], json.loads(fast[2])) == (slow[0], json.loads(slow[2])), context.operation_model.name
         assert fast[1]["Content-Type"] == slow[1]["Content-Type"]
         compared.append(context.operation_model.name)
@@ -239,7 +248,7 @@ def test_a_query_reads_its_partition_alone_and_answers_as_before(monkeypatch: An
                     TableName="t", Item={"pk": {"S": pk}, "sk": {"S": f"MSG#{i:03d}"}, "v": {"N": str(i)}}
                 )
         looked_at: list[int] = []
-        real = moto_patches._items_of_partition
+        real = query_one_partition._items_of_partition
 
         def counting(self: Table) -> Any:
             found = real(self)
@@ -298,7 +307,7 @@ def test_a_task_answer_passes_over_an_execution_that_has_just_started() -> None:
         for n in range(5):
             # Parsed programs are kept: forgotten, the execution parses its definition again,
             # which opens the window this test needs.
-            moto_patches.cached_program_parse.cache_clear()
+            program_cache.cached_program_parse.cache_clear()
             execution = sfn.start_execution(stateMachineArn=machine, name=f"e{n}")["executionArn"]
             # No execution holds this token: the answer AWS gives, not a server error.
             with pytest.raises(sfn.exceptions.InvalidToken):
@@ -314,16 +323,16 @@ def test_updates_and_requests_parse_as_moto_does(monkeypatch: Any) -> None:
     from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser
 
     # What runs first is the runtime's: the patched parser, copy and walk, not moto's own.
-    assert BaseJSONParser._parse_structure is moto_patches._parse_json_structure
-    assert BaseJSONParser._parse_shape is moto_patches._parse_json_shape
-    assert validators.deepcopy is moto_patches._copy_update_tree
-    assert DepthFirstTraverser.traverse_node_recursively is moto_patches._traverse_node_recursively
+    assert BaseJSONParser._parse_structure is json_request_parser._parse_json_structure
+    assert BaseJSONParser._parse_shape is json_request_parser._parse_json_shape
+    assert validators.deepcopy is update_tree_copy._copy_update_tree
+    assert DepthFirstTraverser.traverse_node_recursively is update_validator_walk._traverse_node_recursively
     parsed: list[Any] = []
     fast_structure = BaseJSONParser._parse_structure
 
     def both_structures(self: Any, shape: Any, value: Any) -> Any:
         fast = fast_structure(self, shape, value)
-        slow = moto_patches._moto_parse_structure(self, shape, value)
+        slow = json_request_parser._moto_parse_structure(self, shape, value)
         assert fast == slow, shape.name
         parsed.append(shape.name)
         return fast
@@ -377,15 +386,17 @@ def test_updates_and_requests_parse_as_moto_does(monkeypatch: Any) -> None:
     monkeypatch.setattr(BaseJSONParser, "_parse_structure", both_structures)
     for parser in (JSONParser, BaseJSONParser):  # the methods each parser class found are kept
         monkeypatch.delattr(parser, "_toolpipe_parsers", raising=False)
-    moto_patches._handled_as.clear()
+    update_validator_walk._handled_as.clear()
     with mock_aws():
         patched = requests(boto3.client("dynamodb", region_name="us-east-1"))
     assert {"PutItemInput", "UpdateItemInput", "AttributeValue"} <= set(parsed)
-    assert moto_patches._handled_as  # the patched walk validated the updates
-    monkeypatch.setattr(BaseJSONParser, "_parse_structure", moto_patches._moto_parse_structure)
-    monkeypatch.setattr(BaseJSONParser, "_parse_shape", moto_patches._moto_parse_shape)
+    assert update_validator_walk._handled_as  # the patched walk validated the updates
+    monkeypatch.setattr(BaseJSONParser, "_parse_structure", json_request_parser._moto_parse_structure)
+    monkeypatch.setattr(BaseJSONParser, "_parse_shape", json_request_parser._moto_parse_shape)
     monkeypatch.setattr(validators, "deepcopy", copy.deepcopy)
-    monkeypatch.setattr(DepthFirstTraverser, "traverse_node_recursively", moto_patches._moto_traverse_node)
+    monkeypatch.setattr(
+        DepthFirstTraverser, "traverse_node_recursively", update_validator_walk._moto_traverse_node
+    )
     with mock_aws():
         unpatched = requests(boto3.client("dynamodb", region_name="us-east-1"))
     assert patched == unpatched
@@ -506,10 +517,10 @@ def test_a_definition_is_parsed_once_and_concurrent_executions_keep_their_own_re
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         sfn = boto3.client("stepfunctions", region_name="us-east-1")
         machine = _machine(sfn, "retrying", definition)
-        parsed_before = moto_patches.cached_program_parse.cache_info()
+        parsed_before = program_cache.cached_program_parse.cache_info()
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             ended = list(pool.map(lambda n: _run(sfn, machine, f"e{n}"), range(4)))
-        assert moto_patches.cached_program_parse.cache_info().misses == parsed_before.misses
+        assert program_cache.cached_program_parse.cache_info().misses == parsed_before.misses
         assert (
             AmazonStateLanguageParser.parse(json.dumps(definition))[0]
             is AmazonStateLanguageParser.parse(json.dumps(definition))[0]
@@ -631,7 +642,7 @@ def test_a_request_moto_does_not_serve_leaves_the_process_signed(monkeypatch: An
     stubber is enabled: its own boto3 client for a non-AWS endpoint_url is passed through by moto
     and sent over HTTP, so it is signed as ever (unsigned, any SigV4-checking endpoint refuses
     it)."""
-    monkeypatch.setattr(botocore.auth.SigV4Auth, "add_auth", moto_patches._add_auth)
+    monkeypatch.setattr(botocore.auth.SigV4Auth, "add_auth", unsigned_in_process._add_auth)
     unpatched = _authorization_sent_over_http()
     assert len(unpatched.rsplit("Signature=", 1)[1]) == 64  # botocore's own signer
     monkeypatch.undo()
@@ -673,7 +684,7 @@ def _list_queues_with_iam_checks() -> Any:
 def test_moto_checks_signatures_when_its_iam_access_control_is_on(monkeypatch: Any) -> None:
     """With moto's IAM access control on, moto checks each signature: requests are signed then
     (unsigned, its checker raised KeyError('X-Amz-Date') instead of answering)."""
-    monkeypatch.setattr(botocore.auth.SigV4Auth, "add_auth", moto_patches._add_auth)
+    monkeypatch.setattr(botocore.auth.SigV4Auth, "add_auth", unsigned_in_process._add_auth)
     assert _list_queues_with_iam_checks()["ResponseMetadata"]["HTTPStatusCode"] == 200
     monkeypatch.undo()
     assert _list_queues_with_iam_checks()["ResponseMetadata"]["HTTPStatusCode"] == 200
@@ -708,7 +719,7 @@ def test_a_shared_components_heap_key_is_one_from_every_thread(monkeypatch: Any)
         return uuid.uuid4().hex
 
     monkeypatch.setattr(eval_component, "long_uid", slow_uid)
-    moto_patches.cached_program_parse.cache_clear()
+    program_cache.cached_program_parse.cache_clear()
     program = AmazonStateLanguageParser.parse(
         json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
     )[0]

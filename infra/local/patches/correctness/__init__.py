@@ -1,0 +1,19 @@
+"""Patches of moto where it behaves unlike AWS in a way a run notices: one module per fix."""
+
+from toolpipe.infra.local.patches.correctness import (
+    answers_skip_unstarted,
+    error_keeps_the_stop,
+    heartbeat_before_clock,
+    no_thread_list,
+    stop_before_start,
+    stop_interrupts_waits,
+)
+
+PATCHES = (
+    heartbeat_before_clock,
+    stop_before_start,
+    answers_skip_unstarted,
+    stop_interrupts_waits,
+    error_keeps_the_stop,
+    no_thread_list,
+)

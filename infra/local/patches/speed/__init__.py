@@ -1,0 +1,41 @@
+"""Patches of moto and botocore that make the same answers cheaper: one module per cost."""
+
+from toolpipe.infra.local.patches.speed import (
+    action_names,
+    inline_map_workers,
+    item_answers,
+    json_request_parser,
+    jsonpath_cache,
+    program_cache,
+    query_one_partition,
+    request_ids,
+    response_methods,
+    task_clients,
+    transaction_rollback,
+    unsigned_in_process,
+    update_action_counts,
+    update_parse_cache,
+    update_tree_copy,
+    update_validator_walk,
+    user_agent_cache,
+)
+
+PATCHES = (
+    task_clients,
+    jsonpath_cache,
+    program_cache,
+    inline_map_workers,
+    transaction_rollback,
+    item_answers,
+    query_one_partition,
+    update_tree_copy,
+    update_parse_cache,
+    update_action_counts,
+    update_validator_walk,
+    response_methods,
+    action_names,
+    request_ids,
+    json_request_parser,
+    unsigned_in_process,
+    user_agent_cache,
+)

@@ -1,0 +1,147 @@
+"""The patches' own bookkeeping (the moto they were checked with, the runtime's refusal of
+another) and the patches that only keep results (names, method lists, request ids, the
+User-Agent, parsed updates): each test fails without its patch. The others are tested in
+tests/functional/test_moto_patches.py and, for a stop, tests/e2e/test_execution_ended.py."""
+
+import importlib.metadata
+import re
+from typing import Any
+
+import boto3
+import botocore.useragent
+import pytest
+from moto import mock_aws
+from moto.core import responses
+from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]  # untyped module
+from moto.dynamodb.parsing.validators import ActionCountValidator
+
+from toolpipe.infra.local import patches
+from toolpipe.infra.local.patches import UntestedMotoError, correctness, speed
+from toolpipe.infra.local.patches.speed import item_answers
+from toolpipe.infra.local.runtime import LocalRuntime
+from toolpipe.shared.errors import ConfigurationError
+
+patches.install()
+
+
+def test_every_patch_was_checked_with_the_moto_the_runtime_accepts_and_this_is_it() -> None:
+    for patch in (*correctness.PATCHES, *speed.PATCHES):
+        assert set(patches.TESTED_MOTO) <= set(patch.CHECKED_WITH), patch.__name__
+        assert patch.__doc__ and "The patch" in patch.__doc__, patch.__name__
+    assert importlib.metadata.version("moto") in patches.TESTED_MOTO
+
+
+def test_the_runtime_refuses_an_untested_moto_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "5.1.0")
+    runtime = LocalRuntime(workers=0)
+    with pytest.raises(UntestedMotoError) as refused:
+        runtime.__enter__()
+    assert isinstance(refused.value, ConfigurationError)  # the CLI prints it as its one line
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "moto 5.1.0 is installed" in message and "5.2.5" in message
+
+
+def _table_and_requests() -> Any:
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    client.create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for n in range(3):
+        client.put_item(TableName="t", Item={"pk": {"S": "k"}, "n": {"N": str(n)}})
+    return client
+
+
+def test_an_action_name_is_converted_once() -> None:
+    with mock_aws():
+        _table_and_requests()
+    assert responses.camelcase_to_underscores.cache_info().hits > 0  # type: ignore[attr-defined]
+
+
+def test_a_response_class_method_list_is_listed_once() -> None:
+    with mock_aws():
+        _table_and_requests()
+    assert responses.method_names_from_class.cache_info().hits > 0  # type: ignore[attr-defined]
+
+
+def test_request_ids_are_unique_and_drawn_from_uuids() -> None:
+    with mock_aws():
+        client = _table_and_requests()
+        ids = [
+            client.get_item(TableName="t", Key={"pk": {"S": "k"}})["ResponseMetadata"]["RequestId"]
+            for _ in range(20)
+        ]
+    assert len(set(ids)) == len(ids)
+    # moto's own draws from every letter: 20 ids of hex digits alone would be a 1 in 10^300 chance.
+    assert all(re.fullmatch(r"[0-9A-F]{52}", request_id) for request_id in ids)
+
+
+def test_each_user_agent_part_is_cleaned_once() -> None:
+    with mock_aws():
+        _table_and_requests()
+    clean: Any = botocore.useragent.sanitize_user_agent_string_component
+    assert clean.cache_info().hits > 0
+
+
+def test_an_update_expression_is_parsed_once_per_text() -> None:
+    make: Any = UpdateExpressionParser.make.__func__
+    with mock_aws():
+        client = _table_and_requests()
+        before = make.cache_info().hits
+        for n in range(2):
+            client.update_item(
+                TableName="t",
+                Key={"pk": {"S": "k"}},
+                UpdateExpression="SET parsed_once = :n",
+                ExpressionAttributeValues={":n": {"N": str(n)}},
+            )
+    assert make.cache_info().hits >= before + 3  # checked and run twice, parsed once
+
+
+def test_clause_counts_are_checked_once_an_update_and_still_refuse_two_of_a_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checks: list[int] = []
+    verify = ActionCountValidator.verify_action_counts
+
+    def counting(self: ActionCountValidator, node: Any) -> Any:
+        checks.append(1)
+        return verify(self, node)
+
+    monkeypatch.setattr(ActionCountValidator, "verify_action_counts", counting)
+    counters = ", ".join(f"c{n} :one" for n in range(12))
+    with mock_aws():
+        client = _table_and_requests()
+        client.update_item(
+            TableName="t",
+            Key={"pk": {"S": "k"}},
+            UpdateExpression=f"ADD {counters}",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+        assert len(checks) == 1  # moto's own checks at every node of the clause chain
+        with pytest.raises(client.exceptions.ClientError, match="ADD"):
+            client.update_item(
+                TableName="t",
+                Key={"pk": {"S": "k"}},
+                UpdateExpression="ADD a :one ADD b :one",
+                ExpressionAttributeValues={":one": {"N": "1"}},
+            )
+
+
+def test_item_answers_skip_motos_serializer(monkeypatch: pytest.MonkeyPatch) -> None:
+    dumped: list[Any] = []
+    as_wire = item_answers._as_wire
+
+    def recording(value: Any) -> Any:
+        dumped.append(value)
+        return as_wire(value)
+
+    monkeypatch.setattr(item_answers, "_as_wire", recording)
+    with mock_aws():
+        client = _table_and_requests()
+        item = client.get_item(TableName="t", Key={"pk": {"S": "k"}})["Item"]
+    assert item == {"pk": {"S": "k"}, "n": {"N": "2"}}
+    assert {"Item": item} in dumped  # the answer as moto built it, dumped without the serializer
