@@ -163,7 +163,7 @@ def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) 
     assert sorted(every(None)) == [f"r{i}" for i in range(7)]
     # A scan's read stops in the middle of runs' messages (1,000 items a read on AWS): its cursor
     # is then a message's key, and the listing goes on from it.
-    import toolpipe.shared.history.store as store_module
+    import toolpipe.shared.history.run_records as store_module
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(store_module, "SCAN_READ_ITEMS", 3)
@@ -185,7 +185,7 @@ def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) 
 def test_a_scan_that_stops_on_a_quota_counter_or_an_approval_goes_on_from_it(pipeline: Pipeline) -> None:
     """The admin's listing of every run walks the whole table: its read may stop on any item,
     a caller's quota counter or an approval included, and the cursor it gives must be taken."""
-    import toolpipe.shared.history.store as store_module
+    import toolpipe.shared.history.run_records as store_module
     from toolpipe.shared.history.ports import Admission
 
     store = _store(pipeline)
