@@ -49,6 +49,9 @@ class AssistantMessage(_Item):
     agent: str | None = None
     # What the model call that made it cost, kept so a retried step can still count it.
     usage: Usage | None = None
+    # When the model call began (`created_at` is when its reply was stored): the model call's
+    # span and its bar on the timeline. None in items stored before it was recorded.
+    started_at: str | None = None
 
 
 class HandoffAction(BaseModel):
@@ -81,6 +84,10 @@ class ToolResult(_Item):
     error_detail: str | None = None
     # Set when the call handed the run to another agent or escalated (shared/runs/handoffs.py).
     handoff: HandoffAction | None = None
+    # When the delivery that stored this result took the call (`created_at` is when it was
+    # stored): the call's bar on the timeline. None where nothing ran it (a refusal by the model
+    # step, a child run's answer) and in items stored before it was recorded.
+    started_at: str | None = None
 
 
 HistoryItem = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="kind")]

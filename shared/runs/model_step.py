@@ -41,6 +41,7 @@ from toolpipe.shared.messages import (
     ToolResult,
     Usage,
     UserMessage,
+    utc_now,
 )
 from toolpipe.shared.model import ModelClient, ModelReply, to_openai_messages
 from toolpipe.shared.runs import children
@@ -295,6 +296,7 @@ class ModelStep:
         )
         for hooks in agent.hooks:
             hooks.before_model(before)
+        started_at = utc_now()
         reply = before.reply or self._model.complete(
             model=agent.model or self._default_model,
             messages=before.messages,
@@ -304,7 +306,7 @@ class ModelStep:
         after = AfterModel(run_id=run.run_id, agent=agent.name, reply=reply)
         for hooks in agent.hooks:
             hooks.after_model(after)
-        return self._store_reply(step, after.reply)
+        return self._store_reply(step, after.reply, started_at)
 
     @staticmethod
     def _read_by_agent(step: _Step) -> list[HistoryItem] | str:
@@ -329,7 +331,7 @@ class ModelStep:
             return f"the input_filter of the handoff {entered.from_agent} -> {entered.to_agent} {filtered}"
         return [*filtered, *(i for i in step.history if i.turn >= entered.turn)]
 
-    def _store_reply(self, step: _Step, reply: ModelReply) -> AssistantMessage:
+    def _store_reply(self, step: _Step, reply: ModelReply, started_at: str) -> AssistantMessage:
         run, agent = step.run, step.agent
         seq = max(i.seq for i in step.history) + 1
         calls = assign_call_ids(reply.tool_calls, seq, step.history)
@@ -342,7 +344,13 @@ class ModelStep:
             tool_calls=len(calls),
         )
         item = AssistantMessage(
-            seq=seq, turn=run.turn + 1, content=reply.content, tool_calls=calls, usage=used, agent=agent.name
+            seq=seq,
+            turn=run.turn + 1,
+            content=reply.content,
+            tool_calls=calls,
+            usage=used,
+            agent=agent.name,
+            started_at=started_at,
         )
         if not self._store.append(run.run_id, item):
             # Another invocation of this step stored its reply first: act on that one.

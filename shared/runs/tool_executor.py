@@ -33,6 +33,7 @@ from toolpipe.shared.messages import (
     ToolCallMessage,
     ToolResult,
     text_safe,
+    utc_now,
 )
 from toolpipe.shared.runs import children
 from toolpipe.shared.runs.errors import CallInProgressError
@@ -82,6 +83,7 @@ class _Call:
     call: ToolCall
     tool: Tool | None  # None: not one of the agent's tools (the registry answers with an error)
     gate: Gate | None = None  # the call's approval, if it needed one
+    started_at: str | None = None  # when this delivery took the call
 
 
 class ToolCallExecutor:
@@ -156,6 +158,7 @@ class ToolCallExecutor:
         attempt: int,
         time_left: Callable[[], float] | None,
     ) -> ToolResult | None:
+        started_at = utc_now()
         claim = self._store.claim_call(message.run_id, message.seq, lease_seconds)
         if claim.state is ClaimState.BUSY:
             raise CallInProgressError(
@@ -166,7 +169,7 @@ class ToolCallExecutor:
             assert isinstance(stored, ToolResult), "a call marked DONE has no result"
             return stored
         try:
-            call = self._load(message, claim, read)
+            call = self._load(message, claim, read, started_at)
         except BaseException:
             # Nothing ran yet: free the call so the redelivery can run it at once.
             self._store.release_call(message.run_id, message.seq, claim.owner)
@@ -219,7 +222,7 @@ class ToolCallExecutor:
         )
 
     @staticmethod
-    def _load(message: ToolCallMessage, claim: Claim, read: CallRead) -> _Call:
+    def _load(message: ToolCallMessage, claim: Claim, read: CallRead, started_at: str) -> _Call:
         run, reply = read.run, read.reply
         index = message.seq - message.message_seq - 1
         if not isinstance(reply, AssistantMessage) or not 0 <= index < len(reply.tool_calls):
@@ -235,7 +238,7 @@ class ToolCallExecutor:
             # A person edited the arguments before approving: the call runs with exactly
             # those, if they still hash to what was approved (the check below), never the model's.
             call = call.model_copy(update={"arguments": gate.arguments})
-        return _Call(message, claim, run, agent, reply, call, tool, gate)
+        return _Call(message, claim, run, agent, reply, call, tool, gate, started_at)
 
     def _in_doubt(self, call: _Call) -> Execution:
         return Execution(
@@ -384,6 +387,7 @@ class ToolCallExecutor:
             full_result_ref=ref,
             full_result_chars=chars,
             handoff=handoff,
+            started_at=call.started_at,
         )
 
     def _fit(self, call: _Call, content: str) -> tuple[str, str | None, int | None]:
