@@ -1,4 +1,5 @@
-"""X-Ray tracing of the handlers, loaded only when tracing is on.
+"""The handlers' tracing: X-Ray, loaded only when it is on, and the run spans each invocation
+made (shared/telemetry), sent before it returns, when OpenTelemetry tracing is on.
 
 Powertools' `Tracer()` imports `aws_xray_sdk.core` whatever its settings, and that import
 builds two botocore X-Ray clients (100-230 ms of a cold start measured here), even with
@@ -6,6 +7,7 @@ builds two botocore X-Ray clients (100-230 ms of a cold start measured here), ev
 and the Tracer (hence X-Ray) is imported only when it would trace.
 """
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
@@ -13,6 +15,7 @@ from typing import Any, TypeVar, cast
 from aws_lambda_powertools.shared.functions import strtobool
 
 from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.telemetry import TracingSettings, flush_spans
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
@@ -38,16 +41,31 @@ def tracing_enabled(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def trace_handler(handler: Handler) -> Handler:
-    """`handler` wrapped by Powertools' `Tracer.capture_lambda_handler` when tracing is on
+    """`handler` wrapped by Powertools' `Tracer.capture_lambda_handler` when X-Ray tracing is on
     (a `## <name>` subsegment, the ColdStart and Service annotations, errors as metadata; never
-    the response, which may hold tool payloads); `handler` itself when it is off.
+    the response, which may hold tool payloads), and by a flush of its run spans when
+    OpenTelemetry tracing is on (Lambda freezes the process when the handler returns: spans
+    still held then are sent late or never); `handler` itself when both are off.
 
     Decided once, at import: the Tracer patches botocore during the init phase, before the
     handler builds its clients, as Powertools expects.
     """
-    if not tracing_enabled():
-        return handler
-    from aws_lambda_powertools import Tracer
+    traced = handler
+    if tracing_enabled():
+        from aws_lambda_powertools import Tracer
 
-    tracer = Tracer()
-    return cast(Handler, tracer.capture_lambda_handler(handler, capture_response=False))
+        traced = cast(Handler, Tracer().capture_lambda_handler(handler, capture_response=False))
+    if not TracingSettings.from_env().enabled:
+        return traced
+    return cast(Handler, _flushing(traced))
+
+
+def _flushing(handler: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(handler)
+    def flushed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return handler(*args, **kwargs)
+        finally:
+            flush_spans()
+
+    return flushed

@@ -92,7 +92,10 @@ def start_run() -> Response[dict[str, Any]]:
         raise BadRequestError("mcp_servers is not enabled here (TOOLPIPE_ALLOW_RUN_MCP_SERVERS)")
     key = idempotency_key(event.headers)
     record, replayed = services.starter.start(
-        request, caller, idempotency_key=None if key is None else API_KEY_PREFIX + key
+        request,
+        caller,
+        idempotency_key=None if key is None else API_KEY_PREFIX + key,
+        traceparent=event.headers.get("traceparent"),  # Powertools matches any case
     )
     logger.info("run started", run_id=record.run_id, agent=record.agent, replayed=replayed)
     return Response(

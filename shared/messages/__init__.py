@@ -23,6 +23,7 @@ from toolpipe.shared.messages.records import (
     RunRecord,
     RunStatus,
     RunSummary,
+    TraceContext,
 )
 from toolpipe.shared.messages.requests import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -94,6 +95,7 @@ __all__ = [
     "ToolCall",
     "ToolCallMessage",
     "ToolResult",
+    "TraceContext",
     "Usage",
     "UserMessage",
     "text_safe",

@@ -49,6 +49,22 @@ class InputObject(BaseModel):
     answer_key: str
 
 
+class TraceContext(BaseModel):
+    """The trace a run belongs to, kept with the run so every invocation that works on it, in
+    any execution, after any pause or restart, adds its spans to the same trace
+    (shared/telemetry). Never in what the model reads."""
+
+    model_config = ConfigDict(frozen=True)
+    trace_id: str = Field(pattern=r"^[0-9a-f]{32}$", description="The W3C trace id (32 hex digits).")
+    parent_span_id: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{16}$",
+        description="The span the run's own span is a child of: the caller's (a `traceparent` "
+        "header), or the parent run's tool call for a child run; null for a trace the run began.",
+    )
+    sampled: bool = True
+
+
 class HandoffRecord(BaseModel):
     """One change of the agent that answers a run, as its record lists them."""
 
@@ -110,6 +126,8 @@ class RunRecord(BaseModel):
     # The agent answering now, when a handoff moved the run from `agent` (which started it).
     active_agent: str | None = None
     handoffs: list[HandoffRecord] = Field(default_factory=list)
+    # None for runs recorded before traces were: their trace id is derived from the root run's id.
+    trace: TraceContext | None = None
     created_at: str = Field(default_factory=utc_now)
     updated_at: str = Field(default_factory=utc_now)
     retain_until: int | None = Field(

@@ -267,6 +267,10 @@ def _describe(failure: Exception) -> str:
 # --- the body of a 200 ---------------------------------------------------------------------
 
 
+# A finish reason or model name longer than this is not one: cut, never stored whole.
+LABEL_CHARS = 200
+
+
 def parse_completion(body: bytes) -> ModelReply:
     """The first choice of a chat completion, read from whatever a server sent with a 200.
 
@@ -296,7 +300,15 @@ def parse_completion(body: bytes) -> ModelReply:
         tool_calls=calls,
         prompt_tokens=_tokens(usage, "prompt_tokens"),
         completion_tokens=_tokens(usage, "completion_tokens"),
+        finish_reason=_label(data["choices"][0].get("finish_reason")),
+        response_model=_label(data.get("model")),
     )
+
+
+def _label(value: object) -> str | None:
+    """A short label the server sent (finish reason, model name), if it is a string: kept for
+    spans, so bounded and made safe like any text from the server."""
+    return text_safe(value[:LABEL_CHARS]) if isinstance(value, str) and value else None
 
 
 def _load_json(body: bytes) -> dict[str, Any]:

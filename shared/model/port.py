@@ -17,6 +17,10 @@ class ModelReply:
     tool_calls: list[ToolCall] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # What the server said of its answer, for the model call's span: why it stopped
+    # (`stop`, `tool_calls`, `length`...) and the model that answered. None when not sent.
+    finish_reason: str | None = None
+    response_model: str | None = None
 
 
 class ModelClient(Protocol):

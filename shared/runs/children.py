@@ -26,6 +26,7 @@ from toolpipe.shared.runs.calls import result_slot
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.results import fit_for_model
+from toolpipe.shared.telemetry import child_trace
 
 PARENT_CANCELLED = "its parent run was cancelled"
 
@@ -70,6 +71,7 @@ def start_child(
         parent=ParentCall(run_id=run.run_id, call_id=call.id, seq=seq, turn=reply.turn, tool=call.name),
         root_run_id=run.root_run_id or run.run_id,
         depth=run.depth + 1,
+        trace=child_trace(run, seq),
     )
     if store.create_run(child, UserMessage(seq=1, turn=0, content=task)):
         events.run_started(child)  # only where it was created: a redelivery finds it there
@@ -150,6 +152,7 @@ def answer_parent(
         error_type=None if ok else ErrorKind.CHILD_RUN_ENDED,
         full_result_ref=ref,
         full_result_chars=chars,
+        started_at=run.created_at,  # the call ran as the child run
     )
     if store.append(parent.run_id, result):
         events.tool_call_completed(parent_run, result)

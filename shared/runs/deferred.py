@@ -338,6 +338,8 @@ class ApprovalService:
             )
             self._approvals.set_delivery_uncertain(approval_id, True)
             raise DeliveryUncertainError(approval_id, decided.status) from e
+        if first:
+            self._events.wait_ended(self._runs, decided)
         if not delivered:
             # No task waits on this token now: already answered (a retry), a restarted local
             # runtime whose resumed execution will wait again and find the decision, or, on AWS,
@@ -499,6 +501,7 @@ class ApprovalService:
         """Fail closed: a deploy changed the tool while its call waited, so an answer to the old
         question (or schema) is not given to the new tool. The model reads why; the call expires."""
         expired = self._approvals.decide(approval, ApprovalStatus.EXPIRED, None)
+        self._events.wait_ended(self._runs, expired)
         result = ToolResult(
             seq=approval.seq,
             turn=approval.turn,
@@ -587,9 +590,11 @@ class ApprovalService:
 
     def _expire(self, approval: Approval) -> Approval:
         try:
-            return self._approvals.decide(approval, ApprovalStatus.EXPIRED, None)
+            expired = self._approvals.decide(approval, ApprovalStatus.EXPIRED, None)
         except ApprovalAlreadyDecidedError:
             return self._approvals.get(approval.approval_id)
+        self._events.wait_ended(self._runs, expired)
+        return expired
 
     # --- the next model step -------------------------------------------------------------
 

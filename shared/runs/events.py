@@ -26,7 +26,16 @@ from pydantic_core import CoreSchema
 
 from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.history.ports import RunRecords
-from toolpipe.shared.messages import HandoffRecord, RunRecord, RunStatus, ToolResult, Usage, utc_now
+from toolpipe.shared.messages import (
+    AssistantMessage,
+    HandoffRecord,
+    RunRecord,
+    RunStatus,
+    ToolResult,
+    Usage,
+    utc_now,
+)
+from toolpipe.shared.telemetry import NO_SPANS, RunSpans
 
 if TYPE_CHECKING:
     from mypy_boto3_events.client import EventBridgeClient
@@ -294,17 +303,31 @@ def run_ended(run: RunRecord) -> _RunEnded:
     raise ValueError(f"run {run.run_id} has not ended (status {status})")
 
 
+@contextmanager
+def _observing(what: str) -> Iterator[None]:
+    """Best-effort by design (see the module docstring): telling a moment must not fail a run."""
+    try:
+        yield
+    except Exception:
+        logger.warning("%s could not be told", what, exc_info=True)
+
+
 # Events of the current invocation held back until it is done (see `EventPublisher.deferred`).
 # A context variable: the local runtime runs many invocations at once on threads.
 _held: ContextVar[list[RunEvent] | None] = ContextVar("held_run_events", default=None)
 
 
 class EventPublisher:
-    """Publishes run events to one bus; with no bus (no `EVENT_BUS_NAME`), does nothing."""
+    """Publishes run events to one bus (with no bus, no `EVENT_BUS_NAME`, none), and tells the
+    same moments to the run's trace (`spans`: shared/telemetry; `NO_SPANS` when tracing is off):
+    both are told by whoever first recorded the moment, once."""
 
-    def __init__(self, client: "EventBridgeClient | None", bus_name: str | None) -> None:
+    def __init__(
+        self, client: "EventBridgeClient | None", bus_name: str | None, spans: RunSpans = NO_SPANS
+    ) -> None:
         self._client = client
         self._bus = bus_name
+        self.spans = spans
 
     @property
     def enabled(self) -> bool:
@@ -314,9 +337,30 @@ class EventPublisher:
         self.publish(lambda: run_started(run))
 
     def tool_call_completed(self, run: RunRecord, result: ToolResult) -> None:
+        self.spans.tool_call_completed(run, result)
         self.publish(lambda: tool_call_completed(run, result))
 
+    def model_called(
+        self,
+        run: RunRecord,
+        reply: AssistantMessage,
+        model: str,
+        finish_reason: str | None = None,
+        response_model: str | None = None,
+    ) -> None:
+        """A model call whose reply was just stored: a span, no event (the reply's calls and
+        the run's ending are the events)."""
+        self.spans.model_called(run, reply, model, finish_reason, response_model)
+
+    def wait_ended(self, runs: RunRecords, approval: "Approval") -> None:
+        """A deferred call's wait just ended (decided, answered, expired): a span, no event."""
+        if self.spans.enabled:
+            with _observing("a wait's span"):
+                self.spans.wait_ended(runs.get_run(approval.run_id), approval)
+
     def run_handed_off(self, run: RunRecord, handoff: HandoffRecord) -> None:
+        at = utc_now()
+        self.spans.run_handed_off(run, handoff, at)
         self.publish(
             lambda: RunHandedOff(
                 **_about(run),
@@ -324,7 +368,7 @@ class EventPublisher:
                 from_agent=handoff.from_agent,
                 to_agent=handoff.to_agent,
                 turn=handoff.turn,
-                handed_off_at=utc_now(),
+                handed_off_at=at,
             )
         )
 
@@ -371,8 +415,13 @@ class EventPublisher:
     def run_ended(self, runs: RunRecords, run_id: str) -> None:
         """Publish the ending just recorded for `run_id` (RunCompleted, RunFailed or
         RunCancelled by its status). Call it only when your write recorded the ending: the
-        record is read again (only when publishing is on) for its final usage and times."""
-        self.publish(lambda: run_ended(runs.get_run(run_id)))
+        record is read again (only when publishing or tracing is on) for its final usage and times."""
+        if not (self.enabled or self.spans.enabled):
+            return
+        with _observing("a run's ending"):
+            ended = runs.get_run(run_id)
+            self.spans.run_ended(ended)
+            self.publish(lambda: run_ended(ended))
 
     def publish(self, build: Callable[[], RunEvent]) -> None:
         """Build the event and send it (or hold it, inside `deferred`). Never raises."""

@@ -26,6 +26,7 @@ from toolpipe.shared.settings import (
     TriggerSettings,
     WorkerSettings,
 )
+from toolpipe.shared.telemetry import run_spans
 
 if TYPE_CHECKING:
     from toolpipe.shared.runs.cancel import RunCanceller
@@ -49,9 +50,12 @@ def build_store(settings: StoreSettings) -> DynamoHistoryStore:
 
 
 def build_events(settings: EventSettings) -> EventPublisher:
+    """Run events to the bus, and spans to the OTLP endpoint, each when configured."""
+    spans = run_spans()
     if not settings.bus_name:
-        return NO_EVENTS  # no client either: events are off
-    return EventPublisher(boto3.client("events", config=CLIENT_CONFIG), settings.bus_name)
+        # No client either: events are off.
+        return NO_EVENTS if not spans.enabled else EventPublisher(None, None, spans)
+    return EventPublisher(boto3.client("events", config=CLIENT_CONFIG), settings.bus_name, spans)
 
 
 def build_api_key(settings: ModelSettings) -> ApiKeySource:

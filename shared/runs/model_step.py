@@ -297,8 +297,9 @@ class ModelStep:
         for hooks in agent.hooks:
             hooks.before_model(before)
         started_at = utc_now()
+        model = agent.model or self._default_model
         reply = before.reply or self._model.complete(
-            model=agent.model or self._default_model,
+            model=model,
             messages=before.messages,
             tools=before.tools,
             deadline=deadline,
@@ -306,7 +307,8 @@ class ModelStep:
         after = AfterModel(run_id=run.run_id, agent=agent.name, reply=reply)
         for hooks in agent.hooks:
             hooks.after_model(after)
-        return self._store_reply(step, after.reply, started_at)
+        # A hook that answered in the model's place made no model call: no span for one.
+        return self._store_reply(step, after.reply, started_at, None if before.reply else model)
 
     @staticmethod
     def _read_by_agent(step: _Step) -> list[HistoryItem] | str:
@@ -331,7 +333,9 @@ class ModelStep:
             return f"the input_filter of the handoff {entered.from_agent} -> {entered.to_agent} {filtered}"
         return [*filtered, *(i for i in step.history if i.turn >= entered.turn)]
 
-    def _store_reply(self, step: _Step, reply: ModelReply, started_at: str) -> AssistantMessage:
+    def _store_reply(
+        self, step: _Step, reply: ModelReply, started_at: str, model: str | None
+    ) -> AssistantMessage:
         run, agent = step.run, step.agent
         seq = max(i.seq for i in step.history) + 1
         calls = assign_call_ids(reply.tool_calls, seq, step.history)
@@ -357,6 +361,8 @@ class ModelStep:
             stored = self._store.get_item(run.run_id, seq)
             assert isinstance(stored, AssistantMessage), "history slot after the last item holds a non-reply"
             item = stored
+        elif model is not None:
+            self._events.model_called(run, item, model, reply.finish_reason, reply.response_model)
         self._record_usage(step, item)
         step.history.append(item)
         return item

@@ -21,6 +21,7 @@ from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRe
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter
 from toolpipe.shared.runs.quota import RUNNING, RunQuota
+from toolpipe.shared.telemetry import new_trace
 
 
 def new_run_id() -> str:
@@ -72,6 +73,7 @@ class RunStarter:
         caller: str,
         idempotency_key: str | None = None,
         input_object: InputObject | None = None,
+        traceparent: str | None = None,
     ) -> StartedRun:
         """Start a run for `caller`, the request's authenticated identity (never a body field):
         tools see it as `ToolContext.caller`, and only this principal may read the run.
@@ -107,6 +109,8 @@ class RunStarter:
             request_hash=request_hash,
             input_object=input_object,
             metadata=request.metadata,
+            # The caller's trace when it sent one (W3C Trace Context), else a trace of its own.
+            trace=new_trace(traceparent),
         )
         if not self._create(record, UserMessage(seq=1, turn=0, content=request.input), caller):
             if idempotency_key is None:
