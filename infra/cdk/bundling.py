@@ -40,6 +40,9 @@ DEPS_REQUIREMENTS = [
     "mcp>=2.3,<3",
     "docstring-parser>=0.16",
     "Jinja2>=3.1",
+    # Run spans over OTLP/HTTP (shared/telemetry): imported only when an endpoint is set.
+    "opentelemetry-sdk>=1.30",
+    "opentelemetry-exporter-otlp-proto-http>=1.30",
 ]
 MODEL_REQUIREMENTS = ["openai>=1.40"]
 # The Python runtime already has boto3 and what it needs (aws-xray-sdk pulls them in again).

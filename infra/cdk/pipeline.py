@@ -40,6 +40,7 @@ from toolpipe.infra.cdk.constructs.alarms import Alarms
 from toolpipe.infra.cdk.constructs.approval_emails import ApprovalEmails, parse_addresses
 from toolpipe.infra.cdk.constructs.functions import WORKER_MAX_CONCURRENCY, ReservedConcurrency
 from toolpipe.infra.cdk.constructs.model_key import NO_MODEL_KEY, ModelKeySecret, resolve_model_key
+from toolpipe.infra.cdk.constructs.otel import OtelExport
 from toolpipe.infra.cdk.constructs.triggers import TriggerOptions, Triggers
 from toolpipe.shared.agents.app import find_app
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS
@@ -84,6 +85,7 @@ class ToolPipeline(Construct):
         requirements: Sequence[str] = (),
         requirements_lock: str | os.PathLike[str] | None = None,
         tracing: bool = True,
+        otel: OtelExport | None = None,
         retention_days: int = DEFAULT_RETENTION_DAYS,
         quota_starts_per_minute: int | None = 60,
         quota_running: int | None = 20,
@@ -117,6 +119,8 @@ class ToolPipeline(Construct):
         with toolpipe's lock (README "Dependencies"); `requirements` (ranges, unhashed) is no
         longer taken: the layers install only locked, hashed files. `tracing`: False
         deploys the functions without X-Ray, which they then never import (README "Cold start").
+        `otel`: where each run's OpenTelemetry trace goes (an OTLP endpoint or a collector
+        layer: `OtelExport`); None (the default): no function traces (README "Observability").
         `retention_days`: how long an ended run's items and objects are kept (README "Retention").
         `quota_starts_per_minute`, `quota_running`: how many runs each caller of `POST /runs` may
         start a minute and have running at once, answered 429 with `Retry-After` past them; 0 or
@@ -175,6 +179,7 @@ class ToolPipeline(Construct):
             packages=packages,
             requirements_lock=user_lock,
             tracing=tracing,
+            otel=otel,
             quotas=quotas,
             reserved_concurrency=reserved_concurrency,
             worker_max_concurrency=worker_max_concurrency,
@@ -216,7 +221,7 @@ class ToolPipeline(Construct):
             orchestrator=self.functions.orchestrator,
             worker=self.functions.tool_runner,  # `read_input` is a tool: its code runs there
             code=self.functions.code,
-            layers=[self.functions.dependencies],
+            layers=[self.functions.dependencies, *self.functions.telemetry_layers],
             environment=self.functions.environment,
             tracing=self.functions.tracing,
             options=triggers or TriggerOptions(),

@@ -10,8 +10,10 @@ each key's with api_key), `quota_starts_per_minute` and `quota_running` (per cal
 (comma-separated addresses, emailed each call that waits for approval), `link_edits` ("true":
 whoever holds an approval link may also approve with edited arguments), `model_key_secret_arn` (a
 secret's complete ARN, or `none`), `model_key_kms_key_arn`, `tracing` ("false": the
-functions neither trace nor load X-Ray; README "Cold start") and `retention_days` (how long an
-ended run is kept, 30 by default; README "Retention"). `model_name` and
+functions neither trace nor load X-Ray; README "Cold start"), `otel_endpoint`,
+`otel_collector_layer_arn` and `otel_capture_content` (where each run's OpenTelemetry trace
+goes; README "Observability") and `retention_days` (how long an ended run is kept, 30 by
+default; README "Retention"). `model_name` and
 `model_base_url` reach it from `infra/cdk/app.py`.
 """
 
@@ -26,6 +28,7 @@ from constructs import Construct, Node
 
 from toolpipe.infra.cdk.constructs import ApiAuth, ReservedConcurrency, Throttle
 from toolpipe.infra.cdk.constructs.approval_emails import parse_addresses
+from toolpipe.infra.cdk.constructs.otel import OtelExport
 from toolpipe.infra.cdk.constructs.storage import retention_days_of
 from toolpipe.infra.cdk.constructs.triggers import TriggerOptions
 from toolpipe.infra.cdk.pipeline import ToolPipeline
@@ -144,7 +147,24 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]
+    otel = _otel(node)
+    if otel is not None:
+        settings["otel"] = otel
     return settings
+
+
+def _otel(node: Node) -> OtelExport | None:
+    """`-c otel_endpoint=URL` and/or `-c otel_collector_layer_arn=ARN` (README "Observability")."""
+    endpoint = node.try_get_context("otel_endpoint")
+    layer = node.try_get_context("otel_collector_layer_arn")
+    if not endpoint and not layer:
+        return None
+    capture = node.try_get_context("otel_capture_content")
+    return OtelExport(
+        endpoint=str(endpoint).strip() if endpoint else None,
+        collector_layer_arn=str(layer).strip() if layer else None,
+        capture_content=False if capture is None else _flag("otel_capture_content", capture),
+    )
 
 
 def _throttle(node: Node) -> Throttle | None:

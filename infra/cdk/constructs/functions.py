@@ -26,6 +26,7 @@ from toolpipe.infra.cdk.constructs.nag import (
     logical_id,
     skip_checkov,
 )
+from toolpipe.infra.cdk.constructs.otel import OtelExport, is_otel_setting
 from toolpipe.infra.cdk.constructs.storage import Storage, grant_run_objects
 from toolpipe.infra.cdk.constructs.tool_queue import ToolQueue
 from toolpipe.shared.agents.app import APP_ENV
@@ -84,6 +85,7 @@ class Functions(Construct):
         packages: Sequence[str] = (),
         requirements_lock: Path | None = None,
         tracing: bool = True,
+        otel: OtelExport | None = None,
         quotas: QuotaSettings | None = None,
         reserved_concurrency: "ReservedConcurrency | None" = None,
         worker_max_concurrency: int | None = WORKER_MAX_CONCURRENCY,
@@ -117,6 +119,12 @@ class Functions(Construct):
             compatible_architectures=[bundling.ARCHITECTURE],
             description="openai (the orchestrator only)",
         )
+        if otel is not None and otel.endpoint is None and not tracing:
+            raise ValueError(
+                "otel: a collector layer exports to X-Ray with the function's role: keep tracing=True, or give an endpoint"
+            )
+        # Beside every function but the tool runner, when traces go to a collector layer.
+        self.telemetry_layers = [] if otel is None else otel.layers(self)
         # What every function reads: where the history lives.
         self.environment = {
             "TABLE_NAME": storage.table.table_name,
@@ -127,11 +135,13 @@ class Functions(Construct):
             "TOOLPIPE_RETENTION_DAYS": str(storage.retention_days),
             # Without it Powertools' Tracer would still load X-Ray on Lambda (shared/tracing.py).
             **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"}),
+            # Where run spans go (shared/telemetry); unset, nothing traces and nothing is loaded.
+            **({} if otel is None else otel.environment()),
         }
 
         self.orchestrator = self._function(
             specs.ORCHESTRATOR,
-            [self.dependencies, self.model_client],
+            [self.dependencies, self.model_client, *self.telemetry_layers],
             {
                 "TOOLPIPE_MODEL": model_name,
                 # Set here, not left to defaults: they must agree with the queue's (infra/cdk/limits.py).
@@ -146,7 +156,7 @@ class Functions(Construct):
         )
         self.tool_worker = self._function(
             specs.TOOL_WORKER,
-            [self.dependencies],
+            [self.dependencies, *self.telemetry_layers],
             {"TOOLPIPE_HEARTBEAT_EVERY": str(limits.HEARTBEAT_EVERY_SECONDS)},
         )
         self.tool_worker.add_event_source(
@@ -167,8 +177,11 @@ class Functions(Construct):
         self.tool_runner = self._function(
             specs.TOOL_RUNNER,
             [self.dependencies],
-            # The pipeline's settings but the table's name: nothing here reads the table.
-            environment={k: v for k, v in self.environment.items() if k != "TABLE_NAME"},
+            # The pipeline's settings but the table's name (nothing here reads the table) and
+            # where spans go (the worker makes the call's span; tool code is not the pipeline).
+            environment={
+                k: v for k, v in self.environment.items() if k != "TABLE_NAME" and not is_otel_setting(k)
+            },
             own_logs_only=True,
         )
         self.tool_runner.add_to_role_policy(
@@ -230,7 +243,7 @@ class Functions(Construct):
         q = quotas or QuotaSettings()
         self.api = self._function(
             specs.API,
-            [self.dependencies],
+            [self.dependencies, *self.telemetry_layers],
             {
                 # Always set, 0 when off: the local runtime reads the same values (README "Quotas").
                 "TOOLPIPE_QUOTA_STARTS_PER_MINUTE": str(q.starts_per_minute),
