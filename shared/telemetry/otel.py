@@ -11,6 +11,7 @@ with content capture on, and then cut at `CONTENT_CHARS`.
 import contextvars
 import json
 import logging
+import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,7 @@ from toolpipe.shared.messages import (
     utc_now,
 )
 from toolpipe.shared.telemetry.ids import span_id, trace_of
+from toolpipe.shared.telemetry.settings import TracingSettings
 
 if TYPE_CHECKING:
     from toolpipe.shared.deferred.models import Approval
@@ -57,8 +59,13 @@ CONTENT_CHARS = 4_096
 DEFAULT_SERVICE = "toolpipe"
 # What the OpenAI-compatible client speaks, as the conventions name providers.
 PROVIDER = "openai"
-# How long an invocation's end waits for its spans to be sent.
-FLUSH_MILLIS = 2_000
+# How long an invocation's end waits for its spans to be sent, and how long the exporter tries
+# (its retries included) unless `OTEL_EXPORTER_OTLP_TIMEOUT` says otherwise: a collector beside
+# the function answers in milliseconds, and one that is down must not hold each invocation for
+# the exporter's default 10 s.
+FLUSH_MILLIS = 1_000
+EXPORT_SECONDS = 1.0
+_TIMEOUTS = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
 
 # The ids of the span being started, set around `start_span` (a context variable: the local
 # runtime runs invocations on many threads).
@@ -82,24 +89,26 @@ class _RunIds(IdGenerator):
         return ids[0] if ids is not None else self._random.generate_trace_id()
 
 
-def provider() -> TracerProvider:
+def provider(endpoint: str) -> TracerProvider:
     """A tracer provider of toolpipe's own (a tool's or a user's global provider is left alone),
-    exporting in batches over OTLP/HTTP to the endpoint the environment names now."""
+    exporting in batches over OTLP/HTTP to `endpoint` (headers and the like: the environment's)."""
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE}))
     made = TracerProvider(resource=resource, id_generator=_RunIds())
-    made.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    timeout = None if any(os.environ.get(name) for name in _TIMEOUTS) else EXPORT_SECONDS
+    made.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=timeout)))
     return made
 
 
 class OtelSpans:
     enabled = True
 
-    def __init__(self, capture_content: bool = False) -> None:
-        self._provider = provider()
+    def __init__(self, settings: TracingSettings) -> None:
+        assert settings.endpoint is not None, "tracing is on only with an endpoint"
+        self._provider = provider(settings.endpoint)
         self._tracer: Tracer = self._provider.get_tracer("toolpipe")
-        self._content = capture_content
+        self._content = settings.capture_content
 
     def model_called(
         self,

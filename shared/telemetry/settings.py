@@ -28,7 +28,9 @@ _PROTOCOL = "http/protobuf"
 class TracingSettings:
     enabled: bool = False
     capture_content: bool = False
-    endpoint: str | None = None  # the one the exporter will read (it reads it itself)
+    # Where spans are posted: the traces endpoint as given, or the base endpoint's `/v1/traces`
+    # (as the OTLP exporter specification builds it).
+    endpoint: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "TracingSettings":
@@ -46,8 +48,14 @@ class TracingSettings:
         return cls(
             enabled=enabled,
             capture_content=enabled and _true(env, CAPTURE_CONTENT),
-            endpoint=endpoint if enabled else None,
+            endpoint=_traces_url(env) if enabled else None,
         )
+
+
+def _traces_url(env: Mapping[str, str]) -> str:
+    if env.get(TRACES_ENDPOINT):
+        return env[TRACES_ENDPOINT]
+    return env[ENDPOINT].rstrip("/") + "/v1/traces"
 
 
 def _true(env: Mapping[str, str], name: str) -> bool:

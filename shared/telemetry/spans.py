@@ -95,7 +95,7 @@ def run_spans(settings: TracingSettings | None = None) -> RunSpans:
         if settings not in _made:
             from toolpipe.shared.telemetry.otel import OtelSpans
 
-            _made[settings] = OtelSpans(capture_content=settings.capture_content)
+            _made[settings] = OtelSpans(settings)
         return _made[settings]
 
 

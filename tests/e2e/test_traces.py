@@ -1,13 +1,14 @@
 """One OpenTelemetry trace per run (issue 22): a run that hands off, runs a child run and waits
 for a person across a restart of the local runtime, exported to an OTLP receiver."""
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CALLS, TEST_AGENT, call
+from tests.conftest import CALLS, TEST_AGENT, _pipeline, call
 from tests.e2e.test_approvals import wire_money
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from toolpipe.infra.local.runtime import LocalRuntime
@@ -137,3 +138,32 @@ def _epoch(iso: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(iso).timestamp()
+
+
+def test_a_run_started_with_a_traceparent_joins_the_callers_trace(receiver: OtlpReceiver) -> None:
+    caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    for pipeline in _pipeline({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}):
+        pipeline.script(Reply(tool_calls=[call("count_once", label="pear")]), Reply(content="Counted."))
+        status, started = pipeline.runtime.api(
+            "POST",
+            "/runs",
+            {"input": "count the pear", "agent": "tester"},
+            headers={"TraceParent": f"00-{caller_trace}-{caller_span}-01"},
+        )
+        assert status == 202
+        body = pipeline.finish(started["run_id"])
+    assert body["run"]["trace"] == {"trace_id": caller_trace, "parent_span_id": caller_span, "sampled": True}
+    spans = receiver.wait_for(lambda got: any(s.name == "invoke_agent tester" for s in got))
+    assert {s.trace_id for s in spans} == {caller_trace}
+    assert _one(spans, "invoke_agent tester").parent_span_id == caller_span
+
+
+def test_a_collector_that_is_down_changes_nothing_for_the_run() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    for pipeline in _pipeline({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}):
+        pipeline.script(Reply(tool_calls=[call("count_once", label="fig")]), Reply(content="Counted."))
+        body = pipeline.finish(pipeline.start("count the fig"))
+    assert body["run"]["status"] == "succeeded"
+    assert CALLS.counts == {"count_once": 1}

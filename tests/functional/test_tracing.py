@@ -120,3 +120,35 @@ def test_a_bad_trace_setting_is_a_one_line_error() -> None:
         ConfigurationError, match=r"^POWERTOOLS_TRACE_DISABLED must be true or false, not 'maybe'$"
     ):
         tracing_enabled({"POWERTOOLS_TRACE_DISABLED": "maybe", **ON_LAMBDA})
+
+
+@pytest.mark.parametrize("module", sorted({spec.module for spec in FUNCTIONS.values()}))
+def test_no_handler_loads_opentelemetry_when_no_endpoint_is_set(module: str) -> None:
+    """Run spans cost nothing at a cold start when no OTLP endpoint is set (shared/telemetry)."""
+    code = (
+        f"import sys, {module}; "
+        "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))"
+    )
+    assert run_python(code, {**FUNCTION_ENV, **ON_LAMBDA, "POWERTOOLS_TRACE_DISABLED": "true"}) == "[]"
+
+
+def test_an_endpoint_loads_the_exporter_and_a_bad_protocol_is_one_line_at_import() -> None:
+    env = {**FUNCTION_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    code = (
+        "import sys, toolpipe.functions.orchestrator.handler as h; h.service(); "
+        "print('opentelemetry.exporter.otlp.proto.http' in sys.modules)"
+    )
+    assert run_python(code, {**env, "OPENAI_API_KEY": "k"}) == "True"
+    out = subprocess.run(
+        [sys.executable, "-c", "import toolpipe.functions.tool_worker.handler"],
+        env={**env, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == (
+        "toolpipe.shared.errors.ConfigurationError: OTEL_EXPORTER_OTLP_PROTOCOL must be http/protobuf "
+        "(toolpipe's exporter), not 'grpc'"
+    )
