@@ -54,6 +54,9 @@ logger = logging.getLogger(__name__)
 # Captured content is cut here: an attribute the size of a whole result would be dropped by
 # most backends, and would make each export as large as the history.
 CONTENT_CHARS = 4_096
+# Any other text in a span (a name, a tool's or agent's name, who decided) is cut here.
+LABEL_CHARS = 256
+_CONTENT_KEYS = frozenset({"gen_ai.output.messages", "gen_ai.tool.call.result"})
 # The service name when `OTEL_SERVICE_NAME` (or `service.name` in `OTEL_RESOURCE_ATTRIBUTES`)
 # does not give one.
 DEFAULT_SERVICE = "toolpipe"
@@ -295,7 +298,11 @@ class OtelSpans:
             token = _next_ids.set((trace_id, int(span_id(run.run_id, *about), 16)))
             try:
                 span = self._tracer.start_span(
-                    name, context=context, kind=kind, attributes=attributes, start_time=_ns(start)
+                    _cut(name, LABEL_CHARS),
+                    context=context,
+                    kind=kind,
+                    attributes={k: _bounded(k, v) for k, v in attributes.items()},
+                    start_time=_ns(start),
                 )
             finally:
                 _next_ids.reset(token)
@@ -321,8 +328,16 @@ def _before(iso: str, duration_ms: int | None) -> str:
     return datetime.fromtimestamp(_ns(iso) / 1e9 - duration_ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= CONTENT_CHARS else text[: CONTENT_CHARS - 1] + "…"
+def _cut(text: str, limit: int = CONTENT_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _bounded(key: str, value: AttributeValue) -> AttributeValue:
+    """Names come from the model and from callers (a tool name, an agent, who decided): cut, so
+    a hostile one cannot make every span of the run the size of a payload."""
+    if isinstance(value, str) and key not in _CONTENT_KEYS:
+        return _cut(value, LABEL_CHARS)
+    return value
 
 
 def _output_message(reply: AssistantMessage) -> dict[str, Any]:

@@ -143,3 +143,15 @@ def test_a_collector_that_is_down_or_a_bad_record_never_raises(caplog: pytest.Lo
     assert "span not made: invoke_agent payer" in caplog.text
     spans.run_ended(_run(status=RunStatus.SUCCEEDED))
     spans.flush()  # nothing listens: the exporter gives up, the invocation goes on
+
+
+def test_names_from_a_hostile_model_are_cut(receiver: OtlpReceiver) -> None:
+    spans = _spans(receiver, capture=False)
+    name = "t" * 5_000
+    result = ToolResult(seq=3, turn=1, call_id="c" * 5_000, tool=name, content="x", status="ok")
+    spans.tool_call_completed(_run(), result)
+    spans.flush()
+    [span] = receiver.wait_for(lambda got: len(got) == 1)
+    assert len(span.name) == 256 and span.name.endswith("…")
+    assert len(span.attributes["gen_ai.tool.name"]) == 256
+    assert len(span.attributes["gen_ai.tool.call.id"]) == 256
