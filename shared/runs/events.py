@@ -327,7 +327,7 @@ class EventPublisher:
     ) -> None:
         self._client = client
         self._bus = bus_name
-        self.spans = spans
+        self._spans = spans
 
     @property
     def enabled(self) -> bool:
@@ -337,7 +337,7 @@ class EventPublisher:
         self.publish(lambda: run_started(run))
 
     def tool_call_completed(self, run: RunRecord, result: ToolResult) -> None:
-        self.spans.tool_call_completed(run, result)
+        self._spans.tool_call_completed(run, result)
         self.publish(lambda: tool_call_completed(run, result))
 
     def model_called(
@@ -350,17 +350,17 @@ class EventPublisher:
     ) -> None:
         """A model call whose reply was just stored: a span, no event (the reply's calls and
         the run's ending are the events)."""
-        self.spans.model_called(run, reply, model, finish_reason, response_model)
+        self._spans.model_called(run, reply, model, finish_reason, response_model)
 
     def wait_ended(self, runs: RunRecords, approval: "Approval") -> None:
         """A deferred call's wait just ended (decided, answered, expired): a span, no event."""
-        if self.spans.enabled:
+        if self._spans.enabled:
             with _observing("a wait's span"):
-                self.spans.wait_ended(runs.get_run(approval.run_id), approval)
+                self._spans.wait_ended(runs.get_run(approval.run_id), approval)
 
     def run_handed_off(self, run: RunRecord, handoff: HandoffRecord) -> None:
         at = utc_now()
-        self.spans.run_handed_off(run, handoff, at)
+        self._spans.run_handed_off(run, handoff, at)
         self.publish(
             lambda: RunHandedOff(
                 **_about(run),
@@ -416,11 +416,11 @@ class EventPublisher:
         """Publish the ending just recorded for `run_id` (RunCompleted, RunFailed or
         RunCancelled by its status). Call it only when your write recorded the ending: the
         record is read again (only when publishing or tracing is on) for its final usage and times."""
-        if not (self.enabled or self.spans.enabled):
+        if not (self.enabled or self._spans.enabled):
             return
         with _observing("a run's ending"):
             ended = runs.get_run(run_id)
-            self.spans.run_ended(ended)
+            self._spans.run_ended(ended)
             self.publish(lambda: run_ended(ended))
 
     def publish(self, build: Callable[[], RunEvent]) -> None:
