@@ -176,7 +176,7 @@
     var track = el("div", "track");
     var model = el("div", "lane");
     var end = at(turn.end), start = at(turn.start);
-    var bar = place(el("div", "bar model", "model"), axis, start === null ? end : start, end);
+    var bar = place(el("div", "bar model"), axis, start === null ? end : start, end);
     bar.title = "model call · " + took(start === null ? null : end - start);
     model.appendChild(bar);
     track.appendChild(model);
