@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from toolpipe.functions.api.identity import current_caller
-from toolpipe.functions.api.openapi import documented, html_responses
+from toolpipe.functions.api.openapi import documented, html_page
 from toolpipe.functions.api.page import timeline_page
 from toolpipe.functions.api.request import RunId
 from toolpipe.functions.api.services import services_of
@@ -20,13 +20,6 @@ from toolpipe.shared.runs.report import MAX_TOKEN_CHARS, TOKEN_PATTERN
 from toolpipe.shared.runs.timeline import Timeline
 
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves its __init__ unannotated
-
-PAGE_ANSWERS = {
-    200: "The page (HTML).",
-    400: "A bad parameter: the message names it (JSON).",
-    403: "The request carries no caller identity (JSON).",
-    404: "No such run (or not the caller's) (JSON).",
-}
 
 
 def _html(body: str) -> Response[str]:
@@ -53,7 +46,7 @@ def get_timeline(run_id: RunId) -> dict[str, Any]:
 @router.get(
     "/ui/runs/<run_id>",
     summary="The run's timeline page (HTML): live while the run goes on",
-    responses=html_responses(PAGE_ANSWERS),
+    responses=html_page("The run's timeline page.", 400, 403, 404),
 )
 def timeline_html(run_id: RunId) -> Response[str]:
     caller = current_caller(router.current_event)
@@ -63,7 +56,7 @@ def timeline_html(run_id: RunId) -> Response[str]:
 @router.get(
     "/ui/runs",
     summary="The caller's runs (HTML), newest first: status, agent, duration, cost",
-    responses=html_responses(PAGE_ANSWERS | {400: "A `next` that is not a token this list gave (JSON)."}),
+    responses=html_page("A page of the caller's runs.", 400, 403),
 )
 def runs_html(
     next: Annotated[
