@@ -24,14 +24,16 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import TEST_AGENT, Pipeline, Reply, _pipeline, call
+from tests.e2e.test_approvals import pending
 from tests.e2e.test_serve_runs_api import _http
 from toolpipe.infra.local.client import CALLER_HEADER
+from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.server import LocalServer
 from toolpipe.shared.agents import AGENTS, Agent, ModelPrice
 from toolpipe.shared.tools import tool
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Page
+    from playwright.sync_api import Page, Route
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "timeline-page.png"
@@ -40,6 +42,7 @@ CALL_SECONDS = 1.0
 RUN_TIMEOUT_MS = 30_000
 HOSTILE_HTML = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 # Right-to-left override and isolates: "txt.exe" shown reversed as "exe.txt" if left in.
+EMAIL = call("send_email", to="ana@example.com", subject="Report", body="The report is ready.")
 BIDI = "invoice\u202etxt.exe \u2066hidden\u2069"
 
 
@@ -191,6 +194,41 @@ def test_a_hostile_run_renders_as_text_bounded_and_runs_no_script(
     big = turn["calls"][1]
     assert big["arguments_chars"] == len(huge) and len(big["arguments"]) <= 201
     assert big["message"] == f"/runs/{run_id}/messages/4"
+
+
+def test_a_wait_for_a_person_is_shaded_and_the_page_polls_where_events_are_refused(
+    page: "Page", served: tuple[Pipeline, LocalServer]
+) -> None:
+    """As deployed: API Gateway has no events route (a 403), so the page polls its timeline."""
+    from playwright.sync_api import expect
+
+    pipeline, server = served
+    pipeline.script(Reply(tool_calls=[EMAIL]), Reply(content="Sent."))
+    run_id = pipeline.start("Email Ana that the report is ready", agent="assistant")
+    approval = pending(pipeline)
+    refused: list[str] = []
+
+    def refuse(route: "Route") -> None:
+        refused.append(route.request.url)
+        route.fulfill(
+            status=403, content_type="application/json", body='{"message": "Missing Authentication Token"}'
+        )
+
+    page.route("**/events*", refuse)
+    response = page.goto(page_url(server, run_id))
+    assert response is not None and response.status == 200
+    wait = page.locator(f'.wait[data-seq="{approval["seq"]}"]')
+    expect(wait).to_contain_text("waited for approval · pending")
+
+    status, body = pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    assert status == 200, body
+    expect(page.locator(".status").first).to_have_text("succeeded", timeout=RUN_TIMEOUT_MS)
+    expect(wait).to_contain_text(f"approved by {LOCAL_CALLER}")
+    expect(page.locator(f'.bar.call[data-seq="{approval["seq"]}"]')).to_have_class("bar call ok")
+    assert refused, "the page never asked for the event stream"
+    # The shaded wait ends before the call's bar begins: the call ran once a person approved it.
+    shade, bar = wait.bounding_box(), page.locator(f'.bar.call[data-seq="{approval["seq"]}"]').bounding_box()
+    assert shade is not None and bar is not None and shade["x"] + shade["width"] <= bar["x"] + 1
 
 
 def test_a_run_that_is_not_the_callers_is_not_found(served: tuple[Pipeline, LocalServer]) -> None:
