@@ -21,6 +21,7 @@ RUN_PREFIX = "RUN#"
 APPROVAL_PREFIX = "APPROVAL#"
 META_SK = "META"
 MESSAGE_PREFIX = "MSG#"
+GATE_PREFIX = "GATE#"
 STATE_SK = "STATE"
 PARENT_TOKEN_SK = "PARENT_TOKEN"
 
@@ -67,7 +68,7 @@ def call_sk(seq: int) -> str:
 
 
 def gate_sk(seq: int) -> str:
-    return f"GATE#{seq:06d}"
+    return f"{GATE_PREFIX}{seq:06d}"
 
 
 def approval_pk(approval_id: str) -> str:

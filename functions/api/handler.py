@@ -1,5 +1,5 @@
 """REST API: start, list, inspect, cancel and delete runs; list and decide approvals; the
-approval page; its OpenAPI document. GET never changes state.
+approval page; the runs' timeline pages; its OpenAPI document. GET never changes state.
 
 Who calls is the request's identity as API Gateway reports it (IAM: the signer's ARN), never
 a body field (`identity`). Every bad input is a 400 naming the field, bodies included; a run
@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from toolpipe.functions.api import approvals, errors, openapi, runs
+from toolpipe.functions.api import approvals, errors, openapi, runs, timeline
 from toolpipe.functions.api.page import routes as page
 from toolpipe.functions.api.services import CONTEXT_KEY, ApiServices, FunctionSettings
 from toolpipe.shared.agents import all_agents
@@ -26,7 +26,7 @@ logger = Logger()
 services = ApiServices(FunctionSettings.from_env())
 # Validation of path and query parameters; its errors are answered 400, like bodies'.
 app = APIGatewayRestResolver(enable_validation=True)
-for router in (runs.router, approvals.router, page.router):
+for router in (runs.router, timeline.router, approvals.router, page.router):
     app.include_router(router)
 
 # Registered by call: the decorator is untyped.

@@ -74,6 +74,14 @@ def html_responses(answers: dict[int, str]) -> dict[int, Any]:
     return {code: {"description": text, "content": html} for code, text in answers.items()}
 
 
+def html_page(description: str, *errors: int) -> dict[int, Any]:
+    """The responses of a route that answers an HTML page, and its errors in JSON as every route's."""
+    error = {"application/json": {"model": ErrorBody}}
+    return html_responses({200: description}) | {
+        code: {"description": ERROR_REASONS[code], "content": error} for code in errors
+    }
+
+
 def document(app: APIGatewayRestResolver) -> dict[str, Any]:
     """The OpenAPI document of `app`'s routes, as docs/openapi.json holds it."""
     generated: dict[str, Any] = json.loads(

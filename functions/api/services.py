@@ -25,6 +25,7 @@ from toolpipe.shared.runs.factory import (
 )
 from toolpipe.shared.runs.report import URL_SECONDS, RunReader
 from toolpipe.shared.runs.starter import RunStarter
+from toolpipe.shared.runs.timeline_reader import TimelineReader
 from toolpipe.shared.settings import (
     ApiSettings,
     ApprovalLinkSettings,
@@ -98,6 +99,14 @@ class ApiServices:
             )
 
         return RunReader(build_store(self.settings.store), presign, self.settings.api.admin_principal)
+
+    @cached_property
+    def timeline(self) -> TimelineReader:
+        from toolpipe.shared.deferred.store import DynamoApprovalStore
+
+        s = self.settings
+        table = boto3.resource("dynamodb").Table(s.store.table_name)
+        return TimelineReader(build_store(s.store), DynamoApprovalStore(table), s.api.admin_principal)
 
     @cached_property
     def approvals(self) -> ApprovalService:

@@ -2,13 +2,14 @@
 a deployed stack's API (`infra/cli/remote.py`), and the reads of a run several commands print."""
 
 import argparse
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from toolpipe.infra.cli import discovery
 from toolpipe.infra.cli.errors import CommandError, reason, refused
-from toolpipe.infra.local.client import ServerBusyError, ServerError
+from toolpipe.infra.local.client import STAGE, ServerBusyError, ServerError
 
 # How many times a session finds its server again, for a request or a broken event stream.
 ATTEMPTS = 5
@@ -139,3 +140,13 @@ def run_view(session: Session, run_id: str) -> dict[str, Any]:
         _, body = session.request("GET", body["executions_next"])
         executions.extend(body["executions"])
     return {**body, "executions": executions, "messages": messages(session, run_id)}
+
+
+def page_url(session: Session, run_id: str) -> str | None:
+    """The run's timeline page where it stays served after this command: the running local
+    server's (not one this command started, which stops with it), or the deployed API's (there
+    behind its authorization, as every route)."""
+    quoted = urllib.parse.quote(run_id, safe="")
+    if isinstance(session, LocalSession):
+        return None if session.started_server else f"{session.url}/{STAGE}/ui/runs/{quoted}"
+    return f"{session.url.rstrip('/')}/ui/runs/{quoted}"

@@ -57,6 +57,10 @@ RESOURCES: dict[str, tuple[str, ...]] = {
     "/runs/{run_id}/cancel": ("POST",),
     "/runs/{run_id}/messages": ("GET",),
     "/runs/{run_id}/messages/{seq}": ("GET",),
+    "/runs/{run_id}/timeline": ("GET",),
+    # The timeline pages (README "The timeline page"), behind the same identity as the rest.
+    "/ui/runs": ("GET",),
+    "/ui/runs/{run_id}": ("GET",),
     "/approvals": ("GET",),
     "/approvals/{approval_id}": ("GET",),
     "/approvals/{approval_id}/approve": ("POST",),

@@ -1,5 +1,6 @@
 """What the approval service needs from storage: one small port, `DynamoApprovalStore` its adapter."""
 
+import builtins
 from typing import Protocol
 
 from toolpipe.shared.deferred.models import Approval, ApprovalStatus, EditedArguments, Gate
@@ -46,6 +47,11 @@ class ApprovalRecords(Protocol):
 
     def list(self, requester: str | None, status: ApprovalStatus | None) -> list[Approval]:
         """`requester`'s approvals, newest first (None: everyone's)."""
+        ...
+
+    def for_run(self, run_id: str, limit: int) -> "builtins.list[Approval]":
+        """The approvals of the run's calls (one per gated call slot, in slot order), at most
+        `limit`: what the run's timeline shows as waits."""
         ...
 
 

@@ -8,6 +8,7 @@ wins and the ones after change nothing. All three expire with their run
 (`shared/history/retention.py`), which finds the first two from the gate's `approval_id`.
 """
 
+import builtins
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from toolpipe.shared.dynamo import (
     CALLER_INDEX,
     CALLER_INDEX_PK,
     CALLER_INDEX_SK,
+    GATE_PREFIX,
     approval_pk,
     gate_sk,
     lost_race,
@@ -301,4 +303,26 @@ class DynamoApprovalStore:
         found = [self.get(str(key["pk"]).removeprefix("APPROVAL#")) for key in keys[:LIST_LIMIT]]
         if requester is None:
             found.sort(key=lambda a: a.created_at, reverse=True)
+        return found
+
+    def for_run(self, run_id: str, limit: int) -> "builtins.list[Approval]":
+        """The approvals of the run's calls, found from their gates in the run's partition."""
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :gate)",
+            "ExpressionAttributeValues": {":pk": run_pk(run_id), ":gate": GATE_PREFIX},
+            "ProjectionExpression": "approval_id",
+        }
+        ids: list[str] = []
+        while len(ids) < limit:
+            page = self._table.query(**kwargs)
+            ids.extend(str(item["approval_id"]) for item in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        found = []
+        for approval_id in ids[:limit]:
+            try:
+                found.append(self.get(approval_id))
+            except ApprovalNotFoundError:
+                continue  # its run is being deleted: the gate goes last
         return found

@@ -38,6 +38,10 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
         ("/runs/{run_id}/cancel", "post"),
         ("/runs/{run_id}/messages", "get"),
         ("/runs/{run_id}/messages/{seq}", "get"),
+        # A run you can see: its timeline (JSON), its page and the runs list (HTML).
+        ("/runs/{run_id}/timeline", "get"),
+        ("/ui/runs/{run_id}", "get"),
+        ("/ui/runs", "get"),
         ("/approvals", "get"),
         ("/approvals/{approval_id}", "get"),
         ("/approvals/{approval_id}/approve", "post"),

@@ -74,19 +74,27 @@ def test_runs_are_listed_from_an_index_by_caller_that_the_store_queries(template
     assert "usage" not in CALLER_INDEX_PROJECTION and "updated_at" not in CALLER_INDEX_PROJECTION
 
 
-def test_the_list_cancel_and_openapi_routes_exist(template: Any) -> None:
+def test_the_list_cancel_openapi_and_timeline_routes_exist(template: Any) -> None:
     resources = template.find_resources("AWS::ApiGateway::Resource")
-    by_part = {r["Properties"]["PathPart"]: name for name, r in resources.items()}
     methods = template.find_resources("AWS::ApiGateway::Method").values()
 
-    def has(part: str, method: str) -> bool:
-        return any(
-            m["Properties"]["HttpMethod"] == method
-            and m["Properties"]["ResourceId"] == {"Ref": by_part[part]}
-            for m in methods
-        )
+    def path(ref: Any) -> str:
+        # By whole path: a part such as `runs` or `{run_id}` is under more than one parent.
+        if not isinstance(ref, dict) or "Ref" not in ref:
+            return ""
+        resource = resources[ref["Ref"]]["Properties"]
+        return f"{path(resource['ParentId'])}/{resource['PathPart']}"
 
-    assert has("runs", "GET") and has("runs", "POST") and has("cancel", "POST") and has("openapi.json", "GET")
+    declared = {(path(m["Properties"]["ResourceId"]), m["Properties"]["HttpMethod"]) for m in methods}
+    assert {
+        ("/runs", "GET"),
+        ("/runs", "POST"),
+        ("/runs/{run_id}/cancel", "POST"),
+        ("/openapi.json", "GET"),
+        ("/runs/{run_id}/timeline", "GET"),
+        ("/ui/runs", "GET"),
+        ("/ui/runs/{run_id}", "GET"),
+    } <= declared
 
 
 def test_the_api_may_stop_only_its_state_machines_executions(template: Any) -> None:

@@ -58,7 +58,8 @@ class Throttle:
 
 class Api(Construct):
     """`POST /runs`, `GET /runs`, `GET /runs/{run_id}`, `POST /runs/{run_id}/cancel`,
-    `GET /runs/{run_id}/messages[/{seq}]`, `GET /approvals[/{approval_id}]`,
+    `GET /runs/{run_id}/messages[/{seq}]`, `GET /runs/{run_id}/timeline`, the timeline pages
+    `GET /ui/runs[/{run_id}]`, `GET /approvals[/{approval_id}]`,
     `POST /approvals/{approval_id}/approve|deny|answer`,
     `POST /runs/{run_id}/calls/{call_id}/result` and `GET /openapi.json` on stage `v1`,
     all proxied to the API function. IAM authorization on every method by default; with
@@ -274,6 +275,27 @@ class Api(Construct):
             integration,
             request_validator=validator,
             request_parameters={"method.request.path.run_id": True, "method.request.path.seq": True},
+        )
+        # A run you can see (README "The timeline page"): its timeline as JSON, its page and the
+        # runs list (HTML), behind the same authorization as every other route. GET only.
+        run.add_resource("timeline").add_method(
+            "GET",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.path.run_id": True},
+        )
+        ui_runs = api.root.add_resource("ui").add_resource("runs")
+        ui_runs.add_method(
+            "GET",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.querystring.next": False},
+        )
+        ui_runs.add_resource("{run_id}").add_method(
+            "GET",
+            integration,
+            request_validator=validator,
+            request_parameters={"method.request.path.run_id": True},
         )
         # A person's decisions on calls that wait for approval (README "Human approval").
         approvals = api.root.add_resource("approvals")

@@ -1,4 +1,5 @@
-"""`toolpipe show RUN_ID`: a run's history, its tool executions and its usage."""
+"""`toolpipe show RUN_ID`: a run's history, its tool executions, its usage and where its timeline
+page is."""
 
 import argparse
 import json
@@ -6,13 +7,14 @@ from typing import Any, TextIO
 
 from toolpipe.infra.cli.errors import EXIT_OK
 from toolpipe.infra.cli.output import format_item, short, write_json
-from toolpipe.infra.cli.session import open_session, run_view
+from toolpipe.infra.cli.session import open_session, page_url, run_view
 
 
 def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     session = open_session(args)
     try:
         body = run_view(session, args.run_id)
+        page = page_url(session, args.run_id)
     finally:
         session.close()
     if args.json:
@@ -44,6 +46,8 @@ def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if record.get("error"):
         # Part of the run's history, not this command's error: the command did what it was asked.
         out.write(f"error: {record['error']}\n")
+    if page is not None:
+        out.write(f"timeline: {page}\n")
     return EXIT_OK
 
 

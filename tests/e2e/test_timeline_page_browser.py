@@ -1,0 +1,248 @@
+"""The timeline page in a real browser (issue 22, "A timeline page"): headless Chromium opens a
+run's page on the local server while the run goes on, sees it end without a reload, and finds
+the parallel calls of a turn drawn as bars that overlap in time; a hostile run (arguments of
+megabytes, HTML in a tool's output and the model's answer, bidi controls) renders as text,
+bounded, and runs no script but the page's own.
+
+The page's contract, as these tests use it: `<main id="timeline">`, a `.status` with the run's
+status, one `.bar.call` per tool call with `data-seq` (its slot) and `data-tool`, a `.bar.model`
+per turn, `.mark.error` for a failed call, and a link to the runs list (`GET /ui/runs`, a
+`<table>` with a link per run).
+
+`TOOLPIPE_UPDATE_SCREENSHOT=1` writes the page as a person sees it to docs/timeline-page.png (the
+README shows it); otherwise the screenshot goes to a temporary file, and the committed one must
+exist.
+"""
+
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.conftest import TEST_AGENT, Pipeline, Reply, _pipeline, call
+from tests.e2e.test_approvals import pending
+from tests.e2e.test_serve_runs_api import _http
+from toolpipe.infra.local.client import CALLER_HEADER
+from toolpipe.infra.local.runtime import LOCAL_CALLER
+from toolpipe.infra.local.server import LocalServer
+from toolpipe.shared.agents import AGENTS, Agent, ModelPrice
+from toolpipe.shared.tools import tool
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page, Route
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOT = ROOT / "docs" / "timeline-page.png"
+# Long enough that two calls started together overlap whatever the workers' scheduling.
+CALL_SECONDS = 1.0
+RUN_TIMEOUT_MS = 30_000
+HOSTILE_HTML = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+# Right-to-left override and isolates: "txt.exe" shown reversed as "exe.txt" if left in.
+EMAIL = call("send_email", to="ana@example.com", subject="Report", body="The report is ready.")
+BIDI = "invoice\u202etxt.exe \u2066hidden\u2069"
+
+
+@tool
+def echo(text: str) -> str:
+    """Answer with the text, as given.
+
+    Args:
+        text: Any text.
+    """
+    return text
+
+
+ECHO_AGENT = Agent(name="echoer", instructions="You echo.", tools=[echo], max_iterations=3)
+# The tester's tools, priced: each turn shows what its model call cost.
+NAPPER = Agent(
+    name="napper",
+    instructions="You take naps.",
+    tools=[t for t in TEST_AGENT.tools if t.name in ("slow", "explode")],
+    max_iterations=3,
+    price=ModelPrice(input_per_million=2.5, output_per_million=10.0),
+)
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pipeline, LocalServer]]:
+    """The local runtime with its HTTP server in front, as `toolpipe serve` runs them."""
+    for agent in (ECHO_AGENT, NAPPER):
+        monkeypatch.setitem(AGENTS, agent.name, agent)
+    for pipeline in _pipeline():
+        pipeline.runtime.drain_seconds = 1.0
+        with LocalServer(pipeline.runtime) as server:
+            yield pipeline, server
+
+
+def page_url(server: LocalServer, run_id: str) -> str:
+    return f"{server.api_url}/ui/runs/{run_id}"
+
+
+def x_range(page: "Page", seq: int) -> tuple[float, float]:
+    box = page.locator(f'.bar.call[data-seq="{seq}"]').bounding_box()
+    assert box is not None, f"the call in slot {seq} has no bar"
+    return box["x"], box["x"] + box["width"]
+
+
+def test_a_three_turn_run_is_drawn_live_and_its_parallel_calls_overlap(
+    page: "Page", served: tuple[Pipeline, LocalServer], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    pipeline, server = served
+    pipeline.script(
+        # Arguments differ: the same call three times in a run is a runaway model (a limit).
+        Reply(tool_calls=[call("slow", seconds=CALL_SECONDS), call("slow", seconds=CALL_SECONDS + 0.01)]),
+        Reply(
+            tool_calls=[
+                call("slow", seconds=CALL_SECONDS + 0.02),
+                call("slow", seconds=CALL_SECONDS / 2),
+                call("explode", reason="disk full"),
+            ]
+        ),
+        Reply(content="Both naps done; one call failed."),
+    )
+    run_id = pipeline.start("Take two naps at once, twice", agent=NAPPER.name)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+
+    response = page.goto(page_url(server, run_id))
+    assert response is not None and response.status == 200
+    assert "script-src 'sha256-" in response.headers["content-security-policy"]
+    # Opened while it runs; it ends on the page without a reload (the local server's events).
+    expect(page.locator(".status").first).to_have_text("running")
+    expect(page.locator(".status").first).to_have_text("succeeded", timeout=RUN_TIMEOUT_MS)
+    expect(page.locator(".bar.model")).to_have_count(3)
+    expect(page.locator(".bar.call")).to_have_count(5)
+
+    # Turn 1 (reply in slot 2): calls in slots 3 and 4; turn 2 (slot 5): slots 6, 7 and 8.
+    for first, second in ((3, 4), (6, 7)):
+        (a0, a1), (b0, b1) = x_range(page, first), x_range(page, second)
+        assert a0 < b1 and b0 < a1, f"calls {first} and {second} ran at once, drawn apart: {a0, a1} {b0, b1}"
+    # A turn's calls start after its model call and the next turn's model call after them.
+    model = page.locator(".bar.model")
+    turn2 = model.nth(1).bounding_box()
+    assert turn2 is not None and turn2["x"] >= max(x_range(page, 3)[1], x_range(page, 4)[1]) - 1
+    expect(page.locator('.bar.call[data-seq="8"]')).to_have_class("bar call error")
+    expect(page.locator(".mark.error")).to_contain_text("explode")
+    expect(page.locator("#turn-9")).to_contain_text("Both naps done; one call failed.")
+    assert errors == []
+
+    update = os.environ.get("TOOLPIPE_UPDATE_SCREENSHOT") == "1"
+    page.screenshot(path=SCREENSHOT if update else tmp_path / "timeline-page.png", full_page=True)
+    assert SCREENSHOT.is_file(), f"{SCREENSHOT} is missing: run this test with TOOLPIPE_UPDATE_SCREENSHOT=1"
+
+    # The runs list links to it, with its status and a duration.
+    page.get_by_role("link", name="all runs").click()
+    row = page.locator("tr", has_text=run_id)
+    expect(row).to_contain_text("succeeded")
+    expect(row).to_contain_text(" s")
+    row.get_by_role("link", name=run_id).click()
+    expect(page.locator(".bar.call")).to_have_count(5)
+
+
+def test_a_hostile_run_renders_as_text_bounded_and_runs_no_script(
+    page: "Page", served: tuple[Pipeline, LocalServer]
+) -> None:
+    from playwright.sync_api import expect
+
+    pipeline, server = served
+    huge = json.dumps({"text": "A" * 3_000_000 + HOSTILE_HTML})
+    pipeline.script(
+        Reply(
+            tool_calls=[("echo", {"text": HOSTILE_HTML + BIDI}), ("echo", {"text": "placeholder"})],
+            raw_arguments={1: huge},
+        ),
+        Reply(content=f"{HOSTILE_HTML} {BIDI} </script><script>window.__pwned = 3</script>"),
+    )
+    run_id = pipeline.start(f"Echo this: {HOSTILE_HTML}", agent=ECHO_AGENT.name)
+    assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    response = page.goto(page_url(server, run_id))
+    assert response is not None and response.status == 200
+    html = response.body()
+    assert len(html) < 200_000, f"the page is {len(html):,} bytes for a run of a few MB"
+    expect(page.locator(".bar.call")).to_have_count(2)
+
+    # Every hostile text is there, as text: no element, no handler, no script ran.
+    main = page.locator("main")
+    expect(main).to_contain_text("<script>window.__pwned = 1</script>")
+    expect(main).to_contain_text("</script><script>window.__pwned = 3</script>")
+    assert page.evaluate("window.__pwned") is None and dialogs == []
+    assert page.locator("main img, main script, main iframe").count() == 0
+    assert page.locator("script").count() == 2  # the page's data and its own script
+    # Bidi controls are shown by their code point, never applied; texts sit in <bdi dir=auto>.
+    text = main.inner_text()
+    assert "\u202e" not in text and "\u2066" not in text
+    expect(main).to_contain_text("invoice<U+202E>txt.exe <U+2066>hidden<U+2069>")
+    assert page.locator("main bdi[dir=auto]").count() > 3
+    # The multi-megabyte argument is a preview, on the bar's tooltip as in the data.
+    title = page.locator('.bar.call[data-seq="4"]').get_attribute("title") or ""
+    assert title.startswith('echo({"text": "AAAA') and len(title) < 1_000
+
+    # The JSON the page draws holds previews only, with where the whole items are.
+    status, timeline, _ = _http(f"{server.api_url}/runs/{run_id}/timeline", "GET")
+    assert status == 200
+    [turn, _final] = timeline["turns"]
+    big = turn["calls"][1]
+    assert big["arguments_chars"] == len(huge) and len(big["arguments"]) <= 201
+    assert big["message"] == f"/runs/{run_id}/messages/4"
+
+
+def test_a_wait_for_a_person_is_shaded_and_the_page_polls_where_events_are_refused(
+    page: "Page", served: tuple[Pipeline, LocalServer]
+) -> None:
+    """As deployed: API Gateway has no events route (a 403), so the page polls its timeline."""
+    from playwright.sync_api import expect
+
+    pipeline, server = served
+    pipeline.script(Reply(tool_calls=[EMAIL]), Reply(content="Sent."))
+    run_id = pipeline.start("Email Ana that the report is ready", agent="assistant")
+    approval = pending(pipeline)
+    refused: list[str] = []
+
+    def refuse(route: "Route") -> None:
+        refused.append(route.request.url)
+        route.fulfill(
+            status=403, content_type="application/json", body='{"message": "Missing Authentication Token"}'
+        )
+
+    page.route("**/events*", refuse)
+    response = page.goto(page_url(server, run_id))
+    assert response is not None and response.status == 200
+    wait = page.locator(f'.wait[data-seq="{approval["seq"]}"]')
+    expect(wait).to_contain_text("waited for approval · pending")
+
+    status, body = pipeline.runtime.api("POST", f"/approvals/{approval['approval_id']}/approve")
+    assert status == 200, body
+    expect(page.locator(".status").first).to_have_text("succeeded", timeout=RUN_TIMEOUT_MS)
+    expect(wait).to_contain_text(f"approved by {LOCAL_CALLER}")
+    expect(page.locator(f'.bar.call[data-seq="{approval["seq"]}"]')).to_have_class("bar call ok")
+    assert refused, "the page never asked for the event stream"
+    # The shaded wait ends before the call's bar begins: the call ran once a person approved it.
+    shade, bar = wait.bounding_box(), page.locator(f'.bar.call[data-seq="{approval["seq"]}"]').bounding_box()
+    assert shade is not None and bar is not None and shade["x"] + shade["width"] <= bar["x"] + 1
+
+
+def test_a_run_that_is_not_the_callers_is_not_found(served: tuple[Pipeline, LocalServer]) -> None:
+    pipeline, server = served
+    pipeline.script(Reply(content="Hello."))
+    run_id = pipeline.start("Say hello")
+    pipeline.finish(run_id)
+    other = {CALLER_HEADER: "arn:aws:iam::000000000000:user/mallory"}
+    for path in (f"/runs/{run_id}/timeline", f"/ui/runs/{run_id}"):
+        status, body, _ = _http(f"{server.api_url}{path}", "GET", **other)
+        assert status == 404, (path, body)
+    # The other caller's list does not show it; the owner's does.
+    request = urllib.request.Request(f"{server.api_url}/ui/runs", headers=other)
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert run_id not in answer.read().decode()
+    with urllib.request.urlopen(f"{server.api_url}/ui/runs", timeout=30) as answer:
+        assert run_id in answer.read().decode()
