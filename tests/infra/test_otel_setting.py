@@ -65,3 +65,16 @@ def test_a_bad_setting_is_a_one_line_error(fields: dict[str, str], error: str) -
     with pytest.raises(ValueError) as raised:
         OtelExport(**fields)
     assert str(raised.value) == error
+
+
+def test_a_collector_layer_without_lambda_tracing_is_refused() -> None:
+    from aws_cdk import App, Stack
+
+    from toolpipe.infra.cdk.constructs.otel import telemetry_layers
+
+    with pytest.raises(ValueError) as raised:
+        telemetry_layers(Stack(App()), OtelExport(collector_layer_arn=LAYER), tracing=False)
+    assert str(raised.value) == (
+        "otel: a collector layer exports to X-Ray with the function's role: keep tracing=True, or give an endpoint"
+    )
+    assert telemetry_layers(Stack(App()), OtelExport(endpoint="http://c:4318"), tracing=False) == []

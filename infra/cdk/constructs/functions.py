@@ -26,7 +26,7 @@ from toolpipe.infra.cdk.constructs.nag import (
     logical_id,
     skip_checkov,
 )
-from toolpipe.infra.cdk.constructs.otel import OtelExport, is_otel_setting
+from toolpipe.infra.cdk.constructs.otel import OtelExport, is_otel_setting, otel_environment, telemetry_layers
 from toolpipe.infra.cdk.constructs.storage import Storage, grant_run_objects
 from toolpipe.infra.cdk.constructs.tool_queue import ToolQueue
 from toolpipe.shared.agents.app import APP_ENV
@@ -119,12 +119,8 @@ class Functions(Construct):
             compatible_architectures=[bundling.ARCHITECTURE],
             description="openai (the orchestrator only)",
         )
-        if otel is not None and otel.endpoint is None and not tracing:
-            raise ValueError(
-                "otel: a collector layer exports to X-Ray with the function's role: keep tracing=True, or give an endpoint"
-            )
         # Beside every function but the tool runner, when traces go to a collector layer.
-        self.telemetry_layers = [] if otel is None else otel.layers(self)
+        self.telemetry_layers = telemetry_layers(self, otel, tracing)
         # What every function reads: where the history lives.
         self.environment = {
             "TABLE_NAME": storage.table.table_name,
@@ -136,7 +132,7 @@ class Functions(Construct):
             # Without it Powertools' Tracer would still load X-Ray on Lambda (shared/tracing.py).
             **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"}),
             # Where run spans go (shared/telemetry); unset, nothing traces and nothing is loaded.
-            **({} if otel is None else otel.environment()),
+            **otel_environment(otel),
         }
 
         self.orchestrator = self._function(

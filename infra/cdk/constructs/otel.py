@@ -60,5 +60,20 @@ class OtelExport:
         return [lambda_.LayerVersion.from_layer_version_arn(scope, "OtelCollector", self.collector_layer_arn)]
 
 
+def otel_environment(otel: OtelExport | None) -> dict[str, str]:
+    return {} if otel is None else otel.environment()
+
+
+def telemetry_layers(scope: Construct, otel: OtelExport | None, tracing: bool) -> list[lambda_.ILayerVersion]:
+    """The collector layer the pipeline's functions carry, if `otel` names one."""
+    if otel is None:
+        return []
+    if otel.endpoint is None and not tracing:
+        raise ValueError(
+            "otel: a collector layer exports to X-Ray with the function's role: keep tracing=True, or give an endpoint"
+        )
+    return otel.layers(scope)
+
+
 def is_otel_setting(name: str) -> bool:
     return name.startswith("OTEL_")
