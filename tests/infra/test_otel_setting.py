@@ -38,7 +38,7 @@ def test_a_collector_layer_reaches_every_pipeline_function_but_the_tool_runner(t
     for props in functions.values():
         settings = TracingSettings.from_env(_lambda_env(props))
         assert settings == TracingSettings(
-            enabled=True, capture_content=True, endpoint="http://localhost:4318"
+            enabled=True, capture_content=True, endpoint="http://localhost:4318/v1/traces"
         )
         assert LAYER in props["Layers"]
         assert props["Environment"]["Variables"]["OTEL_SERVICE_NAME"] == "toolpipe"
