@@ -18,6 +18,7 @@ from toolpipe.functions.api.identity import CALLER_RULE, current_caller, current
 from toolpipe.functions.api.openapi import documented, request_body
 from toolpipe.functions.api.request import LIMIT, PARAMETER_RULES, SEQ, RunId, Seq, page_limit, parsed_body
 from toolpipe.functions.api.services import services_of
+from toolpipe.shared.costs import meter
 from toolpipe.shared.dynamo import MAX_CALLER_BYTES, caller_fits
 from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
 from toolpipe.shared.runs.quota import RUNNING_RETRY_AFTER_SECONDS, WINDOW_SECONDS
@@ -94,6 +95,7 @@ def start_run() -> Response[dict[str, Any]]:
     record, replayed = services.starter.start(
         request, caller, idempotency_key=None if key is None else API_KEY_PREFIX + key
     )
+    meter.attribute(record.run_id)
     logger.info("run started", run_id=record.run_id, agent=record.agent, replayed=replayed)
     return Response(
         status_code=HTTPStatus.ACCEPTED,
@@ -209,6 +211,7 @@ def get_message(run_id: RunId, seq: Seq) -> dict[str, Any]:
 def cancel_run(run_id: RunId) -> dict[str, Any]:
     event = router.current_event
     caller = current_caller(event)
+    meter.attribute(run_id)  # counts nowhere if the run is not the caller's: its counters stay unwritten
     record, replayed = services_of(router).canceller.cancel(run_id, caller, by=current_signer(event))
     logger.info("run cancelled", run_id=run_id, replayed=replayed)
     return RunCancelled(

@@ -6,6 +6,9 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from toolpipe.shared.costs import meter
+from toolpipe.shared.costs.invocation import metered
+from toolpipe.shared.costs.transitions import TransitionCounter
 from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.messages import (
     ORCHESTRATOR_REQUEST,
@@ -15,7 +18,12 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.runs.deferred import ApprovalService
 from toolpipe.shared.runs.executions import run_id_of
-from toolpipe.shared.runs.factory import build_approval_service, build_model_step
+from toolpipe.shared.runs.factory import (
+    build_approval_service,
+    build_model_step,
+    build_transition_counter,
+    cost_store,
+)
 from toolpipe.shared.runs.model_step import ModelStep, monotonic_deadline
 from toolpipe.shared.settings import (
     ApprovalLinkSettings,
@@ -47,13 +55,20 @@ def approvals() -> ApprovalService:
     )
 
 
+@cache
+def transitions() -> TransitionCounter:
+    return build_transition_counter(store_settings)
+
+
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
+@metered("orchestrator", lambda: cost_store(store_settings))
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = ORCHESTRATOR_REQUEST.validate_python(event)
     if isinstance(request, ExecutionEndedRequest):
         return execution_ended(request)
     logger.append_keys(run_id=request.run_id)
+    meter.attribute(request.run_id)
     if isinstance(request, ApprovalTaskRequest):
         approval = approvals().request(request)
         logger.info("call waits", seq=request.seq, approval_id=approval.approval_id, kind=request.kind)
@@ -69,13 +84,20 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 
 
 def execution_ended(request: ExecutionEndedRequest) -> dict[str, Any]:
-    """An execution ended badly: fail its run, unless a state of the execution already ended it.
+    """An execution ended: count its state transitions into its run (once); if it ended badly,
+    fail its run, unless a state of the execution already ended it.
 
     The same path as the state machine's own Catch, so a repeated event, or one for a run the
     model step already finished, changes nothing, and a child run answers its parent's call.
     """
     run_id = run_id_of(request.execution)
     logger.append_keys(run_id=run_id)
+    meter.attribute(run_id)
+    if request.execution_arn:
+        counted = transitions().count(run_id, request.execution, request.execution_arn)
+        logger.info("execution's transitions", transitions=counted, status=request.status)
+    if request.status == "SUCCEEDED":
+        return {"status": "counted"}
     try:
         service().fail(FailRequest(action="fail", run_id=run_id, error={"Error": request.reason()}))
     except RunNotFoundError:
