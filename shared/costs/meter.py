@@ -97,7 +97,8 @@ class Meter:
             for (since, run_id), until in zip(self._segments, bounds, strict=True):
                 if run_id is None:
                     continue
-                billed_ms = max(1, math.ceil((until - since) * 1000))
+                # Rounded to the microsecond first: float noise must not bill a whole extra millisecond.
+                billed_ms = max(1, math.ceil(round((until - since) * 1000, 3)))
                 use = {f"fn_mbms#{role}": billed_ms * memory_mb, f"fn_req#{role}": 1 if first else 0}
                 _add(self._by_run.setdefault(run_id, {}), use)
                 first = False

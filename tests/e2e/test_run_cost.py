@@ -48,7 +48,9 @@ def _operation(request: Any) -> tuple[str, str]:
     target = target.decode() if isinstance(target, bytes) else str(target)
     if target:
         prefix, operation = target.split(".", 1)
-        service = {"DynamoDB_20120810": "dynamodb", "AmazonSQS": "sqs", "AWSEvents": "events"}.get(prefix, prefix)
+        service = {"DynamoDB_20120810": "dynamodb", "AmazonSQS": "sqs", "AWSEvents": "events"}.get(
+            prefix, prefix
+        )
         return service, operation
     url = urlsplit(request.url)
     if "lambda" in url.netloc:
@@ -170,17 +172,27 @@ def test_a_runs_counts_are_the_operations_the_pipeline_made(pipeline: Pipeline, 
     assert all(use.mb_ms >= use.requests * 128 for use in ops.functions.values())
 
 
-def test_show_json_reports_model_and_infrastructure_cost(pipeline: Pipeline, monkeypatch: Any) -> None:
-    pipeline.script(Reply(tool_calls=[call("count_once", label="a")]), Reply(content="done"))
-    run_id = pipeline.start("count")
-    body = pipeline.finish(run_id)
+def test_show_reports_model_and_infrastructure_cost(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path / "state"))
+    out = Capture()
+    assert main(["run", "What is the square root of 475695037565?"], out, Capture()) == 0, out.text
+    run_id = out.text.split("run ")[1].split()[0]
 
-    cost = body["cost"]
+    shown = Capture()
+    assert main(["show", run_id, "--json"], shown) == 0
+    cost = json.loads(shown.text)["cost"]
     assert set(cost) >= {"model_usd", "infra_usd", "total_usd", "operations", "prices", "by_service"}
-    assert cost["model_usd"] == body["run"]["cost_usd"]
     assert cost["infra_usd"] > 0
     assert cost["total_usd"] == pytest.approx(cost["model_usd"] + cost["infra_usd"])
     assert cost["infra_usd"] == pytest.approx(sum(cost["by_service"].values()))
-    assert cost["operations"]["state_transitions"] > 0
+    ops = cost["operations"]
+    assert ops["state_transitions"] > 0 and ops["dynamodb_requests"] > 0
+    assert set(ops["functions"]) == {"api", "orchestrator", "tool_worker", "tool_runner"}
     assert cost["prices"]["region"] == "us-east-1"
     assert cost["scope"] == "run"
+
+    text = Capture()
+    assert main(["show", run_id], text) == 0
+    line = next(line for line in text.text.splitlines() if line.startswith("cost: "))
+    assert f"AWS ${cost['infra_usd']:.6f}" in line
+    assert f"{ops['state_transitions']} state transitions" in line
