@@ -292,13 +292,23 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
     assert props["EventPattern"] == {
         "source": ["aws.states"],
         "detail-type": ["Step Functions Execution Status Change"],
-        "detail": {"stateMachineArn": [{"Ref": machine}], "status": ["FAILED", "TIMED_OUT", "ABORTED"]},
+        "detail": {
+            "stateMachineArn": [{"Ref": machine}],
+            "status": ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"],
+        },
     }
     [target] = props["Targets"]
     assert target["Arn"] == {"Fn::GetAtt": [orchestrator, "Arn"]}
     # The transformer's output, applied to an event, is the request the local runtime sends.
     transformer = target["InputTransformer"]
-    event = {"detail": {"name": "run-1--2", "status": "TIMED_OUT", "stateMachineArn": "arn"}}
+    event = {
+        "detail": {
+            "name": "run-1--2",
+            "status": "TIMED_OUT",
+            "stateMachineArn": "arn",
+            "executionArn": "arn:x",
+        }
+    }
     rendered = transformer["InputTemplate"]
     for placeholder, path in transformer["InputPathsMap"].items():
         value = event
@@ -310,6 +320,7 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
         "action": "execution_ended",
         "execution": "run-1--2",
         "status": "TIMED_OUT",
+        "execution_arn": "arn:x",
     }
     # Undelivered events are kept, not lost.
     dlq = target["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
