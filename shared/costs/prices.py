@@ -21,10 +21,12 @@ class PriceTable(BaseModel):
     free tiers: aws.amazon.com/step-functions/pricing, /lambda/pricing, /dynamodb/pricing/on-demand,
     /sqs/pricing, /s3/pricing, /eventbridge/pricing, /api-gateway/pricing."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # No NaN or infinity: a price JSON accepts them, an estimate must not.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    region: str = "us-east-1"
-    source: str = "AWS list prices, us-east-1, on-demand, 2025"
+    # Shown with every cost: bounded, so an override cannot swell each response.
+    region: str = Field("us-east-1", min_length=1, max_length=64)
+    source: str = Field("AWS list prices, us-east-1, on-demand, 2025", min_length=1, max_length=200)
     state_transition: float = Field(0.025 / 1_000, ge=0)  # Standard workflows
     lambda_request: float = Field(0.20 / 1_000_000, ge=0)
     lambda_gb_second: float = Field(0.0000133334, ge=0)  # arm64; x86_64 is 0.0000166667

@@ -27,6 +27,9 @@ def test_no_override_is_the_default_table() -> None:
         ('{"state_transitions": 1}', "state_transitions: Extra inputs are not permitted"),
         ('{"lambda_request": -1}', "lambda_request: Input should be greater than or equal to 0"),
         ('{"event": "cheap"}', "event: Input should be a valid number"),
+        ('{"event": NaN}', "event: Input should be a finite number"),
+        ('{"state_transition": Infinity}', "state_transition: Input should be a finite number"),
+        ('{"source": "' + "x" * 500 + '"}', "source: String should have at most 200 characters"),
     ],
 )
 def test_a_bad_override_is_one_line(text: str, says: str) -> None:
