@@ -86,4 +86,7 @@ class RunCostStore(RunTable):
             if lost_race(e):
                 return False
             raise
+        # The ending event comes after the run's end stamped its items: the marker is stamped
+        # by its writer, as anything written into an ended run is (retention.after_write).
+        self._after_write(run_id, [{"pk": pk, "sk": counted_execution_sk(execution)}], [])
         return True

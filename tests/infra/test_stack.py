@@ -213,14 +213,23 @@ def test_state_machine_permissions_are_exactly_what_each_function_uses(template:
     orchestrator = next(p for name, p in policies.items() if name.startswith("OrchestratorServiceRole"))
     assert _states_actions(orchestrator) == set()
     # A child run's orchestrator answers its parent's task, and a long run's starts its next
-    # execution, through a policy of its own.
+    # execution, through a policy of its own; it reads an ended execution's history to count its
+    # transitions (a run's cost), on this state machine's executions only.
     answers = next(p for name, p in policies.items() if name.startswith("OrchestratorAnswersParentTasks"))
     assert _states_actions(answers) == {
         "states:SendTaskSuccess",
         "states:SendTaskFailure",
         "states:SendTaskHeartbeat",
         "states:StartExecution",
+        "states:GetExecutionHistory",
     }
+    [history] = [
+        s
+        for s in answers["Properties"]["PolicyDocument"]["Statement"]
+        if s["Action"] == "states:GetExecutionHistory"
+    ]
+    joined = json.dumps(history["Resource"])
+    assert ":execution:" in joined and '"Ref": "RunFlow' in joined and joined.endswith('":*"]]}')
 
 
 def test_cdk_nag_is_live() -> None:
