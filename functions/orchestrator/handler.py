@@ -5,6 +5,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
 
 from toolpipe.shared.costs import meter
 from toolpipe.shared.costs.invocation import metered
@@ -35,6 +36,8 @@ from toolpipe.shared.settings import (
 from toolpipe.shared.tracing import trace_handler
 
 logger = Logger()
+# Errors that say the execution is not this state machine's to read (local IAM answers "403").
+_NOT_THIS_MACHINES = ("AccessDenied", "403", "ExecutionDoesNotExist", "InvalidArn")
 store_settings = StoreSettings.from_env()
 model_settings = ModelSettings.from_env()
 call_timeouts = CallTimeouts.from_env()
@@ -84,8 +87,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 
 
 def execution_ended(request: ExecutionEndedRequest) -> dict[str, Any]:
-    """An execution ended: count its state transitions into its run (once); if it ended badly,
-    fail its run, unless a state of the execution already ended it.
+    """An execution ended: if it ended badly, fail its run, unless a state of the execution
+    already ended it; then count its state transitions into its run (once).
 
     The same path as the state machine's own Catch, so a repeated event, or one for a run the
     model step already finished, changes nothing, and a child run answers its parent's call.
@@ -93,16 +96,29 @@ def execution_ended(request: ExecutionEndedRequest) -> dict[str, Any]:
     run_id = run_id_of(request.execution)
     logger.append_keys(run_id=run_id)
     meter.attribute(run_id)
+    if request.status != "SUCCEEDED":
+        try:
+            service().fail(FailRequest(action="fail", run_id=run_id, error={"Error": request.reason()}))
+        except RunNotFoundError:
+            # An execution started by hand, not by a run: nothing to mark, and retrying won't help.
+            logger.warning("ended execution has no run", execution=request.execution, status=request.status)
+            return {"status": "ignored"}
+        logger.warning("run's execution ended", status=request.status)
     if request.execution_arn:
-        counted = transitions().count(run_id, request.execution, request.execution_arn)
-        logger.info("execution's transitions", transitions=counted, status=request.status)
-    if request.status == "SUCCEEDED":
-        return {"status": "counted"}
+        count_transitions(run_id, request.execution, request.execution_arn)
+    return {"status": "counted" if request.status == "SUCCEEDED" else "failed"}
+
+
+def count_transitions(run_id: str, execution: str, execution_arn: str) -> None:
+    """Count the ended execution's transitions into its run. An execution this function may not
+    read (not this state machine's) or that Step Functions does not know is no run's: said, and
+    left uncounted, rather than retried forever. Anything else (throttling) raises: retried."""
     try:
-        service().fail(FailRequest(action="fail", run_id=run_id, error={"Error": request.reason()}))
-    except RunNotFoundError:
-        # An execution started by hand, not by a run: nothing to mark, and retrying won't help.
-        logger.warning("ended execution has no run", execution=request.execution, status=request.status)
-        return {"status": "ignored"}
-    logger.warning("run's execution ended", status=request.status)
-    return {"status": "failed"}
+        counted = transitions().count(run_id, execution, execution_arn)
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if not code.startswith(_NOT_THIS_MACHINES):
+            raise
+        logger.warning("ended execution's transitions not counted", execution=execution, reason=code)
+        return
+    logger.info("execution's transitions", transitions=counted)

@@ -196,3 +196,23 @@ def test_show_reports_model_and_infrastructure_cost(tmp_path: Any, monkeypatch: 
     line = next(line for line in text.text.splitlines() if line.startswith("cost: "))
     assert f"AWS ${cost['infra_usd']:.6f}" in line
     assert f"{ops['state_transitions']} state transitions" in line
+
+
+def test_a_repeated_or_foreign_ending_event_counts_nothing_more(pipeline: Pipeline) -> None:
+    from toolpipe.infra.cdk.functions import ORCHESTRATOR
+
+    pipeline.script(Reply(tool_calls=[call("count_once", label="a")]), Reply(content="done"))
+    run_id = pipeline.start("count")
+    pipeline.finish(run_id)
+    before = _recorded(pipeline, run_id).state_transitions
+    arn = pipeline.runtime.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{run_id}"
+    again = {"action": "execution_ended", "execution": run_id, "status": "SUCCEEDED", "execution_arn": arn}
+    assert lambdas.call_function(ORCHESTRATOR, again) == {"status": "counted"}
+    # Another state machine's execution under this run's name: not this function's to read.
+    foreign = {
+        **again,
+        "execution": f"{run_id}--7",
+        "execution_arn": "arn:aws:states:us-east-1:123456789012:execution:other:x",
+    }
+    assert lambdas.call_function(ORCHESTRATOR, foreign) == {"status": "counted"}
+    assert _recorded(pipeline, run_id).state_transitions == before == _transitions(pipeline, run_id)
