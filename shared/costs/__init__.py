@@ -1,8 +1,6 @@
 """What a run cost: the operations it made, counted as they are made (`meter.py`, `invocation.py`),
-priced by a table the stack owner may override (`prices.py`), into an estimate (`estimate.py`)."""
+priced by a table the stack owner may override (`prices.py`), into an estimate (`estimate.py`).
 
-from toolpipe.shared.costs.estimate import CostReport, estimate
-from toolpipe.shared.costs.operations import FunctionUse, Operations
-from toolpipe.shared.costs.prices import PriceTable
-
-__all__ = ["CostReport", "FunctionUse", "Operations", "PriceTable", "estimate"]
+Nothing is imported here: a function's cold start pays only for the modules it uses (the tool
+worker meters, it never prices).
+"""
