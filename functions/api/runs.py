@@ -211,8 +211,9 @@ def get_message(run_id: RunId, seq: Seq) -> dict[str, Any]:
 def cancel_run(run_id: RunId) -> dict[str, Any]:
     event = router.current_event
     caller = current_caller(event)
-    meter.attribute(run_id)  # counts nowhere if the run is not the caller's: its counters stay unwritten
     record, replayed = services_of(router).canceller.cancel(run_id, caller, by=current_signer(event))
+    # Once the run is known to be the caller's: another caller's cancel (a 404) counts in no run.
+    meter.attribute(run_id)
     logger.info("run cancelled", run_id=run_id, replayed=replayed)
     return RunCancelled(
         run_id=record.run_id, status=record.status, status_url=status_url(event, run_id)
