@@ -9,7 +9,8 @@ Everything runs in one process against one scripted OpenAI-compatible server on 
 the bare `openai` client's loop (call the model, run the tool, append, again), the OpenAI
 Agents SDK's run loop (`pip install '.[bench]'`; skipped when absent) and toolpipe's local
 runtime, each driving the same N tool turns; then the fan-out, the memory a long-lived runtime
-keeps per run, and the idle runtime's CPU. "Overhead per tool turn" is how much longer a
+keeps per run, and the idle runtime's CPU. Last, what a reference run costs on AWS beside the
+peer design's model (benchmarks/cost.py, which also runs alone: `python -m benchmarks.cost`). "Overhead per tool turn" is how much longer a
 loop takes than the bare client's, divided by N: the median over rounds that run each loop
 once, side by side (3 * `--repeats` rounds at 10 turns, `--repeats` / 2 at 50), so a slow
 moment of a noisy machine slows all the loops of its round alike. Figures, not pass/fail:
@@ -329,6 +330,9 @@ def main() -> None:
 
         coldstart.report(args.repeats, layers=not args.no_layers)
     report(figures(args.repeats))
+    from benchmarks import cost
+
+    cost.report()
 
 
 if __name__ == "__main__":

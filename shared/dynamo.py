@@ -5,7 +5,9 @@ Keys (one table; each store owns its items):
 
 - a run: `pk=RUN#<id>` with `sk=META` (the run record), `MSG#<seq:06d>` (one history item each),
   `CALL#<seq:06d>` (the tool-call ledger), `GATE#<seq:06d>` (a gated call's approval),
-  `STATE` (what tools share within a run) and `PARENT_TOKEN` (the task token a child run answers);
+  `STATE` (what tools share within a run), `PARENT_TOKEN` (the task token a child run answers),
+  `COST` (the operations the run made, counters) and `COST#EXECUTION#<name>` (an execution whose
+  state transitions are counted);
 - an approval: `pk=APPROVAL#<id>` with `sk=APPROVAL` (the record) and `sk=TOKEN` (its task token);
 - a caller's quotas: `pk=QUOTA#<caller>` with `sk=MINUTE#<minute>` and `sk=RUNNING`;
 - the `ByCaller` index: a caller's runs under `CALLER#<caller>`, its approvals under
@@ -24,6 +26,8 @@ MESSAGE_PREFIX = "MSG#"
 GATE_PREFIX = "GATE#"
 STATE_SK = "STATE"
 PARENT_TOKEN_SK = "PARENT_TOKEN"
+COST_SK = "COST"
+COUNTED_EXECUTION_PREFIX = "COST#EXECUTION#"
 
 # `GET /runs` and `GET /approvals`: a global secondary index of records by caller, newest first.
 CALLER_INDEX = "ByCaller"
@@ -69,6 +73,10 @@ def call_sk(seq: int) -> str:
 
 def gate_sk(seq: int) -> str:
     return f"{GATE_PREFIX}{seq:06d}"
+
+
+def counted_execution_sk(execution: str) -> str:
+    return f"{COUNTED_EXECUTION_PREFIX}{execution}"
 
 
 def approval_pk(approval_id: str) -> str:

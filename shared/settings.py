@@ -147,9 +147,12 @@ class ToolRunnerSettings(_EnvSettings):
     env_names: ClassVar[dict[str, str]] = {
         "function_name": "TOOLPIPE_TOOL_RUNNER",
         "timeout_seconds": "TOOLPIPE_TOOL_RUNNER_TIMEOUT",
+        "memory_mb": "TOOLPIPE_TOOL_RUNNER_MEMORY",
     }
     function_name: str | None = None
     timeout_seconds: float = 105.0
+    # Its memory: what each of its invocations costs a run per millisecond (shared/costs).
+    memory_mb: int = Field(default=512, ge=128)
 
 
 class ApiSettings(_EnvSettings):

@@ -15,6 +15,7 @@ from toolpipe.functions.api.identity import api_url, current_caller, current_sig
 from toolpipe.functions.api.openapi import documented, request_body
 from toolpipe.functions.api.request import ApprovalId, RunId, Seq, parsed_body
 from toolpipe.functions.api.services import services_of
+from toolpipe.shared.costs import meter
 from toolpipe.shared.deferred.models import (
     AnswerRequest,
     Approval,
@@ -67,6 +68,7 @@ def decide(
     decided = services_of(router).approvals.decide(
         approval_id, caller, approve, reason, arguments, by=current_signer(event)
     )
+    meter.attribute(decided.run_id)
     logger.info(
         "approval decided", approval_id=approval_id, run_id=decided.run_id, status=decided.status.value
     )
@@ -110,6 +112,7 @@ def deny(approval_id: ApprovalId) -> dict[str, Any]:
 
 
 def answered(done: Approval) -> dict[str, Any]:
+    meter.attribute(done.run_id)
     logger.info("deferred call answered", approval_id=done.approval_id, run_id=done.run_id, seq=done.seq)
     return CallAnswered(
         approval_id=done.approval_id, status="answered", run_id=done.run_id, seq=done.seq

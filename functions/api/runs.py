@@ -18,6 +18,7 @@ from toolpipe.functions.api.identity import CALLER_RULE, current_caller, current
 from toolpipe.functions.api.openapi import documented, request_body
 from toolpipe.functions.api.request import LIMIT, PARAMETER_RULES, SEQ, RunId, Seq, page_limit, parsed_body
 from toolpipe.functions.api.services import services_of
+from toolpipe.shared.costs import meter
 from toolpipe.shared.dynamo import MAX_CALLER_BYTES, caller_fits
 from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
 from toolpipe.shared.runs.quota import RUNNING_RETRY_AFTER_SECONDS, WINDOW_SECONDS
@@ -97,6 +98,7 @@ def start_run() -> Response[dict[str, Any]]:
         idempotency_key=None if key is None else API_KEY_PREFIX + key,
         traceparent=event.headers.get("traceparent"),  # Powertools matches any case
     )
+    meter.attribute(record.run_id)
     logger.info("run started", run_id=record.run_id, agent=record.agent, replayed=replayed)
     return Response(
         status_code=HTTPStatus.ACCEPTED,
@@ -213,6 +215,8 @@ def cancel_run(run_id: RunId) -> dict[str, Any]:
     event = router.current_event
     caller = current_caller(event)
     record, replayed = services_of(router).canceller.cancel(run_id, caller, by=current_signer(event))
+    # Once the run is known to be the caller's: another caller's cancel (a 404) counts in no run.
+    meter.attribute(run_id)
     logger.info("run cancelled", run_id=run_id, replayed=replayed)
     return RunCancelled(
         run_id=record.run_id, status=record.status, status_url=status_url(event, run_id)

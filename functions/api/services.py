@@ -13,6 +13,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from botocore.config import Config
 
 from toolpipe.functions.api.page.approval_page import ApprovalPage
+from toolpipe.shared.costs.prices import PriceTable
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.deferred import ApprovalService
 from toolpipe.shared.runs.delete import RunDeleter
@@ -51,6 +52,7 @@ class FunctionSettings:
     events: EventSettings
     links: ApprovalLinkSettings
     quota: QuotaSettings
+    prices: PriceTable
 
     @classmethod
     def from_env(cls) -> "FunctionSettings":
@@ -61,6 +63,7 @@ class FunctionSettings:
             events=EventSettings.from_env(),
             links=ApprovalLinkSettings.from_env(),
             quota=QuotaSettings.from_env(),
+            prices=PriceTable.from_env(),
         )
 
 
@@ -98,7 +101,9 @@ class ApiServices:
                 )
             )
 
-        return RunReader(build_store(self.settings.store), presign, self.settings.api.admin_principal)
+        return RunReader(
+            build_store(self.settings.store), presign, self.settings.api.admin_principal, self.settings.prices
+        )
 
     @cached_property
     def timeline(self) -> TimelineReader:

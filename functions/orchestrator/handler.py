@@ -5,7 +5,11 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from botocore.exceptions import ClientError
 
+from toolpipe.shared.costs import meter
+from toolpipe.shared.costs.invocation import metered
+from toolpipe.shared.costs.transitions import TransitionCounter
 from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.messages import (
     ORCHESTRATOR_REQUEST,
@@ -15,7 +19,12 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.runs.deferred import ApprovalService
 from toolpipe.shared.runs.executions import run_id_of
-from toolpipe.shared.runs.factory import build_approval_service, build_model_step
+from toolpipe.shared.runs.factory import (
+    build_approval_service,
+    build_model_step,
+    build_transition_counter,
+    cost_store,
+)
 from toolpipe.shared.runs.model_step import ModelStep, monotonic_deadline
 from toolpipe.shared.settings import (
     ApprovalLinkSettings,
@@ -27,6 +36,8 @@ from toolpipe.shared.settings import (
 from toolpipe.shared.tracing import trace_handler
 
 logger = Logger()
+# Errors that say the execution is not this state machine's to read (local IAM answers "403").
+_NOT_THIS_MACHINES = ("AccessDenied", "403", "ExecutionDoesNotExist", "InvalidArn")
 store_settings = StoreSettings.from_env()
 model_settings = ModelSettings.from_env()
 call_timeouts = CallTimeouts.from_env()
@@ -47,13 +58,20 @@ def approvals() -> ApprovalService:
     )
 
 
+@cache
+def transitions() -> TransitionCounter:
+    return build_transition_counter(store_settings)
+
+
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
+@metered("orchestrator", lambda: cost_store(store_settings))
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = ORCHESTRATOR_REQUEST.validate_python(event)
     if isinstance(request, ExecutionEndedRequest):
         return execution_ended(request)
     logger.append_keys(run_id=request.run_id)
+    meter.attribute(request.run_id)
     if isinstance(request, ApprovalTaskRequest):
         approval = approvals().request(request)
         logger.info("call waits", seq=request.seq, approval_id=approval.approval_id, kind=request.kind)
@@ -69,18 +87,38 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 
 
 def execution_ended(request: ExecutionEndedRequest) -> dict[str, Any]:
-    """An execution ended badly: fail its run, unless a state of the execution already ended it.
+    """An execution ended: if it ended badly, fail its run, unless a state of the execution
+    already ended it; then count its state transitions into its run (once).
 
     The same path as the state machine's own Catch, so a repeated event, or one for a run the
     model step already finished, changes nothing, and a child run answers its parent's call.
     """
     run_id = run_id_of(request.execution)
     logger.append_keys(run_id=run_id)
+    meter.attribute(run_id)
+    if request.status != "SUCCEEDED":
+        try:
+            service().fail(FailRequest(action="fail", run_id=run_id, error={"Error": request.reason()}))
+        except RunNotFoundError:
+            # An execution started by hand, not by a run: nothing to mark, and retrying won't help.
+            logger.warning("ended execution has no run", execution=request.execution, status=request.status)
+            return {"status": "ignored"}
+        logger.warning("run's execution ended", status=request.status)
+    if request.execution_arn:
+        count_transitions(run_id, request.execution, request.execution_arn)
+    return {"status": "counted" if request.status == "SUCCEEDED" else "failed"}
+
+
+def count_transitions(run_id: str, execution: str, execution_arn: str) -> None:
+    """Count the ended execution's transitions into its run. An execution this function may not
+    read (not this state machine's) or that Step Functions does not know is no run's: said, and
+    left uncounted, rather than retried forever. Anything else (throttling) raises: retried."""
     try:
-        service().fail(FailRequest(action="fail", run_id=run_id, error={"Error": request.reason()}))
-    except RunNotFoundError:
-        # An execution started by hand, not by a run: nothing to mark, and retrying won't help.
-        logger.warning("ended execution has no run", execution=request.execution, status=request.status)
-        return {"status": "ignored"}
-    logger.warning("run's execution ended", status=request.status)
-    return {"status": "failed"}
+        counted = transitions().count(run_id, execution, execution_arn)
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if not code.startswith(_NOT_THIS_MACHINES):
+            raise
+        logger.warning("ended execution's transitions not counted", execution=execution, reason=code)
+        return
+    logger.info("execution's transitions", transitions=counted)

@@ -9,8 +9,11 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from toolpipe.shared.costs import meter
+from toolpipe.shared.costs.invocation import metered
+from toolpipe.shared.costs.requests import DELETED, delivered
 from toolpipe.shared.messages import ToolCallMessage
-from toolpipe.shared.runs.factory import build_tool_executor
+from toolpipe.shared.runs.factory import build_tool_executor, cost_store
 from toolpipe.shared.runs.tool_executor import ToolCallExecutor
 from toolpipe.shared.settings import (
     EventSettings,
@@ -44,12 +47,16 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
     # Thread-safe keys: the local runtime runs invocations of this handler on several threads.
     logger.thread_safe_clear_keys()
     logger.thread_safe_append_keys(run_id=message.run_id, seq=message.seq)
+    attempt = int(record.attributes.approximate_receive_count or 1)
+    meter.attribute(message.run_id)
+    meter.count(delivered(first_delivery=attempt == 1))
     outcome = service().execute(
         message,
         lease_seconds=lambda_context.get_remaining_time_in_millis() // 1000 + LEASE_MARGIN_SECONDS,
-        attempt=int(record.attributes.approximate_receive_count or 1),
+        attempt=attempt,
         time_left=lambda: lambda_context.get_remaining_time_in_millis() / 1000,
     )
+    meter.count(DELETED)  # the record succeeded: Lambda's poller deletes its message
     if outcome is None:
         logger.info("tool call handed to a child run, or already over")
     else:
@@ -58,6 +65,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
 
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
+@metered("tool_worker", lambda: cost_store(store_settings))
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     # A processor per invocation: it holds the batch's results, and the local runtime runs
     # several invocations of this handler at once on threads.

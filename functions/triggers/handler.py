@@ -14,8 +14,10 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from toolpipe.shared.agents.errors import UnknownAgentError
+from toolpipe.shared.costs import meter
+from toolpipe.shared.costs.invocation import metered
 from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRequestedError
-from toolpipe.shared.runs.factory import build_trigger_service
+from toolpipe.shared.runs.factory import build_trigger_service, cost_store
 from toolpipe.shared.runs.triggers import TriggerResult, TriggerService
 from toolpipe.shared.settings import EventSettings, StateMachineSettings, StoreSettings, TriggerSettings
 from toolpipe.shared.tracing import trace_handler
@@ -37,6 +39,7 @@ def service() -> TriggerService:
 
 
 def _start(item: S3ObjectCreated | RunRequested) -> dict[str, Any]:
+    meter.detach()  # what this event's start makes is its own run's, not the last event's
     try:
         if isinstance(item, RunRequested):
             result = service().run_requested(item)
@@ -45,6 +48,10 @@ def _start(item: S3ObjectCreated | RunRequested) -> dict[str, Any]:
     except _REJECTED as e:
         logger.error("trigger rejected", reason=str(e))
         return {"outcome": "rejected", "reason": str(e)}
+    if result.run_id is not None:
+        # What this event's start made (and the time it took) is its run's; the next event's is
+        # the next run's.
+        meter.attribute(result.run_id)
     if result.outcome == "skipped":
         logger.warning("trigger skipped", reason=result.reason)
     else:
@@ -58,6 +65,7 @@ def _view(result: TriggerResult) -> dict[str, Any]:
 
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
+@metered("triggers", lambda: cost_store(store_settings))
 def lambda_handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     if isinstance(event, dict) and isinstance(event.get("id"), str):
         logger.append_keys(event_id=event["id"])

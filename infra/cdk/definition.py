@@ -30,14 +30,20 @@ _LAMBDA_TRANSIENT = [
 
 # The EventBridge rule on this state machine's execution status changes, described once: the
 # stack builds the rule from it and the local runtime applies it to the events it emits.
-# An execution that ends FAILED, TIMED_OUT or ABORTED may have ended where no state of its own
-# could record it (stopped by hand, the whole execution timed out): the orchestrator fails the run.
+# Every ending reaches the orchestrator, which counts the execution's state transitions into its
+# run (shared/costs/transitions.py). An execution that ends FAILED, TIMED_OUT or ABORTED may have
+# ended where no state of its own could record it (stopped by hand, the whole execution timed
+# out): the orchestrator also fails the run.
 EXECUTION_ENDED_SOURCE = "aws.states"
 EXECUTION_ENDED_DETAIL_TYPE = "Step Functions Execution Status Change"
-EXECUTION_ENDED_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
+EXECUTION_ENDED_STATUSES = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 EXECUTION_ENDED_ACTION = "execution_ended"
 # Request field -> path in the event, as the rule's input transformer reads it.
-EXECUTION_ENDED_PATHS = {"execution": "$.detail.name", "status": "$.detail.status"}
+EXECUTION_ENDED_PATHS = {
+    "execution": "$.detail.name",
+    "status": "$.detail.status",
+    "execution_arn": "$.detail.executionArn",
+}
 
 
 def execution_ended_pattern(state_machine_arn: str) -> dict[str, Any]:

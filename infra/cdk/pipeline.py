@@ -13,8 +13,9 @@
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
@@ -93,6 +94,7 @@ class ToolPipeline(Construct):
         worker_max_concurrency: int | None = WORKER_MAX_CONCURRENCY,
         alarms: bool = True,
         alarm_topic: str | sns.ITopic | None = None,
+        prices: Mapping[str, Any] | None = None,
     ) -> None:
         """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls.
         `model_key_secret`: where its API key is: None (the default) creates the empty
@@ -122,6 +124,8 @@ class ToolPipeline(Construct):
         `otel`: where each run's OpenTelemetry trace goes (an OTLP endpoint or a collector
         layer: `OtelExport`); None (the default): no function traces (README "Observability").
         `retention_days`: how long an ended run's items and objects are kept (README "Retention").
+        `prices`: USD prices laid over the default table a run's cost is estimated with (README
+        "What a run cost"), e.g. `{"region": "eu-west-1", "state_transition": 0.00003}`.
         `quota_starts_per_minute`, `quota_running`: how many runs each caller of `POST /runs` may
         start a minute and have running at once, answered 429 with `Retry-After` past them; 0 or
         None turns one off (README "Quotas"). `reserved_concurrency`: what the API and the
@@ -183,6 +187,7 @@ class ToolPipeline(Construct):
             quotas=quotas,
             reserved_concurrency=reserved_concurrency,
             worker_max_concurrency=worker_max_concurrency,
+            prices=prices,
         )
         self.run_flow = RunFlow(
             self, "RunFlow", orchestrator=self.functions.orchestrator, tool_queue=self.tool_queue.queue

@@ -12,12 +12,14 @@ whoever holds an approval link may also approve with edited arguments), `model_k
 secret's complete ARN, or `none`), `model_key_kms_key_arn`, `tracing` ("false": the
 functions neither trace nor load X-Ray; README "Cold start"), `otel_endpoint`,
 `otel_collector_layer_arn` and `otel_capture_content` (where each run's OpenTelemetry trace
-goes; README "Observability") and `retention_days` (how long an ended run is kept, 30 by
-default; README "Retention"). `model_name` and
+goes; README "Observability"), `retention_days` (how long an ended run is kept, 30 by
+default; README "Retention") and `prices` (a JSON object over the price table of a run's cost;
+README "What a run cost"). `model_name` and
 `model_base_url` reach it from `infra/cdk/app.py`.
 """
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -144,6 +146,10 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     retention = node.try_get_context("retention_days")
     if retention is not None:
         settings["retention_days"] = retention_days_of(retention)
+    prices = node.try_get_context("prices")
+    if prices:
+        # `-c prices='{"region": "eu-west-1", ...}'`, or an object in cdk.json; checked by the pipeline.
+        settings["prices"] = _json_object("prices", prices)
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]
@@ -192,6 +198,18 @@ def _texts(node: Node) -> dict[str, str]:
     if admin:
         settings["admin_principal"] = str(admin)
     return settings
+
+
+def _json_object(name: str, value: object) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    try:
+        parsed = json.loads(str(value))
+    except ValueError as e:
+        raise ValueError(f"{name} must be a JSON object, not {value!r} ({e})") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{name} must be a JSON object, not {value!r}")
+    return parsed
 
 
 def _flag(name: str, value: object) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from toolpipe.shared.costs.operations import Operations
 from toolpipe.shared.dynamo import META_SK, run_pk
 from toolpipe.shared.history.errors import QuotaExceededError, RunNotFoundError
 from toolpipe.shared.history.ports import (
@@ -52,6 +53,9 @@ class MemoryHistoryStore:
         self.objects: dict[str, str] = {}
         self.state: dict[str, dict[str, Any]] = {}
         self.tokens: dict[str, str] = {}
+        # The runs' cost counters (shared/costs), and the executions counted into them.
+        self.costs: dict[str, Operations] = {}
+        self.counted_executions: set[tuple[str, str]] = set()
         self.retention_days = DEFAULT_RETENTION_DAYS
         # The quotas (shared/runs/quota.py): starts by (caller, minute), running slots by caller,
         # and the caller each run holding a slot holds it for.
@@ -71,6 +75,7 @@ class MemoryHistoryStore:
                 self._admit(record.run_id, admission)
             self.runs[record.run_id] = record
             self.items[record.run_id] = {first.seq: first}
+            self.costs[record.run_id] = Operations()
             return True
 
     def _admit(self, run_id: str, admission: Admission) -> None:
@@ -167,6 +172,8 @@ class MemoryHistoryStore:
             self.state.pop(run_id, None)
             self.tokens.pop(run_id, None)
             self.trees.pop(run_id, None)
+            self.costs.pop(run_id, None)
+            self.counted_executions = {k for k in self.counted_executions if k[0] != run_id}
             for key in [k for k in self.claims if k[0] == run_id]:
                 del self.claims[key]
             for name in [k for k in self.objects if k.startswith(run_prefix(run_id))]:
@@ -307,3 +314,24 @@ class MemoryHistoryStore:
 
     def get_parent_token(self, run_id: str) -> str | None:
         return self.tokens.get(run_id)
+
+    # --- costs ----------------------------------------------------------------------------
+
+    def add_costs(self, run_id: str, ops: Operations) -> bool:
+        with self._lock:
+            if run_id not in self.costs:
+                return False
+            self.costs[run_id] = self.costs[run_id] + ops
+            return True
+
+    def get_costs(self, run_id: str) -> Operations:
+        with self._lock:
+            return self.costs.get(run_id, Operations())
+
+    def count_execution(self, run_id: str, execution: str, transitions: int) -> bool:
+        with self._lock:
+            if run_id not in self.costs or (run_id, execution) in self.counted_executions:
+                return False
+            self.counted_executions.add((run_id, execution))
+            self.costs[run_id] = self.costs[run_id] + Operations(state_transitions=transitions)
+            return True

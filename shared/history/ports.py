@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from toolpipe.shared.costs.operations import Operations
 from toolpipe.shared.messages import (
     HandoffRecord,
     HistoryItem,
@@ -234,7 +235,33 @@ class CallReads(Protocol):
         ...
 
 
+class RunCosts(Protocol):
+    """The operations a run made (shared/costs): counters created with the run, only added to."""
+
+    def add_costs(self, run_id: str, ops: Operations) -> bool:
+        """Add `ops` to the run's counters; False (nothing written) when the run is gone."""
+        ...
+
+    def get_costs(self, run_id: str) -> Operations:
+        """The run's counters so far (all zero for a run that has none)."""
+        ...
+
+    def count_execution(self, run_id: str, execution: str, transitions: int) -> bool:
+        """Add an ended execution's state transitions once: False when that execution was
+        counted already, or the run is gone."""
+        ...
+
+
 class HistoryStore(
-    RunRecords, RunningSlots, History, CallLedger, CallReads, Contents, SharedStates, ParentTokens, Protocol
+    RunRecords,
+    RunningSlots,
+    History,
+    CallLedger,
+    CallReads,
+    Contents,
+    SharedStates,
+    ParentTokens,
+    RunCosts,
+    Protocol,
 ):
     """Everything the run services store."""

@@ -14,6 +14,7 @@ whatever is written into a run deleted meanwhile expires `retention_days` after 
 deadline, as ISO text). TTL ignores an attribute that is not a number, but one name, one meaning.
 """
 
+import contextvars
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -115,8 +116,10 @@ def stamp(table: "Table", keys: Iterable[dict[str, Any]], until: int) -> None:
         for key in keys:
             one(key)
         return
+    # Each write in a copy of the caller's context: the run's cost meter (shared/costs) counts it.
+    contexts = [contextvars.copy_context() for _ in keys]
     with ThreadPoolExecutor(max_workers=STAMP_THREADS) as pool:
-        list(pool.map(one, keys))  # the first error, if any, is raised here
+        list(pool.map(lambda c, k: c.run(one, k), contexts, keys))  # the first error, if any, is raised here
 
 
 def run_objects(s3: "S3Client", bucket: str, run_id: str) -> Iterator[str]:

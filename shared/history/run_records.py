@@ -31,6 +31,7 @@ from toolpipe.shared.dynamo import (
     run_pk,
 )
 from toolpipe.shared.history import retention
+from toolpipe.shared.history.costs import cost_item
 from toolpipe.shared.history.errors import InvalidCursorError, QuotaExceededError, RunNotFoundError
 from toolpipe.shared.history.ports import (
     ERROR_MAX_CHARS,
@@ -142,6 +143,8 @@ class RunRecordStore(RunTable):
                     "ConditionExpression": "attribute_not_exists(pk)",
                 }
             },
+            # The run's cost counters (shared/history/costs.py): they exist exactly while the run does.
+            {"Put": {"TableName": self._table.name, "Item": cost_item(record.run_id)}},
         ]
         quotas = [] if admission is None else self._quota_updates(record.run_id, admission)
         items += [update for _, update in quotas]
@@ -154,7 +157,7 @@ class RunRecordStore(RunTable):
             # The run exists (a retry, a duplicate event): that alone, never a quota, answers it.
             if not reasons or reasons[0] == CONDITION_FALSE or admission is None:
                 return False
-            for (quota, _), reason in zip(quotas, reasons[2:], strict=True):
+            for (quota, _), reason in zip(quotas, reasons[len(items) - len(quotas) :], strict=True):
                 if reason == CONDITION_FALSE:
                     limit = getattr(admission, quota)
                     raise QuotaExceededError(quota, limit, admission.retry_after[quota]) from e

@@ -2,12 +2,13 @@
 
 Each part lives in its own module: run records, quotas and listing (`run_records.py`), the
 history itself (`history_items.py`), the tool-call ledger and the state tools share
-(`ledger.py`), over what they share (`table.py`); the keys are `shared/dynamo.py`'s.
+(`ledger.py`), what the run's operations cost (`costs.py`), over what they share (`table.py`); the keys are `shared/dynamo.py`'s.
 """
 
 from typing import TYPE_CHECKING
 
 from toolpipe.shared.history import retention
+from toolpipe.shared.history.costs import RunCostStore
 from toolpipe.shared.history.history_items import HISTORY_CACHE_RUNS, HistoryItemStore, HistoryPrefixCache
 from toolpipe.shared.history.ledger import CallLedgerStore
 from toolpipe.shared.history.run_records import RunRecordStore
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
 
 
-class DynamoHistoryStore(RunRecordStore, HistoryItemStore, CallLedgerStore):
+class DynamoHistoryStore(RunRecordStore, HistoryItemStore, CallLedgerStore, RunCostStore):
     """The history store the functions use."""
 
     def __init__(

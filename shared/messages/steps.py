@@ -116,6 +116,7 @@ class ToolCallMessage(BaseModel):
 
 
 _EXECUTION_ENDED_REASONS = {
+    "SUCCEEDED": "execution succeeded",
     "ABORTED": "execution aborted (stopped outside the run)",
     "TIMED_OUT": "execution timed out (it passed the state machine's TimeoutSeconds)",
     "FAILED": "execution failed outside the model step (see its Step Functions history)",
@@ -124,12 +125,16 @@ _EXECUTION_ENDED_REASONS = {
 
 class ExecutionEndedRequest(BaseModel):
     """Orchestrator input from the EventBridge rule on the state machine's execution status
-    changes: an execution ended FAILED, TIMED_OUT or ABORTED, perhaps where no state of its
-    own could record it (stopped by hand, the whole execution timed out)."""
+    changes: an execution ended. Its transitions are counted; one that ended FAILED, TIMED_OUT or
+    ABORTED, perhaps where no state of its own could record it (stopped by hand, the whole
+    execution timed out), fails its run."""
 
     action: Literal["execution_ended"]
     execution: str = Field(description="The execution's name: the run id, or `<run_id>--<n>`.")
-    status: Literal["FAILED", "TIMED_OUT", "ABORTED"]
+    status: Literal["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]
+    # Where its history is read, to count its state transitions (shared/costs/transitions.py).
+    # Absent in an event the rule sent before it passed the ARN on: nothing is counted then.
+    execution_arn: str | None = None
 
     def reason(self) -> str:
         return _EXECUTION_ENDED_REASONS[self.status]

@@ -5,10 +5,12 @@ pay at its cold start for the other functions' services (the tool worker for the
 the API for the tool executor).
 """
 
+from functools import cache
 from typing import TYPE_CHECKING
 
 import boto3
 
+from toolpipe.shared.costs.meter import watch
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.model.api_key import NO_KEY, ApiKeySource, SecretApiKey, StaticApiKey
@@ -29,6 +31,9 @@ from toolpipe.shared.settings import (
 from toolpipe.shared.telemetry import run_spans
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.service_resource import Table
+
+    from toolpipe.shared.costs.transitions import TransitionCounter
     from toolpipe.shared.runs.cancel import RunCanceller
     from toolpipe.shared.runs.deferred import ApprovalService
     from toolpipe.shared.runs.delete import RunDeleter
@@ -38,15 +43,29 @@ if TYPE_CHECKING:
     from toolpipe.shared.runs.triggers import TriggerService
 
 
+def own_table(name: str) -> "Table":
+    """The run table, through a client whose requests count in the runs' cost (shared/costs):
+    the pipeline's own clients are watched (`watch`), never a tool's."""
+    resource = boto3.resource("dynamodb")
+    watch(resource.meta.client)
+    return resource.Table(name)
+
+
 def build_store(settings: StoreSettings) -> DynamoHistoryStore:
-    table = boto3.resource("dynamodb").Table(settings.table_name)
     return DynamoHistoryStore(
-        table,
-        boto3.client("s3"),
+        own_table(settings.table_name),
+        watch(boto3.client("s3")),
         settings.bucket_name,
         settings.inline_content_limit,
         retention_days=settings.retention_days,
     )
+
+
+@cache
+def cost_store(settings: StoreSettings) -> DynamoHistoryStore:
+    """Where a function's meter adds each run's counts (shared/costs/invocation.py): one per
+    settings, built at the first invocation's end."""
+    return build_store(settings)
 
 
 def build_events(settings: EventSettings) -> EventPublisher:
@@ -55,7 +74,7 @@ def build_events(settings: EventSettings) -> EventPublisher:
     if not settings.bus_name:
         # No client either: events are off.
         return NO_EVENTS if not spans.enabled else EventPublisher(None, None, spans)
-    return EventPublisher(boto3.client("events", config=CLIENT_CONFIG), settings.bus_name, spans)
+    return EventPublisher(watch(boto3.client("events", config=CLIENT_CONFIG)), settings.bus_name, spans)
 
 
 def build_api_key(settings: ModelSettings) -> ApiKeySource:
@@ -98,7 +117,7 @@ def build_model_step(
         reporter,
         lambda arn: StepFunctionsStarter(sfn, arn),
         events=build_events(events),
-        answers=AnswerWriter(S3ObjectStore(boto3.client("s3"))),
+        answers=AnswerWriter(S3ObjectStore(watch(boto3.client("s3")))),
         approvals=build_approval_service(store, events, timeouts),
     )
 
@@ -116,7 +135,7 @@ def build_approval_service(
 
     links = links or ApprovalLinkSettings()
     return ApprovalService(
-        DynamoApprovalStore(boto3.resource("dynamodb").Table(store.table_name)),
+        DynamoApprovalStore(own_table(store.table_name)),
         build_store(store),
         StepFunctionsTaskReporter(boto3.client("stepfunctions")),
         admin_principal,
@@ -149,9 +168,10 @@ def build_tool_executor(
         tools = LambdaToolRunner(
             boto3.client("lambda", config=invoke_config(runner.timeout_seconds)),
             runner.function_name,
-            boto3.client("s3"),
+            watch(boto3.client("s3")),
             store.bucket_name,
             runner.timeout_seconds,
+            memory_mb=runner.memory_mb,
         )
     return ToolCallExecutor(
         build_store(store),
@@ -206,5 +226,11 @@ def build_trigger_service(
     from toolpipe.shared.runs.triggers import S3ObjectStore, TriggerService
 
     return TriggerService(
-        build_run_starter(store, machine, events), S3ObjectStore(boto3.client("s3")), triggers
+        build_run_starter(store, machine, events), S3ObjectStore(watch(boto3.client("s3"))), triggers
     )
+
+
+def build_transition_counter(store: StoreSettings) -> "TransitionCounter":
+    from toolpipe.shared.costs.transitions import TransitionCounter
+
+    return TransitionCounter(boto3.client("stepfunctions"), build_store(store))

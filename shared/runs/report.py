@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from toolpipe.shared.costs.estimate import estimate
+from toolpipe.shared.costs.prices import PriceTable
 from toolpipe.shared.dynamo import CALLER_INDEX_PK, RUNS_OF_CALLER
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.history.errors import InvalidCursorError, RunNotFoundError
@@ -203,10 +205,17 @@ class RunReader:
     """The read side of the runs API. A run is visible to the principal that started it and
     to the admin principal; to anyone else it does not exist (the same 404 as an unknown id)."""
 
-    def __init__(self, store: HistoryStore, presign: Presigner, admin_principal: str | None = None) -> None:
+    def __init__(
+        self,
+        store: HistoryStore,
+        presign: Presigner,
+        admin_principal: str | None = None,
+        prices: PriceTable | None = None,
+    ) -> None:
         self._store = store
         self._presign = presign
         self._admin = admin_principal
+        self._prices = prices or PriceTable()
 
     def _readable(self, run_id: str, caller: str) -> RunRecord:
         return readable(self._store, run_id, caller, self._admin)
@@ -243,7 +252,9 @@ class RunReader:
         """The run record and a page of its tool executions (those whose slot is after
         `executions_after`); `executions_next` reads the next page."""
         record = self._readable(run_id, caller)
-        view = {**record.model_dump(mode="json"), "cost_usd": record.usage.cost_micro_usd / 1_000_000}
+        model_usd = record.usage.cost_micro_usd / 1_000_000
+        view = {**record.model_dump(mode="json"), "cost_usd": model_usd}
+        cost = estimate(self._store.get_costs(run_id), self._prices, model_usd).model_dump(mode="json")
         if record.output_ref:
             view["output_url"] = self._presign(record.output_ref)
         executions = (
@@ -251,13 +262,16 @@ class RunReader:
         )
         # The record is bounded by DynamoDB's 400 KB item; executions get what is left.
         page, more = _fill(
-            map(self._execution_view, executions), PAGE_LIMIT, RESPONSE_BUDGET - json_size(view)
+            map(self._execution_view, executions),
+            PAGE_LIMIT,
+            RESPONSE_BUDGET - json_size(view) - json_size(cost),
         )
         return {
             "run": view,
             "executions": page,
             "executions_next": f"/runs/{run_id}?executions_after={page[-1]['seq']}" if more else None,
             "links": {"self": f"/runs/{run_id}", "messages": f"/runs/{run_id}/messages"},
+            "cost": cost,
         }
 
     def _execution_view(self, execution: ToolExecution) -> dict[str, Any]:

@@ -6,6 +6,7 @@ never retried once it may have reached the runner: a second one would run the to
 
 import json
 import logging
+import math
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError
 from pydantic import ValidationError
 
+from toolpipe.shared.costs import meter
 from toolpipe.shared.errors import ErrorKind, describe_exception
 from toolpipe.shared.runs.ports import certainly_not_sent
 from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse
@@ -54,22 +56,27 @@ class LambdaToolRunner:
         bucket: str,
         timeout_seconds: float,
         sleep: Any = time.sleep,
+        memory_mb: int = 512,
     ) -> None:
         self._client, self._function = client, function_name
         self._s3, self._bucket = s3, bucket
         self._timeout = timeout_seconds
         self._sleep = sleep
+        self._memory_mb = memory_mb
 
     def run(self, request: ToolRunRequest, tool: Tool | None) -> ToolRunResponse:
         key = f"{OVERFLOW_PREFIX}{uuid.uuid4().hex}"
         payload = request.model_copy(update={"overflow_key": key}).model_dump_json().encode()
         name = request.call.name
         for attempt in range(1, INVOKE_ATTEMPTS + 1):
+            started = time.monotonic()
             try:
                 response = self._client.invoke(FunctionName=self._function, Payload=payload)
+                self._count(started)
                 break
             except Exception as e:
                 if not _never_reached_the_runner(e):
+                    self._count(started)
                     return _unknown(name, describe_exception(e))
                 if attempt == INVOKE_ATTEMPTS:
                     return ToolRunResponse.of(
@@ -91,8 +98,16 @@ class LambdaToolRunner:
         except ValidationError:
             return _unknown(name, "its function answered something that is not a result")
         if answer.overflowed:
+            meter.count({"s3_tier1_requests": 1})  # the runner's PUT of the long answer
             answer = self._overflowed(name, key, answer)
         return answer
+
+    def _count(self, started: float) -> None:
+        """The runner's invocation, in the run's cost: its role holds no key to the table, so
+        the worker that waited for it counts it, for as long as it waited (what Lambda billed,
+        and a little more: the invoke's own round trip)."""
+        waited_ms = math.ceil((time.monotonic() - started) * 1000)
+        meter.count_function("tool_runner", waited_ms, self._memory_mb)
 
     def _overflowed(self, name: str, key: str, answer: ToolRunResponse) -> ToolRunResponse:
         """The whole of a long answer, read back (tried as the worker's own writes are) and

@@ -4,6 +4,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from toolpipe.shared.costs.estimate import CostReport
 from toolpipe.shared.messages import RunRecord, RunStatus, RunSummary
 from toolpipe.shared.runs.report import ToolExecution
 
@@ -49,6 +50,11 @@ class RunDetail(BaseModel):
     executions: list[ToolExecution] = Field(description="One page of the run's tool calls, in call order.")
     executions_next: str | None
     links: Links
+    cost: CostReport = Field(
+        description="What the run cost: the model's tokens (`model_usd`, as `run.cost_usd`) and the "
+        "AWS operations it made (`infra_usd`), counted as they were made and priced by the stack's "
+        "price table. This run only: a child run reports its own."
+    )
 
 
 class MessagesPage(BaseModel):

@@ -92,6 +92,30 @@ def test_the_orchestrator_may_read_its_secrets_but_never_stop_an_execution(runti
     assert "states:StopExecution" in message
 
 
+def test_only_the_orchestrator_reads_execution_histories_and_only_its_state_machines(
+    runtime: LocalRuntime,
+) -> None:
+    """What it counts a run's state transitions from (shared/costs/transitions.py)."""
+    aws = _clients()
+    execution = runtime.state_machine_arn.replace(":stateMachine:", ":execution:") + ":none"
+    with pytest.raises(ClientError) as raised:  # allowed; Step Functions knows no such execution
+        _as(
+            runtime,
+            "orchestrator",
+            lambda: aws["stepfunctions"].get_execution_history(executionArn=execution),
+        )
+    assert not _denied(raised.value)
+    other = "arn:aws:states:us-east-1:123456789012:execution:another-machine:x"
+    message = _refused(
+        runtime, "orchestrator", lambda: aws["stepfunctions"].get_execution_history(executionArn=other)
+    )
+    assert "states:GetExecutionHistory" in message
+    for function in ("tool_worker", "api", "tool_runner"):
+        _refused(
+            runtime, function, lambda: aws["stepfunctions"].get_execution_history(executionArn=execution)
+        )
+
+
 def test_the_api_may_stop_executions_but_never_send_to_the_tool_queue(runtime: LocalRuntime) -> None:
     aws = _clients()
     execution = runtime.state_machine_arn.replace(":stateMachine:", ":execution:") + ":none"

@@ -233,7 +233,8 @@ def test_a_start_that_met_another_transaction_is_tried_again_and_counted_once(tw
 
     store = _api_store(two_running)._store
     record = RunRecord(run_id="c-1", agent="tester", status=RunStatus.RUNNING, caller=LOCAL_CALLER)
-    conflict = cancellation_body("None", "None", "TransactionConflict", "None")
+    # The items: the record, the first message, the cost counters, then the two quota counters.
+    conflict = cancellation_body("None", "None", "None", "TransactionConflict", "None")
     with refused(store._table.meta.client, "TransactWriteItems", conflict, conflict) as seen:
         assert store.create_run(record, UserMessage(seq=1, turn=0, content="hi"), _admission())
     assert len(seen) == 2
@@ -251,7 +252,7 @@ def test_a_throttled_quota_count_is_an_error_not_a_refusal(two_running: Pipeline
 
     store = _api_store(two_running)._store
     record = RunRecord(run_id="c-2", agent="tester", status=RunStatus.RUNNING, caller=LOCAL_CALLER)
-    throttled = cancellation_body("None", "None", "ConditionalCheckFailed", "ThrottlingError")
+    throttled = cancellation_body("None", "None", "None", "ConditionalCheckFailed", "ThrottlingError")
     with refused(store._table.meta.client, "TransactWriteItems", throttled), pytest.raises(ClientError):
         store.create_run(record, UserMessage(seq=1, turn=0, content="hi"), _admission())
     assert _slots(two_running) == set()

@@ -74,7 +74,7 @@ def test_a_throttled_run_creation_is_an_error_not_a_run_that_exists(pipeline: Pi
     store = _store(pipeline)
     record = RunRecord(run_id="c-1", agent="tester", status=RunStatus.RUNNING)
     first = UserMessage(seq=1, turn=0, content="hi")
-    throttled = cancellation_body("ThrottlingError", "None")
+    throttled = cancellation_body("ThrottlingError", "None", "None")  # record, first message, cost counters
     with refused(store._table.meta.client, "TransactWriteItems", throttled), pytest.raises(ClientError):
         store.create_run(record, first)
     with pytest.raises(RunNotFoundError):

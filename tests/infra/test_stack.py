@@ -213,14 +213,23 @@ def test_state_machine_permissions_are_exactly_what_each_function_uses(template:
     orchestrator = next(p for name, p in policies.items() if name.startswith("OrchestratorServiceRole"))
     assert _states_actions(orchestrator) == set()
     # A child run's orchestrator answers its parent's task, and a long run's starts its next
-    # execution, through a policy of its own.
+    # execution, through a policy of its own; it reads an ended execution's history to count its
+    # transitions (a run's cost), on this state machine's executions only.
     answers = next(p for name, p in policies.items() if name.startswith("OrchestratorAnswersParentTasks"))
     assert _states_actions(answers) == {
         "states:SendTaskSuccess",
         "states:SendTaskFailure",
         "states:SendTaskHeartbeat",
         "states:StartExecution",
+        "states:GetExecutionHistory",
     }
+    [history] = [
+        s
+        for s in answers["Properties"]["PolicyDocument"]["Statement"]
+        if s["Action"] == "states:GetExecutionHistory"
+    ]
+    joined = json.dumps(history["Resource"])
+    assert ":execution:" in joined and '"Ref": "RunFlow' in joined and joined.endswith('":*"]]}')
 
 
 def test_cdk_nag_is_live() -> None:
@@ -292,13 +301,23 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
     assert props["EventPattern"] == {
         "source": ["aws.states"],
         "detail-type": ["Step Functions Execution Status Change"],
-        "detail": {"stateMachineArn": [{"Ref": machine}], "status": ["FAILED", "TIMED_OUT", "ABORTED"]},
+        "detail": {
+            "stateMachineArn": [{"Ref": machine}],
+            "status": ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"],
+        },
     }
     [target] = props["Targets"]
     assert target["Arn"] == {"Fn::GetAtt": [orchestrator, "Arn"]}
     # The transformer's output, applied to an event, is the request the local runtime sends.
     transformer = target["InputTransformer"]
-    event = {"detail": {"name": "run-1--2", "status": "TIMED_OUT", "stateMachineArn": "arn"}}
+    event = {
+        "detail": {
+            "name": "run-1--2",
+            "status": "TIMED_OUT",
+            "stateMachineArn": "arn",
+            "executionArn": "arn:x",
+        }
+    }
     rendered = transformer["InputTemplate"]
     for placeholder, path in transformer["InputPathsMap"].items():
         value = event
@@ -310,6 +329,7 @@ def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: An
         "action": "execution_ended",
         "execution": "run-1--2",
         "status": "TIMED_OUT",
+        "execution_arn": "arn:x",
     }
     # Undelivered events are kept, not lost.
     dlq = target["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]

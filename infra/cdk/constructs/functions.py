@@ -1,10 +1,11 @@
 """The three Lambda functions (`infra/cdk/functions.py` names them) and exactly what each may do."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -30,6 +31,7 @@ from toolpipe.infra.cdk.constructs.otel import OtelExport, is_otel_setting, otel
 from toolpipe.infra.cdk.constructs.storage import Storage, grant_run_objects
 from toolpipe.infra.cdk.constructs.tool_queue import ToolQueue
 from toolpipe.shared.agents.app import APP_ENV
+from toolpipe.shared.costs.prices import PRICES_ENV, prices_json
 from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
 from toolpipe.shared.settings import QuotaSettings
 
@@ -56,6 +58,11 @@ class ReservedConcurrency:
                 raise ValueError(
                     f"{name}_reserved_concurrency must be 1 to {MAX_RESERVED_CONCURRENCY:,} (or unset), not {value}"
                 )
+
+
+def _prices_environment(prices: Mapping[str, Any] | None) -> dict[str, str]:
+    """The API's price table override, checked at synth (none: the defaults)."""
+    return {PRICES_ENV: prices_json(prices)} if prices else {}
 
 
 # Lambda's own bound is the account's concurrency quota; this catches a typo before CloudFormation.
@@ -89,11 +96,14 @@ class Functions(Construct):
         quotas: QuotaSettings | None = None,
         reserved_concurrency: "ReservedConcurrency | None" = None,
         worker_max_concurrency: int | None = WORKER_MAX_CONCURRENCY,
+        prices: Mapping[str, Any] | None = None,
     ) -> None:
         """`quotas`: the per-caller quotas on `POST /runs` (none by default), set in the API's
         environment. `reserved_concurrency`: what the API and the orchestrator each reserve of
         the account's Lambda concurrency (none by default). `worker_max_concurrency`: the most
-        tool workers the tool queue's event source runs at once (None: as many as Lambda scales to)."""
+        tool workers the tool queue's event source runs at once (None: as many as Lambda scales to).
+        `prices`: USD prices laid over the default price table of a run's cost (shared/costs/
+        prices.py: another region, your rates), checked here and set in the API's environment."""
         super().__init__(scope, construct_id)
         reserved = reserved_concurrency or ReservedConcurrency()
         # Public, like the code and layers: a function built elsewhere from them traces alike.
@@ -197,6 +207,8 @@ class Functions(Construct):
         self.tool_worker.add_environment(
             "TOOLPIPE_TOOL_RUNNER_TIMEOUT", str(specs.TOOL_RUNNER.timeout_seconds)
         )
+        # What each of the runner's invocations costs a run (shared/costs): the worker counts them.
+        self.tool_worker.add_environment("TOOLPIPE_TOOL_RUNNER_MEMORY", str(specs.TOOL_RUNNER.memory_mb))
         overflow = f"AwsSolutions-IAM5[Resource::<{logical_id(storage.bucket)}.Arn>/{OVERFLOW_PREFIX}*]"
         acknowledge(
             self.tool_runner,
@@ -244,6 +256,7 @@ class Functions(Construct):
                 # Always set, 0 when off: the local runtime reads the same values (README "Quotas").
                 "TOOLPIPE_QUOTA_STARTS_PER_MINUTE": str(q.starts_per_minute),
                 "TOOLPIPE_QUOTA_RUNNING": str(q.running),
+                **_prices_environment(prices),
             },
             reserved=reserved.api,
         )
@@ -418,7 +431,7 @@ class Functions(Construct):
         # It answers a parent run's task, and starts the fresh execution a long run continues in.
         role = self.orchestrator.role
         assert role is not None  # a Function built without a role gets one of its own
-        iam.Policy(
+        policy = iam.Policy(
             self,
             "OrchestratorAnswersParentTasks",
             roles=[role],
@@ -428,7 +441,17 @@ class Functions(Construct):
                     resources=[machine.state_machine_arn],
                 ),
                 iam.PolicyStatement(actions=["states:StartExecution"], resources=[machine.state_machine_arn]),
+                # An ended execution's history: its state transitions, counted into its run's cost.
+                iam.PolicyStatement(
+                    actions=["states:GetExecutionHistory"], resources=[executions_of(machine)]
+                ),
             ],
+        )
+        acknowledge(
+            policy,
+            id=f"AwsSolutions-IAM5[Resource::{_nag_executions(machine)}]",
+            reason="An ended execution's history is read to count its transitions; executions are named "
+            "at run time, and the grant stops at one state machine's executions.",
         )
         machine.grant_start_execution(self.api)
         # A person's decision answers the call's WaitForApproval task (approve: success; deny:
@@ -438,9 +461,27 @@ class Functions(Construct):
         machine.grant_execution(self.api, "states:StopExecution")
         acknowledge(
             self.api,
-            # The state machine's name, as CDK's execution grant derives it from the ARN.
-            id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:"
-            f'execution:{{"Fn::Select":[6,{{"Fn::Split":[":",{{"Ref":"{logical_id(machine)}"}}]}}]}}:*]',
+            id=f"AwsSolutions-IAM5[Resource::{_nag_executions(machine)}]",
             reason="A cancel stops executions named at run time; the grant stops at one state machine's executions.",
         )
         self.api.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
+
+
+def executions_of(machine: sfn.IStateMachine) -> str:
+    """The ARN pattern of every execution of `machine`, as CDK's `grant_execution` builds it."""
+    stack = Stack.of(machine)
+    name = stack.split_arn(machine.state_machine_arn, ArnFormat.COLON_RESOURCE_NAME).resource_name
+    return stack.format_arn(
+        service="states",
+        resource="execution",
+        resource_name=f"{name}:*",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+
+
+def _nag_executions(machine: sfn.IStateMachine) -> str:
+    # The state machine's name, as CDK's execution grant derives it from the ARN (how cdk-nag prints it).
+    return (
+        "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:"
+        f'execution:{{"Fn::Select":[6,{{"Fn::Split":[":",{{"Ref":"{logical_id(machine)}"}}]}}]}}:*'
+    )

@@ -95,7 +95,7 @@ class RunFlow(Construct):
         self.execution_ended_rule = events.Rule(
             self,
             "ExecutionEnded",
-            description="Fail the run of a toolpipe execution that ended FAILED, TIMED_OUT or ABORTED",
+            description="Count an ended toolpipe execution's transitions; fail its run if it ended FAILED, TIMED_OUT or ABORTED",
             event_pattern=events.EventPattern(
                 **_pattern_kwargs(execution_ended_pattern(self.state_machine.state_machine_arn))
             ),

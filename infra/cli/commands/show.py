@@ -43,6 +43,9 @@ def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"usage: {usage['model_calls']} model call(s) · {usage['prompt_tokens']} prompt + "
         f"{usage['completion_tokens']} completion tokens · ${record['cost_usd']:.6f}\n"
     )
+    cost = body.get("cost")
+    if cost:
+        out.write(_cost_line(cost))
     if record.get("error"):
         # Part of the run's history, not this command's error: the command did what it was asked.
         out.write(f"error: {record['error']}\n")
@@ -62,3 +65,14 @@ def _write_executions(out: TextIO, executions: list[dict[str, Any]]) -> None:
             f"  turn {e['turn']} {e['tool']}({short(json.dumps(e['arguments']), 80)})"
             f" · {e['status']}{kind} · {took} · attempts {e['attempts'] or 0}\n"
         )
+
+
+def _cost_line(cost: dict[str, Any]) -> str:
+    ops = cost["operations"]
+    transitions, units = ops["state_transitions"], ops["read_units"] + ops["write_units"]
+    invocations = sum(use["requests"] for use in ops["functions"].values())
+    return (
+        f"cost: ${cost['total_usd']:.6f} = model ${cost['model_usd']:.6f} + AWS ${cost['infra_usd']:.6f}"
+        f" ({transitions} state transitions · {invocations} Lambda invocations · {units:g} DynamoDB units;"
+        f" {cost['prices']['source']}, {cost['prices']['region']})\n"
+    )
