@@ -23,6 +23,10 @@ def test_cli_demo_answers_square_root_offline(tmp_path: Any, monkeypatch: Any) -
     run_id = text.split("run ")[1].split()[0]
     shown = Capture()
     assert main(["show", run_id, "--json"], shown) == 0
+    trace_id = json.loads(shown.text)["run"]["trace"]["trace_id"]
+    as_text = Capture()
+    assert main(["show", run_id], as_text) == 0
+    assert f"trace: {trace_id}\n" in as_text.text  # to find the run in a tracing backend
     messages = json.loads(shown.text)["messages"]
     assert [m["kind"] for m in messages] == ["user", "assistant", "tool_result", "assistant"]
     assert messages[1]["tool_calls"][0]["name"] == "square_root"

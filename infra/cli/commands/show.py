@@ -51,6 +51,9 @@ def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(f"error: {record['error']}\n")
     if page is not None:
         out.write(f"timeline: {page}\n")
+    if record.get("trace"):
+        # To find the run in a tracing backend, when its spans were exported (README "Observability").
+        out.write(f"trace: {record['trace']['trace_id']}\n")
     return EXIT_OK
 
 
