@@ -131,6 +131,9 @@ def test_a_three_turn_run_is_drawn_live_and_its_parallel_calls_overlap(
     expect(page.locator('.bar.call[data-seq="8"]')).to_have_class("bar call error")
     expect(page.locator(".mark.error")).to_contain_text("explode")
     expect(page.locator("#turn-9")).to_contain_text("Both naps done; one call failed.")
+    # What the run cost: the model's, and the infrastructure's GET /runs/{id} reports.
+    expect(page.locator(".cost-infra")).to_contain_text("infrastructure $")
+    expect(page.locator(".cost-total")).to_contain_text("total $")
     assert errors == []
 
     update = os.environ.get("TOOLPIPE_UPDATE_SCREENSHOT") == "1"

@@ -219,7 +219,7 @@
     fetch(api, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (body) {
-        var c = body && (body.cost || (body.run && body.run.cost));
+        var c = body && body.cost;
         if (c && typeof c === "object") { cost = c; render(state); }
       })
       .catch(function () {});
