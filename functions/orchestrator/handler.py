@@ -112,13 +112,16 @@ def execution_ended(request: ExecutionEndedRequest) -> dict[str, Any]:
 def count_transitions(run_id: str, execution: str, execution_arn: str) -> None:
     """Count the ended execution's transitions into its run. An execution this function may not
     read (not this state machine's) or that Step Functions does not know is no run's: said, and
-    left uncounted, rather than retried forever. Anything else (throttling) raises: retried."""
+    left uncounted. Anything else (throttling past the client's retries) is logged as an error
+    and left uncounted too: the run's ending is recorded already, and the execution-ended
+    dead-letter queue is for endings that were not, never for a cost figure."""
     try:
         counted = transitions().count(run_id, execution, execution_arn)
     except ClientError as e:
         code = str(e.response.get("Error", {}).get("Code", ""))
-        if not code.startswith(_NOT_THIS_MACHINES):
-            raise
-        logger.warning("ended execution's transitions not counted", execution=execution, reason=code)
+        if code.startswith(_NOT_THIS_MACHINES):
+            logger.warning("ended execution's transitions not counted", execution=execution, reason=code)
+        else:
+            logger.error("ended execution's transitions not counted", execution=execution, reason=code)
         return
     logger.info("execution's transitions", transitions=counted)

@@ -1,11 +1,12 @@
 """Step Functions state transitions, measured: an ended execution's history counts every state
-it entered (what Standard workflows bill), and the run's counters take them once per execution.
+it entered and every retry (what Standard workflows bill), and the run's counters take them once per execution.
 
 Read when the execution has ended (the state machine's status-change rule reaches the
 orchestrator for every ending, `ExecutionEndedRequest`), from its history, page by page: an
 execution keeps at most 25,000 events.
 """
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 
@@ -14,24 +15,43 @@ class ExecutionCounter(Protocol):
 
 
 # Every `*StateEntered` event is one billed transition (Task, Choice, Map, Pass, Wait, Parallel,
-# Succeed, Fail...); a Map's iterations enter their states each time.
+# Succeed, Fail...); a Map's iterations enter their states each time. A Task state's `Retry`
+# attempts are billed as transitions too ("including retries": the Step Functions pricing page)
+# but enter no state again: each attempt schedules its task once more.
 _ENTERED = "StateEntered"
+_TASK_ENTERED = "TaskStateEntered"
+_SCHEDULED = ("TaskScheduled", "LambdaFunctionScheduled", "ActivityScheduled")
 PAGE_SIZE = 1000
 
 
+def billed_transitions(events: Iterable[dict[str, Any]]) -> int:
+    """The transitions a history's events are billed as: each state entered, and each retry of
+    a Task state (its schedulings past one per entry). A Task state that failed before it
+    scheduled anything makes this a lower bound by one retry."""
+    entered = tasks = scheduled = 0
+    for event in events:
+        kind = str(event.get("type", ""))
+        if kind.endswith(_ENTERED):
+            entered += 1
+            tasks += kind == _TASK_ENTERED
+        elif kind in _SCHEDULED:
+            scheduled += 1
+    return entered + max(0, scheduled - tasks)
+
+
 def state_transitions(sfn: Any, execution_arn: str) -> int:
-    """How many states the execution entered, from its whole history."""
+    """The transitions the execution is billed, from its whole history."""
     kwargs: dict[str, Any] = {
         "executionArn": execution_arn,
         "maxResults": PAGE_SIZE,
         "includeExecutionData": False,
     }
-    entered = 0
+    events: list[dict[str, Any]] = []
     while True:
         page = sfn.get_execution_history(**kwargs)
-        entered += sum(1 for event in page.get("events", []) if str(event.get("type", "")).endswith(_ENTERED))
+        events.extend({"type": event.get("type")} for event in page.get("events", []))
         if not page.get("nextToken"):
-            return entered
+            return billed_transitions(events)
         kwargs["nextToken"] = page["nextToken"]
 
 

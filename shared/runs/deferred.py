@@ -337,6 +337,8 @@ class ApprovalService:
                 "approval %s %s; delivery uncertain: %s", approval_id, decided.status.value, _error_name(e)
             )
             self._approvals.set_delivery_uncertain(approval_id, True)
+            if first:  # the decision stands: its wait is over, whoever hears of it later
+                self._events.wait_ended(self._runs, decided)
             raise DeliveryUncertainError(approval_id, decided.status) from e
         if first:
             self._events.wait_ended(self._runs, decided)
@@ -438,7 +440,10 @@ class ApprovalService:
             self._approvals.decide(decided, ApprovalStatus.PENDING, None, from_status=ApprovalStatus.ANSWERED)
             raise
         if late:
-            self._approvals.decide(decided, ApprovalStatus.EXPIRED, None, from_status=ApprovalStatus.ANSWERED)
+            expired = self._approvals.decide(
+                decided, ApprovalStatus.EXPIRED, None, from_status=ApprovalStatus.ANSWERED
+            )
+            self._events.wait_ended(self._runs, expired)
             raise ApprovalAlreadyDecidedError(approval.approval_id, ApprovalStatus.EXPIRED)
         self._deliver(decided, first=True)
         return decided

@@ -9,6 +9,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 import boto3
+from botocore.config import Config
 
 from toolpipe.shared.costs.meter import watch
 from toolpipe.shared.errors import ConfigurationError
@@ -233,4 +234,7 @@ def build_trigger_service(
 def build_transition_counter(store: StoreSettings) -> "TransitionCounter":
     from toolpipe.shared.costs.transitions import TransitionCounter
 
-    return TransitionCounter(boto3.client("stepfunctions"), build_store(store))
+    # GetExecutionHistory is throttled per account: a burst of endings waits its turn here, in
+    # adaptive retries, rather than failing the invocation into the execution-ended DLQ.
+    history = boto3.client("stepfunctions", config=Config(retries={"mode": "adaptive", "max_attempts": 8}))
+    return TransitionCounter(history, build_store(store))

@@ -129,11 +129,15 @@ def _transitions(pipeline: Pipeline, run_id: str) -> int:
         ]
         if e["name"].split("--")[0] == run_id
     ]
-    entered = 0
+    billed = 0
     for arn in arns:
         for page in pipeline.runtime.sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
-            entered += sum(1 for e in page["events"] if e["type"].endswith("StateEntered"))
-    return entered
+            kinds = [e["type"] for e in page["events"]]
+            # Each state entered, and each Task retry (a scheduling past the first of an entry).
+            scheduled = sum(k in ("TaskScheduled", "LambdaFunctionScheduled") for k in kinds)
+            billed += sum(k.endswith("StateEntered") for k in kinds)
+            billed += max(0, scheduled - kinds.count("TaskStateEntered"))
+    return billed
 
 
 def _recorded(pipeline: Pipeline, run_id: str) -> Operations:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CALLS, TEST_AGENT, _pipeline, call
+from tests.conftest import CALLS, GATE, GATE_REACHED, TEST_AGENT, _pipeline, call, wait_for_gate
 from tests.e2e.test_approvals import wire_money
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from toolpipe.infra.local.runtime import LocalRuntime
@@ -167,3 +167,34 @@ def test_a_collector_that_is_down_changes_nothing_for_the_run() -> None:
         body = pipeline.finish(pipeline.start("count the fig"))
     assert body["run"]["status"] == "succeeded"
     assert CALLS.counts == {"count_once": 1}
+
+
+def test_a_child_cancelled_with_its_parent_hangs_under_its_parents_call(receiver: OtlpReceiver) -> None:
+    """The child's stopped execution answers the parent's call as cancelled (shared/runs/children.py,
+    through the execution-ended rule): the call's span is made, once, and the child's hangs under it."""
+    waiter = Agent(name="waiter", instructions="You wait.", tools=[wait_for_gate])
+    asker = Agent(name="asker", instructions="You ask.", tools=[agent_tool("waiter")])
+    AGENTS.update({waiter.name: waiter, asker.name: asker})
+    GATE.clear()
+    GATE_REACHED.clear()
+    try:
+        for pipeline in _pipeline({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}):
+            pipeline.script(
+                Reply(tool_calls=[call("waiter", task="wait")]),
+                Reply(tool_calls=[call("wait_for_gate", label="x")]),
+            )
+            run_id = pipeline.start("ask the waiter", agent="asker")
+            assert GATE_REACHED.wait(30)
+            assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
+            pipeline.finish(run_id)
+    finally:
+        GATE.set()
+        AGENTS.pop("waiter")
+        AGENTS.pop("asker")
+    spans = receiver.wait_for(
+        lambda got: {"invoke_agent asker", "invoke_agent waiter"} <= {s.name for s in got}
+    )
+    call_span = _one(spans, "execute_tool waiter")
+    assert call_span.attributes["error.type"] == "ChildRunEnded"
+    assert _one(spans, "invoke_agent waiter").parent_span_id == call_span.span_id
+    assert call_span.parent_span_id == _one(spans, "invoke_agent asker").span_id

@@ -27,6 +27,7 @@ from toolpipe.shared.deferred.store import DynamoApprovalStore
 from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.messages import ApprovalTaskRequest
 from toolpipe.shared.runs.deferred import ApprovalService
+from toolpipe.shared.runs.events import EventPublisher
 from toolpipe.shared.runs.ports import StepFunctionsTaskReporter
 from toolpipe.shared.settings import CallTimeouts
 
@@ -441,3 +442,45 @@ def test_an_uncertain_approval_sent_again_after_its_run_ended_is_a_409(pipeline:
     with pytest.raises(ApprovalRunEndedError):
         service.decide(approval_id, LOCAL_CALLER, True)
     assert "wire_money" not in CALLS.counts
+
+
+class WaitSpans:
+    """The run spans port, keeping the waits it is told of (the rest is not this file's)."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.waits: list[tuple[str, str]] = []
+
+    def wait_ended(self, run: Any, approval: Any) -> None:
+        self.waits.append((approval.approval_id, approval.status.value))
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: None
+
+
+@pytest.mark.parametrize(
+    ("reporter", "raised"),
+    [(AnswerLostOnce(heard=False), DeliveryUncertainError), (ThrottledOnce(), DeliveryFailedError)],
+    ids=["uncertain", "taken-back"],
+)
+def test_a_waits_span_is_told_once_whatever_its_delivery_did(
+    pipeline: Pipeline, reporter: CountingReporter, raised: type[Exception]
+) -> None:
+    pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=1)]), Reply(content="ok"))
+    run_id = pipeline.start("pay", agent="gated")
+    approval_id = pending(pipeline)["approval_id"]
+    spans = WaitSpans()
+    table = boto3.resource("dynamodb", region_name=REGION).Table(TABLE)
+    store = DynamoHistoryStore(table, boto3.client("s3", region_name=REGION), "toolpipe-local-contents")
+    service = ApprovalService(
+        DynamoApprovalStore(table), store, reporter, events=EventPublisher(None, None, spans)
+    )
+
+    with pytest.raises(raised):
+        service.decide(approval_id, LOCAL_CALLER, True)
+    # Uncertain: the decision stands, and so does its span. Taken back: nothing was decided yet.
+    assert spans.waits == ([(approval_id, "approved")] if raised is DeliveryUncertainError else [])
+    service.decide(approval_id, LOCAL_CALLER, True)  # the same decision again: a retry
+    pipeline.finish(run_id)
+    assert spans.waits == [(approval_id, "approved")]
