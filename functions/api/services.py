@@ -111,7 +111,9 @@ class ApiServices:
 
         s = self.settings
         table = boto3.resource("dynamodb").Table(s.store.table_name)
-        return TimelineReader(build_store(s.store), DynamoApprovalStore(table), s.api.admin_principal)
+        return TimelineReader(
+            build_store(s.store), DynamoApprovalStore(table), s.api.admin_principal, s.prices
+        )
 
     @cached_property
     def approvals(self) -> ApprovalService:

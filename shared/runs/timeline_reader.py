@@ -9,6 +9,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from toolpipe.shared.costs.estimate import estimate
+from toolpipe.shared.costs.prices import PriceTable
 from toolpipe.shared.deferred.models import Approval
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.messages import RunStatus
@@ -35,6 +37,10 @@ class RunRow(BaseModel):
     created_at: str
     duration_ms: int | None = Field(description="Start to end; null while it runs.")
     cost_usd: float | None = Field(description="The model's cost; null if the record is gone.")
+    infra_usd: float | None = Field(
+        default=None,
+        description="The AWS operations' estimated cost (shared/costs); null if the record is gone.",
+    )
     parent_run_id: str | None = None
 
 
@@ -45,11 +51,16 @@ class RunRows(BaseModel):
 
 class TimelineReader:
     def __init__(
-        self, store: HistoryStore, approvals: RunApprovals, admin_principal: str | None = None
+        self,
+        store: HistoryStore,
+        approvals: RunApprovals,
+        admin_principal: str | None = None,
+        prices: PriceTable | None = None,
     ) -> None:
         self._store = store
         self._approvals = approvals
         self._admin = admin_principal
+        self._prices = prices or PriceTable()
 
     def timeline(self, run_id: str, caller: str) -> Timeline:
         """The run's timeline, or `RunNotFoundError` when the caller may not see it."""
@@ -83,7 +94,13 @@ class TimelineReader:
                     if record and ended
                     else None,
                     cost_usd=record.usage.cost_micro_usd / 1_000_000 if record else None,
+                    infra_usd=self._infra_usd(summary.run_id) if record else None,
                     parent_run_id=summary.parent_run_id,
                 )
             )
         return RunRows(runs=rows, next=encode_cursor(cursor) if cursor is not None else None)
+
+    def _infra_usd(self, run_id: str) -> float:
+        # One small read a row (a page holds 20): the counters priced as
+        # GET /runs/{id} prices them.
+        return estimate(self._store.get_costs(run_id), self._prices, 0.0).infra_usd

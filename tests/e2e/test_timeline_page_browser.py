@@ -16,6 +16,7 @@ exist.
 
 import json
 import os
+import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,6 +146,11 @@ def test_a_three_turn_run_is_drawn_live_and_its_parallel_calls_overlap(
     row = page.locator("tr", has_text=run_id)
     expect(row).to_contain_text("succeeded")
     expect(row).to_contain_text(" s")
+    # Its model cost and its AWS cost, as the run's page shows them.
+    cells = row.locator("td.num")
+    expect(cells.nth(1)).to_have_text(re.compile(r"^\$0\.\d{6}$"))
+    expect(cells.nth(2)).to_have_text(re.compile(r"^\$0\.\d{6}$"))
+    assert cells.nth(2).inner_text() != "$0.000000"
     row.get_by_role("link", name=run_id).click()
     expect(page.locator(".bar.call")).to_have_count(5)
 

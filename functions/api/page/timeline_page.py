@@ -68,6 +68,7 @@ def runs_page(rows: RunRows) -> str:
             if row.duration_ms is None
             else f"{row.duration_ms / 1000:.1f} s",
             "cost": "-" if row.cost_usd is None else f"${row.cost_usd:.6f}",
+            "infra": "-" if row.infra_usd is None else f"${row.infra_usd:.6f}",
         }
         for row in rows.runs
     ]
