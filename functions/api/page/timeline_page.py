@@ -16,7 +16,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from toolpipe.functions.api.page.views import ENVIRONMENT
+from toolpipe.functions.api.page.views import ENVIRONMENT, page_headers
 from toolpipe.shared.messages import RunStatus
 from toolpipe.shared.runs.timeline import Timeline
 from toolpipe.shared.runs.timeline_reader import RunRows
@@ -35,19 +35,14 @@ CONTENT_SECURITY_POLICY = (
     f"default-src 'none'; style-src '{_hash(_STYLE)}'; script-src '{_hash(_SCRIPT)}'; "
     "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
 )
-HEADERS = {
-    "Cache-Control": "no-store",
-    "Referrer-Policy": "same-origin",
-    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-}
+HEADERS = page_headers(CONTENT_SECURITY_POLICY)
 
 
 def timeline_page(timeline: Timeline) -> str:
     """The run's page: its timeline drawn by the script, live while the run goes on."""
     run_id = timeline.run.run_id
     return ENVIRONMENT.get_template("timeline.html").render(
+        title=f"Run {run_id}",
         run_id=run_id,
         # The API's run resource, relative to the page (`<stage>/ui/runs/<id>`).
         api=f"../../runs/{run_id}",
@@ -72,4 +67,4 @@ def runs_page(rows: RunRows) -> str:
         }
         for row in rows.runs
     ]
-    return ENVIRONMENT.get_template("runs.html").render(runs=runs, next=rows.next, style=_STYLE)
+    return ENVIRONMENT.get_template("runs.html").render(title="Runs", runs=runs, next=rows.next, style=_STYLE)

@@ -36,15 +36,22 @@ CONTENT_SECURITY_POLICY = (
     f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
 )
-HEADERS = {
-    "Cache-Control": "no-store",
-    # The URL carries the signature: never send it on to another site. Not `no-referrer`:
-    # under it Chromium sends the page's own form POST with `Origin: null`, which is refused.
-    "Referrer-Policy": "same-origin",
-    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-}
+
+
+def page_headers(content_security_policy: str) -> dict[str, str]:
+    """What every page of the API is served with, around its own Content-Security-Policy."""
+    return {
+        "Cache-Control": "no-store",
+        # An approval page's URL carries its signature: never send it on to another site. Not `no-referrer`:
+        # under it Chromium sends the page's own form POST with `Origin: null`, which is refused.
+        "Referrer-Policy": "same-origin",
+        "Content-Security-Policy": content_security_policy,
+        "X-Content-Type-Options": "nosniff",
+        "X-Frame-Options": "DENY",
+    }
+
+
+HEADERS = page_headers(CONTENT_SECURITY_POLICY)
 
 
 def render(template: str, **values: Any) -> str:
