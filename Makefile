@@ -16,7 +16,7 @@ export TOOLPIPE_CHROMIUM := $(CHROMIUM)
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install browser demo test lint unit reliability openapi synth local-template check-deploy deploy bench clean event-schemas lock
+.PHONY: install browser demo test lint docs docs-check unit reliability openapi synth local-template check-deploy deploy bench clean event-schemas lock
 
 install: $(VENV)/.installed node_modules/.installed browser
 
@@ -61,8 +61,16 @@ lint: install
 # sets keeps each test file on one worker. `make test TEST_WORKERS=0` runs in one process.
 TEST_WORKERS ?= 3
 
-test: lint check-deploy
+test: lint check-deploy docs-check
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# The docs site (mkdocs.yml), served with live reload on http://127.0.0.1:8000.
+docs: install
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+
+# Built with --strict into a throwaway folder: a broken link, anchor or snippet path fails it.
+docs-check: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$(mktemp -d)"
 
 unit: install
 	$(BIN)/python -m pytest tests/unit

@@ -11,7 +11,7 @@ an `<h1>` that says `Question from the agent`, the question in a `<pre>`, a `<te
 `Answer` and a button `Send answer`; after the POST, an `<h1>` that says `Answer sent`.
 
 `TOOLPIPE_UPDATE_SCREENSHOT=1` writes the pages as a person first sees them to
-docs/approval-page.png and docs/question-page.png (the README shows them); otherwise the screenshot goes to a temporary
+docs/approval-page.png and docs/question-page.png (the docs show them); otherwise the screenshot goes to a temporary
 file, and the committed one must exist.
 """
 

@@ -27,7 +27,7 @@ from toolpipe.shared.runs.tool_executor import RESERVE_SECONDS
 # gets what is left of it after the reserve for storing the outcome (20 - 10 = 10 s at most:
 # printing 100 MB takes a few seconds on a loaded machine).
 WORKER_SECONDS = 20
-# What the README promises: runs in progress get 30 s to end, then stopping takes a few more.
+# What the docs promise (docs/concepts/local-runtime.md): runs in progress get 30 s to end, then stopping takes a few more.
 SIGTERM_BOUND_SECONDS = 45
 CLI = (sys.executable, "-m", "toolpipe.infra.cli")
 
@@ -49,7 +49,7 @@ def _short_worker_template(folder: Path) -> Path:
     ]
     worker["Properties"]["Timeout"] = WORKER_SECONDS
     # The set runs 22 runs at once as the one local caller: above the stack's default running
-    # quota (README "Quotas"), which is not what this test is about.
+    # quota (docs/concepts/limits.md "Quotas"), which is not what this test is about.
     [api] = [
         r
         for r in template["Resources"].values()

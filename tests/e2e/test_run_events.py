@@ -3,7 +3,6 @@
 
 import dataclasses
 import json
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -222,12 +221,11 @@ def test_runs_go_on_when_events_cannot_be_published(
     assert "run events not published" in [r.getMessage() for r in caplog.records]
 
 
-def test_the_readme_example_prints_the_events_of_a_run(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Run events") : readme.index("## Configuration")]
-    [example] = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[1:]
+def test_the_docs_example_prints_the_events_of_a_run(capsys: pytest.CaptureFixture[str]) -> None:
+    snippet = Path(__file__).resolve().parents[2] / "docs" / "snippets" / "run_events.py"
+    example = snippet.read_text()
 
-    exec(compile(example, "README.md", "exec"), {"__name__": "readme"})
+    exec(compile(example, str(snippet), "exec"), {"__name__": "docs"})
 
     printed = capsys.readouterr().out.splitlines()
     expected = [line.removeprefix("# ") for line in example.splitlines() if line.startswith("# ")]

@@ -99,7 +99,7 @@ def test_serve_is_ready_fast_and_discoverable(served: Served) -> None:
     info = read_server_file(served.home)
     assert info is not None and info.url == served.url and info.pid == served.process.pid
     assert discover(served.home) == info
-    # Where a file or an event starts a run (README "Triggers").
+    # Where a file or an event starts a run (docs/concepts/triggers.md).
     assert {
         "S3 trigger: s3://toolpipe-local-inputs/inbox/\n",
         "EventBridge bus: toolpipe-local-events\n",

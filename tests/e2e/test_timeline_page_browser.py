@@ -10,7 +10,7 @@ per turn, `.mark.error` for a failed call, and a link to the runs list (`GET /ui
 `<table>` with a link per run).
 
 `TOOLPIPE_UPDATE_SCREENSHOT=1` writes the page as a person sees it to docs/timeline-page.png (the
-README shows it); otherwise the screenshot goes to a temporary file, and the committed one must
+docs show it); otherwise the screenshot goes to a temporary file, and the committed one must
 exist.
 """
 

@@ -378,7 +378,7 @@ def test_copies_within_the_runs_prefix_are_allowed_and_presigning_is_never_refus
 
 
 def test_only_the_api_may_delete_a_runs_objects_and_listings_stop_at_runs(runtime: LocalRuntime) -> None:
-    """Retention (README "Retention"): every function that ends runs may list a run's objects
+    """Retention (docs/concepts/runs.md "Retention"): every function that ends runs may list a run's objects
     and tag them for expiry; only the API deletes them (`DELETE /runs/{id}`), and nobody lists
     or deletes outside `runs/`."""
     aws = _clients()

@@ -134,7 +134,7 @@ def test_the_api_leaves_the_regions_api_gateway_account_setting_alone(template: 
             "HttpMethod": "*",
             "LoggingLevel": "ERROR",
             "ResourcePath": "/*",
-            # The stage's throttle, in every auth mode (README "Quotas").
+            # The stage's throttle, in every auth mode (docs/concepts/limits.md "Quotas").
             "ThrottlingBurstLimit": 100,
             "ThrottlingRateLimit": 50,
         },

@@ -62,7 +62,7 @@ def test_the_page_has_a_throttle_of_its_own(template: Any) -> None:
         for s in stage["Properties"]["MethodSettings"]
         if "ThrottlingRateLimit" in s
     }
-    # Its own, beside the stage's (every method: README "Quotas").
+    # Its own, beside the stage's (every method: docs/concepts/limits.md "Quotas").
     assert set(limited) == {("/*", "*")} | {
         ("/~1approvals~1{approval_id}~1page", method) for method in ("GET", "HEAD", "POST")
     }

@@ -168,11 +168,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _deploy_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    return text[text.index("## Deploying\n") : text.index("### How callers authenticate\n")]
+    return (ROOT / "docs" / "operations" / "deploy.md").read_text()
 
 
-def test_the_readme_deploy_path_names_only_context_keys_outputs_and_flags_that_exist(
+def test_the_docs_deploy_path_names_only_context_keys_outputs_and_flags_that_exist(
     template: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import re

@@ -1,8 +1,7 @@
-"""The README's `ToolPipeline` example runs as written and synthesizes a stack of your own."""
+"""The docs' `ToolPipeline` example (docs/snippets/construct_app.py) runs as written and synthesizes a stack of your own."""
 
 import functools
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _example() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[
-        text.index("### `ToolPipeline` in your own CDK app") : text.index("## Tests and benchmarks")
-    ]
-    [block] = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    return str(block)
+    return (ROOT / "docs" / "snippets" / "construct_app.py").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +28,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(aws_cdk, "App", app)
         # cdk-nag is in the example: an unacknowledged finding raises here.
-        exec(compile(_example(), "README.md", "exec"), {"__name__": "readme"})
+        exec(compile(_example(), "construct_app.py", "exec"), {"__name__": "docs"})
     return outdir, json.loads((outdir / "MyService.template.json").read_text())
 
 
@@ -79,7 +73,7 @@ def test_the_function_code_asset_is_our_source_and_nothing_else(
         and r["Properties"].get("Runtime", "").startswith("python3.14")
     }
     asset = outdir / f"asset.{key.removesuffix('.zip')}"
-    # toolpipe's runtime and the app's package (the README names `assistant.agents`); not the
+    # toolpipe's runtime and the app's package (the docs name `assistant.agents`); not the
     # CDK app or the local emulator.
     assert sorted(p.name for p in asset.iterdir()) == ["assistant", "toolpipe"]
     assert sorted(p.name for p in (asset / "toolpipe").iterdir()) == ["__init__.py", "functions", "shared"]

@@ -87,7 +87,7 @@ def test_history_table_has_recovery_and_encryption(template: Any) -> None:
 
 
 def test_ended_runs_expire_and_the_table_is_protected(template: Any) -> None:
-    """Retention (README "Retention"): the table's TTL on the attribute the store stamps, a
+    """Retention (docs/concepts/runs.md "Retention"): the table's TTL on the attribute the store stamps, a
     lifecycle rule for ended runs' objects (tagged when the run ends) and one for old input
     versions, all 30 days by default; deletion protection on the table."""
     _, table = _one(template, "AWS::DynamoDB::Table")

@@ -66,7 +66,7 @@ def test_a_project_with_its_own_infra_and_shared_packages(tmp_path: Path) -> Non
     synth = _run(python, project, "cdk_app.py", TOOLPIPE_BUNDLE="0", CDK_OUTDIR=str(out))
     assert synth.returncode == 0, synth.stdout + synth.stderr
     template = json.loads((out / "DeskAgents.template.json").read_text())
-    # The same stack as toolpipe's own: its outputs, which the README's deploy path reads.
+    # The same stack as toolpipe's own: its outputs, which the docs' deploy path reads.
     assert {"ApiUrl", "ModelApiKeySecretArn", "EventBusName"} <= set(template["Outputs"])
     functions = [
         r

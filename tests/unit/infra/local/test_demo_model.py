@@ -1,4 +1,4 @@
-"""The offline demo model answers the README's prompts as a model would."""
+"""The offline demo model answers the docs' demo prompts as a model would."""
 
 from datetime import datetime
 from typing import Any

@@ -166,12 +166,10 @@ def test_the_question_is_the_question_argument_else_the_arguments() -> None:
     assert len(question_of('{"question": "' + "?" * 5000 + '"}')) == 2000
 
 
-def test_the_readme_example_declares_what_it_says() -> None:
-    readme = (Path(__file__).resolve().parents[4] / "README.md").read_text()
-    section = readme[readme.index("### Deferred tools") : readme.index("## Failure handling")]
-    [block] = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    namespace: dict[str, Any] = {"__name__": "readme"}
-    exec(compile(block, "README.md", "exec"), namespace)
+def test_the_docs_example_declares_what_it_says() -> None:
+    snippet = Path(__file__).resolve().parents[4] / "docs" / "snippets" / "deferred_tools.py"
+    namespace: dict[str, Any] = {"__name__": "docs"}
+    exec(compile(snippet.read_text(), str(snippet), "exec"), namespace)
     assert [t.name for t in namespace["travel"].tools] == ["ask_user", "choose_seats", "read_clipboard"]
 
 

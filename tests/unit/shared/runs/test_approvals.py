@@ -280,7 +280,7 @@ def test_the_worker_runs_the_approved_arguments_however_they_are_spelled() -> No
 def test_only_a_refusal_or_a_connection_never_opened_is_certainly_not_sent(
     error: BaseException, certain: bool
 ) -> None:
-    """What decides between taking a decision back and keeping it (README "The approval link")."""
+    """What decides between taking a decision back and keeping it (docs/concepts/deferred-calls.md "The approval link")."""
     from toolpipe.shared.runs.ports import certainly_not_sent
 
     assert certainly_not_sent(error) is certain

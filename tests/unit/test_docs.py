@@ -1,0 +1,126 @@
+"""The docs site and the README: their examples run as written, their links resolve, the site
+builds with --strict (a broken link or anchor fails), and the README stays short."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from toolpipe.shared.agents.app import agents_of
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+SNIPPETS = DOCS / "snippets"
+# The Tools, Agents and Handoff pages' examples: one app module, read in this order.
+TOOL_SNIPPETS = [
+    SNIPPETS / "tools" / name
+    for name in (
+        "typed_function.py",
+        "context.py",
+        "schema_tool.py",
+        "wire_names.py",
+        "type_names.py",
+        "strict_tools.py",
+        "agents.py",
+        "handoff.py",
+        "mcp_servers.py",
+    )
+]
+INCLUDE = re.compile(r'^--8<-- "(docs/snippets/[^"]+)"$', re.MULTILINE)
+
+
+def _pages() -> list[Path]:
+    return [p for p in DOCS.rglob("*.md") if SNIPPETS not in p.parents]
+
+
+def test_the_tool_snippets_run_as_one_app_module() -> None:
+    app = ModuleType("docs_tools")  # the snippets, in order, as one app module
+    for snippet in TOOL_SNIPPETS:
+        exec(compile(snippet.read_text(), str(snippet), "exec"), vars(app))
+    # As an app module: its top-level agents are what a deployment registers.
+    assert [agent.name for agent in agents_of(app)] == ["shop", "billing", "front_desk", "docs"]
+
+
+def test_the_approval_policies_example_declares_what_it_says() -> None:
+    snippet = SNIPPETS / "approval_policies.py"
+    namespace: dict[str, Any] = {"__name__": "docs"}
+    exec(compile(snippet.read_text(), str(snippet), "exec"), namespace)  # its asserts run too
+    assert namespace["delete_account"].requires_approval is True
+    assert callable(namespace["refund"].requires_approval)
+
+
+def test_every_snippet_is_shown_on_a_page_and_every_include_exists() -> None:
+    included = {m for page in _pages() for m in INCLUDE.findall(page.read_text())}
+    snippets = {p.relative_to(ROOT).as_posix() for p in SNIPPETS.rglob("*.py")}
+    assert included == snippets, included ^ snippets
+
+
+def test_the_docs_import_toolpipe_never_its_top_level_folders() -> None:
+    # Installed, toolpipe puts one package on the path: `shared`, `infra` or `functions` would
+    # be a project's own (or nothing).
+    texts = [p.read_text() for p in SNIPPETS.rglob("*.py")]
+    texts += [b for p in [README, *_pages()] for b in re.findall(r"```python\n(.*?)```", p.read_text(), re.S)]
+    imports = [line for t in texts for line in t.splitlines() if re.match(r"\s*(from|import) \w", line)]
+    assert len(imports) > 20 and not [
+        line for line in imports if re.match(r"\s*(from|import) (shared|infra|functions)\b", line)
+    ]
+
+
+def test_every_public_name_resolves() -> None:
+    import toolpipe
+    import toolpipe.cdk
+    import toolpipe.testing
+
+    for module in (toolpipe, toolpipe.cdk, toolpipe.testing):
+        for name in module.__all__:
+            assert getattr(module, name) is not None, f"{module.__name__}.{name}"
+
+
+def test_the_tool_snippets_pass_the_projects_own_checks(tmp_path: Path) -> None:
+    # Copied into a project, they must pass what `make test` holds code to: ruff and mypy --strict.
+    from mypy import api
+
+    example = tmp_path / "docs_tools.py"
+    example.write_text("\n\n".join(p.read_text() for p in TOOL_SNIPPETS))
+    stdout, stderr, status = api.run(
+        ["--strict", "--follow-imports=silent", "--config-file", str(ROOT / "pyproject.toml"), str(example)]
+    )
+    assert status == 0, stdout + stderr
+    lint = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--config", str(ROOT / "pyproject.toml"),
+         "--ignore", "E402,I001,F811", str(example)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    # (E402, I001, F811: the snippets are one file here, each with its own imports.)
+    assert lint.returncode == 0, lint.stdout
+
+
+def test_the_readme_is_at_most_300_lines_and_its_relative_links_resolve() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 300
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    relative = [link.split("#")[0] for link in links if not re.match(r"[a-z]+:|#", link)]
+    assert len(relative) >= 10  # the table of links into the site
+    assert [link for link in relative if not (ROOT / link).is_file()] == []
+
+
+def test_the_readme_example_is_the_snippet_a_test_runs() -> None:
+    # The README cannot include files (GitHub renders it as it is): its example must equal the
+    # snippet tests/e2e/test_docs_examples.py runs.
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert (SNIPPETS / "quickstart.py").read_text() in blocks
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    """`mkdocs build --strict`: a broken link, anchor, nav entry or snippet path fails it."""
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    assert "WARNING" not in built.stderr, built.stderr
+    assert (tmp_path / "site" / "tutorials" / "first-tool-offline" / "index.html").is_file()
