@@ -124,3 +124,18 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stderr
     assert "WARNING" not in built.stderr, built.stderr
     assert (tmp_path / "site" / "tutorials" / "first-tool-offline" / "index.html").is_file()
+
+
+def test_a_broken_anchor_fails_the_strict_build(tmp_path: Path) -> None:
+    """The site's validation settings make a link to a missing heading a warning, which --strict fails on."""
+    import shutil
+
+    shutil.copytree(DOCS, tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path)
+    with (tmp_path / "docs" / "index.md").open("a") as page:
+        page.write("\n[gone](concepts/runs.md#no-such-heading)\n")
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert built.returncode != 0 and "no-such-heading" in built.stderr, built.stderr
