@@ -207,6 +207,9 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
         metavar="SECONDS",
         help="stop after this long with no request and no run in progress (default: never)",
     )
+    # Set by a command that starts a server for its own duration (infra/cli/discovery.py); not for
+    # people: such a server may be stopped and replaced by a command that asks for another model.
+    serve_parser.add_argument("--for-client", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
