@@ -18,7 +18,8 @@ APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "answered", "al
 EPILOG = """\
 output: results on stdout; banners, warnings and errors on stderr; --json makes stdout one
   JSON document (an error: {"error": "...", "exit_code": N} on stderr). Logs (handlers,
-  emulator) go to $TOOLPIPE_HOME/toolpipe.log (default .toolpipe/); --verbose also prints them.
+  emulator) go to $TOOLPIPE_HOME/toolpipe.log (default: .toolpipe/ in the project's root, the
+  nearest folder whose pyproject.toml has [tool.toolpipe]); --verbose also prints them.
 exit status: 0 ok, 1 the run failed (or what was asked could not be done), 2 usage error
   (bad flags or input, unknown agent), 130 interrupted, 141 stdout closed early.
 """
