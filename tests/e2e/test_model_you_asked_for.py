@@ -73,7 +73,9 @@ def test_a_person_s_server_on_another_model_is_refused_in_one_line_and_starts_no
         # Asking for no model: whatever runs, and the hint, to someone who set none.
         code, out, err = _finish(_popen(tmp_path, None, "run", PROMPT))
         assert code == 0, err
-        assert err == f"{state}model endpoint: {ready['model_endpoint']} (set OPENAI_BASE_URL for a real one)\n"
+        assert (
+            err == f"{state}model endpoint: {ready['model_endpoint']} (set OPENAI_BASE_URL for a real one)\n"
+        )
     finally:
         serve.send_signal(signal.SIGTERM)
         _finish(serve)
