@@ -1,7 +1,7 @@
 """Where a command finds the local server for a state folder, or starts one, and what the
 serving process holds while it serves.
 
-The state folder (`TOOLPIPE_HOME`, default `.toolpipe`) holds two files for discovery:
+The state folder (`TOOLPIPE_HOME`, default `.toolpipe` in the project's root) holds two files for discovery:
 - `server.lock`: the server holds an exclusive `fcntl.flock` on it for its whole life, state
   saved included. The lock is the truth (the kernel drops it when the process dies, however it
   dies); a second server for the same folder cannot take it and exits 2.
@@ -10,7 +10,8 @@ The state folder (`TOOLPIPE_HOME`, default `.toolpipe`) holds two files for disc
   AWS APIs it emulates (`endpoint_url` for boto3, `--endpoint-url` for the aws CLI). Only an address: a file whose pid is dead or whose
   server does not answer is stale and ignored (the next server replaces it).
 
-Standard library only, as `infra.local.client`: a command that finds a server never loads moto.
+Standard library only, as `infra.local.client` (and `shared/project.py`, which finds the
+project): a command that finds a server never loads moto.
 """
 
 import contextlib
@@ -25,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolpipe.infra.local.client import LOG_FILE, Client, ServerError
+from toolpipe.shared.project import find_project
 
+STATE_FOLDER = ".toolpipe"
 SERVER_FILE = "server.json"
 LOCK_FILE = "server.lock"
 # A server started for a client's own duration stops this long after its last request ends
@@ -35,9 +38,23 @@ START_TIMEOUT_SECONDS = 60.0  # the runtime starts in ~2-4 s here; a loaded CI m
 
 
 def state_dir() -> Path:
-    """The state folder (`TOOLPIPE_HOME`, default `.toolpipe`) this command works on."""
-    # Absolute: a tool that changes the process's directory (`os.chdir`) must not move it.
-    return Path(os.environ.get("TOOLPIPE_HOME", ".toolpipe")).absolute()
+    """The state folder this command works on: `TOOLPIPE_HOME`, else `.toolpipe` in the project's
+    root (`shared/project.py`), else in the current folder.
+
+    One project, one state: a command run from any of its subfolders finds the server and the
+    runs of a command run from another.
+    """
+    home = os.environ.get("TOOLPIPE_HOME", "").strip()
+    if home:
+        # Absolute: a tool that changes the process's directory (`os.chdir`) must not move it.
+        return Path(home).absolute()
+    return project_root() / STATE_FOLDER
+
+
+def project_root() -> Path:
+    """The project's root (the current folder outside any project): where a server runs."""
+    project = find_project()
+    return project.root if project is not None else Path.cwd()
 
 
 @dataclass(frozen=True)
@@ -211,8 +228,12 @@ def _start_child(home: Path, env: dict[str, str] | None) -> subprocess.Popen[byt
                 "0",
                 "--idle-exit",
                 f"{AUTO_IDLE_SECONDS:g}",
+                "--for-client",
             ],
             env={**os.environ, **(env or {}), "TOOLPIPE_HOME": str(home)},
+            # From the project's root, whichever subfolder this client runs in: the tools' relative
+            # paths read the same for every client the server serves.
+            cwd=project_root(),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -220,6 +241,16 @@ def _start_child(home: Path, env: dict[str, str] | None) -> subprocess.Popen[byt
         )
     finally:
         log.close()
+
+
+def wait_stopping(home: Path, pid: int, deadline: float) -> None:
+    """Wait, until `deadline` (monotonic), for the server `pid` to start stopping: its
+    `server.json` gone or another's. Reads the file only: a request would keep it from idling."""
+    while time.monotonic() < deadline:
+        info = read_server_file(home)
+        if info is None or info.pid != pid or not _alive(pid):
+            return
+        time.sleep(0.05)
 
 
 def take_lock(home: Path) -> int | None:

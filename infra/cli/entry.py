@@ -7,7 +7,7 @@ import sys
 import traceback
 from typing import TextIO, cast
 
-from toolpipe.infra.cli.commands import COMMANDS
+from toolpipe.infra.cli.commands import COMMANDS, LOCAL_STATE_COMMANDS
 from toolpipe.infra.cli.discovery import state_dir
 from toolpipe.infra.cli.errors import (
     EXIT_BROKEN_PIPE,
@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         return write_error(err, str(e), EXIT_USAGE, json_errors)
     args = parse(arguments, out, err, json_errors, remote)
     try:
+        if args.command in LOCAL_STATE_COMMANDS and not getattr(args, "api", None):
+            # Which folder, said once: found from a subfolder, it may not be the one in sight.
+            err.write(f"toolpipe: state folder {state_dir()}\n")
         code = int(COMMANDS[args.command](args, out, err))
         out.flush()  # a closed pipe shows here, not in the interpreter's last flush
         return code
@@ -64,7 +67,10 @@ def _failure(error: Exception, args: argparse.Namespace, err: TextIO) -> tuple[s
     # Anything else: a user sees one line, never a traceback: that goes to the log.
     from toolpipe.infra.local.logfile import record_traceback
 
-    where = record_traceback(state_dir(), args.command, error)
+    try:
+        where = record_traceback(state_dir(), args.command, error)
+    except ConfigurationError:  # no state folder to be found (an unreadable pyproject.toml)
+        where = None
     if args.verbose:
         with contextlib.suppress(OSError):
             err.write("".join(traceback.format_exception(error)))

@@ -18,7 +18,8 @@ APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "answered", "al
 EPILOG = """\
 output: results on stdout; banners, warnings and errors on stderr; --json makes stdout one
   JSON document (an error: {"error": "...", "exit_code": N} on stderr). Logs (handlers,
-  emulator) go to $TOOLPIPE_HOME/toolpipe.log (default .toolpipe/); --verbose also prints them.
+  emulator) go to $TOOLPIPE_HOME/toolpipe.log (default: .toolpipe/ in the project's root, the
+  nearest folder whose pyproject.toml has [tool.toolpipe]); --verbose also prints them.
 exit status: 0 ok, 1 the run failed (or what was asked could not be done), 2 usage error
   (bad flags or input, unknown agent), 130 interrupted, 141 stdout closed early.
 """
@@ -207,6 +208,9 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
         metavar="SECONDS",
         help="stop after this long with no request and no run in progress (default: never)",
     )
+    # Set by a command that starts a server for its own duration (infra/cli/discovery.py); not for
+    # people: such a server may be stopped and replaced by a command that asks for another model.
+    serve_parser.add_argument("--for-client", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 

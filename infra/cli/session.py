@@ -2,13 +2,15 @@
 a deployed stack's API (`infra/cli/remote.py`), and the reads of a run several commands print."""
 
 import argparse
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 from toolpipe.infra.cli import discovery
-from toolpipe.infra.cli.errors import CommandError, reason, refused
+from toolpipe.infra.cli.errors import EXIT_USAGE, CommandError, reason, refused
+from toolpipe.infra.cli.model_endpoint import fingerprint, shown
 from toolpipe.infra.local.client import STAGE, ServerBusyError, ServerError
 
 # How many times a session finds its server again, for a request or a broken event stream.
@@ -55,21 +57,86 @@ class LocalSession:
     A server started for another client's duration stops once idle, and refuses new runs while
     it stops (nothing written): a request that finds it gone or stopping goes to the next one,
     which reads the state the last one saved.
+
+    A session that asks for a model (`model`: `wanted_model`'s answer) uses a server asked for
+    the same one. Another one a command started for itself is waited for (it stops once idle)
+    and replaced; one a person started is refused, naming both models.
     """
 
     ATTEMPTS = ATTEMPTS
+    # How long to wait for a server another command started, asked for another model, to stop:
+    # it stops a second after its last request once no run is running.
+    MODEL_SWITCH_SECONDS = 30.0
 
-    def __init__(self, home: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        env: dict[str, str] | None = None,
+        model: str | None = None,
+        err: TextIO | None = None,
+    ) -> None:
         self._home = home
         self._env = env
+        self._model = model
+        self._err = err
         self._connect = discovery.connect  # read at start: a test replaces it
-        self._connection = self._connect(home, env=env)
         self._started: list[Any] = []  # every server this session started, to wait for at the end
+        self._connection = self._connect_for_model()
         self._remember()
 
     def _remember(self) -> None:
         if self._connection.child is not None:
             self._started.append(self._connection)
+
+    def _connect_for_model(self) -> discovery.Connection:
+        """The folder's server, once it is one asked for this session's model (if it asks)."""
+        deadline = time.monotonic() + self.MODEL_SWITCH_SECONDS
+        told = False
+        while True:
+            connection = self._connect(self._home, env=self._env)
+            health = self._other_model_health(connection)
+            if health is None:
+                return connection
+            busy = time.monotonic() >= deadline
+            if busy or (health and not health.get("auto")):
+                raise self._other_model(connection.info.url, health, busy)
+            if health and not told:
+                told = self._tell_waiting(connection.info.url, health)
+            # Never asking it anything meanwhile: a request would keep it from going idle.
+            discovery.wait_stopping(self._home, connection.info.pid, deadline)
+
+    def _other_model_health(self, connection: discovery.Connection) -> dict[str, Any] | None:
+        """None if the server will do; else its health ({} while it does not answer it)."""
+        if self._model is None or connection.child is not None:
+            return None  # any model will do, or it was started with this session's
+        status, health = connection.client.health()
+        if status != 200 or not isinstance(health, dict):
+            return {}  # stopping: asked again once it is gone
+        return None if health.get("model_wanted") == fingerprint(self._model) else health
+
+    def _tell_waiting(self, url: str, health: dict[str, Any]) -> bool:
+        assert self._model is not None
+        if self._err is not None:
+            self._err.write(
+                f"toolpipe: waiting for the server at {url} (another command's, with "
+                f"{health.get('model_endpoint')}) to stop, to start one with {shown(self._model)}\n"
+            )
+            self._err.flush()
+        return True
+
+    def _other_model(self, url: str, health: dict[str, Any], busy: bool) -> CommandError:
+        assert self._model is not None
+        using = health.get("model_endpoint") or "a model it does not name"
+        advice = (
+            f"it is another command's, still busy after {self.MODEL_SWITCH_SECONDS:g} s: try again once it stops"
+            if busy
+            else "stop it"
+        )
+        return CommandError(
+            f"the server at {url} uses {using}; you asked for {shown(self._model)}: "
+            f"{advice} or unset OPENAI_BASE_URL",
+            EXIT_USAGE,
+        )
 
     @property
     def url(self) -> str:
@@ -80,7 +147,7 @@ class LocalSession:
         return self._connection.child is not None
 
     def reconnect(self) -> None:
-        self._connection = self._connect(self._home, env=self._env)
+        self._connection = self._connect_for_model()
         self._remember()
 
     def health(self) -> dict[str, Any]:
@@ -108,13 +175,19 @@ class LocalSession:
             connection.close()
 
 
-def open_session(args: argparse.Namespace, env: dict[str, str] | None = None) -> Session:
-    """The deployed API named by `--api` (or TOOLPIPE_API_URL), else the local server."""
+def open_session(
+    args: argparse.Namespace,
+    env: dict[str, str] | None = None,
+    model: str | None = None,
+    err: TextIO | None = None,
+) -> Session:
+    """The deployed API named by `--api` (or TOOLPIPE_API_URL), else the local server (one asked
+    for `model`, when given; why it waits for one, on `err`)."""
     if args.api:
         from toolpipe.infra.cli.remote import RemoteSession
 
         return RemoteSession(args.api, args.api_key)
-    return LocalSession(discovery.state_dir(), env)
+    return LocalSession(discovery.state_dir(), env, model, err)
 
 
 def messages(session: Session, run_id: str, after: int = 0) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from toolpipe.infra.cdk.functions import FUNCTIONS, FunctionSpec
 from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.project import find_project
 
 PACKAGED = Path(__file__).with_name("stack.template.json")
 TEMPLATE_ENV = "TOOLPIPE_TEMPLATE"
@@ -114,20 +115,15 @@ class TemplateError(ConfigurationError):
 
 
 def configured_path() -> Path:
-    """`TOOLPIPE_TEMPLATE`, else the project's `[tool.toolpipe] template`, else the packaged one."""
+    """`TOOLPIPE_TEMPLATE`, else the project's `[tool.toolpipe] template` (relative to its root),
+    else the packaged one."""
     given = os.environ.get(TEMPLATE_ENV)
     if given:
         return Path(given)
-    folder = Path.cwd().resolve()
-    for candidate in (folder, *folder.parents):
-        pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file():
-            try:
-                setting = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["toolpipe"]["template"]
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, TypeError):
-                return PACKAGED  # the nearest project names none: never one of a project around it
-            return candidate / str(setting)
-    return PACKAGED
+    project = find_project()
+    if project is None or project.settings.get("template") is None:
+        return PACKAGED  # the project names none: never one of a project around it
+    return project.root / str(project.settings["template"])
 
 
 @cache

@@ -2,24 +2,23 @@
 
 Where the name comes from, first found wins: `toolpipe --app MODULE` (the CLI puts it in the
 environment), the `TOOLPIPE_APP` environment variable (what the deployed functions get), then
-`[tool.toolpipe] app = "MODULE"` in the `pyproject.toml` of the current folder or the nearest
-one above it. Every `Agent` defined at the module's top level is registered under its name.
+`[tool.toolpipe] app = "MODULE"` in the project's `pyproject.toml`: the nearest one, from the
+current folder up, that has a `[tool.toolpipe]` table. Every `Agent` defined at the module's
+top level is registered under its name.
 """
 
-import functools
 import importlib
 import os
 import sys
 import threading
-import tomllib
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from stat import S_ISREG
 from types import ModuleType
 
 from toolpipe.shared.agents.agent import Agent
 from toolpipe.shared.errors import ConfigurationError, DefinitionError
+from toolpipe.shared.project import find_project
 
 APP_ENV = "TOOLPIPE_APP"
 # The folder the module is imported from when it is not installed: the project's root.
@@ -39,39 +38,25 @@ def valid_module_name(name: str, where: str) -> str:
 
 
 def find_app(start: Path | None = None, environ: dict[str, str] | None = None) -> AppRef | None:
-    """The app named by the environment, else by the nearest `pyproject.toml`; None if neither."""
+    """The app named by the environment, else by the project's `pyproject.toml`; None if neither.
+
+    The project is the nearest folder with a `[tool.toolpipe]` table (`shared/project.py`): its
+    root goes on `sys.path` first, so `app = "pkg.agents"` imports from any of its subfolders.
+    """
     env = os.environ if environ is None else environ
     if env.get(APP_ENV):
         return AppRef(valid_module_name(env[APP_ENV].strip(), APP_ENV), env.get(APP_PATH_ENV) or None)
-    folder = (start or Path.cwd()).resolve()
-    for candidate in (folder, *folder.parents):
-        pyproject = candidate / "pyproject.toml"
-        try:
-            stat = pyproject.stat()
-        except OSError:
-            continue
-        if not S_ISREG(stat.st_mode):
-            continue
-        # Every agent lookup asks (the orchestrator's steps, each tool call): parse a file once
-        # per version of it, not per call.
-        return _app_setting(str(pyproject), stat.st_mtime_ns, stat.st_size)
-    return None
-
-
-@functools.lru_cache(maxsize=16)
-def _app_setting(pyproject: str, mtime_ns: int, size: int) -> AppRef | None:
-    """The app a `pyproject.toml` names (its version: `mtime_ns` and `size`), or None."""
-    path = Path(pyproject)
-    try:
-        config = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigurationError(f"{path}: cannot read it: {e}") from e
-    app = config.get("tool", {}).get("toolpipe", {}).get("app")
+    project = find_project(start)
+    if project is None:
+        return None
+    app = project.settings.get("app")
     if app is None:
-        return None  # the nearest project has no app: never one of a project around it
+        return None  # the project has no app: never one of a project around it
     if not isinstance(app, str):
-        raise ConfigurationError(f"{path}: [tool.toolpipe] app must be a module name string")
-    return AppRef(valid_module_name(app.strip(), f"{path} [tool.toolpipe] app"), str(path.parent))
+        raise ConfigurationError(f"{project.pyproject}: [tool.toolpipe] app must be a module name string")
+    return AppRef(
+        valid_module_name(app.strip(), f"{project.pyproject} [tool.toolpipe] app"), str(project.root)
+    )
 
 
 def use_app(ref: AppRef) -> None:

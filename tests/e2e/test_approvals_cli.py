@@ -108,7 +108,7 @@ def test_run_prints_how_to_approve_and_finishes_once_approved(tmp_path: Path) ->
     assert "Note: a person changed the arguments before approving" in rest  # the model was told
     again = _toolpipe(tmp_path, "deny", approval_id, "--reason", "too late")
     assert again.returncode == 1
-    assert again.stderr.strip() == (
+    assert again.stderr.splitlines()[-1] == (
         f"toolpipe: error: approval {approval_id} is already approved: the first decision stands"
     )
     decided: Any = json.loads(_toolpipe(tmp_path, "approvals", "--status", "all", "--json").stdout)

@@ -95,7 +95,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         # Its one result was the JSON line it was ready with; the failed run's log lines went
         # to the log file, not to its terminal.
         assert code == 0 and out == "", out + err
-        assert err == f"stopped; state saved in {server.home}\n"
+        assert err == f"toolpipe: state folder {server.home}\nstopped; state saved in {server.home}\n"
 
 
 def test_serve_json_says_where_it_serves_in_one_document(served: Served) -> None:
@@ -111,7 +111,7 @@ def test_a_run_that_succeeds_or_fails_keeps_results_on_stdout_and_one_error_line
         lambda: _toolpipe(served.home, "run", FAILING),
         lambda: _toolpipe(served.home, "run", PROMPT, "--json"),
     )
-    banner = f"model endpoint: {served.ready['model_endpoint']}\n"
+    banner = f"toolpipe: state folder {served.home}\nmodel endpoint: {served.ready['model_endpoint']}\n"
 
     assert ok.returncode == 0, ok.stderr
     assert ok.stderr == banner  # nothing else: no log line, no emulator output
@@ -181,9 +181,10 @@ def test_a_reader_that_closes_early_ends_the_command_quietly(served: Served) -> 
                 lambda args: closed_early(*args), [("show", run_id), ("show", run_id, "--json"), ("agents",)]
             )
         )
-    for result in results:
+    state = f"toolpipe: state folder {served.home}\n"
+    for result, said in zip(results, [state, state, ""], strict=True):
         # 141 as for any program a closed pipe stops; no BrokenPipeError, no "Exception ignored".
-        assert (result.returncode, result.stderr) == (141, ""), result.args
+        assert (result.returncode, result.stderr) == (141, said), result.args
 
 
 def test_invoke_pipes_into_json_tool_and_a_failing_handler_prints_lambdas_error(tmp_path: Path) -> None:
@@ -209,8 +210,8 @@ def test_invoke_pipes_into_json_tool_and_a_failing_handler_prints_lambdas_error(
 
     assert through.returncode == 0, through.stderr
     assert json.loads(through.stdout) == {"status": "ignored"}
-    assert through.stderr.startswith("model endpoint: scripted demo model")
-    assert len(through.stderr.splitlines()) == 1
+    assert through.stderr.startswith(f"toolpipe: state folder {piped}\nmodel endpoint: scripted demo model")
+    assert len(through.stderr.splitlines()) == 2
     # The handler's Powertools log line went to the log file, not between the results.
     assert '"message":"ended execution has no run"' in (piped / "toolpipe.log").read_text()
 

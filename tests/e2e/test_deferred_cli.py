@@ -56,7 +56,7 @@ def test_run_prints_the_question_and_finishes_once_answered(tmp_path: Path) -> N
     assert "-> ask_user: Lyon, in May" in rest
     again = _toolpipe(tmp_path, "answer", approval_id, "--value", '"Paris"')
     assert again.returncode == 1
-    assert again.stderr.strip() == (
+    assert again.stderr.splitlines()[-1] == (
         f"toolpipe: error: approval {approval_id} is already answered: the first decision stands"
     )
     shown = json.loads(_toolpipe(tmp_path, "approvals", "--status", "answered", "--json").stdout)

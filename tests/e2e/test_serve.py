@@ -112,7 +112,7 @@ def test_second_serve_for_the_same_folder_says_so_and_exits_2(served: Served) ->
     second = _toolpipe(served.home, "serve", "--port", "0", timeout=30)
 
     assert second.returncode == 2 and second.stdout == ""
-    assert second.stderr == (
+    assert second.stderr == f"toolpipe: state folder {served.home}\n" + (
         f"toolpipe: error: a toolpipe server at {served.url} is already serving {served.home}\n"
     )
 

@@ -31,3 +31,9 @@ COMMANDS: dict[str, Command] = {
     "invoke": invoke,
     "serve": serve,
 }
+
+# The commands that work on a state folder (a local server's, or its saved state), unless they
+# are given a deployed API (`--api`).
+LOCAL_STATE_COMMANDS = frozenset(
+    {"run", "show", "delete", "approvals", "approve", "deny", "answer", "invoke", "serve"}
+)

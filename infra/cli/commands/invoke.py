@@ -71,8 +71,8 @@ def _invoke_in_runtime(
     from toolpipe.infra.local.runtime import LocalRuntime
 
     # Workers run too: a run the event starts finishes before the runtime shuts down.
-    with model_endpoint() as model, LocalRuntime(state_dir=home) as runtime:
-        err.write(f"model endpoint: {model}\n")
+    with model_endpoint(args) as model, LocalRuntime(state_dir=home) as runtime:
+        err.write(model.line())
         if args.object:
             for record in event.get("Records", []):
                 key = urllib.parse.unquote_plus(record["s3"]["object"]["key"])

@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 from toolpipe.infra.cli.commands.agents import default_agent
 from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError, reason, refused
+from toolpipe.infra.cli.model_endpoint import ModelInUse, wanted_model
 from toolpipe.infra.cli.output import approval_line, format_item, write_json
 from toolpipe.infra.cli.session import ATTEMPTS, Session, open_session, run_view
 from toolpipe.infra.local.client import ServerError
@@ -22,10 +23,16 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     transcript = err if args.json else out
     if not args.api:
         default_agent()  # the app loads here, or the command stops with why (not the server)
-    session = open_session(args, {"TOOLPIPE_MODEL": args.model} if args.model else None)
+    session = open_session(
+        args,
+        {"TOOLPIPE_MODEL": args.model} if args.model else None,
+        model=wanted_model(args, os.environ),
+        err=err,
+    )
     try:
         health = _server_health(session, args)
-        err.write(f"model endpoint: {health.get('model_endpoint', 'unknown')}\n")
+        described = ModelInUse(health.get("model_endpoint", "unknown"), health.get("model_wanted"))
+        err.write(described.line() if not args.api else f"model endpoint: {described.description}\n")
         run_id = _start(session, args)
         agent = args.agent or ("the stack's default" if args.api else default_agent())
         transcript.write(f"run {run_id} (agent {agent})\n")

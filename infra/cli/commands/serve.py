@@ -22,7 +22,7 @@ from toolpipe.infra.cli.discovery import (
     write_server_file,
 )
 from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError
-from toolpipe.infra.cli.model_endpoint import model_endpoint
+from toolpipe.infra.cli.model_endpoint import ModelInUse, model_endpoint
 from toolpipe.infra.cli.serving import LOOPBACK, aws_port, check_ports, exit_past_stray_threads, stop_events
 from toolpipe.shared.agents.app import APP_ENV
 
@@ -78,7 +78,7 @@ def _serve_runtime(args: argparse.Namespace, out: TextIO, home: Path, aws_port: 
     from toolpipe.infra.local.server import serve_until_stopped
 
     stop, hurry = stop_events()
-    with model_endpoint() as model, LocalRuntime(state_dir=home) as runtime:
+    with model_endpoint(args) as model, LocalRuntime(state_dir=home) as runtime:
         aws, server = _servers(args, runtime, home, aws_port, model)
         # The AWS endpoint outlives the API server's drain: tools still read and write while
         # the runs in progress end.
@@ -95,7 +95,7 @@ def _serve_runtime(args: argparse.Namespace, out: TextIO, home: Path, aws_port: 
 
 
 def _servers(
-    args: argparse.Namespace, runtime: "LocalRuntime", home: Path, aws_port: int, model: str
+    args: argparse.Namespace, runtime: "LocalRuntime", home: Path, aws_port: int, model: ModelInUse
 ) -> tuple["AwsEndpoint", "LocalServer"]:
     """The AWS endpoint and the API server, bound (not serving yet)."""
     from toolpipe.infra.local.server import LocalServer
@@ -104,6 +104,10 @@ def _servers(
         "pid": os.getpid(),
         "home": str(home),
         "model": os.environ.get("TOOLPIPE_MODEL"),
+        "model_wanted": model.wanted,
+        # Started by a command for its own duration (it stops once idle): a command that asks
+        # for another model may wait for it to stop and start its own (infra/cli/session.py).
+        "auto": bool(args.for_client),
         "app": os.environ.get(APP_ENV),
     }
     from toolpipe.infra.local.aws_endpoint import AwsEndpoint  # after the runtime: its own cost only
@@ -113,7 +117,10 @@ def _servers(
         aws = AwsEndpoint(args.host, aws_port)
         option, port = "--port", args.port
         server = LocalServer(
-            runtime, args.host, args.port, {**health, "aws_endpoint": aws.url, "model_endpoint": model}
+            runtime,
+            args.host,
+            args.port,
+            {**health, "aws_endpoint": aws.url, "model_endpoint": model.description},
         )
     except OSError as e:
         if option == "--port":
@@ -131,7 +138,7 @@ def _write_ready(
     runtime: "LocalRuntime",
     server: "LocalServer",
     aws_url: str,
-    model: str,
+    model: ModelInUse,
 ) -> None:
     """Where it serves, once it answers: the API, the AWS endpoint, the triggers, the model."""
     # Triggers (README "Triggers"): a file put here, or an event put on the bus, starts a run.
@@ -144,14 +151,15 @@ def _write_ready(
             "aws_endpoint": aws_url,
             "s3_trigger": trigger,
             "event_bus": runtime.event_bus_name,
-            "model_endpoint": model,
+            "model_endpoint": model.description,
+            "model_wanted": model.wanted,
             "home": str(home),
             "pid": os.getpid(),
             "ready_seconds": round(ready, 2),
         }
         out.write(json.dumps(served) + "\n")
     else:
-        out.write(f"model endpoint: {model}\n")
+        out.write(model.line())
         out.write(f"AWS endpoint: {aws_url}\n")
         out.write(f"S3 trigger: {trigger}\n")
         out.write(f"EventBridge bus: {runtime.event_bus_name}\n")

@@ -163,6 +163,13 @@ def test_a_post_that_may_have_reached_the_server_is_not_sent_again(
     assert sent.count("GET") == LocalSession.ATTEMPTS  # reads are safe to repeat
 
 
+def _after_state_folder(stderr: str, home: Path) -> str:
+    """What a command wrote on stderr after the one line naming its state folder."""
+    first, _, rest = stderr.partition("\n")
+    assert first == f"toolpipe: state folder {home}", stderr
+    return rest
+
+
 @pytest.fixture
 def serve_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A state folder of the test's own; `serve` sets TOOLPIPE_ALLOW_RUN_MCP_SERVERS for its
@@ -193,9 +200,10 @@ def test_serve_on_a_taken_port_says_so_at_once_and_resumes_nothing(
         taken.close()
     assert code == 1 and time.monotonic() - started < 2
     assert out.getvalue() == ""
+    message = _after_state_folder(err.getvalue(), tmp_path)
     assert (
-        err.getvalue().startswith("toolpipe: error: cannot serve on 127.0.0.1:")
-        and "Address already in use" in err.getvalue()
+        message.startswith("toolpipe: error: cannot serve on 127.0.0.1:")
+        and "Address already in use" in message
     )
     assert not (tmp_path / "state.json").exists()  # the runtime never started
 
@@ -217,7 +225,7 @@ def test_serve_on_a_taken_aws_port_names_the_option_and_resumes_nothing(
     finally:
         taken.close()
     assert code == 1
-    message = err.getvalue()
+    message = _after_state_folder(err.getvalue(), tmp_path)
     assert (
         message.startswith(f"toolpipe: error: cannot serve on 127.0.0.1:{port}: ")
         and "Address already in use" in message
@@ -234,7 +242,7 @@ def test_serve_refuses_one_port_for_the_api_and_the_aws_endpoint(serve_home: Pat
     code = cli.main(["serve", "--port", "8799", "--aws-port", "8799"], err=err)
 
     assert code == 2
-    assert err.getvalue() == (
+    assert _after_state_folder(err.getvalue(), serve_home) == (
         "toolpipe: error: --aws-port 8799 is the API's port: choose another, or 0 for a free one\n"
     )
     assert not (serve_home / "state.json").exists()
@@ -247,8 +255,9 @@ def test_serve_on_a_host_that_is_not_this_machines_says_so_in_one_line(serve_hom
 
     # Port 0 too: it used to skip the check, and the runtime's failure left stderr empty.
     assert cli.main(["serve", "--host", "999.1.1.1", "--port", "0"], err=err) == 1
-    assert err.getvalue().startswith("toolpipe: error: cannot serve on 999.1.1.1:0: ")
-    assert len(err.getvalue().splitlines()) == 1
+    message = _after_state_folder(err.getvalue(), serve_home)
+    assert message.startswith("toolpipe: error: cannot serve on 999.1.1.1:0: ")
+    assert len(message.splitlines()) == 1
     assert not (serve_home / "state.json").exists()
 
 

@@ -37,8 +37,11 @@ def test_an_edited_pyproject_is_read_again(tmp_path: Path) -> None:
 
 def test_a_nearer_project_without_an_app_is_not_the_outer_ones(tmp_path: Path) -> None:
     outer = _project(tmp_path, '[tool.toolpipe]\napp = "outer.agents"\n')
-    inner = _project(outer / "inner", "")
+    inner = _project(outer / "inner", "[tool.toolpipe]\n")
     assert find_app(inner, environ={}) is None
+    # A pyproject.toml without the table is not a project's: a vendored package, say.
+    vendored = _project(outer / "vendored", "")
+    assert find_app(vendored, environ={}) == AppRef("outer.agents", str(outer))
 
 
 @pytest.mark.parametrize(
@@ -111,5 +114,9 @@ def test_the_cli_says_why_the_app_does_not_load_and_exits_2(
     for argv in (["agents"], ["run", "hi"], ["--app", "my-app.agents", "agents"]):
         out, err = io.StringIO(), io.StringIO()
         assert main(argv, out, err) == 2, err.getvalue()
-        assert out.getvalue() == "" and len(err.getvalue().splitlines()) == 1, err.getvalue()
+        # The error's one line, after the state folder `run` would use.
+        lines = [
+            line for line in err.getvalue().splitlines() if not line.startswith("toolpipe: state folder ")
+        ]
+        assert out.getvalue() == "" and len(lines) == 1, err.getvalue()
     assert not (tmp_path / "state").exists()  # nothing started
