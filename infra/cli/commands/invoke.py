@@ -11,7 +11,7 @@ from typing import Any, TextIO
 from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.infra.cli.discovery import serving, state_dir, try_lock
 from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError
-from toolpipe.infra.cli.model_endpoint import model_endpoint
+from toolpipe.infra.cli.model_endpoint import model_endpoint, scripted_model_setting
 from toolpipe.infra.cli.output import write_json
 
 
@@ -71,7 +71,7 @@ def _invoke_in_runtime(
     from toolpipe.infra.local.runtime import LocalRuntime
 
     # Workers run too: a run the event starts finishes before the runtime shuts down.
-    with model_endpoint() as model, LocalRuntime(state_dir=home) as runtime:
+    with model_endpoint(scripted_model_setting(args)) as model, LocalRuntime(state_dir=home) as runtime:
         err.write(f"model endpoint: {model}\n")
         if args.object:
             for record in event.get("Records", []):

@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 from toolpipe.infra.cli.commands.agents import default_agent
 from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError, reason, refused
+from toolpipe.infra.cli.model_endpoint import SCRIPTED_MODEL_ENV, checked_scripted_model
 from toolpipe.infra.cli.output import approval_line, format_item, write_json
 from toolpipe.infra.cli.session import ATTEMPTS, Session, open_session, run_view
 from toolpipe.infra.local.client import ServerError
@@ -20,9 +21,15 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     Text: the run's transcript on stdout as it happens. `--json`: the transcript on stderr (it is
     progress then) and the run, as `show --json` prints it, on stdout once it ended."""
     transcript = err if args.json else out
+    env: dict[str, str] = {}
     if not args.api:
         default_agent()  # the app loads here, or the command stops with why (not the server)
-    session = open_session(args, {"TOOLPIPE_MODEL": args.model} if args.model else None)
+        script = checked_scripted_model(args)
+        if script is not None:
+            env[SCRIPTED_MODEL_ENV] = str(script)  # for a server this command starts
+    if args.model:
+        env["TOOLPIPE_MODEL"] = args.model
+    session = open_session(args, env or None)
     try:
         health = _server_health(session, args)
         err.write(f"model endpoint: {health.get('model_endpoint', 'unknown')}\n")

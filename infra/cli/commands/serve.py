@@ -22,7 +22,7 @@ from toolpipe.infra.cli.discovery import (
     write_server_file,
 )
 from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError
-from toolpipe.infra.cli.model_endpoint import model_endpoint
+from toolpipe.infra.cli.model_endpoint import checked_scripted_model, model_endpoint
 from toolpipe.infra.cli.serving import LOOPBACK, aws_port, check_ports, exit_past_stray_threads, stop_events
 from toolpipe.shared.agents.app import APP_ENV
 
@@ -41,6 +41,7 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from toolpipe.infra.local.logfile import logs_to_file
 
     home = state_dir()
+    script = checked_scripted_model(args)
     api_port, aws = args.port, aws_port(args)
     if aws and aws == api_port:
         raise CommandError(
@@ -64,7 +65,7 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "read and change all local state (it accepts any credentials)\n"
             )
         with logs_to_file(home, echo=err if args.verbose else None):
-            _serve_runtime(args, out, home, aws)
+            _serve_runtime(args, out, home, aws, script)
         err.write(f"stopped; state saved in {home}\n")
     finally:
         remove_server_file(home, os.getpid())
@@ -73,12 +74,14 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _serve_runtime(args: argparse.Namespace, out: TextIO, home: Path, aws_port: int) -> None:
+def _serve_runtime(
+    args: argparse.Namespace, out: TextIO, home: Path, aws_port: int, script: Path | None
+) -> None:
     from toolpipe.infra.local.runtime import LocalRuntime
     from toolpipe.infra.local.server import serve_until_stopped
 
     stop, hurry = stop_events()
-    with model_endpoint() as model, LocalRuntime(state_dir=home) as runtime:
+    with model_endpoint(script) as model, LocalRuntime(state_dir=home) as runtime:
         aws, server = _servers(args, runtime, home, aws_port, model)
         # The AWS endpoint outlives the API server's drain: tools still read and write while
         # the runs in progress end.
