@@ -161,6 +161,8 @@ def _one_line(path: Path, error: ValidationError) -> str:
     loc = tuple(first["loc"])
     if first["type"] == "missing":
         return f"{path}: {_where(loc[:-1]) or 'the file'}: '{loc[-1]}' is required"
+    if first["type"] == "too_short":
+        return f"{path}: {_where(loc)}: is empty"
     if first["type"] == "extra_forbidden":
         return f"{path}: {_where(loc[:-1]) or 'the file'}: unknown field '{loc[-1]}'"
     below = first.get("ctx", {}).get("error")
