@@ -23,7 +23,10 @@ _BASE_URL_ENV = "OPENAI_BASE_URL"
 
 
 def scripted_model_setting(args: argparse.Namespace) -> Path | None:
-    """The model script this command asks for (absolute), or None: a real endpoint or the demo.
+    """The model script this command asks for, or None: a real endpoint or the demo.
+
+    The path is resolved (absolute, no `..`, no links), so two commands that name one file by
+    different paths describe it alike (`describe`).
 
     Raises:
         CommandError: a script given explicitly while `OPENAI_BASE_URL` is set (exit 2).
@@ -40,7 +43,7 @@ def scripted_model_setting(args: argparse.Namespace) -> Path | None:
             )
         return None
     if given:
-        return Path(given).absolute()
+        return Path(given).resolve()
     return project_scripted_model()
 
 
@@ -75,7 +78,7 @@ def project_scripted_model(start: Path | None = None) -> Path | None:
             return None
         if not isinstance(setting, str) or not setting.strip():
             raise ConfigurationError(f"{pyproject}: [tool.toolpipe] scripted_model must be a file path")
-        return candidate / setting
+        return (candidate / setting).resolve()
     return None
 
 

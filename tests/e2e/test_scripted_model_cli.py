@@ -2,11 +2,15 @@
 run as a user runs it (real processes), with no OPENAI_BASE_URL and no flag."""
 
 import concurrent.futures
+import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from toolpipe.infra.local.client import Client
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,17 +96,19 @@ def test_the_projects_script_calls_its_tool_and_an_unscripted_prompt_fails(tmp_p
     )
 
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert ran.stderr.startswith(f"model endpoint: scripted model from {script}\n")
+    assert ran.stderr.startswith(f"model endpoint: scripted model from {script.resolve()}\n")
     assert 'call get_weather({"city": "Oslo"})' in ran.stdout
     assert "answer: Oslo: snow, -3 °C" in ran.stdout and "status: succeeded" in ran.stdout
 
     assert unscripted.returncode == 1, unscripted.stdout + unscripted.stderr
     assert "status: failed" in unscripted.stdout
-    assert _one_line(unscripted).endswith(f"{script}: no script's `when` matches the prompt 'Tell me a joke'")
+    assert _one_line(unscripted).endswith(
+        f"{script.resolve()}: no script's `when` matches the prompt 'Tell me a joke'"
+    )
 
     assert malformed.returncode == 2 and malformed.stdout == ""
     assert _one_line(malformed) == (
-        f"toolpipe: error: {project / 'bad.yaml'}: scripts[0].replies[0].tool_calls[0]: 'name' is required"
+        f"toolpipe: error: {(project / 'bad.yaml').resolve()}: scripts[0].replies[0].tool_calls[0]: 'name' is required"
     )
     assert conflict.returncode == 2
     assert _one_line(conflict) == (
@@ -120,3 +126,37 @@ def test_the_demo_model_fails_a_prompt_it_cannot_do(tmp_path: Path) -> None:
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert ran.stderr.startswith("model endpoint: scripted demo model at http://127.0.0.1:")
     assert "the demo model cannot do 'What is the weather in Paris?'" in _one_line(ran)
+
+
+def test_serve_names_its_script_by_its_absolute_path(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    (project / "bad.yaml").write_text("scripts:\n  - when: '(unclosed'\n    replies: [{content: a}]\n")
+    [refused] = _all(_toolpipe(project, "serve", "--port", "0", "--scripted-model", "bad.yaml"))
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert _one_line(refused).startswith(
+        f"toolpipe: error: {(project / 'bad.yaml').resolve()}: scripts[0].when: not a regular expression: "
+    )
+
+    command = [sys.executable, "-m", "toolpipe.infra.cli", "serve", "--port", "0", "--json"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TOOLPIPE_"))}
+    env |= {"PYTHONPATH": str(ROOT), "TOOLPIPE_HOME": str(project / ".toolpipe")}
+    # From a subfolder, by a relative path: the server and its health name the file absolutely.
+    (project / "sub").mkdir()
+    with subprocess.Popen(
+        [*command, "--scripted-model", "../scripted_model.yaml"],
+        cwd=project / "sub",
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as server:
+        try:
+            assert server.stdout is not None
+            ready = json.loads(server.stdout.readline())
+            status, health = Client(ready["url"]).health()
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=60)
+    expected = f"scripted model from {(project / 'scripted_model.yaml').resolve()}"
+    assert ready["model_endpoint"] == expected
+    assert status == 200 and health["model_endpoint"] == expected
