@@ -192,10 +192,48 @@ def load_script(path: Path) -> ModelScriptFile:
         raise ModelScriptError(f"{path}: not YAML{line}: {' '.join(str(problem).split())}") from None
     if not isinstance(data, dict):
         raise ModelScriptError(f"{path}: a scripted model is a mapping with a `scripts` list")
+    unquoted = _unquoted_placeholder(data)
+    if unquoted is not None:
+        where, name = unquoted
+        raise ModelScriptError(
+            f"{path}: {where}: {{{name}}} without quotes is a YAML mapping: write '{{{name}}}'"
+        )
     try:
         return ModelScriptFile.model_validate(data)
     except ValidationError as e:
         raise ModelScriptError(_one_line(path, e)) from None
+
+
+def _placeholder_mapping(value: Any) -> str | None:
+    """The name, when `value` is what YAML makes of an unquoted `{name}`: `{name: None}`."""
+    if isinstance(value, dict) and len(value) == 1:
+        [(key, inner)] = value.items()
+        if inner is None and isinstance(key, str) and key.isidentifier():
+            return key
+    return None
+
+
+def _listed(value: Any, key: str) -> list[Any]:
+    """`value[key]` if `value` is a mapping holding a list there, else [] (raw YAML, unchecked)."""
+    listed = value.get(key) if isinstance(value, dict) else None
+    return listed if isinstance(listed, list) else []
+
+
+def _unquoted_placeholder(data: dict[str, Any]) -> tuple[str, str] | None:
+    """Where a reply's content or an argument's value is an unquoted `{name}`, and the name.
+
+    A sloppy `content: {results}` would otherwise be "not a valid string", and an argument
+    `{city: {city}}` a mapping sent to the tool."""
+    found: list[tuple[str, Any]] = []
+    for s, script in enumerate(_listed(data, "scripts")):
+        for r, reply in enumerate(_listed(script, "replies")):
+            where = f"scripts[{s}].replies[{r}]"
+            found.append((f"{where}.content", reply.get("content") if isinstance(reply, dict) else None))
+            for c, call in enumerate(_listed(reply, "tool_calls")):
+                arguments = call.get("arguments") if isinstance(call, dict) else None
+                for key, value in (arguments if isinstance(arguments, dict) else {}).items():
+                    found.append((f"{where}.tool_calls[{c}].arguments.{key}", value))
+    return next(((where, name) for where, v in found if (name := _placeholder_mapping(v))), None)
 
 
 def _refusal(message: str) -> HttpError:

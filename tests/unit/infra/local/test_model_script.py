@@ -82,6 +82,15 @@ def _error(tmp_path: Path, text: str) -> str:
             "scripts[0].replies[0].tool_calls[0].arguments: Input should be a valid dictionary",
         ),
         (
+            "scripts:\n  - when: 'in (?P<city>\\w+)'\n    replies:\n      - content: {results}\n",
+            "scripts[0].replies[0].content: {results} without quotes is a YAML mapping: write '{results}'",
+        ),
+        (
+            "scripts:\n  - when: 'in (?P<city>\\w+)'\n    replies:\n      - tool_calls: [{name: f, arguments: {city: {city}}}]\n",
+            "scripts[0].replies[0].tool_calls[0].arguments.city: {city} without quotes is a YAML mapping: "
+            "write '{city}'",
+        ),
+        (
             "scripts:\n  - when: '(?P<results>x)'\n    replies: [{content: a}]\n",
             "scripts[0].when: a group named 'results' would hide {results}: rename it",
         ),
