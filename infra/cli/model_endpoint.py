@@ -1,8 +1,10 @@
-"""The model the runtime a command holds calls: `OPENAI_BASE_URL`, else a scripted demo model;
-and the model a command asks a running server for.
+"""The model the runtime a command holds calls, and the model a command asks a running server for.
 
-With no `OPENAI_BASE_URL` set, a scripted OpenAI-compatible model is served on 127.0.0.1, so a
-run works offline through the same client code as with a real endpoint.
+First found wins: `OPENAI_BASE_URL` (a real endpoint); a model script (`--scripted-model FILE`,
+`TOOLPIPE_SCRIPTED_MODEL`, then the project's `[tool.toolpipe] scripted_model`, a path relative
+to the project's root); else the built-in demo model, which calls only the example assistant's
+tools. A script or the demo is served on 127.0.0.1, so a run works offline through the same
+client code as with a real endpoint.
 
 A server says in its health which model it was asked for (`model_wanted`, a digest: an endpoint
 may carry a key in its address) and describes it (`model_endpoint`, credentials left out). A
@@ -17,18 +19,81 @@ import os
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from toolpipe.infra.cli.errors import EXIT_USAGE, CommandError
+from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.project import find_project
+
+# How a client hands the script it was given to the server it starts (and a way to set one).
+SCRIPTED_MODEL_ENV = "TOOLPIPE_SCRIPTED_MODEL"
+_BASE_URL_ENV = "OPENAI_BASE_URL"
+_SCRIPTED = "scripted:"  # how `wanted_model` names a script: "scripted:/abs/path.yaml"
 DEMO_HINT = " (set OPENAI_BASE_URL for a real one)"
 
 
-def wanted_model(args: argparse.Namespace | None, env: Mapping[str, str]) -> str | None:
-    """The model this command asks for, normalised; None: any (whatever a server runs).
+def scripted_model_setting(
+    args: argparse.Namespace | None, env: Mapping[str, str] | None = None
+) -> Path | None:
+    """The model script this command asks for, or None: a real endpoint or the demo.
 
-    Today `OPENAI_BASE_URL`. A model named another way (a scripted model's file, from a flag or
-    the project's settings) is one more case here, as its own normalised string (`scripted:PATH`).
+    The path is resolved (absolute, no `..`, no links), so two commands that name one file by
+    different paths ask for the same model.
+
+    Raises:
+        CommandError: a script given explicitly while `OPENAI_BASE_URL` is set (exit 2).
+        ConfigurationError: the project's pyproject.toml cannot be read.
     """
-    url = env.get("OPENAI_BASE_URL", "").strip()
-    return normalised(url) if url else None
+    env = os.environ if env is None else env
+    flag = getattr(args, "scripted_model", None)
+    given = flag or env.get(SCRIPTED_MODEL_ENV) or None
+    if env.get(_BASE_URL_ENV, "").strip():
+        if given:
+            where = "--scripted-model" if flag else SCRIPTED_MODEL_ENV
+            raise CommandError(
+                f"{where} {given} and OPENAI_BASE_URL={shown(env[_BASE_URL_ENV])} both name the model: keep one",
+                EXIT_USAGE,
+            )
+        return None
+    if given:
+        return Path(given).resolve()
+    return project_scripted_model()
+
+
+def checked_scripted_model(args: argparse.Namespace) -> Path | None:
+    """`scripted_model_setting`, its file read and checked now: a broken one is one line and
+    exit 2 before any server starts (a server reads it again at each change)."""
+    script = scripted_model_setting(args)
+    if script is not None:
+        from toolpipe.infra.local.model_script import load_script
+
+        load_script(script)
+    return script
+
+
+def project_scripted_model(start: Path | None = None) -> Path | None:
+    """`[tool.toolpipe] scripted_model` of the project `start` is in, resolved from its root;
+    None outside a project or if it sets none."""
+    project = find_project(start)
+    if project is None:
+        return None
+    setting = project.settings.get("scripted_model")
+    if setting is None:
+        return None
+    if not isinstance(setting, str) or not setting.strip():
+        raise ConfigurationError(f"{project.pyproject}: [tool.toolpipe] scripted_model must be a file path")
+    return (project.root / setting).resolve()
+
+
+def wanted_model(args: argparse.Namespace | None, env: Mapping[str, str]) -> str | None:
+    """The model this command asks for, normalised; None: any (whatever a server runs, the demo
+    if it starts one). An endpoint as its URL, a script as `scripted:PATH`."""
+    url = env.get(_BASE_URL_ENV, "").strip()
+    if url:
+        scripted_model_setting(args, env)  # refuses a script named beside it
+        return normalised(url)
+    script = scripted_model_setting(args, env)
+    return None if script is None else f"{_SCRIPTED}{script}"
 
 
 def normalised(url: str) -> str:
@@ -39,6 +104,18 @@ def normalised(url: str) -> str:
 def fingerprint(wanted: str | None) -> str | None:
     """What a server's health says of the model it was asked for: a digest, not the address."""
     return None if wanted is None else hashlib.sha256(wanted.encode()).hexdigest()[:32]
+
+
+def spoken(wanted: str) -> str:
+    """A `wanted_model` answer as a line names it."""
+    if wanted.startswith(_SCRIPTED):
+        return f"scripted model from {wanted.removeprefix(_SCRIPTED)}"
+    return shown(wanted)
+
+
+def unasking(wanted: str) -> str:
+    """How a person stops asking for `wanted` (a refusal's advice)."""
+    return "drop --scripted-model" if wanted.startswith(_SCRIPTED) else "unset OPENAI_BASE_URL"
 
 
 def shown(url: str) -> str:
@@ -63,26 +140,34 @@ class ModelInUse:
     wanted: str | None
 
     def line(self) -> str:
-        """The `model endpoint: …` banner line; how to use a real model only to whoever has not
+        """The `model endpoint: …` banner line; how to use another model only to whoever has not
         asked for one."""
         return f"model endpoint: {self.description}{DEMO_HINT if self.wanted is None else ''}\n"
 
 
 @contextlib.contextmanager
 def model_endpoint(args: argparse.Namespace | None = None) -> Iterator[ModelInUse]:
-    """Point the orchestrator at the model `args` and the environment ask for, for the block."""
-    wanted = wanted_model(args, os.environ)
-    if wanted is not None:
-        yield ModelInUse(shown(wanted), fingerprint(wanted))
-        return
-    from toolpipe.infra.local.scripted_model import DemoResponder, ScriptedModelServer
+    """Point the orchestrator at the model `args` and the environment ask for, for the block.
 
-    with ScriptedModelServer(DemoResponder()) as server:
-        previous = {k: os.environ.get(k) for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
-        os.environ["OPENAI_BASE_URL"] = server.base_url
+    Raises:
+        ModelScriptError: the script is not a model script (one line, exit 2).
+    """
+    wanted = wanted_model(args, os.environ)
+    if os.environ.get(_BASE_URL_ENV, "").strip():
+        yield ModelInUse(spoken(os.environ[_BASE_URL_ENV]), fingerprint(wanted))
+        return
+    from toolpipe.infra.local.model_script import FileResponder
+    from toolpipe.infra.local.scripted_model import DemoResponder, Responder, ScriptedModelServer
+
+    script = scripted_model_setting(args)
+    responder: Responder = FileResponder(script) if script is not None else DemoResponder()
+    with ScriptedModelServer(responder) as server:
+        description = spoken(wanted) if wanted is not None else f"scripted demo model at {server.base_url}"
+        previous = {k: os.environ.get(k) for k in (_BASE_URL_ENV, "OPENAI_API_KEY")}
+        os.environ[_BASE_URL_ENV] = server.base_url
         os.environ["OPENAI_API_KEY"] = "scripted"
         try:
-            yield ModelInUse(f"scripted demo model at {server.base_url}", None)
+            yield ModelInUse(description, fingerprint(wanted))
         finally:
             for k, v in previous.items():
                 if v is None:

@@ -30,6 +30,16 @@ APP_HELP = (
 )
 
 
+# `run` and `serve`: your own tools called offline (infra/local/model_script.py has the format).
+_SCRIPTED_MODEL: dict[str, Any] = {
+    "type": arguments.readable_file,
+    "metavar": "FILE",
+    "help": "answer as the model scripted in FILE (YAML: scripts of `when` and `replies`) instead "
+    "of OPENAI_BASE_URL (default: [tool.toolpipe] scripted_model of the project, with no "
+    "OPENAI_BASE_URL; else the demo model)",
+}
+
+
 def _add_api_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--api",
@@ -100,6 +110,7 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
     run_parser.add_argument(
         "--model", type=arguments.model_name, help="model name (default: TOOLPIPE_MODEL or gpt-4o-mini)"
     )
+    run_parser.add_argument("--scripted-model", **_SCRIPTED_MODEL)
     run_parser.add_argument(
         "--timezone",
         type=arguments.timezone,
@@ -202,6 +213,7 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
         type=arguments.port,
         help="port of the AWS endpoint (default: --port + 1, or a free one with --port 0)",
     )
+    serve_parser.add_argument("--scripted-model", **_SCRIPTED_MODEL)
     serve_parser.add_argument(
         "--idle-exit",
         type=arguments.seconds(None),
@@ -242,6 +254,8 @@ def parse(argv: list[str], out: TextIO, err: TextIO, json_errors: bool, remote: 
     args = parser.parse_args(argv)
     if getattr(args, "api_key", None) and not getattr(args, "api", None):
         parser.error("--api-key (or TOOLPIPE_API_KEY) goes with --api (or TOOLPIPE_API_URL)")
+    if getattr(args, "api", None) and getattr(args, "scripted_model", None):
+        parser.error("--scripted-model applies to the local server: a deployed stack calls its own model")
     if getattr(args, "api", None) and getattr(args, "model", None):
         parser.error(
             "--model applies to the local server: a deployed stack's model is set when deploying (-c model_name=…)"

@@ -10,7 +10,7 @@ from typing import Any, Protocol, TextIO
 
 from toolpipe.infra.cli import discovery
 from toolpipe.infra.cli.errors import EXIT_USAGE, CommandError, reason, refused
-from toolpipe.infra.cli.model_endpoint import fingerprint, shown
+from toolpipe.infra.cli.model_endpoint import fingerprint, spoken, unasking
 from toolpipe.infra.local.client import STAGE, ServerBusyError, ServerError
 
 # How many times a session finds its server again, for a request or a broken event stream.
@@ -119,7 +119,7 @@ class LocalSession:
         if self._err is not None:
             self._err.write(
                 f"toolpipe: waiting for the server at {url} (another command's, with "
-                f"{health.get('model_endpoint')}) to stop, to start one with {shown(self._model)}\n"
+                f"{health.get('model_endpoint')}) to stop, to start one with {spoken(self._model)}\n"
             )
             self._err.flush()
         return True
@@ -133,8 +133,8 @@ class LocalSession:
             else "stop it"
         )
         return CommandError(
-            f"the server at {url} uses {using}; you asked for {shown(self._model)}: "
-            f"{advice} or unset OPENAI_BASE_URL",
+            f"the server at {url} uses {using}; you asked for {spoken(self._model)}: "
+            f"{advice} or {unasking(self._model)}",
             EXIT_USAGE,
         )
 

@@ -60,6 +60,15 @@ class RawResponse:
 Answer = Reply | HttpError | RawResponse
 Responder = Callable[[dict[str, Any]], Answer]
 
+# The prompt as a scripted model's refusals quote it: the run's error is cut at 200 characters.
+_PREVIEW_CHARS = 40
+
+
+def prompt_preview(prompt: str) -> str:
+    """The prompt on one line, cut to a preview, quoted."""
+    line = " ".join(prompt.split())
+    return repr(line if len(line) <= _PREVIEW_CHARS else line[: _PREVIEW_CHARS - 1] + "…")
+
 
 def _head(status: int, headers: dict[str, str]) -> bytes:
     try:
@@ -316,11 +325,19 @@ class DemoResponder:
             # A front-desk agent with none of the tools asked for: hand the request on.
             return Reply(tool_calls=[(transfers[0], {})])
         if not calls:
-            return Reply(
-                content="I am toolpipe's scripted demo model: I call the example assistant's tools "
-                "(square roots, sums, the date and time, alarms). Set OPENAI_BASE_URL for a real model."
-            )
+            return self._cannot(prompt)
         return Reply(tool_calls=calls)
+
+    @staticmethod
+    def _cannot(prompt: str) -> HttpError:
+        """A prompt none of the demo's rules can do: an answer would end the run `succeeded`
+        without doing what was asked, so it refuses (a 400 is never retried; the run fails with
+        this one line)."""
+        message = (
+            f"the demo model cannot do {prompt_preview(prompt)}: it calls only the example's tools (sums, square "
+            "roots, time, alarms); use --scripted-model FILE or OPENAI_BASE_URL"
+        )
+        return HttpError(400, {"error": {"message": message, "type": "invalid_request_error"}})
 
     @staticmethod
     def _handed_over(messages: list[dict[str, Any]]) -> str | None:

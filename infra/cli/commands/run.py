@@ -8,7 +8,12 @@ from typing import Any, TextIO
 
 from toolpipe.infra.cli.commands.agents import default_agent
 from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError, reason, refused
-from toolpipe.infra.cli.model_endpoint import ModelInUse, wanted_model
+from toolpipe.infra.cli.model_endpoint import (
+    SCRIPTED_MODEL_ENV,
+    ModelInUse,
+    checked_scripted_model,
+    wanted_model,
+)
 from toolpipe.infra.cli.output import approval_line, format_item, write_json
 from toolpipe.infra.cli.session import ATTEMPTS, Session, open_session, run_view
 from toolpipe.infra.local.client import ServerError
@@ -21,14 +26,16 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     Text: the run's transcript on stdout as it happens. `--json`: the transcript on stderr (it is
     progress then) and the run, as `show --json` prints it, on stdout once it ended."""
     transcript = err if args.json else out
+    env: dict[str, str] = {}
     if not args.api:
         default_agent()  # the app loads here, or the command stops with why (not the server)
-    session = open_session(
-        args,
-        {"TOOLPIPE_MODEL": args.model} if args.model else None,
-        model=wanted_model(args, os.environ),
-        err=err,
-    )
+        script = checked_scripted_model(args)
+        if script is not None:
+            env[SCRIPTED_MODEL_ENV] = str(script)  # for a server this command starts
+    if args.model:
+        env["TOOLPIPE_MODEL"] = args.model
+    model = None if args.api else wanted_model(args, os.environ)
+    session = open_session(args, env or None, model=model, err=err)
     try:
         health = _server_health(session, args)
         described = ModelInUse(health.get("model_endpoint", "unknown"), health.get("model_wanted"))
