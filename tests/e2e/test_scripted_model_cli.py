@@ -59,14 +59,21 @@ def _project(tmp_path: Path) -> Path:
 def _toolpipe(project: Path, *args: str, **env: str) -> Callable[[], subprocess.CompletedProcess[str]]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TOOLPIPE_"))}
     environment = {**clean, "PYTHONPATH": str(ROOT), "TOOLPIPE_HOME": str(project / ".toolpipe"), **env}
-    return lambda: subprocess.run(
-        [sys.executable, "-m", "toolpipe.infra.cli", *args],
-        cwd=project,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+
+    def command() -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "toolpipe.infra.cli", *args],
+            cwd=project,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        # Every command that uses the state folder names it first (tests/e2e/test_project_root.py).
+        done.stderr = done.stderr.removeprefix(f"toolpipe: state folder {project / '.toolpipe'}\n")
+        return done
+
+    return command
 
 
 def _all(*commands: Callable[[], subprocess.CompletedProcess[str]]) -> list[subprocess.CompletedProcess[str]]:
