@@ -81,12 +81,20 @@ def main() -> int:
 
 
 def cell(text: object) -> str:
-    """`text` as one table cell: on one line, its pipes escaped, and outside code spans no HTML
-    or emphasis (a description may hold `<id>` or `*`)."""
-    parts = " ".join(str(text).split()).replace("|", "\\|").split("`")
-    for i in range(0, len(parts), 2):  # the even parts are outside code spans
-        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
+    """`text` as one table cell: on one line, and outside code spans its pipes escaped and no
+    HTML or emphasis (a description may hold `<id>` or `*`). Python-Markdown keeps a pipe in a
+    code span in its cell, and shows a backslash there as it is."""
+    text = " ".join(str(text).split())
+    if text.count("`") % 2:  # an unclosed code span is plain text: escape all of it
+        text = text.replace("`", "\\`")
+        return _plain(text)
+    parts = text.split("`")
+    parts[::2] = [_plain(part) for part in parts[::2]]  # the even parts are outside code spans
     return "`".join(parts)
+
+
+def _plain(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:

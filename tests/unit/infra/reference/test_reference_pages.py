@@ -111,7 +111,8 @@ def test_every_event_and_field_is_on_the_events_page_with_its_schema() -> None:
     [
         ("a | b", "a \\| b"),
         ("mcp_<tool> and *all*", "mcp_&lt;tool&gt; and \\*all\\*"),
-        ("`<kept>` in code", "`<kept>` in code"),
+        ("`<kept>` in code, `a|b` too", "`<kept>` in code, `a|b` too"),
+        ("an unclosed ` <b>", "an unclosed \\` &lt;b&gt;"),
         ("two\nlines", "two lines"),
     ],
 )
