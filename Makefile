@@ -16,7 +16,7 @@ export TOOLPIPE_CHROMIUM := $(CHROMIUM)
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install browser demo test lint docs docs-check unit reliability openapi synth local-template check-deploy deploy bench clean event-schemas lock
+.PHONY: install browser demo test lint docs docs-check unit reliability openapi synth local-template check-deploy deploy bench clean event-schemas reference lock
 
 install: $(VENV)/.installed node_modules/.installed browser
 
@@ -87,6 +87,11 @@ event-schemas: install
 # docs/openapi.json, generated from the API handler's routes (a test fails when it is stale).
 openapi: install
 	$(BIN)/python -m toolpipe.infra.reference.openapi
+
+# The docs site's generated pages, docs/reference/{cli,rest-api,events}.md, from the parser and the
+# two documents above (a test fails when they are stale).
+reference: openapi event-schemas
+	$(BIN)/python -m toolpipe.infra.reference.docs
 
 # The template only, offline (no layers built): for review and checks.
 synth: install

@@ -184,13 +184,21 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
     commands.add_parser("agents", help="list the agents and their tools", **options)
 
     invoke_parser = commands.add_parser(
-        "invoke", help="run one handler on an event file (see events/); prints its JSON result", **options
+        "invoke",
+        help="run one handler on an event file (see events/); prints its JSON result (exit 1 on an "
+        "error, an API answer of 4xx or 5xx included)",
+        **options,
     )
     invoke_parser.add_argument("function", choices=sorted(FUNCTIONS))
     invoke_parser.add_argument(
         "event", type=arguments.event_file, help="path of a JSON event, e.g. events/api_post_run.json"
     )
     invoke_parser.add_argument("--run-id", type=arguments.run_id, help="replaces RUN_ID in the event")
+    invoke_parser.add_argument(
+        "--approval-id",
+        type=arguments.approval_id,
+        help="replaces APPROVAL_ID in the event (the approval routes' path, e.g. events/api_approve.json)",
+    )
     invoke_parser.add_argument(
         "--object",
         type=arguments.readable_file,

@@ -109,6 +109,8 @@ def test_a_person_approves_an_email_in_the_browser_and_it_is_sent_once(
     expect(page.get_by_role("button", name="Approve with these arguments")).to_have_count(0)
     page.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("h1")).to_contain_text("Approved")
+    # The decision names the tool once, in the call's facts.
+    expect(page.get_by_text("send_email", exact=True)).to_have_count(1)
 
     body = pipeline.finish(approval["run_id"])
     assert body["run"]["status"] == "succeeded"

@@ -11,12 +11,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from toolpipe.infra.cli.discovery import read_server_file
 from toolpipe.infra.local.client import Client
 from toolpipe.infra.local.scripted_model import DemoResponder, HttpError, Reply, ScriptedModelServer
 
@@ -101,6 +103,45 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 def test_serve_json_says_where_it_serves_in_one_document(served: Served) -> None:
     assert set(served.ready) >= {"api_url", "url", "aws_endpoint", "s3_trigger", "event_bus", "home", "pid"}
     assert served.ready["api_url"] == f"{served.url}/v1" and served.ready["pid"] == served.process.pid
+
+
+def test_serve_writes_its_banners_on_stderr_and_nothing_on_stdout(tmp_path: Path) -> None:
+    """Without `--json`, where it serves is a banner for a person: stdout stays empty, so
+    `toolpipe serve | …` or `>file` carries no banner."""
+    with ScriptedModelServer(_respond) as model:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "toolpipe.infra.cli", "serve", "--port", "0"],
+            env=_env(tmp_path, model.base_url),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while (info := read_server_file(tmp_path)) is None:  # written once it answers
+                assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
+                time.sleep(0.05)
+            assert Client(info.url).health()[0] == 200
+        finally:
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=60)
+    # Every command names its state folder first (the project's, or TOOLPIPE_HOME's).
+    banners = [
+        line for line in err.splitlines(keepends=True) if not line.startswith("toolpipe: state folder ")
+    ]
+    assert process.returncode == 0, err
+    assert out == "", out
+    assert [line.split(":")[0] for line in banners[:-1]] == [
+        "model endpoint",
+        "AWS endpoint",
+        "S3 trigger",
+        "EventBridge bus",
+        "toolpipe server at http",
+    ]
+    assert model.base_url in banners[0]  # the model it was given
+    assert f"· state {tmp_path} · ready in " in banners[-2]
+    assert banners[-1] == f"stopped; state saved in {tmp_path}\n"
 
 
 def test_a_run_that_succeeds_or_fails_keeps_results_on_stdout_and_one_error_line_on_stderr(

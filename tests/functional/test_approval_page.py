@@ -200,6 +200,7 @@ def test_the_page_shows_the_whole_call_and_no_visit_decides(pipeline: Pipeline) 
     decided = browser.post(page, "approve")
     assert (decided.status, decided.h1()) == (200, "Approved")
     assert "<form" not in decided.body
+    assert decided.body.count("wire_money") == 1  # its row, not a line above it too
     assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
     record = pipeline.runtime.api("GET", f"/approvals/{approval_id}")[1]
     assert (record["status"], record["decided_by"]) == ("approved", by_link())

@@ -124,24 +124,33 @@ def test_malformed_api_samples_are_a_clear_4xx_and_write_nothing(
 def test_toolpipe_invoke_runs_every_api_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLPIPE_HOME", str(tmp_path))
 
-    def invoke(sample: str, run_id: str | None = None) -> tuple[int, Any]:
-        out = Capture()
-        code = main(["invoke", "api", str(EVENTS / sample), *(["--run-id", run_id] if run_id else [])], out)
-        assert code == 0, out.text
-        response = json.loads(out.text)  # stdout is the result alone
-        return int(response["statusCode"]), json.loads(response["body"])
+    def invoke(sample: str, *ids: str, code: int = 0) -> tuple[int, Any, str]:
+        out, err = Capture(), Capture()
+        assert main(["invoke", "api", str(EVENTS / sample), *ids], out, err) == code, out.text + err.text
+        response = json.loads(out.text)  # stdout is the result alone, an error answer too
+        return int(response["statusCode"]), json.loads(response["body"]), err.text.splitlines()[-1]
 
-    status, started = invoke("api_post_run.json")
+    status, started, _ = invoke("api_post_run.json")
     assert status == 202
     run_id = started["run_id"]
     # One run for the key, across processes (the replay tells how the run stands now).
-    status, again = invoke("api_post_run.json")
+    status, again, _ = invoke("api_post_run.json")
     assert (status, again["run_id"]) == (202, run_id)
-    status, shown = invoke("api_get_run.json", run_id)
+    status, shown, _ = invoke("api_get_run.json", "--run-id", run_id)
     assert status == 200 and shown["run"]["status"] == "succeeded"
-    assert invoke("api_get_messages.json", run_id)[0] == 200
+    assert invoke("api_get_messages.json", "--run-id", run_id)[0] == 200
     assert [r["run_id"] for r in invoke("api_list_runs.json")[1]["runs"]] == [run_id]
-    assert invoke("api_cancel_run.json", run_id)[0] == 409
+    # The handler's 4xx is the command's failure: printed, then exit 1 with one line naming it.
+    status, body, error = invoke("api_cancel_run.json", "--run-id", run_id, code=1)
+    assert status == 409
+    assert error == f"toolpipe: error: api answered 409: {body['message']}"
+    # `--approval-id` fills the approval routes' path as `--run-id` fills the runs'.
+    missing = "0123456789abcdef0123456789abcdef"
+    status, body, error = invoke("api_approve.json", "--approval-id", missing, code=1)
+    assert status == 404 and missing in body["message"]
+    assert error == f"toolpipe: error: api answered 404: {body['message']}"
+    status, body, _ = invoke("api_approve.json", code=1)  # left out: the placeholder is no id
+    assert status == 400 and "approval_id" in body["message"]
 
 
 def test_sample_worker_event_whose_task_waits_no_more_is_consumed_without_running(pipeline: Pipeline) -> None:

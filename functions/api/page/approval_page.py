@@ -319,8 +319,7 @@ class ApprovalPage:
         return views.render(
             "decided.html",
             title=title or f"{approval.status.value.capitalize()}: {approval.tool}",
-            tool=approval.tool,
-            rows=self._facts(approval),
+            rows=self._facts(approval),  # the tool's row names it: once, under the outcome
             arguments=self._arguments(approval),
             edited_arguments=None if approval.arguments is None else _pretty(approval.arguments),
         )

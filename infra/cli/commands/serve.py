@@ -37,7 +37,8 @@ _STARTED = time.monotonic()  # for "ready in"
 def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Hold the folder's lock and serve the runtime until a signal.
 
-    stdout: where it serves (text lines, or one JSON document with `--json`) once ready."""
+    Where it serves, once ready: banner lines on stderr, or with `--json` one JSON document on
+    stdout (its one result: a script reads it). Nothing else ever reaches stdout."""
     from toolpipe.infra.local.logfile import logs_to_file
 
     home = state_dir()
@@ -65,7 +66,8 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "read and change all local state (it accepts any credentials)\n"
             )
         with logs_to_file(home, echo=err if args.verbose else None):
-            _serve_runtime(args, out, home, aws)
+            # Text is a banner for whoever watches (stderr): stdout stays for what can be piped.
+            _serve_runtime(args, out if args.json else err, home, aws)
         err.write(f"stopped; state saved in {home}\n")
     finally:
         remove_server_file(home, os.getpid())
@@ -74,7 +76,7 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _serve_runtime(args: argparse.Namespace, out: TextIO, home: Path, aws_port: int) -> None:
+def _serve_runtime(args: argparse.Namespace, ready_to: TextIO, home: Path, aws_port: int) -> None:
     from toolpipe.infra.local.runtime import LocalRuntime
     from toolpipe.infra.local.server import serve_until_stopped
 
@@ -86,7 +88,7 @@ def _serve_runtime(args: argparse.Namespace, out: TextIO, home: Path, aws_port: 
         with aws, server:
             started = datetime.now(UTC).isoformat(timespec="seconds")
             write_server_file(home, ServerInfo(server.url, os.getpid(), started, aws_endpoint=aws.url))
-            _write_ready(args, out, home, runtime, server, aws.url, model)
+            _write_ready(args, ready_to, home, runtime, server, aws.url, model)
             try:
                 serve_until_stopped(runtime, server, stop, hurry, args.idle_exit, also_serving=[aws])
             finally:

@@ -45,6 +45,10 @@ EVENT = str(ROOT / "events" / "api_post_run.json")
         (["invoke", "api", __file__], "is not a JSON event"),
         (["invoke", "api", EVENT, "--object", "/nonexistent"], "argument --object: not a readable file"),
         (["invoke", "nobody", EVENT], "argument function: invalid choice"),
+        (
+            ["invoke", "api", EVENT, "--approval-id", "APPROVAL_ID"],
+            "argument --approval-id: not an approval id",
+        ),
         (["agents", "--nope"], "unrecognized arguments: --nope"),
         (["answer", "0" * 32], "one of the arguments text --value is required"),
         (["answer", "0" * 32, "Lyon", "--value", "1"], "argument --value: not allowed with argument text"),
