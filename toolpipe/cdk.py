@@ -19,7 +19,8 @@ except ModuleNotFoundError as e:
     if (e.name or "").split(".")[0] not in _CDK_MODULES:
         raise
     raise SystemExit(
-        f"toolpipe: install toolpipe[cdk] to synthesize ({e.name} is missing): pip install -e '.[deploy]'"
+        f"toolpipe: install toolpipe[cdk] to synthesize ({e.name} is missing;"
+        " in a project `toolpipe init` made: pip install -e '.[deploy]')"
     ) from e
 
 __all__ = [
