@@ -222,9 +222,9 @@ bootstrap: install
 # Builds the layers with pip (needs PyPI), then deploys with your AWS credentials:
 # make deploy MODEL_NAME=gpt-4o-mini MODEL_KEY_SECRET_ARN=arn:aws:secretsmanager:...
 deploy: install
-\tcdk deploy -c model_name=$(MODEL_NAME) \\
-\t  $(if $(MODEL_BASE_URL),-c model_base_url=$(MODEL_BASE_URL)) \\
-\t  $(if $(MODEL_KEY_SECRET_ARN),-c model_key_secret_arn=$(MODEL_KEY_SECRET_ARN))
+\tcdk deploy -c 'model_name=$(MODEL_NAME)' \\
+\t  $(if $(MODEL_BASE_URL),-c 'model_base_url=$(MODEL_BASE_URL)') \\
+\t  $(if $(MODEL_KEY_SECRET_ARN),-c 'model_key_secret_arn=$(MODEL_KEY_SECRET_ARN)')
 """
 
 README = """# {dist}
