@@ -240,6 +240,11 @@ Agents on toolpipe: `{package}/agents.py` defines them; `tests/` drives them off
     make deploy MODEL_NAME=gpt-4o-mini MODEL_KEY_SECRET_ARN=arn:aws:secretsmanager:...
                      # the stack {stack}; MODEL_BASE_URL for another OpenAI-compatible endpoint
 
+Without MODEL_KEY_SECRET_ARN, `make deploy` creates an empty secret for the model's key: put
+the key in the secret its `ModelApiKeySecretArn` output names (`aws secretsmanager
+put-secret-value --secret-id ARN --secret-string KEY`). Its `ApiUrl` output is what `toolpipe
+run --api URL` talks to.
+
 ## Installing toolpipe
 
 `toolpipe` on PyPI is another project, so `make install` never asks PyPI for it; give it
