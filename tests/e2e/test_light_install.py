@@ -3,11 +3,14 @@ scaffolded project's `test` extra installs, is moto without aws-cdk-lib, constru
 `toolpipe.testing`, `toolpipe run` and the server it starts never import them; and a CDK app run
 without them says in one line what to install."""
 
+import shutil
 import subprocess
 import sys
 import sysconfig
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from tests.e2e.test_init import _init, _run
 
@@ -63,3 +66,60 @@ def test_a_project_s_tests_and_runs_need_no_cdk_and_its_cdk_app_says_what_to_ins
         "toolpipe: install toolpipe[cdk] to synthesize (aws_cdk is missing;"
         " in a project `toolpipe init` made: pip install -e '.[deploy]')"
     )
+
+
+def _copy_of_this_checkout(target: Path) -> Path:
+    """This checkout's files (as they are, committed or not) without what builds leave: pip
+    builds the wheel in a copy, so the checkout gets no build/ of its own."""
+    skip = shutil.ignore_patterns(
+        ".git", ".venv*", "node_modules", "build", "dist", "cdk.out", ".toolpipe", "*.egg-info", "*_cache",
+        "__pycache__",
+    )  # fmt: skip
+    shutil.copytree(ROOT, target, symlinks=True, ignore=skip)
+    return target
+
+
+def _pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # This pip, run for the new environment (`--python`), from the index pip is configured with.
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+@pytest.mark.slow
+def test_a_project_installed_with_its_test_extra_alone_passes_its_tests(tmp_path: Path) -> None:
+    """For real: toolpipe's wheel, as the project's README installs it until toolpipe is
+    published, then `pip install -e '.[test]'`; no CDK in the environment."""
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "-w", str(wheels), str(_copy_of_this_checkout(tmp_path / "toolpipe"))],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    [wheel] = wheels.glob("toolpipe-*.whl")
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    python = env / "bin" / "python"
+    project = tmp_path / "weather-agents"
+    _init(Path(sys.executable), project)  # by this toolpipe: the new environment has none yet
+
+    assert _pip(python, "install", "--quiet", "--no-deps", str(wheel)).returncode == 0
+    installed = _pip(python, "install", "--quiet", "-e", f"{project}[test]")
+    assert installed.returncode == 0, installed.stderr
+    # Nothing of this checkout on the path: the environment's packages only.
+    alone = {"PYTHONPATH": ""}
+    # pip kept this toolpipe: PyPI's (another project, also 0.1.0) has no toolpipe.testing.
+    shown = _run(
+        python, project, "-c", "import toolpipe.testing, toolpipe; print(toolpipe.__file__)", **alone
+    )
+    assert shown.returncode == 0 and str(env) in shown.stdout, shown.stdout + shown.stderr
+    for name in CDK_MODULES:
+        assert _run(python, project, "-c", f"import {name}", **alone).returncode != 0, f"{name} is installed"
+
+    tests = _run(python, project, "-m", "pytest", "-q", "-p", "no:cacheprovider", **alone)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert "2 passed" in tests.stdout
