@@ -3,11 +3,15 @@
 and an agent and synthesizes its stack with your code bundled beside toolpipe's."""
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.test_init import _environment, _init, _install, _run
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
@@ -61,9 +65,18 @@ def test_a_project_with_its_own_infra_and_shared_packages(tmp_path: Path) -> Non
     bad = _run(python, project, "cdk_app.py", TOOLPIPE_BUNDLE="0", CDK_CONTEXT_JSON='{"api_auth": "bogus"}')
     assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("toolpipe: "), bad.stderr
     assert "Traceback" not in bad.stderr
-    # Its CDK app, as `cdk synth` runs it (offline: no layers built).
+    # Its CDK app, by the CDK CLI from the project's folder as `make synth` runs it (cdk.json's
+    # `python cdk_app.py`, the project's python first on PATH; offline: no layers built).
     out = tmp_path / "cdk.out"
-    synth = _run(python, project, "cdk_app.py", TOOLPIPE_BUNDLE="0", CDK_OUTDIR=str(out))
+    path = os.pathsep.join([str(python.parent), str(ROOT / "node_modules" / ".bin"), os.environ["PATH"]])
+    synth = subprocess.run(
+        ["cdk", "synth", "--quiet", "--output", str(out)],
+        cwd=project,
+        env={**os.environ, "TOOLPIPE_BUNDLE": "0", "CDK_DISABLE_VERSION_CHECK": "1", "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert synth.returncode == 0, synth.stdout + synth.stderr
     template = json.loads((out / "DeskAgents.template.json").read_text())
     # The same stack as toolpipe's own: its outputs, which the docs' deploy path reads.

@@ -21,5 +21,10 @@ def init(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     out.write(f"created {len(written)} files in {args.directory}:\n")
     out.writelines(f"  {path.relative_to(args.directory)}\n" for path in written)
-    err.write(f"next: cd {shlex.quote(str(args.directory))} && pip install -e '.[dev]' && pytest\n")
+    # The run needs no install: toolpipe loads the agents from the project's folder.
+    err.write(
+        f"next: cd {shlex.quote(str(args.directory))} && toolpipe run 'What is the weather in Paris?'"
+        " (offline: scripted_model.yaml is the model); then make install, make test, make synth"
+        " (its README.md)\n"
+    )
     return EXIT_OK
