@@ -16,7 +16,7 @@ export TOOLPIPE_CHROMIUM := $(CHROMIUM)
 
 PROMPT ?= What is the square root of 475695037565?
 
-.PHONY: install browser demo test lint docs docs-check unit reliability openapi synth local-template check-deploy deploy bench clean event-schemas reference lock
+.PHONY: install browser demo test lint docs docs-check unit reliability openapi synth local-template check-deploy deploy bench clean event-schemas reference light-install lock
 
 install: $(VENV)/.installed node_modules/.installed browser
 
@@ -75,6 +75,11 @@ docs-check: install
 
 unit: install
 	$(BIN)/python -m pytest tests/unit
+
+# A scaffolded project installed for real, toolpipe's wheel then its `test` extra from pip's index
+# (network, so not in `make test`): its tests pass with no CDK installed.
+light-install: install
+	$(BIN)/python -m pytest -m index tests/e2e/test_light_install.py
 
 # The reliability scenarios only (they also run in `make test`); rewrites docs/RELIABILITY.md.
 reliability: install

@@ -89,6 +89,9 @@ def _pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+# Installs from the package index pip is configured with: not in `make test` (tests reach no
+# network), in `make light-install`.
+@pytest.mark.index
 @pytest.mark.slow
 def test_a_project_installed_with_its_test_extra_alone_passes_its_tests(tmp_path: Path) -> None:
     """For real: toolpipe's wheel, as the project's README installs it until toolpipe is
