@@ -41,7 +41,7 @@ def test_the_local_extra_holds_no_cdk_and_dev_holds_both() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert [r.split("[")[0] for r in extras["local"]] == ["moto"]
     assert {r.split(">")[0] for r in extras["cdk"]} == {"aws-cdk-lib", "constructs", "cdk-nag"}
-    assert "toolpipe[local,cdk]" in extras["dev"]
+    assert "toolpipe[local,cdk,docs]" in extras["dev"]
 
 
 def test_a_project_s_tests_and_runs_need_no_cdk_and_its_cdk_app_says_what_to_install(tmp_path: Path) -> None:
