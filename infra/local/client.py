@@ -15,6 +15,8 @@ from typing import IO, Any
 
 STAGE = "v1"  # the stage the deployed REST API is served under (infra/cdk/stack.py)
 CALLER_HEADER = "X-Toolpipe-Caller"  # local only: who the request is from (an IAM ARN); "" for no one
+# The identity local requests carry without that header, as API Gateway reports an IAM user.
+LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"
 HEALTH_PATH = "/_local/health"  # local only, outside the stage: the deployed API has no such route
 LOG_FILE = "toolpipe.log"  # the server's output and every CLI process's logs (infra/local/logfile.py)
 # The deployed API has no event stream: a client of it reads new history items this often.
