@@ -25,6 +25,7 @@ from typing import Any
 
 from toolpipe.infra.cli import discovery
 from toolpipe.infra.cli.errors import CommandError
+from toolpipe.infra.cli.parser import name_app
 from toolpipe.infra.cli.session import LocalSession, Session
 from toolpipe.infra.local.client import LOCAL_CALLER
 from toolpipe.infra.local.snapshot import Snapshot, SnapshotError, journal_pending, snapshot_path
@@ -52,6 +53,8 @@ def open_reading_session(args: argparse.Namespace) -> Session:
         snapshot = _whole_snapshot(home)
         if snapshot is not None:
             return OfflineSession(home, snapshot)
+    # A server it may start runs the app: named now (`name_the_app` left it for this case).
+    name_app(args.app)
     return LocalSession(home)
 
 

@@ -106,26 +106,22 @@ def snapshot_path(home: Path) -> Path:
 def _value(typed: dict[str, Any]) -> Any:
     """One DynamoDB JSON value as boto3's resource layer gives it (numbers as `Decimal`)."""
     ((kind, value),) = typed.items()
-    match kind:
-        case "S" | "BOOL":
-            return value
-        case "N":
-            return Decimal(value)
-        case "NULL":
-            return None
-        case "B":
-            return base64.b64decode(value)
-        case "M":
-            return {k: _value(v) for k, v in value.items()}
-        case "L":
-            return [_value(v) for v in value]
-        case "SS":
-            return set(value)
-        case "NS":
-            return {Decimal(v) for v in value}
-        case "BS":
-            return {base64.b64decode(v) for v in value}
-    raise ValueError(f"unknown DynamoDB type {kind!r}")
+    return _TYPES[kind](value)
+
+
+# Each DynamoDB JSON type, read (botocore's TypeDeserializer, less boto3's import cost).
+_TYPES: dict[str, Callable[[Any], Any]] = {
+    "S": str,
+    "BOOL": bool,
+    "N": Decimal,
+    "NULL": lambda _: None,
+    "B": base64.b64decode,
+    "M": lambda value: {k: _value(v) for k, v in value.items()},
+    "L": lambda value: [_value(v) for v in value],
+    "SS": set,
+    "NS": lambda value: {Decimal(v) for v in value},
+    "BS": lambda value: {base64.b64decode(v) for v in value},
+}
 
 
 class SnapshotTable:
@@ -163,7 +159,8 @@ class SnapshotTable:
         keep = _condition(FilterExpression, names, values)
         found = sorted(
             (item for item in self._items if pk in item and sk in item and key(item) and keep(item)),
-            key=lambda item: str(item[sk]).encode(),  # DynamoDB orders strings by their UTF-8 bytes
+            # DynamoDB orders strings by their UTF-8 bytes: the order of their code points.
+            key=lambda item: str(item[sk]),
             reverse=not ScanIndexForward,
         )
         return {"Items": [_projected(item, ProjectionExpression) for item in found]}
