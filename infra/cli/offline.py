@@ -29,7 +29,6 @@ from toolpipe.infra.cli.parser import name_app
 from toolpipe.infra.cli.session import LocalSession, Session
 from toolpipe.infra.local.client import LOCAL_CALLER
 from toolpipe.infra.local.snapshot import Snapshot, SnapshotError, journal_pending, snapshot_path
-from toolpipe.shared.history.errors import RunNotFoundError
 
 # The content bucket as the stores here name it: the snapshot's `objects` are that bucket's.
 CONTENT_BUCKET = "toolpipe-local-contents"
@@ -121,6 +120,8 @@ class OfflineSession:
         return {}
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        from toolpipe.shared.history.errors import RunNotFoundError
+
         parts = urllib.parse.urlsplit(path)
         query = dict(urllib.parse.parse_qsl(parts.query))
         route = self._route(method, parts.path, query)
