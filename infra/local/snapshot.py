@@ -80,15 +80,21 @@ class Snapshot:
     def load(cls, path: Path) -> "Snapshot":
         """Raises:
         FileNotFoundError: no snapshot.
-        SnapshotError: a file that is not one."""
-        text = path.read_bytes()
+        SnapshotError: a file that is not one, or that cannot be read."""
         try:
-            data = json.loads(text)
+            data = json.loads(path.read_bytes())
+            items = [{name: _value(value) for name, value in item.items()} for item in data.get("items", [])]
+            if not all(isinstance(item.get("pk"), str) and isinstance(item.get("sk"), str) for item in items):
+                raise ValueError("an item without its string keys pk and sk")
             return cls(
                 int(data.get("generation", 0)),
-                [{name: _value(value) for name, value in item.items()} for item in data.get("items", [])],
+                items,
                 {key: base64.b64decode(body, validate=True) for key, body in data.get("objects", {}).items()},
             )
+        except FileNotFoundError:
+            raise
+        except OSError as e:  # a folder in its place, no permission: not the reader's to fix
+            raise SnapshotError(f"{path} cannot be read ({type(e).__name__}: {e.strerror})") from e
         except (ValueError, TypeError, AttributeError, KeyError, binascii.Error) as e:
             raise SnapshotError(f"{path} is not a saved state ({type(e).__name__}: {e})") from e
 

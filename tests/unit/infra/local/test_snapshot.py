@@ -137,6 +137,8 @@ def test_objects_are_read_from_the_content_bucket_only(tmp_path: Path) -> None:
         '{"items": [{"pk": {"S": "a", "N": "1"}}]}',
         '{"items": [], "objects": {"k": "not base64!"}}',
         '{"generation": "one"}',
+        '{"items": [{"sk": {"S": "META"}}]}',
+        '{"items": [{"pk": {"N": "1"}, "sk": {"S": "META"}}]}',
     ],
 )
 def test_a_file_that_is_not_a_saved_state_is_one_error(tmp_path: Path, text: str) -> None:
@@ -162,3 +164,11 @@ def test_only_a_journal_of_the_snapshots_generation_with_requests_needs_a_server
     if journal is not None:
         (tmp_path / "journal.jsonl").write_text(journal)
     assert journal_pending(tmp_path, 4) is pending
+
+
+def test_a_snapshot_that_cannot_be_read_is_one_error_and_a_missing_one_is_none_at_all(tmp_path: Path) -> None:
+    (tmp_path / "state.json").mkdir()
+    with pytest.raises(SnapshotError, match="cannot be read"):
+        Snapshot.load(tmp_path / "state.json")
+    with pytest.raises(FileNotFoundError):
+        Snapshot.load(tmp_path / "absent.json")
