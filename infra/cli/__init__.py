@@ -4,7 +4,8 @@
 `serve` holds the runtime in one long-lived process and answers HTTP (infra/local/server.py).
 The other commands that talk to the runs API are its clients, through a `Session`
 (`session.py`): the server serving the state folder, found or started for their own duration
-(`discovery.py`), or with `--api` a deployed stack's API (`remote.py`).
+(`discovery.py`), or with `--api` a deployed stack's API (`remote.py`). `show` and `approvals`
+read a stopped folder's saved state in their own process instead (`offline.py`).
 
 Modules: `entry` (`main`: errors to exit statuses), `parser` and `arguments` (the command line),
 `commands/` (one module per command), `output` (how everything is written), `errors`.

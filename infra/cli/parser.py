@@ -10,10 +10,11 @@ from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.infra.cli import arguments
 from toolpipe.infra.cli.errors import EXIT_USAGE
 from toolpipe.infra.cli.remote import API_KEY_ENV, API_URL_ENV
-from toolpipe.shared.agents.app import AppRef, find_app, use_app, valid_module_name
 
 DEFAULT_PORT = 8710
 APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "answered", "all")
+# Commands that only read runs, and may read a stopped folder's saved state (infra/cli/offline.py).
+READ_ONLY_COMMANDS = ("show", "approvals")
 
 EPILOG = """\
 output: results on stdout; banners, warnings and errors on stderr; --json makes stdout one
@@ -248,12 +249,21 @@ def name_the_app(argv: list[str]) -> bool:
     early.add_argument("command", nargs="?")
     known, _ = early.parse_known_args(argv)
     remote = bool(known.api)
-    if known.command == "init" or remote:
+    # The reads of a stopped folder need no app, and loading it (the agents, their tools) costs
+    # more than the read; a server started for them finds it as `serve` does (infra/cli/offline.py).
+    if known.command in ("init", *READ_ONLY_COMMANDS) or remote:
         return remote
-    ref = AppRef(valid_module_name(known.app.strip(), "--app"), os.getcwd()) if known.app else find_app()
+    name_app(known.app)
+    return remote
+
+
+def name_app(module: str | None) -> None:
+    """Name the app: `module` (`--app`), else the one `find_app` finds, if any."""
+    from toolpipe.shared.agents.app import AppRef, find_app, use_app, valid_module_name
+
+    ref = AppRef(valid_module_name(module.strip(), "--app"), os.getcwd()) if module else find_app()
     if ref is not None:
         use_app(ref)
-    return remote
 
 
 def parse(argv: list[str], out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argparse.Namespace:

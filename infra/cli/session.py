@@ -219,6 +219,10 @@ def page_url(session: Session, run_id: str) -> str | None:
     """The run's timeline page where it stays served after this command: the running local
     server's (not one this command started, which stops with it), or the deployed API's (there
     behind its authorization, as every route)."""
+    from toolpipe.infra.cli.offline import OfflineSession
+
+    if isinstance(session, OfflineSession):
+        return None  # a stopped folder read offline: no server serves the page
     quoted = urllib.parse.quote(run_id, safe="")
     if isinstance(session, LocalSession):
         return None if session.started_server else f"{session.url}/{STAGE}/ui/runs/{quoted}"

@@ -6,15 +6,19 @@ starting the server for a state folder is the CLI's (`infra/cli/discovery.py`); 
 here are the ones the server and its clients share.
 """
 
-import http.client
 import json
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import http.client
 
 STAGE = "v1"  # the stage the deployed REST API is served under (infra/cdk/stack.py)
 CALLER_HEADER = "X-Toolpipe-Caller"  # local only: who the request is from (an IAM ARN); "" for no one
+# The identity local requests carry without that header, as API Gateway reports an IAM user.
+LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"
 HEALTH_PATH = "/_local/health"  # local only, outside the stage: the deployed API has no such route
 LOG_FILE = "toolpipe.log"  # the server's output and every CLI process's logs (infra/local/logfile.py)
 # The deployed API has no event stream: a client of it reads new history items this often.
@@ -77,7 +81,11 @@ class Client:
         root = urllib.parse.urlunsplit((parts.scheme, parts.netloc, "", "", ""))
         return cls(root, timeout=timeout, base_path=parts.path, auth=auth, streams=False)
 
-    def _connection(self, timeout: float | None = None) -> http.client.HTTPConnection:
+    def _connection(self, timeout: float | None = None) -> "http.client.HTTPConnection":
+        # Imported here: a command that reads a stopped folder (infra/cli/offline.py) sends no
+        # request, and http.client (with the email parser) is a tenth of its start.
+        import http.client
+
         kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         return kind(self._host, self._port, timeout=timeout or self._timeout)
 
@@ -100,6 +108,8 @@ class Client:
         return self._send("GET", HEALTH_PATH, None)
 
     def _send(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        import http.client
+
         payload = None if body is None else json.dumps(body).encode()
         headers = self._headers(
             method, path, payload, {"Content-Type": "application/json"} if payload is not None else None
@@ -132,6 +142,8 @@ class Client:
         if not self._streams:
             yield from self._poll_events(run_id, after=after, timeout=timeout)
             return
+        import http.client
+
         query = urllib.parse.urlencode({"timeout": f"{timeout:g}"})
         # The read timeout outlasts the server's keep-alive comments (every few seconds).
         connection = self._connection(timeout=60.0)

@@ -50,14 +50,16 @@ from botocore.exceptions import ClientError
 
 from toolpipe.infra.local import serial
 
+# The file names, where the reader of a stopped folder's snapshot keeps them (moto-free).
+from toolpipe.infra.local.snapshot import JOURNAL as JOURNAL
+from toolpipe.infra.local.snapshot import SNAPSHOT as SNAPSHOT
+
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_s3.client import S3Client
 
 logger = logging.getLogger(__name__)
 
-SNAPSHOT = "state.json"
-JOURNAL = "journal.jsonl"
 LOCK = "lock"
 # Past this many lines the journal is folded into a new snapshot while the runtime serves:
 # replay at start-up stays bounded (~1 ms a line).

@@ -43,6 +43,7 @@ from toolpipe.infra.local import (
     template,
     triggers,
 )
+from toolpipe.infra.local.client import LOCAL_CALLER as LOCAL_CALLER  # where it is named (moto-free)
 from toolpipe.infra.local.workers import WorkerPool
 from toolpipe.shared.agents.app import APP_ENV, APP_PATH_ENV, find_app
 from toolpipe.shared.history.store import DynamoHistoryStore
@@ -84,8 +85,6 @@ LOCAL_NAMES = {
     "state_machine": "toolpipe-local",
     **{f"function:{name}": f"toolpipe-local-{name}" for name in FUNCTIONS},
 }
-# The identity local requests carry, as API Gateway reports an IAM user.
-LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"
 
 
 class LocalRuntime:

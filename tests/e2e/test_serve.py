@@ -295,7 +295,7 @@ def test_sigterm_drains_a_run_in_progress_saves_and_exits_0(tmp_path: Path) -> N
     assert code == 0, output
     assert output.endswith(f"stopped; state saved in {tmp_path}\n")
     assert not server_file(tmp_path).exists()
-    shown = _toolpipe(tmp_path, "show", body["run_id"], "--json")  # starts a server on the saved state
+    shown = _toolpipe(tmp_path, "show", body["run_id"], "--json")  # reads the saved state
     assert shown.returncode == 0, shown.stdout
     assert json.loads(shown.stdout)["run"]["status"] == "succeeded"
 

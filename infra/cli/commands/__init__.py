@@ -1,35 +1,39 @@
 """One module per `toolpipe` command; `COMMANDS` maps each command's name to its function."""
 
 import argparse
+import importlib
 from collections.abc import Callable
 from typing import TextIO
 
-from toolpipe.infra.cli.commands.agents import agents
-from toolpipe.infra.cli.commands.approvals import approvals
-from toolpipe.infra.cli.commands.decide import answer, approve, deny
-from toolpipe.infra.cli.commands.delete import delete
-from toolpipe.infra.cli.commands.init import init
-from toolpipe.infra.cli.commands.invoke import invoke
-from toolpipe.infra.cli.commands.run import run
-from toolpipe.infra.cli.commands.serve import serve
-from toolpipe.infra.cli.commands.show import show
-
 Command = Callable[[argparse.Namespace, TextIO, TextIO], int]  # (args, stdout, stderr) -> exit status
+
+
+def _command(module: str, function: str | None = None) -> Command:
+    """The command `function` (default: the module's name) of `commands/<module>.py`, imported
+    when it runs: `toolpipe show` on a stopped folder answers in a fraction of a second, and
+    must not pay first for `run`'s or `serve`'s imports (the agents, the tools, moto)."""
+
+    def command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+        found: Command = getattr(importlib.import_module(f"{__name__}.{module}"), function or module)
+        return found(args, out, err)
+
+    return command
+
 
 # One entry per command: a new command is a module, a function and a line here (and its
 # arguments in infra/cli/parser.py).
 COMMANDS: dict[str, Command] = {
-    "init": init,
-    "run": run,
-    "show": show,
-    "delete": delete,
-    "approvals": approvals,
-    "approve": approve,
-    "deny": deny,
-    "answer": answer,
-    "agents": agents,
-    "invoke": invoke,
-    "serve": serve,
+    "init": _command("init"),
+    "run": _command("run"),
+    "show": _command("show"),
+    "delete": _command("delete"),
+    "approvals": _command("approvals"),
+    "approve": _command("decide", "approve"),
+    "deny": _command("decide", "deny"),
+    "answer": _command("decide", "answer"),
+    "agents": _command("agents"),
+    "invoke": _command("invoke"),
+    "serve": _command("serve"),
 }
 
 # The commands that work on a state folder (a local server's, or its saved state), unless they

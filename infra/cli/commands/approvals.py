@@ -4,13 +4,13 @@ import argparse
 from typing import Any, TextIO
 
 from toolpipe.infra.cli.errors import EXIT_OK, refused
+from toolpipe.infra.cli.offline import open_reading_session
 from toolpipe.infra.cli.output import short, write_json
-from toolpipe.infra.cli.session import open_session
 
 
 def approvals(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The approvals of the caller's runs (the admin principal's: everyone's), newest first."""
-    session = open_session(args)
+    session = open_reading_session(args)
     try:
         query = "" if args.status == "all" else f"?status={args.status}"
         status, body = session.request("GET", f"/approvals{query}")

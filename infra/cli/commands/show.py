@@ -6,12 +6,13 @@ import json
 from typing import Any, TextIO
 
 from toolpipe.infra.cli.errors import EXIT_OK
+from toolpipe.infra.cli.offline import open_reading_session
 from toolpipe.infra.cli.output import format_item, short, write_json
-from toolpipe.infra.cli.session import open_session, page_url, run_view
+from toolpipe.infra.cli.session import page_url, run_view
 
 
 def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    session = open_session(args)
+    session = open_reading_session(args)
     try:
         body = run_view(session, args.run_id)
         page = page_url(session, args.run_id)
