@@ -1,12 +1,14 @@
-"""The first fifteen minutes (issue 23, "Done when"), as a newcomer takes them in a shell: `toolpipe
-init`, a tool of their own, run offline with the model scripted by the project's
-scripted_model.yaml (no flag, no OPENAI_BASE_URL), an approval given in a browser, and `cdk synth`
-of the project's stack with the CDK CLI, offline."""
+"""The first fifteen minutes, as the README and the tutorials have a newcomer take them in a
+shell: `make demo`, `toolpipe init`, the project's tool run offline with the model scripted by its
+scripted_model.yaml (no flag, no OPENAI_BASE_URL), a tool of their own added, one that waits for
+approval approved in a browser, and `cdk synth` of the project's stack with the CDK CLI, offline.
+The code and scripts they add are the files the tutorial pages include."""
 
 import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,35 +21,9 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# What the newcomer adds to the scaffold's agents.py: a tool that waits for a person.
-GET_TIME = '''
-
-@tool(requires_approval=True)
-def get_time(city: str) -> str:
-    """Get the time now in a city.
-
-    Args:
-        city: The city's name, for example Oslo.
-    """
-    from datetime import datetime
-    from zoneinfo import ZoneInfo
-
-    zones = {"paris": "Europe/Paris", "oslo": "Europe/Oslo", "lima": "America/Lima"}
-    zone = zones.get(city.strip().lower())
-    if zone is None:
-        raise ValueError(f"no clock for '{city}'; known cities: Paris, Oslo, Lima")
-    return f"{city}: {datetime.now(ZoneInfo(zone)):%H:%M}"
-
-'''
-
-# ... and the script that has the offline model call it.
-TIME_SCRIPT = """  - when: 'time is it in (?P<city>[A-Za-z ]+)'
-    replies:
-      - tool_calls:
-          - name: get_time
-            arguments: {city: '{city}'}
-      - content: 'The time: {results}'
-"""
+# What the tutorials have the newcomer add, as the pages show it (docs/tutorials/*.md include
+# these files): a tool, then a tool that waits for approval, each with its script.
+TUTORIAL = ROOT / "docs" / "snippets" / "tutorial"
 
 
 def _shell(python: Path, project: Path) -> dict[str, str]:
@@ -65,17 +41,16 @@ def _toolpipe(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Complete
     )
 
 
-def _add_the_gated_tool(project: Path) -> None:
+def _add(project: Path, tool: str, script: str) -> None:
+    """Add a tutorial's tool to the scaffold's agent and its script to scripted_model.yaml."""
     agents = project / "weather_agents" / "agents.py"
     text = agents.read_text()
-    assert "tools=[get_weather]" in text and "\n\nweather = Agent(" in text
-    agents.write_text(
-        text.replace("\n\nweather = Agent(", f"{GET_TIME}\nweather = Agent(").replace(
-            "tools=[get_weather]", "tools=[get_weather, get_time]"
-        )
-    )
+    assert "\n\nweather = Agent(" in text and "tools=[get_weather" in text
+    code = (TUTORIAL / f"{tool}.py").read_text().replace("from toolpipe import tool\n", "")  # imported there
+    text = text.replace("\n\nweather = Agent(", f"\n{code}\n\nweather = Agent(")
+    agents.write_text(text.replace("tools=[get_weather", f"tools=[{tool}, get_weather"))
     scripted = project / "scripted_model.yaml"
-    scripted.write_text(scripted.read_text() + TIME_SCRIPT)
+    scripted.write_text(scripted.read_text() + (TUTORIAL / script).read_text())
 
 
 def _approve_in_the_browser(page: "Page", env: dict[str, str], project: Path) -> str:
@@ -83,7 +58,15 @@ def _approve_in_the_browser(page: "Page", env: dict[str, str], project: Path) ->
     from playwright.sync_api import expect
 
     run = subprocess.Popen(
-        ["python", "-m", "toolpipe", "run", "What time is it in Oslo?", "--timeout", "120"],
+        [
+            "python",
+            "-m",
+            "toolpipe",
+            "run",
+            "Email ana@example.com the forecast for Paris",
+            "--timeout",
+            "120",
+        ],
         cwd=project,
         env=env,
         stdout=subprocess.PIPE,
@@ -100,11 +83,11 @@ def _approve_in_the_browser(page: "Page", env: dict[str, str], project: Path) ->
             if link:
                 break
         assert link, "".join(printed) + (run.stderr.read() if run.poll() is not None and run.stderr else "")
-        assert any("get_time(" in line and "Oslo" in line for line in printed), printed
+        assert any("send_forecast(" in line and "ana@example.com" in line for line in printed), printed
 
         response = page.goto(link.group(0))
         assert response is not None and response.status == 200
-        expect(page.locator("h1")).to_contain_text("get_time")
+        expect(page.locator("h1")).to_contain_text("send_forecast")
         page.get_by_role("button", name="Approve", exact=True).click()
         expect(page.locator("h1")).to_contain_text("Approved")
 
@@ -118,13 +101,25 @@ def _approve_in_the_browser(page: "Page", env: dict[str, str], project: Path) ->
 
 
 @pytest.mark.slow
-def test_init_a_tool_offline_an_approval_in_the_browser_and_cdk_synth(tmp_path: Path, page: "Page") -> None:
+def test_the_getting_started_path_from_make_demo_to_cdk_synth(tmp_path: Path, page: "Page") -> None:
+    # `make demo`, as the README's first command (its install is done: `make test` ran it).
+    demo = subprocess.run(
+        ["make", "--no-print-directory", "demo"],
+        cwd=ROOT,
+        env={**_shell(Path(sys.executable), ROOT), "TOOLPIPE_HOME": str(tmp_path / "demo")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "call square_root(" in demo.stdout and "status: succeeded" in demo.stdout, demo.stdout
+
     python = _environment(tmp_path)
     project = tmp_path / "weather-agents"
     _init(python, project)
     env = _shell(python, project)
 
-    # The README's next step, as written: the project's tool is called, offline.
+    # Your first tool, offline: the README's next step, as written, calls the project's tool.
     ran = _toolpipe(env, project, "run", "What is the weather in Paris?")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "get_weather(" in ran.stdout and "Paris: sunny, 21 °C" in ran.stdout, ran.stdout
@@ -137,10 +132,17 @@ def test_init_a_tool_offline_an_approval_in_the_browser_and_cdk_synth(tmp_path: 
     assert lost.returncode != 0 and "scripted_model.yaml" in lost.stdout + lost.stderr
     assert "Traceback" not in lost.stderr
 
-    # A tool of their own that waits for a person, approved in a browser.
-    _add_the_gated_tool(project)
+    # A tool they add, and its script: called.
+    _add(project, "get_sunset", "sunset_script.yaml")
+    sunset = _toolpipe(env, project, "run", "When is the sunset in Oslo?")
+    assert sunset.returncode == 0, sunset.stdout + sunset.stderr
+    assert 'get_sunset({"city": "Oslo"})' in sunset.stdout
+    assert "answer: The sun sets at Oslo: sunset at 21:14." in sunset.stdout, sunset.stdout
+
+    # A call that waits for approval (the approval tutorial), approved in a browser.
+    _add(project, "send_forecast", "forecast_script.yaml")
     output = _approve_in_the_browser(page, env, project)
-    assert re.search(r"Oslo: \d\d:\d\d", output) and "The time: " in output, output
+    assert "answer: sent the forecast for Paris to ana@example.com" in output, output
 
     # Their stack, as `make synth` makes it: the CDK CLI, offline.
     out = tmp_path / "cdk.out"
