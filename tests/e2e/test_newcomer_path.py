@@ -45,10 +45,10 @@ def _add(project: Path, tool: str, script: str) -> None:
     """Add a tutorial's tool to the scaffold's agent and its script to scripted_model.yaml."""
     agents = project / "weather_agents" / "agents.py"
     text = agents.read_text()
-    assert "\n\nweather = Agent(" in text and "tools=[get_weather" in text
+    assert "\n\nweather = Agent(" in text and "    tools=[" in text
     code = (TUTORIAL / f"{tool}.py").read_text().replace("from toolpipe import tool\n", "")  # imported there
     text = text.replace("\n\nweather = Agent(", f"\n{code}\n\nweather = Agent(")
-    agents.write_text(text.replace("tools=[get_weather", f"tools=[{tool}, get_weather"))
+    agents.write_text(text.replace("    tools=[", f"    tools=[{tool}, "))
     scripted = project / "scripted_model.yaml"
     scripted.write_text(scripted.read_text() + (TUTORIAL / script).read_text())
 
