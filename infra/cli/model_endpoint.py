@@ -115,7 +115,9 @@ def spoken(wanted: str) -> str:
 
 def unasking(wanted: str) -> str:
     """How a person stops asking for `wanted` (a refusal's advice)."""
-    return "drop --scripted-model" if wanted.startswith(_SCRIPTED) else "unset OPENAI_BASE_URL"
+    if wanted.startswith(_SCRIPTED):  # from a flag, the environment or the project: name all three
+        return f"ask for its model (--scripted-model, {SCRIPTED_MODEL_ENV} or [tool.toolpipe] scripted_model)"
+    return "unset OPENAI_BASE_URL"
 
 
 def shown(url: str) -> str:

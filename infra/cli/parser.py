@@ -36,8 +36,8 @@ _SCRIPTED_MODEL: dict[str, Any] = {
     "type": arguments.readable_file,
     "metavar": "FILE",
     "help": "answer as the model scripted in FILE (YAML: scripts of `when` and `replies`) instead "
-    "of OPENAI_BASE_URL (default: [tool.toolpipe] scripted_model of the project, with no "
-    "OPENAI_BASE_URL; else the demo model)",
+    "of OPENAI_BASE_URL (default: TOOLPIPE_SCRIPTED_MODEL, else [tool.toolpipe] scripted_model of "
+    "the project, with no OPENAI_BASE_URL; else the demo model)",
 }
 
 

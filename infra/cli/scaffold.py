@@ -231,7 +231,8 @@ README = """# {dist}
 
 Agents on toolpipe: `{package}/agents.py` defines them; `tests/` drives them offline.
 
-    make install     # .venv with the tests' and the CDK app's packages; the CDK CLI and Node 22
+    make install TOOLPIPE_WHEELS=DIR   # or TOOLPIPE_SOURCE=git+URL: see "Installing toolpipe"
+                     # .venv with the tests' and the CDK app's packages; the CDK CLI and Node 22
     make test        # pytest: the agents, each driven by a scripted model
     .venv/bin/toolpipe run "What is the weather in Paris?"
                      # a local run; with no OPENAI_BASE_URL, scripted_model.yaml is the model

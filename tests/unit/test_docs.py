@@ -55,7 +55,9 @@ def test_the_approval_policies_example_declares_what_it_says() -> None:
 
 def test_every_snippet_is_shown_on_a_page_and_every_include_exists() -> None:
     included = {m for page in _pages() for m in INCLUDE.findall(page.read_text())}
-    snippets = {p.relative_to(ROOT).as_posix() for p in SNIPPETS.rglob("*") if p.is_file() and p.suffix != ".pyc"}
+    snippets = {
+        p.relative_to(ROOT).as_posix() for p in SNIPPETS.rglob("*") if p.is_file() and p.suffix != ".pyc"
+    }
     assert included == snippets, included ^ snippets
 
 
