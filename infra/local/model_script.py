@@ -42,6 +42,10 @@ from toolpipe.shared.errors import ConfigurationError
 # `{name}` is a substitution, `{{` and `}}` literal braces (as in Python's str.format).
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
 RESULTS = "results"
+# A script is a few kilobytes. YAML aliases (`*name`) may repeat a value many times over (a
+# "billion laughs"), or hold themselves: past this many values the checks and every reply built
+# from the file would take hours, or never end.
+MAX_VALUES = 100_000
 
 
 class ModelScriptError(ConfigurationError):
@@ -185,6 +189,8 @@ def load_script(path: Path) -> ModelScriptFile:
         raise ModelScriptError(f"{path}: cannot read the scripted model: {reason}") from None
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ModelScriptError(f"{path}: nested too deeply to read") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" (line {mark.line + 1})" if mark is not None else ""
@@ -192,6 +198,10 @@ def load_script(path: Path) -> ModelScriptFile:
         raise ModelScriptError(f"{path}: not YAML{line}: {' '.join(str(problem).split())}") from None
     if not isinstance(data, dict):
         raise ModelScriptError(f"{path}: a scripted model is a mapping with a `scripts` list")
+    if _expands_past(data, MAX_VALUES):
+        raise ModelScriptError(
+            f"{path}: more than {MAX_VALUES:,} values once its aliases (*name) are expanded"
+        )
     unquoted = _unquoted_placeholder(data)
     if unquoted is not None:
         where, name = unquoted
@@ -202,6 +212,22 @@ def load_script(path: Path) -> ModelScriptFile:
         return ModelScriptFile.model_validate(data)
     except ValidationError as e:
         raise ModelScriptError(_one_line(path, e)) from None
+
+
+def _expands_past(data: Any, limit: int) -> bool:
+    """Whether `data` holds more than `limit` values, each alias counted as often as it is used
+    (a walk that stops at the limit: a value holding itself is not followed forever)."""
+    pending, seen = [data], 0
+    while pending:
+        value = pending.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(value, dict):
+            pending.extend([*value.keys(), *value.values()])
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
 
 
 def _placeholder_mapping(value: Any) -> str | None:

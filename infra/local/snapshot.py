@@ -95,7 +95,16 @@ class Snapshot:
             raise
         except OSError as e:  # a folder in its place, no permission: not the reader's to fix
             raise SnapshotError(f"{path} cannot be read ({type(e).__name__}: {e.strerror})") from e
-        except (ValueError, TypeError, AttributeError, KeyError, binascii.Error) as e:
+        # RecursionError: nesting deeper than Python parses; OverflowError: `1e400` as an int.
+        except (
+            ValueError,
+            TypeError,
+            AttributeError,
+            KeyError,
+            binascii.Error,
+            RecursionError,
+            OverflowError,
+        ) as e:
             raise SnapshotError(f"{path} is not a saved state ({type(e).__name__}: {e})") from e
 
     def table(self, name: str) -> "SnapshotTable":

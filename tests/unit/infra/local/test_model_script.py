@@ -59,6 +59,13 @@ def _error(tmp_path: Path, text: str) -> str:
     return message.removeprefix(f"{path}: ")
 
 
+# Each line ten times the last: 10**8 strings once expanded, a few hundred bytes written.
+_LAUGHS = (
+    "".join(f"x{n}: &x{n} [{', '.join([f'*x{n - 1}' if n else 'ha'] * 10)}]\n" for n in range(8))
+    + "scripts: [{replies: [{tool_calls: [{name: f, arguments: {a: *x7}}]}]}]\n"
+)
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [
@@ -94,6 +101,9 @@ def _error(tmp_path: Path, text: str) -> str:
             "scripts:\n  - when: '(?P<results>x)'\n    replies: [{content: a}]\n",
             "scripts[0].when: a group named 'results' would hide {results}: rename it",
         ),
+        ("scripts: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply to read"),
+        (_LAUGHS, "more than 100,000 values once its aliases (*name) are expanded"),
+        ("scripts: &s [{replies: *s}]\n", "more than 100,000 values once its aliases (*name) are expanded"),
     ],
 )
 def test_a_bad_file_is_one_line_naming_the_field(tmp_path: Path, text: str, error: str) -> None:
@@ -117,6 +127,11 @@ def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
     _file(tmp_path, "x").write_bytes(b"\xff\xfe")
     with pytest.raises(ModelScriptError, match="cannot read the scripted model"):
         load_script(tmp_path / "scripted_model.yaml")
+
+
+def test_aliases_that_repeat_a_reply_are_fine(tmp_path: Path) -> None:
+    path = _file(tmp_path, "scripts:\n  - replies: [&hi {content: hi}, *hi]\n")
+    assert [reply.content for reply in load_script(path).scripts[0].replies] == ["hi", "hi"]
 
 
 def test_json_is_yaml_too(tmp_path: Path) -> None:

@@ -139,6 +139,9 @@ def test_objects_are_read_from_the_content_bucket_only(tmp_path: Path) -> None:
         '{"generation": "one"}',
         '{"items": [{"sk": {"S": "META"}}]}',
         '{"items": [{"pk": {"N": "1"}, "sk": {"S": "META"}}]}',
+        '{"generation": 1e400}',
+        "[" * 100_000 + "]" * 100_000,
+        '{"items": [{"pk": {"S": "a"}, "sk": {"S": "b"}, "x": ' + '{"L": [' * 400 + "{}" + "]}" * 400 + "}]}",
     ],
 )
 def test_a_file_that_is_not_a_saved_state_is_one_error(tmp_path: Path, text: str) -> None:
