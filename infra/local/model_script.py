@@ -33,6 +33,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import regex
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -40,6 +41,12 @@ from toolpipe.infra.local.scripted_model import HttpError, Reply, prompt_preview
 from toolpipe.shared.errors import ConfigurationError
 
 # `{name}` is a substitution, `{{` and `}}` literal braces (as in Python's str.format).
+# `when` runs in the `regex` package, not `re`: its search takes a timeout. A pattern that
+# backtracks catastrophically ((a+)+ on "aaaa…b") would otherwise hold `re`'s match, and the
+# interpreter lock with it, for ever: the local server would answer nothing and ignore SIGTERM.
+# VERSION0: the syntax of `re`, which the docs describe.
+_WHEN_FLAGS = regex.IGNORECASE | regex.VERSION0
+WHEN_SECONDS = 1.0
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
 RESULTS = "results"
 # A script is a few kilobytes. YAML aliases (`*name`) may repeat a value many times over (a
@@ -89,16 +96,16 @@ class Script(_Strict):
     def _compiles(cls, when: str | None) -> str | None:
         if when is not None:
             try:
-                re.compile(when)
-            except re.error as e:
+                compiled = regex.compile(when, _WHEN_FLAGS)
+            except regex.error as e:
                 raise ValueError(f"not a regular expression: {e}") from None
-            if RESULTS in re.compile(when).groupindex:
+            if RESULTS in compiled.groupindex:
                 raise ValueError("a group named 'results' would hide {results}: rename it")
         return when
 
     @model_validator(mode="after")
     def _placeholders_are_known(self) -> "Script":
-        groups = set(re.compile(self.when).groupindex) if self.when is not None else set()
+        groups = set(regex.compile(self.when, _WHEN_FLAGS).groupindex) if self.when is not None else set()
         for r, reply in enumerate(self.replies):
             texts = [("content", reply.content)] if reply.content is not None else []
             for c, call in enumerate(reply.tool_calls):
@@ -298,13 +305,19 @@ class FileResponder:
         messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
         prompt = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
         for s, candidate in enumerate(script.scripts):
-            match = re.search(candidate.when or "", prompt, flags=re.IGNORECASE)
+            try:
+                match = regex.search(candidate.when or "", prompt, _WHEN_FLAGS, timeout=WHEN_SECONDS)
+            except TimeoutError:
+                return _refusal(
+                    f"{self.path}: scripts[{s}].when took over {WHEN_SECONDS:g} s on the prompt "
+                    f"{prompt_preview(prompt)}: simplify it (nested repeats such as (a+)+ backtrack)"
+                )
             if match is not None:
                 return self._play(s, candidate, match, messages, prompt)
         return _refusal(f"{self.path}: no script's `when` matches the prompt {prompt_preview(prompt)}")
 
     def _play(
-        self, s: int, script: Script, match: re.Match[str], messages: list[dict[str, Any]], prompt: str
+        self, s: int, script: Script, match: "regex.Match[str]", messages: list[dict[str, Any]], prompt: str
     ) -> Reply | HttpError:
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         if turn >= len(script.replies):

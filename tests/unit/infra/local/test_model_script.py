@@ -2,12 +2,13 @@
 plays, which reply, and what is substituted in it."""
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from toolpipe.infra.local.model_script import FileResponder, ModelScriptError, load_script
+from toolpipe.infra.local.model_script import WHEN_SECONDS, FileResponder, ModelScriptError, load_script
 from toolpipe.infra.local.scripted_model import HttpError, Reply
 
 WEATHER = """\
@@ -112,7 +113,7 @@ def test_a_bad_file_is_one_line_naming_the_field(tmp_path: Path, text: str, erro
 
 def test_a_bad_regex_and_an_unknown_placeholder_are_named(tmp_path: Path) -> None:
     assert _error(tmp_path, "scripts:\n  - when: '(unclosed'\n    replies: [{content: a}]\n").startswith(
-        "scripts[0].when: not a regular expression: missing ), unterminated subpattern"
+        "scripts[0].when: not a regular expression: missing ) at position 9"
     )
     unknown = "scripts:\n  - when: 'in (?P<city>\\w+)'\n    replies:\n      - content: a\n      - tool_calls: [{name: f, arguments: {q: [x, '{town}']}}]\n"
     assert _error(tmp_path, unknown) == (
@@ -198,6 +199,18 @@ def test_no_match_or_no_reply_left_is_a_400_naming_the_file_and_the_prompt(tmp_p
     assert isinstance(exhausted, HttpError) and exhausted.status == 400
     assert exhausted.body["error"]["message"] == (
         f"{path}: scripts[0] has 1 replies, the model is asked for reply 2 of the prompt 'weather?'"
+    )
+
+
+def test_a_when_that_backtracks_for_ever_is_a_400_within_its_timeout(tmp_path: Path) -> None:
+    # With `re`, this search holds the interpreter for ever (the server answers nothing more).
+    path = _file(tmp_path, "scripts:\n  - when: '^(a|aa)+$'\n    replies: [{content: x}]\n")
+    started = time.monotonic()
+    refused = FileResponder(path)(_request("a" * 60 + "b"))
+    assert time.monotonic() - started < WHEN_SECONDS + 5  # bounded (a loaded machine is slower)
+    assert isinstance(refused, HttpError) and refused.status == 400
+    assert refused.body["error"]["message"].startswith(
+        f"{path}: scripts[0].when took over 1 s on the prompt 'aaaa"
     )
 
 
