@@ -34,7 +34,8 @@ _NOTICE = (
 ENVIRONMENT = {
     "TOOLPIPE_HOME": "The state folder the local commands work on (runs, approvals, `toolpipe.log`, "
     "the server's address); default `.toolpipe` in the project's root (the nearest folder upwards "
-    "whose pyproject.toml has `[tool.toolpipe]`), else in the current folder.",
+    "whose pyproject.toml has `[tool.toolpipe]`), else in the current folder. A relative path is "
+    "read from the current folder, as any path a shell passes.",
     "TOOLPIPE_APP": "Your module that defines the agents, as `--app` names it; default: `[tool.toolpipe] "
     "app` in the nearest pyproject.toml.",
     "TOOLPIPE_API_URL": "A deployed stack's API (its `ApiUrl` output): the default of `--api`.",
