@@ -62,7 +62,7 @@ lint: install
 TEST_WORKERS ?= 3
 
 test: lint check-deploy docs-check
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The docs site (mkdocs.yml), served with live reload on http://127.0.0.1:8000.
 docs: install

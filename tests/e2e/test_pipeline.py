@@ -16,7 +16,10 @@ def test_cli_demo_answers_square_root_offline(tmp_path: Any, monkeypatch: Any) -
 
     text = out.text
     assert code == 0, text + err.text
-    assert err.text.startswith("model endpoint: scripted demo model")  # a banner: stderr
+    # Banners: stderr, the state folder in use first.
+    assert err.text.startswith(
+        f"toolpipe: state folder {tmp_path / 'state'}\nmodel endpoint: scripted demo model"
+    )
     assert 'call square_root({"x": 475695037565.0})' in text
     assert "689706.486532" in text.split("answer:")[1]
 
@@ -145,7 +148,7 @@ def test_cli_uses_the_configured_endpoint_for_two_parallel_calls(tmp_path: Any, 
         code = main(["run", "root of 16 and 2+3", "--model", "my-model"], out, err)
 
     assert code == 0, out.text + err.text
-    assert err.text == f"model endpoint: {server.base_url}\n"
+    assert err.text == f"toolpipe: state folder {tmp_path}\nmodel endpoint: {server.base_url}\n"
     assert 'call square_root({"x": 16})' in out.text and 'call sum({"a": 2, "b": 3})' in out.text
     assert server.requests[0]["model"] == "my-model"
     results = {m["tool_call_id"]: m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"}
