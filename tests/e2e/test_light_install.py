@@ -3,6 +3,7 @@ scaffolded project's `test` extra installs, is moto without aws-cdk-lib, constru
 `toolpipe.testing`, `toolpipe run` and the server it starts never import them; and a CDK app run
 without them says in one line what to install."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ def _environment_without_the_cdk(tmp_path: Path) -> Path:
 
 def test_the_local_extra_holds_no_cdk_and_dev_holds_both() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert [r.split("[")[0] for r in extras["local"]] == ["moto"]
+    assert [re.split(r"[\[>=<~]", r)[0] for r in extras["local"]] == ["moto", "regex"]
     assert {r.split(">")[0] for r in extras["cdk"]} == {"aws-cdk-lib", "constructs", "cdk-nag"}
     assert "toolpipe[local,cdk,docs]" in extras["dev"]
 
