@@ -6,14 +6,17 @@
 network): for checks and tests only, and the assembly carries a warning saying so.
 """
 
+import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from aws_cdk import Annotations, App, Validations
 from cdk_nag import AwsSolutionsChecks
 
+from toolpipe.infra.cdk import aws_limits
 from toolpipe.infra.cdk.feature_flags import FEATURE_FLAGS
 from toolpipe.infra.cdk.stack import ToolpipeStack
 from toolpipe.shared.errors import ConfigurationError
@@ -89,7 +92,29 @@ def synth(
         )
     except (ValueError, ConfigurationError) as e:  # a bad context value (`-c api_auth=...`), the app
         sys.exit(f"toolpipe: {e}")
-    app.synth()
+    assembly = app.synth()
+    # What CloudFormation would refuse half way through creating the stack, refused here.
+    for stack in assembly.stacks:
+        found = aws_limits.breaches(
+            stack.template, stack_name=stack.stack_name, assets=Path(assembly.directory)
+        )
+        if found:
+            breach = found[0]
+            resource = stack.template["Resources"].get(breach.resource.split()[0], {})
+            sys.exit(f"toolpipe: {_setting_of(resource, app.node.get_all_context())}{breach.line()}")
+
+
+def _setting_of(resource: Mapping[str, Any], context: Mapping[str, Any]) -> str:
+    """`-c NAME: ` for the setting whose value the resource holds (the one that grew it), if any."""
+    text = json.dumps(resource, ensure_ascii=False)
+    for name, value in context.items():
+        if name.startswith(("@", "aws:", "cdk")) or value is None:
+            continue
+        parts = [str(value)] + (str(value).split(",") if isinstance(value, str) else [])
+        # Short values (a flag, a number) are in many places: only a value of some length names its setting.
+        if any(len(part.strip()) >= 24 and json.dumps(part.strip())[1:-1] in text for part in parts):
+            return f"setting {name}: "
+    return ""
 
 
 if __name__ == "__main__":

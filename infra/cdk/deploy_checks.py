@@ -6,6 +6,9 @@ One line per check, then a one-line reason and a non-zero exit on any failure:
 - `cdk-nag`: synthesis itself; an unacknowledged finding fails it (infra/cdk/app.py).
 - `asl-rules`: what Step Functions refuses and asl-validator misses, or reports without naming
   the state (infra/cdk/asl_rules.py).
+- `aws-limits`: the limits AWS applies to values as they resolve at deploy time (Lambda's 4 KB
+  environment, 5 layers and 250 MB; IAM policy sizes; a heartbeat shorter than its timeout),
+  references filled in with the longest values deploy time could give (infra/cdk/aws_limits.py).
 - `asl-validator` (npm): every state machine's definition, rendered as AWS will see it.
 - `cfn-lint` (pip): no errors against the CloudFormation resource specification; warnings pass.
 - `checkov` (pip, its own venv): no failed check; each skip is stated, with its reason, on the
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolpipe.infra.cdk import asl_rules
+from toolpipe.infra.cdk import asl_rules, aws_limits
 from toolpipe.infra.cdk.intrinsics import IntrinsicError, Resolver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,6 +152,17 @@ def check_asl_rules(template: Path, workdir: Path) -> Result:
     return Result("asl-rules", True, f"{len(machines)} state machine(s), {states} states")
 
 
+def check_aws_limits(template: Path, workdir: Path) -> Result:
+    try:
+        found = aws_limits.breaches(_load(template), stack_name=STACK_NAME, assets=template.parent)
+    except ValueError as e:
+        raise TemplateError(str(e)) from e
+    if found:
+        more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+        return Result("aws-limits", False, found[0].line() + more)
+    return Result("aws-limits", True, "environments, layers, policy sizes and heartbeats within AWS's limits")
+
+
 def check_asl_validator(template: Path, workdir: Path) -> Result:
     machines = definitions(_load(template))
     if not machines:
@@ -231,6 +245,7 @@ def checkov_skips(template: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
 
 CHECKS: dict[str, Callable[[Path, Path], Result]] = {
     "asl-rules": check_asl_rules,
+    "aws-limits": check_aws_limits,
     "asl-validator": check_asl_validator,
     "cfn-lint": check_cfn_lint,
     "checkov": check_checkov,

@@ -23,12 +23,14 @@ class Resolver:
         region: str,
         account: str,
         stack_name: str = "toolpipe-local",
+        partition: str = "aws",
+        url_suffix: str = "amazonaws.com",
     ) -> None:
         self._refs = {
-            "AWS::Partition": "aws",
+            "AWS::Partition": partition,
             "AWS::Region": region,
             "AWS::AccountId": account,
-            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::URLSuffix": url_suffix,
             "AWS::StackName": stack_name,
             **refs,
         }

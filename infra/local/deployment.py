@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from toolpipe.infra.cdk import aws_limits
 from toolpipe.infra.cdk.functions import FunctionSpec
 from toolpipe.infra.cdk.intrinsics import Resolver
 from toolpipe.infra.local import iam
@@ -198,6 +199,7 @@ def deploy(
     """Create the template's resources in moto. `names`: local names for some logical ids
     (by role: "table", "bucket", ...); `secret_values`: values for secrets by role (a secret
     with none is created empty, as CloudFormation creates one without `GenerateSecretString`)."""
+    _refuse_what_aws_refuses(template)
     d = Deployment(template)
     functions = {spec.name: (name, props) for spec, name, props in template.functions()}
     _create_roles(d, template, iam_client)
@@ -211,6 +213,17 @@ def deploy(
     _create_state_machine(d, template, sfn, names)
     _read_rules_and_triggers(d, template)
     return d
+
+
+def _refuse_what_aws_refuses(template: Template) -> None:
+    """A template CloudFormation would fail to create (a value over an AWS limit once resolved)
+    does not start locally either: the local runtime is what deploys."""
+    try:
+        found = aws_limits.breaches({"Resources": template.resources})
+    except ValueError as e:
+        raise TemplateError(f"{template.path}: {e}") from None
+    if found:
+        raise TemplateError(f"{template.path}: AWS would refuse this stack: {found[0].line()}")
 
 
 def _env_ref(functions: Functions, function: str, variable: str) -> str | None:

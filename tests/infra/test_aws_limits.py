@@ -1,0 +1,214 @@
+"""The limits AWS applies to values as they resolve at deploy time (infra/cdk/aws_limits.py): the
+gate (`make check-deploy`'s `aws-limits`), `synth` and the local runtime each refuse a template that
+breaks one, in one line naming the resource and the limit. The templates are the committed one
+(`make local-template`: toolpipe's stack, default settings), changed the way a setting or a
+deployer's own grants would change it."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolpipe.infra.cdk import aws_limits
+from toolpipe.infra.cdk.deploy_checks import main
+from toolpipe.infra.cdk.functions import ORCHESTRATOR, TRIGGERS
+from toolpipe.infra.local import template as local_template
+from toolpipe.infra.local.runtime import LocalRuntime
+from toolpipe.infra.local.template import TemplateError
+
+ROOT = Path(__file__).resolve().parents[2]
+Change = Callable[[dict[str, Any]], None]
+
+
+def _committed() -> dict[str, Any]:
+    return json.loads(local_template.PACKAGED.read_text())
+
+
+def _function(template: dict[str, Any], handler: str) -> tuple[str, dict[str, Any]]:
+    return next(
+        (k, r)
+        for k, r in template["Resources"].items()
+        if r["Type"] == "AWS::Lambda::Function" and r["Properties"].get("Handler") == handler
+    )
+
+
+def _long_instructions(template: dict[str, Any]) -> None:
+    """What `-c trigger_instructions=<3,700 characters>` synthesizes (cfn-lint passes it)."""
+    _, fn = _function(template, TRIGGERS.handler)
+    fn["Properties"]["Environment"]["Variables"]["TOOLPIPE_TRIGGER_INSTRUCTIONS"] = "Summarize it. " * 265
+
+
+def _big_inline_policy(template: dict[str, Any]) -> None:
+    """A deployer's grants for many tables, on the worker's role (e.g. through `extend`)."""
+    policy = next(
+        p for k, p in template["Resources"].items() if k.startswith("ToolWorkerServiceRoleDefaultPolicy")
+    )
+    policy["Properties"]["PolicyDocument"]["Statement"].append(
+        {
+            "Effect": "Allow",
+            "Action": "dynamodb:GetItem",
+            "Resource": [
+                f"arn:aws:dynamodb:eu-west-1:123456789012:table/customer-table-{i:04}" for i in range(150)
+            ],
+        }
+    )
+
+
+def _big_managed_policy(template: dict[str, Any]) -> None:
+    role = next(k for k in template["Resources"] if k.startswith("ToolRunnerServiceRole"))
+    template["Resources"]["ToolsBuckets"] = {
+        "Type": "AWS::IAM::ManagedPolicy",
+        "Properties": {
+            "Roles": [{"Ref": role}],
+            "PolicyDocument": {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": "s3:GetObject",
+                        "Resource": [f"arn:aws:s3:::customer-documents-{i:04}/*" for i in range(160)],
+                    }
+                ],
+            },
+        },
+    }
+
+
+def _heartbeat_as_long_as_the_timeout(template: dict[str, Any]) -> None:
+    _, fn = _function(template, ORCHESTRATOR.handler)
+    variables = fn["Properties"]["Environment"]["Variables"]
+    variables["TOOLPIPE_CALL_HEARTBEAT_SECONDS"] = variables["TOOLPIPE_CALL_TIMEOUT_SECONDS"]
+
+
+BREAKS: dict[str, tuple[Change, str]] = {
+    "environment-over-4-KB": (_long_instructions, "the function's environment (Lambda's 4 KB)"),
+    "inline-policies-over-10240": (_big_inline_policy, "the role's inline policies together"),
+    "managed-policy-over-6144": (_big_managed_policy, "the managed policy is"),
+    "heartbeat-not-below-timeout": (
+        _heartbeat_as_long_as_the_timeout,
+        "Dispatch: the task's heartbeat",
+    ),
+}
+
+
+def _write(tmp_path: Path, change: Change) -> Path:
+    template = _committed()
+    change(template)
+    path = tmp_path / "template.json"
+    path.write_text(json.dumps(template))
+    return path
+
+
+def test_the_committed_template_is_within_every_limit() -> None:
+    assert aws_limits.breaches(_committed()) == []
+
+
+@pytest.mark.parametrize("name", list(BREAKS))
+def test_the_gate_fails_in_one_line_on_a_value_over_an_aws_limit(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    change, named = BREAKS[name]
+    code = main(["--template", str(_write(tmp_path, change)), "--checks", "aws-limits"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert out.splitlines()[0].startswith("aws-limits     FAIL")
+    [line] = err.splitlines()
+    assert line.startswith("check-deploy: aws-limits failed: ") and named in line and "over AWS's" in line, (
+        line
+    )
+
+
+def test_values_are_measured_as_resolved_with_the_longest_arns() -> None:
+    """cfn-lint's E3697 counts a `Ref` as its few characters; resolved, it is an ARN or a URL."""
+    template = _committed()
+    _, fn = _function(template, TRIGGERS.handler)
+    variables = fn["Properties"]["Environment"]["Variables"]
+    literal = aws_limits.environment_bytes(variables)
+    resolved = aws_limits.environment_bytes(aws_limits.WorstCase(template).resolve(variables))
+    assert resolved > literal
+    # Room left for the instructions is what the resolved size leaves: a value that fits the
+    # literal count but not the resolved one is refused.
+    room = aws_limits.LAMBDA_ENVIRONMENT_BYTES - resolved
+    variables["TOOLPIPE_TRIGGER_INSTRUCTIONS"] = "x" * (
+        room + len(variables["TOOLPIPE_TRIGGER_INSTRUCTIONS"]) + 1
+    )
+    assert aws_limits.environment_bytes(variables) <= aws_limits.LAMBDA_ENVIRONMENT_BYTES
+    assert [b.resource for b in aws_limits.breaches(template)] == [_function(template, TRIGGERS.handler)[0]]
+
+
+def test_a_literal_heartbeat_not_below_its_timeout_is_a_breach() -> None:
+    template = _committed()
+    machine = next(
+        r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"
+    )
+    definition = copy.deepcopy(machine["Properties"])
+    machine["Properties"] = {
+        "Definition": {
+            "StartAt": "Wait",
+            "States": {
+                "Wait": {
+                    "Type": "Task",
+                    "Resource": "arn:aws:states:::activity:x",
+                    "HeartbeatSeconds": 60,
+                    "TimeoutSeconds": 60,
+                    "End": True,
+                }
+            },
+        }
+    }
+    [breach] = aws_limits.breaches(template)
+    assert breach.resource.endswith("state Wait") and (breach.measured, breach.allowed) == (60, 59)
+    machine["Properties"] = definition
+    assert aws_limits.breaches(template) == []
+
+
+def test_the_local_runtime_refuses_to_start_from_a_template_aws_would_refuse(tmp_path: Path) -> None:
+    path = _write(tmp_path, _long_instructions)
+    refusal = (
+        r"AWS would refuse this stack: TriggersFunction\w+: the function's environment "
+        r"\(Lambda's 4 KB\) is [\d,]+ bytes, over AWS's 4,096"
+    )
+    with pytest.raises(TemplateError, match=refusal), LocalRuntime(workers=0, template_path=path):
+        pass
+
+
+@pytest.mark.slow
+def test_synth_refuses_a_setting_that_breaks_a_limit_in_one_line_naming_it(tmp_path: Path) -> None:
+    """`cdk synth -c trigger_instructions=...` runs this app: the setting, the resource, the limit."""
+    env = {
+        **os.environ,
+        "TOOLPIPE_BUNDLE": "0",
+        "CDK_OUTDIR": str(tmp_path / "cdk.out"),
+        "CDK_CONTEXT_JSON": json.dumps({"trigger_instructions": "Summarize the document. " * 154}),
+        "PATH": f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "toolpipe.infra.cdk.app"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("toolpipe: setting trigger_instructions: TriggersFunction"), done.stderr
+    assert "the function's environment (Lambda's 4 KB) is" in last and "over AWS's 4,096" in last
+    assert "Traceback" not in done.stderr
+
+
+def test_the_state_machine_logs_under_vendedlogs(template: Any) -> None:
+    """Outside /aws/vendedlogs/, Step Functions adds a statement to the account's one CloudWatch
+    Logs resource policy (5,120 characters for every delivery): an account with many state
+    machines fills it and the next stack fails to create."""
+    resources = template.to_json()["Resources"]
+    [machine] = [r for r in resources.values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    [destination] = machine["Properties"]["LoggingConfiguration"]["Destinations"]
+    group = destination["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
+    assert resources[group]["Properties"]["LogGroupName"].startswith("/aws/vendedlogs/states/")
