@@ -94,19 +94,13 @@ class CallTimeouts(_EnvSettings):
         "timeout_seconds": "TOOLPIPE_CALL_TIMEOUT_SECONDS",
         "heartbeat_seconds": "TOOLPIPE_CALL_HEARTBEAT_SECONDS",
         "approval_timeout_seconds": "TOOLPIPE_APPROVAL_TIMEOUT_SECONDS",
-        "approval_heartbeat_seconds": "TOOLPIPE_APPROVAL_HEARTBEAT_SECONDS",
     }
     timeout_seconds: int = 3060
     heartbeat_seconds: int = 900
     # How long a call that needs approval waits for a person before it counts as denied (one
-    # day). Nothing beats while a person decides, so the heartbeat defaults to the same; a
-    # Standard execution may wait up to a year, but the execution's own timeout (30 days) ends it.
+    # day). Nothing beats while a person decides, so the wait has no heartbeat; a Standard
+    # execution may wait up to a year, but the execution's own timeout (30 days) ends it.
     approval_timeout_seconds: int = Field(default=86_400, ge=1, le=2_592_000)
-    approval_heartbeat_seconds: int | None = Field(default=None, ge=1, le=2_592_000)
-
-    @property
-    def approval_heartbeat(self) -> int:
-        return self.approval_heartbeat_seconds or self.approval_timeout_seconds
 
 
 class ApprovalLinkSettings(_EnvSettings):

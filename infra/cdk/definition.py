@@ -131,7 +131,8 @@ def _wait_for_approval(orchestrator: str) -> dict[str, Any]:
             },
         },
         "TimeoutSecondsPath": "$.call.approval_timeout_seconds",
-        "HeartbeatSecondsPath": "$.call.approval_heartbeat_seconds",
+        # No heartbeat: nothing beats while a person decides, and AWS requires one shorter than
+        # the timeout (the same value fails the execution).
         "ResultPath": None,
         "Retry": [
             {"ErrorEquals": _LAMBDA_TRANSIENT, "IntervalSeconds": 2, "MaxAttempts": 6, "BackoffRate": 2}

@@ -33,9 +33,9 @@ class CallRef(BaseModel):
     # Set on every call of a turn with a gated call (`Decision.gated`), None otherwise, so an
     # ungated turn's state stays as small as before. Read by the gated Map's Choice.
     needs_approval: bool | None = None
-    # How long a gated call waits for a person (`TimeoutSecondsPath`/`HeartbeatSecondsPath`).
+    # How long a gated call waits for a person (`TimeoutSecondsPath`). No heartbeat: nothing
+    # beats while a person decides, and AWS requires a heartbeat shorter than the timeout.
     approval_timeout_seconds: int | None = None
-    approval_heartbeat_seconds: int | None = None
     # A deferred tool's call ("human", "client"), answered from outside instead of dispatched;
     # "none" for the other calls of a gated turn (the Choice reads it on every call).
     deferred: Literal["human", "client", "none"] | None = None

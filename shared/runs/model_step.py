@@ -430,7 +430,6 @@ class ModelStep:
                     "deferred": c.deferred or "none",
                     "approval_timeout_seconds": c.approval_timeout_seconds
                     or timeouts.approval_timeout_seconds,
-                    "approval_heartbeat_seconds": c.approval_heartbeat_seconds or timeouts.approval_heartbeat,
                 }
             )
             for c in calls
@@ -667,14 +666,13 @@ class ModelStep:
 
     def _deferred(self, tool: Tool) -> dict[str, Any]:
         """A deferred tool's call waits for its answer, never dispatched: for the tool's own time
-        (`wait_seconds`), with no heartbeat sooner (nothing beats while a person answers)."""
+        (`wait_seconds`), with no heartbeat (nothing beats while a person answers)."""
         if tool.deferred is None:
             return {}
         wait = tool.wait_timeout(self._timeouts.approval_timeout_seconds)
         return {
             "deferred": tool.deferred,
             "approval_timeout_seconds": wait,
-            "approval_heartbeat_seconds": wait,
         }
 
     # --- endings ----------------------------------------------------------------------------

@@ -145,7 +145,8 @@ def test_only_a_gated_turn_takes_the_map_whose_branches_wait() -> None:
     assert wait["Resource"] == "arn:aws:states:::lambda:invoke.waitForTaskToken"
     assert wait["Parameters"]["Payload"]["task_token.$"] == "$$.Task.Token"
     assert wait["TimeoutSecondsPath"] == "$.call.approval_timeout_seconds"
-    assert wait["HeartbeatSecondsPath"] == "$.call.approval_heartbeat_seconds"
+    # Nothing beats while a person decides; AWS requires a heartbeat shorter than the timeout.
+    assert "HeartbeatSeconds" not in wait and "HeartbeatSecondsPath" not in wait
     assert wait["Next"] == "GatedDispatch" and wait["Catch"][0]["Next"] == "NotApproved"
     # The gated Map dispatches as the plain one does, under names of its own (AWS refuses a
     # definition that repeats a state name anywhere in it).
