@@ -233,6 +233,8 @@ class ToolPipeline(Construct):
             retention_days=retention_days,
         )
         self.run_events.grant_publish(self.triggers.function, specs.TRIGGERS.publishes)
+        # It starts runs as `POST /runs` does, listing the agent's MCP tools when asked.
+        self.functions.grant_mcp_headers(self.triggers.function)
         # Optional: an email per waiting call, from the ApprovalRequested events on the bus.
         self.approval_emails = (
             ApprovalEmails(

@@ -5,7 +5,8 @@ from typing import Any
 import pytest
 
 from toolpipe.infra.cdk.app import SKIP_BUNDLING
-from toolpipe.infra.cdk.functions import API
+from toolpipe.infra.cdk.aws_limits import WorstCase
+from toolpipe.infra.cdk.functions import API, TRIGGERS
 
 ADMIN = "arn:aws:iam::123456789012:role/Operator"
 MCP_SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:docs-mcp"
@@ -36,7 +37,31 @@ def test_the_admin_principal_and_mcp_secrets_come_from_cdk_context(tmp_path: Any
         if "secretsmanager:GetSecretValue" in statement["Action"]
         and statement["Resource"] == [MCP_SECRET, f"{MCP_SECRET}-2"]
     ]
-    assert sorted(name[:9] for name in granted) == ["ApiServic", "Orchestra", "ToolRunne", "ToolWorke"]
+    # The triggers function starts runs as `POST /runs` does, listing MCP tools when asked.
+    assert sorted(name[:9] for name in granted) == [
+        "ApiServic",
+        "Orchestra",
+        "ToolRunne",
+        "ToolWorke",
+        "TriggersF",
+    ]
+    # And the local runtime, which checks each call against the role's policies, lets it read them.
+    from toolpipe.infra.local import iam
+    from toolpipe.infra.local.template import Template as LocalTemplate
+
+    resources = template.to_json()["Resources"]
+    local = LocalTemplate(resources=resources, outputs={}, path=tmp_path / "template.json")
+    triggers = next(
+        f["Properties"]["Role"]["Fn::GetAtt"][0]
+        for f in resources.values()
+        if f["Type"] == "AWS::Lambda::Function" and f["Properties"]["Handler"] == TRIGGERS.handler
+    )
+    worst = WorstCase({"Resources": resources})
+    policy = iam.Policy(
+        role_arn="arn:aws:iam::123456789012:role/t",
+        documents=tuple(worst.resolve(local.role_policies(triggers))),
+    )
+    assert policy.allows(iam.Request("secretsmanager:GetSecretValue", f"{MCP_SECRET}-2"))
 
 
 def test_without_context_no_principal_reads_other_runs(template: Any) -> None:

@@ -68,6 +68,15 @@ def _prices_environment(prices: Mapping[str, Any] | None) -> dict[str, str]:
 # Lambda's own bound is the account's concurrency quota; this catches a typo before CloudFormation.
 MAX_RESERVED_CONCURRENCY = 10_000
 
+# The tool runner's log group receives what tool code itself prints or logs, which toolpipe does
+# not control: the reason shared by the other log groups ("no payloads") would not hold.
+TOOL_OUTPUT_LOGS = (
+    "Tool code's own output (print, logging) lands here and may hold what a tool read or returned: "
+    "CloudWatch Logs encrypts it at rest with keys it manages, it is kept a month, and only principals "
+    "the deployer grants logs:GetLogEvents read it. A customer-managed key is the deployer's option "
+    "(its key policy must admit the Logs service; KMS charges per request)."
+)
+
 
 class Functions(Construct):
     """The orchestrator, the tool worker (fed by the tool queue) and the API function, with
@@ -240,8 +249,14 @@ class Functions(Construct):
         skip_checkov(
             self.tool_runner,
             "CKV_AWS_115",
-            "Invoked by the tool workers only, one call per worker: at most the worker's maximum "
-            "concurrency run at once; a reservation would take as much from the account's pool.",
+            "Invoked by the tool workers only, one call per worker invocation, so it runs at most as "
+            + (
+                f"many at once as the workers do: {worker_max_concurrency} (their event source's MaximumConcurrency)"
+                if worker_max_concurrency is not None
+                else "many at once as the workers do, and they scale with the queue (`worker_max_concurrency` "
+                "sets no cap in this deployment)"
+            )
+            + "; a reservation would take as much from the account's pool.",
         )
         skip_checkov(
             self.tool_runner,
@@ -337,15 +352,10 @@ class Functions(Construct):
         self.api.add_environment("TOOLPIPE_LINK_EDITS", "true" if link_edits else "false")
         # The secrets agents' MCP servers read their headers from (`McpServer(headers_secret_arn=
         # ...)`). Only agent code names them, so the deployer lists them; each function that
-        # lists or calls MCP tools may read them.
-        if mcp_header_secrets:
-            for fn in (*self.all, self.tool_runner):
-                fn.add_to_role_policy(
-                    iam.PolicyStatement(
-                        actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
-                        resources=list(mcp_header_secrets),
-                    )
-                )
+        # lists or calls MCP tools may read them (a trigger's function too: `grant_mcp_headers`).
+        self._mcp_header_secrets = tuple(mcp_header_secrets)
+        for fn in (*self.all, self.tool_runner):
+            self.grant_mcp_headers(fn)
 
         for fn in self.all:
             acknowledge(
@@ -386,7 +396,7 @@ class Functions(Construct):
         """One of the stack's functions with `env` added to the pipeline's shared environment
         (or to `environment`, in its place)."""
         log_group = logs.LogGroup(self, f"{spec.construct_id}Logs", retention=logs.RetentionDays.ONE_MONTH)
-        skip_checkov(log_group, "CKV_AWS_158", LOGS_ENCRYPTION)
+        skip_checkov(log_group, "CKV_AWS_158", TOOL_OUTPUT_LOGS if own_logs_only else LOGS_ENCRYPTION)
         function = lambda_.Function(
             self,
             spec.construct_id,
@@ -419,6 +429,16 @@ class Functions(Construct):
             skip_checkov(function, "CKV_AWS_115", NO_RESERVED_CONCURRENCY)
         skip_checkov(function, "CKV_AWS_173", ENVIRONMENT_HOLDS_NO_SECRET)
         return function
+
+    def grant_mcp_headers(self, fn: lambda_.Function) -> None:
+        """Let `fn`, which lists or calls agents' MCP tools, read their servers' header secrets."""
+        if self._mcp_header_secrets:
+            fn.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"],
+                    resources=list(self._mcp_header_secrets),
+                )
+            )
 
     def allow_runs(self, machine: sfn.IStateMachine) -> None:
         """What each function may do with the state machine that runs the agents, and its ARN."""
