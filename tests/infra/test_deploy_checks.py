@@ -293,3 +293,25 @@ def test_a_cdk_nag_finding_is_one_line_naming_the_rule_and_the_construct(tmp_pat
     )
     reason = deploy_checks._nag_reason(report, "ValidationFailed: Validation failed.")
     assert reason == "2 unacknowledged finding(s): AwsSolutions-SQS3 at Toolpipe/Bad/Resource"
+
+
+def test_each_checkov_reason_holds_for_what_the_template_holds(template: Any) -> None:
+    """The reasons are read by reviewers: one that claims what the stack does not do is worse than
+    the finding (issue 30: three did)."""
+    resources = template.to_json()["Resources"]
+    skips = deploy_checks.checkov_skips(template.to_json())
+
+    def reasons(check: str, logical_prefix: str) -> list[str]:
+        return [r for r, ids in skips[check].items() if any(i.startswith(logical_prefix) for i in ids)]
+
+    # The tool runner's log group receives tool code's own output: no "no payloads" promise there.
+    [runner_logs] = reasons("CKV_AWS_158", "ToolRunnerLogs")
+    assert "no prompts" not in runner_logs and "Tool code's own output" in runner_logs
+    # The contents bucket is also read through the API's presigned URLs.
+    [contents] = reasons("CKV_AWS_18", "Contents")
+    assert "presigned GET URL" in contents and "Only toolpipe's own functions read" not in contents
+    # The runner's cap is the workers' event source's, as the template sets it.
+    [runner] = reasons("CKV_AWS_115", "ToolRunner")
+    [mapping] = [r for r in resources.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"]
+    cap = mapping["Properties"]["ScalingConfig"]["MaximumConcurrency"]
+    assert f"as the workers do: {cap} (" in runner

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from aws_cdk import Duration
+from aws_cdk import Duration, Names
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -38,7 +38,16 @@ class RunFlow(Construct):
         self, scope: Construct, construct_id: str, *, orchestrator: lambda_.IFunction, tool_queue: sqs.IQueue
     ) -> None:
         super().__init__(scope, construct_id)
-        flow_logs = logs.LogGroup(self, "RunFlowLogs", retention=logs.RetentionDays.ONE_MONTH)
+        flow_logs = logs.LogGroup(
+            self,
+            "RunFlowLogs",
+            # Under /aws/vendedlogs/: Step Functions then needs no statement in the account's one
+            # CloudWatch Logs resource policy (5,120 characters, shared by every log delivery),
+            # which accounts with many state machines fill (https://docs.aws.amazon.com/step-functions/latest/dg/cw-logs.html).
+            log_group_name="/aws/vendedlogs/states/"
+            + Names.unique_resource_name(self, max_length=200, separator="-"),
+            retention=logs.RetentionDays.ONE_MONTH,
+        )
         skip_checkov(flow_logs, "CKV_AWS_158", LOGS_ENCRYPTION)
         self.state_machine = sfn.StateMachine(
             self,

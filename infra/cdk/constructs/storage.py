@@ -130,14 +130,18 @@ class Storage(Construct):
         acknowledge(
             self.bucket,
             id="AwsSolutions-S1",
-            reason="Only toolpipe's own functions read and write this bucket; CloudTrail data events "
-            "are the audit path, and access logs would double every tool-output write.",
+            reason="toolpipe's functions write this bucket; it is read by them and by whoever holds a "
+            "presigned GET URL the API hands a run's reader for a large result (15 minutes, signed with the "
+            "API function's role). CloudTrail data events on the bucket are the audit path for those reads "
+            "(enable them in your trail); access logs would double every tool-output write.",
         )
         skip_checkov(
             self.bucket,
             "CKV_AWS_18",
-            "Only toolpipe's own functions read and write this bucket; CloudTrail data events are the "
-            "audit path, and access logs would double every tool-output write.",
+            "toolpipe's functions write this bucket; it is read by them and by whoever holds a presigned "
+            "GET URL the API hands a run's reader for a large result (15 minutes, signed with the API "
+            "function's role). CloudTrail data events on the bucket are the audit path for those reads "
+            "(enable them in your trail); access logs would double every tool-output write.",
         )
         skip_checkov(
             self.bucket,
