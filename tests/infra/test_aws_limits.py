@@ -212,3 +212,26 @@ def test_the_state_machine_logs_under_vendedlogs(template: Any) -> None:
     [destination] = machine["Properties"]["LoggingConfiguration"]["Destinations"]
     group = destination["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
     assert resources[group]["Properties"]["LogGroupName"].startswith("/aws/vendedlogs/states/")
+
+
+def test_layers_and_unzipped_size_are_counted_where_the_assembly_holds_them(tmp_path: Path) -> None:
+    """Five layers at most; code and layers at most 250 MB unzipped, known when a bundled
+    synthesis staged them (a deployer's `requirements_lock` grows the dependencies layer)."""
+    template = _committed()
+    name, fn = _function(template, TRIGGERS.handler)
+    fn["Properties"]["Layers"] = [f"arn:aws:lambda:eu-west-1:123456789012:layer:extra{i}:1" for i in range(6)]
+    [layers] = aws_limits.breaches(template)
+    assert (layers.resource, layers.measured, layers.unit) == (name, 6, "layers")
+
+    template = _committed()
+    name, fn = _function(template, TRIGGERS.handler)
+    fn["Metadata"] = {"aws:asset:path": "asset.code"}
+    layer = fn["Properties"]["Layers"][0]["Ref"]
+    template["Resources"][layer]["Metadata"] = {"aws:asset:path": "asset.layer"}
+    for folder, size in (("asset.code", 12_000_000), ("asset.layer", 251_000_000)):
+        (tmp_path / folder).mkdir()
+        with (tmp_path / folder / "blob").open("wb") as f:
+            f.truncate(size)  # sparse: counted by its size, no disk used
+    [unzipped] = aws_limits.breaches(template, assets=tmp_path)
+    assert unzipped.resource == name and unzipped.measured == 263_000_000
+    assert aws_limits.breaches(template) == []  # not staged here: not counted
