@@ -86,6 +86,20 @@ def test_each_user_agent_part_is_cleaned_once() -> None:
     assert clean.cache_info().hits > 0
 
 
+def test_every_session_shares_one_loader_so_a_model_is_decoded_once() -> None:
+    """moto resets boto3's default session at each start: without the patch each new session's
+    loader decoded every service model again."""
+    sessions = []
+    for _ in range(2):
+        with mock_aws():
+            boto3.client("sqs", region_name="us-east-1").list_queues()
+            sessions.append(boto3.DEFAULT_SESSION)
+    first, second = (s._session.get_component("data_loader") for s in sessions if s is not None)  # type: ignore[union-attr]
+    assert sessions[0] is not sessions[1] and first is second
+    model = first.load_service_model("sqs", "service-2")
+    assert second.load_service_model("sqs", "service-2") is model
+
+
 def test_an_update_expression_is_parsed_once_per_text() -> None:
     make: Any = UpdateExpressionParser.make.__func__
     with mock_aws():

@@ -10,6 +10,7 @@ from toolpipe.infra.local.patches.speed import (
     query_one_partition,
     request_ids,
     response_methods,
+    shared_loader,
     task_clients,
     transaction_rollback,
     unsigned_in_process,
@@ -38,4 +39,5 @@ PATCHES = (
     json_request_parser,
     unsigned_in_process,
     user_agent_cache,
+    shared_loader,
 )
