@@ -38,4 +38,4 @@ def shared_loader(search_path_string: str | None = None) -> Any:
 
 def install() -> None:
     # `botocore.session` took `create_loader` by name.
-    botocore.session.create_loader = shared_loader  # type: ignore[attr-defined]
+    botocore.session.create_loader = shared_loader
