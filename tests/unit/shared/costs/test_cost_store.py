@@ -5,6 +5,7 @@ import threading
 import boto3
 from moto import mock_aws
 
+from toolpipe.infra.local import serial
 from toolpipe.shared.costs.operations import FunctionUse, Operations
 from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.messages import RunRecord, UserMessage
@@ -33,6 +34,9 @@ def _store() -> DynamoHistoryStore:
 
 @mock_aws
 def test_concurrent_invocations_never_lose_a_count() -> None:
+    # DynamoDB applies each UpdateItem atomically; bare moto does not (its ADD is a read, then a
+    # write, with no lock): the local runtime's one-request-at-a-time lock gives it AWS's answer.
+    serial.install()
     store = _store()
     one = Operations(
         read_units=0.5, write_units=1, functions={"tool_worker": FunctionUse(requests=1, mb_ms=512)}
