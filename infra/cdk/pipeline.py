@@ -75,7 +75,7 @@ class ToolPipeline(Construct):
         model_key_kms_key_arn: str | None = None,
         api_auth: ApiAuth | str = ApiAuth.IAM,
         api_throttle: Throttle | None = None,
-        api_gateway_cloudwatch_role: bool = False,
+        api_gateway_cloudwatch_role: bool = True,
         admin_principal: str | None = None,
         mcp_header_secrets: Sequence[str] = (),
         triggers: TriggerOptions | None = None,
@@ -103,9 +103,10 @@ class ToolPipeline(Construct):
         endpoint of your own that takes no key. `model_key_kms_key_arn`: the customer-managed KMS
         key that encrypts the secret given by ARN, if any. `api_auth`: "iam" (SigV4,
         the default) or "api_key" (a key and a usage plan, throttled by `api_throttle`).
-        `api_gateway_cloudwatch_role`: also create the role API Gateway logs with and make it
-        the region's API Gateway account setting, for an account that has none yet (README
-        "API Gateway's CloudWatch role"); off by default, as that setting is the account's.
+        `api_gateway_cloudwatch_role`: create the role API Gateway logs with and make it the
+        region's API Gateway account setting (kept when the stack is deleted), which a new
+        account lacks and the stage's logs need; False leaves that setting alone and the stage
+        without logs (docs/operations/deploy.md "API Gateway's CloudWatch role").
         `admin_principal`: a caller who may read every run. `mcp_header_secrets`: ARNs of the
         secrets agents' MCP servers read their headers from. `triggers`: the S3 and
         RunRequested triggers' settings and schedules (README "Triggers"). `approval_emails`:

@@ -5,7 +5,8 @@ Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.
 each key's with api_key), `quota_starts_per_minute` and `quota_running` (per caller, 0: off),
 `api_reserved_concurrency`, `orchestrator_reserved_concurrency`, `worker_max_concurrency`,
 `alarms` ("false": none) and `alarm_topic_arn` (an SNS topic's ARN, or "create"),
-`api_gateway_cloudwatch_role` ("true": README "API Gateway's CloudWatch role"),
+`api_gateway_cloudwatch_role` ("false": the stage logs nothing and the region's API Gateway
+account setting is left alone; docs/operations/deploy.md "API Gateway's CloudWatch role"),
 `admin_principal`, `mcp_header_secrets` (comma-separated ARNs), `approval_emails`
 (comma-separated addresses, emailed each call that waits for approval), `link_edits` ("true":
 whoever holds an approval link may also approve with edited arguments), `model_key_secret_arn` (a
@@ -130,7 +131,7 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
         settings["reserved_concurrency"] = ReservedConcurrency(**reserved)
     flags = {
         "alarms": node.try_get_context("alarms"),
-        # `-c api_gateway_cloudwatch_role=true`: the region's API Gateway logging role, made here.
+        # `-c api_gateway_cloudwatch_role=false`: no logging role made here, and no stage logs.
         "api_gateway_cloudwatch_role": node.try_get_context("api_gateway_cloudwatch_role"),
         "tracing": node.try_get_context("tracing"),
         # `-c link_edits=true`: a signed link may approve with edited arguments (README "The approval link").

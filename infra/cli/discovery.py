@@ -188,19 +188,26 @@ def connect(
     """
     deadline = time.monotonic() + timeout
     child: subprocess.Popen[bytes] | None = None
+    log_offset = 0
     while True:
         info = discover(home)
         if info is not None:
             mine = child if child is not None and child.pid == info.pid else None
             return Connection(Client(info.url, caller=caller), info, mine)
         if child is not None and child.poll() is not None:
-            # Lost the race for the lock (exit 2): another client's server is starting.
             if child.returncode != 2:
                 raise ServerError(
                     f"the local server exited with {child.returncode} while starting; see {home / LOG_FILE}"
                 )
+            # Exit 2: it lost the race for the lock (another client's server is starting), or it
+            # refused what it was given (a template AWS would refuse, say): that is the user's to
+            # fix, in the one line it wrote, not a wait for a server that never comes.
+            refused = _refusal(home, log_offset)
+            if refused is not None and not refused.endswith(f" is already serving {home}"):
+                raise ServerError(refused)
             child = None
         if child is None and not lock_is_held(home):
+            log_offset = _log_size(home)
             child = _start_child(home, env)
         if time.monotonic() > deadline:
             if child is not None:
@@ -210,6 +217,26 @@ def connect(
             )
         # Waiting for another process's server to write server.json (or to release the lock).
         time.sleep(0.02)
+
+
+def _log_size(home: Path) -> int:
+    try:
+        return (home / LOG_FILE).stat().st_size
+    except OSError:
+        return 0
+
+
+def _refusal(home: Path, offset: int) -> str | None:
+    """The last error line a server child wrote to the log (its stderr) after `offset`."""
+    try:
+        with (home / LOG_FILE).open("rb") as log:
+            log.seek(offset)
+            written = log.read().decode(errors="replace")
+    except OSError:
+        return None
+    prefix = "toolpipe: error: "
+    errors = [line[len(prefix) :] for line in written.splitlines() if line.startswith(prefix)]
+    return errors[-1] if errors else None
 
 
 def _start_child(home: Path, env: dict[str, str] | None) -> subprocess.Popen[bytes]:

@@ -246,6 +246,10 @@ the key in the secret its `ModelApiKeySecretArn` output names (`aws secretsmanag
 put-secret-value --secret-id ARN --secret-string KEY`). Its `ApiUrl` output is what `toolpipe
 run --api URL` talks to.
 
+A new AWS account has no API Gateway logging role, so the stack creates one and sets it for the
+region (kept when the stack is deleted). If your account manages that setting, add
+`"api_gateway_cloudwatch_role": false` to cdk.json's context: the API stage then writes no logs.
+
 ## Installing toolpipe
 
 `toolpipe` on PyPI is another project, so `make install` never asks PyPI for it; give it

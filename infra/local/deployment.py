@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from toolpipe.infra.cdk import aws_limits
 from toolpipe.infra.cdk.functions import FunctionSpec
 from toolpipe.infra.cdk.intrinsics import Resolver
-from toolpipe.infra.local import iam
+from toolpipe.infra.local import account, iam
 from toolpipe.infra.local.isolation import FunctionContext
 from toolpipe.infra.local.template import Template, TemplateError
 
@@ -199,6 +199,8 @@ def deploy(
     """Create the template's resources in moto. `names`: local names for some logical ids
     (by role: "table", "bucket", ...); `secret_values`: values for secrets by role (a secret
     with none is created empty, as CloudFormation creates one without `GenerateSecretString`)."""
+    # Before anything is created: what a new AWS account, and AWS's limits, refuse.
+    account.check(template)
     _refuse_what_aws_refuses(template)
     d = Deployment(template)
     functions = {spec.name: (name, props) for spec, name, props in template.functions()}

@@ -339,3 +339,32 @@ def test_two_concurrent_runs_with_no_server_share_one_and_neither_is_lost(tmp_pa
     for run_id, result in zip(run_ids, shown, strict=True):
         assert result.returncode == 0, result.stdout
         assert f"run {run_id} · agent assistant · succeeded" in result.stdout
+
+
+def test_a_template_aws_would_refuse_is_one_line_from_run_at_once(tmp_path: Path) -> None:
+    """The server a `run` starts refuses the template (its stage logs, and it sets no API Gateway
+    CloudWatch role, which a new account lacks): `run` says why in one line, without waiting
+    for a server that never comes."""
+    from toolpipe.infra.local.account import AWS_MESSAGE
+    from toolpipe.infra.local.template import PACKAGED
+
+    data = json.loads(PACKAGED.read_text())
+    for name in [n for n, r in data["Resources"].items() if r["Type"] == "AWS::ApiGateway::Account"]:
+        del data["Resources"][name]
+    refused = tmp_path / "refused.template.json"
+    refused.write_text(json.dumps(data))
+    started = time.monotonic()
+    ran = subprocess.run(
+        [sys.executable, "-m", "toolpipe.infra.cli", "run", PROMPT],
+        env={**_env(tmp_path / "home"), "TOOLPIPE_TEMPLATE": str(refused)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert time.monotonic() - started < 30  # not the 60 s wait for a server
+    assert ran.returncode != 0 and ran.stdout == ""
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("toolpipe: error: ")]
+    assert errors == [ran.stderr.splitlines()[-1]], ran.stderr
+    assert AWS_MESSAGE in errors[0] and "api_gateway_cloudwatch_role=true" in errors[0]
+    assert "Traceback" not in ran.stderr

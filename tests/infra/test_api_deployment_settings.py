@@ -1,5 +1,6 @@
 """What deploying the API touches beyond the API: the function's resource policy (one grant for
-the whole API) and the region's API Gateway account setting (left alone unless asked)."""
+the whole API) and the region's API Gateway account setting (set by default, so that the stage's
+logs work in a new account; left alone, with no stage logs, when asked)."""
 
 import fnmatch
 from collections.abc import Iterator
@@ -16,14 +17,14 @@ PUSH_TO_LOGS = "AmazonAPIGatewayPushToCloudWatchLogs"
 
 
 @pytest.fixture(scope="module")
-def with_role(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """`cdk synth -c api_gateway_cloudwatch_role=true`, cdk-nag included: a finding raises."""
+def without_role(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """`cdk synth -c api_gateway_cloudwatch_role=false`, cdk-nag included: a finding raises."""
     from aws_cdk.assertions import Template
 
     from toolpipe.infra.cdk.app import build_app
 
     outdir = tmp_path_factory.mktemp("cdk.out")
-    app, _ = build_app(bundle=False, outdir=str(outdir), context={"api_gateway_cloudwatch_role": "true"})
+    app, _ = build_app(bundle=False, outdir=str(outdir), context={"api_gateway_cloudwatch_role": "false"})
     yield Template.from_json(app.synth().get_stack_by_name("Toolpipe").template)
 
 
@@ -121,13 +122,20 @@ def test_routes_added_to_the_api_add_no_permission(tmp_path: Path) -> None:
     template.resource_count_is("AWS::Lambda::Permission", 1)
 
 
-def test_the_api_leaves_the_regions_api_gateway_account_setting_alone(template: Any) -> None:
-    """No `AWS::ApiGateway::Account` (one per account and region: the stacks that set it fight
-    over it) and no role for it; the stage still logs errors and access, which need the setting."""
-    template.resource_count_is("AWS::ApiGateway::Account", 0)
-    for role in template.find_resources("AWS::IAM::Role").values():
-        assert PUSH_TO_LOGS not in str(role["Properties"].get("ManagedPolicyArns"))
+def test_the_default_stack_sets_the_regions_api_gateway_role_and_keeps_it(template: Any) -> None:
+    """A new account has no API Gateway CloudWatch role, and AWS refuses a stage that logs
+    without one: by default the stack makes the role and sets it (the ids it had when the stack
+    always made them), before the stage, which logs errors and access."""
+    resources = template.to_json()["Resources"]
+    account, role = resources[ACCOUNT_ID], resources[ROLE_ID]
+    assert account["Type"] == "AWS::ApiGateway::Account"
+    assert account["Properties"]["CloudWatchRoleArn"] == {"Fn::GetAtt": [ROLE_ID, "Arn"]}
+    assert PUSH_TO_LOGS in str(role["Properties"]["ManagedPolicyArns"])
+    # Kept when the stack goes or the option is turned off: the setting keeps working for the
+    # region's other APIs.
+    assert account["DeletionPolicy"] == role["DeletionPolicy"] == "Retain"
     [stage] = template.find_resources("AWS::ApiGateway::Stage").values()
+    assert stage["DependsOn"] == [ACCOUNT_ID]
     assert stage["Properties"]["MethodSettings"] == [
         {
             "DataTraceEnabled": False,
@@ -141,20 +149,25 @@ def test_the_api_leaves_the_regions_api_gateway_account_setting_alone(template: 
         *stage["Properties"]["MethodSettings"][1:],  # the approval page's throttles
     ]
     assert "DestinationArn" in stage["Properties"]["AccessLogSetting"]
-    assert "DependsOn" not in stage
 
 
-def test_the_account_setting_is_made_when_asked_with_the_ids_it_had(with_role: Any) -> None:
-    resources = with_role.to_json()["Resources"]
-    account, role = resources[ACCOUNT_ID], resources[ROLE_ID]
-    assert account["Type"] == "AWS::ApiGateway::Account"
-    assert account["Properties"]["CloudWatchRoleArn"] == {"Fn::GetAtt": [ROLE_ID, "Arn"]}
-    assert PUSH_TO_LOGS in str(role["Properties"]["ManagedPolicyArns"])
-    # Kept when the stack goes or the option is turned off: the setting keeps working for the
-    # region's other APIs.
-    assert account["DeletionPolicy"] == role["DeletionPolicy"] == "Retain"
-    [stage] = with_role.find_resources("AWS::ApiGateway::Stage").values()
-    assert stage["DependsOn"] == [ACCOUNT_ID]
+def test_without_the_role_the_stage_logs_nothing_and_the_setting_is_left_alone(without_role: Any) -> None:
+    """`-c api_gateway_cloudwatch_role=false`: no `AWS::ApiGateway::Account` and no role for it,
+    and so no stage logs, which would need the account's role (the findings that says are
+    acknowledged with the reason, cdk-nag's when synthesizing, checkov's in the metadata)."""
+    without_role.resource_count_is("AWS::ApiGateway::Account", 0)
+    for role in without_role.find_resources("AWS::IAM::Role").values():
+        assert PUSH_TO_LOGS not in str(role["Properties"].get("ManagedPolicyArns"))
+    [stage] = without_role.find_resources("AWS::ApiGateway::Stage").values()
+    assert "AccessLogSetting" not in stage["Properties"] and "DependsOn" not in stage
+    assert {m.get("LoggingLevel") for m in stage["Properties"]["MethodSettings"]} <= {"OFF", None}
+    assert not any(m.get("DataTraceEnabled") for m in stage["Properties"]["MethodSettings"])
+    assert stage["Properties"]["TracingEnabled"] is True
+    skips = {s["id"] for s in stage["Metadata"]["checkov"]["skip"]}
+    assert "CKV_AWS_76" in skips
+    # No log group left for access logs nobody writes.
+    groups = without_role.find_resources("AWS::Logs::LogGroup")
+    assert not any(name.startswith("ApiAccessLogs") for name in groups)
 
 
 def test_a_bad_account_setting_value_is_one_line(tmp_path: Path) -> None:

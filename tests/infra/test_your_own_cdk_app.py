@@ -81,6 +81,19 @@ def test_a_project_with_its_own_infra_and_shared_packages(tmp_path: Path) -> Non
     template = json.loads((out / "DeskAgents.template.json").read_text())
     # The same stack as toolpipe's own: its outputs, which the docs' deploy path reads.
     assert {"ApiUrl", "ModelApiKeySecretArn", "EventBusName"} <= set(template["Outputs"])
+    # It creates in a new account: the API Gateway CloudWatch role its stage's logs need is made
+    # and set (`AWS::ApiGateway::Account`), kept when the stack is deleted, before the stage.
+    resources = template["Resources"]
+    [(account_id, account)] = [
+        (n, r) for n, r in resources.items() if r["Type"] == "AWS::ApiGateway::Account"
+    ]
+    role_id = account["Properties"]["CloudWatchRoleArn"]["Fn::GetAtt"][0]
+    assert "AmazonAPIGatewayPushToCloudWatchLogs" in str(
+        resources[role_id]["Properties"]["ManagedPolicyArns"]
+    )
+    assert account["DeletionPolicy"] == resources[role_id]["DeletionPolicy"] == "Retain"
+    [stage] = [r for r in resources.values() if r["Type"] == "AWS::ApiGateway::Stage"]
+    assert account_id in stage["DependsOn"] and "AccessLogSetting" in stage["Properties"]
     functions = [
         r
         for r in template["Resources"].values()

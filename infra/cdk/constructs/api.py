@@ -2,8 +2,9 @@
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
-from aws_cdk import Aws
+from aws_cdk import Aws, RemovalPolicy
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -74,24 +75,24 @@ class Api(Construct):
         handler: lambda_.IFunction,
         auth: ApiAuth = ApiAuth.IAM,
         throttle: Throttle | None = None,
-        cloud_watch_role: bool = False,
+        cloud_watch_role: bool = True,
     ) -> None:
-        """`cloud_watch_role`: also create the role API Gateway writes logs with and set it as the
+        """`cloud_watch_role`: create the role API Gateway writes logs with and set it as the
         region's API Gateway account setting (`AWS::ApiGateway::Account`, one per account and
-        region: every stack that sets it overwrites the others'). Off by default; see README
-        "API Gateway's CloudWatch role"."""
+        region), so that the stage's execution and access logs work in a new account, which has
+        none. False leaves the account setting alone, and the stage then writes no logs: AWS
+        refuses a stage that logs while the region has no role set (docs/operations/deploy.md
+        "API Gateway's CloudWatch role")."""
         super().__init__(scope, construct_id)
         throttle = throttle or Throttle()
-        access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=logs.RetentionDays.ONE_MONTH)
-        skip_checkov(access_logs, "CKV_AWS_158", LOGS_ENCRYPTION)
         self.rest_api = apigw.RestApi(
             self,
             "RunsApi",
             description="Start and inspect toolpipe runs",
-            # The stage's logs (execution logs at ERROR, access logs) need the region's account
-            # setting; a role made here is kept when the stack goes or it is turned off (CDK's
-            # default removal policy for it: RETAIN), so the setting keeps working.
+            # The role is kept when the stack goes or the option is turned off (RETAIN), and so is
+            # the account setting naming it: the region's other APIs go on logging with it.
             cloud_watch_role=cloud_watch_role,
+            cloud_watch_role_removal_policy=RemovalPolicy.RETAIN if cloud_watch_role else None,
             deploy_options=apigw.StageOptions(
                 stage_name=STAGE_NAME,
                 # Every method, all callers together, whatever the auth mode: one caller's burst
@@ -108,20 +109,8 @@ class Api(Construct):
                     for method in PAGE_METHODS
                 },
                 tracing_enabled=True,
-                logging_level=apigw.MethodLoggingLevel.ERROR,
                 data_trace_enabled=False,  # request bodies carry prompts
-                access_log_destination=apigw.LogGroupLogDestination(access_logs),
-                access_log_format=apigw.AccessLogFormat.json_with_standard_fields(
-                    caller=True,
-                    http_method=True,
-                    ip=True,
-                    protocol=True,
-                    request_time=True,
-                    resource_path=True,
-                    response_length=True,
-                    status=True,
-                    user=True,
-                ),
+                **(self._logs() if cloud_watch_role else {"logging_level": apigw.MethodLoggingLevel.OFF}),
             ),
             default_method_options=(
                 apigw.MethodOptions(authorization_type=apigw.AuthorizationType.IAM)
@@ -162,6 +151,8 @@ class Api(Construct):
                 id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs]",
                 reason="API Gateway's account-level CloudWatch role uses the AWS managed push-to-logs policy.",
             )
+        else:
+            self._no_logs()
 
         # The API's base URL with its stage, from the API's id alone (no stage reference: the
         # orchestrator needs it, and a reference to the stage would be a dependency cycle).
@@ -173,6 +164,40 @@ class Api(Construct):
         self.usage_plan: apigw.UsagePlan | None = None
         if auth is ApiAuth.API_KEY:
             self._api_key(throttle)
+
+    def _logs(self) -> dict[str, Any]:
+        """The stage's logs, which API Gateway writes with the account setting's role: execution
+        logs (errors only) and access logs to a log group of their own."""
+        access_logs = logs.LogGroup(self, "ApiAccessLogs", retention=logs.RetentionDays.ONE_MONTH)
+        skip_checkov(access_logs, "CKV_AWS_158", LOGS_ENCRYPTION)
+        return {
+            "logging_level": apigw.MethodLoggingLevel.ERROR,
+            "access_log_destination": apigw.LogGroupLogDestination(access_logs),
+            "access_log_format": apigw.AccessLogFormat.json_with_standard_fields(
+                caller=True,
+                http_method=True,
+                ip=True,
+                protocol=True,
+                request_time=True,
+                resource_path=True,
+                response_length=True,
+                status=True,
+                user=True,
+            ),
+        }
+
+    def _no_logs(self) -> None:
+        """The deployer kept the stack off the account setting (`cloud_watch_role=False`): the
+        stage logs nothing, as any log would need the role that setting names."""
+        reason = (
+            "The deployer chose api_gateway_cloudwatch_role=false: the stack leaves the region's API "
+            "Gateway account setting alone, and without the role it names AWS refuses a stage that "
+            "logs. Lambda logs each invocation of the API function, which logs the runs it starts or "
+            "changes and every failure; the stage is still traced (X-Ray)."
+        )
+        acknowledge(self.rest_api, id="AwsSolutions-APIG1", reason=reason)
+        acknowledge(self.rest_api, id="AwsSolutions-APIG6", reason=reason)
+        skip_checkov(self.rest_api.deployment_stage, "CKV_AWS_76", reason)
 
     def _api_key(self, throttle: Throttle) -> None:
         """One key (its value generated by API Gateway) in a usage plan that throttles it."""
