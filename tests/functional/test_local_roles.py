@@ -433,7 +433,11 @@ def test_a_missing_key_is_403_to_a_role_that_may_not_list_the_bucket_and_404_to_
     with running_as(runtime.functions["orchestrator"]):
         assert s3.head_object(Bucket=bucket, Key="answers/there.md")["ContentLength"] == 1
         # botocore's shapes from AWS: a HEAD has no body (the code is the status), a GET has one.
-        assert _error(lambda: s3.head_object(Bucket=bucket, Key="answers/none.md")) == ("403", "Forbidden", 403)
+        assert _error(lambda: s3.head_object(Bucket=bucket, Key="answers/none.md")) == (
+            "403",
+            "Forbidden",
+            403,
+        )
         assert _error(lambda: s3.get_object(Bucket=bucket, Key="answers/none.md")) == (
             "AccessDenied",
             "Access Denied",
@@ -452,7 +456,9 @@ def _reader(name: str, bucket: str, *, may_list: bool) -> FunctionContext:
     reads = ["s3:GetObject", "s3:GetObjectVersion", "s3:GetObjectAttributes"]
     statements: list[dict[str, Any]] = [{"Effect": "Allow", "Action": reads, "Resource": objects}]
     if may_list:
-        statements.append({"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}"})
+        statements.append(
+            {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}"}
+        )
     else:  # listing only under a prefix: a read carries no s3:prefix, so it does not count
         statements.append(
             {
@@ -504,7 +510,9 @@ def test_missing_versions_and_attributes_are_hidden_the_same_way_and_versions_ne
         "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"}],
     }
     current_only = FunctionContext(
-        name="current", environment={}, policy=iam.Policy(role_arn="arn:aws:iam::123456789012:role/c", documents=(document,))
+        name="current",
+        environment={},
+        policy=iam.Policy(role_arn="arn:aws:iam::123456789012:role/c", documents=(document,)),
     )
     with running_as(current_only), pytest.raises(ClientError) as raised:
         s3.get_object(Bucket=bucket, Key="docs/a.txt", VersionId=version)

@@ -227,7 +227,9 @@ class Triggers(Construct):
         fn.add_to_role_policy(iam.PolicyStatement(actions=read, resources=[inputs]))
         # Its head of an input deleted since its notification: S3 answers 404 only to a role
         # that may list the bucket, 403 (not to be told from a refusal) to any other.
-        fn.add_to_role_policy(iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn]))
+        fn.add_to_role_policy(
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn])
+        )
         worker.add_to_role_policy(iam.PolicyStatement(actions=read, resources=[inputs]))  # read_input
         # The answer: a conditional put, and a head only of an answer that exists (no ListBucket).
         orchestrator.add_to_role_policy(
