@@ -8,7 +8,9 @@ the condition keys come from the operation and its parameters, as IAM's service 
 reference names them, moto's `IAMPolicyStatement` matches the action and resource against each
 statement of the role's policies from the synthesized template, and `conditions.py` evaluates
 its `Condition` block. A call no statement allows, or one denies, fails before it is sent with
-the error AWS answers: `AccessDeniedException` (`AccessDenied` from S3 and SQS).
+the error AWS answers: `AccessDeniedException` (`AccessDenied` from S3 and SQS). A read of a
+missing S3 key fails as AWS fails it for the caller: 403, not 404, to a role that may not list
+the bucket (`s3_absence.py`).
 
 `PutEvents` is authorized entry by entry, as EventBridge does (each entry names its own bus,
 source and detail-type, the keys `events:source` and `events:detail-type`): a refused entry
@@ -32,7 +34,7 @@ from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 from moto.iam.access_control import IAMPolicyStatement, PermissionResult
 
-from toolpipe.infra.local import conditions
+from toolpipe.infra.local import conditions, s3_absence
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -150,6 +152,8 @@ _S3_ACTIONS = {
     "GetBucketNotificationConfiguration": "GetBucketNotification",
     "PutBucketNotificationConfiguration": "PutBucketNotification",
 }
+# A read of a version (`VersionId`) is another action.
+_S3_VERSION_ACTIONS = {"GetObject": "GetObjectVersion", "HeadObject": "GetObjectVersion"}
 _DYNAMODB_ITEM_ACTIONS = {
     "Put": "PutItem",
     "Update": "UpdateItem",
@@ -224,7 +228,10 @@ def _sqs(action: str, operation: str, params: dict[str, Any], policy: Policy) ->
 
 
 def _s3(action: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
-    action = f"s3:{_S3_ACTIONS.get(operation, operation)}"
+    if "VersionId" in params and operation in _S3_VERSION_ACTIONS:
+        action = f"s3:{_S3_VERSION_ACTIONS[operation]}"
+    else:
+        action = f"s3:{_S3_ACTIONS.get(operation, operation)}"
     bucket = params.get("Bucket")
     if bucket is None:
         return [(action, "*")]
@@ -340,7 +347,21 @@ def _make_api_call_as_caller(self: BaseClient, operation_name: str, api_params: 
         if (service, operation_name) == ("events", "PutEvents"):
             return _put_events(self, context.policy, api_params)
         authorize(context.policy, service, operation_name, api_params)
+        if service == "s3" and operation_name in s3_absence.READS:
+            return _s3_read(self, context.policy, operation_name, api_params)
     return _make_api_call(self, operation_name, api_params)
+
+
+def _s3_read(client: BaseClient, policy: Policy, operation: str, params: dict[str, Any]) -> Any:
+    """An S3 read whose missing key is answered as AWS answers the caller (`s3_absence.py`)."""
+    try:
+        return _make_api_call(client, operation, params)
+    except ClientError as e:
+        listing = Request("s3:ListBucket", f"arn:aws:s3:::{params.get('Bucket')}")
+        hidden = s3_absence.hidden(operation, e, policy.allows(listing))
+        if hidden is None:
+            raise
+        raise hidden from None
 
 
 def _put_events(client: BaseClient, policy: Policy, params: dict[str, Any]) -> Any:

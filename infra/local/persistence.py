@@ -49,6 +49,7 @@ from botocore import xform_name
 from botocore.exceptions import ClientError
 
 from toolpipe.infra.local import serial
+from toolpipe.infra.local.isolation import running_as
 
 # The file names, where the reader of a stopped folder's snapshot keeps them (moto-free).
 from toolpipe.infra.local.snapshot import JOURNAL as JOURNAL
@@ -351,10 +352,13 @@ class DurableState:
             self._journal_object(bucket, key)
 
     def _journal_object(self, bucket: str, key: str) -> None:
-        try:
-            body: bytes | None = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except self._s3.exceptions.NoSuchKey:
-            body = None
+        # The runtime's own read, not the writing function's: its role may neither read what it
+        # wrote nor learn (s3:ListBucket) that a key it deleted is gone.
+        with running_as(None):
+            try:
+                body: bytes | None = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            except self._s3.exceptions.NoSuchKey:
+                body = None
         record = (
             {"s3": "delete", "bucket": bucket, "key": key}
             if body is None

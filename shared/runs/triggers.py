@@ -196,7 +196,11 @@ class AnswerWriter:
     """Writes a triggered run's ending under the output prefix, once: the object names the run
     in its metadata, so a retried ending finds it written; a conditional write keeps two
     endings of the same run from both writing. Runs of two versions of one key write the same
-    answer key: the later ending replaces the earlier (its metadata names the run and version)."""
+    answer key: the later ending replaces the earlier (its metadata names the run and version).
+
+    It never asks about a key that may be missing: S3 answers such a HEAD with 403, not 404, to
+    a role without `s3:ListBucket` on the bucket (the orchestrator's). It creates the answer
+    (`If-None-Match: *`) and only when one exists reads it, to stop or replace it (`If-Match`)."""
 
     ATTEMPTS = 3
 
@@ -205,7 +209,7 @@ class AnswerWriter:
 
     def write(self, run: RunRecord, output: Callable[[], str | None]) -> bool:
         """Write `run`'s (ended) answer; False if it was already written. `output` reads the
-        whole answer, called only when there is something to write."""
+        whole answer, called only for an ended run of an object."""
         source = run.input_object
         if source is None or run.status is RunStatus.RUNNING:
             return False
@@ -213,12 +217,17 @@ class AnswerWriter:
         metadata = {RUN_ID_METADATA: run.run_id, "toolpipe-status": run.status.value}
         if source.version_id:
             metadata["toolpipe-source-version"] = source.version_id
+        text = answer_text(run, output())
         for _ in range(self.ATTEMPTS):
+            if self._objects.put_if(source.bucket, key, text, metadata, None):
+                return True
+            # There is one: this run's (a retried ending) or an earlier run's, to replace.
             head = self._objects.head(source.bucket, key)
-            if head is not None and head.metadata.get(RUN_ID_METADATA) == run.run_id:
+            if head is None:
+                continue  # deleted since: create it again
+            if head.metadata.get(RUN_ID_METADATA) == run.run_id:
                 return False
-            text = answer_text(run, output())
-            if self._objects.put_if(source.bucket, key, text, metadata, head.etag if head else None):
+            if self._objects.put_if(source.bucket, key, text, metadata, head.etag):
                 return True
         # A system error: the orchestrator's step fails and Step Functions retries it.
         raise RuntimeError(f"s3://{source.bucket}/{key}: another write kept winning")

@@ -13,7 +13,8 @@ from botocore.exceptions import ClientError
 from tests.conftest import Pipeline, _pipeline, call
 from toolpipe import tool
 from toolpipe.infra.cdk.functions import FUNCTIONS
-from toolpipe.infra.local.isolation import running_as
+from toolpipe.infra.local import iam
+from toolpipe.infra.local.isolation import FunctionContext, running_as
 from toolpipe.infra.local.runtime import BUCKET, REGION, LocalRuntime
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS, Agent
@@ -407,3 +408,112 @@ def test_only_the_api_may_delete_a_runs_objects_and_listings_stop_at_runs(runtim
     _refused(runtime, "tool_runner", lambda: aws["s3"].list_objects_v2(Bucket=bucket, Prefix="runs/r1/"))
     _as(runtime, "api", lambda: aws["s3"].delete_object(Bucket=bucket, Key="runs/r1/output.txt"))
     assert "Contents" not in aws["s3"].list_objects_v2(Bucket=bucket, Prefix="runs/")
+
+
+# --- S3 hides a missing key from a role that may not list the bucket, as AWS does -------------
+
+
+def _error(call_aws: Callable[[], Any]) -> tuple[str, str, int]:
+    with pytest.raises(ClientError) as raised:
+        call_aws()
+    answer = raised.value.response
+    return answer["Error"]["Code"], answer["Error"]["Message"], answer["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def test_a_missing_key_is_403_to_a_role_that_may_not_list_the_bucket_and_404_to_one_that_may(
+    runtime: LocalRuntime,
+) -> None:
+    """AWS: without s3:ListBucket, a GET or HEAD of a missing key is 403, not 404."""
+    s3 = boto3.client("s3", region_name=REGION)
+    bucket = runtime.trigger_bucket
+    s3.put_object(Bucket=bucket, Key="answers/there.md", Body=b"x")
+    # The orchestrator reads and writes answers/ but may not list the bucket.
+    orchestrator = runtime.functions["orchestrator"].policy
+    assert not orchestrator.allows(iam.Request("s3:ListBucket", f"arn:aws:s3:::{bucket}"))
+    with running_as(runtime.functions["orchestrator"]):
+        assert s3.head_object(Bucket=bucket, Key="answers/there.md")["ContentLength"] == 1
+        # botocore's shapes from AWS: a HEAD has no body (the code is the status), a GET has one.
+        assert _error(lambda: s3.head_object(Bucket=bucket, Key="answers/none.md")) == (
+            "403",
+            "Forbidden",
+            403,
+        )
+        assert _error(lambda: s3.get_object(Bucket=bucket, Key="answers/none.md")) == (
+            "AccessDenied",
+            "Access Denied",
+            403,
+        )
+    # The triggers function may list it: told that an input is gone.
+    with running_as(runtime.functions["triggers"]):
+        assert _error(lambda: s3.head_object(Bucket=bucket, Key="inbox/none.txt"))[::2] == ("404", 404)
+        assert _error(lambda: s3.get_object(Bucket=bucket, Key="inbox/none.txt"))[::2] == ("NoSuchKey", 404)
+    # The developer is not a function: moto's 404.
+    assert _error(lambda: s3.head_object(Bucket=bucket, Key="answers/none.md"))[0] == "404"
+
+
+def _reader(name: str, bucket: str, *, may_list: bool) -> FunctionContext:
+    objects = f"arn:aws:s3:::{bucket}/*"
+    reads = ["s3:GetObject", "s3:GetObjectVersion", "s3:GetObjectAttributes"]
+    statements: list[dict[str, Any]] = [{"Effect": "Allow", "Action": reads, "Resource": objects}]
+    if may_list:
+        statements.append(
+            {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}"}
+        )
+    else:  # listing only under a prefix: a read carries no s3:prefix, so it does not count
+        statements.append(
+            {
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": f"arn:aws:s3:::{bucket}",
+                "Condition": {"StringLike": {"s3:prefix": "docs/*"}},
+            }
+        )
+    document = {"Version": "2012-10-17", "Statement": statements}
+    policy = iam.Policy(role_arn=f"arn:aws:iam::123456789012:role/{name}", documents=(document,))
+    return FunctionContext(name=name, environment={}, policy=policy)
+
+
+def test_missing_versions_and_attributes_are_hidden_the_same_way_and_versions_need_their_action(
+    runtime: LocalRuntime,
+) -> None:
+    s3 = boto3.client("s3", region_name=REGION)
+    bucket = "toolpipe-local-versioned"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    version = s3.put_object(Bucket=bucket, Key="docs/a.txt", Body=b"a")["VersionId"]
+    s3.delete_object(Bucket=bucket, Key="docs/a.txt")  # a delete marker; the version stays
+    gone = s3.put_object(Bucket=bucket, Key="docs/b.txt", Body=b"b")["VersionId"]
+    s3.delete_object(Bucket=bucket, Key="docs/b.txt", VersionId=gone)  # the version itself
+    reads: dict[str, Callable[[], Any]] = {
+        "GetObject": lambda: s3.get_object(Bucket=bucket, Key="docs/none.txt"),
+        "GetObject (version)": lambda: s3.get_object(Bucket=bucket, Key="docs/b.txt", VersionId=gone),
+        "HeadObject (version)": lambda: s3.head_object(Bucket=bucket, Key="docs/b.txt", VersionId=gone),
+        "GetObjectAttributes": lambda: s3.get_object_attributes(
+            Bucket=bucket, Key="docs/none.txt", ObjectAttributes=["ETag"]
+        ),
+    }
+    with running_as(_reader("lister", bucket, may_list=True)):
+        found = {name: _error(read)[::2] for name, read in reads.items()}
+        assert s3.get_object(Bucket=bucket, Key="docs/a.txt", VersionId=version)["Body"].read() == b"a"
+    assert all(status == 404 for _, status in found.values()), found
+    with running_as(_reader("reader", bucket, may_list=False)):
+        hidden = {name: _error(read) for name, read in reads.items()}
+    assert hidden == {
+        "GetObject": ("AccessDenied", "Access Denied", 403),
+        "GetObject (version)": ("AccessDenied", "Access Denied", 403),
+        "HeadObject (version)": ("403", "Forbidden", 403),
+        "GetObjectAttributes": ("AccessDenied", "Access Denied", 403),
+    }
+    # A version is read with s3:GetObjectVersion: s3:GetObject alone does not reach it.
+    document = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"}],
+    }
+    current_only = FunctionContext(
+        name="current",
+        environment={},
+        policy=iam.Policy(role_arn="arn:aws:iam::123456789012:role/c", documents=(document,)),
+    )
+    with running_as(current_only), pytest.raises(ClientError) as raised:
+        s3.get_object(Bucket=bucket, Key="docs/a.txt", VersionId=version)
+    assert _denied(raised.value) and "s3:GetObjectVersion" in str(raised.value)

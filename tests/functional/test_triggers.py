@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Pipeline, Reply, _pipeline, call
-from toolpipe.infra.local import triggers
+from toolpipe.infra.local import iam, triggers
 from toolpipe.infra.local.lambdas import LocalContext, call_handler
 from toolpipe.infra.local.runtime import LOCAL_CALLER, TABLE
 from toolpipe.infra.local.scripted_model import DemoResponder, HttpError
@@ -99,6 +99,44 @@ def test_the_s3_sample_delivered_twice_starts_one_run_that_reads_its_file_and_an
         == answers["answers/question.txt.answer.md"]["ETag"]
     )
     assert len(runs(pipeline)) == 1
+
+
+def test_answers_are_written_replaced_and_kept_by_a_role_that_may_not_list_the_bucket(
+    pipeline: Pipeline,
+) -> None:
+    """S3 answers a HEAD of a missing key with 403 to the orchestrator (no s3:ListBucket), as on
+    AWS: the answer is created with `If-None-Match`, and a later run of the same key, finding
+    one, replaces it with `If-Match`."""
+    runtime = pipeline.runtime
+    listing = iam.Request("s3:ListBucket", f"arn:aws:s3:::{triggers.TRIGGER_BUCKET}")
+    assert not runtime.functions["orchestrator"].policy.allows(listing)
+    triggers.put_quietly(runtime.s3, "inbox/question.txt", QUESTION)
+    ids = []
+    for sequencer, answer in (("0A1B2C3D4E5F678901", "four"), ("0A1B2C3D4E5F678902", "still four")):
+        event = sample("s3_put.json")
+        event["Records"][0]["s3"]["object"]["sequencer"] = sequencer  # another write of the key
+        pipeline.script(Reply(content=answer))
+        run_id = deliver(event)["results"][0]["run_id"]
+        pipeline.callers[run_id] = LOCAL_CALLER
+        assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
+        written = runtime.s3.get_object(Bucket=triggers.TRIGGER_BUCKET, Key="answers/question.txt.answer.md")
+        assert written["Body"].read().decode() == answer
+        assert written["Metadata"]["toolpipe-run-id"] == run_id
+        ids.append(run_id)
+    assert ids[0] != ids[1] and list(outputs(pipeline)) == ["answers/question.txt.answer.md"]
+
+
+def test_an_input_deleted_before_its_notification_is_handled_is_skipped(pipeline: Pipeline) -> None:
+    """The triggers function may list the bucket, so S3 tells it (404) that the input is gone,
+    where a role that may not would be answered 403 and the event retried to the DLQ."""
+    triggers.put_quietly(pipeline.runtime.s3, "inbox/question.txt", QUESTION)
+    pipeline.runtime.s3.delete_object(Bucket=triggers.TRIGGER_BUCKET, Key="inbox/question.txt")
+    [skipped] = deliver(sample("s3_put.json"))["results"]
+    assert skipped == {
+        "outcome": "skipped",
+        "reason": "s3://toolpipe-local-inputs/inbox/question.txt: deleted before its run could start",
+    }
+    assert runs(pipeline) == []
 
 
 def test_a_failed_triggered_run_writes_its_error_under_the_output_prefix(pipeline: Pipeline) -> None:

@@ -178,15 +178,20 @@ def test_grants_stop_at_the_prefixes(template: Any) -> None:
         for s in per_resource(p["Properties"]["PolicyDocument"]["Statement"])
         if json.dumps([bucket, "Arn"]) in json.dumps(s)
     ]
-    # Only these statements name the input bucket: no bucket-wide grant, no write on the inputs.
+    # Only these statements name the input bucket: no write on the inputs, and the one grant on
+    # the bucket itself is a listing, to be told (404, not 403) that an input is gone.
     by_resource = {json.dumps(s["Resource"], sort_keys=True): sorted(_actions(s)) for s in on_inputs}
     inputs = json.dumps(_objects(bucket, "in/"), sort_keys=True)
     outputs = json.dumps(_objects(bucket, "out/"), sort_keys=True)
-    assert set(by_resource) == {inputs, outputs}, by_resource
+    whole = json.dumps({"Fn::GetAtt": [bucket, "Arn"]}, sort_keys=True)
+    assert set(by_resource) == {inputs, outputs, whole}, by_resource
     assert by_resource[inputs] == ["s3:GetObject", "s3:GetObjectVersion"]
     assert by_resource[outputs] == ["s3:GetObject", "s3:PutObject"]
+    assert by_resource[whole] == ["s3:ListBucket"]
     function, _ = _function(template)
     triggers = _statements(template, "TriggersFunctionServiceRoleDefaultPolicy")
+    listers = [s for s in on_inputs if json.dumps(s["Resource"], sort_keys=True) == whole]
+    assert all(s in triggers for s in listers)  # the triggers function's alone
     assert {"states:StartExecution"} <= {a for s in triggers for a in _actions(s)}
     assert not any(_objects(bucket, "out/") == s["Resource"] for s in triggers)  # writes nothing there
     runner = _statements(template, "ToolRunner")  # `read_input` is a tool: its code runs there

@@ -14,9 +14,11 @@
 - **Schedules** (EventBridge Scheduler) put RunRequested events on that bus; their role may do
   nothing but `events:PutEvents` on it.
 
-Who may read where: the triggers function reads (heads) the input prefix; the tool runner reads
-it (`read_input`); the orchestrator reads and writes the output prefix (a run's answer, written
-once with a conditional put when the run ends, on the path that already answers parent runs).
+Who may read where: the triggers function reads (heads) the input prefix and lists the bucket
+(S3 tells only a role that may list it that an input is gone); the tool runner reads it
+(`read_input`); the orchestrator reads and writes the output prefix (a run's answer, written
+once with conditional puts when the run ends, on the path that already answers parent runs) and
+may not list the bucket.
 """
 
 import json
@@ -223,8 +225,13 @@ class Triggers(Construct):
         # HeadObject needs s3:GetObject (GetObjectVersion for a version).
         read = ["s3:GetObject", "s3:GetObjectVersion"]
         fn.add_to_role_policy(iam.PolicyStatement(actions=read, resources=[inputs]))
+        # Its head of an input deleted since its notification: S3 answers 404 only to a role
+        # that may list the bucket, 403 (not to be told from a refusal) to any other.
+        fn.add_to_role_policy(
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn])
+        )
         worker.add_to_role_policy(iam.PolicyStatement(actions=read, resources=[inputs]))  # read_input
-        # The answer: a head to find it written, a conditional put.
+        # The answer: a conditional put, and a head only of an answer that exists (no ListBucket).
         orchestrator.add_to_role_policy(
             iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[outputs])
         )

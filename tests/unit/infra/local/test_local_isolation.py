@@ -117,6 +117,12 @@ def test_uninstalled_the_process_environment_is_os_environ_again() -> None:
             {"Bucket": "b", "Key": "runs/1"},
             [iam.Request("s3:GetObject", "arn:aws:s3:::b/runs/1")],
         ),
+        (
+            "s3",
+            "HeadObject",
+            {"Bucket": "b", "Key": "inbox/1", "VersionId": "v1"},
+            [iam.Request("s3:GetObjectVersion", "arn:aws:s3:::b/inbox/1")],
+        ),
         ("s3", "ListObjectsV2", {"Bucket": "b"}, [iam.Request("s3:ListBucket", "arn:aws:s3:::b")]),
         (
             "sqs",

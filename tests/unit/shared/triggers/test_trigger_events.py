@@ -148,6 +148,24 @@ def test_an_answer_is_written_once_per_run_and_a_racing_ending_of_the_same_run_w
     assert objects.stored["answers/q.txt.error.md"][0] == "The run r3 ended failed: boom\n"
 
 
+def test_an_answer_found_from_another_run_is_replaced_only_as_it_was_seen() -> None:
+    from toolpipe.shared.runs.triggers import AnswerWriter
+
+    objects = _Objects()
+    writer = AnswerWriter(objects)  # type: ignore[arg-type]
+    assert writer.write(_ended("r1"), lambda: "four") is True  # type: ignore[arg-type]
+    # A later run of the key (another version): its create fails, it reads r1's, replaces it.
+    assert writer.write(_ended("r4"), lambda: "still four") is True  # type: ignore[arg-type]
+    assert objects.stored["answers/q.txt.answer.md"][:2] == ("still four", _metadata("r4"))
+    assert objects.puts == 2
+    assert writer.write(_ended("r4"), lambda: "still four") is False  # its retry: written already
+    assert objects.puts == 2
+
+
+def _metadata(run_id: str) -> dict[str, str]:
+    return {"toolpipe-run-id": run_id, "toolpipe-status": "succeeded"}
+
+
 @pytest.mark.parametrize(
     ("given", "sources"),
     [
