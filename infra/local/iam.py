@@ -8,9 +8,10 @@ the condition keys come from the operation and its parameters, as IAM's service 
 reference names them, moto's `IAMPolicyStatement` matches the action and resource against each
 statement of the role's policies from the synthesized template, and `conditions.py` evaluates
 its `Condition` block. A call no statement allows, or one denies, fails before it is sent with
-the error AWS answers: `AccessDeniedException` (`AccessDenied` from S3 and SQS). A read of a
-missing S3 key fails as AWS fails it for the caller: 403, not 404, to a role that may not list
-the bucket (`s3_absence.py`).
+the error and HTTP status that service answers (`_DENIED`). A call allowed is then held to the
+request limits AWS enforces and moto does not (`service_limits.py`). A read of a missing S3 key
+fails as AWS fails it for the caller: 403, not 404, to a role that may not list the bucket
+(`s3_absence.py`).
 
 `PutEvents` is authorized entry by entry, as EventBridge does (each entry names its own bus,
 source and detail-type, the keys `events:source` and `events:detail-type`): a refused entry
@@ -34,7 +35,7 @@ from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 from moto.iam.access_control import IAMPolicyStatement, PermissionResult
 
-from toolpipe.infra.local import conditions, s3_absence
+from toolpipe.infra.local import conditions, s3_absence, service_limits
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -115,9 +116,29 @@ def _refusal(policy: Policy, request: Request) -> str:
     )
 
 
+# What each service answers a call IAM refuses, code and HTTP status, where it is not
+# AccessDeniedException with 400 (DynamoDB, Step Functions, EventBridge, Secrets Manager, KMS,
+# CloudWatch Logs): the XML (query) services and SQS (whose JSON protocol keeps its query codes)
+# say AccessDenied, SNS AuthorizationError, and Lambda's REST API answers 403.
+_DENIED: dict[str, tuple[str, int]] = {
+    "s3": ("AccessDenied", 403),
+    "sqs": ("AccessDenied", 403),
+    "ses": ("AccessDenied", 403),
+    "sts": ("AccessDenied", 403),
+    "iam": ("AccessDenied", 403),
+    "sns": ("AuthorizationError", 403),
+    "lambda": ("AccessDeniedException", 403),
+}
+
+
 def _deny(policy: Policy, request: Request, operation: str, service: str) -> AccessDeniedError:
-    code = "AccessDenied" if service in ("s3", "sqs") else "AccessDeniedException"
-    return AccessDeniedError({"Error": {"Code": code, "Message": _refusal(policy, request)}}, operation)
+    code, status = _DENIED.get(service, ("AccessDeniedException", 400))
+    # Typed loosely: botocore's TypedDict wants the metadata a real response carries.
+    response: Any = {
+        "Error": {"Code": code, "Message": _refusal(policy, request)},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return AccessDeniedError(response, operation)
 
 
 def _arn(service: str, resource: str) -> str:
@@ -344,9 +365,13 @@ def _make_api_call_as_caller(self: BaseClient, operation_name: str, api_params: 
                 operation_name,
             )
         service = _signing_service(self.meta.service_model)
-        if (service, operation_name) == ("events", "PutEvents"):
+        put_events = (service, operation_name) == ("events", "PutEvents")
+        if not put_events:
+            authorize(context.policy, service, operation_name, api_params)
+        # What AWS refuses although IAM allows it (too large, or out of a new account's bounds).
+        service_limits.check(service, operation_name, api_params)
+        if put_events:
             return _put_events(self, context.policy, api_params)
-        authorize(context.policy, service, operation_name, api_params)
         if service == "s3" and operation_name in s3_absence.READS:
             return _s3_read(self, context.policy, operation_name, api_params)
     return _make_api_call(self, operation_name, api_params)

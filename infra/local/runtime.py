@@ -67,7 +67,7 @@ BUCKET = "toolpipe-local-contents"
 # The stack's own bus for run events (shared/runs/events.py); subscribe with a rule on it.
 EVENT_BUS = "toolpipe-local-events"
 # The address the example's `send_email` sends from (TOOLPIPE_EMAIL_SENDER): verified in moto's
-# SES, which keeps what is sent (`ses.get_send_quota()`, moto's `sent_messages`).
+# SES with its domain, which keeps what is sent (`ses.get_send_quota()`, moto's `sent_messages`).
 EMAIL_SENDER = "assistant@example.com"
 # The secret holding the approval links' HMAC key (README "The approval link").
 SIGNING_KEY_SECRET = "toolpipe-local-approval-signing-key"
@@ -280,9 +280,15 @@ class LocalRuntime:
             lambdas.register(context, name, d.refs[self.template.function(FUNCTIONS[name])[0]])
         lambdas.run_executions_as(d.state_machine_context())
 
-        # SES sends only from a verified identity, in moto as on AWS.
+        # SES sends only from a verified identity, in moto as on AWS. The account is in SES's
+        # sandbox, as a new one is (service_limits.py): it sends only to verified addresses and
+        # domains. The sender's domain is verified as a deployer verifies theirs, so the example
+        # emails addresses there and is refused any other (SES authorizes the address identity
+        # when both are verified: the tool runner's grant names it).
         self.ses = boto3.client("ses", region_name=REGION)
-        self.ses.verify_email_identity(EmailAddress=os.environ["TOOLPIPE_EMAIL_SENDER"])
+        sender = os.environ["TOOLPIPE_EMAIL_SENDER"]
+        self.ses.verify_email_identity(EmailAddress=sender)
+        self.ses.verify_domain_identity(Domain=sender.rsplit("@", 1)[-1])
         # RunRequested on the bus starts runs (infra/local/triggers.py), from the sources the
         # template's rule names, while that rule is on.
         pattern = d.rule_for(RUN_REQUESTED_DETAIL_TYPE) or triggers.RUN_REQUESTED_PATTERN

@@ -21,6 +21,7 @@ from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoin
 from moto.stepfunctions.parser.asl.utils import boto_client, json_path
 
 from toolpipe.infra.local import patches
+from toolpipe.infra.local.patches.correctness import history_limit
 from toolpipe.infra.local.patches.speed import (
     item_answers,
     json_request_parser,
@@ -94,6 +95,40 @@ def test_an_execution_stopped_right_after_it_started_ends_aborted() -> None:
                 assert time.monotonic() < deadline, "the stopped execution still runs"
                 time.sleep(0.01)
             assert status == "ABORTED"
+
+
+def test_an_execution_fails_when_its_history_reaches_the_limit(monkeypatch: Any) -> None:
+    # 25,000 events take moto over a minute to write: the same rule, at 60.
+    assert history_limit.HISTORY_EVENT_LIMIT == 25_000
+    monkeypatch.setattr(history_limit, "HISTORY_EVENT_LIMIT", 60)
+    loop = {
+        "StartAt": "Init",
+        "States": {
+            "Init": {"Type": "Pass", "Result": 0, "ResultPath": "$.i", "Next": "Inc"},
+            "Inc": {"Type": "Pass", "Parameters": {"i.$": "States.MathAdd($.i, 1)"}, "Next": "Check"},
+            "Check": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.i", "NumericLessThan": 100, "Next": "Inc"}],
+                "Default": "Done",
+            },
+            "Done": {"Type": "Succeed"},
+        },
+    }
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        machine = sfn.create_state_machine(
+            name="loop", definition=json.dumps(loop), roleArn="arn:aws:iam::123456789012:role/r"
+        )["stateMachineArn"]
+        execution = sfn.start_execution(stateMachineArn=machine, name="long", input="{}")["executionArn"]
+        deadline = time.monotonic() + 30
+        while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        events = sfn.get_execution_history(executionArn=execution, maxResults=1000)["events"]
+    # Unpatched: SUCCEEDED after ~400 events.
+    assert (described["status"], described.get("error")) == ("FAILED", "States.Runtime")
+    assert "maximum number of history events (60)" in described["cause"]
+    assert 60 <= len(events) <= 62 and events[-1]["type"] == "ExecutionFailed"
 
 
 # --- DynamoDB: the same answers, without the per-request costs ----------------------------------

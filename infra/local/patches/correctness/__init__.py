@@ -4,6 +4,7 @@ from toolpipe.infra.local.patches.correctness import (
     answers_skip_unstarted,
     error_keeps_the_stop,
     heartbeat_before_clock,
+    history_limit,
     no_thread_list,
     stop_before_start,
     stop_interrupts_waits,
@@ -16,4 +17,5 @@ PATCHES = (
     stop_interrupts_waits,
     error_keeps_the_stop,
     no_thread_list,
+    history_limit,
 )
