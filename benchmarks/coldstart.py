@@ -282,7 +282,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="fresh interpreters per figure (default 5)")
     parser.add_argument("--no-layers", action="store_true", help="code asset only: no pip, no network")
     parser.add_argument(
-        "--quick", action="store_true", help="one sample, tracing off, no compile or layers (make test runs it)"
+        "--quick",
+        action="store_true",
+        help="one sample, tracing off, no compile or layers (make test runs it)",
     )
     args = parser.parse_args(argv)
     if args.repeats < 1:
