@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from benchmarks import guard
-from benchmarks.coldstart import FIRST_CALL
+from benchmarks.coldstart import FIRST_CALL, compile_ms
 from benchmarks.loops import PEER_NAMES, missing_peers, turns_responder
 from benchmarks.runtime import bench_runtime
-from toolpipe.infra.cdk.functions import API, FUNCTIONS
+from toolpipe.infra.cdk.functions import API, FUNCTIONS, TOOL_WORKER
 from toolpipe.infra.local import template
 from toolpipe.infra.local.scripted_model import ScriptedModelServer
 from toolpipe.shared.runs.quota import RunQuota
@@ -81,6 +81,13 @@ def test_every_benchmark_runs_in_its_quick_mode_and_prints_its_figures() -> None
 
 def test_the_cold_start_names_a_first_call_for_every_function() -> None:
     assert set(FIRST_CALL) == set(FUNCTIONS)
+
+
+def test_the_compile_figure_counts_installed_packages_as_layers_where_the_venv_is_in_the_repository() -> None:
+    """`make install` puts .venv inside the repository: its packages are the layers' (Powertools,
+    pydantic...), not our code, which is a small part of what the worker compiles."""
+    ours_ms, layers_ms = compile_ms(TOOL_WORKER, ["boto3", "botocore"], repeats=1)
+    assert layers_ms > 2 * ours_ms > 0
 
 
 def test_the_benchmarks_runs_are_nobodys_quota() -> None:
