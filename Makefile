@@ -137,7 +137,9 @@ deploy: install
 	cdk deploy
 
 # Cold starts and bundle sizes (pip builds the layers once, into build/), then figures against
-# peers on one scripted server; installs the `bench` extra (the Agents SDK) first.
+# peers on one scripted server, then a reference run's cost; installs the `bench` extra (the
+# OpenAI Agents SDK and Pydantic AI) first. `make test` runs each benchmark's --quick mode and
+# the start-up guard (tests/e2e/test_benchmarks.py).
 bench: install
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python -m benchmarks.pipeline

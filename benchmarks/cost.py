@@ -37,24 +37,22 @@ def reference_cost() -> tuple[dict[str, Any], float]:
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     from assistant.agents import sum as sum_tool
 
-    from toolpipe.infra.local.runtime import LocalRuntime
+    from benchmarks.runtime import bench_runtime
     from toolpipe.infra.local.scripted_model import ScriptedModelServer
     from toolpipe.shared.agents import AGENTS, Agent
 
     AGENTS["bench_cost"] = Agent(name="bench_cost", instructions="Sum.", tools=[sum_tool], max_iterations=50)
-    with ScriptedModelServer(responder) as model:
-        env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "scripted", "TOOLPIPE_MODEL": "scripted"}
-        with LocalRuntime(extra_env=env) as runtime:
-            started = time.perf_counter()
-            status, body = runtime.api("POST", "/runs", {"prompt": PROMPT, "agent": "bench_cost"})
-            assert status == 202, body
-            run_id = body["run_id"]
-            described = runtime.wait_for_execution(run_id, timeout=60)
-            elapsed = time.perf_counter() - started
-            if described["status"] != "SUCCEEDED":
-                raise RuntimeError(f"run {run_id} ended {described['status']}")
-            status, view = runtime.api("GET", f"/runs/{run_id}")
-            assert status == 200, view
+    with ScriptedModelServer(responder) as model, bench_runtime(model.base_url) as runtime:
+        started = time.perf_counter()
+        status, body = runtime.api("POST", "/runs", {"prompt": PROMPT, "agent": "bench_cost"})
+        assert status == 202, body
+        run_id = body["run_id"]
+        described = runtime.wait_for_execution(run_id, timeout=60)
+        elapsed = time.perf_counter() - started
+        if described["status"] != "SUCCEEDED":
+            raise RuntimeError(f"run {run_id} ended {described['status']}")
+        status, view = runtime.api("GET", f"/runs/{run_id}")
+        assert status == 200, view
     return view["cost"], elapsed
 
 
