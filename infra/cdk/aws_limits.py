@@ -115,7 +115,7 @@ class WorstCase:
             for logical_id in self._resources
             for attribute in ("Arn", "QueueUrl", "QueueName", "Name", "RootResourceId", "StreamArn")
         }
-        self._resolver = Resolver(
+        self._resolver = _Lenient(
             refs,
             attributes,
             region=LONGEST_REGION,
@@ -194,17 +194,22 @@ def breaches(
     ]
 
 
-def _resolved(worst: WorstCase, value: Any, where: str) -> Any:
-    try:
-        return worst.resolve(value)
-    except IntrinsicError as e:
-        raise ValueError(f"{where}: {e}") from e
+class _Lenient(Resolver):
+    """A resolver that measures what it cannot resolve (`Fn::ImportValue`, `Fn::If`, a parameter)
+    as its JSON text, as cfn-lint does: a template the limits cannot fully resolve is still
+    checked, never refused for that."""
+
+    def resolve(self, value: Any) -> Any:
+        try:
+            return super().resolve(value)
+        except IntrinsicError:
+            return json.dumps(value, separators=(",", ":"))
 
 
 def _lambda_breaches(resources: dict[str, Any], worst: WorstCase, assets: Path | None) -> Iterator[Breach]:
     for logical_id, resource in _of_type(resources, "AWS::Lambda::Function"):
         props = resource.get("Properties") or {}
-        variables = _resolved(worst, (props.get("Environment") or {}).get("Variables") or {}, logical_id)
+        variables = worst.resolve((props.get("Environment") or {}).get("Variables") or {})
         size = environment_bytes(variables)
         if size > LAMBDA_ENVIRONMENT_BYTES:
             yield Breach(
@@ -257,10 +262,9 @@ def _iam_breaches(resources: dict[str, Any], worst: WorstCase) -> Iterator[Breac
     for logical_id, resource in _of_type(resources, "AWS::IAM::Role"):
         props = resource.get("Properties") or {}
         inline[logical_id] = sum(
-            policy_chars(_resolved(worst, p.get("PolicyDocument"), logical_id))
-            for p in props.get("Policies") or []
+            policy_chars(worst.resolve(p.get("PolicyDocument"))) for p in props.get("Policies") or []
         )
-        trust = policy_chars(_resolved(worst, props.get("AssumeRolePolicyDocument") or {}, logical_id))
+        trust = policy_chars(worst.resolve(props.get("AssumeRolePolicyDocument") or {}))
         if trust > TRUST_POLICY_CHARS:
             yield Breach(logical_id, "the role's trust policy", trust, TRUST_POLICY_CHARS, "characters")
         managed = len(props.get("ManagedPolicyArns") or [])
@@ -273,10 +277,8 @@ def _iam_breaches(resources: dict[str, Any], worst: WorstCase) -> Iterator[Breac
                 MANAGED_POLICIES_PER_ROLE,
                 "policies",
             )
-    for logical_id, resource in _of_type(resources, "AWS::IAM::Policy"):
-        size = policy_chars(
-            _resolved(worst, (resource.get("Properties") or {}).get("PolicyDocument"), logical_id)
-        )
+    for _, resource in _of_type(resources, "AWS::IAM::Policy"):
+        size = policy_chars(worst.resolve((resource.get("Properties") or {}).get("PolicyDocument")))
         for role in inline:
             if _names(resource, role):
                 inline[role] += size
@@ -286,9 +288,7 @@ def _iam_breaches(resources: dict[str, Any], worst: WorstCase) -> Iterator[Breac
                 role, "the role's inline policies together", size, ROLE_INLINE_POLICY_CHARS, "characters"
             )
     for logical_id, resource in _of_type(resources, "AWS::IAM::ManagedPolicy"):
-        size = policy_chars(
-            _resolved(worst, (resource.get("Properties") or {}).get("PolicyDocument"), logical_id)
-        )
+        size = policy_chars(worst.resolve((resource.get("Properties") or {}).get("PolicyDocument")))
         if size > MANAGED_POLICY_CHARS:
             yield Breach(logical_id, "the managed policy", size, MANAGED_POLICY_CHARS, "characters")
 
@@ -305,8 +305,11 @@ def _heartbeat_breaches(resources: dict[str, Any], worst: WorstCase) -> Iterator
     timeouts = _call_timeouts(resources, worst)
     for logical_id, resource in _of_type(resources, "AWS::StepFunctions::StateMachine"):
         props = resource.get("Properties") or {}
-        text = _resolved(worst, props.get("DefinitionString", ""), logical_id)
-        definition = json.loads(text) if isinstance(text, str) and text else props.get("Definition") or {}
+        text = worst.resolve(props.get("DefinitionString", ""))
+        try:
+            definition = json.loads(text) if isinstance(text, str) and text else props.get("Definition") or {}
+        except json.JSONDecodeError:
+            continue  # a part it could not resolve: asl-validator and asl-rules read the definition
         for name, state in _states(definition):
             heartbeat = _seconds(state, "Heartbeat", timeouts)
             timeout = _seconds(state, "Timeout", timeouts)
@@ -325,10 +328,10 @@ def _call_timeouts(resources: dict[str, Any], worst: WorstCase) -> dict[str, int
     environment's, else `CallTimeouts`' defaults."""
     names = set(CallTimeouts.env_names.values())
     found: dict[str, Any] = {}
-    for logical_id, resource in _of_type(resources, "AWS::Lambda::Function"):
+    for _, resource in _of_type(resources, "AWS::Lambda::Function"):
         variables = ((resource.get("Properties") or {}).get("Environment") or {}).get("Variables") or {}
         if names & set(variables):
-            found = _resolved(worst, variables, logical_id)
+            found = worst.resolve(variables)
             break
     seconds = {}
     for field, env in CallTimeouts.env_names.items():

@@ -153,10 +153,7 @@ def check_asl_rules(template: Path, workdir: Path) -> Result:
 
 
 def check_aws_limits(template: Path, workdir: Path) -> Result:
-    try:
-        found = aws_limits.breaches(_load(template), stack_name=STACK_NAME, assets=template.parent)
-    except ValueError as e:
-        raise TemplateError(str(e)) from e
+    found = aws_limits.breaches(_load(template), stack_name=STACK_NAME, assets=template.parent)
     if found:
         more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
         return Result("aws-limits", False, found[0].line() + more)

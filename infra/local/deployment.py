@@ -220,10 +220,7 @@ def deploy(
 def _refuse_what_aws_refuses(template: Template) -> None:
     """A template CloudFormation would fail to create (a value over an AWS limit once resolved)
     does not start locally either: the local runtime is what deploys."""
-    try:
-        found = aws_limits.breaches({"Resources": template.resources})
-    except ValueError as e:
-        raise TemplateError(f"{template.path}: {e}") from None
+    found = aws_limits.breaches({"Resources": template.resources})
     if found:
         raise TemplateError(f"{template.path}: AWS would refuse this stack: {found[0].line()}")
 

@@ -235,3 +235,24 @@ def test_layers_and_unzipped_size_are_counted_where_the_assembly_holds_them(tmp_
     [unzipped] = aws_limits.breaches(template, assets=tmp_path)
     assert unzipped.resource == name and unzipped.measured == 263_000_000
     assert aws_limits.breaches(template) == []  # not staged here: not counted
+
+
+def test_what_cannot_be_resolved_is_measured_as_written_never_refused() -> None:
+    """A deployer's own grant may use an intrinsic the offline resolver lacks (`Fn::ImportValue`,
+    `Fn::If`): it is measured as its text, as cfn-lint does, and the local runtime still starts."""
+    template = _committed()
+    _, fn = _function(template, TRIGGERS.handler)
+    fn["Properties"]["Environment"]["Variables"]["SHARED_TABLE"] = {"Fn::ImportValue": "shared-table-name"}
+    policy = next(
+        p for k, p in template["Resources"].items() if k.startswith("ToolRunnerServiceRoleDefaultPolicy")
+    )
+    policy["Properties"]["PolicyDocument"]["Statement"].append(
+        {
+            "Effect": "Allow",
+            "Action": "s3:GetObject",
+            "Resource": {"Fn::If": ["Prod", "arn:aws:s3:::a/*", "arn:aws:s3:::b/*"]},
+        }
+    )
+    assert aws_limits.breaches(template) == []
+    fn["Properties"]["Environment"]["Variables"]["HUGE"] = {"Fn::ImportValue": "x" * 4000}
+    assert [b.limit for b in aws_limits.breaches(template)] == ["the function's environment (Lambda's 4 KB)"]
