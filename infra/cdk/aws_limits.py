@@ -195,15 +195,39 @@ def breaches(
 
 
 class _Lenient(Resolver):
-    """A resolver that measures what it cannot resolve (`Fn::ImportValue`, `Fn::If`, a parameter)
-    as its JSON text, as cfn-lint does: a template the limits cannot fully resolve is still
-    checked, never refused for that."""
+    """A resolver that measures what it cannot resolve (`Fn::ImportValue`, a parameter) as its
+    JSON text, as cfn-lint does: a template the limits cannot fully resolve is still checked,
+    never refused for that. `Fn::If` is its longer branch (deploy time takes one, never both),
+    and `Fn::Sub` fills in what `Ref` and `Fn::GetAtt` would give (a CDK app's own `Fn.sub`)."""
 
     def resolve(self, value: Any) -> Any:
         try:
+            if isinstance(value, dict) and len(value) == 1:
+                ((name, args),) = value.items()
+                if name == "Fn::If" and isinstance(args, list) and len(args) == 3:
+                    branches = [self.resolve(branch) for branch in args[1:]]
+                    return max(branches, key=lambda branch: len(json.dumps(branch, ensure_ascii=False)))
+                if name == "Fn::Sub":
+                    return self._sub(args)
+                if value == {"Ref": "AWS::NoValue"}:
+                    return ""  # the property is left out
             return super().resolve(value)
         except IntrinsicError:
             return json.dumps(value, separators=(",", ":"))
+
+    def _sub(self, args: Any) -> str:
+        text, variables = (args[0], args[1]) if isinstance(args, list) else (args, {})
+
+        def fill(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name.startswith("!"):
+                return "${" + name[1:] + "}"  # `${!Literal}` is written `${Literal}`
+            if name in variables:
+                return str(self.resolve(variables[name]))
+            reference: Any = {"Fn::GetAtt": name.split(".", 1)} if "." in name else {"Ref": name}
+            return str(self.resolve(reference))
+
+        return re.sub(r"\$\{([^}]*)\}", fill, str(text))
 
 
 def _lambda_breaches(resources: dict[str, Any], worst: WorstCase, assets: Path | None) -> Iterator[Breach]:

@@ -256,3 +256,35 @@ def test_what_cannot_be_resolved_is_measured_as_written_never_refused() -> None:
     assert aws_limits.breaches(template) == []
     fn["Properties"]["Environment"]["Variables"]["HUGE"] = {"Fn::ImportValue": "x" * 4000}
     assert [b.limit for b in aws_limits.breaches(template)] == ["the function's environment (Lambda's 4 KB)"]
+
+
+def test_a_condition_is_measured_as_the_branch_deploy_time_takes_never_both() -> None:
+    """A project's app choosing between two instructions by a Condition: each branch fits in
+    4 KB, and CloudFormation sets one of them; measuring both together refused a valid stack."""
+    template = _committed()
+    template["Conditions"] = {"Prod": {"Fn::Equals": [{"Ref": "AWS::AccountId"}, "123456789012"]}}
+    _, fn = _function(template, TRIGGERS.handler)
+    variables = fn["Properties"]["Environment"]["Variables"]
+    variables["TOOLPIPE_TRIGGER_INSTRUCTIONS"] = {
+        "Fn::If": ["Prod", "Summarize it. " * 140, "Translate it. " * 140]
+    }
+    variables["OPTIONAL"] = {"Fn::If": ["Prod", "x", {"Ref": "AWS::NoValue"}]}
+    assert aws_limits.breaches(template) == []
+    # The longer branch is the one measured: over 4 KB on its own, refused.
+    variables["TOOLPIPE_TRIGGER_INSTRUCTIONS"]["Fn::If"][2] = "Translate it. " * 300
+    assert [b.limit for b in aws_limits.breaches(template)] == ["the function's environment (Lambda's 4 KB)"]
+
+
+def test_fn_sub_resolves_its_references_to_their_worst_case() -> None:
+    """`Fn::Sub` (a CDK app's `Fn.sub`) grows as much as the `Fn::Join` it stands for: measured
+    as written, an ARN of ~90 characters counted as the 18 of `${Table.Arn}/index/*`."""
+    resources = {
+        "Table": {"Type": "AWS::DynamoDB::Table", "Properties": {}},
+        "Queue": {"Type": "AWS::SQS::Queue", "Properties": {}},
+    }
+    worst = aws_limits.WorstCase({"Resources": resources})
+    joined = {"Fn::Join": ["", [{"Fn::GetAtt": ["Table", "Arn"]}, "/index/*"]]}
+    assert worst.resolve({"Fn::Sub": "${Table.Arn}/index/*"}) == worst.resolve(joined)
+    assert worst.resolve({"Fn::Sub": ["${Q} in ${AWS::Region}, ${!Literal}", {"Q": {"Ref": "Queue"}}]}) == (
+        f"{worst.resolve({'Ref': 'Queue'})} in {aws_limits.LONGEST_REGION}, ${{Literal}}"
+    )
