@@ -100,21 +100,41 @@ def synth(
         )
         if found:
             breach = found[0]
-            resource = stack.template["Resources"].get(breach.resource.split()[0], {})
-            sys.exit(f"toolpipe: {_setting_of(resource, app.node.get_all_context())}{breach.line()}")
+            measured = _measured_with(stack.template["Resources"], breach.resource.split()[0])
+            sys.exit(f"toolpipe: {_setting_of(measured, app.node.get_all_context())}{breach.line()}")
 
 
-def _setting_of(resource: Mapping[str, Any], context: Mapping[str, Any]) -> str:
-    """`-c NAME: ` for the setting whose value the resource holds (the one that grew it), if any."""
-    text = json.dumps(resource, ensure_ascii=False)
+def _measured_with(resources: Mapping[str, Any], logical_id: str) -> list[Any]:
+    """The resource a breach names and what was measured with it: a role's inline policies are
+    mostly `AWS::IAM::Policy` resources naming the role (the CDK's DefaultPolicy)."""
+    return [resources.get(logical_id, {})] + [
+        resource
+        for resource in resources.values()
+        if resource.get("Type") == "AWS::IAM::Policy"
+        and {"Ref": logical_id} in ((resource.get("Properties") or {}).get("Roles") or [])
+    ]
+
+
+def _setting_of(resources: Sequence[Any], context: Mapping[str, Any]) -> str:
+    """`-c NAME: ` for the setting whose value the resources hold (the one that grew them), if
+    any: of several, the one that put the most characters there."""
+    text = json.dumps(resources, ensure_ascii=False)
+    found: dict[str, int] = {}
     for name, value in context.items():
         if name.startswith(("@", "aws:", "cdk")) or value is None:
             continue
-        parts = [str(value)] + (str(value).split(",") if isinstance(value, str) else [])
+        # The value as a whole, else each of a list's (`a,b,c`), as they are written in JSON.
         # Short values (a flag, a number) are in many places: only a value of some length names its setting.
-        if any(len(part.strip()) >= 24 and json.dumps(part.strip())[1:-1] in text for part in parts):
-            return f"setting {name}: "
-    return ""
+        for parts in ([str(value)], str(value).split(",") if isinstance(value, str) else []):
+            held = sum(
+                len(part.strip())
+                for part in parts
+                if len(part.strip()) >= 24 and json.dumps(part.strip(), ensure_ascii=False)[1:-1] in text
+            )
+            if held:
+                found[name] = held
+                break
+    return f"setting {max(found, key=found.__getitem__)}: " if found else ""
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from toolpipe.infra.cdk import aws_limits
+from toolpipe.infra.cdk.app import _measured_with, _setting_of
 from toolpipe.infra.cdk.deploy_checks import main
 from toolpipe.infra.cdk.functions import ORCHESTRATOR, TRIGGERS
 from toolpipe.infra.local import template as local_template
@@ -288,3 +289,40 @@ def test_fn_sub_resolves_its_references_to_their_worst_case() -> None:
     assert worst.resolve({"Fn::Sub": ["${Q} in ${AWS::Region}, ${!Literal}", {"Q": {"Ref": "Queue"}}]}) == (
         f"{worst.resolve({'Ref': 'Queue'})} in {aws_limits.LONGEST_REGION}, ${{Literal}}"
     )
+
+
+def test_synth_names_the_setting_that_grew_the_resource() -> None:
+    """Of two settings a function holds, the one that put the most there is named (the context
+    lists cdk.json's first); a value in any language is found; a role's inline policies are
+    measured with the policies that name it, where a setting's ARNs are."""
+    instructions = "Résumez le document, en français. " * 110
+    base_url = "https://gateway.example.com/openai/v1"
+    function = {
+        "Type": "AWS::Lambda::Function",
+        "Properties": {
+            "Environment": {
+                "Variables": {
+                    "TOOLPIPE_MODEL_BASE_URL": base_url,
+                    "TOOLPIPE_TRIGGER_INSTRUCTIONS": instructions,
+                }
+            }
+        },
+    }
+    context = {"model_base_url": base_url, "trigger_instructions": instructions}
+    assert _setting_of([function], context) == "setting trigger_instructions: "
+
+    secrets = [
+        f"arn:aws:secretsmanager:eu-west-1:123456789012:secret:mcp/header-{i:04}-AbCdEf" for i in range(3)
+    ]
+    resources = {
+        "Role": {"Type": "AWS::IAM::Role", "Properties": {}},
+        "RoleDefaultPolicy": {
+            "Type": "AWS::IAM::Policy",
+            "Properties": {
+                "Roles": [{"Ref": "Role"}],
+                "PolicyDocument": {"Statement": [{"Effect": "Allow", "Action": "*", "Resource": secrets}]},
+            },
+        },
+    }
+    context = {"model_base_url": base_url, "mcp_header_secrets": ",".join(secrets)}
+    assert _setting_of(_measured_with(resources, "Role"), context) == "setting mcp_header_secrets: "
