@@ -173,7 +173,7 @@ class _SesSandbox:
             address
             for address in recipients
             if address.rsplit("@", 1)[-1].lower() != SES_SIMULATOR_DOMAIN
-            and not backend._is_verified_address(address)
+            and not _verified_recipient(backend, address)
         ]
         if unverified:
             raise _error(
@@ -191,6 +191,19 @@ class _SesSandbox:
             if len(sent) + len(recipients) > SES_SANDBOX_DAILY_MESSAGES:
                 raise _error("Throttling", "Daily message quota exceeded.", 400, operation)
             sent.extend([now] * len(recipients))
+
+
+def _verified_recipient(backend: Any, address: str) -> bool:
+    """Whether SES counts `address` as verified: the address itself, or its domain or any
+    domain above it ("when you verify a domain identity, you can send email from any subdomain
+    or email address of the verified domain",
+    https://docs.aws.amazon.com/ses/latest/dg/creating-identities.html), a domain in any case,
+    as DNS reads it. moto matches the exact host only, in its exact case."""
+    if backend._is_verified_address(address):
+        return True
+    domains = {str(identity).lower() for identity in backend.email_identities if "@" not in str(identity)}
+    labels = address.rsplit("@", 1)[-1].lower().split(".")
+    return any(".".join(labels[i:]) in domains for i in range(len(labels)))
 
 
 def _recipients(params: dict[str, Any]) -> list[str]:
