@@ -109,7 +109,10 @@ class WorstCase:
     def __init__(self, template: Mapping[str, Any], stack_name: str = "Toolpipe") -> None:
         self._resources: dict[str, Any] = dict(template.get("Resources", {}))
         self._stack = stack_name
-        refs = {logical_id: self._ref(logical_id) for logical_id in self._resources}
+        refs = {
+            **_parameters(template.get("Parameters") or {}),
+            **{logical_id: self._ref(logical_id) for logical_id in self._resources},
+        }
         attributes = {
             (logical_id, attribute): self._attribute(logical_id, attribute)
             for logical_id in self._resources
@@ -179,6 +182,23 @@ class WorstCase:
         return f"arn:{LONGEST_PARTITION}:{service}:{LONGEST_REGION}:{ACCOUNT}:{resource}"
 
 
+def _parameters(parameters: Mapping[str, Any]) -> dict[str, str]:
+    """What `Ref` gives each parameter at its longest, where the template says: its `MaxLength`,
+    else the longest of its `AllowedValues`, else its `Default` (what `cdk deploy` passes unless
+    told otherwise). A parameter of none of these is measured as written."""
+    values: dict[str, str] = {}
+    for name, parameter in parameters.items():
+        if not isinstance(parameter, dict) or str(parameter.get("Type", "String")) != "String":
+            continue  # a list, a number, an SSM parameter's value: not known here
+        if str(parameter.get("MaxLength", "")).isdigit():
+            values[name] = "x" * int(parameter["MaxLength"])
+        elif parameter.get("AllowedValues"):
+            values[name] = max((str(v) for v in parameter["AllowedValues"]), key=len)
+        elif "Default" in parameter:
+            values[name] = str(parameter["Default"])
+    return values
+
+
 def breaches(
     template: Mapping[str, Any], *, stack_name: str = "Toolpipe", assets: Path | None = None
 ) -> list[Breach]:
@@ -195,9 +215,9 @@ def breaches(
 
 
 class _Lenient(Resolver):
-    """A resolver that measures what it cannot resolve (`Fn::ImportValue`, a parameter) as its
-    JSON text, as cfn-lint does: a template the limits cannot fully resolve is still checked,
-    never refused for that. `Fn::If` is its longer branch (deploy time takes one, never both),
+    """A resolver that measures what it cannot resolve (`Fn::ImportValue`, a parameter of no
+    known length) as its JSON text, as cfn-lint does: a template the limits cannot fully resolve
+    is still checked, never refused for that. `Fn::If` is its longer branch (deploy time takes one, never both),
     and `Fn::Sub` fills in what `Ref` and `Fn::GetAtt` would give (a CDK app's own `Fn.sub`)."""
 
     def resolve(self, value: Any) -> Any:

@@ -326,3 +326,23 @@ def test_synth_names_the_setting_that_grew_the_resource() -> None:
     }
     context = {"model_base_url": base_url, "mcp_header_secrets": ",".join(secrets)}
     assert _setting_of(_measured_with(resources, "Role"), context) == "setting mcp_header_secrets: "
+
+
+def test_a_parameter_is_measured_at_the_longest_the_template_lets_it_be() -> None:
+    """A project's app passing text through a `CfnParameter`: measured as `{"Ref": ...}` (15
+    characters), 4,000 characters of default passed the gate and Lambda refused them."""
+    template = _committed()
+    template["Parameters"] = {
+        "Instructions": {"Type": "String", "Default": "Summarize it. " * 300},
+        "Bounded": {"Type": "String", "MaxLength": 5000},
+        "Stage": {"Type": "String", "AllowedValues": ["dev", "production"]},
+        "Sizes": {"Type": "List<Number>", "Default": "1,2"},
+    }
+    _, fn = _function(template, TRIGGERS.handler)
+    fn["Properties"]["Environment"]["Variables"]["INSTRUCTIONS"] = {"Ref": "Instructions"}
+    [breach] = aws_limits.breaches(template)
+    assert breach.limit == "the function's environment (Lambda's 4 KB)" and breach.measured > 4200
+    worst = aws_limits.WorstCase(template)
+    assert worst.resolve({"Ref": "Bounded"}) == "x" * 5000
+    assert worst.resolve({"Ref": "Stage"}) == "production"
+    assert worst.resolve({"Ref": "Sizes"}) == '{"Ref":"Sizes"}'  # not known: measured as written
