@@ -80,6 +80,8 @@ _NAME_PROPERTIES = (
 )
 # What `Ref` gives, by type, when it is not the name (CloudFormation's return values).
 _REF_IS_ARN = {
+    "AWS::Lambda::Version",
+    "AWS::Lambda::Alias",
     "AWS::SNS::Topic",
     "AWS::StepFunctions::StateMachine",
     "AWS::SecretsManager::Secret",
@@ -152,6 +154,27 @@ class WorstCase:
             return "x" * _ID_LENGTH[kind]
         return self.name(logical_id)
 
+    def _bus_of(self, logical_id: str) -> str:
+        bus = (self._resources[logical_id].get("Properties") or {}).get("EventBusName")
+        if bus is None or bus == "default":
+            return ""
+        # A bus named or given by its ARN, one this template makes, else a name at its longest.
+        if isinstance(bus, str):
+            return f"{bus.rsplit('/', 1)[-1]}/"
+        reference = bus.get("Ref") or (bus.get("Fn::GetAtt") or [None])[0] if isinstance(bus, dict) else None
+        if isinstance(reference, str) and reference in self._resources:
+            return f"{self.name(reference)}/"
+        return "x" * _NAME_LIMITS["AWS::Events::EventBus"] + "/"
+
+    def _function_of(self, logical_id: str) -> str:
+        function = (self._resources[logical_id].get("Properties") or {}).get("FunctionName")
+        if isinstance(function, str):
+            return function.rsplit(":", 1)[-1]
+        reference = function.get("Ref") if isinstance(function, dict) else None
+        if isinstance(reference, str) and reference in self._resources:
+            return self.name(reference)
+        return "x" * _NAME_LIMITS["AWS::Lambda::Function"]
+
     def _queue_url(self, logical_id: str) -> str:
         return f"https://sqs.{LONGEST_REGION}.{LONGEST_URL_SUFFIX}/{ACCOUNT}/{self.name(logical_id)}"
 
@@ -165,17 +188,25 @@ class WorstCase:
             kind.split("::")[1], kind.split("::")[1].lower()
         )
         name = self.name(logical_id)
+        if kind == "AWS::DynamoDB::Table" and attribute == "StreamArn":
+            # The stream's label is the time it was created, to the millisecond.
+            return f"{self._attribute(logical_id, 'Arn')}/stream/2026-01-01T00:00:00.000"
         if kind == "AWS::S3::Bucket":
             return f"arn:{LONGEST_PARTITION}:s3:::{name}"
         if kind.startswith("AWS::IAM::"):
             return f"arn:{LONGEST_PARTITION}:iam::{ACCOUNT}:{'role' if kind.endswith('Role') else 'policy'}/{name}"
         resource = {
             "AWS::Lambda::Function": f"function:{name}",
+            # A version's or an alias's ARN is its function's, qualified.
+            "AWS::Lambda::Version": f"function:{self._function_of(logical_id)}:99999",
+            "AWS::Lambda::Alias": f"function:{self._function_of(logical_id)}:{name}",
             "AWS::Lambda::LayerVersion": f"layer:{name}:999",
             "AWS::StepFunctions::StateMachine": f"stateMachine:{name}",
             "AWS::DynamoDB::Table": f"table/{name}",
             "AWS::Events::EventBus": f"event-bus/{name}",
-            "AWS::Events::Rule": f"rule/{name}",
+            # A rule on a bus other than the default is `rule/{bus}/{rule}`.
+            "AWS::Events::Rule": f"rule/{self._bus_of(logical_id)}{name}",
+            "AWS::KMS::Key": f"key/{'x' * _ID_LENGTH['AWS::KMS::Key']}",
             "AWS::SecretsManager::Secret": f"secret:{name}-AbCdEf",
             "AWS::Logs::LogGroup": f"log-group:{name}:*",
         }.get(kind, name)

@@ -346,3 +346,29 @@ def test_a_parameter_is_measured_at_the_longest_the_template_lets_it_be() -> Non
     assert worst.resolve({"Ref": "Bounded"}) == "x" * 5000
     assert worst.resolve({"Ref": "Stage"}) == "production"
     assert worst.resolve({"Ref": "Sizes"}) == '{"Ref":"Sizes"}'  # not known: measured as written
+
+
+def test_references_resolve_to_what_cloudformation_returns_for_their_type() -> None:
+    """A version's or an alias's `Ref` is its qualified ARN, a stream's ARN ends in its label, a
+    rule on a custom bus has the bus in its ARN, a key's ARN its id (CloudFormation's return
+    values): each was shorter here than on AWS, or another thing."""
+    resources = {
+        "Fn": {"Type": "AWS::Lambda::Function", "Properties": {}},
+        "Version": {"Type": "AWS::Lambda::Version", "Properties": {"FunctionName": {"Ref": "Fn"}}},
+        "Alias": {
+            "Type": "AWS::Lambda::Alias",
+            "Properties": {"FunctionName": {"Ref": "Fn"}, "Name": "live"},
+        },
+        "Bus": {"Type": "AWS::Events::EventBus", "Properties": {"Name": "runs"}},
+        "Rule": {"Type": "AWS::Events::Rule", "Properties": {"EventBusName": {"Ref": "Bus"}}},
+        "Key": {"Type": "AWS::KMS::Key", "Properties": {}},
+        "Table": {"Type": "AWS::DynamoDB::Table", "Properties": {}},
+    }
+    worst = aws_limits.WorstCase({"Resources": resources})
+    function = worst.resolve({"Fn::GetAtt": ["Fn", "Arn"]})
+    assert worst.resolve({"Ref": "Version"}) == f"{function}:99999"
+    assert worst.resolve({"Ref": "Alias"}) == f"{function}:live"
+    assert worst.resolve({"Fn::GetAtt": ["Rule", "Arn"]}).endswith(f":rule/runs/{worst.name('Rule')}")
+    assert worst.resolve({"Fn::GetAtt": ["Key", "Arn"]}).endswith(f":key/{'x' * 36}")
+    table = worst.resolve({"Fn::GetAtt": ["Table", "Arn"]})
+    assert worst.resolve({"Fn::GetAtt": ["Table", "StreamArn"]}) == f"{table}/stream/2026-01-01T00:00:00.000"
