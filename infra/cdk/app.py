@@ -110,9 +110,19 @@ def _measured_with(resources: Mapping[str, Any], logical_id: str) -> list[Any]:
     return [resources.get(logical_id, {})] + [
         resource
         for resource in resources.values()
-        if resource.get("Type") == "AWS::IAM::Policy"
-        and {"Ref": logical_id} in ((resource.get("Properties") or {}).get("Roles") or [])
+        if (
+            resource.get("Type") == "AWS::IAM::Policy"
+            and {"Ref": logical_id} in (_props(resource).get("Roles") or [])
+        )
+        or (
+            resource.get("Type") == "AWS::IAM::RolePolicy"
+            and _props(resource).get("RoleName") == {"Ref": logical_id}
+        )
     ]
+
+
+def _props(resource: Mapping[str, Any]) -> Mapping[str, Any]:
+    return resource.get("Properties") or {}
 
 
 def _setting_of(resources: Sequence[Any], context: Mapping[str, Any]) -> str:

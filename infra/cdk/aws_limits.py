@@ -357,6 +357,13 @@ def _iam_breaches(resources: dict[str, Any], worst: WorstCase) -> Iterator[Breac
         for role in inline:
             if _names(resource, role):
                 inline[role] += size
+    # `AWS::IAM::RolePolicy`: one inline policy of one role, which it names by `RoleName`.
+    for _, resource in _of_type(resources, "AWS::IAM::RolePolicy"):
+        props = resource.get("Properties") or {}
+        role_name = props.get("RoleName")
+        named = role_name.get("Ref") if isinstance(role_name, dict) else None
+        if isinstance(named, str) and named in inline:
+            inline[named] += policy_chars(worst.resolve(props.get("PolicyDocument")))
     for role, size in inline.items():
         if size > ROLE_INLINE_POLICY_CHARS:
             yield Breach(

@@ -372,3 +372,27 @@ def test_references_resolve_to_what_cloudformation_returns_for_their_type() -> N
     assert worst.resolve({"Fn::GetAtt": ["Key", "Arn"]}).endswith(f":key/{'x' * 36}")
     table = worst.resolve({"Fn::GetAtt": ["Table", "Arn"]})
     assert worst.resolve({"Fn::GetAtt": ["Table", "StreamArn"]}) == f"{table}/stream/2026-01-01T00:00:00.000"
+
+
+def test_a_role_policy_resource_counts_among_its_roles_inline_policies() -> None:
+    """`AWS::IAM::RolePolicy` (a project's own template) is an inline policy of the role it
+    names: it was left out of the role's 10,240 characters."""
+    template = _committed()
+    role = next(k for k, r in template["Resources"].items() if k.startswith("ToolWorkerServiceRole"))
+    statement = {
+        "Effect": "Allow",
+        "Action": "dynamodb:GetItem",
+        "Resource": [
+            f"arn:aws:dynamodb:eu-west-1:123456789012:table/customer-table-{i:04}" for i in range(150)
+        ],
+    }
+    template["Resources"]["WorkerTables"] = {
+        "Type": "AWS::IAM::RolePolicy",
+        "Properties": {
+            "RoleName": {"Ref": role},
+            "PolicyName": "tables",
+            "PolicyDocument": {"Version": "2012-10-17", "Statement": [statement]},
+        },
+    }
+    [breach] = aws_limits.breaches(template)
+    assert (breach.resource, breach.limit) == (role, "the role's inline policies together")
