@@ -153,7 +153,9 @@ def check_asl_rules(template: Path, workdir: Path) -> Result:
 
 
 def check_aws_limits(template: Path, workdir: Path) -> Result:
-    found = aws_limits.breaches(_load(template), stack_name=STACK_NAME, assets=template.parent)
+    # CDK names the file after the stack (`<stack>.template.json`): its generated names grow with it.
+    name = template.name.removesuffix(".template.json") if template.name.endswith(".template.json") else ""
+    found = aws_limits.breaches(_load(template), stack_name=name or STACK_NAME, assets=template.parent)
     if found:
         more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
         return Result("aws-limits", False, found[0].line() + more)

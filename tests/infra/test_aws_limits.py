@@ -396,3 +396,22 @@ def test_a_role_policy_resource_counts_among_its_roles_inline_policies() -> None
     }
     [breach] = aws_limits.breaches(template)
     assert (breach.resource, breach.limit) == (role, "the role's inline policies together")
+
+
+def test_the_gate_measures_generated_names_with_the_stack_the_file_is_named_after(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A project's stack name goes into every name CloudFormation generates: `cdk synth` writes
+    `<stack>.template.json`, and the gate reads the name from there."""
+    template = _committed()
+    _, fn = _function(template, TRIGGERS.handler)
+    variables = fn["Properties"]["Environment"]["Variables"]
+    fits = aws_limits.LAMBDA_ENVIRONMENT_BYTES - aws_limits.environment_bytes(
+        aws_limits.WorstCase(template, "Toolpipe").resolve(variables)
+    )
+    variables["TOOLPIPE_TRIGGER_INSTRUCTIONS"] += "x" * fits  # exactly 4 KB with a short stack name
+    for stack, code in (("Toolpipe", 0), ("CustomerSupportAgentsProductionEuWest1", 1)):
+        path = tmp_path / f"{stack}.template.json"
+        path.write_text(json.dumps(template))
+        assert main(["--template", str(path), "--checks", "aws-limits"]) == code, stack
+    capsys.readouterr()
