@@ -5,6 +5,7 @@ import concurrent.futures
 import copy
 import http.server
 import json
+import re
 import threading
 import time
 import uuid
@@ -868,3 +869,30 @@ def test_a_utc_timestamp_is_parsed_once_and_answers_are_as_before(monkeypatch: A
         # Not a "Z" string: converted as before, every time.
         assert utc_timestamps.convert(TimestampSerializer("iso8601"), 0, "iso8601") == "1970-01-01T00:00:00Z"
         assert len(parsed) == len(patched) + 1
+
+
+def test_a_body_without_a_request_id_element_is_not_searched_and_xml_bodies_still_get_the_id(
+    monkeypatch: Any,
+) -> None:
+    searched: list[str] = []
+    sub = re.sub
+
+    def counted(pattern: Any, replacement: Any, body: Any, *args: Any, **kwargs: Any) -> Any:
+        if "RequestId" in str(pattern):
+            searched.append(body)
+        return sub(pattern, replacement, body, *args, **kwargs)
+
+    with mock_aws():
+        monkeypatch.setattr(re, "sub", counted)
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        answer = sfn.list_state_machines()
+        assert answer["stateMachines"] == [] and answer["ResponseMetadata"]["RequestId"]
+        assert searched == []  # a JSON body: nothing to put the id into
+        iam_client = boto3.client("iam", region_name="us-east-1")
+        answer = iam_client.list_roles()
+        # XML: the body's <RequestId> is the one in the header, as moto puts it there.
+        assert len(searched) == 1 and "<RequestId>" in searched[0]
+        assert (
+            answer["ResponseMetadata"]["RequestId"]
+            == answer["ResponseMetadata"]["HTTPHeaders"]["x-amzn-requestid"]
+        )

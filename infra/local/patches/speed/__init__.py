@@ -9,6 +9,7 @@ from toolpipe.infra.local.patches.speed import (
     jsonpath_cache,
     program_cache,
     query_one_partition,
+    request_id_in_body,
     request_ids,
     response_methods,
     shared_loader,
@@ -44,4 +45,5 @@ PATCHES = (
     shared_loader,
     absent_members,
     utc_timestamps,
+    request_id_in_body,
 )
