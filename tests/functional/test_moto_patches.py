@@ -5,6 +5,7 @@ import concurrent.futures
 import copy
 import http.server
 import json
+import re
 import threading
 import time
 import uuid
@@ -15,6 +16,8 @@ import botocore.auth
 import pytest
 from botocore.config import Config
 from moto import mock_aws
+from moto.core import serialize
+from moto.core.serialize import ResponseSerializer, TimestampSerializer, XFormedAttributePicker
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.responses import DynamoResult
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, CallbackOutcomeSuccess
@@ -23,6 +26,7 @@ from moto.stepfunctions.parser.asl.utils import boto_client, json_path
 from toolpipe.infra.local import patches
 from toolpipe.infra.local.patches.correctness import history_limit
 from toolpipe.infra.local.patches.speed import (
+    absent_members,
     item_answers,
     json_request_parser,
     program_cache,
@@ -30,6 +34,7 @@ from toolpipe.infra.local.patches.speed import (
     unsigned_in_process,
     update_tree_copy,
     update_validator_walk,
+    utc_timestamps,
 )
 
 patches.install()
@@ -786,3 +791,108 @@ def test_no_validator_overrides_what_the_patched_walk_skips() -> None:
     for cls in walkers:
         for name in ("nodes_to_be_processed", "process", "traverse_node_recursively"):
             assert name not in vars(cls), f"{cls.__name__} overrides {name}"
+
+
+def test_a_dicts_absent_members_are_left_out_without_the_picker_and_answers_are_as_before(
+    monkeypatch: Any,
+) -> None:
+    definition = {
+        "StartAt": "Mark",
+        "States": {
+            "Mark": {"Type": "Pass", "Result": {"n": 1}, "ResultPath": "$.mark", "Next": "Wait"},
+            "Wait": {"Type": "Wait", "Seconds": 0, "Next": "Done"},
+            "Done": {"Type": "Fail", "Error": "Stop", "Cause": "on purpose"},
+        },
+    }
+    asked: list[str] = []
+    picker_call = XFormedAttributePicker.__call__
+
+    def counted(self: Any, context: Any) -> Any:
+        asked.append(context.key)
+        return picker_call(self, context)
+
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        execution = _run(sfn, _machine(sfn, "absent", definition), "e1", {"a": [1, "x"]})["executionArn"]
+        queue = sqs.create_queue(QueueName="absent")["QueueUrl"]
+        sqs.send_message(QueueUrl=queue, MessageBody="m")
+
+        def answers() -> list[Any]:
+            calls = [
+                sfn.get_execution_history(executionArn=execution),
+                sfn.get_execution_history(executionArn=execution, includeExecutionData=False),
+                sfn.describe_execution(executionArn=execution),
+                sfn.list_executions(
+                    stateMachineArn=execution.rsplit(":", 1)[0].replace(":execution:", ":stateMachine:")
+                ),
+                sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"]),
+            ]
+            return [{k: v for k, v in answer.items() if k != "ResponseMetadata"} for answer in calls]
+
+        monkeypatch.setattr(XFormedAttributePicker, "__call__", counted)
+        patched = answers()
+        asked_patched = len(asked)
+        with monkeypatch.context() as unpatched:
+            unpatched.setattr(
+                ResponseSerializer, "_serialize_structure_member", absent_members._original_member
+            )
+            asked.clear()
+            assert answers() == patched
+        # Unpatched, every member of every history event (~60 each) went to the picker.
+        assert asked_patched * 3 < len(asked), (asked_patched, len(asked))
+        events = patched[0]["events"]
+        assert [e["type"] for e in events][:2] == ["ExecutionStarted", "PassStateEntered"]
+        assert events[-1]["executionFailedEventDetails"] == {"error": "Stop", "cause": "on purpose"}
+
+
+def test_a_utc_timestamp_is_parsed_once_and_answers_are_as_before(monkeypatch: Any) -> None:
+    definition = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        execution = _run(sfn, _machine(sfn, "stamps", definition), "e1")["executionArn"]
+        patched = sfn.get_execution_history(executionArn=execution)["events"]
+        parsed: list[Any] = []
+        parse = serialize.parse_to_aware_datetime
+        monkeypatch.setattr(
+            serialize, "parse_to_aware_datetime", lambda value: parsed.append(value) or parse(value)
+        )
+        assert sfn.get_execution_history(executionArn=execution)["events"] == patched
+        # The same timestamps again: none parsed a second time.
+        assert parsed == []
+        with monkeypatch.context() as unpatched:
+            unpatched.setattr(
+                TimestampSerializer, "_convert_timestamp_to_str", utc_timestamps._original_convert
+            )
+            assert sfn.get_execution_history(executionArn=execution)["events"] == patched
+        assert len(parsed) == len(patched) and all(str(value).endswith("Z") for value in parsed)
+        # Not a "Z" string: converted as before, every time.
+        assert utc_timestamps.convert(TimestampSerializer("iso8601"), 0, "iso8601") == "1970-01-01T00:00:00Z"
+        assert len(parsed) == len(patched) + 1
+
+
+def test_a_body_without_a_request_id_element_is_not_searched_and_xml_bodies_still_get_the_id(
+    monkeypatch: Any,
+) -> None:
+    searched: list[str] = []
+    sub = re.sub
+
+    def counted(pattern: Any, replacement: Any, body: Any, *args: Any, **kwargs: Any) -> Any:
+        if "RequestId" in str(pattern):
+            searched.append(body)
+        return sub(pattern, replacement, body, *args, **kwargs)
+
+    with mock_aws():
+        monkeypatch.setattr(re, "sub", counted)
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        answer = sfn.list_state_machines()
+        assert answer["stateMachines"] == [] and answer["ResponseMetadata"]["RequestId"]
+        assert searched == []  # a JSON body: nothing to put the id into
+        iam_client = boto3.client("iam", region_name="us-east-1")
+        answer = iam_client.list_roles()
+        # XML: the body's <RequestId> is the one in the header, as moto puts it there.
+        assert len(searched) == 1 and "<RequestId>" in searched[0]
+        assert (
+            answer["ResponseMetadata"]["RequestId"]
+            == answer["ResponseMetadata"]["HTTPHeaders"]["x-amzn-requestid"]
+        )

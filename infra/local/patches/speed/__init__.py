@@ -1,6 +1,7 @@
 """Patches of moto and botocore that make the same answers cheaper: one module per cost."""
 
 from toolpipe.infra.local.patches.speed import (
+    absent_members,
     action_names,
     inline_map_workers,
     item_answers,
@@ -8,6 +9,7 @@ from toolpipe.infra.local.patches.speed import (
     jsonpath_cache,
     program_cache,
     query_one_partition,
+    request_id_in_body,
     request_ids,
     response_methods,
     shared_loader,
@@ -19,6 +21,7 @@ from toolpipe.infra.local.patches.speed import (
     update_tree_copy,
     update_validator_walk,
     user_agent_cache,
+    utc_timestamps,
 )
 
 PATCHES = (
@@ -40,4 +43,7 @@ PATCHES = (
     unsigned_in_process,
     user_agent_cache,
     shared_loader,
+    absent_members,
+    utc_timestamps,
+    request_id_in_body,
 )
