@@ -11,6 +11,7 @@ import threading
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any
 
+from botocore.exceptions import ClientError
 from pydantic import Field
 
 from toolpipe.shared.tools import Tool, ToolContext, tool
@@ -30,6 +31,11 @@ def _s3() -> "S3Client":
     import boto3  # once per cold start, in the tool worker only
 
     return boto3.client("s3")
+
+
+# What S3 answers a read of the run's file once it was deleted or overwritten: 403 to a role that
+# may not list the bucket, 404 to one that may, 412 to a read of an unversioned file that changed.
+_GONE = frozenset({"AccessDenied", "403", "NoSuchKey", "NoSuchVersion", "404", "PreconditionFailed", "412"})
 
 
 @tool(idempotent=True)  # a read: running it again after a crash has no effect
@@ -56,7 +62,17 @@ def read_input(
     elif source.etag is not None:
         # Unversioned: the key may have been overwritten since; never read another file's bytes.
         extra["IfMatch"] = source.etag
-    body = _s3().get_object(Bucket=source.bucket, Key=source.key, Range=f"bytes={offset}-{end}", **extra)
+    try:
+        body = _s3().get_object(Bucket=source.bucket, Key=source.key, Range=f"bytes={offset}-{end}", **extra)
+    except ClientError as e:
+        code = str(e.response.get("Error", {}).get("Code", ""))
+        if code not in _GONE:
+            raise
+        # Without s3:ListBucket (the tool runner has none) S3 answers a deleted key with 403.
+        raise ValueError(
+            f"the file this run was started for, s3://{source.bucket}/{source.key}, was deleted or "
+            f"replaced since: it cannot be read as it was (S3 answered {code})"
+        ) from None
     data = body["Body"].read(MAX_READ_BYTES)
     # A range may cut a character in two: undecodable bytes read as U+FFFD, the offsets stay exact.
     text = data.decode("utf-8", errors="replace")

@@ -263,7 +263,13 @@ def test_read_input_in_an_unversioned_bucket_refuses_an_overwritten_object(pipel
     )
     assert read_input.invoke("{}", _context(source)).endswith("\nfirst")
     s3.put_object(Bucket=triggers.TRIGGER_BUCKET, Key="inbox/doc.txt", Body=b"other")
-    with pytest.raises(ToolExecutionError, match="PreconditionFailed"):
+    with pytest.raises(
+        ToolExecutionError, match=r"was deleted or replaced since: .*\(S3 answered PreconditionFailed\)"
+    ):
+        read_input.invoke("{}", _context(source))
+    # Deleted: the model reads that the file is gone, not a bare S3 error (403 without ListBucket).
+    s3.delete_object(Bucket=triggers.TRIGGER_BUCKET, Key="inbox/doc.txt")
+    with pytest.raises(ToolExecutionError, match=r"s3://[^ ]+/inbox/doc.txt, was deleted or replaced since"):
         read_input.invoke("{}", _context(source))
 
 
