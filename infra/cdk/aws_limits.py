@@ -333,46 +333,44 @@ def policy_chars(document: Any) -> int:
 
 
 def _iam_breaches(resources: dict[str, Any], worst: WorstCase) -> Iterator[Breach]:
-    inline: dict[str, int] = {}
-    for logical_id, resource in _of_type(resources, "AWS::IAM::Role"):
-        props = resource.get("Properties") or {}
-        inline[logical_id] = sum(
-            policy_chars(worst.resolve(p.get("PolicyDocument"))) for p in props.get("Policies") or []
-        )
-        trust = policy_chars(worst.resolve(props.get("AssumeRolePolicyDocument") or {}))
-        if trust > TRUST_POLICY_CHARS:
-            yield Breach(logical_id, "the role's trust policy", trust, TRUST_POLICY_CHARS, "characters")
-        managed = len(props.get("ManagedPolicyArns") or [])
-        managed += sum(1 for _, p in _of_type(resources, "AWS::IAM::ManagedPolicy") if _names(p, logical_id))
-        if managed > MANAGED_POLICIES_PER_ROLE:
-            yield Breach(
-                logical_id,
-                "the managed policies attached to the role",
-                managed,
-                MANAGED_POLICIES_PER_ROLE,
-                "policies",
-            )
-    for _, resource in _of_type(resources, "AWS::IAM::Policy"):
-        size = policy_chars(worst.resolve((resource.get("Properties") or {}).get("PolicyDocument")))
-        for role in inline:
-            if _names(resource, role):
-                inline[role] += size
-    # `AWS::IAM::RolePolicy`: one inline policy of one role, which it names by `RoleName`.
-    for _, resource in _of_type(resources, "AWS::IAM::RolePolicy"):
-        props = resource.get("Properties") or {}
-        role_name = props.get("RoleName")
-        named = role_name.get("Ref") if isinstance(role_name, dict) else None
-        if isinstance(named, str) and named in inline:
-            inline[named] += policy_chars(worst.resolve(props.get("PolicyDocument")))
-    for role, size in inline.items():
-        if size > ROLE_INLINE_POLICY_CHARS:
-            yield Breach(
-                role, "the role's inline policies together", size, ROLE_INLINE_POLICY_CHARS, "characters"
-            )
+    for role in (logical_id for logical_id, _ in _of_type(resources, "AWS::IAM::Role")):
+        yield from _role_breaches(role, resources, worst)
     for logical_id, resource in _of_type(resources, "AWS::IAM::ManagedPolicy"):
-        size = policy_chars(worst.resolve((resource.get("Properties") or {}).get("PolicyDocument")))
+        size = _document_chars(resource, worst)
         if size > MANAGED_POLICY_CHARS:
             yield Breach(logical_id, "the managed policy", size, MANAGED_POLICY_CHARS, "characters")
+
+
+def _role_breaches(role: str, resources: dict[str, Any], worst: WorstCase) -> Iterator[Breach]:
+    """One role's trust policy, managed policy count and inline policies together."""
+    props = resources[role].get("Properties") or {}
+    trust = policy_chars(worst.resolve(props.get("AssumeRolePolicyDocument") or {}))
+    if trust > TRUST_POLICY_CHARS:
+        yield Breach(role, "the role's trust policy", trust, TRUST_POLICY_CHARS, "characters")
+    managed = len(props.get("ManagedPolicyArns") or [])
+    managed += sum(1 for _, p in _of_type(resources, "AWS::IAM::ManagedPolicy") if _names(p, role))
+    if managed > MANAGED_POLICIES_PER_ROLE:
+        yield Breach(
+            role, "the managed policies attached to the role", managed, MANAGED_POLICIES_PER_ROLE, "policies"
+        )
+    inline = sum(policy_chars(worst.resolve(p.get("PolicyDocument"))) for p in props.get("Policies") or [])
+    inline += sum(
+        _document_chars(p, worst) for _, p in _of_type(resources, "AWS::IAM::Policy") if _names(p, role)
+    )
+    # `AWS::IAM::RolePolicy`: one inline policy of one role, which it names by `RoleName`.
+    inline += sum(
+        _document_chars(p, worst)
+        for _, p in _of_type(resources, "AWS::IAM::RolePolicy")
+        if (p.get("Properties") or {}).get("RoleName") == {"Ref": role}
+    )
+    if inline > ROLE_INLINE_POLICY_CHARS:
+        yield Breach(
+            role, "the role's inline policies together", inline, ROLE_INLINE_POLICY_CHARS, "characters"
+        )
+
+
+def _document_chars(policy: dict[str, Any], worst: WorstCase) -> int:
+    return policy_chars(worst.resolve((policy.get("Properties") or {}).get("PolicyDocument")))
 
 
 def _names(policy: dict[str, Any], role: str) -> bool:
