@@ -107,22 +107,7 @@ def synth(
 def _measured_with(resources: Mapping[str, Any], logical_id: str) -> list[Any]:
     """The resource a breach names and what was measured with it: a role's inline policies are
     mostly `AWS::IAM::Policy` resources naming the role (the CDK's DefaultPolicy)."""
-    return [resources.get(logical_id, {})] + [
-        resource
-        for resource in resources.values()
-        if (
-            resource.get("Type") == "AWS::IAM::Policy"
-            and {"Ref": logical_id} in (_props(resource).get("Roles") or [])
-        )
-        or (
-            resource.get("Type") == "AWS::IAM::RolePolicy"
-            and _props(resource).get("RoleName") == {"Ref": logical_id}
-        )
-    ]
-
-
-def _props(resource: Mapping[str, Any]) -> Mapping[str, Any]:
-    return resource.get("Properties") or {}
+    return [resources.get(logical_id, {}), *aws_limits.inline_policies(resources, logical_id)]
 
 
 def _setting_of(resources: Sequence[Any], context: Mapping[str, Any]) -> str:

@@ -354,15 +354,7 @@ def _role_breaches(role: str, resources: dict[str, Any], worst: WorstCase) -> It
             role, "the managed policies attached to the role", managed, MANAGED_POLICIES_PER_ROLE, "policies"
         )
     inline = sum(policy_chars(worst.resolve(p.get("PolicyDocument"))) for p in props.get("Policies") or [])
-    inline += sum(
-        _document_chars(p, worst) for _, p in _of_type(resources, "AWS::IAM::Policy") if _names(p, role)
-    )
-    # `AWS::IAM::RolePolicy`: one inline policy of one role, which it names by `RoleName`.
-    inline += sum(
-        _document_chars(p, worst)
-        for _, p in _of_type(resources, "AWS::IAM::RolePolicy")
-        if (p.get("Properties") or {}).get("RoleName") == {"Ref": role}
-    )
+    inline += sum(_document_chars(p, worst) for p in inline_policies(resources, role))
     if inline > ROLE_INLINE_POLICY_CHARS:
         yield Breach(
             role, "the role's inline policies together", inline, ROLE_INLINE_POLICY_CHARS, "characters"
@@ -371,6 +363,20 @@ def _role_breaches(role: str, resources: dict[str, Any], worst: WorstCase) -> It
 
 def _document_chars(policy: dict[str, Any], worst: WorstCase) -> int:
     return policy_chars(worst.resolve((policy.get("Properties") or {}).get("PolicyDocument")))
+
+
+def inline_policies(resources: Mapping[str, Any], role: str) -> list[dict[str, Any]]:
+    """The policy resources that are inline policies of `role`: each `AWS::IAM::Policy` naming it
+    (the CDK's DefaultPolicy) and each `AWS::IAM::RolePolicy`, which names one role by `RoleName`."""
+    return [
+        resource
+        for resource in resources.values()
+        if (resource.get("Type") == "AWS::IAM::Policy" and _names(resource, role))
+        or (
+            resource.get("Type") == "AWS::IAM::RolePolicy"
+            and (resource.get("Properties") or {}).get("RoleName") == {"Ref": role}
+        )
+    ]
 
 
 def _names(policy: dict[str, Any], role: str) -> bool:
