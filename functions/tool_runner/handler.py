@@ -1,6 +1,13 @@
 """Runs one call's tool code for the tool worker: the tool runner function, whose role holds no
-key to the pipeline (no table, task token, event bus or model key). See shared/runs/tool_run.py."""
+key to the pipeline (no table, task token, event bus or model key). See shared/runs/tool_run.py.
 
+Each call runs in a process of its own (shared/runs/call_process.py), forked from a template
+that this function forks at its cold start, before any invocation: what a call patches, starts,
+writes or sets ends with it, and no later call, of any run, sees it.
+"""
+
+import os
+import sys
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -8,7 +15,17 @@ import boto3
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from toolpipe.shared.runs.tool_run import ToolRunRequest, run_tool_call
+from toolpipe.shared.agents import registered_in_code
+from toolpipe.shared.errors import ErrorKind
+from toolpipe.shared.runs import call_process
+from toolpipe.shared.runs.call_host import prepare
+from toolpipe.shared.runs.tool_run import (
+    HOOKS_GRACE_SECONDS,
+    ToolRunRequest,
+    ToolRunResponse,
+    overran,
+    run_tool_call,
+)
 from toolpipe.shared.settings import OverflowSettings
 from toolpipe.shared.tracing import trace_handler
 
@@ -21,6 +38,20 @@ settings = OverflowSettings.from_env()
 INLINE_ANSWER_BYTES = 5_000_000
 # What the invocation keeps after the tool for its answer (and the upload of a long one).
 RESERVE_SECONDS = 5.0
+# A call's process is ended this long after its own limit (which answers first, from inside).
+END_AFTER_SECONDS = HOOKS_GRACE_SECONDS + 1.0
+# A call with no limit (a handler called directly) still ends: Lambda's longest invocation.
+NO_LIMIT_SECONDS = 900.0
+
+
+def in_lambda() -> bool:
+    return "AWS_LAMBDA_RUNTIME_API" in os.environ
+
+
+# On Lambda the template is forked here, at the cold start: no invocation's data is in this
+# process yet, so none is in the template nor in any call's process forked from it. Elsewhere
+# the local runtime names the template of each runner function (`call_process.register`).
+_processes = call_process.CallProcesses.forked(then=prepare) if in_lambda() else None
 
 
 @cache
@@ -35,9 +66,46 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     logger.append_keys(run_id=request.run_id, tool=request.call.name)
     left = max(1.0, context.get_remaining_time_in_millis() / 1000 - RESERVE_SECONDS)
     limit = left if request.time_limit is None else min(request.time_limit, left)
-    answer = run_tool_call(request.model_copy(update={"time_limit": limit}))
+    answer = run_call(request.model_copy(update={"time_limit": limit}), context.function_name)
     # The response as Lambda sends it: JSON, where a quote or a control character takes more bytes.
     if request.overflow_key and len(answer.model_dump_json().encode()) > INLINE_ANSWER_BYTES:
         s3().put_object(Bucket=settings.bucket_name, Key=request.overflow_key, Body=answer.content.encode())
         answer = answer.model_copy(update={"content": "", "overflowed": True})
     return answer.model_dump(mode="json")
+
+
+def run_call(request: ToolRunRequest, function_name: str) -> ToolRunResponse:
+    """The call, run in a process of its own; its output logged, capped."""
+    if not in_lambda() and registered_in_code(request.agent):
+        # An agent a test put in this process's registry: a process that imports the app does
+        # not have it. Its tools run here, as the docs' security page says.
+        return run_tool_call(request)
+    processes = _processes or call_process.for_function(function_name)
+    seconds = (request.time_limit or NO_LIMIT_SECONDS) + END_AFTER_SECONDS
+    name = request.call.name
+    try:
+        answer, end = processes.run(request, seconds)
+    except call_process.RunnerUnavailableError as e:
+        return _failed(f"Error: Tool '{name}' was not run: {e}. It had no effect; it may be called again.")
+    if end.output_bytes:
+        _echo(end)
+    if answer is not None:
+        return answer
+    if end.how == "overran":
+        return overran(request)
+    return _failed(f"Error: Tool '{name}' failed: {end.describe()}.")
+
+
+def _echo(end: call_process.CallEnd) -> None:
+    """What the call printed, where a print of the runner's goes (its log), capped: a tool that
+    prints 100 MB leaves 64 KiB and a line saying how much more there was."""
+    sys.stdout.write(end.output.decode(errors="replace"))
+    if end.output_bytes > len(end.output):
+        sys.stdout.write(
+            f"\n(toolpipe: the call printed {end.output_bytes:,} bytes; the first {len(end.output):,} are kept)\n"
+        )
+    sys.stdout.flush()
+
+
+def _failed(content: str) -> ToolRunResponse:
+    return ToolRunResponse(content=content, status="error", error_type=ErrorKind.TOOL_FAILED)

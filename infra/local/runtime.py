@@ -29,7 +29,7 @@ from toolpipe.infra.cdk.definition import (
     execution_ended_request,
     matches,
 )
-from toolpipe.infra.cdk.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_WORKER, TRIGGERS
+from toolpipe.infra.cdk.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_RUNNER, TOOL_WORKER, TRIGGERS
 from toolpipe.infra.local import (
     deployment,
     execution_events,
@@ -44,6 +44,7 @@ from toolpipe.infra.local import (
     triggers,
 )
 from toolpipe.infra.local.client import LOCAL_CALLER as LOCAL_CALLER  # where it is named (moto-free)
+from toolpipe.infra.local.tool_processes import ToolProcesses
 from toolpipe.infra.local.workers import WorkerPool
 from toolpipe.shared.agents.app import APP_ENV, APP_PATH_ENV, find_app
 from toolpipe.shared.history.store import DynamoHistoryStore
@@ -115,6 +116,7 @@ class LocalRuntime:
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
         self._saved_env: dict[str, str | None] = {}
         self.workers: WorkerPool | None = None
+        self._tool_processes: ToolProcesses | None = None
         self.trigger_workers: WorkerPool | None = None
         # Where a file starts a run and where its answer lands (RunRequested: `event_bus_name`).
         self.trigger_bucket = triggers.TRIGGER_BUCKET
@@ -216,6 +218,9 @@ class LocalRuntime:
             self._undo_start()
 
     def _undo_start(self) -> None:
+        if self._tool_processes is not None:
+            self._tool_processes.__exit__(None, None, None)
+            self._tool_processes = None
         lambdas.unregister_all()
         self._mock.stop()
         isolation.uninstall()
@@ -278,6 +283,13 @@ class LocalRuntime:
         self.functions = self._function_contexts(d)
         for name, context in self.functions.items():
             lambdas.register(context, name, d.refs[self.template.function(FUNCTIONS[name])[0]])
+        # Each runner's calls in processes of their own, as deployed (infra/local/tool_processes.py).
+        runners = [
+            (context, (name, d.refs[self.template.function(FUNCTIONS[name])[0]]))
+            for name, context in self.functions.items()
+            if FUNCTIONS[name].handler == TOOL_RUNNER.handler
+        ]
+        self._tool_processes = ToolProcesses(runners).__enter__()
         lambdas.run_executions_as(d.state_machine_context())
 
         # SES sends only from a verified identity, in moto as on AWS. The account is in SES's

@@ -15,6 +15,7 @@ from toolpipe.shared.agents.agent import (
 )
 from toolpipe.shared.agents.agent_tool import agent_tool
 from toolpipe.shared.agents.app import load_app
+from toolpipe.shared.agents.app import registered_in_code as _registered_in_code
 from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.agents.handoff import Handoff, HandoffContext, remove_tool_calls
 from toolpipe.shared.agents.hooks import AfterModel, AfterTool, BeforeModel, BeforeTool, Hooks
@@ -35,6 +36,11 @@ def get_agent(name: str) -> Agent:
         return AGENTS[name]
     except KeyError:
         raise UnknownAgentError(name, list(AGENTS)) from None
+
+
+def registered_in_code(name: str) -> bool:
+    """`name` was registered in this process's code, not by the app: see `app.registered_in_code`."""
+    return _registered_in_code(name, AGENTS)
 
 
 def all_agents() -> list[Agent]:
@@ -137,6 +143,7 @@ __all__ = [
     "default_agent_name",
     "execution_events_bound",
     "get_agent",
+    "registered_in_code",
     "remove_tool_calls",
     "reply_agent",
     "run_agent",

@@ -114,6 +114,8 @@ def agents_of(module: ModuleType) -> list[Agent]:
 
 _loaded: AppRef | None = None
 _lock = threading.Lock()
+# The app's own agents, as it defines them: any other agent of a registry was put there in code.
+_from_app: dict[str, Agent] = {}
 
 
 def load_app(registry: dict[str, Agent]) -> None:
@@ -130,6 +132,7 @@ def load_app(registry: dict[str, Agent]) -> None:
             raise ConfigurationError(f"app module '{ref.module}' defines no Agent at its top level")
         for agent in agents:
             registry.setdefault(agent.name, agent)
+            _from_app[agent.name] = agent
         refusal = waiting_child(agents, registry)
         if refusal is not None:
             raise DefinitionError(refusal)
@@ -169,3 +172,12 @@ def child_waits(parent: str, tool: str, child: str) -> str:
         f"agent '{parent}': tool '{tool}' runs agent '{child}', whose calls may wait for a person or "
         "a program; an agent tool's agent cannot (give those tools to the parent agent)"
     )
+
+
+def registered_in_code(name: str, registry: dict[str, Agent]) -> bool:
+    """`name` is an agent this process put in `registry` itself (`AGENTS[name] = agent`, a test's
+    replacement of an app agent), not the app's own: another process that imports the app does
+    not have it."""
+    load_app(registry)
+    agent = registry.get(name)
+    return agent is not None and _from_app.get(name) is not agent

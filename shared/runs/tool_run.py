@@ -138,9 +138,7 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
     except Overran:
         # The tool's own limit answers first; this is a hook, a converter or an error's message
         # that hung. It may still be running and writing the state: none of it is kept.
-        idempotent = _idempotent(agent, request.call.name)
-        overran = ToolTimeoutError(request.call.name, limit or 0, idempotent, worker_limit=True)
-        return ToolRunResponse.of(Execution(f"Error: {overran}", "error", 0, overran.kind))
+        return overran(request, agent)
     if execution.error_type is ErrorKind.TOOL_TIMEOUT:
         return ToolRunResponse.of(execution)  # whatever a hook made of it, nothing of its state
     try:
@@ -172,6 +170,22 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
         )
         return ToolRunResponse.of(noted, changes)
     return ToolRunResponse.of(execution, changes, handoff)
+
+
+def overran(request: ToolRunRequest, agent: Agent | None = None) -> ToolRunResponse:
+    """The answer for a call whose code ran past the time it had: none of its state is kept."""
+    idempotent = False
+    if agent is None:
+        try:
+            agent = agent_for(
+                request.agent, request.mcp_servers, reads_input=request.input_object is not None
+            )
+        except Exception:  # an agent we cannot read: not known to be idempotent
+            agent = None
+    if agent is not None:
+        idempotent = _idempotent(agent, request.call.name)
+    late = ToolTimeoutError(request.call.name, request.time_limit or 0, idempotent, worker_limit=True)
+    return ToolRunResponse.of(Execution(f"Error: {late}", "error", 0, late.kind))
 
 
 def requested_handoff(context: ToolContext) -> HandoffAction | None:

@@ -1,0 +1,117 @@
+"""The runtime's end of a tool process's AWS calls (`aws_forwarding.py`): each is made here, as
+the runner function the broker serves, so the IAM check authorizes it against that runner's role.
+
+One broker per runner function, on a Unix socket in a folder only this user may enter. Who the
+caller is comes from which broker a request reaches, never from the request: a tool process
+holds no credential that could name another function, and nothing it sends is unpickled.
+"""
+
+import contextlib
+import json
+import os
+import pickle
+import shutil
+import socket
+import tempfile
+import threading
+from typing import Any
+
+import boto3
+from botocore.client import BaseClient
+from botocore.exceptions import ClientError
+
+from toolpipe.infra.local import aws_forwarding
+from toolpipe.infra.local.isolation import FunctionContext, running_as
+from toolpipe.shared.errors import describe_exception
+
+REGION = "us-east-1"
+
+
+class AwsBroker:
+    """`with AwsBroker(context) as broker:` AWS calls on `broker.path`, made as `context`."""
+
+    def __init__(self, context: FunctionContext) -> None:
+        self.context = context
+        self._folder = tempfile.mkdtemp(prefix="toolpipe-aws-")
+        os.chmod(self._folder, 0o700)
+        self.path = os.path.join(self._folder, "aws.sock")
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.path)
+        self._listener.listen(64)
+        self._clients: dict[tuple[str, str], BaseClient] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, name=f"aws-broker-{context.name}", daemon=True)
+
+    def __enter__(self) -> "AwsBroker":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(
+                target=self._serve, args=(connection,), name="aws-broker-call", daemon=True
+            ).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        with connection:
+            while not self._closed:
+                try:
+                    request = aws_forwarding.receive(connection)
+                except (OSError, ValueError):
+                    return
+                if request is None:
+                    return
+                answer = self.call(request)
+                try:
+                    aws_forwarding.send(connection, pickle.dumps(answer))
+                except OSError:
+                    return
+
+    def _client(self, service: str, region: str) -> BaseClient:
+        with self._lock:
+            client = self._clients.get((service, region))
+            if client is None:
+                client = self._clients[(service, region)] = boto3.client(service, region_name=region)  # type: ignore[call-overload]
+            return client
+
+    def call(self, request: bytes) -> dict[str, Any]:
+        """One call a tool sent, made as this broker's function: its answer, to pickle."""
+        try:
+            sent = json.loads(request)
+            service, region, operation = (
+                str(sent["service"]),
+                str(sent["region"] or REGION),
+                str(sent["operation"]),
+            )
+            params = aws_forwarding.decode(sent["params"])
+            if not isinstance(params, dict):
+                raise TypeError("parameters are not an object")
+            client = self._client(service, region)
+        except Exception as e:  # a request no botocore client would send
+            return {"failure": f"a request the local AWS cannot read: {describe_exception(e)}"}
+        try:
+            with running_as(self.context):
+                response = client._make_api_call(operation, params)  # type: ignore[attr-defined]
+        except ClientError as e:
+            return {"error": e.response}
+        except Exception as e:
+            return {"failure": describe_exception(e)}
+        streams = [key for key, value in response.items() if hasattr(value, "read")]
+        for key in streams:
+            response[key] = response[key].read()
+        return {"response": response, "streams": streams}

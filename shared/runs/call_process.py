@@ -1,0 +1,535 @@
+"""One tool call, one process: nothing a call leaves behind reaches another call.
+
+The tool runner never runs tool code in its own process. Three kinds of process take part:
+
+- the *template*: a process that has imported the app and never sees a call's data. It is
+  forked from the runner's Lambda process at its cold start, before any invocation
+  (`CallProcesses.forked`), or started as a fresh interpreter (`CallProcesses.spawned`: the
+  local runtime, with the runner's environment only). It waits on a socket; for each call it
+  forks a supervisor.
+- the call's *supervisor*, forked from the template: it forks the call's process, waits for it
+  up to the call's hard limit, then ends it and every process it started (the supervisor is their
+  subreaper on Linux, so one that left its session or parent still ends), and says how the call
+  ended.
+- the call's *process*, forked from the supervisor: it reads the request from a pipe, runs the
+  call (`run_tool_call`) in a folder of its own (its cwd and TMPDIR) and writes the answer to
+  another pipe; its stdout and stderr go to a third, which the runner reads capped.
+
+The runner (`CallProcesses.run`) hands the template the four pipes' ends over the socket
+(SCM_RIGHTS) and writes the request itself: neither the template nor a supervisor ever holds
+a call's request or answer, so a later call's process, forked from them, inherits no earlier
+call's data. What a call patches, starts or sets ends with its process; its folder is removed
+when it ends. Template and supervisors are not dumpable (Linux): a call cannot attach to them
+(ptrace, /proc/PID/mem) to change what later calls run.
+"""
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+from toolpipe.shared.errors import ErrorKind, describe_exception
+from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse, run_tool_call
+
+# What a call's stdout and stderr may leave in the runner's log; the rest is counted, not kept.
+OUTPUT_LIMIT_BYTES = 64 * 1024
+# An answer longer than this is refused (a Lambda response stops at 6 MB; longer ones go to S3).
+ANSWER_LIMIT_BYTES = 64 * 1024 * 1024
+# Past the call's own limit, what the runner waits for its supervisor to end it and clean up.
+CLEANUP_SECONDS = 10.0
+_TEMP_VARIABLES = ("TMPDIR", "TEMP", "TMP")
+_PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
+_READ_SIZE = 65536
+# What a fresh template runs: it imports the app, then serves.
+HOST_MODULE = "toolpipe.shared.runs.call_host"
+
+
+@dataclass(frozen=True)
+class CallEnd:
+    """How a call's process ended, as its supervisor saw it."""
+
+    how: str  # "exited", "signaled", "overran", "lost" (its supervisor died first)
+    code: int = 0
+    # What the call wrote to stdout and stderr, at most OUTPUT_LIMIT_BYTES of it.
+    output: bytes = b""
+    output_bytes: int = 0
+
+    def describe(self) -> str:
+        if self.how == "exited":
+            return f"its process exited with status {self.code} before answering"
+        if self.how == "signaled":
+            name = signal.Signals(self.code).name if self.code in signal.Signals._value2member_map_ else ""
+            return f"its process was killed by signal {self.code} {name}".rstrip() + " (out of memory?)"
+        if self.how == "overran":
+            return "its process ran past the call's time limit and was ended"
+        return "its process was lost (its supervisor ended first)"
+
+
+class RunnerUnavailableError(RuntimeError):
+    """The template process cannot take a call (it ended): nothing of the call ran."""
+
+
+def _prctl(option: int, value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> list[int]:
+    """This process's children, from /proc (empty where there is none: not Linux)."""
+    me = os.getpid()
+    try:  # the kernel's own list, where it keeps one (single-threaded: the main thread's)
+        with open(f"/proc/{me}/task/{me}/children", "rb") as listed:
+            return [int(pid) for pid in listed.read().split()]
+    except OSError:
+        pass
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue  # it ended while we looked
+            if int(fields[1]) == me:
+                found.append(int(entry.name))
+    return found
+
+
+def _has_children() -> bool:
+    """Whether any child is left, reaping those that ended (cheaper than listing them)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def _end_children() -> None:
+    """End every child of this process, and theirs: a process whose parent ends is re-parented
+    here (the subreaper), so each round ends the next generation, until none is left."""
+    for _ in range(1000):
+        if not _has_children():
+            return
+        children = _children()
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)  # its own group, if it leads one
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+        if not children:
+            time.sleep(0.001)  # one is between its parent's end and its re-parenting here
+
+
+# --- the template ---------------------------------------------------------------------------
+
+
+def serve(connection: socket.socket) -> NoReturn:
+    """The template's loop: a supervisor per call handed over `connection`, until it closes."""
+    _prctl(_PR_SET_DUMPABLE, 0)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # a call's process whose supervisor was killed comes here
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    supervisors: set[int] = set()
+    connection.settimeout(1.0)
+    try:
+        while True:
+            try:
+                message, fds, _, _ = socket.recv_fds(connection, 4096, 4)
+            except TimeoutError:
+                _reap(supervisors)
+                continue
+            if not message:
+                break  # the runner is gone
+            if len(fds) != 4:
+                for fd in fds:
+                    os.close(fd)
+                continue
+            pid = os.fork()
+            if pid == 0:
+                connection.close()
+                _supervise(fds, json.loads(message))
+            supervisors.add(pid)
+            for fd in fds:
+                os.close(fd)
+            _reap(supervisors)
+    except BaseException:  # whatever ends the loop, the calls end with it
+        pass
+    _end_children()
+    os._exit(0)
+
+
+def _reap(supervisors: set[int]) -> None:
+    """Collect supervisors that ended; if one was killed, end what it left (re-parented here)."""
+    orphans = False
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        if pid in supervisors:
+            supervisors.discard(pid)
+            orphans |= not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
+    if orphans:
+        for pid in _children():
+            if pid not in supervisors:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+# --- a call's supervisor ----------------------------------------------------------------------
+
+
+def _supervise(fds: list[int], header: dict[str, object]) -> NoReturn:
+    request_in, answer_out, output_out, done = fds
+    ended: dict[str, object] = {"how": "lost"}
+    try:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        pid = os.fork()
+        if pid == 0:
+            os.close(done)
+            _call(request_in, answer_out, output_out, str(header["folder"]))
+        for fd in (request_in, answer_out, output_out):
+            os.close(fd)
+        ended = _wait(pid, float(str(header["seconds"])))
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)  # what it started in its own group, at once
+        _end_children()
+    finally:
+        with contextlib.suppress(OSError):
+            os.write(done, json.dumps(ended).encode())
+        os._exit(0)
+
+
+def _wait(pid: int, seconds: float) -> dict[str, object]:
+    deadline = time.monotonic() + seconds
+    pidfd = None
+    with contextlib.suppress(OSError, AttributeError):
+        pidfd = os.pidfd_open(pid)
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                if os.WIFSIGNALED(status):
+                    return {"how": "signaled", "code": os.WTERMSIG(status)}
+                return {"how": "exited", "code": os.waitstatus_to_exitcode(status)}
+            left = deadline - time.monotonic()
+            if left <= 0:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+                return {"how": "overran"}
+            if pidfd is not None:
+                select.select([pidfd], [], [], left)
+            else:
+                time.sleep(min(left, 0.005))
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+# --- a call's process -------------------------------------------------------------------------
+
+
+def _call(request_in: int, answer_out: int, output_out: int, folder: str) -> NoReturn:
+    answer = b""
+    try:
+        os.setsid()  # its own group: ended at once with everything it starts in it
+        os.dup2(output_out, 1)
+        os.dup2(output_out, 2)
+        os.close(output_out)
+        os.chdir(folder)
+        for name in _TEMP_VARIABLES:
+            os.environ[name] = folder
+        tempfile.tempdir = folder
+        request = ToolRunRequest.model_validate_json(_read_all(request_in))
+        os.close(request_in)
+        answer = run_tool_call(request).model_dump_json().encode()
+    except BaseException as e:  # the runner answers for a call that could not run
+        failed = ToolRunResponse(
+            content=f"Error: the tool runner could not run the call: {describe_exception(e)}",
+            status="error",
+            error_type=ErrorKind.TOOL_FAILED,
+        )
+        answer = failed.model_dump_json().encode()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        view = memoryview(answer)
+        while view:
+            view = view[os.write(answer_out, view) :]
+    finally:
+        os._exit(0)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, _READ_SIZE):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# --- the runner's side ------------------------------------------------------------------------
+
+
+class CallProcesses:
+    """The runner's handle on its template: `run` runs one call in a process of its own."""
+
+    def __init__(self, start: Callable[[], tuple[socket.socket, Callable[[], None]]]) -> None:
+        self._start = start
+        self._lock = threading.Lock()
+        self._connection: socket.socket | None = None
+        self._stop: Callable[[], None] | None = None
+
+    @classmethod
+    def forked(cls, then: Callable[[], None] | None = None) -> "CallProcesses":
+        """A template forked from this process now (a Lambda cold start, before any invocation),
+        which runs `then` (importing the app) before it serves. Should it end, the next is a fresh
+        interpreter: this process has held calls' data since."""
+        parent, child = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            parent.close()
+            if then is not None:
+                with contextlib.suppress(BaseException):
+                    then()
+            serve(child)
+        child.close()
+        processes = cls(lambda: _spawn(dict(os.environ), None, HOST_MODULE))
+        processes._connection, processes._stop = parent, lambda: _reap_pid(pid)
+        return processes
+
+    @classmethod
+    def spawned(
+        cls, environment: Mapping[str, str], cwd: str | None = None, host: str = HOST_MODULE
+    ) -> "CallProcesses":
+        """A template started (at the first call) as a fresh interpreter with `environment` only,
+        running `python -m HOST FD` (a module that calls `call_host.main`)."""
+        env = dict(environment)
+        return cls(lambda: _spawn(env, cwd, host))
+
+    def close(self) -> None:
+        """End the template and every call still running."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+            if self._stop is not None:
+                self._stop()
+                self._stop = None
+
+    def _handed(self, header: bytes, fds: list[int]) -> None:
+        with self._lock:
+            for attempt in range(2):
+                if self._connection is None:
+                    self._connection, self._stop = self._start()
+                try:
+                    socket.send_fds(self._connection, [header], fds)
+                    return
+                except OSError as e:
+                    # The template ended (a call killed it, or it ran out of memory): a new one.
+                    self._connection.close()
+                    self._connection = None
+                    if self._stop is not None:
+                        self._stop()
+                        self._stop = None
+                    if attempt == 1:
+                        raise RunnerUnavailableError(f"the runner's template process ended ({e})") from e
+
+    def run(self, request: ToolRunRequest, seconds: float) -> tuple[ToolRunResponse | None, CallEnd]:
+        """Run the call in a process of its own, ended (with what it started) after `seconds`.
+        The answer, or None when the process ended without one, and how it ended."""
+        folder = tempfile.mkdtemp(prefix="toolpipe-call-")
+        request_in, request_out = os.pipe()
+        answer_in, answer_out = os.pipe()
+        output_in, output_out = os.pipe()
+        done_in, done_out = os.pipe()
+        exchange = _Exchange(request_out, answer_in, output_in, done_in)
+        try:
+            header = json.dumps({"folder": folder, "seconds": seconds}).encode()
+            theirs = [request_in, answer_out, output_out, done_out]
+            try:
+                self._handed(header, theirs)
+            finally:
+                for fd in theirs:
+                    os.close(fd)
+            exchange.run(request.model_dump_json().encode(), seconds + CLEANUP_SECONDS)
+        finally:
+            exchange.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        output = bytes(exchange.output)
+        try:
+            ended = json.loads(bytes(exchange.done))
+            end = CallEnd(str(ended["how"]), int(ended.get("code", 0)), output, exchange.output_bytes)
+        except (ValueError, KeyError, TypeError):
+            end = CallEnd("lost", 0, output, exchange.output_bytes)
+        if not exchange.answer or exchange.answer_bytes > ANSWER_LIMIT_BYTES or end.how == "overran":
+            return None, end
+        try:
+            return ToolRunResponse.model_validate_json(bytes(exchange.answer)), end
+        except ValueError:
+            return None, end
+
+
+@dataclass
+class _Exchange:
+    """The runner's side of one call's pipes: it writes the request and reads the answer, the
+    output and the end at once (a pipe holds 64 KiB: a process writing one while we wait on
+    another would stop), until the supervisor says the call ended, or time runs out."""
+
+    request_out: int
+    answer_in: int
+    output_in: int
+    done_in: int
+    answer: bytearray = field(default_factory=bytearray)
+    answer_bytes: int = 0
+    output: bytearray = field(default_factory=bytearray)
+    output_bytes: int = 0
+    done: bytearray = field(default_factory=bytearray)
+
+    def run(self, request: bytes, seconds: float) -> None:
+        pending = memoryview(request)
+        deadline = time.monotonic() + seconds
+        with selectors.DefaultSelector() as selector:
+            os.set_blocking(self.request_out, False)
+            selector.register(self.request_out, selectors.EVENT_WRITE)
+            for fd in (self.answer_in, self.output_in, self.done_in):
+                selector.register(fd, selectors.EVENT_READ)
+            reading = {self.answer_in, self.done_in}
+            while reading and (left := deadline - time.monotonic()) > 0:
+                for key, _ in selector.select(left):
+                    fd = int(key.fd)
+                    if fd == self.request_out:
+                        pending = self._write(pending)
+                        if not pending:
+                            selector.unregister(fd)
+                            os.close(fd)  # the call's process reads the request to its end
+                            self.request_out = -1
+                    elif not self._read(fd):
+                        selector.unregister(fd)
+                        reading.discard(fd)
+
+    def close(self) -> None:
+        for fd in (self.request_out, self.answer_in, self.output_in, self.done_in):
+            if fd >= 0:
+                os.close(fd)
+
+    def _write(self, pending: memoryview) -> memoryview:
+        try:
+            return pending[os.write(self.request_out, pending[:_READ_SIZE]) :]
+        except BlockingIOError:
+            return pending
+        except BrokenPipeError:  # the call's process ended before reading it all
+            return pending[:0]
+
+    def _read(self, fd: int) -> bool:
+        chunk = os.read(fd, _READ_SIZE)
+        if fd == self.answer_in:
+            self.answer_bytes += len(chunk)
+            if self.answer_bytes <= ANSWER_LIMIT_BYTES:
+                self.answer += chunk
+        elif fd == self.output_in:
+            if self.output_bytes < OUTPUT_LIMIT_BYTES:
+                self.output += chunk[: OUTPUT_LIMIT_BYTES - self.output_bytes]
+            self.output_bytes += len(chunk)
+        else:
+            self.done += chunk
+        return bool(chunk)
+
+
+def _spawn(
+    environment: dict[str, str], cwd: str | None, host: str
+) -> tuple[socket.socket, Callable[[], None]]:
+    """A fresh interpreter as the template (`python -m HOST FD`)."""
+    parent, child = socket.socketpair()
+    folder = cwd or tempfile.mkdtemp(prefix="toolpipe-runner-")
+    process = subprocess.Popen(  # our own module, by the interpreter running us
+        [sys.executable, "-m", host, str(child.fileno())],
+        env=environment,
+        cwd=folder,
+        pass_fds=[child.fileno()],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    child.close()
+    ready = parent.recv(4096)  # the host says so once it has imported the app
+    if ready != b"ready":
+        parent.close()
+        process.kill()
+        process.wait()
+        raise RunnerUnavailableError(ready.decode(errors="replace") or "the runner's template process ended")
+
+    def stop() -> None:
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        if cwd is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    return parent, stop
+
+
+def _reap_pid(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, 0)
+
+
+# --- which template a runner function uses, outside Lambda ------------------------------------
+
+_by_function: dict[str, CallProcesses] = {}
+_registry_lock = threading.Lock()
+
+
+def register(function_name: str, processes: CallProcesses) -> None:
+    """The local runtime names the template of one of its runner functions."""
+    with _registry_lock:
+        _by_function[function_name] = processes
+
+
+def unregister(function_name: str) -> CallProcesses | None:
+    with _registry_lock:
+        return _by_function.pop(function_name, None)
+
+
+def for_function(function_name: str) -> CallProcesses:
+    """The template registered for the function; for a handler called with no runtime around it
+    (a test of its own), one spawned with this process's environment, kept for the process."""
+    with _registry_lock:
+        processes = _by_function.get(function_name)
+        if processes is None:
+            processes = _by_function[function_name] = CallProcesses.spawned(dict(os.environ))
+        return processes
