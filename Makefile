@@ -143,6 +143,7 @@ deploy: install
 bench: install
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python -m benchmarks.pipeline
+	$(BIN)/python -m benchmarks.calls
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) node_modules cdk.out .toolpipe .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -6,8 +6,11 @@ that this function forks at its cold start, before any invocation: what a call p
 writes or sets ends with it, and no later call, of any run, sees it.
 """
 
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +55,10 @@ def in_lambda() -> bool:
 # process yet, so none is in the template nor in any call's process forked from it. Elsewhere
 # the local runtime names the template of each runner function (`call_process.register`).
 _processes = call_process.CallProcesses.forked(then=prepare) if in_lambda() else None
+# On Lambda /tmp outlives invocations, and is this function's alone: what a call leaves there
+# (past its own folder, which goes with it) is removed after it, all but what was there at start.
+_TMP = tempfile.gettempdir()
+_TMP_AT_START = frozenset(os.listdir(_TMP)) if in_lambda() else frozenset()
 
 
 @cache
@@ -87,6 +94,9 @@ def run_call(request: ToolRunRequest, function_name: str) -> ToolRunResponse:
         answer, end = processes.run(request, seconds)
     except call_process.RunnerUnavailableError as e:
         return _failed(f"Error: Tool '{name}' was not run: {e}. It had no effect; it may be called again.")
+    finally:
+        if _processes is not None:
+            _sweep_tmp()
     if end.output_bytes:
         _echo(end)
     if answer is not None:
@@ -94,6 +104,16 @@ def run_call(request: ToolRunRequest, function_name: str) -> ToolRunResponse:
     if end.how == "overran":
         return overran(request)
     return _failed(f"Error: Tool '{name}' failed: {end.describe()}.")
+
+
+def _sweep_tmp() -> None:
+    for entry in os.scandir(_TMP):
+        if entry.name not in _TMP_AT_START:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def _echo(end: call_process.CallEnd) -> None:

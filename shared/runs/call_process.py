@@ -25,6 +25,7 @@ when it ends. Template and supervisors are not dumpable (Linux): a call cannot a
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
@@ -54,6 +55,9 @@ _TEMP_VARIABLES = ("TMPDIR", "TEMP", "TMP")
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _READ_SIZE = 65536
+# The template's word that it took a call, and how long the runner waits for it.
+_TAKEN = b"+"
+TAKEN_SECONDS = 10.0
 # What a fresh template runs: it imports the app, then serves.
 HOST_MODULE = "toolpipe.shared.runs.call_host"
 
@@ -149,13 +153,17 @@ def _end_children() -> None:
 
 
 def serve(connection: socket.socket) -> NoReturn:
-    """The template's loop: a supervisor per call handed over `connection`, until it closes."""
+    """The template's loop: each call handed over `connection` goes to the spare supervisor
+    (forked, with its call's process, before the call came: forking is off the call's path),
+    and a new spare is forked; until `connection` closes."""
     _prctl(_PR_SET_DUMPABLE, 0)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # a call's process whose supervisor was killed comes here
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    gc.freeze()  # what every call's process shares stays shared: the collector writes to none of it
     supervisors: set[int] = set()
     connection.settimeout(1.0)
     try:
+        spare = _spare(connection, supervisors)
         while True:
             try:
                 message, fds, _, _ = socket.recv_fds(connection, 4096, 4)
@@ -164,22 +172,34 @@ def serve(connection: socket.socket) -> NoReturn:
                 continue
             if not message:
                 break  # the runner is gone
-            if len(fds) != 4:
-                for fd in fds:
-                    os.close(fd)
-                continue
-            pid = os.fork()
-            if pid == 0:
-                connection.close()
-                _supervise(fds, json.loads(message))
-            supervisors.add(pid)
+            if len(fds) == 4:
+                connection.sendall(_TAKEN)  # before passing them on: see CallProcesses._handed
+                # A spare a call killed takes nothing: the runner reads that call as lost.
+                with contextlib.suppress(OSError):
+                    socket.send_fds(spare, [message], fds)
+                spare.close()
             for fd in fds:
-                os.close(fd)
+                os.close(fd)  # before the next fork: a spare holding a call's pipe would keep it open
+            if spare.fileno() < 0:
+                spare = _spare(connection, supervisors)
             _reap(supervisors)
     except BaseException:  # whatever ends the loop, the calls end with it
         pass
     _end_children()
     os._exit(0)
+
+
+def _spare(connection: socket.socket, supervisors: set[int]) -> socket.socket:
+    """A supervisor and its call's process, forked now, waiting for a call: the socket to it."""
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        connection.close()
+        ours.close()
+        _supervise(theirs)
+    theirs.close()
+    supervisors.add(pid)
+    return ours
 
 
 def _reap(supervisors: set[int]) -> None:
@@ -207,24 +227,39 @@ def _reap(supervisors: set[int]) -> None:
 # --- a call's supervisor ----------------------------------------------------------------------
 
 
-def _supervise(fds: list[int], header: dict[str, object]) -> NoReturn:
-    request_in, answer_out, output_out, done = fds
+def _supervise(template: socket.socket) -> NoReturn:
+    """Fork the call's process, wait for the call, hand it over, end it and what it started."""
     ended: dict[str, object] = {"how": "lost"}
+    done = pid = -1
     try:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        ours, theirs = socket.socketpair()
         pid = os.fork()
         if pid == 0:
-            os.close(done)
-            _call(request_in, answer_out, output_out, str(header["folder"]))
+            template.close()
+            ours.close()
+            _call(theirs)
+        theirs.close()
+        message, fds, _, _ = socket.recv_fds(template, 4096, 4)
+        if not message or len(fds) != 4:
+            raise SystemExit(0)  # the template is gone, or sent no call: end the spare
+        request_in, answer_out, output_out, done = fds
+        socket.send_fds(ours, [message], [request_in, answer_out, output_out])
         for fd in (request_in, answer_out, output_out):
             os.close(fd)
-        ended = _wait(pid, float(str(header["seconds"])))
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)  # what it started in its own group, at once
-        _end_children()
+        ended = _wait(pid, float(str(json.loads(message)["seconds"])))
+    except BaseException:  # the call's process is ended below whatever happened here
+        pass
     finally:
-        with contextlib.suppress(OSError):
-            os.write(done, json.dumps(ended).encode())
+        if pid > 0:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)  # what it started in its own group, at once
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # a spare that never got a call
+        _end_children()
+        if done >= 0:
+            with contextlib.suppress(OSError):
+                os.write(done, json.dumps(ended).encode())
         os._exit(0)
 
 
@@ -261,7 +296,17 @@ def _wait(pid: int, seconds: float) -> dict[str, object]:
 # --- a call's process -------------------------------------------------------------------------
 
 
-def _call(request_in: int, answer_out: int, output_out: int, folder: str) -> NoReturn:
+def _call(supervisor: socket.socket) -> NoReturn:
+    """A call's process: waits for its call, runs it, writes the answer, exits."""
+    try:
+        message, fds, _, _ = socket.recv_fds(supervisor, 4096, 3)
+    except BaseException:
+        os._exit(0)
+    if not message or len(fds) != 3:
+        os._exit(0)  # the supervisor is gone: no call came
+    supervisor.close()
+    request_in, answer_out, output_out = fds
+    folder = str(json.loads(message)["folder"])
     answer = b""
     try:
         os.setsid()  # its own group: ended at once with everything it starts in it
@@ -350,22 +395,29 @@ class CallProcesses:
                 self._stop = None
 
     def _handed(self, header: bytes, fds: list[int]) -> None:
+        """Hand the call's pipes to the template, which says it took them before it passes them
+        on: a template that ended (a call killed it, it ran out of memory) took nothing, and a
+        new one is started for the call; one that ends after saying so has the call lost, never
+        run twice."""
         with self._lock:
             for attempt in range(2):
                 if self._connection is None:
                     self._connection, self._stop = self._start()
                 try:
                     socket.send_fds(self._connection, [header], fds)
-                    return
+                    self._connection.settimeout(TAKEN_SECONDS)
+                    if self._connection.recv(1) == _TAKEN:
+                        return
+                    problem = "it closed its socket"
                 except OSError as e:
-                    # The template ended (a call killed it, or it ran out of memory): a new one.
-                    self._connection.close()
-                    self._connection = None
-                    if self._stop is not None:
-                        self._stop()
-                        self._stop = None
-                    if attempt == 1:
-                        raise RunnerUnavailableError(f"the runner's template process ended ({e})") from e
+                    problem = describe_exception(e)
+                self._connection.close()
+                self._connection = None
+                if self._stop is not None:
+                    self._stop()
+                    self._stop = None
+                if attempt == 1:
+                    raise RunnerUnavailableError(f"the runner's template process ended ({problem})")
 
     def run(self, request: ToolRunRequest, seconds: float) -> tuple[ToolRunResponse | None, CallEnd]:
         """Run the call in a process of its own, ended (with what it started) after `seconds`.
@@ -504,6 +556,17 @@ def _spawn(
 
 
 def _reap_pid(pid: int) -> None:
+    """Wait for a forked template to end (it ends its calls first), at most 5 s, then end it."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.01)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, 0)
 

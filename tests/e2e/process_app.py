@@ -26,7 +26,7 @@ def secret() -> str:
 
 
 @tool
-def tamper(log: str) -> str:
+def tamper(log: str, tmp_root: str = "") -> str:
     """Patch what later calls would run: json, the registry, the environment; leave a thread, a
     process in a session of its own and files, each writing to `log` while they live."""
     json.dumps = lambda *a, **k: "forged"  # type: ignore[assignment]
@@ -36,6 +36,9 @@ def tamper(log: str) -> str:
         left.write("mine")
     with open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "left-in-tmp.txt"), "w") as left:
         left.write("mine")
+    if tmp_root:  # the runner's /tmp itself, as on Lambda, where it outlives invocations
+        with open(os.path.join(tmp_root, "left-in-the-runners-tmp.txt"), "w") as left:
+            left.write("mine")
 
     def keep_writing(what: str) -> None:
         while True:

@@ -28,6 +28,7 @@ QUICK = {
     "coldstart": ["benchmarks.coldstart", "--quick"],
     "pipeline": ["benchmarks.pipeline", "--quick", "--no-cold-start", "--no-cost"],
     "cost": ["benchmarks.cost"],
+    "calls": ["benchmarks.calls", "--quick"],
 }
 
 
@@ -73,6 +74,12 @@ def test_every_benchmark_runs_in_its_quick_mode_and_prints_its_figures() -> None
             assert f"{label}: not installed, skipped (pip install '.[bench]')" in pipeline
         else:
             assert f"{peer}_cpu_3_ms" in figures and f"toolpipe / {label}: overhead" in pipeline
+
+    calls = results["calls"].stdout
+    for way in ("in process", "forked (deployed)", "fresh template (local)"):
+        [row] = [line for line in calls.splitlines() if line.strip().startswith(way)]
+        assert "median" in row and "p95" in row, row
+    assert "template memory: forked" in calls
 
     cost = results["cost"].stdout
     assert "what a reference run costs on AWS" in cost and "infrastructure" in cost

@@ -1,0 +1,98 @@
+"""The tool runner as Lambda runs it (issue 32): its template is forked when the handler module
+is imported at the cold start, each invocation's call runs in a process forked from it, and what
+a call leaves (patches, threads, processes, files in /tmp, environment) is gone for the next
+invocation, of any run. Run in a process of its own that Lambda's runtime variable marks as one."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_INVOKE = textwrap.dedent(
+    """
+    import json, os, sys, uuid
+    from toolpipe.functions.tool_runner import handler
+
+    class Context:
+        function_name = "ToolRunner"
+        memory_limit_in_mb = 512
+        invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:ToolRunner"
+        aws_request_id = "r"
+        def get_remaining_time_in_millis(self):
+            return 60_000
+
+    answers = []
+    for line in sys.stdin:
+        call = json.loads(line)
+        event = {
+            "run_id": call["run"], "agent": "prober", "idempotency_key": uuid.uuid4().hex,
+            "call": {"id": uuid.uuid4().hex, "name": call["tool"], "arguments": json.dumps(call["arguments"])},
+        }
+        answers.append(handler.lambda_handler(event, Context()))
+    sys.stdout.write("ANSWERS " + json.dumps(answers) + "\\n")
+    """
+)
+
+
+def _invoke(tmp_path: Path, *calls: dict[str, object]) -> list[dict[str, object]]:
+    lambda_tmp = tmp_path / "lambda-tmp"
+    lambda_tmp.mkdir()
+    (lambda_tmp / "there-at-start").write_text("kept")
+    env = {
+        **os.environ,
+        "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9",  # what makes the handler fork its template
+        "TMPDIR": str(lambda_tmp),
+        "TOOLPIPE_APP": "tests.e2e.process_app",
+        "BUCKET_NAME": "contents",
+        "PYTHONPATH": str(ROOT),
+        "POWERTOOLS_LOG_LEVEL": "ERROR",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _INVOKE],
+        input="".join(json.dumps(c) + "\n" for c in calls),
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    line = next(line for line in done.stdout.splitlines() if line.startswith("ANSWERS "))
+    return list(json.loads(line.removeprefix("ANSWERS ")))
+
+
+def test_a_warm_runner_keeps_nothing_a_call_left_for_the_next_invocation(tmp_path: Path) -> None:
+    log = tmp_path / "writes.log"
+    lambda_tmp = tmp_path / "lambda-tmp"
+    tampered, seen = _invoke(
+        tmp_path,
+        {"run": "run-a", "tool": "tamper", "arguments": {"log": str(log), "tmp_root": str(lambda_tmp)}},
+        {"run": "run-b", "tool": "look", "arguments": {}},
+    )
+    assert tampered["status"] == "ok", tampered
+    looked = json.loads(str(seen["content"]))
+    left = json.loads(str(tampered["content"]))
+    assert looked["pid"] != left["pid"]
+    assert looked["json_dumps_forged"] is False and looked["execute_forged"] is False
+    assert looked["left_env"] is None and looked["cwd_files"] == []
+    # /tmp holds what it held at the cold start, nothing a call left.
+    assert sorted(os.listdir(lambda_tmp)) == ["there-at-start"]
+    size = log.stat().st_size
+    assert {"thread", "raw-thread", "process"} <= set(log.read_text().split())
+    time.sleep(0.5)
+    assert log.stat().st_size == size  # nothing it started writes any more
+
+
+def test_a_call_that_kills_the_template_leaves_a_runner_that_still_answers(tmp_path: Path) -> None:
+    killed, after = _invoke(
+        tmp_path,
+        {"run": "run-a", "tool": "kill_the_template", "arguments": {}},
+        {"run": "run-b", "tool": "look", "arguments": {}},
+    )
+    assert killed["content"] == "killed"
+    assert json.loads(str(after["content"]))["json_dumps_forged"] is False
