@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from toolpipe.infra.local import aws_forwarding
 from toolpipe.infra.local.aws_broker import REGION, AwsBroker
 from toolpipe.infra.local.isolation import FunctionContext, running_as
+from toolpipe.shared.agents.app import APP_ENV
 from toolpipe.shared.runs import call_process
+from toolpipe.shared.runs.call_host import MAIN_FILE_ENV
 
 HOST_MODULE = "toolpipe.infra.local.tool_host"
 # Port 9 (discard) refuses: a botocore call a tool made around the broker reaches nothing.
@@ -50,6 +52,9 @@ def environment(context: FunctionContext, broker_path: str) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if p),
         }
     )
+    main = sys.modules.get("__main__")
+    if kept.get(APP_ENV) == "__main__" and getattr(main, "__file__", None):
+        kept[MAIN_FILE_ENV] = os.path.abspath(str(main.__file__))
     for name in (
         "AWS_LAMBDA_FUNCTION_NAME",
         "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",

@@ -6,15 +6,37 @@ import does not stop it: each call then answers that failure, in one line, as th
 """
 
 import contextlib
+import importlib.util
+import os
 import socket
 import sys
 
 from toolpipe.shared.runs.call_process import serve
 
+# The script whose `__main__` module is the app (`LocalPipeline(app="__main__")` in a script): here
+# it is imported as `__mp_main__` and stands for `__main__`, as multiprocessing does, so its
+# `if __name__ == "__main__":` block does not run again.
+MAIN_FILE_ENV = "TOOLPIPE_APP_MAIN_FILE"
+
+
+def _main_from_file(path: str) -> None:
+    spec = importlib.util.spec_from_file_location("__mp_main__", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["__mp_main__"] = module
+    spec.loader.exec_module(module)
+    sys.modules["__main__"] = module
+
 
 def prepare() -> None:
     """Import the app, as each call's process would: once, here."""
     from toolpipe.shared.agents import all_agents
+
+    main_file = os.environ.get(MAIN_FILE_ENV)
+    if main_file:
+        with contextlib.suppress(Exception):  # each call says why, in its own answer
+            _main_from_file(main_file)
 
     with contextlib.suppress(Exception):  # each call says why, in its own answer
         all_agents()
