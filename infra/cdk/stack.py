@@ -14,7 +14,8 @@ secret's complete ARN, or `none`), `model_key_kms_key_arn`, `tracing` ("false": 
 functions neither trace nor load X-Ray; README "Cold start"), `otel_endpoint`,
 `otel_collector_layer_arn` and `otel_capture_content` (where each run's OpenTelemetry trace
 goes; README "Observability"), `retention_days` (how long an ended run is kept, 30 by
-default; README "Retention") and `prices` (a JSON object over the price table of a run's cost;
+default; README "Retention"), `runners` (the named tool runners, comma-separated or a list:
+a function and role each; README "Runners") and `prices` (a JSON object over the price table of a run's cost;
 README "What a run cost"). `model_name` and
 `model_base_url` reach it from `infra/cdk/app.py`.
 """
@@ -151,6 +152,11 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     if prices:
         # `-c prices='{"region": "eu-west-1", ...}'`, or an object in cdk.json; checked by the pipeline.
         settings["prices"] = _json_object("prices", prices)
+    runners = node.try_get_context("runners")
+    if runners:
+        # `-c runners=mail,files`, or a list in cdk.json; each name is checked by the pipeline.
+        names = runners if isinstance(runners, list) else str(runners).split(",")
+        settings["runners"] = [str(name).strip() for name in names if str(name).strip()]
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]

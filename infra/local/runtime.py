@@ -276,8 +276,8 @@ class LocalRuntime:
         self.trigger_prefix = d.trigger_prefix or triggers.INPUT_PREFIX
         self._triggers_arn = d.function_arns.get(TRIGGERS.name, "")
         self.functions = self._function_contexts(d)
-        for name, context in self.functions.items():
-            lambdas.register(context, name, d.refs[self.template.function(FUNCTIONS[name])[0]])
+        for spec, logical_id, _ in self.template.functions():
+            lambdas.register(self.functions[spec.name], spec.name, d.refs[logical_id])
         lambdas.run_executions_as(d.state_machine_context())
 
         # SES sends only from a verified identity, in moto as on AWS. The account is in SES's
