@@ -139,8 +139,9 @@ class ToolPipeline(Construct):
         queues, failed and timed-out executions and throttled functions (README "Alarms"),
         notifying `alarm_topic`: an SNS topic or its ARN, "create" for one made here, or None.
         `runners`: the names of the tool runners your tools name (`@tool(runner="mail")`), each
-        its own function and role beside the default runner (README "Runners"); grant a runner's
-        tools what they need with `tool_runner(name).add_to_role_policy(...)`."""
+        its own function and role beside the default runner (docs/operations/security.md, "A
+        runner per trust boundary"); grant a runner's tools what they need with
+        `tool_runner(name).add_to_role_policy(...)`."""
         super().__init__(scope, construct_id)
         if model_base_url and not re.fullmatch(r"https?://[^\s/]+\S*", model_base_url):
             raise ValueError(f"model_base_url: {model_base_url!r} is not an http(s) URL")

@@ -15,8 +15,8 @@ functions neither trace nor load X-Ray; README "Cold start"), `otel_endpoint`,
 `otel_collector_layer_arn` and `otel_capture_content` (where each run's OpenTelemetry trace
 goes; README "Observability"), `retention_days` (how long an ended run is kept, 30 by
 default; README "Retention"), `runners` (the named tool runners, comma-separated or a list:
-a function and role each; README "Runners") and `prices` (a JSON object over the price table of a run's cost;
-README "What a run cost"). `model_name` and
+a function and role each; docs/operations/security.md "A runner per trust boundary") and
+`prices` (a JSON object over the price table of a run's cost; README "What a run cost"). `model_name` and
 `model_base_url` reach it from `infra/cdk/app.py`.
 """
 

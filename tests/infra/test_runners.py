@@ -67,7 +67,7 @@ def test_the_example_grants_ses_to_its_mail_runner_only() -> None:
     assert grant["Action"] == "ses:SendEmail" and "identity/assistant@example.com" in json.dumps(grant)
     assert "TOOLPIPE_EMAIL_SENDER" not in default.get("Environment", {}).get("Variables", {})
     # The worker knows the mail runner's function, and may invoke it.
-    worker_id, worker = _worker(resources)
+    _, worker = _worker(resources)
     assert worker["Environment"]["Variables"]["TOOLPIPE_TOOL_RUNNERS"] == {
         "Fn::Join": ["", ['{"mail":"', {"Ref": mail_id}, '"}']]
     }
