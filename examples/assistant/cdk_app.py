@@ -13,7 +13,7 @@ from toolpipe.cdk import ToolpipeStack, synth
 
 def allow_email(stack: ToolpipeStack) -> None:
     """`send_email` (assistant/agents.py) sends from this SES identity, which must be verified
-    in the account. It runs in the "mail" runner (cdk.json `runners`), whose role alone may send
+    in the account. It runs in the "mail" runner (`runners` below), whose role alone may send
     from it: no other tool, in the default runner, can."""
     sender = str(stack.node.try_get_context("email_sender") or "assistant@example.com")
     runner = stack.pipeline.tool_runner("mail")
@@ -26,4 +26,4 @@ def allow_email(stack: ToolpipeStack) -> None:
     )
 
 
-synth("Assistant", agents="assistant.agents", extend=allow_email)
+synth("Assistant", agents="assistant.agents", runners=["mail"], extend=allow_email)

@@ -59,7 +59,8 @@ class ToolPipeline(Construct):
     Constructs that plug into a pipeline (triggers, ...) take what they need from its
     attributes: `table`, `bucket`, `queue`, `state_machine`, `run_events.bus`, `rest_api`,
     `functions` (`.orchestrator`, `.tool_worker`, `.api`, and `.code`, `.dependencies`,
-    `.environment` to build a function of their own the same way).
+    `.environment` to build a function of their own the same way). `tool_runner(name)` is the
+    function a runner's tools run in, to grant them what they need.
     """
 
     # The component ids, in build order. `ToolpipeStack` leaves them (and the pipeline's own)

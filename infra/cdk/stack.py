@@ -52,10 +52,12 @@ class ToolpipeStack(Stack):
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
         requirements_lock: str | os.PathLike[str] | None = None,
+        runners: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         """`app`, `packages`, `requirements_lock`: your agents' module and what it needs (as for
-        `ToolPipeline`); every other setting comes from CDK context."""
+        `ToolPipeline`); `runners`: the named tool runners your tools name (None: the `runners`
+        context key's); every other setting comes from CDK context."""
         super().__init__(scope, construct_id, **kwargs)
         # Set before any resource exists: logical ids are allocated (for cdk-nag's findings)
         # while the pipeline is being built.
@@ -70,7 +72,10 @@ class ToolpipeStack(Stack):
             packages=packages,
             requirements=requirements,
             requirements_lock=requirements_lock,
-            **pipeline_settings(self.node),
+            **{
+                **pipeline_settings(self.node),
+                **({} if runners is None else {"runners": list(runners)}),
+            },
         )
         p = self.pipeline
         CfnOutput(self, "ApiUrl", value=p.rest_api.url)
