@@ -7,8 +7,9 @@ import re
 import pytest
 
 from toolpipe.shared.agents import agent_tool
-from toolpipe.shared.errors import DefinitionError
+from toolpipe.shared.errors import ConfigurationError, DefinitionError
 from toolpipe.shared.mcp import McpServer
+from toolpipe.shared.settings import ToolRunnerSettings
 from toolpipe.shared.tools import schema_tool, tool
 
 
@@ -66,3 +67,11 @@ def test_an_mcp_servers_tools_run_in_its_runner() -> None:
     )
     with pytest.raises(DefinitionError, match=re.escape("MCP server 'files': runner must be 1-20 lowercase")):
         McpServer("files", url="https://mcp.example.com/mcp", runner="Files")
+
+
+def test_the_worker_reads_each_runners_function_from_its_environment() -> None:
+    env = {"TOOLPIPE_TOOL_RUNNER": "runner", "TOOLPIPE_TOOL_RUNNERS": '{"mail":"Stack-ToolRunnerMail-1"}'}
+    assert ToolRunnerSettings.from_env(env).runners == {"mail": "Stack-ToolRunnerMail-1"}
+    assert ToolRunnerSettings.from_env({"TOOLPIPE_TOOL_RUNNER": "runner"}).runners == {}
+    with pytest.raises(ConfigurationError, match="invalid environment variables: TOOLPIPE_TOOL_RUNNERS"):
+        ToolRunnerSettings.from_env({"TOOLPIPE_TOOL_RUNNERS": "mail"})
