@@ -77,6 +77,11 @@ def test_each_runner_is_its_own_function_and_role_and_only_mails_may_send(pipeli
     message = _refused(runtime, TOOL_RUNNER.name, _send)
     assert "ses:SendEmail" in message and "ToolRunnerServiceRole" in message
     assert _as(runtime, MAIL.name, _send)["MessageId"]
+    # Nor may the default runner have the mail runner send for it: no runner invokes another.
+    functions = boto3.client("lambda", region_name=REGION)
+    arns = runtime.deployment.function_arns
+    _refused(runtime, TOOL_RUNNER.name, lambda: functions.invoke(FunctionName=arns[MAIL.name], Payload=b"{}"))
+    _refused(runtime, MAIL.name, lambda: functions.invoke(FunctionName=arns[TOOL_RUNNER.name], Payload=b"{}"))
     # Besides the grant, a named runner has what the default one has: a long answer's prefix only.
     s3 = boto3.client("s3", region_name=REGION)
     bucket = runtime.deployment.bucket
