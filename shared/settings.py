@@ -8,7 +8,7 @@ import os
 import re
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError, ValidationInfo, field_validator
 
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS, MAX_RETENTION_DAYS
@@ -136,14 +136,18 @@ class OverflowSettings(_EnvSettings):
 
 class ToolRunnerSettings(_EnvSettings):
     """Where the tool worker sends a call's tool code (shared/runs/tool_runner_client.py): the
-    tool runner function. Unset, the worker runs it in its own process (tests only)."""
+    default tool runner function, and the function of each named runner (`@tool(runner=...)`).
+    Unset, the worker runs it in its own process (tests only)."""
 
     env_names: ClassVar[dict[str, str]] = {
         "function_name": "TOOLPIPE_TOOL_RUNNER",
+        "runners": "TOOLPIPE_TOOL_RUNNERS",
         "timeout_seconds": "TOOLPIPE_TOOL_RUNNER_TIMEOUT",
         "memory_mb": "TOOLPIPE_TOOL_RUNNER_MEMORY",
     }
     function_name: str | None = None
+    # Runner name -> function name, as a JSON object (none: the stack has the default runner only).
+    runners: Json[dict[str, str]] = Field(default_factory=dict)
     timeout_seconds: float = 105.0
     # Its memory: what each of its invocations costs a run per millisecond (shared/costs).
     memory_mb: int = Field(default=512, ge=128)

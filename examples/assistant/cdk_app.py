@@ -1,5 +1,5 @@
 """The example's CDK app: toolpipe's stack for the assistant (`cdk deploy` from this folder),
-plus what its `send_email` tool needs.
+plus the "mail" runner's grant for its `send_email` tool.
 
 Settings come from CDK context (cdk.json, or `cdk deploy -c NAME=VALUE`): model_name,
 model_base_url, model_key_secret_arn, api_auth and the others toolpipe's own stack reads, and
@@ -13,9 +13,10 @@ from toolpipe.cdk import ToolpipeStack, synth
 
 def allow_email(stack: ToolpipeStack) -> None:
     """`send_email` (assistant/agents.py) sends from this SES identity, which must be verified
-    in the account; the tool runner (where tool code runs) may send from it and nothing else."""
+    in the account. It runs in the "mail" runner (`runners` below), whose role alone may send
+    from it: no other tool, in the default runner, can."""
     sender = str(stack.node.try_get_context("email_sender") or "assistant@example.com")
-    runner = stack.pipeline.functions.tool_runner
+    runner = stack.pipeline.tool_runner("mail")
     runner.add_environment("TOOLPIPE_EMAIL_SENDER", sender)
     runner.add_to_role_policy(
         iam.PolicyStatement(
@@ -25,4 +26,4 @@ def allow_email(stack: ToolpipeStack) -> None:
     )
 
 
-synth("Assistant", agents="assistant.agents", extend=allow_email)
+synth("Assistant", agents="assistant.agents", runners=["mail"], extend=allow_email)

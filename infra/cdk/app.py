@@ -34,11 +34,13 @@ def build_app(
     packages: Sequence[str] = (),
     requirements: Sequence[str] = (),
     requirements_lock: str | os.PathLike[str] | None = None,
+    runners: Sequence[str] | None = None,
     extend: Callable[[ToolpipeStack], None] | None = None,
 ) -> tuple[App, ToolpipeStack]:
     """The CDK app and its one stack. `agents`: your app module (default: `[tool.toolpipe]
-    app` of the nearest pyproject.toml); `packages`, `requirements_lock`: as for `ToolPipeline`;
-    `extend`: adds your own resources and grants to the stack (before cdk-nag checks it)."""
+    app` of the nearest pyproject.toml); `packages`, `requirements_lock`, `runners`: as for
+    `ToolPipeline` (`runners` None: the `runners` context key's); `extend`: adds your own
+    resources and grants to the stack (before cdk-nag checks it)."""
     # The feature flags are defaults: cdk.json (which holds the same) and `-c` win over them.
     # post_cli_context: the CLI refuses user context keys under aws:, and this must win over it.
     app = App(
@@ -55,6 +57,7 @@ def build_app(
         packages=packages,
         requirements=requirements,
         requirements_lock=requirements_lock,
+        runners=runners,
         description="toolpipe: durable LLM tool calling",
     )
     if extend is not None:
@@ -76,6 +79,7 @@ def synth(
     packages: Sequence[str] = (),
     requirements: Sequence[str] = (),
     requirements_lock: str | os.PathLike[str] | None = None,
+    runners: Sequence[str] | None = None,
     extend: Callable[[ToolpipeStack], None] | None = None,
 ) -> None:
     """Build and synthesize the app, as `cdk synth` and `cdk deploy` run it; a bad setting is
@@ -88,6 +92,7 @@ def synth(
             packages=packages,
             requirements=requirements,
             requirements_lock=requirements_lock,
+            runners=runners,
             extend=extend,
         )
     except (ValueError, ConfigurationError) as e:  # a bad context value (`-c api_auth=...`), the app

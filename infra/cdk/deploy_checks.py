@@ -256,7 +256,10 @@ def synthesize(outdir: Path) -> tuple[Result, Path | None]:
     from toolpipe.infra.cdk.app import build_app  # imports aws_cdk (and starts node): only here
 
     try:
-        app, stack = build_app(bundle=False, outdir=str(outdir))
+        # With cdk.json's context, as `make synth` (`cdk synth`) reads it: the stack it deploys,
+        # the example's "mail" runner included, so each check covers a named runner's function too.
+        context = json.loads((ROOT / "cdk.json").read_text())["context"]
+        app, stack = build_app(bundle=False, outdir=str(outdir), context=context)
         assembly = app.synth()
     except RuntimeError as e:  # jsii raises cdk-nag's ValidationFailed as a RuntimeError
         return Result("cdk-nag", False, _nag_reason(outdir / "validation-report.json", str(e))), None

@@ -6,7 +6,7 @@ timeout changed here reaches all three, so none can be left running another conf
 This module imports neither `aws_cdk` nor moto: the CLI and the runtime read it cheaply.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from toolpipe.infra.cdk import limits
 
@@ -26,6 +26,8 @@ class FunctionSpec:
     # The run events it publishes (detail-types, shared/runs/events.py): its role may put these
     # on the bus and no other (infra/cdk/constructs/events.py). Found by who calls each publisher.
     publishes: tuple[str, ...] = ()
+    # A named tool runner's name (`runner_spec`); None for every other function and the default runner.
+    runner: str | None = None
 
     @property
     def module(self) -> str:
@@ -70,6 +72,22 @@ TOOL_RUNNER = FunctionSpec(
     handler="toolpipe.functions.tool_runner.handler.lambda_handler",
     timeout_seconds=limits.TOOL_RUNNER_TIMEOUT_SECONDS,
 )
+# The environment variable that names a named runner's function's runner: how the local runtime
+# tells the runners' functions apart in the template (they share a handler).
+RUNNER_ENV = "TOOLPIPE_RUNNER"
+
+
+def runner_spec(runner: str) -> FunctionSpec:
+    """A named runner's function (`@tool(runner=...)`): the default runner's handler, timeout and
+    memory, under a name and a construct id of its own ("mail": `tool_runner_mail`, `ToolRunnerMail`)."""
+    return replace(
+        TOOL_RUNNER,
+        name=f"{TOOL_RUNNER.name}_{runner}",
+        construct_id=f"{TOOL_RUNNER.construct_id}{runner.capitalize()}",
+        runner=runner,
+    )
+
+
 API = FunctionSpec(
     name="api",
     construct_id="Api",

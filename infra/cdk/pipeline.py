@@ -19,6 +19,7 @@ from typing import Any
 
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
@@ -46,6 +47,7 @@ from toolpipe.infra.cdk.constructs.triggers import TriggerOptions, Triggers
 from toolpipe.shared.agents.app import find_app
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS
 from toolpipe.shared.settings import MAX_RUNNING_QUOTA, QuotaSettings
+from toolpipe.shared.tools.runners import runner_name_problem
 
 __all__ = ["NO_MODEL_KEY", "ToolPipeline"]
 
@@ -57,7 +59,8 @@ class ToolPipeline(Construct):
     Constructs that plug into a pipeline (triggers, ...) take what they need from its
     attributes: `table`, `bucket`, `queue`, `state_machine`, `run_events.bus`, `rest_api`,
     `functions` (`.orchestrator`, `.tool_worker`, `.api`, and `.code`, `.dependencies`,
-    `.environment` to build a function of their own the same way).
+    `.environment` to build a function of their own the same way). `tool_runner(name)` is the
+    function a runner's tools run in, to grant them what they need.
     """
 
     # The component ids, in build order. `ToolpipeStack` leaves them (and the pipeline's own)
@@ -95,6 +98,7 @@ class ToolPipeline(Construct):
         alarms: bool = True,
         alarm_topic: str | sns.ITopic | None = None,
         prices: Mapping[str, Any] | None = None,
+        runners: Sequence[str] = (),
     ) -> None:
         """`model_name`, `model_base_url`: the OpenAI-compatible endpoint the orchestrator calls.
         `model_key_secret`: where its API key is: None (the default) creates the empty
@@ -134,7 +138,11 @@ class ToolPipeline(Construct):
         have too little to reserve). `worker_max_concurrency`: the most tool workers running at
         once (2 to 1,000; None: no maximum). `alarms`: CloudWatch alarms on the dead-letter
         queues, failed and timed-out executions and throttled functions (README "Alarms"),
-        notifying `alarm_topic`: an SNS topic or its ARN, "create" for one made here, or None."""
+        notifying `alarm_topic`: an SNS topic or its ARN, "create" for one made here, or None.
+        `runners`: the names of the tool runners your tools name (`@tool(runner="mail")`), each
+        its own function and role beside the default runner (docs/operations/security.md, "A
+        runner per trust boundary"); grant a runner's tools what they need with
+        `tool_runner(name).add_to_role_policy(...)`."""
         super().__init__(scope, construct_id)
         if model_base_url and not re.fullmatch(r"https?://[^\s/]+\S*", model_base_url):
             raise ValueError(f"model_base_url: {model_base_url!r} is not an http(s) URL")
@@ -152,6 +160,7 @@ class ToolPipeline(Construct):
         user_lock = _requirements_lock(requirements, requirements_lock)
         approvers = parse_addresses(approval_emails)
         quotas = _quotas(quota_starts_per_minute, quota_running)
+        named_runners = _runners(runners)
         if worker_max_concurrency is not None and not 2 <= worker_max_concurrency <= 1000:
             raise ValueError(
                 f"worker_max_concurrency must be 2 to 1,000 (SQS event sources' range) or unset, not {worker_max_concurrency}"
@@ -189,6 +198,7 @@ class ToolPipeline(Construct):
             reserved_concurrency=reserved_concurrency,
             worker_max_concurrency=worker_max_concurrency,
             prices=prices,
+            runners=named_runners,
         )
         self.run_flow = RunFlow(
             self, "RunFlow", orchestrator=self.functions.orchestrator, tool_queue=self.tool_queue.queue
@@ -259,6 +269,10 @@ class ToolPipeline(Construct):
                     "Orchestrator": self.functions.orchestrator,
                     "ToolWorker": self.functions.tool_worker,
                     "ToolRunner": self.functions.tool_runner,
+                    **{
+                        specs.runner_spec(name).construct_id: function
+                        for name, function in self.functions.tool_runners.items()
+                    },
                     "Api": self.functions.api,
                     "Triggers": self.triggers.function,
                 },
@@ -267,6 +281,19 @@ class ToolPipeline(Construct):
             if alarms
             else None
         )
+
+    def tool_runner(self, name: str | None = None) -> lambda_.Function:
+        """The function of the runner `name` (None: the default runner), to grant its tools what
+        they need: `pipeline.tool_runner("mail").add_to_role_policy(...)`."""
+        if name is None:
+            return self.functions.tool_runner
+        try:
+            return self.functions.tool_runners[name]
+        except KeyError:
+            raise ValueError(
+                f"no runner '{name}' in this pipeline: name it in ToolPipeline(..., runners=[...]) "
+                f"(it has {', '.join(repr(n) for n in self.functions.tool_runners) or 'the default runner only'})"
+            ) from None
 
     @property
     def table(self) -> dynamodb.Table:
@@ -297,6 +324,19 @@ def _quotas(starts_per_minute: int | None, running: int | None) -> QuotaSettings
     if running is not None and running > MAX_RUNNING_QUOTA:
         raise ValueError(f"quota_running must be at most {MAX_RUNNING_QUOTA:,}, not {running}")
     return QuotaSettings(starts_per_minute=starts_per_minute or 0, running=running or 0)
+
+
+def _runners(names: Sequence[str]) -> tuple[str, ...]:
+    """The named runners, checked before anything is built: each a name a function can take, once."""
+    if isinstance(names, str):
+        raise ValueError(f"runners is a list of names, not the string {names!r}")
+    for name in names:
+        problem = runner_name_problem(name)
+        if problem is not None:
+            raise ValueError(f"runners: {problem}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"runners: a name is given twice in {list(names)}")
+    return tuple(names)
 
 
 def _requirements_lock(requirements: Sequence[str], lock: str | os.PathLike[str] | None) -> Path | None:

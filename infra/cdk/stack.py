@@ -14,8 +14,9 @@ secret's complete ARN, or `none`), `model_key_kms_key_arn`, `tracing` ("false": 
 functions neither trace nor load X-Ray; README "Cold start"), `otel_endpoint`,
 `otel_collector_layer_arn` and `otel_capture_content` (where each run's OpenTelemetry trace
 goes; README "Observability"), `retention_days` (how long an ended run is kept, 30 by
-default; README "Retention") and `prices` (a JSON object over the price table of a run's cost;
-README "What a run cost"). `model_name` and
+default; README "Retention"), `runners` (the named tool runners, comma-separated or a list:
+a function and role each; docs/operations/security.md "A runner per trust boundary") and
+`prices` (a JSON object over the price table of a run's cost; README "What a run cost"). `model_name` and
 `model_base_url` reach it from `infra/cdk/app.py`.
 """
 
@@ -51,10 +52,12 @@ class ToolpipeStack(Stack):
         packages: Sequence[str] = (),
         requirements: Sequence[str] = (),
         requirements_lock: str | os.PathLike[str] | None = None,
+        runners: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         """`app`, `packages`, `requirements_lock`: your agents' module and what it needs (as for
-        `ToolPipeline`); every other setting comes from CDK context."""
+        `ToolPipeline`); `runners`: the named tool runners your tools name (None: the `runners`
+        context key's); every other setting comes from CDK context."""
         super().__init__(scope, construct_id, **kwargs)
         # Set before any resource exists: logical ids are allocated (for cdk-nag's findings)
         # while the pipeline is being built.
@@ -69,7 +72,10 @@ class ToolpipeStack(Stack):
             packages=packages,
             requirements=requirements,
             requirements_lock=requirements_lock,
-            **pipeline_settings(self.node),
+            **{
+                **pipeline_settings(self.node),
+                **({} if runners is None else {"runners": list(runners)}),
+            },
         )
         p = self.pipeline
         CfnOutput(self, "ApiUrl", value=p.rest_api.url)
@@ -151,6 +157,11 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     if prices:
         # `-c prices='{"region": "eu-west-1", ...}'`, or an object in cdk.json; checked by the pipeline.
         settings["prices"] = _json_object("prices", prices)
+    runners = node.try_get_context("runners")
+    if runners:
+        # `-c runners=mail,files`, or a list in cdk.json; each name is checked by the pipeline.
+        names = runners if isinstance(runners, list) else str(runners).split(",")
+        settings["runners"] = [str(name).strip() for name in names if str(name).strip()]
     secrets = node.try_get_context("mcp_header_secrets")
     if secrets:
         settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]

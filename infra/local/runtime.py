@@ -281,13 +281,13 @@ class LocalRuntime:
         self.trigger_prefix = d.trigger_prefix or triggers.INPUT_PREFIX
         self._triggers_arn = d.function_arns.get(TRIGGERS.name, "")
         self.functions = self._function_contexts(d)
-        for name, context in self.functions.items():
-            lambdas.register(context, name, d.refs[self.template.function(FUNCTIONS[name])[0]])
+        for spec, logical_id, _ in self.template.functions():
+            lambdas.register(self.functions[spec.name], spec.name, d.refs[logical_id])
         # Each runner's calls in processes of their own, as deployed (infra/local/tool_processes.py).
         runners = [
-            (context, (name, d.refs[self.template.function(FUNCTIONS[name])[0]]))
-            for name, context in self.functions.items()
-            if FUNCTIONS[name].handler == TOOL_RUNNER.handler
+            (self.functions[spec.name], (spec.name, d.refs[logical_id]))
+            for spec, logical_id, _ in self.template.functions()
+            if spec.handler == TOOL_RUNNER.handler
         ]
         self._tool_processes = ToolProcesses(runners).__enter__()
         lambdas.run_executions_as(d.state_machine_context())

@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from toolpipe.infra.cdk.functions import FUNCTIONS, FunctionSpec
+from toolpipe.infra.cdk.functions import FUNCTIONS, RUNNER_ENV, TOOL_RUNNER, FunctionSpec, runner_spec
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.project import find_project
 
@@ -85,16 +85,25 @@ class Template:
         return props
 
     def function(self, spec: FunctionSpec) -> tuple[str, dict[str, Any]]:
-        """The function whose handler is `spec`'s."""
+        """The function whose handler is `spec`'s (the tool runners share one: each named
+        runner's environment names it, the default runner's names none)."""
         for name, resource in self.of_type("AWS::Lambda::Function").items():
-            if resource["Properties"].get("Handler") == spec.handler:
-                return name, resource["Properties"]
+            props = resource["Properties"]
+            if props.get("Handler") == spec.handler and _runner_of(props) == spec.runner:
+                return name, props
         raise TemplateError(f"{self.path}: no function with handler {spec.handler}")
 
     def functions(self) -> Iterator[tuple[FunctionSpec, str, dict[str, Any]]]:
-        """toolpipe's functions that the template deploys (the triggers function may be off)."""
-        handlers = {r["Properties"].get("Handler") for r in self.of_type("AWS::Lambda::Function").values()}
-        for spec in FUNCTIONS.values():
+        """toolpipe's functions that the template deploys (the triggers function may be off),
+        and each named tool runner's."""
+        lambdas = [r["Properties"] for r in self.of_type("AWS::Lambda::Function").values()]
+        handlers = {props.get("Handler") for props in lambdas}
+        runners = sorted(
+            runner
+            for props in lambdas
+            if props.get("Handler") == TOOL_RUNNER.handler and (runner := _runner_of(props)) is not None
+        )
+        for spec in (*FUNCTIONS.values(), *map(runner_spec, runners)):
             if spec.handler in handlers:
                 name, props = self.function(spec)
                 yield spec, name, props
@@ -108,6 +117,12 @@ class Template:
             if {"Ref": role} in policy["Properties"].get("Roles", []):
                 documents.append(policy["Properties"]["PolicyDocument"])
         return documents
+
+
+def _runner_of(props: Mapping[str, Any]) -> str | None:
+    """The named runner a function's environment says it is, if any."""
+    runner = props.get("Environment", {}).get("Variables", {}).get(RUNNER_ENV)
+    return str(runner) if runner is not None else None
 
 
 class TemplateError(ConfigurationError):

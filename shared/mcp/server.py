@@ -18,6 +18,7 @@ from toolpipe.shared.mcp.results import result_text
 from toolpipe.shared.tools import SchemaError, Tool, assign_wire_names, schema_tool
 from toolpipe.shared.tools.errors import ToolExecutionError
 from toolpipe.shared.tools.registry import ToolSourceError
+from toolpipe.shared.tools.runners import runner_name_problem
 
 # Per server: a model request carries every tool, and APIs refuse more than 128 of them.
 MAX_TOOLS_PER_SERVER = 64
@@ -62,6 +63,9 @@ class McpServer:
     max_retries: int = 2
     # The server's annotations are hints: False ignores them, and no tool counts as idempotent.
     trust_annotations: bool = True
+    # The runner its tools' calls run in (`@tool(runner=...)`): where a grant for the server
+    # (its headers secret, say) goes. None: the default runner.
+    runner: str | None = None
     clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
     _cache: "_ListCache" = field(init=False, repr=False, compare=False)
 
@@ -72,6 +76,9 @@ class McpServer:
             raise DefinitionError(f"MCP server '{self.name}': give either url or command")
         if self.url and not self.url.startswith(("http://", "https://")):
             raise DefinitionError(f"MCP server '{self.name}': url must be http(s), not '{self.url}'")
+        problem = None if self.runner is None else runner_name_problem(self.runner)
+        if problem is not None:
+            raise DefinitionError(f"MCP server '{self.name}': {problem}")
         object.__setattr__(self, "command", tuple(self.command))
         object.__setattr__(self, "include", tuple(self.include))
         object.__setattr__(self, "exclude", tuple(self.exclude))
@@ -223,6 +230,7 @@ class McpServer:
             idempotent=idempotent,
             retry_on=(client.McpTransportError,) if idempotent and self.max_retries else (),
             max_retries=self.max_retries if idempotent else 0,
+            runner=self.runner,
         )
 
 

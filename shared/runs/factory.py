@@ -173,6 +173,7 @@ def build_tool_executor(
             store.bucket_name,
             runner.timeout_seconds,
             memory_mb=runner.memory_mb,
+            runners=runner.runners,
         )
     return ToolCallExecutor(
         build_store(store),

@@ -97,7 +97,8 @@ class ToolRunner(Protocol):
     """Runs a call's tool code somewhere its credentials cannot reach the pipeline."""
 
     def run(self, request: ToolRunRequest, tool: Tool | None) -> ToolRunResponse:
-        """The call's outcome; `tool` (None: unknown) only words a failure of the runner itself."""
+        """The call's outcome; `tool` (None: unknown) names the runner to run it in
+        (`Tool.runner`) and words a failure of the runner itself."""
         ...
 
 

@@ -9,6 +9,7 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from botocore.config import Config
@@ -57,21 +58,38 @@ class LambdaToolRunner:
         timeout_seconds: float,
         sleep: Any = time.sleep,
         memory_mb: int = 512,
+        runners: Mapping[str, str] | None = None,
     ) -> None:
+        """`function_name`: the default runner's function; `runners`: each named runner's
+        (`@tool(runner=...)`), by name."""
         self._client, self._function = client, function_name
+        self._runners = dict(runners or {})
         self._s3, self._bucket = s3, bucket
         self._timeout = timeout_seconds
         self._sleep = sleep
         self._memory_mb = memory_mb
 
     def run(self, request: ToolRunRequest, tool: Tool | None) -> ToolRunResponse:
+        name = request.call.name
+        runner = tool.runner if tool is not None else None
+        function = self._function if runner is None else self._runners.get(runner)
+        if function is None:
+            # Never the default runner instead: its role is not the one the tool was granted.
+            return ToolRunResponse.of(
+                Execution(
+                    f"Error: Tool '{name}' was not run: it runs in runner '{runner}', which this "
+                    "deployment does not have (ToolPipeline(..., runners=[...])). It had no effect.",
+                    "error",
+                    0,
+                    ErrorKind.TOOL_FAILED,
+                )
+            )
         key = f"{OVERFLOW_PREFIX}{uuid.uuid4().hex}"
         payload = request.model_copy(update={"overflow_key": key}).model_dump_json().encode()
-        name = request.call.name
         for attempt in range(1, INVOKE_ATTEMPTS + 1):
             started = time.monotonic()
             try:
-                response = self._client.invoke(FunctionName=self._function, Payload=payload)
+                response = self._client.invoke(FunctionName=function, Payload=payload)
                 self._count(started)
                 break
             except Exception as e:

@@ -26,6 +26,7 @@ from toolpipe.shared.errors import (
 from toolpipe.shared.tools.context import ToolContext
 from toolpipe.shared.tools.errors import InvalidArgumentsError, ToolExecutionError, ToolTimeoutError
 from toolpipe.shared.tools.names import WIRE_NAME
+from toolpipe.shared.tools.runners import runner_name_problem
 from toolpipe.shared.tools.schemas import Path, map_subschemas
 from toolpipe.shared.tools.strict import NotStrictError, strict_schema
 from toolpipe.shared.tools.time_limit import Overran, run_with_limit
@@ -97,6 +98,9 @@ class Tool:
     # The JSON Schema a deferred call's answer must match (a pydantic model is turned into its
     # schema): a form instead of free text. None: free text ("human"), any JSON ("client").
     result_schema: dict[str, Any] | type[BaseModel] | None = field(default=None, compare=False)
+    # The runner (its own Lambda function and role) the tool's code runs in; None: the default
+    # runner. Grants for what the tool needs go to that runner's role only (shared/tools/runners.py).
+    runner: str | None = None
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -106,6 +110,7 @@ class Tool:
                 f"tool '{self.name}': requires_approval is True, False or a function (arguments, ctx) -> bool"
             )
         _check_deferred(self)
+        _check_runner(self)
         if isinstance(self.result_schema, type):
             # Frozen: set once, here, so every reader sees one JSON Schema.
             object.__setattr__(self, "result_schema", self.result_schema.model_json_schema())
@@ -421,6 +426,7 @@ def tool(
     deferred: Deferred | None = None,
     wait_seconds: int | None = None,
     result_schema: dict[str, Any] | type[BaseModel] | None = None,
+    runner: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -437,7 +443,9 @@ def tool(
     `requires_approval=True` (or a function `(arguments, ctx) -> bool`) makes a call wait for a
     person's decision before it runs. `deferred="human"` makes it a question for a person (the
     function is the declaration, its body never runs; the answer is the result), optionally a
-    form (`result_schema`); `wait_seconds` bounds the wait.
+    form (`result_schema`); `wait_seconds` bounds the wait. `runner="mail"` runs the tool in
+    the runner of that name, its own Lambda function and role (the stack's `runners`), not the
+    default one.
     """
     if options.get("max_retries", 0) and not options.get("retry_on"):
         raise DefinitionError("max_retries needs retry_on: the exception types worth retrying")
@@ -496,6 +504,19 @@ def _check_deferred(t: Tool) -> None:
         path = "/".join(str(p) for p in e.absolute_path) or "(root)"
         raise DefinitionError(f"tool '{t.name}': invalid result_schema at {path}: {e.message}") from e
     _check_refs(t.name, schema)
+
+
+def _check_runner(t: Tool) -> None:
+    """A runner's name, checked where it is written: it becomes a Lambda function's name."""
+    if t.runner is None:
+        return
+    problem = runner_name_problem(t.runner)
+    if problem is not None:
+        raise DefinitionError(f"tool '{t.name}': {problem}")
+    if t.deferred is not None or t.child_agent is not None:
+        raise DefinitionError(
+            f"tool '{t.name}': runner is where a tool's code runs; a deferred tool or an agent tool runs none"
+        )
 
 
 def _check_refs(name: str, schema: dict[str, Any]) -> None:

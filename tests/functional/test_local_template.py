@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from toolpipe.infra.cdk.definition import definition_json, execution_ended_pattern, substitute
-from toolpipe.infra.cdk.functions import FUNCTIONS
+from toolpipe.infra.cdk.functions import FUNCTIONS, runner_spec
 from toolpipe.infra.local import deployment, triggers
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import REGION, LocalRuntime
@@ -89,7 +89,11 @@ def test_functions_buckets_bus_and_rules_are_the_templates(runtime: LocalRuntime
             props["Timeout"],
             props["MemorySize"],
         ), spec.name
-    assert {spec.name for spec, _, _ in runtime.template.functions()} == set(FUNCTIONS)
+    # Every function of the stack's, and the example's "mail" runner beside the default one.
+    assert {spec.name for spec, _, _ in runtime.template.functions()} == {
+        *FUNCTIONS,
+        runner_spec("mail").name,
+    }
     s3 = boto3.client("s3", region_name=REGION)
     assert {b["Name"] for b in s3.list_buckets()["Buckets"]} >= {
         runtime.deployment.refs[n] for n in runtime.template.of_type("AWS::S3::Bucket")

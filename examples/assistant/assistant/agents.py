@@ -74,7 +74,8 @@ def _ses() -> Any:  # no SES stubs among the dev dependencies
     return boto3.client("ses")
 
 
-@tool(requires_approval=True)
+# In the "mail" runner: its own Lambda function and role, the only one granted SES (cdk_app.py).
+@tool(requires_approval=True, runner="mail")
 def send_email(to: str, subject: str, body: str, ctx: ToolContext) -> str:
     """Send an email. A person approves each email before it is sent.
 

@@ -106,8 +106,10 @@ class Functions(Construct):
         reserved_concurrency: "ReservedConcurrency | None" = None,
         worker_max_concurrency: int | None = WORKER_MAX_CONCURRENCY,
         prices: Mapping[str, Any] | None = None,
+        runners: Sequence[str] = (),
     ) -> None:
-        """`quotas`: the per-caller quotas on `POST /runs` (none by default), set in the API's
+        """`runners`: the named tool runners (`@tool(runner=...)`), a function and role each
+        beside the default runner's, checked by the pipeline. `quotas`: the per-caller quotas on `POST /runs` (none by default), set in the API's
         environment. `reserved_concurrency`: what the API and the orchestrator each reserve of
         the account's Lambda concurrency (none by default). `worker_max_concurrency`: the most
         tool workers the tool queue's event source runs at once (None: as many as Lambda scales to).
@@ -186,25 +188,15 @@ class Functions(Construct):
                 max_concurrency=worker_max_concurrency,
             )
         )
-        # Tool code runs here, invoked by the worker once per call: its role holds no key to the
-        # pipeline (no table, task token, event bus or model key), only what a deployer grants
-        # tools (`tool_runner.add_to_role_policy`) and one prefix to put a long answer under.
-        self.tool_runner = self._function(
-            specs.TOOL_RUNNER,
-            [self.dependencies],
-            # The pipeline's settings but the table's name (nothing here reads the table) and
-            # where spans go (the worker makes the call's span; tool code is not the pipeline).
-            environment={
-                k: v for k, v in self.environment.items() if k != "TABLE_NAME" and not is_otel_setting(k)
-            },
-            own_logs_only=True,
-        )
-        self.tool_runner.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["s3:PutObject"], resources=[storage.bucket.arn_for_objects(f"{OVERFLOW_PREFIX}*")]
-            )
-        )
-        self.tool_runner.grant_invoke(self.tool_worker)
+        # Tool code runs here, invoked by the worker once per call: each runner's role holds no
+        # key to the pipeline (no table, task token, event bus or model key), only what a deployer
+        # grants its tools (`tool_runner(name).add_to_role_policy`) and one prefix to put a long
+        # answer under. A tool runs in the runner it names (`@tool(runner=...)`), else the default.
+        self.tool_runner = self._tool_runner(specs.TOOL_RUNNER, storage, worker_max_concurrency)
+        self.tool_runners = {
+            name: self._tool_runner(specs.runner_spec(name), storage, worker_max_concurrency)
+            for name in runners
+        }
         self.tool_worker.add_to_role_policy(
             iam.PolicyStatement(
                 # Read back, then deleted (a lifecycle rule expires what a crash leaves).
@@ -213,55 +205,25 @@ class Functions(Construct):
             )
         )
         self.tool_worker.add_environment("TOOLPIPE_TOOL_RUNNER", self.tool_runner.function_name)
+        if self.tool_runners:
+            # One compact JSON object (a name and a function name each): the worker invokes the
+            # function of the runner a tool names. Its size counts in the 4 KB of the worker's
+            # environment, which aws_limits checks with the longest names deploy time could give.
+            self.tool_worker.add_environment(
+                "TOOLPIPE_TOOL_RUNNERS",
+                Stack.of(self).to_json_string(
+                    {name: fn.function_name for name, fn in self.tool_runners.items()}
+                ),
+            )
         self.tool_worker.add_environment(
             "TOOLPIPE_TOOL_RUNNER_TIMEOUT", str(specs.TOOL_RUNNER.timeout_seconds)
         )
         # What each of the runner's invocations costs a run (shared/costs): the worker counts them.
         self.tool_worker.add_environment("TOOLPIPE_TOOL_RUNNER_MEMORY", str(specs.TOOL_RUNNER.memory_mb))
-        overflow = f"AwsSolutions-IAM5[Resource::<{logical_id(storage.bucket)}.Arn>/{OVERFLOW_PREFIX}*]"
-        acknowledge(
-            self.tool_runner,
-            id=overflow,
-            reason="A long answer goes under a key the worker makes per call; the runner may only put "
-            "objects there, and the worker only read them.",
-        )
         acknowledge(
             self.tool_worker,
-            id=overflow,
+            id=f"AwsSolutions-IAM5[Resource::<{logical_id(storage.bucket)}.Arn>/{OVERFLOW_PREFIX}*]",
             reason="The worker reads the long answer of a call it invoked the runner for, at the key it made.",
-        )
-        acknowledge(
-            self.tool_worker,
-            id=f"AwsSolutions-IAM5[Resource::<{logical_id(self.tool_runner)}.Arn>:*]",
-            reason="CDK's invoke grant covers the runner's versions and aliases, that one function only.",
-        )
-        acknowledge(
-            self.tool_runner,
-            id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
-            reason="Not in the template: the runner's role has it deleted (`own_logs_only`, a deletion override "
-            "cdk-nag does not read) and may write its own log group only.",
-        )
-        acknowledge(
-            self.tool_runner,
-            id="AwsSolutions-IAM5[Resource::*]",
-            reason="X-Ray tracing actions (PutTraceSegments, PutTelemetryRecords) support no resource-level scope.",
-        )
-        skip_checkov(
-            self.tool_runner,
-            "CKV_AWS_115",
-            "Invoked by the tool workers only, one call per worker invocation, so it runs at most as "
-            + (
-                f"many at once as the workers do: {worker_max_concurrency} (their event source's MaximumConcurrency)"
-                if worker_max_concurrency is not None
-                else "many at once as the workers do, and they scale with the queue (`worker_max_concurrency` "
-                "sets no cap in this deployment)"
-            )
-            + "; a reservation would take as much from the account's pool.",
-        )
-        skip_checkov(
-            self.tool_runner,
-            "CKV_AWS_116",
-            "The worker invokes it synchronously: a failure is that call's error result, nothing to redrive.",
         )
         q = quotas or QuotaSettings()
         self.api = self._function(
@@ -354,7 +316,7 @@ class Functions(Construct):
         # ...)`). Only agent code names them, so the deployer lists them; each function that
         # lists or calls MCP tools may read them (a trigger's function too: `grant_mcp_headers`).
         self._mcp_header_secrets = tuple(mcp_header_secrets)
-        for fn in (*self.all, self.tool_runner):
+        for fn in (*self.all, *self.runners):
             self.grant_mcp_headers(fn)
 
         for fn in self.all:
@@ -382,6 +344,73 @@ class Functions(Construct):
     @property
     def all(self) -> tuple[lambda_.Function, ...]:
         return (self.orchestrator, self.tool_worker, self.api)
+
+    @property
+    def runners(self) -> tuple[lambda_.Function, ...]:
+        """Every tool runner's function: the default one first."""
+        return (self.tool_runner, *self.tool_runners.values())
+
+    def _tool_runner(
+        self, spec: specs.FunctionSpec, storage: Storage, worker_max_concurrency: int | None
+    ) -> lambda_.Function:
+        """One runner's function and role: the default runner's, or a named one's (`spec.runner`)."""
+        runner = self._function(
+            spec,
+            [self.dependencies],
+            # The pipeline's settings but the table's name (nothing here reads the table) and
+            # where spans go (the worker makes the call's span; tool code is not the pipeline).
+            environment={
+                k: v for k, v in self.environment.items() if k != "TABLE_NAME" and not is_otel_setting(k)
+            },
+            env={specs.RUNNER_ENV: spec.runner} if spec.runner else None,
+            own_logs_only=True,
+        )
+        runner.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject"], resources=[storage.bucket.arn_for_objects(f"{OVERFLOW_PREFIX}*")]
+            )
+        )
+        runner.grant_invoke(self.tool_worker)
+        acknowledge(
+            runner,
+            id=f"AwsSolutions-IAM5[Resource::<{logical_id(storage.bucket)}.Arn>/{OVERFLOW_PREFIX}*]",
+            reason="A long answer goes under a key the worker makes per call; the runner may only put "
+            "objects there, and the worker only read them.",
+        )
+        acknowledge(
+            self.tool_worker,
+            id=f"AwsSolutions-IAM5[Resource::<{logical_id(runner)}.Arn>:*]",
+            reason="CDK's invoke grant covers the runner's versions and aliases, that one function only.",
+        )
+        acknowledge(
+            runner,
+            id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            reason="Not in the template: the runner's role has it deleted (`own_logs_only`, a deletion override "
+            "cdk-nag does not read) and may write its own log group only.",
+        )
+        acknowledge(
+            runner,
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="X-Ray tracing actions (PutTraceSegments, PutTelemetryRecords) support no resource-level scope.",
+        )
+        skip_checkov(
+            runner,
+            "CKV_AWS_115",
+            "Invoked by the tool workers only, one call per worker invocation, so it runs at most as "
+            + (
+                f"many at once as the workers do: {worker_max_concurrency} (their event source's MaximumConcurrency)"
+                if worker_max_concurrency is not None
+                else "many at once as the workers do, and they scale with the queue (`worker_max_concurrency` "
+                "sets no cap in this deployment)"
+            )
+            + "; a reservation would take as much from the account's pool.",
+        )
+        skip_checkov(
+            runner,
+            "CKV_AWS_116",
+            "The worker invokes it synchronously: a failure is that call's error result, nothing to redrive.",
+        )
+        return runner
 
     def _function(
         self,

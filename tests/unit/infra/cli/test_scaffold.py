@@ -24,9 +24,11 @@ def test_the_example_project_is_a_scaffolded_one() -> None:
             continue  # its own words
         if name in ("package.json", ".nvmrc", "Makefile"):
             continue  # it is installed, synthesized and deployed by the repository's own
-        if name == "cdk_app.py":  # the same call, with what its send_email tool needs added
+        if (
+            name == "cdk_app.py"
+        ):  # the same call, with what its send_email tool needs added (its runner, its grant)
             assert (
-                'synth("Assistant", agents="assistant.agents", extend=allow_email)'
+                'synth("Assistant", agents="assistant.agents", runners=["mail"], extend=allow_email)'
                 in (example / name).read_text()
             )
             continue
