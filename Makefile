@@ -57,8 +57,9 @@ lint: install
 
 # Test processes in parallel (pytest-xdist): one process keeps 0.7 of a core busy (the tests
 # mostly wait on sockets, threads and subprocesses), so three keep two cores busy; more only
-# starve the tests that time themselves. `--dist loadgroup` with the groups tests/conftest.py
-# sets keeps each test file on one worker. `make test TEST_WORKERS=0` runs in one process.
+# starve the tests that time themselves. `--dist loadgroup` runs each test file on one worker,
+# every tests/infra file on one, the longest first (tests/scheduling.py). `make test
+# TEST_WORKERS=0` runs in one process.
 TEST_WORKERS ?= 3
 
 test: lint check-deploy docs-check

@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,34 +22,15 @@ for _name, _value in {
 for _name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
     os.environ.pop(_name, None)
 
-# The reliability report's session hooks, here because this conftest is the one the controller
-# of a parallel run (pytest-xdist) always loads.
+# The reliability report's session hooks and the parallel run's scheduling, here because this
+# conftest is the one the controller of a parallel run (pytest-xdist) always loads.
 from tests.reliability.report import pytest_terminal_summary, pytest_testnodedown  # noqa: E402, F401
+from tests.scheduling import pytest_xdist_make_scheduler  # noqa: E402, F401
 from toolpipe.infra.local.runtime import LOCAL_CALLER, LocalRuntime  # noqa: E402
 from toolpipe.infra.local.scripted_model import DemoResponder, Reply, ScriptedModelServer, ScriptResponder  # noqa: E402
 from toolpipe.shared.agents import AGENTS, Agent  # noqa: E402
 from toolpipe.shared.tools import ToolContext, tool  # noqa: E402
 from toolpipe.testing import call, read_run  # noqa: E402
-
-INFRA_TESTS = Path(__file__).parent / "infra"
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a parallel run (`make test`: pytest-xdist, `--dist loadgroup`), each test file runs on
-    one worker, so a module's fixtures (servers, synthesized templates) start once; and every file
-    of tests/infra runs on the same worker, so the CDK runtime warms up once (a process's first
-    synthesis takes ~5 s more than the next ones) and one session template serves them all.
-    (xdist hands out the groups with the most tests first: this one starts at once.)"""
-    if not getattr(config.option, "loadgroup", False):
-        return
-    for item in items:
-        group = "infra" if _is_infra(item) else str(item.fspath)
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
-def _is_infra(item: pytest.Item) -> bool:
-    return INFRA_TESTS in Path(str(item.fspath)).parents
 
 
 class Calls:

@@ -1,47 +1,68 @@
 """The suite's own parallel run (`make test`: pytest-xdist, `--dist loadgroup`): which tests share
 a worker, and the reliability figures that workers hand to the controller."""
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
-from tests import conftest
+from tests import scheduling
 from tests.reliability import report
 from tests.reliability.figures import FIGURES, Figure, _Figures
 
-TESTS = Path(conftest.__file__).parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
-class _Item:
-    """What the grouping reads of a collected test: its file, and the markers it is given."""
-
-    def __init__(self, path: Path) -> None:
-        self.fspath = path
-        self.groups: list[str] = []
-
-    def add_marker(self, marker: Any) -> None:
-        assert marker.name == "xdist_group"
-        self.groups.append(marker.args[0])
+def test_a_file_is_one_unit_and_every_infra_file_shares_one() -> None:
+    assert scheduling.unit_of("tests/e2e/test_serve.py::test_a") == "tests/e2e/test_serve.py"
+    assert scheduling.unit_of("tests/e2e/test_serve.py::Test::test_b[a::b@c]") == "tests/e2e/test_serve.py"
+    assert scheduling.unit_of("tests/infra/test_stack.py::test_c") == "tests/infra/"
+    assert scheduling.unit_of("tests/infra/test_auth.py::test_d[x]") == "tests/infra/"
 
 
-def _grouped(loadgroup: bool, *paths: Path) -> list[list[str]]:
-    items = [_Item(path) for path in paths]
-    config = SimpleNamespace(option=SimpleNamespace(loadgroup=loadgroup))
-    conftest.pytest_collection_modifyitems(config, items)  # type: ignore[arg-type]
-    return [item.groups for item in items]
+def test_only_make_tests_dist_is_scheduled_by_file() -> None:
+    """A serial run, or another `--dist`, is pytest-xdist's own (its hook then decides)."""
+    for dist in ("no", "load", "loadfile"):
+        config = SimpleNamespace(getvalue={"dist": dist}.get)
+        assert scheduling.pytest_xdist_make_scheduler(config, None) is None  # type: ignore[arg-type]
 
 
-def test_a_file_is_one_group_and_every_infra_file_shares_one() -> None:
-    serve, api = TESTS / "e2e" / "test_serve.py", TESTS / "functional" / "test_api.py"
-    stack, auth = TESTS / "infra" / "test_stack.py", TESTS / "infra" / "test_auth.py"
-    groups = _grouped(True, serve, serve, api, stack, auth)
-    assert groups == [[str(serve)], [str(serve)], [str(api)], ["infra"], ["infra"]]
-
-
-def test_a_serial_run_gets_no_groups() -> None:
-    assert _grouped(False, TESTS / "e2e" / "test_serve.py", TESTS / "infra" / "test_stack.py") == [[], []]
+def test_in_a_parallel_run_each_file_runs_on_one_worker_the_longest_first(tmp_path: Path) -> None:
+    """A real `pytest -n 2 --dist loadgroup` with the suite's scheduling, on files of its own:
+    pytest-xdist's own loadgroup no longer groups on pytest 9 (tests/scheduling.py)."""
+    files = {
+        "tests/unit/test_many.py": 6,  # the most tests, and collected first: still handed out last
+        "tests/e2e/test_few.py": 3,
+        "tests/infra/test_a.py": 3,
+        "tests/infra/test_b.py": 2,
+    }
+    for name, count in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("".join(f"def test_{i}():\n    pass\n\n\n" for i in range(count)))
+    options = ["-n", "2", "--dist", "loadgroup", "-v", "-p", "tests.scheduling", "-p", "no:cacheprovider"]
+    options += ["-p", "no:schemathesis"]  # its plugin costs each process ~4 s at start (pyproject.toml)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *options, "-c", os.devnull, "--rootdir", str(tmp_path), *files],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = re.findall(r"^\[(gw\d)\] .* PASSED (\S+)::", done.stdout, re.MULTILINE)
+    assert len(ran) == sum(files.values()), done.stdout
+    workers = {path: {worker for worker, p in ran if p == path} for path in files}
+    assert all(len(w) == 1 for w in workers.values()), workers
+    assert workers["tests/infra/test_a.py"] == workers["tests/infra/test_b.py"]
+    # The CDK tests and the e2e file start the workers; the file with the most tests, collected
+    # first (pytest-xdist's own order would hand it out first), waits for a free worker.
+    starts = {worker: next(p for w, p in ran if w == worker) for worker, _ in ran}
+    assert sorted(starts.values()) == ["tests/e2e/test_few.py", "tests/infra/test_a.py"], ran
 
 
 def _figure(scenario: str) -> Figure:
