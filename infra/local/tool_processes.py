@@ -52,9 +52,9 @@ def environment(context: FunctionContext, broker_path: str) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if p),
         }
     )
-    main = sys.modules.get("__main__")
-    if kept.get(APP_ENV) == "__main__" and getattr(main, "__file__", None):
-        kept[MAIN_FILE_ENV] = os.path.abspath(str(main.__file__))
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if kept.get(APP_ENV) == "__main__" and main_file:
+        kept[MAIN_FILE_ENV] = os.path.abspath(str(main_file))
     for name in (
         "AWS_LAMBDA_FUNCTION_NAME",
         "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
