@@ -87,6 +87,8 @@ class Deployment:
 
     template: Template
     refs: dict[str, str] = field(default_factory=dict)
+    # The secrets it created, by name (a call may name one so): for the IAM check.
+    secret_arns: dict[str, str] = field(default_factory=dict)
     attributes: dict[tuple[str, str], str] = field(default_factory=dict)
     # Local physical names and ARNs the runtime uses directly.
     table: str = ""
@@ -163,6 +165,7 @@ class Deployment:
             role_arn=self.role_arns[role],
             documents=tuple(self.resolve(self.template.role_policies(role))),
             state_machine_arn=self.state_machine_arn,
+            secret_arns=self.secret_arns,
         )
 
     def owned_names(self) -> frozenset[str]:
@@ -324,7 +327,7 @@ def _create_secrets(
         name = names.get(role, _local_name(logical_id))
         value = {"SecretString": secret_values[role]} if role in secret_values else {}
         arn = secrets.create_secret(Name=name, **value)["ARN"]
-        iam.know_secret(name, arn)
+        d.secret_arns[name] = arn
         d.refs[logical_id] = arn
         if role == "signing_key":
             d.signing_key_arn = arn

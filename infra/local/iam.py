@@ -25,8 +25,7 @@ among themselves) are the developer's and are not checked.
 """
 
 import functools
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +35,8 @@ from botocore.exceptions import ClientError
 from moto.iam.access_control import IAMPolicyStatement, PermissionResult
 
 from toolpipe.infra.local import conditions, s3_absence, service_limits
+from toolpipe.infra.local.caller import current
+from toolpipe.infra.local.process_patch import Patched
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -67,6 +68,8 @@ class Policy:
     documents: tuple[dict[str, Any], ...]
     # The state machine whose tasks `SendTask*` answers (a token names no ARN of its own).
     state_machine_arn: str = ""
+    # The runtime's secrets' ARNs by name: a call may name a secret either way.
+    secret_arns: Mapping[str, str] = field(default_factory=dict)
 
     @functools.cached_property
     def _statements(self) -> tuple[_Statement, ...]:
@@ -287,7 +290,7 @@ def _secretsmanager(action: str, operation: str, params: dict[str, Any], policy:
         return [(action, "*")]
     if secret.startswith("arn:"):
         return [(action, secret)]
-    return [(action, _secret_arns.get(secret, _arn("secretsmanager", f"secret:{secret}")))]
+    return [(action, policy.secret_arns.get(secret, _arn("secretsmanager", f"secret:{secret}")))]
 
 
 def _ses(action: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
@@ -323,13 +326,6 @@ _RESOURCES_BY_SERVICE: dict[str, Callable[[str, str, dict[str, Any], Policy], Pa
 
 
 # A secret's ARN by its name: calls may name a secret either way.
-_secret_arns: dict[str, str] = {}
-
-
-def know_secret(name: str, arn: str) -> None:
-    _secret_arns[name] = arn
-
-
 def authorize(policy: Policy, service: str, operation: str, params: dict[str, Any]) -> None:
     """Raise AccessDeniedError unless `policy` allows every action and resource of the call."""
     for request in requests(service, operation, params, policy):
@@ -342,14 +338,10 @@ def _signing_service(model: Any) -> str:
     return str(metadata.get("signingName") or metadata["endpointPrefix"])
 
 
-_lock = threading.Lock()
-_installed = False
 _make_api_call = BaseClient._make_api_call  # type: ignore[attr-defined]
 
 
 def _make_api_call_as_caller(self: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
-    from toolpipe.infra.local.isolation import current
-
     context = current()
     if context is not None:
         if context.stopped:
@@ -419,11 +411,11 @@ def _put_events(client: BaseClient, policy: Policy, params: dict[str, Any]) -> A
     }
 
 
-def install() -> None:
+_PATCHED = Patched([(BaseClient, "_make_api_call", _make_api_call_as_caller)])
+
+
+def install() -> Callable[[], None]:
     """Authorize every botocore client's calls, whatever session made it and when (a presigned
-    URL is not a call: AWS never refuses to make one, only the request it signs)."""
-    global _installed
-    with _lock:
-        if not _installed:
-            BaseClient._make_api_call = _make_api_call_as_caller  # type: ignore[attr-defined]
-            _installed = True
+    URL is not a call: AWS never refuses to make one, only the request it signs), until the last
+    runtime's undo."""
+    return _PATCHED.install()

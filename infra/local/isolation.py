@@ -14,52 +14,13 @@ variable, entered by `infra/local/lambdas.py` for the length of each invocation:
 - `infra/local/iam.py` authorizes each AWS call made in a function's context against its role.
 """
 
-import contextlib
-import contextvars
 import os
 import threading
-from collections.abc import Iterator, MutableMapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, MutableMapping
 
-from toolpipe.infra.local.iam import Policy
-
-
-@dataclass
-class FunctionContext:
-    """What one local function runs with."""
-
-    name: str
-    environment: dict[str, str]
-    # Who calls AWS: the function's role, as `iam.py` authorizes it.
-    policy: Policy
-    # Names this function's environment answers alone (present or absent).
-    owned: frozenset[str] = field(default_factory=frozenset)
-    # Local settings read from the process when it sets them (the CLI sets some after start:
-    # the scripted model's URL, the local server's link base), else from `environment`.
-    passthrough: frozenset[str] = field(default_factory=frozenset)
-    # The function's timeout and memory, as the template sets them (0: not a function).
-    timeout_seconds: int = 0
-    memory_mb: int = 0
-    # Set when the runtime stops: a thread of the function still running then calls nothing.
-    stopped: bool = False
-
-
-_current: contextvars.ContextVar[FunctionContext | None] = contextvars.ContextVar(
-    "toolpipe_local_function", default=None
-)
-
-
-def current() -> FunctionContext | None:
-    return _current.get()
-
-
-@contextlib.contextmanager
-def running_as(context: FunctionContext | None) -> Iterator[None]:
-    token = _current.set(context)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+from toolpipe.infra.local.caller import FunctionContext, current, running_as
+from toolpipe.infra.local.caller import _current as _current
+from toolpipe.infra.local.process_patch import Patched
 
 
 class FunctionEnviron(MutableMapping[str, str]):
@@ -119,40 +80,30 @@ class FunctionEnviron(MutableMapping[str, str]):
         return f"FunctionEnviron({dict(self)!r})"
 
 
-_lock = threading.Lock()
-_users = 0
-_original_start = threading.Thread.start
+def _starting_in_context(original: Callable[[threading.Thread], None]) -> Callable[[threading.Thread], None]:
+    def start(self: threading.Thread) -> None:
+        context = _current.get()
+        if context is not None:
+            run = self.run
+
+            def run_as_function() -> None:
+                _current.set(context)
+                run()
+
+            self.run = run_as_function  # type: ignore[method-assign]
+        original(self)
+
+    return start
 
 
-def _start_in_context(self: threading.Thread) -> None:
-    context = _current.get()
-    if context is not None:
-        run = self.run
-
-        def run_as_function() -> None:
-            _current.set(context)
-            run()
-
-        self.run = run_as_function  # type: ignore[method-assign]
-    _original_start(self)
+_PATCHED = Patched(
+    [(os, "environ", FunctionEnviron), (threading.Thread, "start", _starting_in_context)], wrap=True
+)
 
 
-def install() -> None:
-    """Per-function environments and inherited contexts, until the matching `uninstall`."""
-    global _users
-    with _lock:
-        _users += 1
-        if _users == 1:
-            os.environ = FunctionEnviron(os.environ)  # type: ignore[assignment]  # noqa: B003
-            threading.Thread.start = _start_in_context  # type: ignore[method-assign]
+def install() -> Callable[[], None]:
+    """Per-function environments and inherited contexts, until the last runtime's undo."""
+    return _PATCHED.install()
 
 
-def uninstall() -> None:
-    global _users
-    with _lock:
-        _users -= 1
-        if _users == 0:
-            environ = os.environ
-            if isinstance(environ, FunctionEnviron):
-                os.environ = environ.process  # type: ignore[assignment]  # noqa: B003
-            threading.Thread.start = _original_start  # type: ignore[method-assign]
+__all__ = ["FunctionContext", "FunctionEnviron", "current", "install", "running_as"]

@@ -9,9 +9,9 @@ environment and role (`infra/local/isolation.py`), registered here by the runtim
 
 import importlib
 import json
-import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +19,9 @@ from moto.awslambda.models import LambdaFunction
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from toolpipe.infra.cdk.functions import FunctionSpec
-from toolpipe.infra.local.isolation import FunctionContext, running_as
+from toolpipe.infra.local.caller import FunctionContext, running_as
+from toolpipe.infra.local.process_patch import Patched
 
-_lock = threading.Lock()
-_installed = False
 # The running runtime's functions, by every name an invocation may give (the spec's, moto's).
 _functions: dict[str, FunctionContext] = {}
 # What executions of the state machine run as: its role.
@@ -118,10 +117,15 @@ def _start_as_state_machine(self: ExecutionWorker) -> None:
         _start_execution(self)  # type: ignore[no-untyped-call]
 
 
-def install() -> None:
-    global _installed
-    with _lock:
-        if not _installed:
-            LambdaFunction._invoke_lambda = _invoke_in_process  # type: ignore[method-assign]
-            ExecutionWorker.start = _start_as_state_machine  # type: ignore[method-assign]
-            _installed = True
+_PATCHED = Patched(
+    [
+        (LambdaFunction, "_invoke_lambda", _invoke_in_process),
+        (ExecutionWorker, "start", _start_as_state_machine),
+    ]
+)
+
+
+def install() -> Callable[[], None]:
+    """Lambda invokes run our handlers, executions run as the state machine, until the last
+    runtime's undo."""
+    return _PATCHED.install()

@@ -6,6 +6,7 @@ in-process; a pool of local workers consumes the tool queue in parallel; API cal
 the real API handler as API Gateway proxy events.
 """
 
+import contextlib
 import gc
 import importlib
 import json
@@ -116,6 +117,7 @@ class LocalRuntime:
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
         self._saved_env: dict[str, str | None] = {}
         self.workers: WorkerPool | None = None
+        self._undo = contextlib.ExitStack()
         self._tool_processes: ToolProcesses | None = None
         self.trigger_workers: WorkerPool | None = None
         # Where a file starts a run and where its answer lands (RunRequested: `event_bus_name`).
@@ -146,10 +148,12 @@ class LocalRuntime:
                 **self._extra_env,
             }
         )
-        isolation.install()
-        iam.install()  # every botocore client, of any session, checks a function's calls from now on
+        self._undo = contextlib.ExitStack()  # what start changed in this process, undone at stop
+        self._undo.callback(isolation.install())
+        # Every botocore client, of any session, checks a function's calls from now on.
+        self._undo.callback(iam.install())
         self._mock.start()
-        lambdas.install()
+        self._undo.callback(lambdas.install())
         patches.install()
         serial.install()
         execution_events.install()
@@ -223,7 +227,7 @@ class LocalRuntime:
             self._tool_processes = None
         lambdas.unregister_all()
         self._mock.stop()
-        isolation.uninstall()
+        self._undo.close()
         for name, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(name, None)

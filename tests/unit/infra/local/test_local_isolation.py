@@ -35,9 +35,9 @@ def _context(**environment: str) -> FunctionContext:
 
 @pytest.fixture
 def installed() -> object:
-    isolation.install()
+    undo = isolation.install()
     yield
-    isolation.uninstall()
+    undo()
 
 
 @pytest.mark.usefixtures("installed")
@@ -84,13 +84,14 @@ def test_threads_a_function_starts_act_as_it() -> None:
 
 
 def test_uninstalled_the_process_environment_is_os_environ_again() -> None:
-    before = os.environ
-    isolation.install()
-    isolation.install()  # nested runtimes: the first uninstall keeps it
-    isolation.uninstall()
+    before, start = os.environ, threading.Thread.start
+    outer = isolation.install()
+    inner = isolation.install()  # nested runtimes: the first undo keeps it
+    inner()
+    inner()  # an undo runs once
     assert isinstance(os.environ, isolation.FunctionEnviron)
-    isolation.uninstall()
-    assert os.environ is before and threading.Thread.start is isolation._original_start
+    outer()
+    assert os.environ is before and threading.Thread.start is start
 
 
 @pytest.mark.parametrize(

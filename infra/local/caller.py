@@ -1,0 +1,50 @@
+"""Which local function is running: carried in a context variable, entered by
+`infra/local/lambdas.py` for each invocation, read by the IAM check (`iam.py`) and the
+per-function environment (`isolation.py`)."""
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toolpipe.infra.local.iam import Policy
+
+
+@dataclass
+class FunctionContext:
+    """What one local function runs with."""
+
+    name: str
+    environment: dict[str, str]
+    # Who calls AWS: the function's role, as `iam.py` authorizes it.
+    policy: "Policy"
+    # Names this function's environment answers alone (present or absent).
+    owned: frozenset[str] = field(default_factory=frozenset)
+    # Local settings read from the process when it sets them (the CLI sets some after start:
+    # the scripted model's URL, the local server's link base), else from `environment`.
+    passthrough: frozenset[str] = field(default_factory=frozenset)
+    # The function's timeout and memory, as the template sets them (0: not a function).
+    timeout_seconds: int = 0
+    memory_mb: int = 0
+    # Set when the runtime stops: a thread of the function still running then calls nothing.
+    stopped: bool = False
+
+
+_current: contextvars.ContextVar[FunctionContext | None] = contextvars.ContextVar(
+    "toolpipe_local_function", default=None
+)
+
+
+def current() -> FunctionContext | None:
+    return _current.get()
+
+
+@contextlib.contextmanager
+def running_as(context: FunctionContext | None) -> Iterator[None]:
+    token = _current.set(context)
+    try:
+        yield
+    finally:
+        _current.reset(token)

@@ -1,0 +1,64 @@
+"""What the local runtime changes in its own process (botocore's API call, moto's Lambda invoke
+and execution start, `os.environ`, `Thread.start`) is one lifecycle: each install returns its
+undo, the runtime runs them when it stops, and the last one down puts every original back
+(issue 32)."""
+
+import ast
+import os
+import threading
+from pathlib import Path
+
+from botocore.client import BaseClient
+from moto.awslambda.models import LambdaFunction
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+from toolpipe.infra.local import iam, isolation, lambdas
+from toolpipe.infra.local.runtime import LocalRuntime
+
+
+def _current() -> list[object]:
+    return [
+        BaseClient._make_api_call,  # type: ignore[attr-defined]
+        LambdaFunction._invoke_lambda,
+        ExecutionWorker.start,
+        os.environ,
+        threading.Thread.start,
+    ]
+
+
+def test_a_stopped_runtime_leaves_the_process_as_it_found_it() -> None:
+    before = _current()
+    with LocalRuntime(workers=0):
+        during = _current()
+    assert all(a is b for a, b in zip(_current(), before, strict=True))
+    assert not any(a is b for a, b in zip(during, before, strict=True))
+
+
+def test_installs_nest_and_each_undo_runs_once() -> None:
+    before = _current()
+    undos = [install() for install in (iam.install, lambdas.install, isolation.install)]
+    again = [install() for install in (iam.install, lambdas.install, isolation.install)]
+    for undo in again:
+        undo()
+        undo()  # twice: still one undo
+    assert not any(a is b for a, b in zip(_current(), before, strict=True))
+    for undo in undos:
+        undo()
+    assert all(a is b for a, b in zip(_current(), before, strict=True))
+
+
+def _imports(module: object) -> set[str]:
+    tree = ast.parse(Path(str(getattr(module, "__file__", ""))).read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found |= {f"{node.module}.{alias.name}" for alias in node.names} | {node.module}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def test_the_iam_check_and_the_isolation_do_not_import_each_other() -> None:
+    """The running function's identity is a module of its own (`caller.py`) that both read."""
+    assert not any("isolation" in name for name in _imports(iam))
+    assert not any(name.endswith(".iam") or ".iam." in name for name in _imports(isolation))
