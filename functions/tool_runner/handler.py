@@ -8,7 +8,6 @@ writes or sets ends with it, and no later call, of any run, sees it.
 
 import contextlib
 import os
-import shutil
 import sys
 import tempfile
 from functools import cache
@@ -54,6 +53,8 @@ def in_lambda() -> bool:
 # On Lambda the template is forked here, at the cold start: no invocation's data is in this
 # process yet, so none is in the template nor in any call's process forked from it. Elsewhere
 # the local runtime names the template of each runner function (`call_process.register`).
+if in_lambda():
+    call_process.guard_this_process()
 _processes = call_process.CallProcesses.forked(then=prepare) if in_lambda() else None
 # On Lambda /tmp outlives invocations, and is this function's alone: what a call leaves there
 # (past its own folder, which goes with it) is removed after it, all but what was there at start.
@@ -96,6 +97,7 @@ def run_call(request: ToolRunRequest, function_name: str) -> ToolRunResponse:
         return _failed(f"Error: Tool '{name}' was not run: {e}. It had no effect; it may be called again.")
     finally:
         if _processes is not None:
+            _processes.end_strays()
             _sweep_tmp()
     if end.output_bytes:
         _echo(end)
@@ -110,7 +112,7 @@ def _sweep_tmp() -> None:
     for entry in os.scandir(_TMP):
         if entry.name not in _TMP_AT_START:
             if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
+                call_process.remove_tree(entry.path)
             else:
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)

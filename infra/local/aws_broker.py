@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 import shutil
 import socket
 import tempfile
@@ -25,6 +26,9 @@ from toolpipe.infra.local.isolation import FunctionContext, running_as
 from toolpipe.shared.errors import describe_exception
 
 REGION = "us-east-1"
+CONNECTIONS = 32
+# A region's name as AWS spells them (`us-east-1`, `us-gov-west-1`): a client is kept per region.
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d{1,2}")
 
 
 class AwsBroker:
@@ -39,6 +43,8 @@ class AwsBroker:
         self._listener.bind(self.path)
         self._listener.listen(64)
         self._clients: dict[tuple[str, str], BaseClient] = {}
+        # A tool process's connections at once: each is a thread here, and holds a message.
+        self._connections = threading.BoundedSemaphore(CONNECTIONS)
         self._lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._accept, name=f"aws-broker-{context.name}", daemon=True)
@@ -63,11 +69,20 @@ class AwsBroker:
                 connection, _ = self._listener.accept()
             except OSError:
                 return
+            if not self._connections.acquire(blocking=False):
+                connection.close()  # a call opening connections by the thousand gets no more
+                continue
             threading.Thread(
                 target=self._serve, args=(connection,), name="aws-broker-call", daemon=True
             ).start()
 
     def _serve(self, connection: socket.socket) -> None:
+        try:
+            self._answer(connection)
+        finally:
+            self._connections.release()
+
+    def _answer(self, connection: socket.socket) -> None:
         with connection:
             while not self._closed:
                 try:
@@ -98,6 +113,8 @@ class AwsBroker:
                 str(sent["region"] or REGION),
                 str(sent["operation"]),
             )
+            if not _REGION.fullmatch(region):
+                raise ValueError(f"{region[:40]!r} is not a region")
             params = aws_forwarding.decode(sent["params"])
             if not isinstance(params, dict):
                 raise TypeError("parameters are not an object")

@@ -32,8 +32,11 @@ from botocore.validate import validate_parameters
 # The broker's socket, in the tool process's environment.
 LOCAL_AWS_ENV = "TOOLPIPE_LOCAL_AWS"
 _HEADER = struct.Struct(">I")
-# What one request or answer may hold (an S3 object read or put whole).
-MESSAGE_LIMIT_BYTES = 256 * 1024 * 1024
+# What one request or answer may hold (an S3 object read or put whole, locally).
+MESSAGE_LIMIT_BYTES = 64 * 1024 * 1024
+# The tags `encode` writes; a dict of the caller's own with one of these as its only key is
+# wrapped in `__dict__`, so it arrives as sent.
+_TAGS = frozenset({"__bytes__", "__datetime__", "__dict__"})
 
 _path: str | None = None
 _lock = threading.Lock()
@@ -49,7 +52,8 @@ def install(path: str) -> None:
 def encode(value: Any) -> Any:
     """`value` as JSON: bytes, file-likes (read) and datetimes tagged."""
     if isinstance(value, dict):
-        return {str(k): encode(v) for k, v in value.items()}
+        encoded = {str(k): encode(v) for k, v in value.items()}
+        return {"__dict__": encoded} if len(encoded) == 1 and set(encoded) <= _TAGS else encoded
     if isinstance(value, list | tuple):
         return [encode(v) for v in value]
     if isinstance(value, bytes | bytearray | memoryview):
@@ -71,6 +75,8 @@ def decode(value: Any) -> Any:
             return base64.b64decode(value["__bytes__"])
         if set(value) == {"__datetime__"}:
             return datetime.datetime.fromisoformat(value["__datetime__"])
+        if set(value) == {"__dict__"} and isinstance(value["__dict__"], dict):
+            return {k: decode(v) for k, v in value["__dict__"].items()}
         return {k: decode(v) for k, v in value.items()}
     if isinstance(value, list):
         return [decode(v) for v in value]

@@ -55,9 +55,20 @@ _TEMP_VARIABLES = ("TMPDIR", "TEMP", "TMP")
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _READ_SIZE = 65536
-# The template's word that it took a call, and how long the runner waits for it.
+# The template's word that a spare took a call (or that none could), and how long the runner
+# waits for it; a spare's that it has the call, the template's to go on, and how long and how
+# many times the template tries a spare.
 _TAKEN = b"+"
-TAKEN_SECONDS = 10.0
+_NOT_TAKEN = b"-"
+TAKEN_SECONDS = 15.0
+_READY = b"r"
+_GO = b"g"
+SPARE_SECONDS = 3.0
+# The runner's word that a call's supervisor ended before its call did (killed), and the
+# template's that it ended what that call left, re-parented to it.
+_SWEEP = b"sweep"
+_SWEPT = b"s"
+SPARE_ATTEMPTS = 3
 # What a fresh template runs: it imports the app, then serves.
 HOST_MODULE = "toolpipe.shared.runs.call_host"
 
@@ -78,6 +89,8 @@ class CallEnd:
         if self.how == "signaled":
             name = signal.Signals(self.code).name if self.code in signal.Signals._value2member_map_ else ""
             return f"its process was killed by signal {self.code} {name}".rstrip() + " (out of memory?)"
+        if self.how == "too_long":
+            return f"its answer was {self.code:,} bytes, over the runner's {ANSWER_LIMIT_BYTES:,}"
         if self.how == "overran":
             return "its process ran past the call's time limit and was ended"
         return "its process was lost (its supervisor ended first)"
@@ -85,6 +98,14 @@ class CallEnd:
 
 class RunnerUnavailableError(RuntimeError):
     """The template process cannot take a call (it ended): nothing of the call ran."""
+
+
+def guard_this_process() -> None:
+    """The runner's own process on Lambda: not dumpable (a call cannot read or write its memory,
+    where earlier calls' requests and answers were) and the subreaper of what a call leaves
+    (`CallProcesses.end_strays`)."""
+    _prctl(_PR_SET_DUMPABLE, 0)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -163,7 +184,7 @@ def serve(connection: socket.socket) -> NoReturn:
     supervisors: set[int] = set()
     connection.settimeout(1.0)
     try:
-        spare = _spare(connection, supervisors)
+        spare = _Spare.fork(connection, supervisors)
         while True:
             try:
                 message, fds, _, _ = socket.recv_fds(connection, 4096, 4)
@@ -172,16 +193,16 @@ def serve(connection: socket.socket) -> NoReturn:
                 continue
             if not message:
                 break  # the runner is gone
+            if message == _SWEEP and not fds:
+                _reap(supervisors, orphans=True)
+                connection.sendall(_SWEPT)
+                continue
             if len(fds) == 4:
-                connection.sendall(_TAKEN)  # before passing them on: see CallProcesses._handed
-                # A spare a call killed takes nothing: the runner reads that call as lost.
-                with contextlib.suppress(OSError):
-                    socket.send_fds(spare, [message], fds)
-                spare.close()
+                spare = _hand_over(connection, spare, message, fds, supervisors)
             for fd in fds:
                 os.close(fd)  # before the next fork: a spare holding a call's pipe would keep it open
-            if spare.fileno() < 0:
-                spare = _spare(connection, supervisors)
+            if spare.connection.fileno() < 0:
+                spare = _Spare.fork(connection, supervisors)
             _reap(supervisors)
     except BaseException:  # whatever ends the loop, the calls end with it
         pass
@@ -189,22 +210,62 @@ def serve(connection: socket.socket) -> NoReturn:
     os._exit(0)
 
 
-def _spare(connection: socket.socket, supervisors: set[int]) -> socket.socket:
-    """A supervisor and its call's process, forked now, waiting for a call: the socket to it."""
-    ours, theirs = socket.socketpair()
-    pid = os.fork()
-    if pid == 0:
-        connection.close()
-        ours.close()
-        _supervise(theirs)
-    theirs.close()
-    supervisors.add(pid)
-    return ours
+@dataclass
+class _Spare:
+    """A supervisor and its call's process, forked before a call came, waiting for one."""
+
+    connection: socket.socket
+    pid: int
+
+    @classmethod
+    def fork(cls, template: socket.socket, supervisors: set[int]) -> "_Spare":
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            template.close()
+            ours.close()
+            _supervise(theirs)
+        theirs.close()
+        supervisors.add(pid)
+        return cls(ours, pid)
+
+    def take(self, message: bytes, fds: list[int]) -> bool:
+        """Hand it the call; True once it says it has it, and is told to go. A spare that does not
+        answer in time (a call stopped or killed it) is ended before it passed the call on."""
+        try:
+            socket.send_fds(self.connection, [message], fds)
+            self.connection.settimeout(SPARE_SECONDS)
+            if self.connection.recv(1) == _READY:
+                self.connection.sendall(_GO)
+                return True
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)  # its call's process is ended as an orphan
+        return False
 
 
-def _reap(supervisors: set[int]) -> None:
-    """Collect supervisors that ended; if one was killed, end what it left (re-parented here)."""
-    orphans = False
+def _hand_over(
+    runner: socket.socket, spare: _Spare, message: bytes, fds: list[int], supervisors: set[int]
+) -> _Spare:
+    """Pass a call to a spare (a fresh one if a call stopped the first), then tell the runner
+    whether one took it: only then, so a call no spare took is answered as never run."""
+    for attempt in range(SPARE_ATTEMPTS):
+        if attempt:
+            _reap(supervisors, orphans=True)
+            spare = _Spare.fork(runner, supervisors)
+        taken = spare.take(message, fds)
+        spare.connection.close()
+        if taken:
+            runner.sendall(_TAKEN)
+            return spare
+    runner.sendall(_NOT_TAKEN)
+    return spare
+
+
+def _reap(supervisors: set[int], orphans: bool = False) -> None:
+    """Collect supervisors that ended; if one was killed, end what it left (re-parented here),
+    round after round: a process re-parented here while the last round ended others is next."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -215,13 +276,19 @@ def _reap(supervisors: set[int]) -> None:
         if pid in supervisors:
             supervisors.discard(pid)
             orphans |= not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
-    if orphans:
-        for pid in _children():
-            if pid not in supervisors:
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+    for _ in range(1000 if orphans else 1):
+        strays = [pid for pid in _children() if pid not in supervisors]
+        if not strays:
+            return
+        for pid in strays:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in strays:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+        orphans = True  # one was found: look again, until none is left
 
 
 # --- a call's supervisor ----------------------------------------------------------------------
@@ -244,6 +311,10 @@ def _supervise(template: socket.socket) -> NoReturn:
         if not message or len(fds) != 4:
             raise SystemExit(0)  # the template is gone, or sent no call: end the spare
         request_in, answer_out, output_out, done = fds
+        template.sendall(_READY)
+        if template.recv(1) != _GO:
+            done = -1  # the template gave the call to another spare: this one says nothing
+            raise SystemExit(0)
         socket.send_fds(ours, [message], [request_in, answer_out, output_out])
         for fd in (request_in, answer_out, output_out):
             os.close(fd)
@@ -351,11 +422,12 @@ def _read_all(fd: int) -> bytes:
 class CallProcesses:
     """The runner's handle on its template: `run` runs one call in a process of its own."""
 
-    def __init__(self, start: Callable[[], tuple[socket.socket, Callable[[], None]]]) -> None:
+    def __init__(self, start: Callable[[], tuple[socket.socket, Callable[[], None], int]]) -> None:
         self._start = start
         self._lock = threading.Lock()
         self._connection: socket.socket | None = None
         self._stop: Callable[[], None] | None = None
+        self._pid = 0  # the template's
 
     @classmethod
     def forked(cls, then: Callable[[], None] | None = None) -> "CallProcesses":
@@ -372,7 +444,7 @@ class CallProcesses:
             serve(child)
         child.close()
         processes = cls(lambda: _spawn(dict(os.environ), None, HOST_MODULE))
-        processes._connection, processes._stop = parent, lambda: _reap_pid(pid)
+        processes._connection, processes._stop, processes._pid = parent, lambda: _reap_pid(pid), pid
         return processes
 
     @classmethod
@@ -383,6 +455,42 @@ class CallProcesses:
         running `python -m HOST FD` (a module that calls `call_host.main`)."""
         env = dict(environment)
         return cls(lambda: _spawn(env, cwd, host))
+
+    def _sweep(self) -> None:
+        """Have the template end what a call whose supervisor was killed left behind; a
+        template that does not answer is replaced (what it held ends with it)."""
+        with self._lock:
+            if self._connection is None:
+                return
+            try:
+                self._connection.sendall(_SWEEP)
+                self._connection.settimeout(TAKEN_SECONDS)
+                if self._connection.recv(1) == _SWEPT:
+                    return
+            except OSError:
+                pass
+            self._connection.close()
+            self._connection = None
+            if self._stop is not None:
+                self._stop()
+                self._stop = None
+
+    def end_strays(self) -> None:
+        """End every child of this process but the template, and theirs (`guard_this_process`
+        made this process their subreaper): what a call that killed its supervisor and the
+        template left. Only where this process starts no other child: the runner on Lambda."""
+        for _ in range(1000):
+            strays = [pid for pid in _children() if pid != self._pid]
+            if not strays:
+                return
+            for pid in strays:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            for pid in strays:
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, 0)
 
     def close(self) -> None:
         """End the template and every call still running."""
@@ -402,12 +510,17 @@ class CallProcesses:
         with self._lock:
             for attempt in range(2):
                 if self._connection is None:
-                    self._connection, self._stop = self._start()
+                    self._connection, self._stop, self._pid = self._start()
                 try:
                     socket.send_fds(self._connection, [header], fds)
                     self._connection.settimeout(TAKEN_SECONDS)
-                    if self._connection.recv(1) == _TAKEN:
+                    said = self._connection.recv(1)
+                    if said == _TAKEN:
                         return
+                    if said == _NOT_TAKEN:
+                        raise RunnerUnavailableError(
+                            "no process of the runner took the call (a call stopped them?)"
+                        )
                     problem = "it closed its socket"
                 except OSError as e:
                     problem = describe_exception(e)
@@ -439,14 +552,18 @@ class CallProcesses:
             exchange.run(request.model_dump_json().encode(), seconds + CLEANUP_SECONDS)
         finally:
             exchange.close()
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)
         output = bytes(exchange.output)
         try:
             ended = json.loads(bytes(exchange.done))
             end = CallEnd(str(ended["how"]), int(ended.get("code", 0)), output, exchange.output_bytes)
         except (ValueError, KeyError, TypeError):
             end = CallEnd("lost", 0, output, exchange.output_bytes)
-        if not exchange.answer or exchange.answer_bytes > ANSWER_LIMIT_BYTES or end.how == "overran":
+        if end.how == "lost":
+            self._sweep()  # before the answer: nothing of this call may run on past it
+        if exchange.answer_bytes > ANSWER_LIMIT_BYTES and end.how == "exited":
+            end = CallEnd("too_long", exchange.answer_bytes, output, exchange.output_bytes)
+        if not exchange.answer or end.how in ("overran", "too_long"):
             return None, end
         try:
             return ToolRunResponse.model_validate_json(bytes(exchange.answer)), end
@@ -522,7 +639,7 @@ class _Exchange:
 
 def _spawn(
     environment: dict[str, str], cwd: str | None, host: str
-) -> tuple[socket.socket, Callable[[], None]]:
+) -> tuple[socket.socket, Callable[[], None], int]:
     """A fresh interpreter as the template (`python -m HOST FD`)."""
     parent, child = socket.socketpair()
     folder = cwd or tempfile.mkdtemp(prefix="toolpipe-runner-")
@@ -550,9 +667,30 @@ def _spawn(
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         if cwd is None:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)
 
-    return parent, stop
+    return parent, stop, process.pid
+
+
+def remove_tree(path: str) -> None:
+    """Remove a folder a call had, whatever it did to it: a folder it made unreadable
+    (`chmod 000`) is made ours again first, links never followed."""
+    for _ in range(10):
+        if not os.path.lexists(path):
+            return
+        if not os.path.islink(path):
+            with contextlib.suppress(OSError):
+                os.chmod(path, 0o700)
+            for root, folders, _ in os.walk(path):  # top-down: each is opened after this
+                for name in folders:
+                    inner = os.path.join(root, name)
+                    if not os.path.islink(inner):
+                        with contextlib.suppress(OSError):
+                            os.chmod(inner, 0o700)
+        shutil.rmtree(path, ignore_errors=True)
+        if os.path.islink(path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 def _reap_pid(pid: int) -> None:

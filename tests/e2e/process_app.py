@@ -132,8 +132,100 @@ def shout(megabytes: int) -> str:
     return "shouted"
 
 
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if _parent_of(int(entry)) == pid:
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+@tool
+def escape(log: str, kill_template: bool = False) -> str:
+    """Leave a process in a session of its own (its parent detached, holding none of the call's
+    pipes), kill this call's supervisor (and the template), and answer at once."""
+    supervisor = os.getppid()
+    template = _parent_of(supervisor)
+    ready_in, ready_out = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        os.write(ready_out, b"x")
+        os.closerange(3, 4096)
+        if os.fork() == 0:
+            os.setsid()
+            time.sleep(0.5)
+            for _ in range(100):
+                with open(log, "a") as out:
+                    out.write(f"{time.time()}\n")
+                time.sleep(0.1)
+            os._exit(0)
+        time.sleep(30)
+        os._exit(0)
+    os.read(ready_in, 1)
+    os.kill(supervisor, 9)
+    if kill_template:
+        os.kill(template, 9)
+    return "looks fine"
+
+
+@tool
+def stop_the_spare() -> str:
+    """Stop (SIGSTOP) the processes forked for the next call: the template's other children."""
+    supervisor = os.getppid()
+    stopped = []
+    for pid in _children_of(_parent_of(supervisor)):
+        if pid != supervisor:
+            for each in (pid, *_children_of(pid)):
+                os.kill(each, 19)
+                stopped.append(each)
+    return f"stopped {len(stopped)}"
+
+
+@tool
+def lock_folders(tmp_root: str) -> str:
+    """Leave a folder no one may list (chmod 000) with a note, in /tmp and in the call's folder."""
+    for base in (tmp_root, os.getcwd()):
+        folder = os.path.join(base, "locked")
+        os.makedirs(folder)
+        with open(os.path.join(folder, "note.txt"), "w") as note:
+            note.write("left")
+        os.chmod(folder, 0)
+    return "locked"
+
+
+@tool
+def runner_dumpable() -> str:
+    """Whether the process two generations above the call's parent (the runner) may be read."""
+    runner = _parent_of(_parent_of(os.getppid()))
+    try:
+        with open(f"/proc/{runner}/status") as status:
+            return str(runner) + " " + next(line for line in status if line.startswith("Uid"))
+    except OSError as e:
+        return type(e).__name__
+
+
 prober = Agent(
     name="prober",
     instructions="Probe.",
-    tools=[tamper, look, act_as_the_pipeline, exit_hard, kill_the_template, shout],
+    tools=[
+        tamper,
+        look,
+        act_as_the_pipeline,
+        exit_hard,
+        kill_the_template,
+        shout,
+        escape,
+        stop_the_spare,
+        lock_folders,
+        runner_dumpable,
+    ],
 )

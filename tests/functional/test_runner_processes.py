@@ -11,6 +11,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 _INVOKE = textwrap.dedent(
@@ -26,13 +28,21 @@ _INVOKE = textwrap.dedent(
         def get_remaining_time_in_millis(self):
             return 60_000
 
+    import ctypes
+    print("DUMPABLE", ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
     answers = []
     for line in sys.stdin:
         call = json.loads(line)
+        if "sleep" in call:
+            import time
+            time.sleep(call["sleep"])
+            continue
         event = {
             "run_id": call["run"], "agent": "prober", "idempotency_key": uuid.uuid4().hex,
             "call": {"id": uuid.uuid4().hex, "name": call["tool"], "arguments": json.dumps(call["arguments"])},
         }
+        if "time_limit" in call:
+            event["time_limit"] = call["time_limit"]
         answers.append(handler.lambda_handler(event, Context()))
     sys.stdout.write("ANSWERS " + json.dumps(answers) + "\\n")
     """
@@ -40,8 +50,12 @@ _INVOKE = textwrap.dedent(
 
 
 def _invoke(tmp_path: Path, *calls: dict[str, object]) -> list[dict[str, object]]:
+    return _run(tmp_path, *calls)[0]
+
+
+def _run(tmp_path: Path, *calls: dict[str, object]) -> tuple[list[dict[str, object]], str]:
     lambda_tmp = tmp_path / "lambda-tmp"
-    lambda_tmp.mkdir()
+    lambda_tmp.mkdir(exist_ok=True)
     (lambda_tmp / "there-at-start").write_text("kept")
     env = {
         **os.environ,
@@ -63,7 +77,7 @@ def _invoke(tmp_path: Path, *calls: dict[str, object]) -> list[dict[str, object]
         check=True,
     )
     line = next(line for line in done.stdout.splitlines() if line.startswith("ANSWERS "))
-    return list(json.loads(line.removeprefix("ANSWERS ")))
+    return list(json.loads(line.removeprefix("ANSWERS "))), done.stdout
 
 
 def test_a_warm_runner_keeps_nothing_a_call_left_for_the_next_invocation(tmp_path: Path) -> None:
@@ -96,3 +110,38 @@ def test_a_call_that_kills_the_template_leaves_a_runner_that_still_answers(tmp_p
     )
     assert killed["content"] == "killed"
     assert json.loads(str(after["content"]))["json_dumps_forged"] is False
+
+
+@pytest.mark.parametrize("kill_template", [False, True])
+def test_a_call_that_kills_its_supervisor_leaves_nothing_running_past_its_answer(
+    tmp_path: Path, kill_template: bool
+) -> None:
+    """Its supervisor (and the template) killed, what the call left is re-parented to the
+    template (or the runner, the subreaper above it) and ended before the answer goes back."""
+    log = tmp_path / "writes.log"
+    answers = _invoke(
+        tmp_path,
+        {"run": "run-a", "tool": "escape", "arguments": {"log": str(log), "kill_template": kill_template}},
+        {"sleep": 1.5},
+        {"run": "run-b", "tool": "look", "arguments": {}},
+    )
+    assert answers[0]["content"] == "looks fine"
+    assert answers[1]["status"] == "ok"
+    assert not log.exists()  # it would have written 0.5 s after the call, and every 0.1 s since
+
+
+def test_the_runners_own_process_is_not_dumpable(tmp_path: Path) -> None:
+    """Not dumpable: a call (same user, not root) cannot read or write its memory, where earlier
+    calls' requests and answers were."""
+    _, printed = _run(tmp_path, {"run": "run-a", "tool": "look", "arguments": {}})
+    assert "DUMPABLE 0" in printed
+
+
+def test_a_call_that_stops_the_spare_does_not_hold_up_the_next_call(tmp_path: Path) -> None:
+    stopped, after = _invoke(
+        tmp_path,
+        {"run": "run-a", "tool": "stop_the_spare", "arguments": {}},
+        {"run": "run-b", "tool": "look", "arguments": {}, "time_limit": 5},
+    )
+    assert stopped["content"] == "stopped 2"
+    assert after["status"] == "ok", after

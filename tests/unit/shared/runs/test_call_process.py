@@ -1,0 +1,69 @@
+"""Parts of a process per call (issue 32) a hostile call went after: the folder it locked, an
+answer too long to take."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from toolpipe.shared.messages import ToolCall
+from toolpipe.shared.runs import call_process
+from toolpipe.shared.runs.tool_run import ToolRunRequest
+
+ROOT = Path(__file__).resolve().parents[4]
+_REMOVE = "import sys; from toolpipe.shared.runs.call_process import remove_tree; remove_tree(sys.argv[1])"
+
+
+def _as_nobody(command: list[str]) -> list[str]:
+    """As Lambda runs code, not as root (root reads and removes whatever the mode says)."""
+    if os.geteuid() != 0:
+        return command
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.fail("running as root, without setpriv to run as another user")
+    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+
+
+def test_a_folder_a_call_locked_is_removed_with_what_is_in_it() -> None:
+    base = Path(tempfile.mkdtemp(prefix="toolpipe-test-"))  # under /tmp, as a call's folder is
+    os.chmod(base, 0o777)
+    folder = base / "call"
+    locked = folder / "locked" / "deeper"
+    script = (
+        "import os, sys; f = sys.argv[1]; os.makedirs(f + '/locked/deeper');"
+        " open(f + '/locked/deeper/note', 'w').write('x'); os.chmod(f + '/locked/deeper', 0);"
+        " os.chmod(f + '/locked', 0); os.symlink('/etc', f + '/link')"
+    )
+    subprocess.run(_as_nobody([sys.executable, "-c", script, str(folder)]), check=True)
+    assert not os.access(locked, os.R_OK) or os.geteuid() == 0
+    subprocess.run(_as_nobody([sys.executable, "-c", _REMOVE, str(folder)]), check=True)
+    assert not folder.exists()
+    assert Path("/etc/passwd").exists()  # the link was removed, never followed
+    base.rmdir()
+
+
+def test_an_answer_over_the_limit_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(call_process, "ANSWER_LIMIT_BYTES", 1000)
+    monkeypatch.setenv("TOOLPIPE_APP", "tests.e2e.process_app")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    processes = call_process.CallProcesses.spawned(dict(os.environ))
+    request = ToolRunRequest(
+        run_id="r",
+        agent="prober",
+        call=ToolCall(id="c", name="shout", arguments='{"megabytes": 0}'),
+        idempotency_key="k",
+        time_limit=30,
+    )
+    try:
+        answer, end = processes.run(request, 30)  # the answer itself is small: under the limit
+        assert answer is not None and answer.content == "shouted"
+        monkeypatch.setattr(call_process, "ANSWER_LIMIT_BYTES", 10)
+        answer, end = processes.run(request, 30)
+    finally:
+        processes.close()
+    assert answer is None
+    assert end.describe().startswith("its answer was ") and end.describe().endswith("over the runner's 10")
