@@ -155,10 +155,7 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     settings |= {name: _flag(name, value) for name, value in flags.items() if value is not None}
     settings |= _texts(node)
     settings["triggers"] = TriggerOptions.from_context(node)  # the trigger_* keys (README "Triggers")
-    # `-c approval_emails=a@example.com,b@example.com`, or a list in cdk.json.
-    emails = parse_addresses(node.try_get_context("approval_emails"))
-    if emails:
-        settings["approval_emails"] = emails
+    settings |= _lists(node)
     retention = node.try_get_context("retention_days")
     if retention is not None:
         settings["retention_days"] = retention_days_of(retention)
@@ -166,18 +163,26 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     if prices:
         # `-c prices='{"region": "eu-west-1", ...}'`, or an object in cdk.json; checked by the pipeline.
         settings["prices"] = _json_object("prices", prices)
-    runners = node.try_get_context("runners")
-    if runners:
-        # `-c runners=mail,files`, or a list in cdk.json; each name is checked by the pipeline.
-        names = runners if isinstance(runners, list) else str(runners).split(",")
-        settings["runners"] = [str(name).strip() for name in names if str(name).strip()]
-    secrets = node.try_get_context("mcp_header_secrets")
-    if secrets:
-        settings["mcp_header_secrets"] = [arn.strip() for arn in str(secrets).split(",") if arn.strip()]
     otel = _otel(node)
     if otel is not None:
         settings["otel"] = otel
     return settings
+
+
+def _lists(node: Node) -> dict[str, list[str]]:
+    """The settings that name several things, comma-separated with `-c` or a list in cdk.json."""
+    found: dict[str, list[str]] = {}
+    # `-c approval_emails=a@example.com,b@example.com`.
+    emails = parse_addresses(node.try_get_context("approval_emails"))
+    if emails:
+        found["approval_emails"] = emails
+    # `-c runners=mail,files`: each name is checked by the pipeline.
+    for name in ("runners", "mcp_header_secrets"):
+        value = node.try_get_context(name)
+        if value:
+            items = value if isinstance(value, list) else str(value).split(",")
+            found[name] = [str(item).strip() for item in items if str(item).strip()]
+    return found
 
 
 def _otel(node: Node) -> OtelExport | None:
