@@ -7,6 +7,7 @@ the real API handler as API Gateway proxy events.
 """
 
 import contextlib
+import functools
 import gc
 import importlib
 import json
@@ -32,6 +33,7 @@ from toolpipe.infra.cdk.definition import (
 )
 from toolpipe.infra.cdk.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_RUNNER, TOOL_WORKER, TRIGGERS
 from toolpipe.infra.local import (
+    clients,
     deployment,
     execution_events,
     iam,
@@ -57,6 +59,8 @@ from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_s3.client import S3Client
+    from mypy_boto3_sqs.client import SQSClient
 
 REGION = deployment.REGION
 # The history table's keys and indexes, as the stack defines them (from the packaged template):
@@ -131,6 +135,42 @@ class LocalRuntime:
         self.restored = persistence.Restored()
         self.resumed: list[str] = []
 
+    # --- the clients it hands out ----------------------------------------------------------
+
+    # Each runtime's own, made on first use: what a test registers on one stays with its runtime
+    # (the runtime itself calls through the process's kept clients, infra/local/clients.py).
+    @functools.cached_property
+    def dynamodb(self) -> "DynamoDBClient":
+        return boto3.client("dynamodb", region_name=REGION)
+
+    @functools.cached_property
+    def s3(self) -> "S3Client":
+        return boto3.client("s3", region_name=REGION)
+
+    @functools.cached_property
+    def sqs(self) -> "SQSClient":
+        return boto3.client("sqs", region_name=REGION)
+
+    @functools.cached_property
+    def sfn(self) -> Any:
+        return boto3.client("stepfunctions", region_name=REGION)
+
+    @functools.cached_property
+    def lambda_client(self) -> Any:
+        return boto3.client("lambda", region_name=REGION)
+
+    @functools.cached_property
+    def secrets(self) -> Any:
+        return boto3.client("secretsmanager", region_name=REGION)
+
+    @functools.cached_property
+    def events(self) -> Any:
+        return boto3.client("events", region_name=REGION)
+
+    @functools.cached_property
+    def ses(self) -> Any:
+        return boto3.client("ses", region_name=REGION)
+
     # --- lifecycle ------------------------------------------------------------------------
 
     def __enter__(self) -> "LocalRuntime":
@@ -175,7 +215,7 @@ class LocalRuntime:
         if self._state_dir is not None:
             self._load_state(self._state_dir)
         self.workers = WorkerPool(
-            self.sqs,
+            self._aws.sqs,
             self.queue_url,
             self.queue_arn,
             # As the deployed event source: at most its maximum concurrency at once.
@@ -183,9 +223,11 @@ class LocalRuntime:
             self.functions[TOOL_WORKER.name].timeout_seconds,
         )
         self.workers.start()
-        triggers.notify_on_input_prefix(self.s3, self._triggers_arn, self.trigger_bucket, self.trigger_prefix)
+        triggers.notify_on_input_prefix(
+            self._aws.s3, self._triggers_arn, self.trigger_bucket, self.trigger_prefix
+        )
         self.trigger_workers = WorkerPool(
-            self.sqs,
+            self._aws.sqs,
             self.trigger_queue_url,
             self.trigger_queue_arn,
             1,
@@ -248,24 +290,18 @@ class LocalRuntime:
                     importlib.reload(sys.modules[spec.module])
 
     def _create_resources(self) -> None:
-        self.dynamodb: DynamoDBClient = boto3.client("dynamodb", region_name=REGION)
-        self.s3 = boto3.client("s3", region_name=REGION)
-        self.sqs = boto3.client("sqs", region_name=REGION)
-        self.lambda_client = boto3.client("lambda", region_name=REGION)
-        self.sfn = boto3.client("stepfunctions", region_name=REGION)
-        self.secrets = boto3.client("secretsmanager", region_name=REGION)
-        self.events = boto3.client("events", region_name=REGION)
+        aws = self._aws = clients.kept(REGION)
         self.template = template.load(self._template_path)
         self.deployment = deployment.deploy(
             self.template,
-            dynamodb=self.dynamodb,
-            s3=self.s3,
-            sqs=self.sqs,
-            iam_client=boto3.client("iam", region_name=REGION),
-            lambdas=self.lambda_client,
-            sfn=self.sfn,
-            events=self.events,
-            secrets=self.secrets,
+            dynamodb=aws.dynamodb,
+            s3=aws.s3,
+            sqs=aws.sqs,
+            iam_client=aws.iam,
+            lambdas=aws.lambda_client,
+            sfn=aws.sfn,
+            events=aws.events,
+            secrets=aws.secrets,
             names=LOCAL_NAMES,
             # The approval links' HMAC key lives in the state directory, so a link stays valid
             # after `toolpipe serve` restarts. The model key's secret is left empty, as the stack
@@ -274,7 +310,7 @@ class LocalRuntime:
         )
         d = self.deployment
         if self._visibility != limits.QUEUE_VISIBILITY_SECONDS:  # a test's shorter redelivery
-            self.sqs.set_queue_attributes(
+            aws.sqs.set_queue_attributes(
                 QueueUrl=d.queue_url, Attributes={"VisibilityTimeout": str(self._visibility)}
             )
         self.queue_url, self.queue_arn, self.dlq_url = d.queue_url, d.queue_arn, d.dlq_url
@@ -301,15 +337,14 @@ class LocalRuntime:
         # domains. The sender's domain is verified as a deployer verifies theirs, so the example
         # emails addresses there and is refused any other (SES authorizes the address identity
         # when both are verified: the tool runner's grant names it).
-        self.ses = boto3.client("ses", region_name=REGION)
         sender = os.environ["TOOLPIPE_EMAIL_SENDER"]
-        self.ses.verify_email_identity(EmailAddress=sender)
-        self.ses.verify_domain_identity(Domain=sender.rsplit("@", 1)[-1])
+        aws.ses.verify_email_identity(EmailAddress=sender)
+        aws.ses.verify_domain_identity(Domain=sender.rsplit("@", 1)[-1])
         # RunRequested on the bus starts runs (infra/local/triggers.py), from the sources the
         # template's rule names, while that rule is on.
         pattern = d.rule_for(RUN_REQUESTED_DETAIL_TYPE) or triggers.RUN_REQUESTED_PATTERN
         self.trigger_queue_url, self.trigger_queue_arn = triggers.create_event_trigger(
-            self.events, self.sqs, self.event_bus_name, pattern=pattern, enabled=d.rule_enabled(pattern)
+            aws.events, aws.sqs, self.event_bus_name, pattern=pattern, enabled=d.rule_enabled(pattern)
         )
 
     def _function_contexts(self, d: deployment.Deployment) -> dict[str, isolation.FunctionContext]:
@@ -437,7 +472,7 @@ class LocalRuntime:
 
     def current_execution(self, run_id: str) -> int:
         """Which execution of the run is current: long runs continue in fresh ones."""
-        item = self.dynamodb.get_item(
+        item = self._aws.dynamodb.get_item(
             TableName=TABLE, Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}, ConsistentRead=True
         ).get("Item", {})
         return int(item.get("execution", {}).get("N", "1"))
@@ -450,8 +485,10 @@ class LocalRuntime:
             execution = self.current_execution(run_id)
             described: Mapping[str, Any]
             try:
-                described = self.sfn.describe_execution(executionArn=self.execution_arn(run_id, execution))
-            except self.sfn.exceptions.ExecutionDoesNotExist:
+                described = self._aws.sfn.describe_execution(
+                    executionArn=self.execution_arn(run_id, execution)
+                )
+            except self._aws.sfn.exceptions.ExecutionDoesNotExist:
                 described = {"status": "RUNNING"}  # recorded as next, about to start
             # An execution that ended badly is also handed to the status-change rule: wait for it
             # too, so the run record is final when this returns.
@@ -473,7 +510,7 @@ class LocalRuntime:
         deadline = time.monotonic() + timeout
         stopped = False
         while True:
-            running = self.sfn.list_executions(
+            running = self._aws.sfn.list_executions(
                 stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
             )["executions"]
             if not running:
@@ -486,7 +523,7 @@ class LocalRuntime:
                     # in the saved state, and the next start resumes them (as after kill -9).
                     execution_events.unsubscribe(self.state_machine_arn)
                 for execution in running:
-                    self.sfn.stop_execution(
+                    self._aws.sfn.stop_execution(
                         executionArn=execution["executionArn"], cause="local runtime shut down"
                     )
                 stopped, deadline = True, time.monotonic() + grace
@@ -499,7 +536,7 @@ class LocalRuntime:
         events: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {"executionArn": self.execution_arn(run_id), "maxResults": 1000}
         while True:
-            page = self.sfn.get_execution_history(**kwargs)
+            page = self._aws.sfn.get_execution_history(**kwargs)
             events.extend(dict(event) for event in page["events"])
             if not page.get("nextToken"):
                 return events
@@ -515,7 +552,12 @@ class LocalRuntime:
     def _load_state(self, state_dir: Path) -> None:
         # The trigger bucket's notification is set only after this: a restored file starts no run.
         self._durable = persistence.DurableState(
-            state_dir, self.dynamodb, self.s3, TABLE, BUCKET, more_buckets=(triggers.TRIGGER_BUCKET,)
+            state_dir,
+            self._aws.dynamodb,
+            self._aws.s3,
+            TABLE,
+            BUCKET,
+            more_buckets=(triggers.TRIGGER_BUCKET,),
         )
         self.restored = self._durable.open()
 
@@ -526,15 +568,15 @@ class LocalRuntime:
         (the queue is not kept: each message is re-dispatched from the history instead).
         """
         store = DynamoHistoryStore(
-            boto3.resource("dynamodb", region_name=REGION).Table(TABLE), self.s3, BUCKET
+            boto3.resource("dynamodb", region_name=REGION).Table(TABLE), self._aws.s3, BUCKET
         )
-        recovery.expire_claims(self.dynamodb, TABLE)
-        starter = StepFunctionsStarter(self.sfn, self.state_machine_arn)
+        recovery.expire_claims(self._aws.dynamodb, TABLE)
+        starter = StepFunctionsStarter(self._aws.sfn, self.state_machine_arn)
         return recovery.resume_runs(
-            self.dynamodb,
+            self._aws.dynamodb,
             TABLE,
             store,
             starter,
-            StepFunctionsTaskReporter(self.sfn),
+            StepFunctionsTaskReporter(self._aws.sfn),
             build_events(EventSettings.from_env(self.functions[ORCHESTRATOR.name].environment)),
         )

@@ -4,12 +4,15 @@ User-Agent, parsed updates): each test fails without its patch. The others are t
 tests/functional/test_moto_patches.py and, for a stop, tests/e2e/test_execution_ended.py."""
 
 import importlib.metadata
+import os
 import re
 from typing import Any
 
 import boto3
+import botocore.loaders
 import botocore.useragent
 import pytest
+from botocore.exceptions import UnknownServiceError
 from moto import mock_aws
 from moto.core import responses
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]  # untyped module
@@ -17,7 +20,7 @@ from moto.dynamodb.parsing.validators import ActionCountValidator
 
 from toolpipe.infra.local import patches
 from toolpipe.infra.local.patches import UntestedMotoError, correctness, speed
-from toolpipe.infra.local.patches.speed import item_answers
+from toolpipe.infra.local.patches.speed import item_answers, service_listing
 from toolpipe.infra.local.runtime import LocalRuntime
 from toolpipe.shared.errors import ConfigurationError
 
@@ -98,6 +101,33 @@ def test_every_session_shares_one_loader_so_a_model_is_decoded_once() -> None:
     assert sessions[0] is not sessions[1] and first is second
     model = first.load_service_model("sqs", "service-2")
     assert second.load_service_model("sqs", "service-2") is model
+
+
+def test_a_new_session_adds_no_directory_twice_to_the_shared_loaders_search_path() -> None:
+    """boto3 appends its data directory to each new session's loader: once shared, the path
+    grew by one entry at every runtime's start."""
+    sessions = [boto3.Session() for _ in range(3)]
+    loader = sessions[0]._session.get_component("data_loader")
+    assert sessions[2]._session.get_component("data_loader") is loader
+    assert len(loader.search_paths) == len(set(loader.search_paths))
+
+
+def test_a_new_loader_lists_the_services_without_walking_the_data_directories_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moto makes a loader for each service model it reads: each listed every service under
+    botocore's data directory again (~23 ms each, eight at a process's first runtime)."""
+    listed = botocore.loaders.create_loader().list_available_services("service-2")
+    assert listed == service_listing._original(botocore.loaders.Loader(), "service-2")  # botocore's own
+    walked: list[str] = []
+    listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: walked.append(str(path)) or listdir(path))
+    loader = botocore.loaders.create_loader()  # as moto makes one
+    assert loader.list_available_services("service-2") == listed
+    assert walked == []
+    assert loader.load_service_model("sqs", "service-2")["metadata"]["serviceId"] == "SQS"
+    with pytest.raises(UnknownServiceError):
+        loader.load_service_model("no-such-service", "service-2")
 
 
 def test_an_update_expression_is_parsed_once_per_text() -> None:
