@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -151,23 +151,31 @@ def _has_children() -> bool:
             return True
 
 
-def _end_children() -> None:
-    """End every child of this process, and theirs: a process whose parent ends is re-parented
-    here (the subreaper), so each round ends the next generation, until none is left."""
+def end_strays(keep: Collection[int] = ()) -> None:
+    """End every child of this process but `keep`, and theirs: a process whose parent ends is
+    re-parented here (the subreaper), so each round ends the next generation, until none is
+    left."""
     for _ in range(1000):
-        if not _has_children():
+        strays = [pid for pid in _children() if pid not in keep]
+        if not strays:
             return
-        children = _children()
-        for pid in children:
+        for pid in strays:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)  # its own group, if it leads one
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        for pid in children:
+        for pid in strays:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, 0)
-        if not children:
-            time.sleep(0.001)  # one is between its parent's end and its re-parenting here
+
+
+def _end_children() -> None:
+    """End every child of this process, and theirs (the cheap check first: most calls leave none)."""
+    for _ in range(1000):
+        if not _has_children():
+            return
+        end_strays()
+        time.sleep(0.001)  # one may be between its parent's end and its re-parenting here
 
 
 # --- the template ---------------------------------------------------------------------------
@@ -210,6 +218,21 @@ def serve(connection: socket.socket) -> NoReturn:
     os._exit(0)
 
 
+def _fork_connected(
+    run: Callable[[socket.socket], NoReturn], above: socket.socket
+) -> tuple[socket.socket, int]:
+    """Fork a child that runs `run` on its end of a new socket pair, without `above` (this
+    process's own socket upward, which is not the child's): our end, and its pid."""
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        above.close()
+        ours.close()
+        run(theirs)
+    theirs.close()
+    return ours, pid
+
+
 @dataclass
 class _Spare:
     """A supervisor and its call's process, forked before a call came, waiting for one."""
@@ -219,13 +242,7 @@ class _Spare:
 
     @classmethod
     def fork(cls, template: socket.socket, supervisors: set[int]) -> "_Spare":
-        ours, theirs = socket.socketpair()
-        pid = os.fork()
-        if pid == 0:
-            template.close()
-            ours.close()
-            _supervise(theirs)
-        theirs.close()
+        ours, pid = _fork_connected(_supervise, template)
         supervisors.add(pid)
         return cls(ours, pid)
 
@@ -276,19 +293,8 @@ def _reap(supervisors: set[int], orphans: bool = False) -> None:
         if pid in supervisors:
             supervisors.discard(pid)
             orphans |= not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
-    for _ in range(1000 if orphans else 1):
-        strays = [pid for pid in _children() if pid not in supervisors]
-        if not strays:
-            return
-        for pid in strays:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in strays:
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, 0)
-        orphans = True  # one was found: look again, until none is left
+    if orphans or any(pid not in supervisors for pid in _children()):
+        end_strays(keep=supervisors)
 
 
 # --- a call's supervisor ----------------------------------------------------------------------
@@ -300,13 +306,7 @@ def _supervise(template: socket.socket) -> NoReturn:
     done = pid = -1
     try:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-        ours, theirs = socket.socketpair()
-        pid = os.fork()
-        if pid == 0:
-            template.close()
-            ours.close()
-            _call(theirs)
-        theirs.close()
+        ours, pid = _fork_connected(_call, template)
         message, fds, _, _ = socket.recv_fds(template, 4096, 4)
         if not message or len(fds) != 4:
             raise SystemExit(0)  # the template is gone, or sent no call: end the spare
@@ -479,18 +479,7 @@ class CallProcesses:
         """End every child of this process but the template, and theirs (`guard_this_process`
         made this process their subreaper): what a call that killed its supervisor and the
         template left. Only where this process starts no other child: the runner on Lambda."""
-        for _ in range(1000):
-            strays = [pid for pid in _children() if pid != self._pid]
-            if not strays:
-                return
-            for pid in strays:
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            for pid in strays:
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, 0)
+        end_strays(keep={self._pid})
 
     def close(self) -> None:
         """End the template and every call still running."""
