@@ -33,6 +33,7 @@ import selectors
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -66,7 +67,8 @@ _GO = b"g"
 SPARE_SECONDS = 3.0
 # The runner's word that a call's supervisor ended before its call did (killed), and the
 # template's that it ended what that call left, re-parented to it.
-_SWEEP = b"sweep"
+_SWEEP = b"sweep:"
+_PID = struct.Struct(">I")
 _SWEPT = b"s"
 SPARE_ATTEMPTS = 3
 # What a fresh template runs: it imports the app, then serves.
@@ -201,8 +203,8 @@ def serve(connection: socket.socket) -> NoReturn:
                 continue
             if not message:
                 break  # the runner is gone
-            if message == _SWEEP and not fds:
-                _reap(supervisors, orphans=True)
+            if message.startswith(_SWEEP) and not fds:
+                _sweep_after(message, supervisors)
                 connection.sendall(_SWEPT)
                 continue
             if len(fds) == 4:
@@ -274,10 +276,27 @@ def _hand_over(
         taken = spare.take(message, fds)
         spare.connection.close()
         if taken:
-            runner.sendall(_TAKEN)
+            runner.sendall(_TAKEN + _PID.pack(spare.pid))
             return spare
     runner.sendall(_NOT_TAKEN)
     return spare
+
+
+def _sweep_after(message: bytes, supervisors: set[int]) -> None:
+    """A supervisor was killed: once it is collected (its children are re-parented here by then,
+    not before: a process closes its files before its children move), end what it left."""
+    pid = int(message[len(_SWEEP) :] or 0)
+    deadline = time.monotonic() + 2.0
+    while pid in supervisors and time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                supervisors.discard(pid)
+                break
+        except ChildProcessError:
+            supervisors.discard(pid)
+            break
+        time.sleep(0.002)
+    _reap(supervisors, orphans=True)
 
 
 def _reap(supervisors: set[int], orphans: bool = False) -> None:
@@ -409,6 +428,16 @@ def _call(supervisor: socket.socket) -> NoReturn:
         os._exit(0)
 
 
+def _exactly(connection: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the template closed its socket")
+        data += chunk
+    return data
+
+
 def _read_all(fd: int) -> bytes:
     chunks = []
     while chunk := os.read(fd, _READ_SIZE):
@@ -456,14 +485,14 @@ class CallProcesses:
         env = dict(environment)
         return cls(lambda: _spawn(env, cwd, host))
 
-    def _sweep(self) -> None:
+    def _sweep(self, supervisor: int) -> None:
         """Have the template end what a call whose supervisor was killed left behind; a
         template that does not answer is replaced (what it held ends with it)."""
         with self._lock:
             if self._connection is None:
                 return
             try:
-                self._connection.sendall(_SWEEP)
+                self._connection.sendall(_SWEEP + str(supervisor).encode())
                 self._connection.settimeout(TAKEN_SECONDS)
                 if self._connection.recv(1) == _SWEPT:
                     return
@@ -491,7 +520,7 @@ class CallProcesses:
                 self._stop()
                 self._stop = None
 
-    def _handed(self, header: bytes, fds: list[int]) -> None:
+    def _handed(self, header: bytes, fds: list[int]) -> int:
         """Hand the call's pipes to the template, which says it took them before it passes them
         on: a template that ended (a call killed it, it ran out of memory) took nothing, and a
         new one is started for the call; one that ends after saying so has the call lost, never
@@ -505,7 +534,8 @@ class CallProcesses:
                     self._connection.settimeout(TAKEN_SECONDS)
                     said = self._connection.recv(1)
                     if said == _TAKEN:
-                        return
+                        (supervisor,) = _PID.unpack(_exactly(self._connection, _PID.size))
+                        return int(supervisor)
                     if said == _NOT_TAKEN:
                         raise RunnerUnavailableError(
                             "no process of the runner took the call (a call stopped them?)"
@@ -520,6 +550,7 @@ class CallProcesses:
                     self._stop = None
                 if attempt == 1:
                     raise RunnerUnavailableError(f"the runner's template process ended ({problem})")
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def run(self, request: ToolRunRequest, seconds: float) -> tuple[ToolRunResponse | None, CallEnd]:
         """Run the call in a process of its own, ended (with what it started) after `seconds`.
@@ -534,7 +565,7 @@ class CallProcesses:
             header = json.dumps({"folder": folder, "seconds": seconds}).encode()
             theirs = [request_in, answer_out, output_out, done_out]
             try:
-                self._handed(header, theirs)
+                supervisor = self._handed(header, theirs)
             finally:
                 for fd in theirs:
                     os.close(fd)
@@ -549,7 +580,7 @@ class CallProcesses:
         except (ValueError, KeyError, TypeError):
             end = CallEnd("lost", 0, output, exchange.output_bytes)
         if end.how == "lost":
-            self._sweep()  # before the answer: nothing of this call may run on past it
+            self._sweep(supervisor)  # before the answer: nothing of this call may run on past it
         if exchange.answer_bytes > ANSWER_LIMIT_BYTES and end.how == "exited":
             end = CallEnd("too_long", exchange.answer_bytes, output, exchange.output_bytes)
         if not exchange.answer or end.how in ("overran", "too_long"):

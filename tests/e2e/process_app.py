@@ -182,6 +182,10 @@ def stop_the_spare() -> str:
     """Stop (SIGSTOP) the processes forked for the next call: the template's other children."""
     supervisor = os.getppid()
     stopped = []
+    deadline = time.time() + 5  # the spare forks its call's process as soon as it is up
+    spares = [pid for pid in _children_of(_parent_of(supervisor)) if pid != supervisor]
+    while spares and not all(_children_of(pid) for pid in spares) and time.time() < deadline:
+        time.sleep(0.01)
     for pid in _children_of(_parent_of(supervisor)):
         if pid != supervisor:
             for each in (pid, *_children_of(pid)):
