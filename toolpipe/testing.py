@@ -24,7 +24,17 @@ from typing import Any
 
 from toolpipe.infra.local.runtime import LOCAL_CALLER, LocalRuntime
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
-from toolpipe.shared.agents.app import APP_ENV, APP_PATH_ENV, AppRef, use_app, valid_module_name
+from toolpipe.shared.agents import AGENTS
+from toolpipe.shared.agents.app import (
+    APP_ENV,
+    APP_PATH_ENV,
+    AppRef,
+    Loaded,
+    loaded,
+    put_back,
+    use_app,
+    valid_module_name,
+)
 
 __all__ = ["LocalPipeline", "Reply", "RunResult", "call", "read_run"]
 
@@ -89,12 +99,14 @@ class LocalPipeline:
         self._model = ScriptedModelServer(ScriptResponder(list(replies)))
         self._app = app
         self._saved_app: tuple[str | None, str | None] | None = None
+        self._saved_agents: Loaded | None = None
         self._workers = workers
         self._runtime: LocalRuntime | None = None
 
     def __enter__(self) -> "LocalPipeline":
         if self._app is not None:  # named for this pipeline only; put back as it was after
             self._saved_app = (os.environ.get(APP_ENV), os.environ.get(APP_PATH_ENV))
+            self._saved_agents = loaded(AGENTS)  # its agents are this pipeline's alone, too
             use_app(AppRef(valid_module_name(self._app, "LocalPipeline(app=...)")))
         self._model.__enter__()
         env = {"OPENAI_BASE_URL": self._model.base_url, "OPENAI_API_KEY": "scripted"}
@@ -121,6 +133,9 @@ class LocalPipeline:
                     else:
                         os.environ[name] = value
                 self._saved_app = None
+            if self._saved_agents is not None:
+                put_back(self._saved_agents, AGENTS)
+                self._saved_agents = None
 
     def script(self, *replies: Reply) -> None:
         """What the model answers next, one reply per model call; replaces any earlier script."""

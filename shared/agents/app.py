@@ -181,3 +181,28 @@ def registered_in_code(name: str, registry: dict[str, Agent]) -> bool:
     load_app(registry)
     agent = registry.get(name)
     return agent is not None and _from_app.get(name) is not agent
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a process has loaded of apps, to put back (`LocalPipeline(app=...)` names one for
+    its own length only): the registry's agents, and which app is loaded."""
+
+    registry: dict[str, Agent]
+    app: AppRef | None
+    from_app: dict[str, Agent]
+
+
+def loaded(registry: dict[str, Agent]) -> Loaded:
+    with _lock:
+        return Loaded(dict(registry), _loaded, dict(_from_app))
+
+
+def put_back(state: Loaded, registry: dict[str, Agent]) -> None:
+    global _loaded
+    with _lock:
+        registry.clear()
+        registry.update(state.registry)
+        _from_app.clear()
+        _from_app.update(state.from_app)
+        _loaded = state.app

@@ -94,3 +94,14 @@ def test_a_calls_output_is_capped_in_the_log(
     assert printed.count("y" * 1023) == 64  # 64 KiB of 20 MB
     assert "(toolpipe: the call printed 20,971,520 bytes; the first 65,536 are kept)" in printed
     assert len(printed) < 70_000
+
+
+def test_an_app_named_for_one_pipeline_leaves_no_agent_behind() -> None:
+    """`LocalPipeline(app=...)` names the app for its own length: its agents too (a later test of
+    the same process lists the agents it knows)."""
+    from toolpipe.shared.agents import AGENTS, all_agents
+
+    before = sorted(agent.name for agent in all_agents())
+    with LocalPipeline(app=APP):
+        assert "prober" in {agent.name for agent in all_agents()} and "prober" in AGENTS
+    assert sorted(agent.name for agent in all_agents()) == before and "prober" not in before
