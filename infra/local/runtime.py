@@ -533,10 +533,12 @@ class LocalRuntime:
         execution_events.idle(self.state_machine_arn, timeout=grace)
 
     def execution_events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's execution history; read with `self.sfn`, so its errors are that client's
+        (`runtime.sfn.exceptions.ExecutionDoesNotExist` catches a run not started yet)."""
         events: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {"executionArn": self.execution_arn(run_id), "maxResults": 1000}
         while True:
-            page = self._aws.sfn.get_execution_history(**kwargs)
+            page = self.sfn.get_execution_history(**kwargs)
             events.extend(dict(event) for event in page["events"])
             if not page.get("nextToken"):
                 return events

@@ -234,3 +234,12 @@ def test_the_local_rule_is_the_stacks_rule(pipeline: Pipeline) -> None:
     # Every ending reaches the orchestrator: a succeeded one too, to count its transitions.
     assert matches(pattern, status_change_event(Ended("r1", "SUCCEEDED", arn)))
     assert not matches(pattern, status_change_event(Ended("r1", "FAILED", arn + "-other")))
+
+
+def test_a_run_whose_execution_has_not_started_is_caught_with_the_runtimes_own_client(
+    pipeline: Pipeline,
+) -> None:
+    """The runtime reads the history with `runtime.sfn`: its exception classes are the ones a
+    caller holds (a client of another session raises classes of its own)."""
+    with pytest.raises(pipeline.runtime.sfn.exceptions.ExecutionDoesNotExist):
+        pipeline.runtime.execution_events("no-such-run")
