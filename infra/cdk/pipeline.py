@@ -235,7 +235,9 @@ class ToolPipeline(Construct):
             contents=self.bucket,
             machine=self.state_machine,
             orchestrator=self.functions.orchestrator,
-            worker=self.functions.tool_runner,  # `read_input` is a tool: its code runs there
+            # The worker presigns the run's own input for `read_input` (its code runs in the
+            # runner, whose role reads no input: a link per call, to that run's object only).
+            worker=self.functions.tool_worker,
             code=self.functions.code,
             layers=[self.functions.dependencies, *self.functions.telemetry_layers],
             environment=self.functions.environment,

@@ -3,7 +3,9 @@ the runner function the broker serves, so the IAM check authorizes it against th
 
 One broker per runner function, on a Unix socket in a folder only this user may enter. Who the
 caller is comes from which broker a request reaches, never from the request: a tool process
-holds no credential that could name another function, and nothing it sends is unpickled.
+holds no credential that could name another function, and nothing it sends is unpickled. The
+one exception is a presigned S3 link (`read_input`'s): S3 authorizes it as its signer, so the
+broker checks it and reads as the function that signs them, the worker (`s3_links.py`).
 """
 
 import contextlib
@@ -21,7 +23,7 @@ import boto3
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
-from toolpipe.infra.local import aws_forwarding
+from toolpipe.infra.local import aws_forwarding, s3_links
 from toolpipe.infra.local.isolation import FunctionContext, running_as
 from toolpipe.shared.errors import describe_exception
 
@@ -108,6 +110,13 @@ class AwsBroker:
         """One call a tool sent, made as this broker's function: its answer, to pickle."""
         try:
             sent = json.loads(request)
+            if isinstance(sent, dict) and sent.get("op") == "link":
+                client = self._client("s3", REGION)
+                return {
+                    "link": s3_links.follow(
+                        str(sent["url"]), dict(sent.get("headers") or {}), self.context, client
+                    )
+                }
             service, region, operation = (
                 str(sent["service"]),
                 str(sent["region"] or REGION),

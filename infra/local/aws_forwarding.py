@@ -12,6 +12,9 @@ the emulated AWS, and the broker decides who the caller is.
 
 What goes to the broker is JSON (bytes and datetimes tagged): the runtime never unpickles
 anything a tool sent. What comes back is a pickle of botocore's parsed response, streams read.
+
+A presigned S3 link (the one `read_input` is given) is not a botocore call: a `urllib` request
+of an `*.amazonaws.com` URL goes to the broker too, which answers it as S3 would, or refuses it.
 """
 
 import base64
@@ -23,11 +26,15 @@ import pickle
 import socket
 import struct
 import threading
+import urllib.error
+import urllib.request
 from typing import Any
 
 from botocore.client import BaseClient
 from botocore.response import StreamingBody
 from botocore.validate import validate_parameters
+
+from toolpipe.infra.local import s3_links
 
 # The broker's socket, in the tool process's environment.
 LOCAL_AWS_ENV = "TOOLPIPE_LOCAL_AWS"
@@ -47,6 +54,15 @@ def install(path: str) -> None:
     global _path
     _path = path
     BaseClient._make_api_call = _forwarded  # type: ignore[attr-defined]
+    urllib.request.install_opener(urllib.request.build_opener(s3_links.LinkHandler(_follow)))
+
+
+def _follow(url: str, headers: dict[str, str]) -> dict[str, Any]:
+    answer = _exchange(json.dumps({"op": "link", "url": url, "headers": headers}).encode())
+    if "failure" in answer:
+        raise urllib.error.URLError(f"local AWS: {answer['failure']}")
+    link: dict[str, Any] = answer["link"]
+    return link
 
 
 def encode(value: Any) -> Any:

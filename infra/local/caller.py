@@ -30,6 +30,8 @@ class FunctionContext:
     memory_mb: int = 0
     # Set when the runtime stops: a thread of the function still running then calls nothing.
     stopped: bool = False
+    # A tool runner's: the function whose presigned links its tools follow (`s3_links.py`).
+    link_signer: "FunctionContext | None" = None
 
 
 _current: contextvars.ContextVar[FunctionContext | None] = contextvars.ContextVar(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 from moto import mock_aws
+from moto.core.config import default_user_config
 
 from toolpipe.infra.cdk import limits
 from toolpipe.infra.cdk.definition import (
@@ -42,6 +43,7 @@ from toolpipe.infra.local import (
     patches,
     persistence,
     recovery,
+    s3_links,
     serial,
     template,
     triggers,
@@ -118,7 +120,11 @@ class LocalRuntime:
         # The synthesized template the runtime is built from (infra/local/template.py).
         self._template_path = template_path or template.configured_path()
         self.functions: dict[str, isolation.FunctionContext] = {}
-        self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
+        # moto's own credentials (FOOBARKEY/FOOBARSECRET) would sign the functions' presigned
+        # links with a secret every tool knows: the runtime's (`s3_links.SECRET`) stay.
+        core = default_user_config.get("core", {}).copy()
+        core["mock_credentials"] = False
+        self._mock = mock_aws(config={"core": core, "stepfunctions": {"execute_state_machine": True}})
         self._saved_env: dict[str, str | None] = {}
         self.workers: WorkerPool | None = None
         self._undo = contextlib.ExitStack()
@@ -180,7 +186,8 @@ class LocalRuntime:
         self._set_env(
             {
                 "AWS_ACCESS_KEY_ID": "local",
-                "AWS_SECRET_ACCESS_KEY": "local",
+                # Per process: what the functions sign (presigned links) no tool can sign.
+                "AWS_SECRET_ACCESS_KEY": s3_links.SECRET,
                 "AWS_SESSION_TOKEN": "local",
                 "AWS_DEFAULT_REGION": REGION,
                 "AWS_REGION": REGION,
@@ -194,6 +201,8 @@ class LocalRuntime:
         self._undo.callback(iam.install())
         self._mock.start()
         self._undo.callback(lambdas.install())
+        # A tool run in this process (an agent registered in code) follows its links here.
+        self._undo.callback(s3_links.install())
         patches.install()
         serial.install()
         execution_events.install()
@@ -329,6 +338,8 @@ class LocalRuntime:
             for spec, logical_id, _ in self.template.functions()
             if spec.handler == TOOL_RUNNER.handler
         ]
+        for context, _ in runners:  # a tool's link (its run's input) reads as the worker, its signer
+            context.link_signer = self.functions[TOOL_WORKER.name]
         self._tool_processes = ToolProcesses(runners).__enter__()
         lambdas.run_executions_as(d.state_machine_context())
 
@@ -366,7 +377,8 @@ class LocalRuntime:
                 "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(props.get("MemorySize", 128)),
                 "AWS_LAMBDA_FUNCTION_TIMEOUT": str(props.get("Timeout", 3)),
                 "AWS_ACCESS_KEY_ID": "local",
-                "AWS_SECRET_ACCESS_KEY": "local",
+                # Per process: what the functions sign (presigned links) no tool can sign.
+                "AWS_SECRET_ACCESS_KEY": s3_links.SECRET,
                 "AWS_SESSION_TOKEN": "local",
                 "POWERTOOLS_TRACE_DISABLED": "1",
                 "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),

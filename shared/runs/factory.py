@@ -169,7 +169,8 @@ def build_tool_executor(
         tools = LambdaToolRunner(
             boto3.client("lambda", config=invoke_config(runner.timeout_seconds)),
             runner.function_name,
-            watch(boto3.client("s3")),
+            # SigV4 for the input links it presigns: S3 refuses SigV2 on buckets made since 2020.
+            watch(boto3.client("s3", config=Config(signature_version="s3v4"))),
             store.bucket_name,
             runner.timeout_seconds,
             memory_mb=runner.memory_mb,

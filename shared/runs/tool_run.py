@@ -46,6 +46,8 @@ class ToolRunRequest(BaseModel):
     caller: str | None = None
     idempotency_key: str
     input_object: InputObject | None = None
+    # A presigned GET of the run's input object, minted by the worker for this call.
+    input_link: str | None = None
     # The run's own MCP servers (`toolpipe run --mcp`): their tools are the run's too.
     mcp_servers: list[str] | None = None
     # The run's state as loaded, when the tool or a hook can see it (None: not read).
@@ -125,6 +127,7 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
         state=state,
         idempotency_key=request.idempotency_key,
         input_object=request.input_object,
+        input_link=request.input_link,
     )
     limit = request.time_limit
     arguments = (agent, request.call, context, request.allowed, request.approved)

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from toolpipe.shared.costs import meter
 from toolpipe.shared.errors import ErrorKind, describe_exception
+from toolpipe.shared.messages import InputObject
 from toolpipe.shared.runs.ports import certainly_not_sent
 from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse
 from toolpipe.shared.tools import Execution, Tool
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 OVERFLOW_PREFIX = "tool-results/"
 # An invocation refused before it ran (throttled, no connection) is tried this often.
 INVOKE_ATTEMPTS = 3
+# How long an input link outlives the runner's own time limit: the clocks of the worker, the
+# runner and S3 may differ by a few seconds.
+LINK_SLACK_SECONDS = 60
 INVOKE_BACKOFF_SECONDS = 0.5
 READ_ATTEMPTS = 3
 
@@ -85,7 +89,10 @@ class LambdaToolRunner:
                 )
             )
         key = f"{OVERFLOW_PREFIX}{uuid.uuid4().hex}"
-        payload = request.model_copy(update={"overflow_key": key}).model_dump_json().encode()
+        update: dict[str, Any] = {"overflow_key": key}
+        if request.input_object is not None and tool is not None and tool.context_param is not None:
+            update["input_link"] = self._input_link(request.input_object)
+        payload = request.model_copy(update=update).model_dump_json().encode()
         for attempt in range(1, INVOKE_ATTEMPTS + 1):
             started = time.monotonic()
             try:
@@ -119,6 +126,20 @@ class LambdaToolRunner:
             meter.count({"s3_tier1_requests": 1})  # the runner's PUT of the long answer
             answer = self._overflowed(name, key, answer)
         return answer
+
+    def _input_link(self, source: InputObject) -> str:
+        """A presigned GET of the run's own input, for a tool that may read it (`read_input`).
+
+        The runner's role reads no input: a tool of one run holds a link to that run's object
+        (at its version when the bucket keeps versions) and no key to any other's. Signed here,
+        with the worker's role; valid for as long as the runner may run, and a little more.
+        """
+        params = {"Bucket": source.bucket, "Key": source.key}
+        if source.version_id is not None:
+            params["VersionId"] = source.version_id
+        return self._s3.generate_presigned_url(
+            "get_object", Params=params, ExpiresIn=math.ceil(self._timeout) + LINK_SLACK_SECONDS
+        )
 
     def _count(self, started: float) -> None:
         """The runner's invocation, in the run's cost: its role holds no key to the table, so

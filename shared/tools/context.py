@@ -63,6 +63,9 @@ class ToolContext:
     idempotency_key: str = ""
     # The S3 object the run was started for (S3 trigger), read through `read_input`.
     input_object: InputObject | None = None
+    # A presigned GET of that object, valid while the call runs: the runner's role reads no
+    # input, so a tool reads its own run's file through this link and no other.
+    input_link: str | None = None
     actions: ToolActions = field(default_factory=ToolActions)
 
     def __post_init__(self) -> None:

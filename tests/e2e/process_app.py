@@ -9,11 +9,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import boto3
+from botocore.config import Config
 
 from toolpipe.shared.agents import Agent
-from toolpipe.shared.tools import tool
+from toolpipe.shared.tools import ToolContext, tool
 from toolpipe.shared.tools.registry import ToolRegistry
 
 # The model key the test puts in the developer's environment, backwards: no tool may find it
@@ -106,6 +109,43 @@ def act_as_the_pipeline(token: str) -> str:
     # The emulator (and its IAM check, its task tokens) is not in this process to patch.
     outcomes.append("emulator-here" if "moto" in sys.modules else "no-emulator")
     return " ".join(outcomes)
+
+
+@tool
+def read_another_input(ctx: ToolContext, key: str) -> str:
+    """Read another run's trigger input, every way a tool of a file's run could try."""
+    source = ctx.input_object
+    if source is None or ctx.input_link is None:
+        return json.dumps({"link": ctx.input_link, "source": source is not None})
+    seen: dict[str, object] = {}
+    try:  # with the runner's own role
+        boto3.client("s3", region_name="us-east-1").get_object(Bucket=source.bucket, Key=key)
+        seen["direct"] = "read"
+    except Exception as e:
+        seen["direct"] = getattr(e, "response", {}).get("Error", {}).get("Code") or type(e).__name__
+    # Its own link, pointed at the other file; and a link of its own making, signed with every
+    # secret a tool could know (moto's, the old local one, its own placeholder).
+    links = {"edited": ctx.input_link.replace(source.key, key, 1)}
+    for secret_key in ("FOOBARSECRET", "local", os.environ.get("AWS_SECRET_ACCESS_KEY", "")):
+        signer = boto3.client(
+            "s3",
+            region_name="us-east-1",
+            endpoint_url="https://s3.amazonaws.com",  # S3's own host, not the runtime's placeholder
+            aws_access_key_id="local",
+            aws_secret_access_key=secret_key,
+            config=Config(signature_version="s3v4"),
+        )
+        links[f"signed:{secret_key}"] = signer.generate_presigned_url(
+            "get_object", Params={"Bucket": source.bucket, "Key": key}, ExpiresIn=60
+        )
+    links["own"] = ctx.input_link
+    for name, link in links.items():
+        try:
+            with urllib.request.urlopen(link, timeout=10) as answer:
+                seen[name] = answer.read().decode()
+        except urllib.error.HTTPError as e:
+            seen[name] = e.code
+    return json.dumps(seen)
 
 
 @tool
@@ -231,5 +271,6 @@ prober = Agent(
         stop_the_spare,
         lock_folders,
         runner_dumpable,
+        read_another_input,
     ],
 )

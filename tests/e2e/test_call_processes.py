@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.process_app import secret
-from toolpipe.testing import LocalPipeline, Reply, call
+from toolpipe.infra.local.runtime import TABLE
+from toolpipe.testing import LocalPipeline, Reply, call, read_run
 
 APP = "tests.e2e.process_app"
 
@@ -105,3 +106,63 @@ def test_an_app_named_for_one_pipeline_leaves_no_agent_behind() -> None:
     with LocalPipeline(app=APP):
         assert "prober" in {agent.name for agent in all_agents()} and "prober" in AGENTS
     assert sorted(agent.name for agent in all_agents()) == before and "prober" not in before
+
+
+def _file_run(pipeline: LocalPipeline, key: str, body: bytes) -> str:
+    """Put a file under the trigger prefix: the id of the run it starts, once it has ended."""
+    runtime = pipeline.runtime
+
+    def runs() -> set[str]:
+        items = runtime.dynamodb.scan(TableName=TABLE)["Items"]
+        return {item["run_id"]["S"] for item in items if item.get("sk", {}).get("S") == "META"}
+
+    before = runs()
+    runtime.s3.put_object(Bucket=runtime.trigger_bucket, Key=key, Body=body)
+    deadline = time.monotonic() + 30
+    while True:
+        started = runs() - before
+        if started:
+            [run_id] = started
+            runtime.wait_for_execution(run_id, 30)
+            return run_id
+        assert time.monotonic() < deadline, "no run started"
+        time.sleep(0.05)
+
+
+def test_a_tool_reads_its_own_runs_input_and_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLPIPE_TRIGGER_AGENT", "prober")  # files start runs of the prober
+    with LocalPipeline(app=APP) as pipeline:
+        _reads_only_its_own(pipeline)
+
+
+def _reads_only_its_own(pipeline: LocalPipeline) -> None:
+    # Run B: a file of someone else's, its run ended.
+    pipeline.script(Reply(content="filed"))
+    _file_run(pipeline, "inbox/b-payroll.txt", b"B's payroll")
+    # Run A: its tool knows B's key and holds a link to its own file.
+    pipeline.script(
+        Reply(tool_calls=[call("read_another_input", key="inbox/b-payroll.txt")]),
+        Reply(tool_calls=[call("read_input")]),
+        Reply(content="done"),
+    )
+    run_id = _file_run(pipeline, "inbox/a-note.txt", b"A's note")
+    results = [
+        m["content"] for m in read_run(pipeline.runtime, run_id)["messages"] if m["kind"] == "tool_result"
+    ]
+    seen = json.loads(results[0])
+    # The runner's role reads no input: refused as S3 refuses it (403 without ListBucket).
+    assert seen["direct"] == "AccessDenied"
+    # Its link read its own file; edited, or signed by anything a tool could sign with, refused.
+    assert seen.pop("own") == "A's note"
+    assert {name: code for name, code in seen.items() if name != "direct"} == {
+        "edited": 403,
+        "signed:FOOBARSECRET": 403,
+        "signed:local": 403,
+        "signed:tool-runner": 403,
+    }
+    assert results[1] == "[bytes 0-7 of 8; end of file]\nA's note"
+
+
+def test_a_run_not_started_by_a_file_gives_its_tools_no_link(pipeline: LocalPipeline) -> None:
+    said = json.loads(_one(pipeline, "read_another_input", key="inbox/b-payroll.txt"))
+    assert said == {"link": None, "source": False}

@@ -97,15 +97,13 @@ def test_each_named_runner_is_a_function_and_role_of_its_own_with_the_default_on
                 statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
             )
         }
-        # (The default runner also reads the triggers' input: `read_input` is a tool that runs there.)
-        reads_input = {"s3:GetObject", "s3:GetObjectVersion"} if name is None else set()
+        # No runner reads the triggers' input: `read_input` reads through the worker's link.
         assert actions == {
             "logs:CreateLogStream",
             "logs:PutLogEvents",
             "xray:PutTelemetryRecords",
             "xray:PutTraceSegments",
             "s3:PutObject",
-            *reads_input,
         }, name
         assert "TABLE_NAME" not in props["Environment"]["Variables"]
         assert "ManagedPolicyArns" not in resources[roles[name]]["Properties"]

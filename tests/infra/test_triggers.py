@@ -194,9 +194,12 @@ def test_grants_stop_at_the_prefixes(template: Any) -> None:
     assert all(s in triggers for s in listers)  # the triggers function's alone
     assert {"states:StartExecution"} <= {a for s in triggers for a in _actions(s)}
     assert not any(_objects(bucket, "out/") == s["Resource"] for s in triggers)  # writes nothing there
-    runner = _statements(template, "ToolRunner")  # `read_input` is a tool: its code runs there
-    assert any(s["Resource"] == _objects(bucket, "in/") for s in runner)
-    assert not any(s["Resource"] == _objects(bucket, "in/") for s in _statements(template, "ToolWorker"))
+    # `read_input` runs in the runner, which reads no input: it reads the worker's presigned link.
+    worker = _statements(template, "ToolWorker")
+    assert [sorted(_actions(s)) for s in worker if s["Resource"] == _objects(bucket, "in/")] == [
+        ["s3:GetObject", "s3:GetObjectVersion"]
+    ]
+    assert not any(s["Resource"] == _objects(bucket, "in/") for s in _statements(template, "ToolRunner"))
     orchestrator = _statements(template, "OrchestratorServiceRole")
     assert any(s["Resource"] == _objects(bucket, "out/") for s in orchestrator)  # the answer
     del function

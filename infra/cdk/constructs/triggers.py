@@ -15,8 +15,9 @@
   nothing but `events:PutEvents` on it.
 
 Who may read where: the triggers function reads (heads) the input prefix and lists the bucket
-(S3 tells only a role that may list it that an input is gone); the tool runner reads it
-(`read_input`); the orchestrator reads and writes the output prefix (a run's answer, written
+(S3 tells only a role that may list it that an input is gone); the tool worker reads it, only
+to presign a run's own object for `read_input`, whose code runs in the tool runner (which may
+read no input); the orchestrator reads and writes the output prefix (a run's answer, written
 once with conditional puts when the run ends, on the path that already answers parent runs) and
 may not list the bucket.
 """
@@ -230,7 +231,8 @@ class Triggers(Construct):
         fn.add_to_role_policy(
             iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.bucket.bucket_arn])
         )
-        worker.add_to_role_policy(iam.PolicyStatement(actions=read, resources=[inputs]))  # read_input
+        # What the worker's presigned links for `read_input` read: S3 authorizes a link as its signer.
+        worker.add_to_role_policy(iam.PolicyStatement(actions=read, resources=[inputs]))
         # The answer: a conditional put, and a head only of an answer that exists (no ListBucket).
         orchestrator.add_to_role_policy(
             iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[outputs])
