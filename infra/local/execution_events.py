@@ -25,11 +25,10 @@ from typing import Any
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 
 from toolpipe.infra.cdk.definition import EXECUTION_ENDED_DETAIL_TYPE, EXECUTION_ENDED_SOURCE
+from toolpipe.infra.local.process_patch import Patched
 
 Subscriber = Callable[[dict[str, Any]], None]
 
-_install_lock = threading.Lock()
-_installed = False
 _state = threading.Condition()
 _subscribers: dict[str, Subscriber] = {}  # state machine ARN -> subscriber
 _delivering: dict[str, int] = {}  # state machine ARN -> endings not yet delivered
@@ -118,27 +117,29 @@ def _deliver(execution: Any) -> None:
         logging.getLogger(__name__).exception("execution status change not delivered")
 
 
-def install() -> None:
-    """Wrap the end of every execution moto runs, once per process."""
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        terminated = BaseExecutionWorkerCommunication.terminated
-
-        def emit_on_termination(self: BaseExecutionWorkerCommunication) -> None:
-            arn = self.execution.state_machine_arn
+def _announcing(
+    terminated: Callable[[BaseExecutionWorkerCommunication], None],
+) -> Callable[[BaseExecutionWorkerCommunication], None]:
+    def emit_on_termination(self: BaseExecutionWorkerCommunication) -> None:
+        arn = self.execution.state_machine_arn
+        with _state:
+            _delivering[arn] = _delivering.get(arn, 0) + 1
+        try:
+            terminated(self)  # sets the status that describe_execution shows
+            _deliver(self.execution)
+        finally:
+            global _endings
             with _state:
-                _delivering[arn] = _delivering.get(arn, 0) + 1
-            try:
-                terminated(self)  # sets the status that describe_execution shows
-                _deliver(self.execution)
-            finally:
-                global _endings
-                with _state:
-                    _delivering[arn] -= 1
-                    _endings += 1
-                    _state.notify_all()
+                _delivering[arn] -= 1
+                _endings += 1
+                _state.notify_all()
 
-        BaseExecutionWorkerCommunication.terminated = emit_on_termination  # type: ignore[method-assign]
-        _installed = True
+    return emit_on_termination
+
+
+_PATCHED = Patched([(BaseExecutionWorkerCommunication, "terminated", _announcing)], wrap=True)
+
+
+def install() -> Callable[[], None]:
+    """Wrap the end of every execution moto runs, until the last runtime's undo."""
+    return _PATCHED.install()

@@ -204,9 +204,9 @@ class LocalRuntime:
         # A tool run in this process (an agent registered in code) follows its links here.
         self._undo.callback(s3_links.install())
         patches.install()
-        serial.install()
-        execution_events.install()
-        triggers.install()
+        self._undo.callback(serial.install())
+        self._undo.callback(execution_events.install())
+        self._undo.callback(triggers.install())
         try:
             self._create_resources()
         except BaseException:  # a template it cannot run: nothing is left installed

@@ -22,12 +22,13 @@ from urllib.parse import urlsplit
 
 from moto.core.botocore_stubber import BotocoreStubber
 
+from toolpipe.infra.local.process_patch import Patched
+
 # The endpoint host, as botocore builds it: lambda.us-east-1.amazonaws.com
 _UNSERIALISED_HOST = "lambda."
 
 _request_lock = threading.RLock()  # re-entrant: a request moto serves may make another
-_install_lock = threading.Lock()
-_installed = False
+_install_lock = threading.Lock()  # the listeners'
 # Called with each request after moto served it, outside the lock: how local consumers learn of
 # a send without polling (infra/local/workers.py). Set once by whoever installs it.
 _listeners: list[Callable[[Any], None]] = []
@@ -72,27 +73,27 @@ def exclusive() -> threading.RLock:
     return _request_lock
 
 
-def install() -> None:
-    """Wrap moto's request dispatch in the lock, once per process."""
-    global _installed
-    with _install_lock:
-        if _installed:
-            return
-        dispatch = BotocoreStubber.process_request
+def _serialised(dispatch: Callable[[BotocoreStubber, Any], Any]) -> Callable[[BotocoreStubber, Any], Any]:
+    def process_request(self: BotocoreStubber, request: Any) -> Any:
+        if (urlsplit(request.url).hostname or "").startswith(_UNSERIALISED_HOST):
+            return dispatch(self, request)
+        with _request_lock:
+            done = _observer(request) if _observer is not None else None
+            response = dispatch(self, request)
+            if done is not None and response is not None:
+                done(response[0])
+        if response is not None:
+            # None: not moto's to serve, and sent over the network instead (to the runtime's
+            # own AWS endpoint, say, which announces it when it serves it).
+            _notify(request)
+        return response
 
-        def process_request(self: BotocoreStubber, request: Any) -> Any:
-            if (urlsplit(request.url).hostname or "").startswith(_UNSERIALISED_HOST):
-                return dispatch(self, request)
-            with _request_lock:
-                done = _observer(request) if _observer is not None else None
-                response = dispatch(self, request)
-                if done is not None and response is not None:
-                    done(response[0])
-            if response is not None:
-                # None: not moto's to serve, and sent over the network instead (to the runtime's
-                # own AWS endpoint, say, which announces it when it serves it).
-                _notify(request)
-            return response
+    return process_request
 
-        BotocoreStubber.process_request = process_request  # type: ignore[method-assign]
-        _installed = True
+
+_PATCHED = Patched([(BotocoreStubber, "process_request", _serialised)], wrap=True)
+
+
+def install() -> Callable[[], None]:
+    """Wrap moto's request dispatch in the lock, until the last runtime's undo."""
+    return _PATCHED.install()

@@ -37,10 +37,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Protocol
 
-from moto.core.botocore_stubber import BotocoreStubber
-
 from toolpipe.infra.cdk.functions import API
-from toolpipe.infra.local import lambdas
+from toolpipe.infra.local import lambdas, serial
 from toolpipe.infra.local.client import CALLER_HEADER, HEALTH_PATH, STAGE, http_url
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 
@@ -200,8 +198,8 @@ class RunChanges:
     """Wakes whoever watches a run when a DynamoDB write names the run's partition.
 
     Every item of a run (record, history, claims) lives under `pk=RUN#<id>`, and every write the
-    handlers make goes through moto's request dispatch: one wrapper there sees them all, so an
-    event stream waits for a change instead of querying the table on a timer.
+    handlers make goes through moto's request dispatch, which tells `serial`'s listeners of each:
+    an event stream waits for a change instead of querying the table on a timer.
     """
 
     def __init__(self) -> None:
@@ -245,6 +243,16 @@ class RunChanges:
             self._closed = True
             self._changed.notify_all()
 
+    def seen(self, request: Any) -> None:
+        """A request moto served (`serial.add_listener`): a DynamoDB write wakes its run's watchers."""
+        if not self._watchers:
+            return
+        target = request.headers.get("X-Amz-Target") or b""
+        target = target.decode() if isinstance(target, bytes) else str(target)
+        if target.startswith("DynamoDB"):
+            body = request.body or b""
+            self.request_served(target, body.encode() if isinstance(body, str) else bytes(body))
+
     def request_served(self, target: str, body: bytes) -> None:
         if not self._watchers or target.rpartition(".")[2] not in _WRITES:
             return  # nobody watching, or a read: the common cases cost a dict check
@@ -256,11 +264,6 @@ class RunChanges:
                 woken = True
             if woken:
                 self._changed.notify_all()
-
-
-_hook_lock = threading.Lock()
-_listeners: list[RunChanges] = []
-_hooked = False
 
 
 class _LinkBases:
@@ -293,30 +296,6 @@ class _LinkBases:
 
 
 _link_bases = _LinkBases()
-
-
-def _install_change_hook() -> None:
-    """Wrap moto's request dispatch once per process, to tell `RunChanges` about writes."""
-    global _hooked
-    with _hook_lock:
-        if _hooked:
-            return
-        dispatch = BotocoreStubber.process_request
-
-        def process_request(self: BotocoreStubber, request: Any) -> Any:
-            response = dispatch(self, request)
-            if _listeners:
-                target = request.headers.get("X-Amz-Target") or b""
-                target = target.decode() if isinstance(target, bytes) else str(target)
-                if target.startswith("DynamoDB"):
-                    body = request.body or b""
-                    body = body.encode() if isinstance(body, str) else bytes(body)
-                    for listener in list(_listeners):
-                        listener.request_served(target, body)
-            return response
-
-        BotocoreStubber.process_request = process_request  # type: ignore[method-assign]
-        _hooked = True
 
 
 def publishable(items: list[dict[str, Any]], published: int, ended: bool) -> list[dict[str, Any]]:
@@ -402,9 +381,7 @@ class LocalServer:
 
     def __enter__(self) -> "LocalServer":
         _link_bases.enter(self.api_url)
-        _install_change_hook()
-        with _hook_lock:
-            _listeners.append(self.changes)
+        serial.add_listener(self.changes.seen)
         self._thread.start()
         return self
 
@@ -436,9 +413,7 @@ class LocalServer:
             self._state.wait_for(lambda: not self._connections, max(0.0, deadline - time.monotonic()))
         self._http.server_close()
         _link_bases.leave(self.api_url)
-        with _hook_lock:
-            if self.changes in _listeners:
-                _listeners.remove(self.changes)
+        serial.remove_listener(self.changes.seen)
 
     @contextlib.contextmanager
     def _request(self) -> Iterator[None]:

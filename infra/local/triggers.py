@@ -21,13 +21,14 @@ and reads go by version); the handler takes both paths.
 
 import hashlib
 import json
-import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from moto.s3 import notifications
 
 from toolpipe.infra.cdk.functions import TRIGGERS
 from toolpipe.infra.local.lambdas import LocalContext, call_function
+from toolpipe.infra.local.process_patch import Patched
 from toolpipe.shared.settings import RUN_REQUESTED_SOURCE
 from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE
 
@@ -47,8 +48,6 @@ OUTPUT_PREFIX = "answers/"
 # the runtime applies the template's own, whose sources the deployer may have named.
 RUN_REQUESTED_PATTERN = {"source": [RUN_REQUESTED_SOURCE], "detail-type": [RUN_REQUESTED_DETAIL_TYPE]}
 
-_lock = threading.Lock()
-_installed = False
 _original_s3_event = notifications._get_s3_event
 
 
@@ -70,13 +69,13 @@ def _s3_event_as_aws_sends_it(event_name: str, bucket: Any, key: Any, notificati
     return event
 
 
-def install() -> None:
-    """Give moto's S3 notifications the `sequencer` and `versionId` AWS sends, once per process."""
-    global _installed
-    with _lock:
-        if not _installed:
-            notifications._get_s3_event = _s3_event_as_aws_sends_it
-            _installed = True
+_PATCHED = Patched([(notifications, "_get_s3_event", _s3_event_as_aws_sends_it)])
+
+
+def install() -> Callable[[], None]:
+    """Give moto's S3 notifications the `sequencer` and `versionId` AWS sends, until the last
+    runtime's undo."""
+    return _PATCHED.install()
 
 
 def sqs_to_triggers(event: dict[str, Any], context: LocalContext) -> dict[str, Any]:

@@ -42,13 +42,16 @@ def record_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 @pytest.fixture
 def sqs_queue() -> Iterator[tuple[Any, str, str]]:
     with mock_aws():
-        serial.install()
+        undo = serial.install()
         sqs = boto3.client("sqs", region_name="us-east-1")
         url = sqs.create_queue(QueueName="workers-test", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         while not _bodies.empty():
             _bodies.get_nowait()
-        yield sqs, url, arn
+        try:
+            yield sqs, url, arn
+        finally:
+            undo()
 
 
 def _await_idle(pool: WorkerPool) -> None:

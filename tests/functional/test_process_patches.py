@@ -1,18 +1,22 @@
-"""What the local runtime changes in its own process (botocore's API call, moto's Lambda invoke
-and execution start, `os.environ`, `Thread.start`) is one lifecycle: each install returns its
-undo, the runtime runs them when it stops, and the last one down puts every original back
-(issue 32)."""
+"""What the local runtime changes in its own process (botocore's API call, moto's Lambda invoke,
+execution start and end, request dispatch and S3 notifications, `os.environ`, `Thread.start`,
+urllib's opener) is one lifecycle: each install returns its undo, the runtime runs them when it
+stops, and the last one down puts every original back (issue 32)."""
 
 import ast
 import os
 import threading
+import urllib.request
 from pathlib import Path
 
 from botocore.client import BaseClient
 from moto.awslambda.models import LambdaFunction
+from moto.core.botocore_stubber import BotocoreStubber
+from moto.s3 import notifications
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
-from toolpipe.infra.local import iam, isolation, lambdas
+from toolpipe.infra.local import execution_events, iam, isolation, lambdas, s3_links, serial, triggers
 from toolpipe.infra.local.runtime import LocalRuntime
 
 
@@ -23,7 +27,22 @@ def _current() -> list[object]:
         ExecutionWorker.start,
         os.environ,
         threading.Thread.start,
+        BotocoreStubber.process_request,
+        BaseExecutionWorkerCommunication.terminated,
+        notifications._get_s3_event,
+        urllib.request._opener,  # type: ignore[attr-defined]
     ]
+
+
+INSTALLS = (
+    iam.install,
+    lambdas.install,
+    isolation.install,
+    serial.install,
+    execution_events.install,
+    triggers.install,
+    s3_links.install,
+)
 
 
 def test_a_stopped_runtime_leaves_the_process_as_it_found_it() -> None:
@@ -36,8 +55,8 @@ def test_a_stopped_runtime_leaves_the_process_as_it_found_it() -> None:
 
 def test_installs_nest_and_each_undo_runs_once() -> None:
     before = _current()
-    undos = [install() for install in (iam.install, lambdas.install, isolation.install)]
-    again = [install() for install in (iam.install, lambdas.install, isolation.install)]
+    undos = [install() for install in INSTALLS]
+    again = [install() for install in INSTALLS]
     for undo in again:
         undo()
         undo()  # twice: still one undo

@@ -211,8 +211,11 @@ class MotoTables:
 def moto_tables(inline_limit: int = 100_000) -> Iterator[MotoTables]:
     """moto, with every request atomic (as AWS applies them): see infra/local/serial.py."""
     with mock_aws():
-        serial.install()
-        yield MotoTables(inline_limit)
+        undo = serial.install()
+        try:
+            yield MotoTables(inline_limit)
+        finally:
+            undo()
 
 
 @contextmanager

@@ -36,7 +36,14 @@ def _store() -> DynamoHistoryStore:
 def test_concurrent_invocations_never_lose_a_count() -> None:
     # DynamoDB applies each UpdateItem atomically; bare moto does not (its ADD is a read, then a
     # write, with no lock): the local runtime's one-request-at-a-time lock gives it AWS's answer.
-    serial.install()
+    undo = serial.install()
+    try:
+        _count_concurrently()
+    finally:
+        undo()
+
+
+def _count_concurrently() -> None:
     store = _store()
     one = Operations(
         read_units=0.5, write_units=1, functions={"tool_worker": FunctionUse(requests=1, mb_ms=512)}
