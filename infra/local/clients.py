@@ -11,7 +11,10 @@ clients are kept per the AWS settings of the environment they were made in (a cl
 credentials, endpoint and retry settings when it is made), so a runtime started with other
 settings gets clients of its own. They are the runtime's alone: the clients it hands out
 (`runtime.sqs`...) are made for each runtime, so what a test registers on one of those never
-reaches the next runtime's deployment or workers.
+reaches the next runtime's deployment or workers. Those are made from the same session
+(`Clients.session`), so an error the runtime's own calls raise is an instance of the classes a
+caller catches it by (`runtime.sfn.exceptions.ExecutionDoesNotExist`): botocore makes a
+service's exception classes once per session.
 """
 
 import os
@@ -29,8 +32,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Clients:
-    """One client of each service the runtime calls itself."""
+    """One client of each service the runtime calls itself, and the session they came from."""
 
+    session: boto3.Session
     dynamodb: "DynamoDBClient"
     s3: "S3Client"
     sqs: "SQSClient"
@@ -52,15 +56,17 @@ def kept(region: str) -> Clients:
     with _lock:
         clients = _kept.get((region, settings))
         if clients is None:
+            session = boto3.Session()
             clients = _kept[(region, settings)] = Clients(
-                dynamodb=boto3.client("dynamodb", region_name=region),
-                s3=boto3.client("s3", region_name=region),
-                sqs=boto3.client("sqs", region_name=region),
-                lambda_client=boto3.client("lambda", region_name=region),
-                sfn=boto3.client("stepfunctions", region_name=region),
-                secrets=boto3.client("secretsmanager", region_name=region),
-                events=boto3.client("events", region_name=region),
-                iam=boto3.client("iam", region_name=region),
-                ses=boto3.client("ses", region_name=region),
+                session=session,
+                dynamodb=session.client("dynamodb", region_name=region),
+                s3=session.client("s3", region_name=region),
+                sqs=session.client("sqs", region_name=region),
+                lambda_client=session.client("lambda", region_name=region),
+                sfn=session.client("stepfunctions", region_name=region),
+                secrets=session.client("secretsmanager", region_name=region),
+                events=session.client("events", region_name=region),
+                iam=session.client("iam", region_name=region),
+                ses=session.client("ses", region_name=region),
             )
         return clients

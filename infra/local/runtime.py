@@ -144,38 +144,43 @@ class LocalRuntime:
     # --- the clients it hands out ----------------------------------------------------------
 
     # Each runtime's own, made on first use: what a test registers on one stays with its runtime
-    # (the runtime itself calls through the process's kept clients, infra/local/clients.py).
+    # (the runtime itself calls through the process's kept clients, infra/local/clients.py),
+    # from the kept clients' session, so what the runtime's calls raise is caught by their classes.
+    def _session(self) -> boto3.Session:
+        kept: clients.Clients | None = getattr(self, "_aws", None)  # set at start
+        return (kept or clients.kept(REGION)).session
+
     @functools.cached_property
     def dynamodb(self) -> "DynamoDBClient":
-        return boto3.client("dynamodb", region_name=REGION)
+        return self._session().client("dynamodb", region_name=REGION)
 
     @functools.cached_property
     def s3(self) -> "S3Client":
-        return boto3.client("s3", region_name=REGION)
+        return self._session().client("s3", region_name=REGION)
 
     @functools.cached_property
     def sqs(self) -> "SQSClient":
-        return boto3.client("sqs", region_name=REGION)
+        return self._session().client("sqs", region_name=REGION)
 
     @functools.cached_property
     def sfn(self) -> Any:
-        return boto3.client("stepfunctions", region_name=REGION)
+        return self._session().client("stepfunctions", region_name=REGION)
 
     @functools.cached_property
     def lambda_client(self) -> Any:
-        return boto3.client("lambda", region_name=REGION)
+        return self._session().client("lambda", region_name=REGION)
 
     @functools.cached_property
     def secrets(self) -> Any:
-        return boto3.client("secretsmanager", region_name=REGION)
+        return self._session().client("secretsmanager", region_name=REGION)
 
     @functools.cached_property
     def events(self) -> Any:
-        return boto3.client("events", region_name=REGION)
+        return self._session().client("events", region_name=REGION)
 
     @functools.cached_property
     def ses(self) -> Any:
-        return boto3.client("ses", region_name=REGION)
+        return self._session().client("ses", region_name=REGION)
 
     # --- lifecycle ------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import threading
 import urllib.request
 from pathlib import Path
 
+import pytest
 from botocore.client import BaseClient
 from moto.awslambda.models import LambdaFunction
 from moto.core.botocore_stubber import BotocoreStubber
@@ -81,3 +82,14 @@ def test_the_iam_check_and_the_isolation_do_not_import_each_other() -> None:
     """The running function's identity is a module of its own (`caller.py`) that both read."""
     assert not any("isolation" in name for name in _imports(iam))
     assert not any(name.endswith(".iam") or ".iam." in name for name in _imports(isolation))
+
+
+def test_what_the_runtimes_own_calls_raise_is_caught_by_the_classes_of_the_clients_it_hands_out() -> None:
+    # A later runtime of the process calls through the clients the first one made; botocore
+    # makes a service's exception classes per session: the ones it hands out share theirs.
+    with LocalRuntime(workers=0):
+        pass
+    with LocalRuntime(workers=0) as runtime:
+        missing = f"{runtime.state_machine_arn.replace(':stateMachine:', ':execution:')}:nope"
+        with pytest.raises(runtime.sfn.exceptions.ExecutionDoesNotExist):
+            runtime._aws.sfn.describe_execution(executionArn=missing)
