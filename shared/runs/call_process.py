@@ -330,6 +330,9 @@ def _supervise(template: socket.socket) -> NoReturn:
         if not message or len(fds) != 4:
             raise SystemExit(0)  # the template is gone, or sent no call: end the spare
         request_in, answer_out, output_out, done = fds
+        if not _fit(pid):
+            done = -1  # not taken: the template hands the call to a fresh spare
+            raise SystemExit(0)
         template.sendall(_READY)
         if template.recv(1) != _GO:
             done = -1  # the template gave the call to another spare: this one says nothing
@@ -351,6 +354,18 @@ def _supervise(template: socket.socket) -> NoReturn:
             with contextlib.suppress(OSError):
                 os.write(done, json.dumps(ended).encode())
         os._exit(0)
+
+
+def _fit(pid: int) -> bool:
+    """Whether the call's process, forked before the call came, can still take it: a call that
+    ran meanwhile may have killed or stopped it (any process of the same user may signal it).
+    A stopped one is let go on; a dead one is not fit, and the spare is replaced."""
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGCONT)
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == 0
+    except ChildProcessError:
+        return False
 
 
 def _wait(pid: int, seconds: float) -> dict[str, object]:

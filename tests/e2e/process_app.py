@@ -235,6 +235,22 @@ def stop_the_spare() -> str:
 
 
 @tool
+def hit_the_spares_call(signal_number: int) -> str:
+    """Signal the process forked for the next call (not its supervisor): kill or stop it."""
+    supervisor = os.getppid()
+    deadline = time.time() + 5  # the spare forks its call's process as soon as it is up
+    while time.time() < deadline:
+        spares = [pid for pid in _children_of(_parent_of(supervisor)) if pid != supervisor]
+        calls = [call for spare in spares for call in _children_of(spare)]
+        if calls:
+            for pid in calls:
+                os.kill(pid, signal_number)
+            return f"signalled {len(calls)}"
+        time.sleep(0.01)
+    return "no spare"
+
+
+@tool
 def lock_folders(tmp_root: str) -> str:
     """Leave a folder no one may list (chmod 000) with a note, in /tmp and in the call's folder."""
     for base in (tmp_root, os.getcwd()):
@@ -269,6 +285,7 @@ prober = Agent(
         shout,
         escape,
         stop_the_spare,
+        hit_the_spares_call,
         lock_folders,
         runner_dumpable,
         read_another_input,

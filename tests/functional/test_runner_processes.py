@@ -145,3 +145,19 @@ def test_a_call_that_stops_the_spare_does_not_hold_up_the_next_call(tmp_path: Pa
     )
     assert stopped["content"] == "stopped 2"
     assert after["status"] == "ok", after
+
+
+@pytest.mark.parametrize("signal_number", [9, 19], ids=["killed", "stopped"])
+def test_a_call_that_kills_or_stops_the_next_calls_process_does_not_reach_the_next_call(
+    tmp_path: Path, signal_number: int
+) -> None:
+    """The process forked for the next call, not its supervisor: the next call runs whole, in a
+    process fit for it (a killed one replaced, a stopped one let go on)."""
+    hit, after = _invoke(
+        tmp_path,
+        {"run": "run-a", "tool": "hit_the_spares_call", "arguments": {"signal_number": signal_number}},
+        {"run": "run-b", "tool": "look", "arguments": {}, "time_limit": 5},
+    )
+    assert hit["content"] == "signalled 1"
+    assert after["status"] == "ok", after
+    assert json.loads(str(after["content"]))["json_dumps_forged"] is False
