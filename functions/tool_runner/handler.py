@@ -6,7 +6,6 @@ that this function forks at its cold start, before any invocation: what a call p
 writes or sets ends with it, and no later call, of any run, sees it.
 """
 
-import contextlib
 import os
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from toolpipe.shared.agents import registered_in_code
 from toolpipe.shared.errors import ErrorKind
-from toolpipe.shared.runs import call_process
+from toolpipe.shared.runs import call_process, tmp_files
 from toolpipe.shared.runs.call_host import prepare
 from toolpipe.shared.runs.tool_run import (
     HOOKS_GRACE_SECONDS,
@@ -57,9 +56,10 @@ if in_lambda():
     call_process.guard_this_process()
 _processes = call_process.CallProcesses.forked(then=prepare) if in_lambda() else None
 # On Lambda /tmp outlives invocations, and is this function's alone: what a call leaves there
-# (past its own folder, which goes with it) is removed after it, all but what was there at start.
+# (past its own folder, which goes with it) is removed after it, all but what was there at start
+# and is as it was then (a file a call changed is removed: what it wrote may be read by the next).
 _TMP = tempfile.gettempdir()
-_TMP_AT_START = frozenset(os.listdir(_TMP)) if in_lambda() else frozenset()
+_TMP_AT_START = tmp_files.snapshot(_TMP) if in_lambda() else {}
 
 
 @cache
@@ -109,13 +109,7 @@ def run_call(request: ToolRunRequest, function_name: str) -> ToolRunResponse:
 
 
 def _sweep_tmp() -> None:
-    for entry in os.scandir(_TMP):
-        if entry.name not in _TMP_AT_START:
-            if entry.is_dir(follow_symlinks=False):
-                call_process.remove_tree(entry.path)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+    tmp_files.sweep(_TMP, _TMP_AT_START, call_process.remove_tree)
 
 
 def _echo(end: call_process.CallEnd) -> None:

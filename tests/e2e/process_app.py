@@ -251,6 +251,31 @@ def hit_the_spares_call(signal_number: int) -> str:
 
 
 @tool
+def rewrite_tmp(root: str) -> str:
+    """Change what was in /tmp at the cold start for a later call to read: a file rewritten (its
+    size and modification time put back), a file added in a folder that was there."""
+    kept = os.path.join(root, "there-at-start")
+    stat = os.stat(kept)
+    with open(kept, "w") as changed:
+        changed.write("bad!")  # as long as "kept"
+    os.utime(kept, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with open(os.path.join(root, "folder-at-start", "planted"), "w") as planted:
+        planted.write("bad")
+    return "rewritten"
+
+
+@tool
+def read_tmp(root: str) -> str:
+    """What a call finds in /tmp."""
+    found = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name)) as each:
+                found[os.path.relpath(os.path.join(folder, name), root)] = each.read()
+    return json.dumps(found, sort_keys=True)
+
+
+@tool
 def lock_folders(tmp_root: str) -> str:
     """Leave a folder no one may list (chmod 000) with a note, in /tmp and in the call's folder."""
     for base in (tmp_root, os.getcwd()):
@@ -286,6 +311,8 @@ prober = Agent(
         escape,
         stop_the_spare,
         hit_the_spares_call,
+        rewrite_tmp,
+        read_tmp,
         lock_folders,
         runner_dumpable,
         read_another_input,

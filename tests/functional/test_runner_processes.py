@@ -57,6 +57,8 @@ def _run(tmp_path: Path, *calls: dict[str, object]) -> tuple[list[dict[str, obje
     lambda_tmp = tmp_path / "lambda-tmp"
     lambda_tmp.mkdir(exist_ok=True)
     (lambda_tmp / "there-at-start").write_text("kept")
+    (lambda_tmp / "folder-at-start").mkdir(exist_ok=True)
+    (lambda_tmp / "folder-at-start" / "inside").write_text("kept too")
     env = {
         **os.environ,
         "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9",  # what makes the handler fork its template
@@ -95,7 +97,7 @@ def test_a_warm_runner_keeps_nothing_a_call_left_for_the_next_invocation(tmp_pat
     assert looked["json_dumps_forged"] is False and looked["execute_forged"] is False
     assert looked["left_env"] is None and looked["cwd_files"] == []
     # /tmp holds what it held at the cold start, nothing a call left.
-    assert sorted(os.listdir(lambda_tmp)) == ["there-at-start"]
+    assert sorted(os.listdir(lambda_tmp)) == ["folder-at-start", "there-at-start"]
     size = log.stat().st_size
     assert {"thread", "raw-thread", "process"} <= set(log.read_text().split())
     time.sleep(0.5)
@@ -161,3 +163,16 @@ def test_a_call_that_kills_or_stops_the_next_calls_process_does_not_reach_the_ne
     assert hit["content"] == "signalled 1"
     assert after["status"] == "ok", after
     assert json.loads(str(after["content"]))["json_dumps_forged"] is False
+
+
+def test_what_a_call_changes_in_tmp_is_not_read_by_the_next_call(tmp_path: Path) -> None:
+    """A file there at the cold start that a call rewrites (its size and modification time put
+    back), or one it adds in a folder that was there, is removed before the next call."""
+    root = str(tmp_path / "lambda-tmp")
+    rewritten, seen = _invoke(
+        tmp_path,
+        {"run": "run-a", "tool": "rewrite_tmp", "arguments": {"root": root}},
+        {"run": "run-b", "tool": "read_tmp", "arguments": {"root": root}},
+    )
+    assert rewritten["content"] == "rewritten"
+    assert json.loads(str(seen["content"])) == {"folder-at-start/inside": "kept too"}
