@@ -15,8 +15,10 @@ import pickle
 import re
 import shutil
 import socket
+import struct
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -29,6 +31,8 @@ from toolpipe.shared.errors import describe_exception
 
 REGION = "us-east-1"
 CONNECTIONS = 32
+# struct ucred, what SO_PEERCRED answers: the connecting process's pid, uid and gid.
+_PEER = struct.Struct("3i")
 # A region's name as AWS spells them (`us-east-1`, `us-gov-west-1`): a client is kept per region.
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d{1,2}")
 
@@ -38,6 +42,8 @@ class AwsBroker:
 
     def __init__(self, context: FunctionContext) -> None:
         self.context = context
+        # Which processes may call as `context`: its runner's calls alone (`ToolProcesses`).
+        self.admits: Callable[[int], bool] = lambda pid: True
         self._folder = tempfile.mkdtemp(prefix="toolpipe-aws-")
         os.chmod(self._folder, 0o700)
         self.path = os.path.join(self._folder, "aws.sock")
@@ -71,12 +77,24 @@ class AwsBroker:
                 connection, _ = self._listener.accept()
             except OSError:
                 return
+            if not self._admitted(connection):
+                connection.close()  # another runner's call, or any other process of this user
+                continue
             if not self._connections.acquire(blocking=False):
                 connection.close()  # a call opening connections by the thousand gets no more
                 continue
             threading.Thread(
                 target=self._serve, args=(connection,), name="aws-broker-call", daemon=True
             ).start()
+
+    def _admitted(self, connection: socket.socket) -> bool:
+        """Whether the process at the other end runs under this runner's template: the socket's
+        path is no secret (any process of this user may connect), the caller's process is."""
+        if not hasattr(socket, "SO_PEERCRED"):
+            return True  # not Linux: no peer's pid to check (docs/operations/security.md)
+        credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER.size)
+        pid, _, _ = _PEER.unpack(credentials)
+        return self.admits(pid)
 
     def _serve(self, connection: socket.socket) -> None:
         try:

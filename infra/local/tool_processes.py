@@ -89,6 +89,7 @@ class ToolProcesses:
             processes = call_process.CallProcesses.spawned(
                 environment(context, broker.path), host=HOST_MODULE
             )
+            broker.admits = processes.holds  # this runner's calls, never another runner's
             self._processes.append(processes)
             for name in names:
                 call_process.register(name, processes)

@@ -11,7 +11,7 @@ import os
 import socket
 import sys
 
-from toolpipe.shared.runs.call_process import serve
+from toolpipe.shared.runs.call_process import guard_this_process, serve
 
 # The script whose `__main__` module is the app (`LocalPipeline(app="__main__")` in a script): here
 # it is imported as `__mp_main__` and stands for `__main__`, as multiprocessing does, so its
@@ -44,6 +44,7 @@ def prepare() -> None:
 
 def main(fd: int) -> None:
     connection = socket.socket(fileno=fd)
+    guard_this_process()  # before the app's import: no process of the user attaches meanwhile
     prepare()
     connection.sendall(b"ready")
     serve(connection)

@@ -103,8 +103,9 @@ class RunnerUnavailableError(RuntimeError):
 
 
 def guard_this_process() -> None:
-    """The runner's own process on Lambda: not dumpable (a call cannot read or write its memory,
-    where earlier calls' requests and answers were) and the subreaper of what a call leaves
+    """The runner's own process on Lambda, and a template started as a fresh interpreter, before
+    it imports the app: not dumpable (a call cannot read or write its memory, where earlier
+    calls' requests and answers were) and the subreaper of what a call leaves
     (`CallProcesses.end_strays`)."""
     _prctl(_PR_SET_DUMPABLE, 0)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
@@ -472,6 +473,8 @@ class CallProcesses:
         self._connection: socket.socket | None = None
         self._stop: Callable[[], None] | None = None
         self._pid = 0  # the template's
+        # Every template it started: a call of an earlier one may still run (and call AWS).
+        self._started: set[int] = set()
 
     @classmethod
     def forked(cls, then: Callable[[], None] | None = None) -> "CallProcesses":
@@ -487,8 +490,9 @@ class CallProcesses:
                     then()
             serve(child)
         child.close()
-        processes = cls(lambda: _spawn(dict(os.environ), None, HOST_MODULE))
+        processes = cls(lambda: _spawn(dict(os.environ), None, HOST_MODULE, processes._started.add))
         processes._connection, processes._stop, processes._pid = parent, lambda: _reap_pid(pid), pid
+        processes._started.add(pid)
         return processes
 
     @classmethod
@@ -498,7 +502,13 @@ class CallProcesses:
         """A template started (at the first call) as a fresh interpreter with `environment` only,
         running `python -m HOST FD` (a module that calls `call_host.main`)."""
         env = dict(environment)
-        return cls(lambda: _spawn(env, cwd, host))
+        processes = cls(lambda: _spawn(env, cwd, host, processes._started.add))
+        return processes
+
+    def holds(self, pid: int) -> bool:
+        """Whether process `pid` is a template of these or runs under one (a call's process and
+        what it started: a template is the subreaper of all of them)."""
+        return _descends(pid, self._started)
 
     def _sweep(self, supervisor: int) -> None:
         """Have the template end what a call whose supervisor was killed left behind; a
@@ -672,10 +682,26 @@ class _Exchange:
         return bool(chunk)
 
 
+def _descends(pid: int, ancestors: Collection[int]) -> bool:
+    """Whether `pid` is one of `ancestors` or a descendant of one, from /proc's parent links."""
+    for _ in range(256):  # deeper than any process tree a call could build before its end
+        if pid in ancestors:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                pid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
 def _spawn(
-    environment: dict[str, str], cwd: str | None, host: str
+    environment: dict[str, str], cwd: str | None, host: str, started: Callable[[int], None]
 ) -> tuple[socket.socket, Callable[[], None], int]:
-    """A fresh interpreter as the template (`python -m HOST FD`)."""
+    """A fresh interpreter as the template (`python -m HOST FD`); `started` is told its pid
+    before it imports the app (whose import may call AWS already)."""
     parent, child = socket.socketpair()
     folder = cwd or tempfile.mkdtemp(prefix="toolpipe-runner-")
     process = subprocess.Popen(  # our own module, by the interpreter running us
@@ -687,6 +713,7 @@ def _spawn(
         start_new_session=True,
     )
     child.close()
+    started(process.pid)
     ready = parent.recv(4096)  # the host says so once it has imported the app
     if ready != b"ready":
         parent.close()

@@ -5,6 +5,8 @@ import _thread
 import gc
 import json
 import os
+import pickle
+import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +28,22 @@ SECRET_BACKWARDS = "a9c2f5-loot-a-rof-reven-tset-ks"
 
 def secret() -> str:
     return SECRET_BACKWARDS[::-1]
+
+
+def _dumpable() -> int:
+    import ctypes
+
+    return int(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+
+
+# While the template imports this module (a call of another runner could attach to it then).
+DUMPABLE_AT_IMPORT = _dumpable()
+
+
+@tool
+def dumpable() -> str:
+    """Whether the template was dumpable while it imported the app, and the call's process now."""
+    return f"{DUMPABLE_AT_IMPORT} {_dumpable()}"
 
 
 @tool
@@ -276,6 +294,35 @@ def read_tmp(root: str) -> str:
 
 
 @tool
+def send_through(broker: str) -> str:
+    """Ask another runner's AWS broker (its socket's path) to send mail as that runner."""
+    from toolpipe.infra.local import aws_forwarding
+
+    request = {
+        "service": "ses",
+        "region": "us-east-1",
+        "operation": "SendEmail",
+        "params": {
+            "Source": "assistant@example.com",
+            "Destination": {"ToAddresses": ["assistant@example.com"]},
+            "Message": {"Subject": {"Data": "s"}, "Body": {"Text": {"Data": "from another runner"}}},
+        },
+    }
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(10)
+            connection.connect(broker)
+            aws_forwarding.send(connection, json.dumps(request).encode())
+            answer = aws_forwarding.receive(connection)
+    except OSError as e:
+        return type(e).__name__
+    if answer is None:
+        return "closed"
+    said = pickle.loads(answer)
+    return "sent" if "response" in said else str(said)[:200]
+
+
+@tool
 def lock_folders(tmp_root: str) -> str:
     """Leave a folder no one may list (chmod 000) with a note, in /tmp and in the call's folder."""
     for base in (tmp_root, os.getcwd()):
@@ -312,6 +359,8 @@ prober = Agent(
         stop_the_spare,
         hit_the_spares_call,
         rewrite_tmp,
+        send_through,
+        dumpable,
         read_tmp,
         lock_folders,
         runner_dumpable,

@@ -166,3 +166,20 @@ def _reads_only_its_own(pipeline: LocalPipeline) -> None:
 def test_a_run_not_started_by_a_file_gives_its_tools_no_link(pipeline: LocalPipeline) -> None:
     said = json.loads(_one(pipeline, "read_another_input", key="inbox/b-payroll.txt"))
     assert said == {"link": None, "source": False}
+
+
+def test_a_tool_cannot_call_aws_as_another_runner_through_its_socket(pipeline: LocalPipeline) -> None:
+    """The "mail" runner's broker makes calls as that runner: its socket's path is no secret, but
+    only that runner's calls are answered there (a tool of the default runner is not)."""
+    processes = pipeline.runtime._tool_processes
+    assert processes is not None
+    [mail] = [broker.path for broker in processes._brokers if broker.context.name == "tool_runner_mail"]
+    said = _one(pipeline, "send_through", broker=mail)
+    assert said in {"closed", "ConnectionResetError", "BrokenPipeError"}, said
+    # Its own runner's broker still answers it (and refuses the mail: not its grant).
+    own = [broker.path for broker in processes._brokers if broker.context.name == "tool_runner"]
+    assert "AccessDenied" in _one(pipeline, "send_through", broker=own[0])
+
+
+def test_the_template_is_not_dumpable_while_it_imports_the_app(pipeline: LocalPipeline) -> None:
+    assert _one(pipeline, "dumpable") == "0 0"
