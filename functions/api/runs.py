@@ -77,6 +77,8 @@ def idempotency_key(headers: dict[str, str]) -> str | None:
 
 @router.post(
     "/runs",
+    operation_id="startRun",
+    tags=["runs"],
     summary="Start a run",
     description="Body: StartRunRequest. With an `Idempotency-Key` header, the same key and body "
     "start one run however often they are sent (a repeat is answered `Idempotent-Replayed: true`); "
@@ -116,6 +118,8 @@ def start_run() -> Response[dict[str, Any]]:
 
 @router.get(
     "/runs",
+    operation_id="listRuns",
+    tags=["runs"],
     summary="List runs, newest first",
     description="The caller's runs; the admin principal may name another `caller`, or `caller=*` "
     "for every run (a scan: in no set order). A page may hold fewer than `limit` runs when a "
@@ -165,6 +169,8 @@ def list_runs(
 
 @router.get(
     "/runs/<run_id>",
+    operation_id="getRun",
+    tags=["runs"],
     summary="A run: status, usage, answer (or its link), a page of its tool executions",
     responses=documented(200, RunDetail, "The run.", 400, 403, 404),
 )
@@ -175,6 +181,8 @@ def get_run(run_id: RunId, executions_after: Annotated[str, Query(pattern=SEQ)] 
 
 @router.get(
     "/runs/<run_id>/messages",
+    operation_id="listMessages",
+    tags=["messages"],
     summary="A page of the run's history, in order",
     responses=documented(200, MessagesPage, "History items after `after`.", 400, 403, 404),
 )
@@ -192,6 +200,8 @@ def get_messages(
 
 @router.get(
     "/runs/<run_id>/messages/<seq>",
+    operation_id="getMessage",
+    tags=["messages"],
     summary="One whole history item (a preview and a presigned `url` when over 5 MB)",
     responses=documented(200, dict[str, Any], "The history item.", 400, 403, 404),
 )
@@ -205,6 +215,8 @@ def get_message(run_id: RunId, seq: Seq) -> dict[str, Any]:
 
 @router.post(
     "/runs/<run_id>/cancel",
+    operation_id="cancelRun",
+    tags=["runs"],
     summary="Cancel a run and its child runs",
     description="Stops the run's execution and those of its child runs (agent tools) and marks "
     "them `cancelled`. Cancelling a cancelled run answers the same again; a run that ended "
@@ -225,6 +237,8 @@ def cancel_run(run_id: RunId) -> dict[str, Any]:
 
 @router.delete(
     "/runs/<run_id>",
+    operation_id="deleteRun",
+    tags=["runs"],
     summary="Delete an ended run now, with its child runs",
     description="Removes every item and stored object of the run and of its child runs (agent "
     "tools), before their retention runs out. A run, or a child run, still running is a 409: cancel "

@@ -224,10 +224,10 @@ class ResultRequest(BaseModel):
         extra="forbid",
         json_schema_extra={
             "oneOf": [
-                {"required": ["result"], "not": {"required": ["error"]}},
+                {"required": ["result"], "not": {"required": ["error"], "properties": {"error": {}}}},
                 {
                     "required": ["error"],
-                    "not": {"required": ["result"]},
+                    "not": {"required": ["result"], "properties": {"result": {}}},
                     "properties": {"error": {"type": "string"}},
                 },
             ]

@@ -77,12 +77,19 @@ def test_start_with_a_key_poll_read_list_over_http(served: Served) -> None:
     assert status == 409
     status, document, _ = _http(f"{served.api_url}/openapi.json", "GET")
     assert status == 200 and "/runs/{run_id}/cancel" in document["paths"]
-    # The checked-in document, with what only this server knows: the app's agent, its time zones.
+    # The checked-in document, with what only this server knows: the app's agents and their
+    # tools, the header that names the caller. Time zones are a pattern in both.
     checked_in = json.loads((Path(__file__).parents[2] / "docs" / "openapi.json").read_text())
     start = document["components"]["schemas"].pop("StartRunRequest")
     assert start["properties"]["agent"]["anyOf"][0]["enum"] == ["assistant", "triage"]
-    assert "UTC" in start["properties"]["timezone"]["enum"]
+    assert "square_root" in start["properties"]["tools"]["anyOf"][0]["items"]["enum"]
+    assert "enum" not in start["properties"]["timezone"]
     del checked_in["components"]["schemas"]["StartRunRequest"]
+    assert document["components"]["securitySchemes"].pop("localCaller")["name"] == "X-Toolpipe-Caller"
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            if operation["security"]:  # not the approval page's, whose link is the credential
+                assert operation["security"].pop() == {"localCaller": []}
     assert checked_in == document
 
 
