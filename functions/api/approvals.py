@@ -22,6 +22,7 @@ from toolpipe.shared.deferred.models import (
     ApprovalDecided,
     ApprovalList,
     ApprovalStatus,
+    ApprovalView,
     ApproveRequest,
     CallAnswered,
     DenyRequest,
@@ -36,7 +37,7 @@ def with_link(approval: Approval) -> dict[str, Any]:
     """An approval as its requester (or the admin) reads it: with its signed link, made under
     the URL this request came to."""
     url = services_of(router).approvals.callback_url(approval, api_url(router.current_event))
-    return approval.model_copy(update={"callback_url": url}).model_dump(mode="json")
+    return ApprovalView.of(approval, url).model_dump(mode="json")
 
 
 @router.get(
@@ -58,7 +59,7 @@ def list_approvals(status: Annotated[ApprovalStatus | None, Query()] = None) -> 
     operation_id="getApproval",
     tags=["approvals"],
     summary="One approval: the tool, a preview of its arguments, the run, the status",
-    responses=documented(200, Approval, "The approval.", 400, 403, 404),
+    responses=documented(200, ApprovalView, "The approval.", 400, 403, 404),
 )
 def get_approval(approval_id: ApprovalId) -> dict[str, Any]:
     return with_link(services_of(router).approvals.get(approval_id, current_caller(router.current_event)))

@@ -23,7 +23,14 @@ from toolpipe.shared.dynamo import MAX_CALLER_BYTES, caller_fits
 from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
 from toolpipe.shared.runs.quota import RUNNING_RETRY_AFTER_SECONDS, WINDOW_SECONDS
 from toolpipe.shared.runs.report import MAX_TOKEN_CHARS, PAGE_LIMIT, RUNS_PAGE_DEFAULT, TOKEN_PATTERN
-from toolpipe.shared.runs.views import MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
+from toolpipe.shared.runs.views import (
+    HistoryEntry,
+    MessagesPage,
+    RunCancelled,
+    RunDetail,
+    RunList,
+    RunStarted,
+)
 
 logger = Logger()
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves its __init__ unannotated
@@ -203,7 +210,7 @@ def get_messages(
     operation_id="getMessage",
     tags=["messages"],
     summary="One whole history item (a preview and a presigned `url` when over 5 MB)",
-    responses=documented(200, dict[str, Any], "The history item.", 400, 403, 404),
+    responses=documented(200, HistoryEntry, "The history item.", 400, 403, 404),
 )
 def get_message(run_id: RunId, seq: Seq) -> dict[str, Any]:
     """One whole history item, or a preview and a presigned `url` when it is too large."""

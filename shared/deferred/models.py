@@ -1,5 +1,6 @@
 """The approval record and what the API shows of it (never the task token)."""
 
+import json
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -195,8 +196,25 @@ class ApproveRequest(BaseModel):
     )
 
 
+class ApprovalView(Approval):
+    """An approval as the API answers it: edited `arguments` as the object they are (stored as
+    canonical JSON text), the same type `ApproveRequest.arguments` takes."""
+
+    arguments: dict[str, Any] | None = Field(  # type: ignore[assignment]  # the stored text, parsed
+        default=None,
+        description="The arguments a person edited before approving: the call runs with these, and "
+        "`arguments_sha256` is theirs. Null when the call runs as the model sent it.",
+    )
+
+    @classmethod
+    def of(cls, approval: Approval, callback_url: str | None) -> "ApprovalView":
+        shown = approval.model_dump(exclude={"decided_by_authenticated"})
+        edited = None if approval.arguments is None else json.loads(approval.arguments)
+        return cls.model_validate(shown | {"arguments": edited, "callback_url": callback_url})
+
+
 class ApprovalList(BaseModel):
-    approvals: list[Approval]
+    approvals: list[ApprovalView]
 
 
 class ApprovalDecided(BaseModel):

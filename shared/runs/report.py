@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from toolpipe.shared.costs.estimate import estimate
 from toolpipe.shared.costs.prices import PriceTable
@@ -102,7 +102,10 @@ class ToolExecution(BaseModel):
     tool: str
     turn: int
     seq: int  # the history slot of the call's result: the cursor of the executions pages
-    arguments: Any  # parsed JSON where the model sent short valid JSON, else (a preview of) the text
+    arguments: dict[str, Any] | str = Field(
+        description="The arguments as an object where the model sent a short JSON object (as tools "
+        "take them), else (a preview of) the text it sent: `arguments_chars` long."
+    )
     arguments_chars: int
     arguments_ref: str | None = None  # the model reply holding the whole arguments, when cut
     status: str  # ok | error | pending (no result yet)
@@ -128,10 +131,12 @@ def tool_executions(run_id: str, history: list[HistoryItem]) -> list[ToolExecuti
     for reply in (i for i in history if isinstance(i, AssistantMessage)):
         for index, call in enumerate(reply.tool_calls):
             slot = result_slot(reply, index)
-            arguments: Any = _preview_text(call.arguments)
+            arguments: dict[str, Any] | str = _preview_text(call.arguments)
             if len(call.arguments) <= PREVIEW_CHARS:
                 with contextlib.suppress(ValueError, RecursionError):  # not JSON: shown as sent
-                    arguments = json.loads(call.arguments)
+                    parsed = json.loads(call.arguments)
+                    if isinstance(parsed, dict):  # another JSON value is text, as sent
+                        arguments = parsed
             long_arguments = len(call.arguments) > PREVIEW_CHARS
             entry = ToolExecution(
                 call_id=call.id,

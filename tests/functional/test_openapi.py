@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Pipeline
+from tests.conftest import Pipeline, Reply, call
 from tests.openapi_check import checker, request_conforms, response_conforms
 from toolpipe.infra.reference.openapi import DOCUMENT, render
 from toolpipe.shared.agents import all_agents
@@ -79,7 +79,7 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
         "$ref": "#/components/schemas/DenyRequest"
     }
     assert set(deny["responses"]) == {"200", "400", "403", "404", "409", "429", "500", "503"}
-    assert "task_token" not in json.dumps(schemas["Approval"])
+    assert "task_token" not in json.dumps(schemas["ApprovalView"])
     for path, body in (
         ("/approvals/{approval_id}/answer", "AnswerRequest"),
         ("/runs/{run_id}/calls/{call_id}/result", "ResultRequest"),
@@ -268,3 +268,67 @@ def test_the_document_passes_redoclys_recommended_rules(pipeline: Pipeline, tmp_
         report = json.loads(result.stdout)
         problems = [(p["ruleId"], p["location"][0]["pointer"]) for p in report["problems"]]
         assert problems == [("info-license", "#/info")], (document, problems)
+
+
+def test_a_runs_history_is_typed_and_its_real_answers_conform(pipeline: Pipeline) -> None:
+    """Issue 35, item 3: history items a union on `kind`, timestamps `date-time`, one type a
+    concept (slots integers, arguments objects); a run's real answers validate against it."""
+    document = json.loads(DOCUMENT.read_text())
+    schemas = document["components"]["schemas"]
+    views = {
+        "user": "#/components/schemas/UserMessageView",
+        "assistant": "#/components/schemas/AssistantMessageView",
+        "tool_result": "#/components/schemas/ToolResultView",
+    }
+    items = schemas["MessagesPage"]["properties"]["messages"]["items"]
+    assert items["discriminator"] == {"propertyName": "kind", "mapping": views}
+    one = document["paths"]["/runs/{run_id}/messages/{seq}"]["get"]["responses"]["200"]
+    entry = one["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    assert schemas[entry]["discriminator"] == items["discriminator"]
+    for kind, ref in views.items():
+        view = schemas[ref.rsplit("/", 1)[-1]]
+        assert "kind" in view["required"] and view["properties"]["kind"]["const"] == kind
+    stamps = [
+        (name, field)
+        for schema in schemas.values()
+        for name, field in schema.get("properties", {}).items()
+        if name.endswith("_at")
+    ]
+    assert len(stamps) > 10
+    for name, field in stamps:
+        assert any(s.get("format") == "date-time" for s in field.get("anyOf", [field])), name
+    for path, operations in document["paths"].items():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["name"] in {"seq", "call_id", "after", "executions_after", "limit"}:
+                    assert parameter["schema"]["type"] == "integer", (path, parameter["name"])
+    edited = schemas["ApprovalView"]["properties"]["arguments"]["anyOf"]
+    assert (
+        edited[0]["type"]
+        == "object"
+        == schemas["ApproveRequest"]["properties"]["arguments"]["anyOf"][0]["type"]
+    )
+    assert [s["type"] for s in schemas["ToolExecution"]["properties"]["arguments"]["anyOf"]] == [
+        "object",
+        "string",
+    ]
+
+    # A run with a call, a long result (a preview) and an answer, read as a client reads it.
+    pipeline.script(
+        Reply(tool_calls=[call("big_output", kilobytes=2), call("count_once", label="x" * 1500)]),
+        Reply(content="done"),
+    )
+    run_id = pipeline.start("go")
+    pipeline.finish(run_id)
+    spec = checker(_served(pipeline))
+    targets = [f"/runs/{run_id}", f"/runs/{run_id}/messages?limit=2", f"/runs/{run_id}/messages?after=2"]
+    status, page = pipeline.runtime.api("GET", f"/runs/{run_id}/messages")
+    assert {m["kind"] for m in page["messages"]} == {"user", "assistant", "tool_result"}
+    assert any("truncated" in m for m in page["messages"])  # previews conform too
+    targets += [f"/runs/{run_id}/messages/{m['seq']}" for m in page["messages"]]
+    for target in targets:
+        status, body = pipeline.runtime.api("GET", target)
+        assert status == 200, body
+        response_conforms(spec, "GET", target, status, body)
+    status, shown = pipeline.runtime.api("GET", f"/runs/{run_id}")
+    assert shown["executions"][0]["arguments"] == {"kilobytes": 2}
