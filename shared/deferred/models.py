@@ -36,6 +36,16 @@ class ApprovalKind(StrEnum):
     CLIENT = "client"
 
 
+# Who a running run waits for (`GET /runs/{id}`, `GET /runs`, the run events): a person (an
+# approval or a question) or the caller's program (a client-executed call's result).
+WaitingFor = Literal["person", "program"]
+WAITING_FOR_DESCRIPTION = (
+    "Who the running run waits for: `person` (a call to approve or deny, or a question to "
+    "answer: `GET /approvals?status=pending`), `program` (a client-executed call's result, "
+    "`POST /runs/{run_id}/calls/{call_id}/result`); null when it waits for neither, or ended."
+)
+
+
 # A deferred call's answer, as JSON: what the model reads, bounded (the history item stays well
 # under DynamoDB's 400 KB, the request under API Gateway's 10 MB).
 MAX_ANSWER_CHARS = 64 * 1024
@@ -194,6 +204,15 @@ class ApproveRequest(BaseModel):
         description="Arguments to run the call with instead of the model's: checked against the "
         "tool's schema, at most 64 KiB as JSON. The model is told they were changed.",
     )
+
+
+def waiting_for(pending: "list[Approval]") -> WaitingFor | None:
+    """Who a run with these calls pending waits for: a person first, as nothing goes on without
+    them, while a program may answer at any time."""
+    kinds = {approval.kind for approval in pending}
+    if kinds & {ApprovalKind.APPROVAL, ApprovalKind.HUMAN}:
+        return "person"
+    return "program" if ApprovalKind.CLIENT in kinds else None
 
 
 class ApprovalView(Approval):

@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, RootModel
 
 from toolpipe.shared.costs.estimate import CostReport
+from toolpipe.shared.deferred.models import WAITING_FOR_DESCRIPTION, WaitingFor
 from toolpipe.shared.messages import (
     AssistantMessage,
     RunRecord,
@@ -40,6 +41,7 @@ class RunCancelled(BaseModel):
 
 class RunListItem(RunSummary):
     links: Links
+    waiting_for: WaitingFor | None = Field(default=None, description=WAITING_FOR_DESCRIPTION)
 
 
 class RunList(BaseModel):
@@ -49,6 +51,7 @@ class RunList(BaseModel):
 
 class RunView(RunRecord):
     cost_usd: float
+    waiting_for: WaitingFor | None = Field(default=None, description=WAITING_FOR_DESCRIPTION)
     output_url: str | None = Field(default=None, description="Presigned GET of the whole answer, when long.")
 
 
