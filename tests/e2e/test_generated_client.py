@@ -54,7 +54,7 @@ def generated(
     )
     # It warns only that ruff (its formatter) is not on PATH; anything it could not generate
     # is an error line naming the schema or operation.
-    assert result.returncode == 0 and "Unable to" not in result.stdout + result.stderr, result.stdout
+    assert result.returncode == 0 and "Unable to" not in result.stdout + result.stderr, result.stderr[-3000:]
     monkeypatch.syspath_prepend(str(tmp_path))
     yield importlib.import_module(PACKAGE), document
     for name in [m for m in sys.modules if m == PACKAGE or m.startswith(f"{PACKAGE}.")]:
