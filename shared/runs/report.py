@@ -229,7 +229,9 @@ class RunReader:
 
     def _waiting_for(self, run_id: str, status: RunStatus) -> WaitingFor | None:
         """Who the run waits for: only a running run waits (a pending call of an ended run is
-        answered by nobody)."""
+        answered by nobody). Read from its calls' gates when asked, one query a running run, not
+        kept on the record: a gate is already the one item a decision moves, so the answer cannot
+        lag behind it, and no step of the run writes anything more."""
         return self._waits(run_id) if self._waits is not None and status is RunStatus.RUNNING else None
 
     def _readable(self, run_id: str, caller: str) -> RunRecord:
