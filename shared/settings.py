@@ -161,6 +161,7 @@ class ApiSettings(_EnvSettings):
     env_names: ClassVar[dict[str, str]] = {
         "admin_principal": "TOOLPIPE_ADMIN_PRINCIPAL",
         "allow_run_mcp_servers": "TOOLPIPE_ALLOW_RUN_MCP_SERVERS",
+        "local_caller_header": "TOOLPIPE_LOCAL_CALLER_HEADER",
     }
     admin_principal: str | None = None
 
@@ -172,6 +173,9 @@ class ApiSettings(_EnvSettings):
     # Runs may name MCP servers of their own (`POST /runs {"mcp_servers": [...]}`): off unless
     # set, since workers would then call whatever URL a caller gives (the local CLI sets it).
     allow_run_mcp_servers: bool = False
+    # `toolpipe serve` only (the local runtime sets it): the header that names the caller there,
+    # which the API's served OpenAPI document then describes. Never set deployed.
+    local_caller_header: str | None = None
 
 
 # The most runs a caller may be allowed at once: the running slots are one DynamoDB item (a set

@@ -22,6 +22,7 @@ from toolpipe.shared.deferred.models import (
     ApprovalDecided,
     ApprovalList,
     ApprovalStatus,
+    ApprovalView,
     ApproveRequest,
     CallAnswered,
     DenyRequest,
@@ -36,11 +37,13 @@ def with_link(approval: Approval) -> dict[str, Any]:
     """An approval as its requester (or the admin) reads it: with its signed link, made under
     the URL this request came to."""
     url = services_of(router).approvals.callback_url(approval, api_url(router.current_event))
-    return approval.model_copy(update={"callback_url": url}).model_dump(mode="json")
+    return ApprovalView.of(approval, url).model_dump(mode="json")
 
 
 @router.get(
     "/approvals",
+    operation_id="listApprovals",
+    tags=["approvals"],
     summary="List approvals, newest first",
     description="The approvals of the caller's runs (the admin principal: everyone's), at most 100; "
     "`status=pending` for the calls still waiting.",
@@ -53,8 +56,10 @@ def list_approvals(status: Annotated[ApprovalStatus | None, Query()] = None) -> 
 
 @router.get(
     "/approvals/<approval_id>",
+    operation_id="getApproval",
+    tags=["approvals"],
     summary="One approval: the tool, a preview of its arguments, the run, the status",
-    responses=documented(200, Approval, "The approval.", 400, 403, 404),
+    responses=documented(200, ApprovalView, "The approval.", 400, 403, 404),
 )
 def get_approval(approval_id: ApprovalId) -> dict[str, Any]:
     return with_link(services_of(router).approvals.get(approval_id, current_caller(router.current_event)))
@@ -79,6 +84,8 @@ def decide(
 
 @router.post(
     "/approvals/<approval_id>/approve",
+    operation_id="approveApproval",
+    tags=["approvals"],
     summary="Approve a waiting call: it runs, with exactly the arguments shown (or yours)",
     description="Body (optional): ApproveRequest. With `arguments`, the call runs with those instead "
     "of the model's, once they pass the tool's validation (else a 400, nothing decided); the model "
@@ -98,6 +105,8 @@ def approve(approval_id: ApprovalId) -> dict[str, Any]:
 
 @router.post(
     "/approvals/<approval_id>/deny",
+    operation_id="denyApproval",
+    tags=["approvals"],
     summary="Deny a waiting call, with a reason the model reads",
     description="Body: DenyRequest. The call is never run; its result tells the model it was denied, "
     "and why. The first decision wins; the same denial again is a retry (200; the waiting task is "
@@ -121,6 +130,8 @@ def answered(done: Approval) -> dict[str, Any]:
 
 @router.post(
     "/approvals/<approval_id>/answer",
+    operation_id="answerApproval",
+    tags=["approvals"],
     summary="Answer a human-input call: the answer is the call's result",
     description="Body: AnswerRequest. Free text, or a JSON value matching the call's `result_schema`. "
     "Only the run's caller or the admin principal may answer. The first answer wins; any later one "
@@ -139,6 +150,8 @@ def answer(approval_id: ApprovalId) -> dict[str, Any]:
 
 @router.post(
     "/runs/<run_id>/calls/<call_id>/result",
+    operation_id="postCallResult",
+    tags=["calls"],
     summary="Post the result of a client-executed call",
     description='Body: ResultRequest, `{"result": ...}` or `{"error": "..."}`. `call_id` is the '
     "call's history slot (`slot` in `ToolCallRequested`). Only the run's caller or the admin "

@@ -45,9 +45,10 @@ def openapi_document() -> dict[str, Any]:
 
 
 def with_deployment(document: dict[str, Any]) -> dict[str, Any]:
-    """`document` with what only this deployment knows: its agents and their tools, its time
-    zones, whether runs may name MCP servers."""
-    return openapi.for_deployment(document, all_agents(), services.settings.api.allow_run_mcp_servers)
+    """`document` with what only this deployment knows: its agents and their tools, whether runs
+    may name MCP servers, and (`toolpipe serve`) the header that names the caller."""
+    api = services.settings.api
+    return openapi.for_deployment(document, all_agents(), api.allow_run_mcp_servers, api.local_caller_header)
 
 
 @app.get("/openapi.json", include_in_schema=False)

@@ -23,7 +23,14 @@ from toolpipe.shared.dynamo import MAX_CALLER_BYTES, caller_fits
 from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
 from toolpipe.shared.runs.quota import RUNNING_RETRY_AFTER_SECONDS, WINDOW_SECONDS
 from toolpipe.shared.runs.report import MAX_TOKEN_CHARS, PAGE_LIMIT, RUNS_PAGE_DEFAULT, TOKEN_PATTERN
-from toolpipe.shared.runs.views import MessagesPage, RunCancelled, RunDetail, RunList, RunStarted
+from toolpipe.shared.runs.views import (
+    HistoryEntry,
+    MessagesPage,
+    RunCancelled,
+    RunDetail,
+    RunList,
+    RunStarted,
+)
 
 logger = Logger()
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves its __init__ unannotated
@@ -77,6 +84,8 @@ def idempotency_key(headers: dict[str, str]) -> str | None:
 
 @router.post(
     "/runs",
+    operation_id="startRun",
+    tags=["runs"],
     summary="Start a run",
     description="Body: StartRunRequest. With an `Idempotency-Key` header, the same key and body "
     "start one run however often they are sent (a repeat is answered `Idempotent-Replayed: true`); "
@@ -116,6 +125,8 @@ def start_run() -> Response[dict[str, Any]]:
 
 @router.get(
     "/runs",
+    operation_id="listRuns",
+    tags=["runs"],
     summary="List runs, newest first",
     description="The caller's runs; the admin principal may name another `caller`, or `caller=*` "
     "for every run (a scan: in no set order). A page may hold fewer than `limit` runs when a "
@@ -165,6 +176,8 @@ def list_runs(
 
 @router.get(
     "/runs/<run_id>",
+    operation_id="getRun",
+    tags=["runs"],
     summary="A run: status, usage, answer (or its link), a page of its tool executions",
     responses=documented(200, RunDetail, "The run.", 400, 403, 404),
 )
@@ -175,6 +188,8 @@ def get_run(run_id: RunId, executions_after: Annotated[str, Query(pattern=SEQ)] 
 
 @router.get(
     "/runs/<run_id>/messages",
+    operation_id="listMessages",
+    tags=["messages"],
     summary="A page of the run's history, in order",
     responses=documented(200, MessagesPage, "History items after `after`.", 400, 403, 404),
 )
@@ -192,8 +207,10 @@ def get_messages(
 
 @router.get(
     "/runs/<run_id>/messages/<seq>",
+    operation_id="getMessage",
+    tags=["messages"],
     summary="One whole history item (a preview and a presigned `url` when over 5 MB)",
-    responses=documented(200, dict[str, Any], "The history item.", 400, 403, 404),
+    responses=documented(200, HistoryEntry, "The history item.", 400, 403, 404),
 )
 def get_message(run_id: RunId, seq: Seq) -> dict[str, Any]:
     """One whole history item, or a preview and a presigned `url` when it is too large."""
@@ -205,6 +222,8 @@ def get_message(run_id: RunId, seq: Seq) -> dict[str, Any]:
 
 @router.post(
     "/runs/<run_id>/cancel",
+    operation_id="cancelRun",
+    tags=["runs"],
     summary="Cancel a run and its child runs",
     description="Stops the run's execution and those of its child runs (agent tools) and marks "
     "them `cancelled`. Cancelling a cancelled run answers the same again; a run that ended "
@@ -225,6 +244,8 @@ def cancel_run(run_id: RunId) -> dict[str, Any]:
 
 @router.delete(
     "/runs/<run_id>",
+    operation_id="deleteRun",
+    tags=["runs"],
     summary="Delete an ended run now, with its child runs",
     description="Removes every item and stored object of the run and of its child runs (agent "
     "tools), before their retention runs out. A run, or a child run, still running is a 409: cancel "

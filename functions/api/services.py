@@ -7,6 +7,7 @@ built at its first use: a request for runs never builds the approval page.
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import boto3
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -14,6 +15,7 @@ from botocore.config import Config
 
 from toolpipe.functions.api.page.approval_page import ApprovalPage
 from toolpipe.shared.costs.prices import PriceTable
+from toolpipe.shared.deferred.models import waiting_for
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.deferred import ApprovalService
 from toolpipe.shared.runs.delete import RunDeleter
@@ -36,6 +38,9 @@ from toolpipe.shared.settings import (
     StateMachineSettings,
     StoreSettings,
 )
+
+if TYPE_CHECKING:
+    from toolpipe.shared.deferred.store import DynamoApprovalStore
 
 # The key of the services in the resolver's context (`app.append_context`).
 CONTEXT_KEY = "services"
@@ -102,18 +107,23 @@ class ApiServices:
             )
 
         return RunReader(
-            build_store(self.settings.store), presign, self.settings.api.admin_principal, self.settings.prices
+            build_store(self.settings.store),
+            presign,
+            self.settings.api.admin_principal,
+            self.settings.prices,
+            waits=lambda run_id: waiting_for(self._approval_records.waiting(run_id)),
         )
 
     @cached_property
-    def timeline(self) -> TimelineReader:
+    def _approval_records(self) -> "DynamoApprovalStore":
         from toolpipe.shared.deferred.store import DynamoApprovalStore
 
+        return DynamoApprovalStore(boto3.resource("dynamodb").Table(self.settings.store.table_name))
+
+    @cached_property
+    def timeline(self) -> TimelineReader:
         s = self.settings
-        table = boto3.resource("dynamodb").Table(s.store.table_name)
-        return TimelineReader(
-            build_store(s.store), DynamoApprovalStore(table), s.api.admin_principal, s.prices
-        )
+        return TimelineReader(build_store(s.store), self._approval_records, s.api.admin_principal, s.prices)
 
     @cached_property
     def approvals(self) -> ApprovalService:

@@ -33,6 +33,8 @@ def _html(body: str) -> Response[str]:
 
 @router.get(
     "/runs/<run_id>/timeline",
+    operation_id="getTimeline",
+    tags=["timeline"],
     summary="The run's timeline: turns, tool calls in time, waits for a person, handoffs, child runs",
     description="What the run's timeline page draws, bounded: previews only (the whole items are "
     "`GET /runs/{run_id}/messages/{seq}`), the latest turns that fit.",
@@ -45,6 +47,8 @@ def get_timeline(run_id: RunId) -> dict[str, Any]:
 
 @router.get(
     "/ui/runs/<run_id>",
+    operation_id="getTimelinePage",
+    tags=["timeline"],
     summary="The run's timeline page (HTML): live while the run goes on",
     responses=html_page("The run's timeline page.", 400, 403, 404),
 )
@@ -55,6 +59,8 @@ def timeline_html(run_id: RunId) -> Response[str]:
 
 @router.get(
     "/ui/runs",
+    operation_id="listRunsPage",
+    tags=["timeline"],
     summary="The caller's runs (HTML), newest first: status, agent, duration, cost",
     responses=html_page("A page of the caller's runs.", 400, 403),
 )

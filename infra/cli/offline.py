@@ -21,7 +21,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolpipe.infra.cli import discovery
 from toolpipe.infra.cli.errors import CommandError
@@ -29,6 +29,9 @@ from toolpipe.infra.cli.parser import name_app
 from toolpipe.infra.cli.session import LocalSession, Session
 from toolpipe.infra.local.client import LOCAL_CALLER
 from toolpipe.infra.local.snapshot import Snapshot, SnapshotError, journal_pending, snapshot_path
+
+if TYPE_CHECKING:
+    from toolpipe.shared.deferred.models import WaitingFor
 
 # The content bucket as the stores here name it: the snapshot's `objects` are that bucket's.
 CONTENT_BUCKET = "toolpipe-local-contents"
@@ -105,7 +108,9 @@ class OfflineSession:
         objects: Any = snapshot.bucket(CONTENT_BUCKET)
         store = DynamoHistoryStore(table, objects, CONTENT_BUCKET)
         self._page_limit = PAGE_LIMIT
-        self._reader = RunReader(store, _object_uri, self._admin, PriceTable.from_env(environment))
+        self._reader = RunReader(
+            store, _object_uri, self._admin, PriceTable.from_env(environment), waits=self._waiting_for
+        )
         self._table = table
 
     @property
@@ -145,13 +150,21 @@ class OfflineSession:
 
     def _list_approvals(self, caller: str, status: str | None) -> dict[str, Any]:
         # Here, not with the run reader: `show` need not load the approvals' modules.
-        from toolpipe.shared.deferred.models import ApprovalStatus
+        from toolpipe.shared.deferred.models import ApprovalStatus, ApprovalView
         from toolpipe.shared.deferred.store import DynamoApprovalStore
 
         # As `ApprovalService.list`: the admin principal's listing holds everyone's.
         wanted = None if status is None else ApprovalStatus(status)
         listed = DynamoApprovalStore(self._table).list(None if caller == self._admin else caller, wanted)
-        return {"approvals": [approval.model_dump(mode="json") for approval in listed]}
+        # As the API shows them (`approvals.with_link`), without the link no server signed.
+        return {"approvals": [ApprovalView.of(a, None).model_dump(mode="json") for a in listed]}
+
+    def _waiting_for(self, run_id: str) -> "WaitingFor | None":
+        """Who a running run waits for, as the API says (`ApiServices.reader`)."""
+        from toolpipe.shared.deferred.models import waiting_for
+        from toolpipe.shared.deferred.store import DynamoApprovalStore
+
+        return waiting_for(DynamoApprovalStore(self._table).waiting(run_id))
 
     def events(self, run_id: str, *, after: int, timeout: float) -> Iterator[tuple[str, Any]]:
         raise CommandError("a run's events need a running server: start one with `toolpipe serve`")

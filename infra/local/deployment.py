@@ -58,6 +58,8 @@ LOCAL_ADDITIONS: dict[str, tuple[str, ...]] = {
     # Runs a file or an event starts are the local user's, so `toolpipe show` reads them (a
     # deployed stack sets it from `-c trigger_principal`).
     "triggers": ("TOOLPIPE_TRIGGER_PRINCIPAL",),
+    # The header the local server reads the caller from, for the OpenAPI document the API serves.
+    "api": ("TOOLPIPE_LOCAL_CALLER_HEADER",),
 }
 # Local settings a function reads live from the process when the process sets them ("*": every
 # function): the CLI sets the model's URL and the server's link base after the runtime started,

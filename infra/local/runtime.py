@@ -48,6 +48,7 @@ from toolpipe.infra.local import (
     template,
     triggers,
 )
+from toolpipe.infra.local.client import CALLER_HEADER
 from toolpipe.infra.local.client import LOCAL_CALLER as LOCAL_CALLER  # where it is named (moto-free)
 from toolpipe.infra.local.tool_processes import ToolProcesses
 from toolpipe.infra.local.workers import WorkerPool
@@ -390,6 +391,8 @@ class LocalRuntime:
             }
             if spec is TRIGGERS:
                 local["TOOLPIPE_TRIGGER_PRINCIPAL"] = LOCAL_CALLER
+            if spec is API:  # its served OpenAPI document names the header (server.py reads it)
+                local["TOOLPIPE_LOCAL_CALLER_HEADER"] = CALLER_HEADER
             context = d.function_context(spec, local, owned)
             environment = context.environment
             if app is not None:

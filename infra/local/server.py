@@ -175,7 +175,8 @@ class ApiFunction:
             except Exception:
                 # What API Gateway answers when the function itself fails.
                 log.exception("api function failed")
-                return {"statusCode": 502, "body": json.dumps({"message": "Internal server error"})}
+                body = {"statusCode": 502, "message": "Internal server error"}
+                return {"statusCode": 502, "body": json.dumps(body)}
         return dict(response)
 
     def get(
@@ -328,6 +329,10 @@ def _response_bytes(status: int, headers: list[tuple[str, str]], body: bytes) ->
 
 
 def _json_response(status: int, body: Any) -> tuple[int, list[tuple[str, str]], bytes]:
+    if status >= 400:
+        # The API's `ErrorBody`, as the stack's gateway responses also answer API Gateway's own
+        # errors (infra/cdk/constructs/api.py): a client reads every error one way.
+        body = {"statusCode": status, **body}
     data = json.dumps(body).encode()
     return status, [("Content-Type", "application/json")], data
 

@@ -1,5 +1,6 @@
 """The approval record and what the API shows of it (never the task token)."""
 
+import json
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -33,6 +34,16 @@ class ApprovalKind(StrEnum):
     APPROVAL = "approval"
     HUMAN = "human"
     CLIENT = "client"
+
+
+# Who a running run waits for (`GET /runs/{id}`, `GET /runs`, the run events): a person (an
+# approval or a question) or the caller's program (a client-executed call's result).
+WaitingFor = Literal["person", "program"]
+WAITING_FOR_DESCRIPTION = (
+    "Who the running run waits for: `person` (a call to approve or deny, or a question to "
+    "answer: `GET /approvals?status=pending`), `program` (a client-executed call's result, "
+    "`POST /runs/{run_id}/calls/{call_id}/result`); null when it waits for neither, or ended."
+)
 
 
 # A deferred call's answer, as JSON: what the model reads, bounded (the history item stays well
@@ -195,8 +206,34 @@ class ApproveRequest(BaseModel):
     )
 
 
+def waiting_for(pending: "list[Approval]") -> WaitingFor | None:
+    """Who a run with these calls pending waits for: a person first, as nothing goes on without
+    them, while a program may answer at any time."""
+    kinds = {approval.kind for approval in pending}
+    if kinds & {ApprovalKind.APPROVAL, ApprovalKind.HUMAN}:
+        return "person"
+    return "program" if ApprovalKind.CLIENT in kinds else None
+
+
+class ApprovalView(Approval):
+    """An approval as the API answers it: edited `arguments` as the object they are (stored as
+    canonical JSON text), the same type `ApproveRequest.arguments` takes."""
+
+    arguments: dict[str, Any] | None = Field(  # type: ignore[assignment]  # the stored text, parsed
+        default=None,
+        description="The arguments a person edited before approving: the call runs with these, and "
+        "`arguments_sha256` is theirs. Null when the call runs as the model sent it.",
+    )
+
+    @classmethod
+    def of(cls, approval: Approval, callback_url: str | None) -> "ApprovalView":
+        shown = approval.model_dump(exclude={"decided_by_authenticated"})
+        edited = None if approval.arguments is None else json.loads(approval.arguments)
+        return cls.model_validate(shown | {"arguments": edited, "callback_url": callback_url})
+
+
 class ApprovalList(BaseModel):
-    approvals: list[Approval]
+    approvals: list[ApprovalView]
 
 
 class ApprovalDecided(BaseModel):
@@ -224,10 +261,10 @@ class ResultRequest(BaseModel):
         extra="forbid",
         json_schema_extra={
             "oneOf": [
-                {"required": ["result"], "not": {"required": ["error"]}},
+                {"required": ["result"], "not": {"required": ["error"], "properties": {"error": {}}}},
                 {
                     "required": ["error"],
-                    "not": {"required": ["result"]},
+                    "not": {"required": ["result"], "properties": {"result": {}}},
                     "properties": {"error": {"type": "string"}},
                 },
             ]

@@ -54,6 +54,10 @@ class ApprovalRecords(Protocol):
         `limit`: what the run's timeline shows as waits."""
         ...
 
+    def waiting(self, run_id: str) -> "builtins.list[Approval]":
+        """The run's calls that wait now (pending), in slot order: who the run waits for."""
+        ...
+
 
 class RunsAndHistory(RunRecords, History, Contents, Protocol):
     """The run record (who may decide, whether the run still goes on), the call's reply, and

@@ -307,11 +307,22 @@ class DynamoApprovalStore:
 
     def for_run(self, run_id: str, limit: int) -> "builtins.list[Approval]":
         """The approvals of the run's calls, found from their gates in the run's partition."""
+        return self._gated(run_id, limit, pending=False)
+
+    def waiting(self, run_id: str) -> "builtins.list[Approval]":
+        """The run's calls that wait now (their gates pending), in slot order."""
+        return self._gated(run_id, LIST_LIMIT, pending=True)
+
+    def _gated(self, run_id: str, limit: int, pending: bool) -> "builtins.list[Approval]":
         kwargs: dict[str, Any] = {
             "KeyConditionExpression": "pk = :pk AND begins_with(sk, :gate)",
             "ExpressionAttributeValues": {":pk": run_pk(run_id), ":gate": GATE_PREFIX},
             "ProjectionExpression": "approval_id",
         }
+        if pending:
+            kwargs["FilterExpression"] = "#status = :pending"
+            kwargs["ExpressionAttributeNames"] = {"#status": "status"}
+            kwargs["ExpressionAttributeValues"][":pending"] = ApprovalStatus.PENDING.value
         ids: list[str] = []
         while len(ids) < limit:
             page = self._table.query(**kwargs)

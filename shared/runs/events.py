@@ -195,6 +195,9 @@ class ApprovalRequested(RunEvent):
         max_length=PREVIEW_CHARS,
         description=f"A human-input call's question, first {PREVIEW_CHARS} characters at most.",
     )
+    waiting_for: Literal["person"] = Field(
+        default="person", description="The run now waits for a person, as `GET /runs/{run_id}` says."
+    )
 
 
 # A client-executed call's arguments travel whole in its event up to this size (the program
@@ -229,6 +232,10 @@ class ToolCallRequested(RunEvent):
     result_schema: dict[str, Any] | None = Field(description="The JSON Schema the result must match, if any.")
     expires_at: str = _time("When the call stops waiting: the model reads that no result came")
     requested_at: str = _time("When the call started to wait")
+    waiting_for: Literal["program"] = Field(
+        default="program",
+        description="The run now waits for the caller's program, as `GET /runs/{run_id}` says.",
+    )
 
 
 DETAIL_TYPES: tuple[type[RunEvent], ...] = (

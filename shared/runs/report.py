@@ -15,10 +15,11 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from toolpipe.shared.costs.estimate import estimate
 from toolpipe.shared.costs.prices import PriceTable
+from toolpipe.shared.deferred.models import WaitingFor
 from toolpipe.shared.dynamo import CALLER_INDEX_PK, RUNS_OF_CALLER
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.history.errors import InvalidCursorError, RunNotFoundError
@@ -52,6 +53,8 @@ URL_SECONDS = 900
 
 # Turns an S3 key under runs/ into a URL a caller can GET for `URL_SECONDS`.
 Presigner = Callable[[str], str]
+# Who a running run waits for, by its id (`deferred.models.waiting_for` of its pending calls).
+Waits = Callable[[str], WaitingFor | None]
 
 
 def json_size(value: Any) -> int:
@@ -102,7 +105,10 @@ class ToolExecution(BaseModel):
     tool: str
     turn: int
     seq: int  # the history slot of the call's result: the cursor of the executions pages
-    arguments: Any  # parsed JSON where the model sent short valid JSON, else (a preview of) the text
+    arguments: dict[str, Any] | str = Field(
+        description="The arguments as an object where the model sent a short JSON object (as tools "
+        "take them), else (a preview of) the text it sent: `arguments_chars` long."
+    )
     arguments_chars: int
     arguments_ref: str | None = None  # the model reply holding the whole arguments, when cut
     status: str  # ok | error | pending (no result yet)
@@ -128,10 +134,12 @@ def tool_executions(run_id: str, history: list[HistoryItem]) -> list[ToolExecuti
     for reply in (i for i in history if isinstance(i, AssistantMessage)):
         for index, call in enumerate(reply.tool_calls):
             slot = result_slot(reply, index)
-            arguments: Any = _preview_text(call.arguments)
+            arguments: dict[str, Any] | str = _preview_text(call.arguments)
             if len(call.arguments) <= PREVIEW_CHARS:
                 with contextlib.suppress(ValueError, RecursionError):  # not JSON: shown as sent
-                    arguments = json.loads(call.arguments)
+                    parsed = json.loads(call.arguments)
+                    if isinstance(parsed, dict):  # another JSON value is text, as sent
+                        arguments = parsed
             long_arguments = len(call.arguments) > PREVIEW_CHARS
             entry = ToolExecution(
                 call_id=call.id,
@@ -211,11 +219,20 @@ class RunReader:
         presign: Presigner,
         admin_principal: str | None = None,
         prices: PriceTable | None = None,
+        waits: Waits | None = None,
     ) -> None:
         self._store = store
         self._presign = presign
         self._admin = admin_principal
         self._prices = prices or PriceTable()
+        self._waits = waits
+
+    def _waiting_for(self, run_id: str, status: RunStatus) -> WaitingFor | None:
+        """Who the run waits for: only a running run waits (a pending call of an ended run is
+        answered by nobody). Read from its calls' gates when asked, one query a running run, not
+        kept on the record: a gate is already the one item a decision moves, so the answer cannot
+        lag behind it, and no step of the run writes anything more."""
+        return self._waits(run_id) if self._waits is not None and status is RunStatus.RUNNING else None
 
     def _readable(self, run_id: str, caller: str) -> RunRecord:
         return readable(self._store, run_id, caller, self._admin)
@@ -244,7 +261,14 @@ class RunReader:
         start = decode_cursor(token, whose) if token is not None else None
         runs, cursor = self._store.list_runs(whose, status=status, agent=agent, limit=limit, start=start)
         return {
-            "runs": [{**r.model_dump(mode="json"), "links": {"self": f"/runs/{r.run_id}"}} for r in runs],
+            "runs": [
+                {
+                    **r.model_dump(mode="json"),
+                    "links": {"self": f"/runs/{r.run_id}"},
+                    "waiting_for": self._waiting_for(r.run_id, r.status),
+                }
+                for r in runs
+            ],
             "next": encode_cursor(cursor) if cursor is not None else None,
         }
 
@@ -253,7 +277,11 @@ class RunReader:
         `executions_after`); `executions_next` reads the next page."""
         record = self._readable(run_id, caller)
         model_usd = record.usage.cost_micro_usd / 1_000_000
-        view = {**record.model_dump(mode="json"), "cost_usd": model_usd}
+        view = {
+            **record.model_dump(mode="json"),
+            "cost_usd": model_usd,
+            "waiting_for": self._waiting_for(run_id, record.status),
+        }
         cost = estimate(self._store.get_costs(run_id), self._prices, model_usd).model_dump(mode="json")
         if record.output_ref:
             view["output_url"] = self._presign(record.output_ref)

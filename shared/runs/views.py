@@ -1,11 +1,19 @@
 """The runs API's response bodies, as pydantic models: what `docs/openapi.json` describes."""
 
-from typing import Any
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, RootModel
 
 from toolpipe.shared.costs.estimate import CostReport
-from toolpipe.shared.messages import RunRecord, RunStatus, RunSummary
+from toolpipe.shared.deferred.models import WAITING_FOR_DESCRIPTION, WaitingFor
+from toolpipe.shared.messages import (
+    AssistantMessage,
+    RunRecord,
+    RunStatus,
+    RunSummary,
+    ToolResult,
+    UserMessage,
+)
 from toolpipe.shared.runs.report import ToolExecution
 
 
@@ -33,6 +41,7 @@ class RunCancelled(BaseModel):
 
 class RunListItem(RunSummary):
     links: Links
+    waiting_for: WaitingFor | None = Field(default=None, description=WAITING_FOR_DESCRIPTION)
 
 
 class RunList(BaseModel):
@@ -42,6 +51,7 @@ class RunList(BaseModel):
 
 class RunView(RunRecord):
     cost_usd: float
+    waiting_for: WaitingFor | None = Field(default=None, description=WAITING_FOR_DESCRIPTION)
     output_url: str | None = Field(default=None, description="Presigned GET of the whole answer, when long.")
 
 
@@ -57,11 +67,64 @@ class RunDetail(BaseModel):
     )
 
 
-class MessagesPage(BaseModel):
-    messages: list[dict[str, Any]] = Field(
-        description="History items (kind user, assistant or tool_result), long fields as previews with `ref`."
+class Shown(BaseModel):
+    """What the API adds to a history item it shows (`report.message_preview`, `RunReader.message`)."""
+
+    truncated: dict[str, int] | None = Field(
+        default=None,
+        description="The fields cut to a preview: each one's dotted path and its whole length "
+        "(characters, or entries of a list or object). Absent when nothing was cut.",
     )
-    next: str | None
+    ref: str | None = Field(
+        default=None, description="Where the whole item is (`GET /runs/{run_id}/messages/{seq}`), when cut."
+    )
+    url: str | None = Field(
+        default=None,
+        description="`GET /runs/{run_id}/messages/{seq}` of an item too large for a response: a "
+        "presigned GET of the whole stored item (the rest is a preview).",
+    )
+    url_expires_in: int | None = Field(default=None, description="Seconds `url` stays valid.")
+
+
+# The kind is always sent: required here (the stored models default it), so a generated client
+# reads it as the union's discriminator.
+class UserMessageView(UserMessage, Shown):
+    """The user's input (turn 0), or toolpipe's request that the model fix its answer (`repair`)."""
+
+    kind: Literal["user"]
+
+
+class AssistantMessageView(AssistantMessage, Shown):
+    """A model reply: its text, the tool calls it made (arguments as the model sent them: JSON text)."""
+
+    kind: Literal["assistant"]
+
+
+class ToolResultView(ToolResult, Shown):
+    """A tool call's result (`seq` is the call's slot), as the model read it."""
+
+    kind: Literal["tool_result"]
+
+
+# One history item as the API shows it: discriminated by `kind`.
+HistoryItemView = Annotated[
+    UserMessageView | AssistantMessageView | ToolResultView, Field(discriminator="kind")
+]
+
+
+class HistoryEntry(RootModel[HistoryItemView]):
+    """One whole history item: `200` to `GET /runs/{run_id}/messages/{seq}`."""
+
+    # A model of its own: Powertools names a model as a response, not a bare union.
+
+
+class MessagesPage(BaseModel):
+    messages: list[HistoryItemView] = Field(
+        description="History items in order, long fields as previews (`truncated`, `ref`)."
+    )
+    next: str | None = Field(
+        description="The next page's path (`after` and `limit` set); null on the last one."
+    )
 
 
 class ErrorBody(BaseModel):

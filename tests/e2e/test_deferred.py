@@ -508,3 +508,37 @@ def test_before_tool_hooks_can_block_a_deferred_call_before_it_waits(
     assert ("after", "Lyon") in hooks.seen  # the answer passed after_tool, as a worker's result does
     events = read(lambda events: bool(of(events, "ApprovalRequested")))
     assert of(events, "ToolCallRequested") == [] and len(of(events, "ApprovalRequested")) == 1
+
+
+def test_a_waiting_run_says_who_it_waits_for(pipeline: Pipeline) -> None:
+    """Issue 35, item 4: `running` alone does not say a run waits; `waiting_for` does, in the
+    run, the list and the events, without polling /approvals."""
+    read = subscribe(pipeline.runtime)
+    pipeline.script(
+        Reply(tool_calls=[call("read_clipboard", format="text")]),
+        Reply(tool_calls=[call("ask_user", question="Which city?")]),
+        Reply(content="Lyon it is."),
+    )
+    run_id = pipeline.start("go", agent="deferring")
+
+    def said() -> tuple[str, str | None, str | None]:
+        run = pipeline.runtime.api("GET", f"/runs/{run_id}")[1]["run"]
+        [listed] = [r for r in pipeline.runtime.api("GET", "/runs")[1]["runs"] if r["run_id"] == run_id]
+        return run["status"], run["waiting_for"], listed["waiting_for"]
+
+    program = waiting(pipeline)
+    assert said() == ("running", "program", "program")
+    pipeline.runtime.api("POST", f"/runs/{run_id}/calls/{program['seq']}/result", {"result": {"text": "x"}})
+    deadline = time.monotonic() + 20
+    while (person := waiting(pipeline))["approval_id"] == program["approval_id"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert said() == ("running", "person", "person")
+    pipeline.runtime.api("POST", f"/approvals/{person['approval_id']}/answer", {"answer": "Lyon"})
+    assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
+    assert said() == ("succeeded", None, None)
+
+    events = read(lambda events: bool(of(events, "RunCompleted")))
+    validate(events)
+    assert [e["waiting_for"] for e in of(events, "ToolCallRequested")] == ["program"]
+    assert [e["waiting_for"] for e in of(events, "ApprovalRequested")] == ["person"]

@@ -233,14 +233,13 @@ def test_http_answers_as_the_api_function_does(tmp_path: Path) -> None:
 
 
 def test_routes_the_deployed_api_has_not(served: Served) -> None:
-    assert _http(served.url, "PUT", "/v1/runs/x")[:2] == (
-        403,
-        {"message": "Missing Authentication Token"},
-    )
-    assert _http(served.url, "GET", "/v1/nothing")[:2] == (403, {"message": "Missing Authentication Token"})
+    # The API's ErrorBody, as the stack's gateway responses answer it.
+    missing = {"statusCode": 403, "message": "Missing Authentication Token"}
+    assert _http(served.url, "PUT", "/v1/runs/x")[:2] == (403, missing)
+    assert _http(served.url, "GET", "/v1/nothing")[:2] == (403, missing)
     assert _http(served.url, "GET", "/runs")[:2] == (
         404,
-        {"message": "not found: the API is under /v1, e.g. /v1/runs"},
+        {"statusCode": 404, "message": "not found: the API is under /v1, e.g. /v1/runs"},
     )
     status, body, _ = _http(served.url, "POST", "/v1/runs", b"\xff\xfe{", **{"Content-Length": "3"})
     assert status == 400 and body["message"].startswith("invalid run request")
@@ -274,7 +273,7 @@ def test_a_method_the_api_has_not_is_a_403_in_json_as_api_gateway_answers(
 
         assert (status, headers["content-type"]) == (403, "application/json"), (method, path, body)
         if method != "HEAD":
-            assert json.loads(body) == {"message": "Missing Authentication Token"}
+            assert json.loads(body) == {"statusCode": 403, "message": "Missing Authentication Token"}
 
 
 def test_a_request_line_the_server_cannot_read_is_answered_in_json(served: Served) -> None:

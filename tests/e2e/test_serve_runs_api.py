@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import GATE, Pipeline, Reply, call, gated_server, wait_for_gate
 from tests.e2e.test_serve import Served, _toolpipe
+from tests.openapi_check import checker, response_conforms
 from toolpipe.infra.local.server import LocalServer
 from toolpipe.shared.agents import Agent
 
@@ -53,10 +54,10 @@ def test_start_with_a_key_poll_read_list_over_http(served: Served) -> None:
     assert started["status_url"] == f"{served.api_url}/runs/{run_id}"
     status, again, headers = _http(f"{served.api_url}/runs", "POST", request, **{"Idempotency-Key": "e2e-1"})
     assert (status, again["run_id"], headers.get("Idempotent-Replayed")) == (202, run_id, "true")
-    status, conflict, _ = _http(
+    status, conflict_body, _ = _http(
         f"{served.api_url}/runs", "POST", {**request, "input": "other"}, **{"Idempotency-Key": "e2e-1"}
     )
-    assert status == 409 and run_id in conflict["message"]
+    assert status == 409 and run_id in conflict_body["message"]
 
     deadline = time.monotonic() + 60
     while True:  # poll the status URL as a client would
@@ -77,13 +78,33 @@ def test_start_with_a_key_poll_read_list_over_http(served: Served) -> None:
     assert status == 409
     status, document, _ = _http(f"{served.api_url}/openapi.json", "GET")
     assert status == 200 and "/runs/{run_id}/cancel" in document["paths"]
-    # The checked-in document, with what only this server knows: the app's agent, its time zones.
+    served_document = json.loads(json.dumps(document))  # a copy: the checks below edit `document`
+    # The checked-in document, with what only this server knows: the app's agents and their
+    # tools, the header that names the caller. Time zones are a pattern in both.
     checked_in = json.loads((Path(__file__).parents[2] / "docs" / "openapi.json").read_text())
     start = document["components"]["schemas"].pop("StartRunRequest")
     assert start["properties"]["agent"]["anyOf"][0]["enum"] == ["assistant", "triage"]
-    assert "UTC" in start["properties"]["timezone"]["enum"]
+    assert "square_root" in start["properties"]["tools"]["anyOf"][0]["items"]["enum"]
+    assert "enum" not in start["properties"]["timezone"]
     del checked_in["components"]["schemas"]["StartRunRequest"]
+    assert document["components"]["securitySchemes"].pop("localCaller")["name"] == "X-Toolpipe-Caller"
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            if operation["security"]:  # not the approval page's, whose link is the credential
+                assert operation["security"].pop() == {"localCaller": []}
     assert checked_in == document
+    # The real answers above, against the document the server serves (openapi-core: issue 35).
+    spec = checker(served_document)
+    for method, target, status, body, sent in (
+        ("POST", "/runs", 202, started, request),
+        ("POST", "/runs", 409, conflict_body, {**request, "input": "other"}),
+        ("GET", f"/runs/{run_id}", 200, shown, None),
+        ("GET", f"/runs/{run_id}/messages?limit=2", 200, page, None),
+        ("GET", page["next"], 200, rest, None),
+        ("GET", "/runs?agent=assistant&status=succeeded", 200, listed, None),
+        ("POST", f"/runs/{run_id}/cancel", 409, conflict, None),
+    ):
+        response_conforms(spec, method, target, status, body, sent)
 
 
 def test_delete_an_ended_run_with_the_cli_then_over_http(served: Served) -> None:

@@ -220,7 +220,9 @@ def test_a_wait_for_a_person_is_shaded_and_the_page_polls_where_events_are_refus
     def refuse(route: "Route") -> None:
         refused.append(route.request.url)
         route.fulfill(
-            status=403, content_type="application/json", body='{"message": "Missing Authentication Token"}'
+            status=403,
+            content_type="application/json",
+            body='{"statusCode": 403, "message": "Missing Authentication Token"}',
         )
 
     page.route("**/events*", refuse)

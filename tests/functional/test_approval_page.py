@@ -355,7 +355,8 @@ def test_edited_arguments_that_fail_the_schema_decide_nothing_and_valid_ones_run
         f"Note: a person changed the arguments before approving; the call used {edited}\nsent 25.0 to ana"
     ]
     record = pipeline.runtime.api("GET", f"/approvals/{approval_id}")[1]
-    assert record["arguments"] == edited and record["arguments_sha256"] == arguments_hash(edited)
+    # The object they are, as `ApproveRequest.arguments` takes them (issue 35); hashed as stored.
+    assert record["arguments"] == json.loads(edited) and record["arguments_sha256"] == arguments_hash(edited)
     assert record["requested_arguments_sha256"] == arguments_hash('{"to": "ana", "amount": 250}')
     gate = pipeline.runtime.dynamodb.get_item(
         TableName="toolpipe-local", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "GATE#000003"}}
@@ -395,7 +396,7 @@ def test_a_link_cannot_edit_the_arguments_unless_link_edits_are_on_and_the_api_c
     assert tool_messages(pipeline, 1)[0].endswith('the call used {"amount":25,"to":"ana"}\nsent 25.0 to ana')
     record = pipeline.runtime.api("GET", f"/approvals/{approval_id}")[1]
     assert (record["decided_by"], record["decided_by_authenticated"]) == (LOCAL_CALLER, True)
-    assert record["arguments"] == '{"amount":25,"to":"ana"}'
+    assert record["arguments"] == {"amount": 25, "to": "ana"}
     # The page, still open in the browser, now shows who decided: a principal, not the link.
     shown = exchange("GET", browser.path, browser.query)
     assert LOCAL_CALLER in shown.body and "Arguments approved (edited)" in shown.body

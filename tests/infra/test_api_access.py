@@ -150,3 +150,33 @@ def test_the_local_server_declares_the_methods_the_deployed_api_has(template: An
         properties = method["Properties"]
         declared.setdefault(path(properties["ResourceId"]), set()).add(properties["HttpMethod"])
     assert declared == {resource: set(methods) for resource, methods in RESOURCES.items()}
+
+
+def test_api_gateways_own_errors_answer_the_apis_error_body(template: Any) -> None:
+    """A method the API has not, a bad signature, the throttle: API Gateway answers these before
+    the function, in the `ErrorBody` the document types every error with (issue 35, item 5)."""
+    import json
+
+    import jsonschema
+
+    from toolpipe.infra.reference.openapi import DOCUMENT
+
+    error_body = json.loads(DOCUMENT.read_text())["components"]["schemas"]["ErrorBody"]
+    responses = {
+        r["Properties"]["ResponseType"]: r["Properties"]
+        for r in template.find_resources("AWS::ApiGateway::GatewayResponse").values()
+    }
+    for kind, status in {
+        "MISSING_AUTHENTICATION_TOKEN": "403",
+        "INVALID_SIGNATURE": "403",
+        "ACCESS_DENIED": "403",
+        "THROTTLED": "429",
+        "REQUEST_TOO_LARGE": "413",
+        "BAD_REQUEST_BODY": "400",
+    }.items():
+        assert responses[kind]["StatusCode"] == status, kind
+        # API Gateway puts its message in, quoted as JSON.
+        body = responses[kind]["ResponseTemplates"]["application/json"]
+        answered = json.loads(body.replace("$context.error.messageString", '"Missing Authentication Token"'))
+        jsonschema.validate(answered, error_body)
+        assert answered["statusCode"] == int(status)

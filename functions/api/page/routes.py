@@ -16,7 +16,7 @@ from aws_lambda_powertools.shared.cookies import Cookie, SameSite
 from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 
 from toolpipe.functions.api.identity import api_url, request_context
-from toolpipe.functions.api.openapi import html_responses
+from toolpipe.functions.api.openapi import error_responses, html_responses
 from toolpipe.functions.api.page import views
 from toolpipe.functions.api.page.approval_page import CSRF_COOKIE, PageAnswer, PageRequest, csrf_cookie
 from toolpipe.functions.api.services import services_of
@@ -35,9 +35,13 @@ PAGE_ANSWERS = {
     "edited arguments where link edits are off.",
     409: "Already decided (POST): the first decision stands.",
     410: "The link expired, or the run ended: the call no longer waits.",
+    500: "Something went wrong: nothing was decided (a decision that could not be delivered was "
+    "taken back); try again.",
     503: "The signing key cannot be read (nothing changed); or (POST) the run could not be "
     "told: the page says whether the decision is recorded, and offers to send it again.",
 }
+# API Gateway's own answer when the page's throttle is reached (infra/cdk/constructs/api.py).
+THROTTLED = error_responses(429)
 # Powertools writes an operation's `security` only when it is not empty: given here as is, it
 # says the link's signature is the credential (no IAM signature or API key).
 NO_SECURITY: dict[str, Any] = {"security": []}
@@ -89,16 +93,21 @@ def page_response(event: BaseProxyEvent, answer: PageAnswer) -> Response[str]:
     )
 
 
-@router.route(
-    "/approvals/<approval_id>/page",
-    method=["GET", "HEAD"],
-    summary="The approval page (HTML) behind the signed link: shows the call, never decides",
-    description="Query: `exp`, `kid` and `sig` from the link. No IAM signature or API key: the signature "
-    "is the credential. 403 for a link that is not valid, 410 once expired. Sets the CSRF cookie the "
-    "page's forms need.",
-    responses=html_responses({code: text for code, text in PAGE_ANSWERS.items() if code != 409}),
-    openapi_extensions=NO_SECURITY,
-)
+# GET and HEAD: one page, an operation each (an operation id names one method).
+SHOW_PAGE: dict[str, Any] = {
+    "summary": "The approval page (HTML) behind the signed link: shows the call, never decides",
+    "description": "Query: `exp`, `kid` and `sig` from the link. No IAM signature or API key: the "
+    "signature is the credential. 403 for a link that is not valid, 410 once expired. Sets the CSRF "
+    "cookie the page's forms need.",
+    "responses": html_responses({code: text for code, text in PAGE_ANSWERS.items() if code != 409})
+    | THROTTLED,
+    "openapi_extensions": NO_SECURITY,
+    "tags": ["pages"],
+}
+
+
+@router.route("/approvals/<approval_id>/page", method="GET", operation_id="getApprovalPage", **SHOW_PAGE)
+@router.route("/approvals/<approval_id>/page", method="HEAD", operation_id="headApprovalPage", **SHOW_PAGE)
 def approval_page(approval_id: str) -> Response[str]:
     event = router.current_event
     return page_response(event, services_of(router).page.show(page_request(event, approval_id)))
@@ -106,12 +115,14 @@ def approval_page(approval_id: str) -> Response[str]:
 
 @router.post(
     "/approvals/<approval_id>/page",
+    operation_id="decideOnApprovalPage",
+    tags=["pages"],
     summary="Decide from the approval page, or answer a question page (a form post)",
     description="Form-encoded: `action` (approve, deny or edit), `reason`, `arguments`, `csrf`, and "
     "the link's `exp`, `kid` and `sig` (`edit` only where the stack turned link edits on: else a 403); a human-input call's page posts `action` answer with `answer` (free "
     "text or JSON) or one `field.<property>` per property of its result schema. Needs the CSRF "
     "cookie the page set and a matching token; a foreign `Origin` is refused. 409 once decided.",
-    responses=html_responses(PAGE_ANSWERS),
+    responses=html_responses(PAGE_ANSWERS) | THROTTLED,
     openapi_extensions=NO_SECURITY,
 )
 def decide_on_page(approval_id: str) -> Response[str]:

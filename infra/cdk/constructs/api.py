@@ -37,6 +37,25 @@ class ApiAuth(enum.StrEnum):
             raise ValueError(f"api_auth must be {choices}, not {value!r}") from None
 
 
+# API Gateway's own answers (a method the API has not, a bad signature or key, the throttle, a
+# body over the limit or one the request validator refuses), as the API answers its errors: the
+# `ErrorBody` of docs/openapi.json, `{"statusCode", "message"}`. The types whose status is fixed;
+# `$context.error.messageString` is API Gateway's message, quoted as JSON.
+GATEWAY_ERRORS: dict[str, int] = {
+    "MISSING_AUTHENTICATION_TOKEN": 403,
+    "ACCESS_DENIED": 403,
+    "INVALID_SIGNATURE": 403,
+    "EXPIRED_TOKEN": 403,
+    "INVALID_API_KEY": 403,
+    "WAF_FILTERED": 403,
+    "THROTTLED": 429,
+    "QUOTA_EXCEEDED": 429,
+    "REQUEST_TOO_LARGE": 413,
+    "BAD_REQUEST_BODY": 400,
+    "BAD_REQUEST_PARAMETERS": 400,
+}
+
+
 @dataclass(frozen=True)
 class Throttle:
     """The API's request limits: a steady rate and a burst above it. They apply to the stage
@@ -128,6 +147,15 @@ class Api(Construct):
         # Routes added later (a plugin's) use `integration` too, and add no permission.
         self.integration = apigw.LambdaIntegration(handler, scope_permission_to_method=False)
         self._routes(self.integration)
+        for name, status in GATEWAY_ERRORS.items():
+            self.rest_api.add_gateway_response(
+                f"Error{name.title().replace('_', '')}",
+                type=apigw.ResponseType.of(name),
+                status_code=str(status),
+                templates={
+                    "application/json": f'{{"statusCode": {status}, "message": $context.error.messageString}}'
+                },
+            )
         skip_checkov(
             self.rest_api.deployment_stage,
             "CKV_AWS_120",
