@@ -78,7 +78,7 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _serve_runtime(args: argparse.Namespace, ready_to: TextIO, home: Path, aws_port: int) -> None:
     from toolpipe.infra.local.runtime import LocalRuntime
-    from toolpipe.infra.local.server import serve_until_stopped
+    from toolpipe.infra.local.serve_loop import serve_until_stopped
 
     stop, hurry = stop_events()
     with model_endpoint(args) as model, LocalRuntime(state_dir=home) as runtime:
