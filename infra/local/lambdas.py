@@ -7,6 +7,7 @@ configuration runs the real handler, unchanged, as its function: with the functi
 environment and role (`infra/local/isolation.py`), registered here by the runtime.
 """
 
+import contextlib
 import importlib
 import json
 import time
@@ -18,7 +19,8 @@ from typing import Any
 from moto.awslambda.models import LambdaFunction
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
-from toolpipe.infra.cdk.functions import FunctionSpec
+from toolpipe.infra.cdk.functions import ORCHESTRATOR, FunctionSpec
+from toolpipe.infra.local.app_reload import STEPS
 from toolpipe.infra.local.caller import FunctionContext, running_as
 from toolpipe.infra.local.process_patch import Patched
 
@@ -80,7 +82,9 @@ def call_handler(handler_path: str, event: Any, context: LocalContext) -> Any:
     """Run a handler as the function `context` names (unchecked if the runtime has no such
     function: a handler called outside a runtime, in a test of its own)."""
     module_name, function_name = handler_path.rsplit(".", 1)
-    with running_as(_functions.get(context.function_name)):
+    # A model step runs with one version of the app: a reload waits for it (app_reload.py).
+    step = STEPS.step() if handler_path == ORCHESTRATOR.handler else contextlib.nullcontext()
+    with step, running_as(_functions.get(context.function_name)):
         return getattr(importlib.import_module(module_name), function_name)(event, context)
 
 

@@ -263,6 +263,11 @@ class LocalRuntime:
             execution_events.unsubscribe(self.state_machine_arn)
             self._undo_start()
 
+    def renew_tool_processes(self) -> None:
+        """The app changed: each runner's next call imports it anew (calls running finish)."""
+        if self._tool_processes is not None:
+            self._tool_processes.renew()
+
     def _undo_start(self) -> None:
         if self._tool_processes is not None:
             self._tool_processes.__exit__(None, None, None)

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from email.utils import formatdate
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from toolpipe.infra.local.api_proxy import (
     EVENTS_RESOURCE,
@@ -43,6 +43,17 @@ from toolpipe.infra.local.run_changes import RunChanges, listen, publishable, ss
 
 if TYPE_CHECKING:
     from toolpipe.infra.local.runtime import LocalRuntime
+
+
+class AppState(Protocol):
+    """The app a server runs, as it follows its files (`app_reload.AppReloader`)."""
+
+    @property
+    def version(self) -> str | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
 
 # Where the in-process orchestrator makes approval links (the stack sets it from the API's URL).
 LINK_BASE_ENV = "TOOLPIPE_LINK_BASE_URL"
@@ -112,6 +123,8 @@ class LocalServer:
         host: The address to bind; 127.0.0.1 keeps the local identity header to this machine.
         port: 0 picks a free port.
         health: Extra fields for the health route (the model the server uses).
+        app: The app as the server follows it (`app_reload.py`): its version, and why it cannot
+            be loaded; a run asked for meanwhile is refused with that reason.
     """
 
     def __init__(
@@ -120,12 +133,14 @@ class LocalServer:
         host: str = "127.0.0.1",
         port: int = 0,
         health: dict[str, Any] | None = None,
+        app: "AppState | None" = None,
     ) -> None:
         self.runtime = runtime
         self.api = ApiFunction()
         self.changes = RunChanges()
         self.draining = threading.Event()
         self._health = health or {}
+        self._app = app
         self._active = 0
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
@@ -203,7 +218,7 @@ class LocalServer:
         if path == HEALTH_PATH:
             if self.draining.is_set():
                 return _json_response(503, {"message": "the local server is shutting down"})
-            return _json_response(200, {"status": "ok", **self._health})
+            return _json_response(200, {"status": "ok", **self._health, **self._app_health()})
         prefix = f"/{STAGE}"
         if path != prefix and not path.startswith(prefix + "/"):
             return _json_response(
@@ -217,10 +232,19 @@ class LocalServer:
         if method == "POST" and self.draining.is_set():
             # Nothing written: the client may send it again, to the next server.
             return _json_response(503, {"message": "the local server is shutting down"})
+        if method == "POST" and matched[0] == "/runs" and self._app is not None and self._app.error:
+            # Your own server: what is wrong with your code, not an opaque internal error (and not
+            # 503, which clients take for a server stopping and send again). Nothing written.
+            return _json_response(500, {"message": self._app.error})
         response = self.api(
             proxy_event(method, path, query, forwarded(headers), body, request_caller(headers))
         )
         return map_response(response)
+
+    def _app_health(self) -> dict[str, Any]:
+        if self._app is None:
+            return {}
+        return {"app_version": self._app.version, "app_error": self._app.error}
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self

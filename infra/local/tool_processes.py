@@ -95,6 +95,11 @@ class ToolProcesses:
                 self._names.append(name)
         return self
 
+    def renew(self) -> None:
+        """The app changed: each runner's next call starts a template that imports it anew."""
+        for processes in self._processes:
+            processes.renew()
+
     def __exit__(self, *exc: object) -> None:
         for name in self._names:
             call_process.unregister(name)

@@ -43,6 +43,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn
 
+from toolpipe.shared.agents.app import loaded_version
 from toolpipe.shared.errors import ErrorKind, describe_exception
 from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse, run_tool_call
 
@@ -409,7 +410,8 @@ def _call(supervisor: socket.socket) -> NoReturn:
         tempfile.tempdir = folder
         request = ToolRunRequest.model_validate_json(_read_all(request_in))
         os.close(request_in)
-        answer = run_tool_call(request).model_dump_json().encode()
+        ran = run_tool_call(request).model_copy(update={"app_version": loaded_version()})
+        answer = ran.model_dump_json().encode()
     except BaseException as e:  # the runner answers for a call that could not run
         failed = ToolRunResponse(
             content=f"Error: the tool runner could not run the call: {describe_exception(e)}",
@@ -457,6 +459,10 @@ class CallProcesses:
         self._connection: socket.socket | None = None
         self._stop: Callable[[], None] | None = None
         self._pid = 0  # the template's
+        # Calls in progress, by the template connection that took them; a renewed template's
+        # connection and stop, kept until its last call ends.
+        self._calls: dict[socket.socket, int] = {}
+        self._retired: dict[socket.socket, Callable[[], None] | None] = {}
 
     @classmethod
     def forked(cls, then: Callable[[], None] | None = None) -> "CallProcesses":
@@ -519,8 +525,41 @@ class CallProcesses:
             if self._stop is not None:
                 self._stop()
                 self._stop = None
+            for connection, stop in self._retired.items():
+                connection.close()
+                if stop is not None:
+                    stop()
+            self._retired.clear()
 
-    def _handed(self, header: bytes, fds: list[int]) -> int:
+    def renew(self) -> None:
+        """The next call starts a new template (the app changed: it imports it anew); the one
+        there is ends once the calls it runs have ended, with the code they started with."""
+        with self._lock:
+            connection, stop = self._connection, self._stop
+            self._connection, self._stop, self._pid = None, None, 0
+            if connection is None:
+                return
+            if self._calls.get(connection):
+                self._retired[connection] = stop
+                return
+        connection.close()
+        if stop is not None:
+            stop()
+
+    def _call_ended(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._calls[connection] -= 1
+            if self._calls[connection]:
+                return
+            del self._calls[connection]
+            if connection not in self._retired:
+                return
+            stop = self._retired.pop(connection)
+        connection.close()
+        if stop is not None:
+            stop()
+
+    def _handed(self, header: bytes, fds: list[int]) -> tuple[int, socket.socket]:
         """Hand the call's pipes to the template, which says it took them before it passes them
         on: a template that ended (a call killed it, it ran out of memory) took nothing, and a
         new one is started for the call; one that ends after saying so has the call lost, never
@@ -535,7 +574,8 @@ class CallProcesses:
                     said = self._connection.recv(1)
                     if said == _TAKEN:
                         (supervisor,) = _PID.unpack(_exactly(self._connection, _PID.size))
-                        return int(supervisor)
+                        self._calls[self._connection] = self._calls.get(self._connection, 0) + 1
+                        return int(supervisor), self._connection
                     if said == _NOT_TAKEN:
                         raise RunnerUnavailableError(
                             "no process of the runner took the call (a call stopped them?)"
@@ -565,11 +605,14 @@ class CallProcesses:
             header = json.dumps({"folder": folder, "seconds": seconds}).encode()
             theirs = [request_in, answer_out, output_out, done_out]
             try:
-                supervisor = self._handed(header, theirs)
+                supervisor, template = self._handed(header, theirs)
             finally:
                 for fd in theirs:
                     os.close(fd)
-            exchange.run(request.model_dump_json().encode(), seconds + CLEANUP_SECONDS)
+            try:
+                exchange.run(request.model_dump_json().encode(), seconds + CLEANUP_SECONDS)
+            finally:
+                self._call_ended(template)
         finally:
             exchange.close()
             remove_tree(folder)

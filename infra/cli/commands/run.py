@@ -17,7 +17,10 @@ from toolpipe.infra.cli.model_endpoint import (
 from toolpipe.infra.cli.output import approval_line, format_item, write_json
 from toolpipe.infra.cli.session import ATTEMPTS, Session, open_session, run_view
 from toolpipe.infra.local.client import ServerError
-from toolpipe.shared.agents.app import APP_ENV
+from toolpipe.shared.agents.app import APP_ENV, app_version, find_app
+
+# How long a run waits for the server to reload the app's files saved a moment ago.
+RELOAD_WAIT_SECONDS = 3.0
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -38,6 +41,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     session = open_session(args, env or None, model=model, err=err)
     try:
         health = _server_health(session, args)
+        if not args.api:
+            health = _current_app(session, health, err)
         described = ModelInUse(health.get("model_endpoint", "unknown"), health.get("model_wanted"))
         err.write(described.line() if not args.api else f"model endpoint: {described.description}\n")
         run_id = _start(session, args)
@@ -72,6 +77,25 @@ def _server_health(session: Session, args: argparse.Namespace) -> dict[str, Any]
             f"the server at {session.url} runs app {health.get('app') or 'none'}, "
             f"not {app or 'none'}: stop it, or run this from its project",
             EXIT_USAGE,
+        )
+    return health
+
+
+def _current_app(session: Session, health: dict[str, Any], err: TextIO) -> dict[str, Any]:
+    """The server's health once it runs the app as its files are now: a file saved a moment ago
+    is being reloaded (`toolpipe serve` follows them), so wait a little; past that, say so."""
+    if "app_version" not in health:
+        return health  # a server that does not follow the app's files: nothing to compare
+    on_disk = app_version(find_app())
+    deadline = time.monotonic() + RELOAD_WAIT_SECONDS
+    while health.get("app_version") != on_disk and time.monotonic() < deadline:
+        time.sleep(0.05)
+        health = session.health() or health
+    if health.get("app_version") != on_disk:
+        why = health.get("app_error") or "it has not reloaded them"
+        err.write(
+            f"toolpipe: warning: the server at {session.url} runs your app as it was before your last "
+            f"change (version {health.get('app_version')}; your files: {on_disk}): {why}\n"
         )
     return health
 
