@@ -232,6 +232,10 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
     # Set by a command that starts a server for its own duration (infra/cli/discovery.py); not for
     # people: such a server may be stopped and replaced by a command that asks for another model.
     serve_parser.add_argument("--for-client", action="store_true", help=argparse.SUPPRESS)
+    commands.add_parser(
+        "status", help="show the local server (pid, URL, model, app) and the calls that wait", **options
+    )
+    commands.add_parser("stop", help="stop the local server (calls that wait are kept)", **options)
     return parser
 
 
@@ -251,7 +255,7 @@ def name_the_app(argv: list[str]) -> bool:
     remote = bool(known.api)
     # The reads of a stopped folder need no app, and loading it (the agents, their tools) costs
     # more than the read; a server started for them finds it as `serve` does (infra/cli/offline.py).
-    if known.command in ("init", *READ_ONLY_COMMANDS) or remote:
+    if known.command in ("init", "status", "stop", *READ_ONLY_COMMANDS) or remote:
         return remote
     name_app(known.app)
     return remote

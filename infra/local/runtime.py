@@ -39,6 +39,7 @@ from toolpipe.infra.local import (
     iam,
     isolation,
     lambdas,
+    logfile,
     patches,
     persistence,
     recovery,
@@ -513,7 +514,7 @@ class LocalRuntime:
     def drain(self, timeout: float, grace: float = 5.0) -> None:
         """Let running executions finish; after `timeout`, stop them and give them `grace`."""
         deadline = time.monotonic() + timeout
-        stopped = False
+        stopped, quiet = False, contextlib.ExitStack()
         while True:
             running = self._aws.sfn.list_executions(
                 stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
@@ -527,6 +528,7 @@ class LocalRuntime:
                     # Runs are kept, not failed: with the rule off, a stop leaves them `running`
                     # in the saved state, and the next start resumes them (as after kill -9).
                     execution_events.unsubscribe(self.state_machine_arn)
+                quiet.enter_context(logfile.quiet("moto.stepfunctions.parser"))
                 for execution in running:
                     self._aws.sfn.stop_execution(
                         executionArn=execution["executionArn"], cause="local runtime shut down"
@@ -536,6 +538,7 @@ class LocalRuntime:
         # A stopped (or failed) execution's run is marked failed by the status-change rule:
         # let that finish before the mock goes away and the state is saved.
         execution_events.idle(self.state_machine_arn, timeout=grace)
+        quiet.close()
 
     def execution_events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's execution history; read with `self.sfn`, so its errors are that client's

@@ -17,11 +17,12 @@ Anyone who can reach the port can claim any identity (`X-Toolpipe-Caller`): the 
 import contextlib
 import json
 import os
+import select
 import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from email.utils import formatdate
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,6 +62,7 @@ RUNNING = "running"
 KEEPALIVE_SECONDS = 10.0  # a comment line this often: a client that went away is noticed at the write
 MAX_STREAM_SECONDS = 3600.0
 DEFAULT_STREAM_SECONDS = 300.0
+GONE_CHECK_SECONDS = 0.25  # how often an event stream looks whether its client went away
 
 
 class _LinkBases:
@@ -328,8 +330,18 @@ class LocalServer:
                     return
                 self.close_connection = True  # a stream ends with its connection (no chunked encoding)
                 server.stream_events(
-                    run_id, request_caller(headers), after, timeout, self.wfile.write, self._send
+                    run_id, request_caller(headers), after, timeout, self.wfile.write, self._send, self._gone
                 )
+
+            def _gone(self) -> bool:
+                # A client that closed its end (Ctrl-C on `toolpipe run`) makes its socket
+                # readable at end of file: noticed now, not at the next keep-alive's write,
+                # so a server waiting for its last client to go stops soon after.
+                try:
+                    readable, _, _ = select.select([self.connection], [], [], 0)
+                    return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+                except (OSError, ValueError):
+                    return True
 
             def __getattr__(self, name: str) -> Any:
                 # http.server answers a method it finds no `do_<METHOD>` for with 501 and an HTML
@@ -352,7 +364,14 @@ class LocalServer:
         return Handler
 
     def stream_events(
-        self, run_id: str, caller: str | None, after: int, timeout: float, write: Any, send: Any
+        self,
+        run_id: str,
+        caller: str | None,
+        after: int,
+        timeout: float,
+        write: Any,
+        send: Any,
+        gone: "Callable[[], bool]" = lambda: False,
     ) -> None:
         """Publish the run's history items after seq `after` as server-sent events, then `end`.
 
@@ -399,7 +418,9 @@ class LocalServer:
                     write(sse_event("end", {"status": record["status"], "run": record}))
                     return
                 wait = max(0.0, min(KEEPALIVE_SECONDS, deadline - time.monotonic()))
-                changed = self.changes.wait(run_id, seen, wait)
+                changed = self._changed(run_id, seen, wait, gone)
+                if gone():
+                    return
                 if self.changes.closed:
                     write(sse_event("error", {"message": "the local server is shutting down"}))
                     return
@@ -413,6 +434,17 @@ class LocalServer:
                 if status != 200:
                     write(sse_event("error", body if isinstance(body, dict) else {"message": str(body)}))
                     return
+
+    def _changed(self, run_id: str, seen: int, wait: float, gone: "Callable[[], bool]") -> bool:
+        """Wait up to `wait` for the run to change after `seen`, looking for the client's going
+        away every so often."""
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            if self.changes.wait(run_id, seen, min(left, GONE_CHECK_SECONDS)):
+                return True
+            if left <= GONE_CHECK_SECONDS or self.changes.closed or gone():
+                return False
 
     def _pending_approvals(self, run_id: str, caller: str | None) -> list[dict[str, Any]]:
         # With this server's host: each approval's signed link is made under the URL it serves.

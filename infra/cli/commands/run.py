@@ -1,13 +1,14 @@
 """`toolpipe run PROMPT`: start a run and print its transcript as it happens."""
 
 import argparse
+import contextlib
 import os
 import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
 from toolpipe.infra.cli.commands.agents import default_agent
-from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError, reason, refused
+from toolpipe.infra.cli.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CommandError, reason, refused
 from toolpipe.infra.cli.model_endpoint import (
     SCRIPTED_MODEL_ENV,
     ModelInUse,
@@ -39,6 +40,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         env["TOOLPIPE_MODEL"] = args.model
     model = None if args.api else wanted_model(args, os.environ)
     session = open_session(args, env or None, model=model, err=err)
+    run_id: str | None = None
+    interrupted = False
     try:
         health = _server_health(session, args)
         if not args.api:
@@ -57,8 +60,34 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise CommandError(
             f"run {run_id} still running after {args.timeout:g} s (it goes on: toolpipe show {run_id})"
         )
+    except KeyboardInterrupt:
+        if run_id is None:
+            raise
+        # The run is the server's, not this command's: it goes on. Not waiting for a server this
+        # command started either: it stops by itself once nothing runs.
+        interrupted = True
+        raise CommandError(_goes_on(session, run_id, args), EXIT_INTERRUPTED) from None
     finally:
-        session.close()
+        if not interrupted:
+            # Ctrl-C once the run ended (while a server this command started stops): the run's
+            # outcome stands, as its status says.
+            with contextlib.suppress(KeyboardInterrupt):
+                session.close()
+
+
+def _goes_on(session: Session, run_id: str, args: argparse.Namespace) -> str:
+    """What an interrupted `run` says: the run goes on, and where to look."""
+    if args.api:
+        return f"interrupted; run {run_id} goes on in the stack: toolpipe show {run_id} --api {args.api}"
+    kept = (
+        " (started for this command, it stops once nothing runs; calls that wait are kept for the next one)"
+        if session.started_server
+        else ""
+    )
+    return (
+        f"interrupted; run {run_id} goes on in the server at {session.url}{kept}: "
+        f"see it with toolpipe show {run_id}, and the server with toolpipe status"
+    )
 
 
 def _server_health(session: Session, args: argparse.Namespace) -> dict[str, Any]:
