@@ -208,7 +208,9 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
     )
 
     serve_parser = commands.add_parser(
-        "serve", help="serve the local runtime over HTTP until Ctrl-C", **options
+        "serve",
+        help="serve the local runtime over HTTP until Ctrl-C; reloads your app when its files change",
+        **options,
     )
     serve_parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve_parser.add_argument(
@@ -227,7 +229,8 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
         "--idle-exit",
         type=arguments.seconds(None),
         metavar="SECONDS",
-        help="stop after this long with no request and no run in progress (default: never)",
+        help="stop after this long with no request and no run at work; calls that wait for a person are kept "
+        "for the next server (default: never)",
     )
     # Set by a command that starts a server for its own duration (infra/cli/discovery.py); not for
     # people: such a server may be stopped and replaced by a command that asks for another model.

@@ -99,7 +99,10 @@ def test_ctrl_c_during_an_approval_then_status_approve_and_stop(tmp_path: Path) 
             break
         assert time.monotonic() < deadline, shown.stdout
         time.sleep(0.5)
-    assert record["status"] == "succeeded" and record["output"] == "sent the forecast for Paris to ana@example.com"
+    assert (
+        record["status"] == "succeeded"
+        and record["output"] == "sent the forecast for Paris to ana@example.com"
+    )
 
     # A server of your own: status shows it, stop stops it.
     server = Serving(project)

@@ -73,14 +73,16 @@ def add_tool(project: Path, code: str, name: str, script: str) -> None:
 class Serving:
     """`toolpipe serve` in the project; its output read as it comes (a thread)."""
 
-    def __init__(self, project: Path) -> None:
+    def __init__(
+        self, project: Path, python: str = sys.executable, env: dict[str, str] | None = None
+    ) -> None:
         import threading
 
         self.project = project
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "toolpipe", "serve", "--port", "0"],
+            [python, "-m", "toolpipe", "serve", "--port", "0"],
             cwd=project,
-            env=_env(),
+            env=env or _env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
