@@ -463,6 +463,7 @@ class CallProcesses:
         # connection and stop, kept until its last call ends.
         self._calls: dict[socket.socket, int] = {}
         self._retired: dict[socket.socket, Callable[[], None] | None] = {}
+        self._closed = False
 
     @classmethod
     def forked(cls, then: Callable[[], None] | None = None) -> "CallProcesses":
@@ -519,6 +520,7 @@ class CallProcesses:
     def close(self) -> None:
         """End the template and every call still running."""
         with self._lock:
+            self._closed = True  # a template being started after a renewal is not started
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
@@ -532,19 +534,30 @@ class CallProcesses:
             self._retired.clear()
 
     def renew(self) -> None:
-        """The next call starts a new template (the app changed: it imports it anew); the one
-        there is ends once the calls it runs have ended, with the code they started with."""
+        """The next call runs in a new template (the app changed: it imports it anew), started
+        now, off the call's path; the one there is ends once the calls it runs have ended, with
+        the code they started with."""
         with self._lock:
             connection, stop = self._connection, self._stop
             self._connection, self._stop, self._pid = None, None, 0
             if connection is None:
-                return
+                return  # no call came yet: the first one starts it, as before
             if self._calls.get(connection):
                 self._retired[connection] = stop
+                connection = None
+        if connection is not None:
+            connection.close()
+            if stop is not None:
+                stop()
+        threading.Thread(target=self._warm, name="template-start", daemon=True).start()
+
+    def _warm(self) -> None:
+        with self._lock:
+            if self._connection is not None or self._closed:
                 return
-        connection.close()
-        if stop is not None:
-            stop()
+            # Should it fail, the next call starts one, and says why it could not.
+            with contextlib.suppress(RunnerUnavailableError, OSError):
+                self._connection, self._stop, self._pid = self._start()
 
     def _call_ended(self, connection: socket.socket) -> None:
         with self._lock:
