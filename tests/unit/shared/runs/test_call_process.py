@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from toolpipe.shared.messages import ToolCall
-from toolpipe.shared.runs import call_process
+from toolpipe.shared.runs import call_runner
 from toolpipe.shared.runs.tool_run import ToolRunRequest
 
 ROOT = Path(__file__).resolve().parents[4]
-_REMOVE = "import sys; from toolpipe.shared.runs.call_process import remove_tree; remove_tree(sys.argv[1])"
+_REMOVE = "import sys; from toolpipe.shared.runs.call_runner import remove_tree; remove_tree(sys.argv[1])"
 
 
 def _as_nobody(command: list[str]) -> list[str]:
@@ -48,10 +48,10 @@ def test_a_folder_a_call_locked_is_removed_with_what_is_in_it() -> None:
 
 
 def test_an_answer_over_the_limit_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(call_process, "ANSWER_LIMIT_BYTES", 1000)
+    monkeypatch.setattr(call_runner, "ANSWER_LIMIT_BYTES", 1000)
     monkeypatch.setenv("TOOLPIPE_APP", "tests.e2e.process_app")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    processes = call_process.CallProcesses.spawned(dict(os.environ))
+    processes = call_runner.CallProcesses.spawned(dict(os.environ))
     request = ToolRunRequest(
         run_id="r",
         agent="prober",
@@ -62,7 +62,7 @@ def test_an_answer_over_the_limit_says_so(monkeypatch: pytest.MonkeyPatch) -> No
     try:
         answer, end = processes.run(request, 30)  # the answer itself is small: under the limit
         assert answer is not None and answer.content == "shouted"
-        monkeypatch.setattr(call_process, "ANSWER_LIMIT_BYTES", 10)
+        monkeypatch.setattr(call_runner, "ANSWER_LIMIT_BYTES", 10)
         answer, end = processes.run(request, 30)
     finally:
         processes.close()
@@ -105,7 +105,7 @@ def test_a_renewed_template_lets_its_call_finish_and_the_next_call_runs_the_new_
     (package / "agents.py").write_text(_APP.replace("WORD", "old"))
     monkeypatch.setenv("TOOLPIPE_APP", "renewapp.agents")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
-    processes = call_process.CallProcesses.spawned(dict(os.environ))
+    processes = call_runner.CallProcesses.spawned(dict(os.environ))
 
     def request(seconds: float) -> ToolRunRequest:
         arguments = f'{{"seconds": {seconds}}}'
