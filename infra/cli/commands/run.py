@@ -220,6 +220,7 @@ def _finish(
         f"status: {record['status']} · {usage['model_calls']} model call(s) · "
         f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens\n"
     )
+    transcript.flush()  # the run's end, shown as it is known: not once the command exits
     if args.json:
         write_json(out, run_view(session, record["run_id"]))
     if record["status"] != "succeeded":
