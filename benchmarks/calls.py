@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 from toolpipe.shared.messages import ToolCall
-from toolpipe.shared.runs import call_process
+from toolpipe.shared.runs import call_process, call_runner
 from toolpipe.shared.runs.call_host import prepare
 from toolpipe.shared.runs.tool_run import ToolRunRequest, run_tool_call
 
@@ -32,7 +32,7 @@ APP = "assistant.agents"
 @dataclass
 class Way:
     name: str
-    run: "call_process.CallProcesses | None"
+    run: "call_runner.CallProcesses | None"
     samples: list[float]
 
 
@@ -84,9 +84,9 @@ def main() -> None:
     load = os.getloadavg()[0]
     prepare()  # the app, imported here as in the runner: the forked template starts with it
     known = set(call_process._children())
-    forked = call_process.CallProcesses.forked(then=prepare)
+    forked = call_runner.CallProcesses.forked(then=prepare)
     forked_rss, known = _template_rss_mb(known)
-    spawned = call_process.CallProcesses.spawned(dict(os.environ))
+    spawned = call_runner.CallProcesses.spawned(dict(os.environ))
     ways = [
         Way("in process", None, []),
         Way("forked (deployed)", forked, []),

@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from toolpipe.shared.agents import registered_in_code
 from toolpipe.shared.errors import ErrorKind
-from toolpipe.shared.runs import call_process, tmp_files
+from toolpipe.shared.runs import call_process, call_runner, tmp_files
 from toolpipe.shared.runs.call_host import prepare
 from toolpipe.shared.runs.tool_run import (
     HOOKS_GRACE_SECONDS,
@@ -51,10 +51,10 @@ def in_lambda() -> bool:
 
 # On Lambda the template is forked here, at the cold start: no invocation's data is in this
 # process yet, so none is in the template nor in any call's process forked from it. Elsewhere
-# the local runtime names the template of each runner function (`call_process.register`).
+# the local runtime names the template of each runner function (`call_runner.register`).
 if in_lambda():
     call_process.guard_this_process()
-_processes = call_process.CallProcesses.forked(then=prepare) if in_lambda() else None
+_processes = call_runner.CallProcesses.forked(then=prepare) if in_lambda() else None
 # On Lambda /tmp outlives invocations, and is this function's alone: what a call leaves there
 # (past its own folder, which goes with it) is removed after it, all but what was there at start
 # and is as it was then (a file a call changed is removed: what it wrote may be read by the next).
@@ -88,12 +88,12 @@ def run_call(request: ToolRunRequest, function_name: str) -> ToolRunResponse:
         # An agent a test put in this process's registry: a process that imports the app does
         # not have it. Its tools run here, as the docs' security page says.
         return run_tool_call(request)
-    processes = _processes or call_process.for_function(function_name)
+    processes = _processes or call_runner.for_function(function_name)
     seconds = (request.time_limit or NO_LIMIT_SECONDS) + END_AFTER_SECONDS
     name = request.call.name
     try:
         answer, end = processes.run(request, seconds)
-    except call_process.RunnerUnavailableError as e:
+    except call_runner.RunnerUnavailableError as e:
         return _failed(f"Error: Tool '{name}' was not run: {e}. It had no effect; it may be called again.")
     finally:
         if _processes is not None:
@@ -109,10 +109,10 @@ def run_call(request: ToolRunRequest, function_name: str) -> ToolRunResponse:
 
 
 def _sweep_tmp() -> None:
-    tmp_files.sweep(_TMP, _TMP_AT_START, call_process.remove_tree)
+    tmp_files.sweep(_TMP, _TMP_AT_START, call_runner.remove_tree)
 
 
-def _echo(end: call_process.CallEnd) -> None:
+def _echo(end: call_runner.CallEnd) -> None:
     """What the call printed, where a print of the runner's goes (its log), capped: a tool that
     prints 100 MB leaves 64 KiB and a line saying how much more there was."""
     sys.stdout.write(end.output.decode(errors="replace"))

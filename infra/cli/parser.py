@@ -208,7 +208,9 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
     )
 
     serve_parser = commands.add_parser(
-        "serve", help="serve the local runtime over HTTP until Ctrl-C", **options
+        "serve",
+        help="serve the local runtime over HTTP until Ctrl-C; reloads your app when its files change",
+        **options,
     )
     serve_parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve_parser.add_argument(
@@ -227,11 +229,16 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
         "--idle-exit",
         type=arguments.seconds(None),
         metavar="SECONDS",
-        help="stop after this long with no request and no run in progress (default: never)",
+        help="stop after this long with no request and no run at work; calls that wait for a person are kept "
+        "for the next server (default: never)",
     )
     # Set by a command that starts a server for its own duration (infra/cli/discovery.py); not for
     # people: such a server may be stopped and replaced by a command that asks for another model.
     serve_parser.add_argument("--for-client", action="store_true", help=argparse.SUPPRESS)
+    commands.add_parser(
+        "status", help="show the local server (pid, URL, model, app) and the calls that wait", **options
+    )
+    commands.add_parser("stop", help="stop the local server (calls that wait are kept)", **options)
     return parser
 
 
@@ -251,7 +258,7 @@ def name_the_app(argv: list[str]) -> bool:
     remote = bool(known.api)
     # The reads of a stopped folder need no app, and loading it (the agents, their tools) costs
     # more than the read; a server started for them finds it as `serve` does (infra/cli/offline.py).
-    if known.command in ("init", *READ_ONLY_COMMANDS) or remote:
+    if known.command in ("init", "status", "stop", *READ_ONLY_COMMANDS) or remote:
         return remote
     name_app(known.app)
     return remote

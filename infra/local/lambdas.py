@@ -7,18 +7,21 @@ configuration runs the real handler, unchanged, as its function: with the functi
 environment and role (`infra/local/isolation.py`), registered here by the runtime.
 """
 
+import contextlib
 import importlib
 import json
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from moto.awslambda.models import LambdaFunction
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
-from toolpipe.infra.cdk.functions import FunctionSpec
+from toolpipe.infra.cdk.functions import ORCHESTRATOR, FunctionSpec
+from toolpipe.infra.local.app_reload import STEPS
 from toolpipe.infra.local.caller import FunctionContext, running_as
 from toolpipe.infra.local.process_patch import Patched
 
@@ -26,6 +29,8 @@ from toolpipe.infra.local.process_patch import Patched
 _functions: dict[str, FunctionContext] = {}
 # What executions of the state machine run as: its role.
 _state_machine: FunctionContext | None = None
+_running = 0  # handler invocations in progress
+_running_lock = threading.Lock()
 
 
 def register(context: FunctionContext, *names: str) -> None:
@@ -80,8 +85,28 @@ def call_handler(handler_path: str, event: Any, context: LocalContext) -> Any:
     """Run a handler as the function `context` names (unchecked if the runtime has no such
     function: a handler called outside a runtime, in a test of its own)."""
     module_name, function_name = handler_path.rsplit(".", 1)
-    with running_as(_functions.get(context.function_name)):
+    # A model step runs with one version of the app: a reload waits for it (app_reload.py).
+    step = STEPS.step() if handler_path == ORCHESTRATOR.handler else contextlib.nullcontext()
+    with _counted(), step, running_as(_functions.get(context.function_name)):
         return getattr(importlib.import_module(module_name), function_name)(event, context)
+
+
+@contextlib.contextmanager
+def _counted() -> Iterator[None]:
+    global _running
+    with _running_lock:
+        _running += 1
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running -= 1
+
+
+def in_progress() -> int:
+    """How many handler invocations are running now (an idle server has none)."""
+    with _running_lock:
+        return _running
 
 
 def call_function(spec: FunctionSpec, event: Any) -> Any:

@@ -115,3 +115,17 @@ def record_traceback(home: Path, command: str, error: BaseException) -> Path | N
         return path
     except OSError:
         return None
+
+
+@contextlib.contextmanager
+def quiet(name: str) -> Iterator[None]:
+    """Drop what logger `name` (and those under it) logs below CRITICAL, for the block: what
+    moto's Step Functions interpreter logs of executions the runtime stops on purpose (each
+    waiting task "fails" `States.Timeout`, then its Map cannot read the error) is not an error."""
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)

@@ -40,6 +40,7 @@ from toolpipe.infra.local import (
     iam,
     isolation,
     lambdas,
+    logfile,
     patches,
     persistence,
     recovery,
@@ -277,6 +278,11 @@ class LocalRuntime:
             gc.unfreeze()  # collectable again once the runtime is gone (tests start many)
             execution_events.unsubscribe(self.state_machine_arn)
             self._undo_start()
+
+    def renew_tool_processes(self) -> None:
+        """The app changed: each runner's next call imports it anew (calls running finish)."""
+        if self._tool_processes is not None:
+            self._tool_processes.renew()
 
     def _undo_start(self) -> None:
         if self._tool_processes is not None:
@@ -528,7 +534,7 @@ class LocalRuntime:
     def drain(self, timeout: float, grace: float = 5.0) -> None:
         """Let running executions finish; after `timeout`, stop them and give them `grace`."""
         deadline = time.monotonic() + timeout
-        stopped = False
+        stopped, quiet = False, contextlib.ExitStack()
         while True:
             running = self._aws.sfn.list_executions(
                 stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
@@ -542,6 +548,7 @@ class LocalRuntime:
                     # Runs are kept, not failed: with the rule off, a stop leaves them `running`
                     # in the saved state, and the next start resumes them (as after kill -9).
                     execution_events.unsubscribe(self.state_machine_arn)
+                quiet.enter_context(logfile.quiet("moto.stepfunctions.parser"))
                 for execution in running:
                     self._aws.sfn.stop_execution(
                         executionArn=execution["executionArn"], cause="local runtime shut down"
@@ -551,6 +558,7 @@ class LocalRuntime:
         # A stopped (or failed) execution's run is marked failed by the status-change rule:
         # let that finish before the mock goes away and the state is saved.
         execution_events.idle(self.state_machine_arn, timeout=grace)
+        quiet.close()
 
     def execution_events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's execution history; read with `self.sfn`, so its errors are that client's

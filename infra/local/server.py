@@ -1,270 +1,68 @@
 """`toolpipe serve`: the local runtime as one long-lived process that answers HTTP.
 
-The server stands in for API Gateway in front of the `api` function: each HTTP request under
-the deployed stage (`/v1`) becomes the REST API *proxy* event the function gets on AWS (method,
-path, resource and path parameters, query and headers single and multi-valued, body, and a
-request context with the stage, the resource path and the caller's identity), and the proxy
-response goes back as status, headers and body. The runs, the workers and moto's Step
-Functions interpreter all live in this one process, so any number of CLI and HTTP clients share
-one state and no run is lost.
+The server stands in for API Gateway in front of the `api` function (`api_proxy.py`: each
+request becomes the proxy event the function gets on AWS). The runs, the workers and moto's
+Step Functions interpreter all live in this one process, so any number of CLI and HTTP clients
+share one state and no run is lost.
 
 Local-only routes (the deployed API has none of them):
-- `GET /v1/runs/{run_id}/events`: the run's history as server-sent events, in slot order.
+- `GET /v1/runs/{run_id}/events`: the run's history as server-sent events, in slot order
+  (`run_changes.py` says when a run changed).
 - `GET /_local/health`: the server's pid and model, for discovery.
 
-Identity: API Gateway authenticates callers with IAM and reports the signer's ARN in
-`requestContext.identity.userArn`. Locally every request is from `LOCAL_CALLER`, unless it
-carries `X-Toolpipe-Caller: <arn>` (an empty value sends no identity at all, which the API
-answers with 403). Anyone who can reach the port can claim any identity that way: the server
-binds 127.0.0.1 unless told otherwise.
+Anyone who can reach the port can claim any identity (`X-Toolpipe-Caller`): the server binds
+127.0.0.1 unless told otherwise.
 """
 
-import base64
 import contextlib
 import json
-import logging
 import os
-import re
+import select
 import socket
 import threading
 import time
 import urllib.parse
-import uuid
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
 from email.utils import formatdate
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Protocol
 
-from toolpipe.infra.cdk.functions import API
-from toolpipe.infra.local import lambdas, serial
-from toolpipe.infra.local.client import CALLER_HEADER, HEALTH_PATH, STAGE, http_url
-from toolpipe.infra.local.runtime import LOCAL_CALLER
+from toolpipe.infra.local.api_proxy import (
+    EVENTS_RESOURCE,
+    MAX_BODY_BYTES,
+    RESOURCES,
+    ApiFunction,
+    forwarded,
+    map_response,
+    match_resource,
+    proxy_event,
+    request_caller,
+)
+from toolpipe.infra.local.client import HEALTH_PATH, STAGE, http_url
+from toolpipe.infra.local.run_changes import RunChanges, listen, publishable, sse_event, stop_listening
 
 if TYPE_CHECKING:
     from toolpipe.infra.local.runtime import LocalRuntime
 
-log = logging.getLogger(__name__)
 
-# The REST API's resources (infra/cdk/stack.py) and the methods each one has.
-RESOURCES: dict[str, tuple[str, ...]] = {
-    "/openapi.json": ("GET",),
-    "/runs": ("GET", "POST"),
-    "/runs/{run_id}": ("GET", "DELETE"),
-    "/runs/{run_id}/cancel": ("POST",),
-    "/runs/{run_id}/messages": ("GET",),
-    "/runs/{run_id}/messages/{seq}": ("GET",),
-    "/runs/{run_id}/timeline": ("GET",),
-    # The timeline pages (README "The timeline page"), behind the same identity as the rest.
-    "/ui/runs": ("GET",),
-    "/ui/runs/{run_id}": ("GET",),
-    "/approvals": ("GET",),
-    "/approvals/{approval_id}": ("GET",),
-    "/approvals/{approval_id}/approve": ("POST",),
-    "/approvals/{approval_id}/deny": ("POST",),
-    "/approvals/{approval_id}/answer": ("POST",),
-    "/runs/{run_id}/calls/{call_id}/result": ("POST",),
-    # The approval page (README "The approval link"): no identity needed, the link is signed.
-    "/approvals/{approval_id}/page": ("GET", "HEAD", "POST"),
-}
-EVENTS_RESOURCE = "/runs/{run_id}/events"
-MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+class AppState(Protocol):
+    """The app a server runs, as it follows its files (`app_reload.AppReloader`)."""
+
+    @property
+    def version(self) -> str | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
 # Where the in-process orchestrator makes approval links (the stack sets it from the API's URL).
 LINK_BASE_ENV = "TOOLPIPE_LINK_BASE_URL"
 RUNNING = "running"
 KEEPALIVE_SECONDS = 10.0  # a comment line this often: a client that went away is noticed at the write
 MAX_STREAM_SECONDS = 3600.0
 DEFAULT_STREAM_SECONDS = 300.0
-
-
-# --- HTTP request -> API Gateway proxy event --------------------------------------------------
-
-
-def match_resource(path: str) -> tuple[str, dict[str, str]] | None:
-    """The resource template a path falls under and its path parameters, as API Gateway matches."""
-    segments = path.strip("/").split("/")
-    for template in (*RESOURCES, EVENTS_RESOURCE):
-        parts = template.strip("/").split("/")
-        if len(parts) != len(segments):
-            continue
-        parameters: dict[str, str] = {}
-        for part, segment in zip(parts, segments, strict=True):
-            if part.startswith("{"):
-                if not segment:
-                    break
-                parameters[part[1:-1]] = urllib.parse.unquote(segment)
-            elif part != segment:
-                break
-        else:
-            return template, parameters
-    return None
-
-
-def proxy_event(
-    method: str,
-    path: str,
-    query: str,
-    headers: list[tuple[str, str]],
-    body: bytes,
-    caller: str | None,
-    *,
-    source_ip: str = "127.0.0.1",
-) -> dict[str, Any]:
-    """The REST API proxy event for a request to `path` (relative to the stage) on a known resource."""
-    matched = match_resource(path)
-    resource, parameters = matched if matched else (path, {})
-    values = urllib.parse.parse_qs(query, keep_blank_values=True)
-    single: dict[str, str] = {}
-    multi: dict[str, list[str]] = {}
-    for name, value in headers:
-        single[name] = value  # API Gateway keeps the last of repeated headers here
-        multi.setdefault(name, []).append(value)
-    try:
-        text, encoded = body.decode(), False
-    except UnicodeDecodeError:
-        # Not text: handed over base64-encoded, as API Gateway does for a binary payload.
-        text, encoded = base64.b64encode(body).decode(), True
-    now = datetime.now(UTC)
-    identity: dict[str, Any] = {"sourceIp": source_ip, "userAgent": single.get("User-Agent")}
-    if caller is not None:
-        identity.update(userArn=caller, caller=caller.rsplit("/", 1)[-1], user=caller.rsplit("/", 1)[-1])
-    return {
-        "resource": resource,
-        "path": path,
-        "httpMethod": method,
-        "headers": single or None,
-        "multiValueHeaders": multi or None,
-        "queryStringParameters": {k: v[-1] for k, v in values.items()} or None,
-        "multiValueQueryStringParameters": values or None,
-        "pathParameters": parameters or None,
-        "stageVariables": None,
-        "requestContext": {
-            "accountId": "000000000000",
-            "apiId": "local",
-            "resourceId": "local",
-            "resourcePath": resource,
-            "httpMethod": method,
-            "path": f"/{STAGE}{path}",
-            "stage": STAGE,
-            "protocol": "HTTP/1.1",
-            "requestId": str(uuid.uuid4()),
-            "requestTime": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
-            "requestTimeEpoch": int(now.timestamp() * 1000),
-            "identity": identity,
-        },
-        "body": text if body else None,
-        "isBase64Encoded": encoded,
-    }
-
-
-class ApiFunction:
-    """The `api` function, invoked as Lambda invokes it: one event at a time per instance.
-
-    One at a time is not only faithful: Powertools' resolver keeps the event being handled on
-    the module-level `app`, so two requests handled at once could read each other's caller.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
-        with self._lock:
-            try:
-                response = lambdas.call_function(API, event)
-            except Exception:
-                # What API Gateway answers when the function itself fails.
-                log.exception("api function failed")
-                body = {"statusCode": 502, "message": "Internal server error"}
-                return {"statusCode": 502, "body": json.dumps(body)}
-        return dict(response)
-
-    def get(
-        self, path: str, caller: str | None, headers: list[tuple[str, str]] | None = None
-    ) -> tuple[int, Any]:
-        """A GET through the same proxy event as HTTP, so the same authorization applies."""
-        resource, _, query = path.partition("?")
-        response = self(proxy_event("GET", resource, query, headers or [], b"", caller))
-        body = response.get("body")
-        return int(response["statusCode"]), json.loads(body) if body else None
-
-
-# --- history changes, for the event stream --------------------------------------------------
-
-_WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
-_RUN_KEY = re.compile(rb'"pk"\s*:\s*\{\s*"S"\s*:\s*"RUN#([A-Za-z0-9_-]{1,64})"')
-
-
-class RunChanges:
-    """Wakes whoever watches a run when a DynamoDB write names the run's partition.
-
-    Every item of a run (record, history, claims) lives under `pk=RUN#<id>`, and every write the
-    handlers make goes through moto's request dispatch, which tells `serial`'s listeners of each:
-    an event stream waits for a change instead of querying the table on a timer.
-    """
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._versions: dict[str, int] = {}
-        self._watchers: dict[str, int] = {}
-        self._closed = False
-
-    @contextlib.contextmanager
-    def watch(self, run_id: str) -> Iterator[None]:
-        with self._changed:
-            self._watchers[run_id] = self._watchers.get(run_id, 0) + 1
-            self._versions.setdefault(run_id, 0)
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._watchers[run_id] -= 1
-                if not self._watchers[run_id]:
-                    del self._watchers[run_id], self._versions[run_id]
-
-    def version(self, run_id: str) -> int:
-        with self._changed:
-            return self._versions.get(run_id, 0)
-
-    def wait(self, run_id: str, seen: int, timeout: float) -> bool:
-        """Wait until the run changed after version `seen`; False on timeout or close."""
-        with self._changed:
-            return (
-                self._changed.wait_for(lambda: self._closed or self._versions.get(run_id, 0) != seen, timeout)
-                and not self._closed
-            )
-
-    @property
-    def closed(self) -> bool:
-        with self._changed:
-            return self._closed
-
-    def close(self) -> None:
-        with self._changed:
-            self._closed = True
-            self._changed.notify_all()
-
-    def seen(self, request: Any) -> None:
-        """A request moto served (`serial.add_listener`): a DynamoDB write wakes its run's watchers."""
-        if not self._watchers:
-            return
-        target = request.headers.get("X-Amz-Target") or b""
-        target = target.decode() if isinstance(target, bytes) else str(target)
-        if target.startswith("DynamoDB"):
-            body = request.body or b""
-            self.request_served(target, body.encode() if isinstance(body, str) else bytes(body))
-
-    def request_served(self, target: str, body: bytes) -> None:
-        if not self._watchers or target.rpartition(".")[2] not in _WRITES:
-            return  # nobody watching, or a read: the common cases cost a dict check
-        runs = {m.decode() for m in _RUN_KEY.findall(body)}
-        with self._changed:
-            woken = False
-            for run_id in runs & self._watchers.keys():
-                self._versions[run_id] += 1
-                woken = True
-            if woken:
-                self._changed.notify_all()
+GONE_CHECK_SECONDS = 0.25  # how often an event stream looks whether its client went away
 
 
 class _LinkBases:
@@ -297,26 +95,6 @@ class _LinkBases:
 
 
 _link_bases = _LinkBases()
-
-
-def publishable(items: list[dict[str, Any]], published: int, ended: bool) -> list[dict[str, Any]]:
-    """Which history items to publish next, after seq `published`, in slot order.
-
-    Results have reserved slots and land in any order: while the run goes on, stop at the first
-    slot still empty, so no item is skipped and none is published twice. Once the run ended,
-    nothing more will land: publish the rest (a slot a failed run never filled stays empty).
-    """
-    ready = []
-    for item in sorted(items, key=lambda i: int(i["seq"])):
-        seq = int(item["seq"])
-        if seq <= published:
-            continue
-        if not ended and seq != published + 1:
-            break
-        ready.append(item)
-        published = seq
-    return ready
-
 
 # --- the HTTP server --------------------------------------------------------------------------
 
@@ -351,6 +129,8 @@ class LocalServer:
         host: The address to bind; 127.0.0.1 keeps the local identity header to this machine.
         port: 0 picks a free port.
         health: Extra fields for the health route (the model the server uses).
+        app: The app as the server follows it (`app_reload.py`): its version, and why it cannot
+            be loaded; a run asked for meanwhile is refused with that reason.
     """
 
     def __init__(
@@ -359,12 +139,14 @@ class LocalServer:
         host: str = "127.0.0.1",
         port: int = 0,
         health: dict[str, Any] | None = None,
+        app: "AppState | None" = None,
     ) -> None:
         self.runtime = runtime
         self.api = ApiFunction()
         self.changes = RunChanges()
         self.draining = threading.Event()
         self._health = health or {}
+        self._app = app
         self._active = 0
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
@@ -386,7 +168,7 @@ class LocalServer:
 
     def __enter__(self) -> "LocalServer":
         _link_bases.enter(self.api_url)
-        serial.add_listener(self.changes.seen)
+        listen(self.changes)
         self._thread.start()
         return self
 
@@ -418,7 +200,7 @@ class LocalServer:
             self._state.wait_for(lambda: not self._connections, max(0.0, deadline - time.monotonic()))
         self._http.server_close()
         _link_bases.leave(self.api_url)
-        serial.remove_listener(self.changes.seen)
+        stop_listening(self.changes)
 
     @contextlib.contextmanager
     def _request(self) -> Iterator[None]:
@@ -442,7 +224,7 @@ class LocalServer:
         if path == HEALTH_PATH:
             if self.draining.is_set():
                 return _json_response(503, {"message": "the local server is shutting down"})
-            return _json_response(200, {"status": "ok", **self._health})
+            return _json_response(200, {"status": "ok", **self._health, **self._app_health()})
         prefix = f"/{STAGE}"
         if path != prefix and not path.startswith(prefix + "/"):
             return _json_response(
@@ -456,8 +238,19 @@ class LocalServer:
         if method == "POST" and self.draining.is_set():
             # Nothing written: the client may send it again, to the next server.
             return _json_response(503, {"message": "the local server is shutting down"})
-        response = self.api(proxy_event(method, path, query, _forwarded(headers), body, _caller(headers)))
-        return _map_response(response)
+        if method == "POST" and matched[0] == "/runs" and self._app is not None and self._app.error:
+            # Your own server: what is wrong with your code, not an opaque internal error (and not
+            # 503, which clients take for a server stopping and send again). Nothing written.
+            return _json_response(500, {"message": self._app.error})
+        response = self.api(
+            proxy_event(method, path, query, forwarded(headers), body, request_caller(headers))
+        )
+        return map_response(response)
+
+    def _app_health(self) -> dict[str, Any]:
+        if self._app is None:
+            return {}
+        return {"app_version": self._app.version, "app_error": self._app.error}
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -540,7 +333,19 @@ class LocalServer:
                     self._send(*_json_response(400, {"message": message}))
                     return
                 self.close_connection = True  # a stream ends with its connection (no chunked encoding)
-                server.stream_events(run_id, _caller(headers), after, timeout, self.wfile.write, self._send)
+                server.stream_events(
+                    run_id, request_caller(headers), after, timeout, self.wfile.write, self._send, self._gone
+                )
+
+            def _gone(self) -> bool:
+                # A client that closed its end (Ctrl-C on `toolpipe run`) makes its socket
+                # readable at end of file: noticed now, not at the next keep-alive's write,
+                # so a server waiting for its last client to go stops soon after.
+                try:
+                    readable, _, _ = select.select([self.connection], [], [], 0)
+                    return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+                except (OSError, ValueError):
+                    return True
 
             def __getattr__(self, name: str) -> Any:
                 # http.server answers a method it finds no `do_<METHOD>` for with 501 and an HTML
@@ -563,7 +368,14 @@ class LocalServer:
         return Handler
 
     def stream_events(
-        self, run_id: str, caller: str | None, after: int, timeout: float, write: Any, send: Any
+        self,
+        run_id: str,
+        caller: str | None,
+        after: int,
+        timeout: float,
+        write: Any,
+        send: Any,
+        gone: "Callable[[], bool]" = lambda: False,
     ) -> None:
         """Publish the run's history items after seq `after` as server-sent events, then `end`.
 
@@ -596,7 +408,7 @@ class LocalServer:
                 items = self._messages(run_id, caller, published)
                 ready = publishable(items, published, ended)
                 for item in ready:
-                    write(_event("item", item, event_id=int(item["seq"])))
+                    write(sse_event("item", item, event_id=int(item["seq"])))
                     published = int(item["seq"])
                     last = item
                 waiting = len(ready) < len(items) or (last is not None and bool(last.get("tool_calls")))
@@ -605,25 +417,38 @@ class LocalServer:
                     for approval in self._pending_approvals(run_id, caller):
                         if approval["approval_id"] not in announced:
                             announced.add(approval["approval_id"])
-                            write(_event("approval", approval))
+                            write(sse_event("approval", approval))
                 if ended:
-                    write(_event("end", {"status": record["status"], "run": record}))
+                    write(sse_event("end", {"status": record["status"], "run": record}))
                     return
                 wait = max(0.0, min(KEEPALIVE_SECONDS, deadline - time.monotonic()))
-                changed = self.changes.wait(run_id, seen, wait)
+                changed = self._changed(run_id, seen, wait, gone)
+                if gone():
+                    return
                 if self.changes.closed:
-                    write(_event("error", {"message": "the local server is shutting down"}))
+                    write(sse_event("error", {"message": "the local server is shutting down"}))
                     return
                 if not changed:
                     if time.monotonic() >= deadline:
-                        write(_event("timeout", {"status": record["status"], "after_seconds": timeout}))
+                        write(sse_event("timeout", {"status": record["status"], "after_seconds": timeout}))
                         return
                     write(b": keep-alive\n\n")
                 seen = self.changes.version(run_id)
                 status, body = self.api.get(f"/runs/{urllib.parse.quote(run_id)}", caller)
                 if status != 200:
-                    write(_event("error", body if isinstance(body, dict) else {"message": str(body)}))
+                    write(sse_event("error", body if isinstance(body, dict) else {"message": str(body)}))
                     return
+
+    def _changed(self, run_id: str, seen: int, wait: float, gone: "Callable[[], bool]") -> bool:
+        """Wait up to `wait` for the run to change after `seen`, looking for the client's going
+        away every so often."""
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            if self.changes.wait(run_id, seen, min(left, GONE_CHECK_SECONDS)):
+                return True
+            if left <= GONE_CHECK_SECONDS or self.changes.closed or gone():
+                return False
 
     def _pending_approvals(self, run_id: str, caller: str | None) -> list[dict[str, Any]]:
         # With this server's host: each approval's signed link is made under the URL it serves.
@@ -643,82 +468,3 @@ class LocalServer:
             items.extend(body["messages"])
             page = body["next"]
         return items
-
-
-def _event(name: str, data: Any, event_id: int | None = None) -> bytes:
-    lines = [f"event: {name}"]
-    if event_id is not None:
-        lines.insert(0, f"id: {event_id}")
-    lines.append(f"data: {json.dumps(data)}")  # json.dumps never emits a newline: one data line
-    return ("\n".join(lines) + "\n\n").encode()
-
-
-def _caller(headers: list[tuple[str, str]]) -> str | None:
-    for name, value in headers:
-        if name.lower() == CALLER_HEADER.lower():
-            return value.strip() or None
-    return LOCAL_CALLER
-
-
-def _forwarded(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    # The identity header is the local stand-in for IAM: the function only ever sees its result.
-    return [(n, v) for n, v in headers if n.lower() != CALLER_HEADER.lower()]
-
-
-def _map_response(response: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
-    """A proxy response as HTTP: status, single and multi-valued headers, body (base64 decoded)."""
-    headers: list[tuple[str, str]] = []
-    multi = response.get("multiValueHeaders") or {}
-    for name, values in multi.items():
-        headers.extend((name, str(v)) for v in values)
-    for name, value in (response.get("headers") or {}).items():
-        if name not in multi:
-            headers.append((name, str(value)))
-    raw = response.get("body") or ""
-    body = base64.b64decode(raw) if response.get("isBase64Encoded") else str(raw).encode()
-    return int(response["statusCode"]), headers, body
-
-
-# --- `toolpipe serve` -------------------------------------------------------------------------
-
-
-class Idle(Protocol):
-    """A server that can say how long it has had no request in progress."""
-
-    def idle_seconds(self) -> float: ...
-
-
-def serve_until_stopped(
-    runtime: "LocalRuntime",
-    server: LocalServer,
-    stop: threading.Event,
-    hurry: threading.Event,
-    idle_exit: float | None,
-    also_serving: Sequence[Idle] = (),
-) -> None:
-    """Serve until `stop` (a signal) or, with `idle_exit`, until idle that long; then drain.
-
-    Draining refuses new runs (503, nothing written, so clients send them to the next server)
-    while reads and event streams go on, until the runs in progress end, `runtime.drain_seconds`
-    pass or `hurry` (a second signal) is set; the runtime's own exit stops whatever is left.
-    Requests to `also_serving` (the AWS endpoint) count as activity too.
-    """
-    while not stop.wait(0.1):
-        idle = min(s.idle_seconds() for s in (server, *also_serving))
-        if idle_exit is not None and idle >= idle_exit and not _running(runtime):
-            break
-    server.draining.set()
-    deadline = time.monotonic() + runtime.drain_seconds
-    while _running(runtime) and time.monotonic() < deadline and not hurry.wait(0.05):
-        pass
-    # The drain is over (its time spent, or a second signal): the runtime's exit stops the
-    # executions still running at once, rather than drain for as long again.
-    runtime.drain_seconds = 0.0
-
-
-def _running(runtime: "LocalRuntime") -> bool:
-    return bool(
-        runtime.sfn.list_executions(stateMachineArn=runtime.state_machine_arn, statusFilter="RUNNING")[
-            "executions"
-        ]
-    )

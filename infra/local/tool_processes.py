@@ -19,7 +19,7 @@ from toolpipe.infra.local import aws_forwarding
 from toolpipe.infra.local.aws_broker import REGION, AwsBroker
 from toolpipe.infra.local.isolation import FunctionContext, running_as
 from toolpipe.shared.agents.app import APP_ENV
-from toolpipe.shared.runs import call_process
+from toolpipe.shared.runs import call_runner
 from toolpipe.shared.runs.call_host import MAIN_FILE_ENV
 
 HOST_MODULE = "toolpipe.infra.local.tool_host"
@@ -75,7 +75,7 @@ class ToolProcesses:
     def __init__(self, runners: Iterable[tuple[FunctionContext, tuple[str, ...]]]) -> None:
         self._runners = list(runners)
         self._brokers: list[AwsBroker] = []
-        self._processes: list[call_process.CallProcesses] = []
+        self._processes: list[call_runner.CallProcesses] = []
         self._names: list[str] = []
 
     def __enter__(self) -> "ToolProcesses":
@@ -86,19 +86,22 @@ class ToolProcesses:
         for context, names in self._runners:
             broker = AwsBroker(context).__enter__()
             self._brokers.append(broker)
-            processes = call_process.CallProcesses.spawned(
-                environment(context, broker.path), host=HOST_MODULE
-            )
+            processes = call_runner.CallProcesses.spawned(environment(context, broker.path), host=HOST_MODULE)
             broker.admits = processes.holds  # this runner's calls, never another runner's
             self._processes.append(processes)
             for name in names:
-                call_process.register(name, processes)
+                call_runner.register(name, processes)
                 self._names.append(name)
         return self
 
+    def renew(self) -> None:
+        """The app changed: each runner's next call starts a template that imports it anew."""
+        for processes in self._processes:
+            processes.renew()
+
     def __exit__(self, *exc: object) -> None:
         for name in self._names:
-            call_process.unregister(name)
+            call_runner.unregister(name)
         for processes in self._processes:
             processes.close()
         for broker in self._brokers:

@@ -7,7 +7,9 @@ current folder up, that has a `[tool.toolpipe]` table. Every `Agent` defined at 
 top level is registered under its name.
 """
 
+import hashlib
 import importlib
+import importlib.util
 import os
 import sys
 import threading
@@ -23,6 +25,7 @@ from toolpipe.shared.project import find_project
 APP_ENV = "TOOLPIPE_APP"
 # The folder the module is imported from when it is not installed: the project's root.
 APP_PATH_ENV = "TOOLPIPE_APP_PATH"
+_SKIPPED_FOLDERS = ("__pycache__", "node_modules")
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,7 @@ def use_app(ref: AppRef) -> None:
 
 
 def import_app(ref: AppRef) -> ModuleType:
-    if ref.path and ref.path not in sys.path:
-        sys.path.insert(0, ref.path)  # a project run from its folder, not installed
+    _on_path(ref)
     try:
         return importlib.import_module(ref.module)
     except ModuleNotFoundError as e:
@@ -83,6 +85,65 @@ def import_app(ref: AppRef) -> ModuleType:
         raise ConfigurationError(f"app module '{ref.module}' cannot be imported: {_one_line(e)}") from e
     except Exception as e:  # the user's code raised at import: say where, in one line
         raise ConfigurationError(f"app module '{ref.module}' cannot be imported: {_one_line(e)}") from e
+
+
+def _on_path(ref: AppRef) -> None:
+    if ref.path and ref.path not in sys.path:
+        sys.path.insert(0, ref.path)  # a project run from its folder, not installed
+
+
+def app_files(ref: AppRef) -> list[Path]:
+    """The app's files: every `.py` file of the top-level package its module is in (the module's
+    own file when it is in none), found without importing anything; [] when it is not found."""
+    top = ref.module.partition(".")[0]
+    if top == "__main__":
+        return []
+    _on_path(ref)
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations is None:
+        return [Path(spec.origin)] if spec.origin and spec.origin.endswith(".py") else []
+    files: list[Path] = []
+    for location in spec.submodule_search_locations:
+        for folder, folders, names in os.walk(location):
+            folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in _SKIPPED_FOLDERS)
+            files.extend(Path(folder, name) for name in sorted(names) if name.endswith(".py"))
+    return files
+
+
+def files_signature(files: list[Path]) -> tuple[tuple[str, int, int], ...]:
+    """What changes when a file is saved (its modification time and size): cheap to read often."""
+    signature = []
+    for path in files:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        signature.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(signature)
+
+
+def app_version(ref: AppRef | None) -> str | None:
+    """The version of the app's files on disk: a hash of their names and contents (12 hex digits);
+    None when there is no app or its files are not found."""
+    if ref is None:
+        return None
+    files = app_files(ref)
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        try:
+            content = path.read_bytes()
+        except OSError:
+            continue
+        digest.update(f"{path}\0{len(content)}\0".encode())
+        digest.update(content)
+    return digest.hexdigest()[:12]
 
 
 def _one_line(error: BaseException) -> str:
@@ -113,6 +174,7 @@ def agents_of(module: ModuleType) -> list[Agent]:
 
 
 _loaded: AppRef | None = None
+_version: str | None = None  # the version of the app `_loaded` imported
 _lock = threading.Lock()
 # The app's own agents, as it defines them: any other agent of a registry was put there in code.
 _from_app: dict[str, Agent] = {}
@@ -121,11 +183,12 @@ _from_app: dict[str, Agent] = {}
 def load_app(registry: dict[str, Agent]) -> None:
     """Import the app once per process and add its agents to `registry`; agents registered in
     code (tests, `AGENTS[name] = agent`) are kept."""
-    global _loaded
+    global _loaded, _version
     ref = find_app()
     with _lock:
         if ref is None or ref == _loaded:
             return
+        version = app_version(ref)  # before the import: a file saved meanwhile is a newer version
         module = import_app(ref)
         agents = agents_of(module)
         if not agents:
@@ -136,7 +199,53 @@ def load_app(registry: dict[str, Agent]) -> None:
         refusal = waiting_child(agents, registry)
         if refusal is not None:
             raise DefinitionError(refusal)
-        _loaded = ref
+        _loaded, _version = ref, version
+
+
+def reload_app(registry: dict[str, Agent]) -> str | None:
+    """Import the app again from its files (`toolpipe serve` after a save): its package's modules
+    are imported anew and its agents replace the ones it had; agents registered in code stay.
+    The new version, once loaded.
+
+    Raises:
+        ConfigurationError, DefinitionError: the app cannot be loaded; the agents loaded before
+            stay registered (a run in progress goes on with them) and the next reload tries again.
+    """
+    global _loaded, _version
+    ref = find_app()
+    if ref is None:
+        return None
+    top = ref.module.partition(".")[0]
+    with _lock:
+        version = app_version(ref)
+        for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+            del sys.modules[name]
+        importlib.invalidate_caches()
+        module = import_app(ref)
+        agents = {agent.name: agent for agent in agents_of(module)}
+        if not agents:
+            raise ConfigurationError(f"app module '{ref.module}' defines no Agent at its top level")
+        candidate = {n: a for n, a in registry.items() if _from_app.get(n) is not a} | agents
+        refusal = waiting_child(list(agents.values()), candidate)
+        if refusal is not None:
+            raise DefinitionError(refusal)
+        # Key by key, never emptied: a step reading the registry meanwhile finds an agent.
+        for name, agent in agents.items():
+            if registry.get(name) is None or registry.get(name) is _from_app.get(name):
+                registry[name] = agent
+        for name, agent in list(_from_app.items()):
+            if name not in agents and registry.get(name) is agent:
+                del registry[name]
+        _from_app.clear()
+        _from_app.update(agents)
+        _loaded, _version = ref, version
+        return version
+
+
+def loaded_version() -> str | None:
+    """The version of the app this process loaded (`app_version` of its files then)."""
+    with _lock:
+        return _version
 
 
 def waiting_child(agents: list[Agent], registry: dict[str, Agent]) -> str | None:
@@ -191,18 +300,19 @@ class Loaded:
     registry: dict[str, Agent]
     app: AppRef | None
     from_app: dict[str, Agent]
+    version: str | None = None
 
 
 def loaded(registry: dict[str, Agent]) -> Loaded:
     with _lock:
-        return Loaded(dict(registry), _loaded, dict(_from_app))
+        return Loaded(dict(registry), _loaded, dict(_from_app), _version)
 
 
 def put_back(state: Loaded, registry: dict[str, Agent]) -> None:
-    global _loaded
+    global _loaded, _version
     with _lock:
         registry.clear()
         registry.update(state.registry)
         _from_app.clear()
         _from_app.update(state.from_app)
-        _loaded = state.app
+        _loaded, _version = state.app, state.version

@@ -52,6 +52,9 @@ class AssistantMessage(_Item):
     # When the model call began (`created_at` is when its reply was stored): the model call's
     # span and its bar on the timeline. None in items stored before it was recorded.
     started_at: str | None = None
+    # The version of your app the step ran (a hash of its files: `toolpipe serve` reloads it
+    # when they change); None when it has none, or in items stored before it was recorded.
+    app_version: str | None = None
 
 
 class HandoffAction(BaseModel):
@@ -88,6 +91,8 @@ class ToolResult(_Item):
     # stored): the call's bar on the timeline. None where nothing ran it (a refusal by the model
     # step, a child run's answer) and in items stored before it was recorded.
     started_at: str | None = None
+    # The version of your app the call's process ran; None where none ran it.
+    app_version: str | None = None
 
 
 HistoryItem = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="kind")]

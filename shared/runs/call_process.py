@@ -15,7 +15,7 @@ The tool runner never runs tool code in its own process. Three kinds of process 
   call (`run_tool_call`) in a folder of its own (its cwd and TMPDIR) and writes the answer to
   another pipe; its stdout and stderr go to a third, which the runner reads capped.
 
-The runner (`CallProcesses.run`) hands the template the four pipes' ends over the socket
+The runner (`CallProcesses.run`, `call_runner.py`) hands the template the four pipes' ends over the socket
 (SCM_RIGHTS) and writes the request itself: neither the template nor a supervisor ever holds
 a call's request or answer, so a later call's process, forked from them, inherits no earlier
 call's data. What a call patches, starts or sets ends with its process; its folder is removed
@@ -29,77 +29,41 @@ import gc
 import json
 import os
 import select
-import selectors
-import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import NoReturn
 
+from toolpipe.shared.agents.app import loaded_version
 from toolpipe.shared.errors import ErrorKind, describe_exception
 from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse, run_tool_call
 
-# What a call's stdout and stderr may leave in the runner's log; the rest is counted, not kept.
-OUTPUT_LIMIT_BYTES = 64 * 1024
-# An answer longer than this is refused (a Lambda response stops at 6 MB; longer ones go to S3).
-ANSWER_LIMIT_BYTES = 64 * 1024 * 1024
-# Past the call's own limit, what the runner waits for its supervisor to end it and clean up.
-CLEANUP_SECONDS = 10.0
 _TEMP_VARIABLES = ("TMPDIR", "TEMP", "TMP")
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
-_READ_SIZE = 65536
+READ_SIZE = 65536
 # The template's word that a spare took a call (or that none could), and how long the runner
 # waits for it; a spare's that it has the call, the template's to go on, and how long and how
 # many times the template tries a spare.
-_TAKEN = b"+"
-_NOT_TAKEN = b"-"
+TAKEN = b"+"
+NOT_TAKEN = b"-"
 TAKEN_SECONDS = 15.0
 _READY = b"r"
 _GO = b"g"
 SPARE_SECONDS = 3.0
 # The runner's word that a call's supervisor ended before its call did (killed), and the
 # template's that it ended what that call left, re-parented to it.
-_SWEEP = b"sweep:"
-_PID = struct.Struct(">I")
-_SWEPT = b"s"
+SWEEP = b"sweep:"
+PID = struct.Struct(">I")
+SWEPT = b"s"
 SPARE_ATTEMPTS = 3
 # What a fresh template runs: it imports the app, then serves.
 HOST_MODULE = "toolpipe.shared.runs.call_host"
-
-
-@dataclass(frozen=True)
-class CallEnd:
-    """How a call's process ended, as its supervisor saw it."""
-
-    how: str  # "exited", "signaled", "overran", "lost" (its supervisor died first)
-    code: int = 0
-    # What the call wrote to stdout and stderr, at most OUTPUT_LIMIT_BYTES of it.
-    output: bytes = b""
-    output_bytes: int = 0
-
-    def describe(self) -> str:
-        if self.how == "exited":
-            return f"its process exited with status {self.code} before answering"
-        if self.how == "signaled":
-            name = signal.Signals(self.code).name if self.code in signal.Signals._value2member_map_ else ""
-            return f"its process was killed by signal {self.code} {name}".rstrip() + " (out of memory?)"
-        if self.how == "too_long":
-            return f"its answer was {self.code:,} bytes, over the runner's {ANSWER_LIMIT_BYTES:,}"
-        if self.how == "overran":
-            return "its process ran past the call's time limit and was ended"
-        return "its process was lost (its supervisor ended first)"
-
-
-class RunnerUnavailableError(RuntimeError):
-    """The template process cannot take a call (it ended): nothing of the call ran."""
 
 
 def guard_this_process() -> None:
@@ -204,9 +168,9 @@ def serve(connection: socket.socket) -> NoReturn:
                 continue
             if not message:
                 break  # the runner is gone
-            if message.startswith(_SWEEP) and not fds:
+            if message.startswith(SWEEP) and not fds:
                 _sweep_after(message, supervisors)
-                connection.sendall(_SWEPT)
+                connection.sendall(SWEPT)
                 continue
             if len(fds) == 4:
                 spare = _hand_over(connection, spare, message, fds, supervisors)
@@ -277,16 +241,16 @@ def _hand_over(
         taken = spare.take(message, fds)
         spare.connection.close()
         if taken:
-            runner.sendall(_TAKEN + _PID.pack(spare.pid))
+            runner.sendall(TAKEN + PID.pack(spare.pid))
             return spare
-    runner.sendall(_NOT_TAKEN)
+    runner.sendall(NOT_TAKEN)
     return spare
 
 
 def _sweep_after(message: bytes, supervisors: set[int]) -> None:
     """A supervisor was killed: once it is collected (its children are re-parented here by then,
     not before: a process closes its files before its children move), end what it left."""
-    pid = int(message[len(_SWEEP) :] or 0)
+    pid = int(message[len(SWEEP) :] or 0)
     deadline = time.monotonic() + 2.0
     while pid in supervisors and time.monotonic() < deadline:
         try:
@@ -425,7 +389,8 @@ def _call(supervisor: socket.socket) -> NoReturn:
         tempfile.tempdir = folder
         request = ToolRunRequest.model_validate_json(_read_all(request_in))
         os.close(request_in)
-        answer = run_tool_call(request).model_dump_json().encode()
+        ran = run_tool_call(request).model_copy(update={"app_version": loaded_version()})
+        answer = ran.model_dump_json().encode()
     except BaseException as e:  # the runner answers for a call that could not run
         failed = ToolRunResponse(
             content=f"Error: the tool runner could not run the call: {describe_exception(e)}",
@@ -444,355 +409,8 @@ def _call(supervisor: socket.socket) -> NoReturn:
         os._exit(0)
 
 
-def _exactly(connection: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = connection.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the template closed its socket")
-        data += chunk
-    return data
-
-
 def _read_all(fd: int) -> bytes:
     chunks = []
-    while chunk := os.read(fd, _READ_SIZE):
+    while chunk := os.read(fd, READ_SIZE):
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-# --- the runner's side ------------------------------------------------------------------------
-
-
-class CallProcesses:
-    """The runner's handle on its template: `run` runs one call in a process of its own."""
-
-    def __init__(self, start: Callable[[], tuple[socket.socket, Callable[[], None], int]]) -> None:
-        self._start = start
-        self._lock = threading.Lock()
-        self._connection: socket.socket | None = None
-        self._stop: Callable[[], None] | None = None
-        self._pid = 0  # the template's
-        # Every template it started: a call of an earlier one may still run (and call AWS).
-        self._started: set[int] = set()
-
-    @classmethod
-    def forked(cls, then: Callable[[], None] | None = None) -> "CallProcesses":
-        """A template forked from this process now (a Lambda cold start, before any invocation),
-        which runs `then` (importing the app) before it serves. Should it end, the next is a fresh
-        interpreter: this process has held calls' data since."""
-        parent, child = socket.socketpair()
-        pid = os.fork()
-        if pid == 0:
-            parent.close()
-            if then is not None:
-                with contextlib.suppress(BaseException):
-                    then()
-            serve(child)
-        child.close()
-        processes = cls(lambda: _spawn(dict(os.environ), None, HOST_MODULE, processes._started.add))
-        processes._connection, processes._stop, processes._pid = parent, lambda: _reap_pid(pid), pid
-        processes._started.add(pid)
-        return processes
-
-    @classmethod
-    def spawned(
-        cls, environment: Mapping[str, str], cwd: str | None = None, host: str = HOST_MODULE
-    ) -> "CallProcesses":
-        """A template started (at the first call) as a fresh interpreter with `environment` only,
-        running `python -m HOST FD` (a module that calls `call_host.main`)."""
-        env = dict(environment)
-        processes = cls(lambda: _spawn(env, cwd, host, processes._started.add))
-        return processes
-
-    def holds(self, pid: int) -> bool:
-        """Whether process `pid` is a template of these or runs under one (a call's process and
-        what it started: a template is the subreaper of all of them)."""
-        return _descends(pid, self._started)
-
-    def _sweep(self, supervisor: int) -> None:
-        """Have the template end what a call whose supervisor was killed left behind; a
-        template that does not answer is replaced (what it held ends with it)."""
-        with self._lock:
-            if self._connection is None:
-                return
-            try:
-                self._connection.sendall(_SWEEP + str(supervisor).encode())
-                self._connection.settimeout(TAKEN_SECONDS)
-                if self._connection.recv(1) == _SWEPT:
-                    return
-            except OSError:
-                pass
-            self._connection.close()
-            self._connection = None
-            if self._stop is not None:
-                self._stop()
-                self._stop = None
-
-    def end_strays(self) -> None:
-        """End every child of this process but the template, and theirs (`guard_this_process`
-        made this process their subreaper): what a call that killed its supervisor and the
-        template left. Only where this process starts no other child: the runner on Lambda."""
-        end_strays(keep={self._pid})
-
-    def close(self) -> None:
-        """End the template and every call still running."""
-        with self._lock:
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
-            if self._stop is not None:
-                self._stop()
-                self._stop = None
-
-    def _handed(self, header: bytes, fds: list[int]) -> int:
-        """Hand the call's pipes to the template, which says it took them before it passes them
-        on: a template that ended (a call killed it, it ran out of memory) took nothing, and a
-        new one is started for the call; one that ends after saying so has the call lost, never
-        run twice."""
-        with self._lock:
-            for attempt in range(2):
-                if self._connection is None:
-                    self._connection, self._stop, self._pid = self._start()
-                try:
-                    socket.send_fds(self._connection, [header], fds)
-                    self._connection.settimeout(TAKEN_SECONDS)
-                    said = self._connection.recv(1)
-                    if said == _TAKEN:
-                        (supervisor,) = _PID.unpack(_exactly(self._connection, _PID.size))
-                        return int(supervisor)
-                    if said == _NOT_TAKEN:
-                        raise RunnerUnavailableError(
-                            "no process of the runner took the call (a call stopped them?)"
-                        )
-                    problem = "it closed its socket"
-                except OSError as e:
-                    problem = describe_exception(e)
-                self._connection.close()
-                self._connection = None
-                if self._stop is not None:
-                    self._stop()
-                    self._stop = None
-                if attempt == 1:
-                    raise RunnerUnavailableError(f"the runner's template process ended ({problem})")
-        raise AssertionError("unreachable")  # the loop returns or raises
-
-    def run(self, request: ToolRunRequest, seconds: float) -> tuple[ToolRunResponse | None, CallEnd]:
-        """Run the call in a process of its own, ended (with what it started) after `seconds`.
-        The answer, or None when the process ended without one, and how it ended."""
-        folder = tempfile.mkdtemp(prefix="toolpipe-call-")
-        request_in, request_out = os.pipe()
-        answer_in, answer_out = os.pipe()
-        output_in, output_out = os.pipe()
-        done_in, done_out = os.pipe()
-        exchange = _Exchange(request_out, answer_in, output_in, done_in)
-        try:
-            header = json.dumps({"folder": folder, "seconds": seconds}).encode()
-            theirs = [request_in, answer_out, output_out, done_out]
-            try:
-                supervisor = self._handed(header, theirs)
-            finally:
-                for fd in theirs:
-                    os.close(fd)
-            exchange.run(request.model_dump_json().encode(), seconds + CLEANUP_SECONDS)
-        finally:
-            exchange.close()
-            remove_tree(folder)
-        output = bytes(exchange.output)
-        try:
-            ended = json.loads(bytes(exchange.done))
-            end = CallEnd(str(ended["how"]), int(ended.get("code", 0)), output, exchange.output_bytes)
-        except (ValueError, KeyError, TypeError):
-            end = CallEnd("lost", 0, output, exchange.output_bytes)
-        if end.how == "lost":
-            self._sweep(supervisor)  # before the answer: nothing of this call may run on past it
-        if exchange.answer_bytes > ANSWER_LIMIT_BYTES and end.how == "exited":
-            end = CallEnd("too_long", exchange.answer_bytes, output, exchange.output_bytes)
-        if not exchange.answer or end.how in ("overran", "too_long"):
-            return None, end
-        try:
-            return ToolRunResponse.model_validate_json(bytes(exchange.answer)), end
-        except ValueError:
-            return None, end
-
-
-@dataclass
-class _Exchange:
-    """The runner's side of one call's pipes: it writes the request and reads the answer, the
-    output and the end at once (a pipe holds 64 KiB: a process writing one while we wait on
-    another would stop), until the supervisor says the call ended, or time runs out."""
-
-    request_out: int
-    answer_in: int
-    output_in: int
-    done_in: int
-    answer: bytearray = field(default_factory=bytearray)
-    answer_bytes: int = 0
-    output: bytearray = field(default_factory=bytearray)
-    output_bytes: int = 0
-    done: bytearray = field(default_factory=bytearray)
-
-    def run(self, request: bytes, seconds: float) -> None:
-        pending = memoryview(request)
-        deadline = time.monotonic() + seconds
-        with selectors.DefaultSelector() as selector:
-            os.set_blocking(self.request_out, False)
-            selector.register(self.request_out, selectors.EVENT_WRITE)
-            for fd in (self.answer_in, self.output_in, self.done_in):
-                selector.register(fd, selectors.EVENT_READ)
-            reading = {self.answer_in, self.done_in}
-            while reading and (left := deadline - time.monotonic()) > 0:
-                for key, _ in selector.select(left):
-                    fd = int(key.fd)
-                    if fd == self.request_out:
-                        pending = self._write(pending)
-                        if not pending:
-                            selector.unregister(fd)
-                            os.close(fd)  # the call's process reads the request to its end
-                            self.request_out = -1
-                    elif not self._read(fd):
-                        selector.unregister(fd)
-                        reading.discard(fd)
-
-    def close(self) -> None:
-        for fd in (self.request_out, self.answer_in, self.output_in, self.done_in):
-            if fd >= 0:
-                os.close(fd)
-
-    def _write(self, pending: memoryview) -> memoryview:
-        try:
-            return pending[os.write(self.request_out, pending[:_READ_SIZE]) :]
-        except BlockingIOError:
-            return pending
-        except BrokenPipeError:  # the call's process ended before reading it all
-            return pending[:0]
-
-    def _read(self, fd: int) -> bool:
-        chunk = os.read(fd, _READ_SIZE)
-        if fd == self.answer_in:
-            self.answer_bytes += len(chunk)
-            if self.answer_bytes <= ANSWER_LIMIT_BYTES:
-                self.answer += chunk
-        elif fd == self.output_in:
-            if self.output_bytes < OUTPUT_LIMIT_BYTES:
-                self.output += chunk[: OUTPUT_LIMIT_BYTES - self.output_bytes]
-            self.output_bytes += len(chunk)
-        else:
-            self.done += chunk
-        return bool(chunk)
-
-
-def _descends(pid: int, ancestors: Collection[int]) -> bool:
-    """Whether `pid` is one of `ancestors` or a descendant of one, from /proc's parent links."""
-    for _ in range(256):  # deeper than any process tree a call could build before its end
-        if pid in ancestors:
-            return True
-        if pid <= 1:
-            return False
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                pid = int(stat.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-    return False
-
-
-def _spawn(
-    environment: dict[str, str], cwd: str | None, host: str, started: Callable[[int], None]
-) -> tuple[socket.socket, Callable[[], None], int]:
-    """A fresh interpreter as the template (`python -m HOST FD`); `started` is told its pid
-    before it imports the app (whose import may call AWS already)."""
-    parent, child = socket.socketpair()
-    folder = cwd or tempfile.mkdtemp(prefix="toolpipe-runner-")
-    process = subprocess.Popen(  # our own module, by the interpreter running us
-        [sys.executable, "-m", host, str(child.fileno())],
-        env=environment,
-        cwd=folder,
-        pass_fds=[child.fileno()],
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    child.close()
-    started(process.pid)
-    ready = parent.recv(4096)  # the host says so once it has imported the app
-    if ready != b"ready":
-        parent.close()
-        process.kill()
-        process.wait()
-        raise RunnerUnavailableError(ready.decode(errors="replace") or "the runner's template process ended")
-
-    def stop() -> None:
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        if cwd is None:
-            remove_tree(folder)
-
-    return parent, stop, process.pid
-
-
-def remove_tree(path: str) -> None:
-    """Remove a folder a call had, whatever it did to it: a folder it made unreadable
-    (`chmod 000`) is made ours again first, links never followed."""
-    for _ in range(10):
-        if not os.path.lexists(path):
-            return
-        if not os.path.islink(path):
-            with contextlib.suppress(OSError):
-                os.chmod(path, 0o700)
-            for root, folders, _ in os.walk(path):  # top-down: each is opened after this
-                for name in folders:
-                    inner = os.path.join(root, name)
-                    if not os.path.islink(inner):
-                        with contextlib.suppress(OSError):
-                            os.chmod(inner, 0o700)
-        shutil.rmtree(path, ignore_errors=True)
-        if os.path.islink(path):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-
-
-def _reap_pid(pid: int) -> None:
-    """Wait for a forked template to end (it ends its calls first), at most 5 s, then end it."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                return
-        except ChildProcessError:
-            return
-        time.sleep(0.01)
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, 0)
-
-
-# --- which template a runner function uses, outside Lambda ------------------------------------
-
-_by_function: dict[str, CallProcesses] = {}
-_registry_lock = threading.Lock()
-
-
-def register(function_name: str, processes: CallProcesses) -> None:
-    """The local runtime names the template of one of its runner functions."""
-    with _registry_lock:
-        _by_function[function_name] = processes
-
-
-def unregister(function_name: str) -> CallProcesses | None:
-    with _registry_lock:
-        return _by_function.pop(function_name, None)
-
-
-def for_function(function_name: str) -> CallProcesses:
-    """The template registered for the function; for a handler called with no runtime around it
-    (a test of its own), one spawned with this process's environment, kept for the process."""
-    with _registry_lock:
-        processes = _by_function.get(function_name)
-        if processes is None:
-            processes = _by_function[function_name] = CallProcesses.spawned(dict(os.environ))
-        return processes

@@ -22,6 +22,7 @@ from toolpipe.shared.agents import (
     run_agent,
     transfer_specs,
 )
+from toolpipe.shared.agents.app import loaded_version
 from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_exception, describe_validation_error
 from toolpipe.shared.history import HistoryStore
@@ -355,6 +356,7 @@ class ModelStep:
             usage=used,
             agent=agent.name,
             started_at=started_at,
+            app_version=loaded_version(),
         )
         if not self._store.append(run.run_id, item):
             # Another invocation of this step stored its reply first: act on that one.

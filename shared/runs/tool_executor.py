@@ -218,7 +218,12 @@ class ToolCallExecutor:
             )
             return self._persist(call, too_big, attempt, ({}, []))
         return self._persist(
-            call, answer.execution(), attempt, (answer.state_set, answer.state_removed), answer.handoff
+            call,
+            answer.execution(),
+            attempt,
+            (answer.state_set, answer.state_removed),
+            answer.handoff,
+            answer.app_version,
         )
 
     @staticmethod
@@ -337,9 +342,12 @@ class ToolCallExecutor:
         attempt: int,
         changes: tuple[dict[str, object], list[str]],
         handoff: HandoffAction | None = None,
+        app_version: str | None = None,
     ) -> ToolResult:
         """Store the outcome before anything else happens; the stored one wins a race."""
-        result = self._to_result(call, execution, attempt, handoff)
+        result = self._to_result(call, execution, attempt, handoff).model_copy(
+            update={"app_version": app_version}
+        )
         for tries in range(1, PERSIST_ATTEMPTS + 1):
             try:
                 if self._store.complete_call(call.run.run_id, result, call.claim.owner, changes):

@@ -73,6 +73,8 @@ class ToolRunResponse(BaseModel):
     overflowed: bool = False
     # What the tool asked of the run (`context.actions`): a transfer or an escalate.
     handoff: HandoffAction | None = None
+    # The version of the app the call's process ran (`shared/agents/app.py`'s `app_version`).
+    app_version: str | None = None
 
     @classmethod
     def of(

@@ -18,9 +18,10 @@ import pytest
 from tests.conftest import Pipeline, _pipeline, call
 from tests.e2e.test_approvals import GATED, _sent_emails, pending, tool_messages
 from toolpipe.infra.cli.output import approval_line
+from toolpipe.infra.local.api_proxy import proxy_event
 from toolpipe.infra.local.runtime import LocalRuntime
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
-from toolpipe.infra.local.server import LocalServer, proxy_event
+from toolpipe.infra.local.server import LocalServer
 from toolpipe.shared.agents import AGENTS
 
 

@@ -17,9 +17,10 @@ import pytest
 from tests.conftest import _pipeline, call
 from tests.e2e.test_approvals import GATED
 from toolpipe.infra.cli import main
+from toolpipe.infra.local.api_proxy import proxy_event
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
-from toolpipe.infra.local.server import LocalServer, proxy_event
+from toolpipe.infra.local.server import LocalServer
 from toolpipe.shared.agents import AGENTS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,20 +1,25 @@
 """The first fifteen minutes, as the README and the tutorials have a newcomer take them in a
 shell: `make demo`, `toolpipe init`, the project's tool run offline with the model scripted by its
-scripted_model.yaml (no flag, no OPENAI_BASE_URL), a tool of their own added, one that waits for
-approval approved in a browser, and `cdk synth` of the project's stack with the CDK CLI, offline.
+scripted_model.yaml (no flag, no OPENAI_BASE_URL), a tool of their own added, then edited while
+`toolpipe serve` runs, one that waits for approval approved in a browser, then one walked away
+from (Ctrl-C, `toolpipe status`, `approve`, `stop`), and `cdk synth` of the project's stack with
+the CDK CLI, offline.
 The code and scripts they add are the files the tutorial pages include."""
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.e2e.test_init import _environment, _init
+from tests.e2e.test_serve_reload import Serving
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -100,6 +105,57 @@ def _approve_in_the_browser(page: "Page", env: dict[str, str], project: Path) ->
     return "".join(printed) + rest
 
 
+def _ctrl_c_status_approve_stop(env: dict[str, str], project: Path) -> None:
+    """Ctrl-C on a run whose call waits: it says the run goes on; its server stops (the call is
+    kept); `status` lists the call, `approve` decides it (the next server resumes the run), and
+    `stop` stops the server a person started."""
+    run = subprocess.Popen(
+        ["python", "-m", "toolpipe", "run", "Email ana@example.com the forecast for Oslo"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert run.stdout is not None
+    printed = ""
+    for line in run.stdout:
+        printed += line
+        if "waiting for approval" in line:
+            break
+    approval = re.search(r"toolpipe approve ([0-9a-f]{32})", printed)
+    run_id = re.search(r"^run ([0-9a-f]{32})", printed, re.MULTILINE)
+    assert approval and run_id, printed + (run.stderr.read() if run.poll() is not None and run.stderr else "")
+    run.send_signal(signal.SIGINT)
+    _, said = run.communicate(timeout=60)
+    assert run.returncode == 130 and f"run {run_id.group(1)} goes on in the server" in said, said
+    assert f"toolpipe show {run_id.group(1)}" in said and "toolpipe status" in said, said
+
+    deadline = time.monotonic() + 30
+    while "no server serves" not in (status := _toolpipe(env, project, "status")).stdout:
+        assert time.monotonic() < deadline, status.stdout
+        time.sleep(0.5)
+    assert "1 call waits" in status.stdout and approval.group(1) in status.stdout, status.stdout
+
+    approved = _toolpipe(env, project, "approve", approval.group(1))
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    while (
+        json.loads(_toolpipe(env, project, "show", run_id.group(1), "--json").stdout)["run"]["status"]
+        == "running"
+    ):
+        assert time.monotonic() < deadline + 60
+        time.sleep(0.5)
+    shown = _toolpipe(env, project, "show", run_id.group(1))
+    assert "answer: sent the forecast for Oslo to ana@example.com" in shown.stdout, shown.stdout
+
+    served = Serving(project, "python", env)
+    status = _toolpipe(env, project, "status")
+    assert f"server: pid {served.process.pid}" in status.stdout and "nothing waits" in status.stdout
+    stopped = _toolpipe(env, project, "stop")
+    assert stopped.returncode == 0 and "stopped the server" in stopped.stdout, stopped.stdout + stopped.stderr
+    assert served.process.wait(timeout=30) == 0
+
+
 @pytest.mark.slow
 def test_the_getting_started_path_from_make_demo_to_cdk_synth(tmp_path: Path, page: "Page") -> None:
     # `make demo`, as the README's first command (its install is done: `make test` ran it).
@@ -139,10 +195,25 @@ def test_the_getting_started_path_from_make_demo_to_cdk_synth(tmp_path: Path, pa
     assert 'get_sunset({"city": "Oslo"})' in sunset.stdout
     assert "answer: The sun sets at Oslo: sunset at 21:14." in sunset.stdout, sunset.stdout
 
+    # With `toolpipe serve` up, a tool edited is what the next run calls: no restart.
+    served = Serving(project, "python", env)
+    try:
+        agents = project / "weather_agents" / "agents.py"
+        agents.write_text(agents.read_text().replace("sunset at 21:14", "sunset at 21:16"))
+        edited = _toolpipe(env, project, "run", "When is the sunset in Oslo?")
+        assert edited.returncode == 0, edited.stdout + edited.stderr
+        assert "-> get_sunset: Oslo: sunset at 21:16" in edited.stdout, edited.stdout
+        served.said(r"toolpipe: reloaded your app .* after a change to weather_agents/agents\.py")
+    finally:
+        served.stop()
+
     # A call that waits for approval (the approval tutorial), approved in a browser.
     _add(project, "send_forecast", "forecast_script.yaml")
     output = _approve_in_the_browser(page, env, project)
     assert "answer: sent the forecast for Paris to ana@example.com" in output, output
+
+    # Walk away from a call that waits: Ctrl-C, then see it, approve it, stop the server.
+    _ctrl_c_status_approve_stop(env, project)
 
     # Their stack, as `make synth` makes it: the CDK CLI, offline.
     out = tmp_path / "cdk.out"

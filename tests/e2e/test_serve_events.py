@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import GATE, Pipeline, call, gated_server, wait_for_gate
+from toolpipe.infra.local.api_proxy import proxy_event
 from toolpipe.infra.local.client import Client, ServerError
+from toolpipe.infra.local.run_changes import publishable
 from toolpipe.infra.local.runtime import LOCAL_CALLER, TABLE
 from toolpipe.infra.local.scripted_model import Reply
-from toolpipe.infra.local.server import LocalServer, proxy_event, publishable
+from toolpipe.infra.local.server import LocalServer
 from toolpipe.shared.agents import Agent
 from toolpipe.shared.tools import tool
 
@@ -170,7 +172,7 @@ def test_proxy_event_is_what_api_gateway_sends() -> None:
 def test_the_api_function_handles_one_event_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Powertools keeps the current event on the module's resolver: handled at once, two requests
     read each other's caller (measured here without this lock: 2 wrong answers in 1,200)."""
-    from toolpipe.infra.local import server as server_module
+    from toolpipe.infra.local import api_proxy as server_module
 
     inside, overlapped, lock = [0], threading.Event(), threading.Lock()
 

@@ -17,9 +17,9 @@ from tests.e2e.test_approvals import GATED, pending, tool_messages
 from tests.functional.test_approvals import _items
 from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local import lambdas, serial
+from toolpipe.infra.local.api_proxy import proxy_event
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
-from toolpipe.infra.local.server import proxy_event
 from toolpipe.shared.agents import AGENTS
 from toolpipe.shared.deferred.hashing import arguments_hash
 from toolpipe.shared.deferred.links import ApprovalLinks, StaticSigningKey

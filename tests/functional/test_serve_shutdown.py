@@ -6,7 +6,8 @@ import threading
 import time
 
 from tests.conftest import Reply, _pipeline, call
-from toolpipe.infra.local.server import LocalServer, serve_until_stopped
+from toolpipe.infra.local.serve_loop import serve_until_stopped
+from toolpipe.infra.local.server import LocalServer
 
 DRAIN_SECONDS = 1.0
 

@@ -135,7 +135,7 @@ def test_the_api_may_stop_only_its_state_machines_executions(template: Any) -> N
 def test_the_local_server_declares_the_methods_the_deployed_api_has(template: Any) -> None:
     # `toolpipe serve` answers 403 to any other method or path, as API Gateway does; with no
     # CORS preflight in the stack (no OPTIONS method), an OPTIONS request is one of those.
-    from toolpipe.infra.local.server import RESOURCES
+    from toolpipe.infra.local.api_proxy import RESOURCES
 
     resources = template.find_resources("AWS::ApiGateway::Resource")
 

@@ -34,10 +34,12 @@ COMMANDS: dict[str, Command] = {
     "agents": _command("agents"),
     "invoke": _command("invoke"),
     "serve": _command("serve"),
+    "status": _command("status"),
+    "stop": _command("status", "stop"),
 }
 
 # The commands that work on a state folder (a local server's, or its saved state), unless they
 # are given a deployed API (`--api`).
 LOCAL_STATE_COMMANDS = frozenset(
-    {"run", "show", "delete", "approvals", "approve", "deny", "answer", "invoke", "serve"}
+    {"run", "show", "delete", "approvals", "approve", "deny", "answer", "invoke", "serve", "status", "stop"}
 )

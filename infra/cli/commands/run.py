@@ -1,13 +1,14 @@
 """`toolpipe run PROMPT`: start a run and print its transcript as it happens."""
 
 import argparse
+import contextlib
 import os
 import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
 from toolpipe.infra.cli.commands.agents import default_agent
-from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError, reason, refused
+from toolpipe.infra.cli.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CommandError, reason, refused
 from toolpipe.infra.cli.model_endpoint import (
     SCRIPTED_MODEL_ENV,
     ModelInUse,
@@ -17,7 +18,10 @@ from toolpipe.infra.cli.model_endpoint import (
 from toolpipe.infra.cli.output import approval_line, format_item, write_json
 from toolpipe.infra.cli.session import ATTEMPTS, Session, open_session, run_view
 from toolpipe.infra.local.client import ServerError
-from toolpipe.shared.agents.app import APP_ENV
+from toolpipe.shared.agents.app import APP_ENV, app_version, find_app
+
+# How long a run waits for the server to reload the app's files saved a moment ago.
+RELOAD_WAIT_SECONDS = 3.0
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -36,8 +40,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         env["TOOLPIPE_MODEL"] = args.model
     model = None if args.api else wanted_model(args, os.environ)
     session = open_session(args, env or None, model=model, err=err)
+    run_id: str | None = None
+    interrupted = False
     try:
         health = _server_health(session, args)
+        if not args.api:
+            health = _current_app(session, health, err)
         described = ModelInUse(health.get("model_endpoint", "unknown"), health.get("model_wanted"))
         err.write(described.line() if not args.api else f"model endpoint: {described.description}\n")
         run_id = _start(session, args)
@@ -52,8 +60,34 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise CommandError(
             f"run {run_id} still running after {args.timeout:g} s (it goes on: toolpipe show {run_id})"
         )
+    except KeyboardInterrupt:
+        if run_id is None:
+            raise
+        # The run is the server's, not this command's: it goes on. Not waiting for a server this
+        # command started either: it stops by itself once nothing runs.
+        interrupted = True
+        raise CommandError(_goes_on(session, run_id, args), EXIT_INTERRUPTED) from None
     finally:
-        session.close()
+        if not interrupted:
+            # Ctrl-C once the run ended (while a server this command started stops): the run's
+            # outcome stands, as its status says.
+            with contextlib.suppress(KeyboardInterrupt):
+                session.close()
+
+
+def _goes_on(session: Session, run_id: str, args: argparse.Namespace) -> str:
+    """What an interrupted `run` says: the run goes on, and where to look."""
+    if args.api:
+        return f"interrupted; run {run_id} goes on in the stack: toolpipe show {run_id} --api {args.api}"
+    kept = (
+        " (started for this command, it stops once nothing runs; calls that wait are kept for the next one)"
+        if session.started_server
+        else ""
+    )
+    return (
+        f"interrupted; run {run_id} goes on in the server at {session.url}{kept}: "
+        f"see it with toolpipe show {run_id}, and the server with toolpipe status"
+    )
 
 
 def _server_health(session: Session, args: argparse.Namespace) -> dict[str, Any]:
@@ -72,6 +106,25 @@ def _server_health(session: Session, args: argparse.Namespace) -> dict[str, Any]
             f"the server at {session.url} runs app {health.get('app') or 'none'}, "
             f"not {app or 'none'}: stop it, or run this from its project",
             EXIT_USAGE,
+        )
+    return health
+
+
+def _current_app(session: Session, health: dict[str, Any], err: TextIO) -> dict[str, Any]:
+    """The server's health once it runs the app as its files are now: a file saved a moment ago
+    is being reloaded (`toolpipe serve` follows them), so wait a little; past that, say so."""
+    if "app_version" not in health:
+        return health  # a server that does not follow the app's files: nothing to compare
+    on_disk = app_version(find_app())
+    deadline = time.monotonic() + RELOAD_WAIT_SECONDS
+    while health.get("app_version") != on_disk and time.monotonic() < deadline:
+        time.sleep(0.05)
+        health = session.health() or health
+    if health.get("app_version") != on_disk:
+        why = health.get("app_error") or "it has not reloaded them"
+        err.write(
+            f"toolpipe: warning: the server at {session.url} runs your app as it was before your last "
+            f"change (version {health.get('app_version')}; your files: {on_disk}): {why}\n"
         )
     return health
 
@@ -167,6 +220,7 @@ def _finish(
         f"status: {record['status']} · {usage['model_calls']} model call(s) · "
         f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens\n"
     )
+    transcript.flush()  # the run's end, shown as it is known: not once the command exits
     if args.json:
         write_json(out, run_view(session, record["run_id"]))
     if record["status"] != "succeeded":

@@ -27,6 +27,9 @@ from toolpipe.infra.cli.serving import LOOPBACK, aws_port, check_ports, exit_pas
 from toolpipe.shared.agents.app import APP_ENV
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from toolpipe.infra.local.app_reload import AppReloader
     from toolpipe.infra.local.aws_endpoint import AwsEndpoint
     from toolpipe.infra.local.runtime import LocalRuntime
     from toolpipe.infra.local.server import LocalServer
@@ -67,7 +70,7 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
         with logs_to_file(home, echo=err if args.verbose else None):
             # Text is a banner for whoever watches (stderr): stdout stays for what can be piped.
-            _serve_runtime(args, out if args.json else err, home, aws)
+            _serve_runtime(args, out if args.json else err, err, home, aws)
         err.write(f"stopped; state saved in {home}\n")
     finally:
         remove_server_file(home, os.getpid())
@@ -76,16 +79,22 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def _serve_runtime(args: argparse.Namespace, ready_to: TextIO, home: Path, aws_port: int) -> None:
+def _serve_runtime(
+    args: argparse.Namespace, ready_to: TextIO, err: TextIO, home: Path, aws_port: int
+) -> None:
+    from toolpipe.infra.local.app_reload import AppReloader
     from toolpipe.infra.local.runtime import LocalRuntime
-    from toolpipe.infra.local.server import serve_until_stopped
+    from toolpipe.infra.local.serve_loop import serve_until_stopped
 
     stop, hurry = stop_events()
     with model_endpoint(args) as model, LocalRuntime(state_dir=home) as runtime:
-        aws, server = _servers(args, runtime, home, aws_port, model)
+        # Your app, loaded now (an error is said here, not at the first run) and again whenever
+        # its files change.
+        app = AppReloader(runtime, _console(err))
+        aws, server = _servers(args, runtime, home, aws_port, model, app)
         # The AWS endpoint outlives the API server's drain: tools still read and write while
         # the runs in progress end.
-        with aws, server:
+        with app, aws, server:
             started = datetime.now(UTC).isoformat(timespec="seconds")
             write_server_file(home, ServerInfo(server.url, os.getpid(), started, aws_endpoint=aws.url))
             _write_ready(args, ready_to, home, runtime, server, aws.url, model)
@@ -97,8 +106,24 @@ def _serve_runtime(args: argparse.Namespace, ready_to: TextIO, home: Path, aws_p
                 remove_server_file(home, os.getpid())
 
 
+def _console(err: TextIO) -> "Callable[[str], None]":
+    """A line for whoever watches the server, on stderr (a server a command started writes it
+    to the log)."""
+
+    def say(line: str) -> None:
+        err.write(line + "\n")
+        err.flush()
+
+    return say
+
+
 def _servers(
-    args: argparse.Namespace, runtime: "LocalRuntime", home: Path, aws_port: int, model: ModelInUse
+    args: argparse.Namespace,
+    runtime: "LocalRuntime",
+    home: Path,
+    aws_port: int,
+    model: ModelInUse,
+    app: "AppReloader",
 ) -> tuple["AwsEndpoint", "LocalServer"]:
     """The AWS endpoint and the API server, bound (not serving yet)."""
     from toolpipe.infra.local.server import LocalServer
@@ -124,6 +149,7 @@ def _servers(
             args.host,
             args.port,
             {**health, "aws_endpoint": aws.url, "model_endpoint": model.description},
+            app,
         )
     except OSError as e:
         if option == "--port":

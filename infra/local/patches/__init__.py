@@ -16,7 +16,7 @@ Four of them are process-wide, in botocore's own classes and functions: `speed.u
 runtime"). The runtime's other hooks into moto
 are not patches but its own features, kept with them: handlers run in-process
 (`infra/local/lambdas.py`), IAM checks of a function's calls (`iam.py`), one request at a time
-(`serial.py`), the dev server's change feed (`server.py`) and execution events
+(`serial.py`), the dev server's change feed (`run_changes.py`) and execution events
 (`execution_events.py`).
 """
 

@@ -6,16 +6,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from toolpipe.shared.messages import ToolCall
-from toolpipe.shared.runs import call_process
+from toolpipe.shared.runs import call_runner
 from toolpipe.shared.runs.tool_run import ToolRunRequest
 
 ROOT = Path(__file__).resolve().parents[4]
-_REMOVE = "import sys; from toolpipe.shared.runs.call_process import remove_tree; remove_tree(sys.argv[1])"
+_REMOVE = "import sys; from toolpipe.shared.runs.call_runner import remove_tree; remove_tree(sys.argv[1])"
 
 
 def _as_nobody(command: list[str]) -> list[str]:
@@ -47,10 +48,10 @@ def test_a_folder_a_call_locked_is_removed_with_what_is_in_it() -> None:
 
 
 def test_an_answer_over_the_limit_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(call_process, "ANSWER_LIMIT_BYTES", 1000)
+    monkeypatch.setattr(call_runner, "ANSWER_LIMIT_BYTES", 1000)
     monkeypatch.setenv("TOOLPIPE_APP", "tests.e2e.process_app")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    processes = call_process.CallProcesses.spawned(dict(os.environ))
+    processes = call_runner.CallProcesses.spawned(dict(os.environ))
     request = ToolRunRequest(
         run_id="r",
         agent="prober",
@@ -61,9 +62,72 @@ def test_an_answer_over_the_limit_says_so(monkeypatch: pytest.MonkeyPatch) -> No
     try:
         answer, end = processes.run(request, 30)  # the answer itself is small: under the limit
         assert answer is not None and answer.content == "shouted"
-        monkeypatch.setattr(call_process, "ANSWER_LIMIT_BYTES", 10)
+        monkeypatch.setattr(call_runner, "ANSWER_LIMIT_BYTES", 10)
         answer, end = processes.run(request, 30)
     finally:
         processes.close()
     assert answer is None
     assert end.describe().startswith("its answer was ") and end.describe().endswith("over the runner's 10")
+
+
+_APP = '''
+import time
+
+from toolpipe import Agent, tool
+
+
+@tool
+def word(seconds: float) -> str:
+    """Say the word, after a while.
+
+    Args:
+        seconds: How long to wait first.
+    """
+    time.sleep(seconds)
+    return "WORD"
+
+
+speaker = Agent(name="speaker", instructions="Speak.", tools=[word])
+'''
+
+
+def test_a_renewed_template_lets_its_call_finish_and_the_next_call_runs_the_new_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`toolpipe serve` renews the templates when the app changes (issue 33): a call in progress
+    finishes with the code it started with, the next one imports the new code; each says which
+    version of the app ran it."""
+    import threading
+
+    package = tmp_path / "renewapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "agents.py").write_text(_APP.replace("WORD", "old"))
+    monkeypatch.setenv("TOOLPIPE_APP", "renewapp.agents")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
+    processes = call_runner.CallProcesses.spawned(dict(os.environ))
+
+    def request(seconds: float) -> ToolRunRequest:
+        arguments = f'{{"seconds": {seconds}}}'
+        return ToolRunRequest(
+            run_id="r", agent="speaker", call=ToolCall(id="c", name="word", arguments=arguments),
+            idempotency_key="k", time_limit=30,
+        )  # fmt: skip
+
+    answers: list[object] = []
+    try:
+        assert (first := processes.run(request(0), 30)[0]) is not None and first.content == "old"
+        slow = threading.Thread(target=lambda: answers.append(processes.run(request(1.5), 30)))
+        slow.start()
+        time.sleep(0.5)  # the slow call is in its process
+        (package / "agents.py").write_text(_APP.replace("WORD", "new"))
+        processes.renew()
+        new, _ = processes.run(request(0), 30)
+        slow.join(timeout=30)
+    finally:
+        processes.close()
+    (old, end) = answers[0]  # type: ignore[misc]
+    assert end.how == "exited" and old is not None and old.content == "old"
+    assert new is not None and new.content == "new"
+    assert old.app_version == first.app_version != new.app_version
+    assert new.app_version is not None
