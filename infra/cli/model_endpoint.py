@@ -20,10 +20,14 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolpipe.infra.cli.errors import EXIT_USAGE, CommandError
-from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.errors import ConfigurationError, DefinitionError
 from toolpipe.shared.project import find_project
+
+if TYPE_CHECKING:
+    from toolpipe.shared.agents.agent import Agent
 
 # How a client hands the script it was given to the server it starts (and a way to set one).
 SCRIPTED_MODEL_ENV = "TOOLPIPE_SCRIPTED_MODEL"
@@ -61,14 +65,28 @@ def scripted_model_setting(
 
 
 def checked_scripted_model(args: argparse.Namespace) -> Path | None:
-    """`scripted_model_setting`, its file read and checked now: a broken one is one line and
-    exit 2 before any server starts (a server reads it again at each change)."""
+    """`scripted_model_setting`, its file read and checked now: a broken one, or one calling a
+    tool its agent lacks, is one line and exit 2 before any server starts (a server reads it
+    again at each change)."""
     script = scripted_model_setting(args)
     if script is not None:
         from toolpipe.infra.local.model_script import load_script
+        from toolpipe.infra.local.script_tools import check_script_tools
 
-        load_script(script)
+        first, mcp = getattr(args, "agent", None), bool(getattr(args, "mcp", None))
+        check_script_tools(script, load_script(script), app_agents(), first, mcp)
     return script
+
+
+def app_agents() -> "list[Agent]":
+    """The app's agents, to check a script against; none when there is no app or it does not
+    load (the command, or the server, says why itself)."""
+    from toolpipe.shared.agents import all_agents
+
+    try:
+        return all_agents()
+    except (ConfigurationError, DefinitionError):
+        return []
 
 
 def project_scripted_model(start: Path | None = None) -> Path | None:
@@ -162,7 +180,7 @@ def model_endpoint(args: argparse.Namespace | None = None) -> Iterator[ModelInUs
     from toolpipe.infra.local.scripted_model import DemoResponder, Responder, ScriptedModelServer
 
     script = scripted_model_setting(args)
-    responder: Responder = FileResponder(script) if script is not None else DemoResponder()
+    responder: Responder = FileResponder(script, app_agents) if script is not None else DemoResponder()
     with ScriptedModelServer(responder) as server:
         description = spoken(wanted) if wanted is not None else f"scripted demo model at {server.base_url}"
         previous = {k: os.environ.get(k) for k in (_BASE_URL_ENV, "OPENAI_API_KEY")}
