@@ -16,7 +16,9 @@ import argparse
 import contextlib
 import hashlib
 import os
+import socket
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,8 @@ SCRIPTED_MODEL_ENV = "TOOLPIPE_SCRIPTED_MODEL"
 _BASE_URL_ENV = "OPENAI_BASE_URL"
 _SCRIPTED = "scripted:"  # how `wanted_model` names a script: "scripted:/abs/path.yaml"
 DEMO_HINT = " (set OPENAI_BASE_URL for a real one)"
+# How long a command waits to connect to OPENAI_BASE_URL before it says nothing answers there.
+PROBE_SECONDS = 3.0
 
 
 def scripted_model_setting(
@@ -76,6 +80,54 @@ def checked_scripted_model(args: argparse.Namespace) -> Path | None:
         first, mcp = getattr(args, "agent", None), bool(getattr(args, "mcp", None))
         check_script_tools(script, load_script(script), app_agents(), first, mcp)
     return script
+
+
+def reachable_endpoint(env: Mapping[str, str] | None = None) -> None:
+    """Refuse an `OPENAI_BASE_URL` nothing answers at, before any run starts.
+
+    A refused connection, an unknown host or a silent one would otherwise show only once the
+    run's model call gave up: after its retries, close to a minute later, with no word of the
+    variable. A TCP connection is tried, not a request: an endpoint that answers with an error
+    fails the run at once, in the endpoint's words. Through a proxy (`HTTPS_PROXY`, as the
+    `openai` client would take it) there is nothing to try from here.
+
+    Raises:
+        CommandError: one line naming the variable (exit 2).
+    """
+    env = os.environ if env is None else env
+    url = env.get(_BASE_URL_ENV, "").strip()
+    if not url:
+        return
+    named = f"{_BASE_URL_ENV}={shown(url)}"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        scheme, host = parts.scheme, parts.hostname
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError:  # a port that is not a number, a bracket left open
+        scheme, host, port = "", None, 0
+    if scheme not in ("http", "https") or not host:
+        raise CommandError(f"{named}: not an http(s) URL (for example https://api.openai.com/v1)", EXIT_USAGE)
+    if scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(host):
+        return
+    try:
+        socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
+    except OSError as e:
+        why = _unreachable(e)
+        raise CommandError(
+            f"{named}: cannot connect to {host}:{port} ({why}): start the model server there, correct "
+            "the variable, or unset it for the scripted demo model",
+            EXIT_USAGE,
+        ) from None
+
+
+def _unreachable(error: OSError) -> str:
+    if isinstance(error, socket.gaierror):
+        return "no such host"
+    if isinstance(error, TimeoutError):
+        return f"no answer within {PROBE_SECONDS:g} s"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    return error.strerror or type(error).__name__
 
 
 def app_agents() -> "list[Agent]":
