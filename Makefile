@@ -79,7 +79,7 @@ test: lint check-deploy docs-check
 docs: install
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
-# Built with --strict into a throwaway folder: a broken link, anchor or snippet path fails it
+# Built with --strict into a throwaway folder: a broken link or anchor fails it
 # (never --quiet: it hides the warnings --strict counts).
 docs-check: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$(mktemp -d)"

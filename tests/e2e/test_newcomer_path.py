@@ -2,7 +2,7 @@
 shell: `make demo`, `toolpipe init`, the project's tool run offline with the model scripted by its
 scripted_model.yaml (no flag, no OPENAI_BASE_URL), a tool of their own added, one that waits for
 approval approved in a browser, and `cdk synth` of the project's stack with the CDK CLI, offline.
-The code and scripts they add are the files the tutorial pages include."""
+The code and scripts they add are the files the tutorial pages show (tests/unit/test_docs.py)."""
 
 import json
 import os
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# What the tutorials have the newcomer add, as the pages show it (docs/tutorials/*.md include
+# What the tutorials have the newcomer add, as the pages show it (docs/tutorials/*.md show
 # these files): a tool, then a tool that waits for approval, each with its script.
 TUTORIAL = ROOT / "docs" / "snippets" / "tutorial"
 
