@@ -1,5 +1,7 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
-# Both install what they need first (a .venv, and from npm the CDK CLI and the Node it runs on).
+# Both install what they need first: `make demo` a .venv with the runtime and the local runtime
+# only (no browser, no CDK, no npm, no root); `make test` all of it (`make install`: the dev tools,
+# from npm the CDK CLI and the Node it runs on, and the browser the browser tests drive).
 
 PYTHON ?= python3
 VENV := .venv
@@ -47,7 +49,15 @@ browser:
 	$$install >/dev/null 2>&1 || { $$sudo apt-get update -qq && $$install >/dev/null; } || exit 1; \
 	test -x "$(CHROMIUM)" || { echo "make install: installed Debian's chromium, but $(CHROMIUM) is not there: make test CHROMIUM=/path/to/it" >&2; exit 1; }
 
-demo: install
+# What the demo runs on: toolpipe with its `local` extra (moto) and the example app, in the same
+# .venv `make install` completes later (a .venv `make install` made has all of it already). One
+# pip resolution; --no-compile: the run compiles the modules it imports, not all of moto's.
+$(VENV)/.demo-installed: pyproject.toml examples/assistant/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -e '.[local]' -e examples/assistant
+	touch $@
+
+demo: $(if $(wildcard $(VENV)/.installed),$(VENV)/.installed,$(VENV)/.demo-installed)
 	$(BIN)/toolpipe run "$(PROMPT)"
 
 lint: install
@@ -69,7 +79,7 @@ test: lint check-deploy docs-check
 docs: install
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
-# Built with --strict into a throwaway folder: a broken link, anchor or snippet path fails it
+# Built with --strict into a throwaway folder: a broken link or anchor fails it
 # (never --quiet: it hides the warnings --strict counts).
 docs-check: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir "$$(mktemp -d)"

@@ -16,20 +16,28 @@ import argparse
 import contextlib
 import hashlib
 import os
+import socket
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolpipe.infra.cli.errors import EXIT_USAGE, CommandError
-from toolpipe.shared.errors import ConfigurationError
+from toolpipe.shared.errors import ConfigurationError, DefinitionError
 from toolpipe.shared.project import find_project
+
+if TYPE_CHECKING:
+    from toolpipe.shared.agents.agent import Agent
 
 # How a client hands the script it was given to the server it starts (and a way to set one).
 SCRIPTED_MODEL_ENV = "TOOLPIPE_SCRIPTED_MODEL"
 _BASE_URL_ENV = "OPENAI_BASE_URL"
 _SCRIPTED = "scripted:"  # how `wanted_model` names a script: "scripted:/abs/path.yaml"
 DEMO_HINT = " (set OPENAI_BASE_URL for a real one)"
+# How long a command waits to connect to OPENAI_BASE_URL before it says nothing answers there.
+PROBE_SECONDS = 3.0
 
 
 def scripted_model_setting(
@@ -61,14 +69,76 @@ def scripted_model_setting(
 
 
 def checked_scripted_model(args: argparse.Namespace) -> Path | None:
-    """`scripted_model_setting`, its file read and checked now: a broken one is one line and
-    exit 2 before any server starts (a server reads it again at each change)."""
+    """`scripted_model_setting`, its file read and checked now: a broken one, or one calling a
+    tool its agent lacks, is one line and exit 2 before any server starts (a server reads it
+    again at each change)."""
     script = scripted_model_setting(args)
     if script is not None:
         from toolpipe.infra.local.model_script import load_script
+        from toolpipe.infra.local.script_tools import check_script_tools
 
-        load_script(script)
+        first, mcp = getattr(args, "agent", None), bool(getattr(args, "mcp", None))
+        check_script_tools(script, load_script(script), app_agents(), first, mcp)
     return script
+
+
+def reachable_endpoint(env: Mapping[str, str] | None = None) -> None:
+    """Refuse an `OPENAI_BASE_URL` nothing answers at, before any run starts.
+
+    A refused connection, an unknown host or a silent one would otherwise show only once the
+    run's model call gave up: after its retries, close to a minute later, with no word of the
+    variable. A TCP connection is tried, not a request: an endpoint that answers with an error
+    fails the run at once, in the endpoint's words. Through a proxy (`HTTPS_PROXY`, as the
+    `openai` client would take it) there is nothing to try from here.
+
+    Raises:
+        CommandError: one line naming the variable (exit 2).
+    """
+    env = os.environ if env is None else env
+    url = env.get(_BASE_URL_ENV, "").strip()
+    if not url:
+        return
+    named = f"{_BASE_URL_ENV}={shown(url)}"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        scheme, host = parts.scheme, parts.hostname
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError:  # a port that is not a number, a bracket left open
+        scheme, host, port = "", None, 0
+    if scheme not in ("http", "https") or not host:
+        raise CommandError(f"{named}: not an http(s) URL (for example https://api.openai.com/v1)", EXIT_USAGE)
+    if scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(host):
+        return
+    try:
+        socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
+    except OSError as e:
+        why = _unreachable(e)
+        raise CommandError(
+            f"{named}: cannot connect to {host}:{port} ({why}): start the model server there, correct "
+            "the variable, or unset it for the scripted demo model",
+            EXIT_USAGE,
+        ) from None
+
+
+def _unreachable(error: OSError) -> str:
+    if isinstance(error, socket.gaierror):
+        return "no such host"
+    if isinstance(error, TimeoutError):
+        return f"no answer within {PROBE_SECONDS:g} s"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    return error.strerror or type(error).__name__
+
+
+def app_agents() -> "list[Agent]":
+    """The app's agents, to check a script against; none when there is no app or it does not
+    load (the command, or the server, says why itself)."""
+    from toolpipe.shared.agents import all_agents
+
+    try:
+        return all_agents()
+    except (ConfigurationError, DefinitionError):
+        return []
 
 
 def project_scripted_model(start: Path | None = None) -> Path | None:
@@ -162,7 +232,7 @@ def model_endpoint(args: argparse.Namespace | None = None) -> Iterator[ModelInUs
     from toolpipe.infra.local.scripted_model import DemoResponder, Responder, ScriptedModelServer
 
     script = scripted_model_setting(args)
-    responder: Responder = FileResponder(script) if script is not None else DemoResponder()
+    responder: Responder = FileResponder(script, app_agents) if script is not None else DemoResponder()
     with ScriptedModelServer(responder) as server:
         description = spoken(wanted) if wanted is not None else f"scripted demo model at {server.base_url}"
         previous = {k: os.environ.get(k) for k in (_BASE_URL_ENV, "OPENAI_API_KEY")}

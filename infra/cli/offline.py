@@ -50,7 +50,7 @@ def open_reading_session(args: argparse.Namespace) -> Session:
         return RemoteSession(args.api, args.api_key)
     home = discovery.state_dir()
     if not home.is_dir():
-        raise CommandError(f"no runs here: no state folder {home} (run `toolpipe run` first)")
+        raise CommandError(f"no runs here: no state folder {home}{_what_to_do(args)}")
     if _stopped(home):
         snapshot = _whole_snapshot(home)
         if snapshot is not None:
@@ -58,6 +58,20 @@ def open_reading_session(args: argparse.Namespace) -> Session:
     # A server it may start runs the app: named now (`name_the_app` left it for this case).
     name_app(args.app)
     return LocalSession(home)
+
+
+def _what_to_do(args: argparse.Namespace) -> str:
+    """The advice after "no state folder": a run makes one, but only where an app is named
+    (outside a project `toolpipe run` fails too: no agents)."""
+    from toolpipe.shared.agents.app import find_app
+
+    if args.app or find_app() is not None:
+        return " (run `toolpipe run` first)"
+    return (
+        f", and {Path.cwd()} is in no project (no pyproject.toml with [tool.toolpipe] there or "
+        "above): run this from your project's folder, or set TOOLPIPE_HOME to its state folder "
+        "(`toolpipe init DIR` makes a project)"
+    )
 
 
 def _stopped(home: Path) -> bool:

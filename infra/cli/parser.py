@@ -7,7 +7,7 @@ import os
 from typing import Any, TextIO
 
 from toolpipe.infra.cdk.functions import FUNCTIONS
-from toolpipe.infra.cli import arguments
+from toolpipe.infra.cli import arguments, suggestions
 from toolpipe.infra.cli.errors import EXIT_USAGE
 from toolpipe.infra.cli.remote import API_KEY_ENV, API_URL_ENV
 
@@ -65,6 +65,7 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
             super().print_help(file or out)
 
         def error(self, message: str) -> Any:  # argparse's documented hook; must not return
+            message = suggestions.with_choice_hint(message)
             if json_errors:
                 err.write(json.dumps({"error": f"{self.prog}: {message}", "exit_code": EXIT_USAGE}) + "\n")
             else:
@@ -276,7 +277,10 @@ def name_app(module: str | None) -> None:
 def parse(argv: list[str], out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argparse.Namespace:
     """The command's arguments, or SystemExit(2) with argparse's message (as JSON with `--json`)."""
     parser = _parser(out, err, json_errors, remote)
-    args = parser.parse_args(argv)
+    # `parse_args` itself, but an unknown option is named with the nearest known one.
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        parser.error(suggestions.unrecognized(extras, parser, args.command))
     if getattr(args, "api_key", None) and not getattr(args, "api", None):
         parser.error("--api-key (or TOOLPIPE_API_KEY) goes with --api (or TOOLPIPE_API_URL)")
     if getattr(args, "api", None) and getattr(args, "scripted_model", None):

@@ -163,6 +163,8 @@ synth("{stack}", agents="{package}.agents")
 GITIGNORE = """.venv/
 __pycache__/
 *.egg-info/
+build/
+dist/
 .toolpipe/
 cdk.out/
 node_modules/

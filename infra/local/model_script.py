@@ -30,8 +30,9 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import regex
 import yaml
@@ -39,6 +40,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from toolpipe.infra.local.scripted_model import HttpError, Reply, prompt_preview
 from toolpipe.shared.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from toolpipe.shared.agents.agent import Agent
 
 # `{name}` is a substitution, `{{` and `}}` literal braces (as in Python's str.format).
 # `when` runs in the `regex` package, not `re`: its search takes a timeout. A pattern that
@@ -278,12 +282,14 @@ class FileResponder:
     """Answers a `ScriptedModelServer`'s requests from a model script file.
 
     The file is read at the first request and again whenever it changes, so an edit shows in
-    the next run even on a server that was already serving; a file that is broken then is that
-    request's error (commands check it before starting a server: `checked_scripted_model`).
+    the next run even on a server that was already serving; a file that is broken then, or that
+    calls a tool its agent lacks (checked against `agents()`, when given: script_tools.py), is
+    that request's error (commands check it before starting a server: `checked_scripted_model`).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, agents: "Callable[[], Sequence[Agent]] | None" = None) -> None:
         self.path = path.absolute()
+        self._agents = agents
         self._lock = threading.Lock()
         self._version: tuple[int, int] | None = None
         self._script: ModelScriptFile | None = None
@@ -293,8 +299,12 @@ class FileResponder:
         version = (stat.st_mtime_ns, stat.st_size) if stat is not None else None
         with self._lock:
             if self._script is None or version != self._version:
-                self._script = load_script(self.path)
-                self._version = version
+                script = load_script(self.path)
+                if self._agents is not None:
+                    from toolpipe.infra.local.script_tools import check_script_tools
+
+                    check_script_tools(self.path, script, self._agents())
+                self._script, self._version = script, version
             return self._script
 
     def __call__(self, request: dict[str, Any]) -> Reply | HttpError:

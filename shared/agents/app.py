@@ -7,6 +7,7 @@ current folder up, that has a `[tool.toolpipe]` table. Every `Agent` defined at 
 top level is registered under its name.
 """
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -151,12 +152,32 @@ def _one_line(error: BaseException) -> str:
     if isinstance(error, SyntaxError) and error.filename:
         where = f" ({error.filename}, line {error.lineno})"
     else:
+        # The deepest line of the user's own code: a `DefinitionError` is raised inside toolpipe
+        # (`@tool` checks the function), but the line to fix is where the app applied it.
         frames = traceback.extract_tb(error.__traceback__)
-        if frames:
-            where = f" ({frames[-1].filename}, line {frames[-1].lineno})"
+        theirs = [f for f in frames if not _toolpipes_own(f.filename)]
+        frame = (theirs or frames)[-1] if frames else None
+        if frame is not None:
+            where = f" ({frame.filename}, line {frame.lineno})"
     text = error.msg if isinstance(error, SyntaxError) else str(error)  # its str() has the place too
     message = " ".join(str(text).split())
     return f"{type(error).__name__}: {message}{where}" if message else f"{type(error).__name__}{where}"
+
+
+def _toolpipes_own(filename: str) -> bool:
+    """Whether a traceback's file is toolpipe's code or the import machinery's, not the app's."""
+    if filename.startswith("<"):  # <frozen importlib._bootstrap>
+        return True
+    return os.path.realpath(filename).startswith(_own_folders())
+
+
+@functools.cache
+def _own_folders() -> tuple[str, ...]:
+    # Real paths: in a checkout, `toolpipe/shared` and its siblings are links to the top-level
+    # folders (beside `examples/`, which is an app's code, not toolpipe's).
+    package = Path(str(sys.modules["toolpipe"].__file__)).parent  # imported before any of its modules
+    folders = [package, package / "shared", package / "functions", package / "infra"]
+    return tuple(os.path.join(os.path.realpath(folder), "") for folder in folders)
 
 
 def agents_of(module: ModuleType) -> list[Agent]:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import _pipeline, call
-from tests.e2e.test_approvals import GATED
+from tests.e2e.test_approvals import GATED, pending
 from toolpipe.infra.cli import main
 from toolpipe.infra.local.api_proxy import proxy_event
 from toolpipe.infra.local.runtime import LOCAL_CALLER
@@ -148,3 +148,30 @@ def test_run_against_an_api_url_prints_the_approval_line_too(monkeypatch: pytest
     printed = out.getvalue()
     assert printed.count(f"toolpipe approve {approval['approval_id']}") == 1
     assert "-> wire_money: sent 5.0 to ana" in printed
+
+
+def test_a_second_approve_is_refused_and_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33, item 7: `approve` a second time printed `approved …` again and exited 0."""
+    monkeypatch.setitem(AGENTS, GATED.name, GATED)
+    for pipeline in _pipeline():
+        with LocalServer(pipeline.runtime) as server:
+            pipeline.script(
+                Reply(tool_calls=[call("wire_money", to="ana", amount=5)]), Reply(content="Sent.")
+            )
+            run_id = pipeline.start("pay ana", agent="gated")
+            approval_id = pending(pipeline)["approval_id"]
+            api = ["--api", f"{server.api_url}/"]
+            outs, errs = [io.StringIO() for _ in range(2)], [io.StringIO() for _ in range(2)]
+            codes = [
+                main(["approve", approval_id, *api], out=o, err=e) for o, e in zip(outs, errs, strict=True)
+            ]
+            body = pipeline.finish(run_id)
+    assert codes == [0, 1], [e.getvalue() for e in errs]
+    assert outs[0].getvalue() == f"approved {approval_id} (run {run_id})\n"
+    assert outs[1].getvalue() == ""
+    assert errs[1].getvalue().splitlines() == [
+        f"toolpipe: error: approval {approval_id} is already approved: the first decision stands"
+    ]
+    assert body["run"]["status"] == "succeeded" and body["run"]["output"] == "Sent."
+    results = [m["content"] for m in body["messages"] if m["kind"] == "tool_result"]
+    assert results == ["sent 5.0 to ana"]  # run once

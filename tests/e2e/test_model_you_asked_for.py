@@ -8,11 +8,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from toolpipe.infra.local.client import Client
-from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
+from toolpipe.infra.local.scripted_model import HttpError, Reply, ScriptedModelServer, ScriptResponder
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "What is 2 + 3?"
@@ -111,3 +112,30 @@ def test_a_server_another_command_started_is_replaced_by_one_on_the_model_asked_
     assert code_a == 0 and "answer: from A" in out_a, err_a
     assert code_b == 0 and "answer: from B" in out_b, err_b
     assert err_b == f"model endpoint: {model_b.base_url}\n"  # the rest of its stderr, no hint
+
+
+def test_a_dead_endpoint_is_one_line_naming_the_variable_within_seconds(tmp_path: Path) -> None:
+    """Issue 33, item 4: `OPENAI_BASE_URL=http://127.0.0.1:9/v1 toolpipe run …` printed nothing
+    for 54 s (a refused connection retried), then a ModelCallError with no word of the variable."""
+    for command in (("run", PROMPT), ("serve", "--port", "0")):
+        started = time.monotonic()
+        code, out, err = _finish(_popen(tmp_path, "http://127.0.0.1:9/v1", *command))
+        assert time.monotonic() - started < 5, err
+        assert code == 2 and out == ""
+        assert err.splitlines()[-1] == (
+            "toolpipe: error: OPENAI_BASE_URL=http://127.0.0.1:9/v1: cannot connect to 127.0.0.1:9 "
+            "(connection refused): start the model server there, correct the variable, or unset it "
+            "for the scripted demo model"
+        )
+    assert not (tmp_path / "server.json").exists()
+
+
+def test_an_endpoint_that_refuses_the_request_is_named_in_the_runs_error(tmp_path: Path) -> None:
+    # Reached, but not a chat completions API (a wrong path, say): the run fails at once.
+    wrong = HttpError(404, {"error": {"message": "Not Found", "type": "invalid_request_error"}})
+    with ScriptedModelServer(lambda request: wrong) as model:
+        code, out, err = _finish(_popen(tmp_path, model.base_url, "run", PROMPT, "--agent", "assistant"))
+    assert code == 1 and "status: failed" in out, out + err
+    assert err.splitlines()[-1].endswith(
+        f"model endpoint refused the request: 404 Not Found (the model at OPENAI_BASE_URL={model.base_url})"
+    ), err

@@ -4,7 +4,7 @@ scripted_model.yaml (no flag, no OPENAI_BASE_URL), a tool of their own added, th
 `toolpipe serve` runs, one that waits for approval approved in a browser, then one walked away
 from (Ctrl-C, `toolpipe status`, `approve`, `stop`), and `cdk synth` of the project's stack with
 the CDK CLI, offline.
-The code and scripts they add are the files the tutorial pages include."""
+The code and scripts they add are the files the tutorial pages show (tests/unit/test_docs.py)."""
 
 import json
 import os
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# What the tutorials have the newcomer add, as the pages show it (docs/tutorials/*.md include
+# What the tutorials have the newcomer add, as the pages show it (docs/tutorials/*.md show
 # these files): a tool, then a tool that waits for approval, each with its script.
 TUTORIAL = ROOT / "docs" / "snippets" / "tutorial"
 
@@ -156,11 +156,39 @@ def _ctrl_c_status_approve_stop(env: dict[str, str], project: Path) -> None:
     assert served.process.wait(timeout=30) == 0
 
 
+def test_make_demo_installs_only_what_the_demo_needs() -> None:
+    """Issue 33, item 3: `make demo` ran `make install`, which installs Chromium with apt-get
+    (root, Debian), the CDK and Node from npm, and mypy and playwright: 1.3 GB for one run.
+    Its plan on a fresh clone (a .venv not made yet), as make prints it without running it."""
+    plan = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "-n",
+            "demo",
+            "VENV=/nonexistent/.venv",
+            "CHROMIUM=/nonexistent/chromium",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert plan.returncode == 0, plan.stderr
+    lines = plan.stdout.splitlines()
+    for needless in ("chromium", "apt-get", "sudo", "npm", ".[dev]", "cdk", "playwright"):
+        assert not any(needless in line for line in lines), (needless, plan.stdout)
+    [install] = [line for line in lines if " pip install " in line]
+    assert "-e '.[local]' -e examples/assistant" in install
+    assert lines[-1] == '/nonexistent/.venv/bin/toolpipe run "What is the square root of 475695037565?"'
+
+
 @pytest.mark.slow
 def test_the_getting_started_path_from_make_demo_to_cdk_synth(tmp_path: Path, page: "Page") -> None:
-    # `make demo`, as the README's first command (its install is done: `make test` ran it).
+    # `make demo`, as the README's first command (its install is done: `make test` ran it), with
+    # no browser to be found: the demo needs none.
     demo = subprocess.run(
-        ["make", "--no-print-directory", "demo"],
+        ["make", "--no-print-directory", "demo", "CHROMIUM=/nonexistent/chromium"],
         cwd=ROOT,
         env={**_shell(Path(sys.executable), ROOT), "TOOLPIPE_HOME": str(tmp_path / "demo")},
         capture_output=True,

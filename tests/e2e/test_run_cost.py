@@ -200,6 +200,8 @@ def test_show_reports_model_and_infrastructure_cost(tmp_path: Any, monkeypatch: 
     line = next(line for line in text.text.splitlines() if line.startswith("cost: "))
     assert f"AWS ${cost['infra_usd']:.6f}" in line
     assert f"{ops['state_transitions']} state transitions" in line
+    # The region once: the default source names it already (issue 33, item 12).
+    assert line.endswith(" DynamoDB units; AWS list prices, us-east-1, on-demand, 2025)"), line
 
 
 def test_a_repeated_or_foreign_ending_event_counts_nothing_more(pipeline: Pipeline) -> None:

@@ -167,3 +167,21 @@ def test_serve_names_its_script_by_its_absolute_path(tmp_path: Path) -> None:
     expected = f"scripted model from {(project / 'scripted_model.yaml').resolve()}"
     assert ready["model_endpoint"] == expected
     assert status == 200 and health["model_endpoint"] == expected
+
+
+def test_a_script_calling_a_tool_its_agent_lacks_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    # Issue 33, item 5: a typo ran, the model was told the tool is unknown, and the run
+    # "succeeded" with that error for its answer.
+    project = _project(tmp_path)
+    script = project / "scripted_model.yaml"
+    script.write_text(SCRIPT.replace("name: get_weather", "name: get_wether"))
+    ran, served = _all(
+        _toolpipe(project, "run", "What is the weather in Oslo?"),
+        _toolpipe(project, "serve", "--port", "0"),
+    )
+    for refused in (ran, served):
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout + refused.stderr
+        assert _one_line(refused) == (
+            f"toolpipe: error: {script.resolve()}: scripts[0].replies[0].tool_calls[0]: agent 'weather' "
+            "has no tool 'get_wether' (did you mean 'get_weather'?)"
+        )

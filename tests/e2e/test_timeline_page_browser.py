@@ -57,7 +57,24 @@ def echo(text: str) -> str:
     return text
 
 
+@tool
+def look_up_the_forecast(city: str) -> str:
+    """Today's forecast for a city (a quick call with a long name).
+
+    Args:
+        city: The city.
+    """
+    return f"{city}: sunny"
+
+
 ECHO_AGENT = Agent(name="echoer", instructions="You echo.", tools=[echo], max_iterations=3)
+# A quick call beside a long one: its bar is a sliver of the axis, its name longer than the bar.
+FORECASTER = Agent(
+    name="forecaster",
+    instructions="You forecast.",
+    tools=[look_up_the_forecast, *(t for t in TEST_AGENT.tools if t.name == "slow")],
+    max_iterations=3,
+)
 # The tester's tools, priced: each turn shows what its model call cost.
 NAPPER = Agent(
     name="napper",
@@ -71,7 +88,7 @@ NAPPER = Agent(
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pipeline, LocalServer]]:
     """The local runtime with its HTTP server in front, as `toolpipe serve` runs them."""
-    for agent in (ECHO_AGENT, NAPPER):
+    for agent in (ECHO_AGENT, NAPPER, FORECASTER):
         monkeypatch.setitem(AGENTS, agent.name, agent)
     for pipeline in _pipeline():
         pipeline.runtime.drain_seconds = 1.0
@@ -153,6 +170,49 @@ def test_a_three_turn_run_is_drawn_live_and_its_parallel_calls_overlap(
     assert cells.nth(2).inner_text() != "$0.000000"
     row.get_by_role("link", name=run_id).click()
     expect(page.locator(".bar.call")).to_have_count(5)
+
+
+def test_every_bar_stays_on_the_axis_and_every_tool_name_is_shown_whole(
+    page: "Page", served: tuple[Pipeline, LocalServer]
+) -> None:
+    """Issue 33, item 12: the last bars ran past the axis's end, and a short call's label was cut
+    to its first letter (`s` for square_root)."""
+    from playwright.sync_api import expect
+
+    pipeline, server = served
+    pipeline.script(
+        Reply(tool_calls=[call("look_up_the_forecast", city="Lima"), call("slow", seconds=4)]),
+        Reply(content="Sunny in Lima."),
+    )
+    run_id = pipeline.start("Forecast for Lima", agent=FORECASTER.name)
+    assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
+    page.set_viewport_size({"width": 700, "height": 800})
+    page.goto(page_url(server, run_id))
+    expect(page.locator(".bar.call")).to_have_count(2)
+    expect(page.locator(".label")).to_have_count(2)
+    drawn = page.evaluate(
+        """() => {
+          const axis = document.querySelector('.ticks').getBoundingClientRect();
+          const out = [...document.querySelectorAll('.lane > *')].filter((e) => {
+            const r = e.getBoundingClientRect();
+            return r.left < axis.left - 0.5 || r.right > axis.right + 0.5;
+          }).map((e) => e.className + ' ' + e.textContent);
+          const labels = [...document.querySelectorAll('.label')].map((l) => ({
+            text: l.textContent,
+            tool: l.parentNode.querySelector('.bar').getAttribute('data-tool'),
+            cut: l.scrollWidth > l.clientWidth,
+          }));
+          return { out, labels };
+        }"""
+    )
+    assert drawn["out"] == [], f"drawn past the axis: {drawn['out']}"
+    assert sorted(label["text"] for label in drawn["labels"]) == ["look_up_the_forecast", "slow"]
+    assert all(label["text"] == label["tool"] and not label["cut"] for label in drawn["labels"]), drawn
+    # The quick call's bar is narrower than its name: the name is beside it, whole.
+    bar = page.locator('.bar.call[data-tool="look_up_the_forecast"]').bounding_box()
+    name = page.locator(".label", has_text="look_up_the_forecast").bounding_box()
+    assert bar is not None and name is not None and bar["width"] < name["width"]
+    assert name["x"] >= bar["x"] + bar["width"] or name["x"] + name["width"] <= bar["x"]
 
 
 def test_a_hostile_run_renders_as_text_bounded_and_runs_no_script(

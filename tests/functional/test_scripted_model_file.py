@@ -1,6 +1,7 @@
 """The example's model script (examples/assistant/scripted_model.yaml) through the whole local
-pipeline: parallel calls, a handoff, a tool the agent does not have, and a prompt it does not
-script, which fails the run with the script's own words."""
+pipeline: parallel calls, a handoff, a call the tool refuses, and a prompt it does not script,
+which fails the run with the script's own words; a script calling a tool its agent lacks is
+refused when it is read."""
 
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def test_the_example_script_drives_the_example_agents(pipeline: Pipeline) -> Non
     pipeline.model.responder = FileResponder(SCRIPT)
     roots = pipeline.start("What are the square roots of 16 and 81?", agent="assistant")
     handed = pipeline.start("Please hand over the sum of 2 and 3", agent="triage")
-    weather = pipeline.start("What is the weather in Paris?", agent="assistant")
+    refused = pipeline.start("What is the square root of -4?", agent="assistant")
 
     body = pipeline.finish(roots)
     assert body["run"]["status"] == "succeeded", body["run"]
@@ -44,11 +45,28 @@ def test_the_example_script_drives_the_example_agents(pipeline: Pipeline) -> Non
     assert (body["run"]["agent"], body["run"]["active_agent"]) == ("triage", "assistant")
     assert body["run"]["output"] == "2 + 3 = 5.0"
 
-    body = pipeline.finish(weather)
+    body = pipeline.finish(refused)
     assert body["run"]["status"] == "succeeded", body["run"]
-    [unknown] = _tool_results(body)
-    assert "get_weather" in unknown
-    assert body["run"]["output"] == f"I could not: {unknown}"
+    [error] = _tool_results(body)
+    assert "cannot take the square root of a negative number" in error
+    assert body["run"]["output"] == f"I could not: {error}"
+
+
+def test_a_script_calling_a_tool_its_agent_lacks_fails_the_run_naming_both(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    script = tmp_path / "typo.yaml"
+    script.write_text(
+        "scripts:\n  - replies:\n      - tool_calls: [{name: square_rot, arguments: {x: 4}}]\n"
+        "      - content: '{results}'\n"
+    )
+    pipeline.model.responder = FileResponder(script, lambda: [AGENTS["assistant"], AGENTS["triage"]])
+    body = pipeline.finish(pipeline.start("What is the square root of 4?", agent="assistant"))
+    assert body["run"]["status"] == "failed"
+    assert body["run"]["error"].endswith(
+        f"400 {script}: scripts[0].replies[0].tool_calls[0]: agent 'assistant' has no tool "
+        "'square_rot' (did you mean 'square_root'?)"
+    )
 
 
 def test_a_prompt_no_script_matches_fails_the_run_naming_the_file(pipeline: Pipeline) -> None:

@@ -13,6 +13,8 @@ from toolpipe.infra.cli.model_endpoint import (
     SCRIPTED_MODEL_ENV,
     ModelInUse,
     checked_scripted_model,
+    reachable_endpoint,
+    shown,
     wanted_model,
 )
 from toolpipe.infra.cli.output import approval_line, format_item, write_json
@@ -36,6 +38,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         script = checked_scripted_model(args)
         if script is not None:
             env[SCRIPTED_MODEL_ENV] = str(script)  # for a server this command starts
+        reachable_endpoint()
     if args.model:
         env["TOOLPIPE_MODEL"] = args.model
     model = None if args.api else wanted_model(args, os.environ)
@@ -224,5 +227,9 @@ def _finish(
     if args.json:
         write_json(out, run_view(session, record["run_id"]))
     if record["status"] != "succeeded":
-        raise CommandError(f"run {record['status']}: {record.get('error') or 'no reason recorded'}")
+        error = str(record.get("error") or "no reason recorded")
+        url = os.environ.get("OPENAI_BASE_URL", "").strip()
+        if "model endpoint" in error and url and not args.api:  # the model this command asked for
+            error += f" (the model at OPENAI_BASE_URL={shown(url)})"
+        raise CommandError(f"run {record['status']}: {error}")
     return EXIT_OK

@@ -22,7 +22,12 @@ from toolpipe.infra.cli.discovery import (
     write_server_file,
 )
 from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError
-from toolpipe.infra.cli.model_endpoint import ModelInUse, checked_scripted_model, model_endpoint
+from toolpipe.infra.cli.model_endpoint import (
+    ModelInUse,
+    checked_scripted_model,
+    model_endpoint,
+    reachable_endpoint,
+)
 from toolpipe.infra.cli.serving import LOOPBACK, aws_port, check_ports, exit_past_stray_threads, stop_events
 from toolpipe.shared.agents.app import APP_ENV
 
@@ -46,6 +51,7 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     home = state_dir()
     checked_scripted_model(args)  # a broken script is one line before the lock is taken
+    reachable_endpoint()  # so is an OPENAI_BASE_URL nothing answers at
     api_port, aws = args.port, aws_port(args)
     if aws and aws == api_port:
         raise CommandError(

@@ -78,5 +78,12 @@ def _cost_line(cost: dict[str, Any]) -> str:
     return (
         f"cost: ${cost['total_usd']:.6f} = model ${cost['model_usd']:.6f} + AWS ${cost['infra_usd']:.6f}"
         f" ({transitions} state transitions · {invocations} Lambda invocations · {units:g} DynamoDB units;"
-        f" {cost['prices']['source']}, {cost['prices']['region']})\n"
+        f" {_prices(cost['prices'])})\n"
     )
+
+
+def _prices(prices: dict[str, Any]) -> str:
+    """Where the prices come from, naming the region once: the default source names it already
+    ("AWS list prices, us-east-1, on-demand, 2025"), a stack owner's own may not."""
+    source, region = str(prices["source"]), str(prices["region"])
+    return source if region in source else f"{source}, {region}"

@@ -54,12 +54,32 @@
     return { start: start, length: Math.max(1, end - start) };
   }
 
+  var MIN_BAR_PX = 3;  // .bar's min-width: a call of a millisecond still shows
   function place(node, axis, from, to) {
     var left = (from - axis.start) / axis.length * 100;
     var width = (Math.max(to, from) - from) / axis.length * 100;
-    node.style.left = left.toFixed(3) + "%";
+    // A bar widened to its minimum at the axis's end is moved left, never drawn past the axis.
+    node.style.left = "min(" + left.toFixed(3) + "%, calc(100% - " + MIN_BAR_PX + "px))";
     node.style.width = width.toFixed(3) + "%";
     return node;
+  }
+
+  // A call's label is the tool's name, whole: on its bar when it fits there, else beside it,
+  // after it or, with no room left of the axis's end, before it. Measured once laid out (and
+  // again when the window's width changes): a name is never cut to its first letter.
+  var GAP_PX = 4;
+  function fitLabels() {
+    Array.prototype.forEach.call(page.querySelectorAll(".lane > .label"), function (label) {
+      var lane = label.parentNode, bar = lane.querySelector(".bar");
+      var room = lane.getBoundingClientRect(), box = bar.getBoundingClientRect();
+      var wide = label.offsetWidth, from = box.left - room.left, to = box.right - room.left;
+      var x, outside = wide > box.width;
+      if (!outside) x = from;
+      else if (to + GAP_PX + wide <= room.width) x = to + GAP_PX;
+      else x = Math.max(0, from - GAP_PX - wide);
+      label.className = "label" + (outside ? " outside" : "");
+      label.style.left = (room.width ? x / room.width * 100 : 0).toFixed(3) + "%";
+    });
   }
 
   function header(t) {
@@ -152,12 +172,15 @@
     var bar = place(el("div", cls), axis, start, end);
     bar.setAttribute("data-seq", call.seq);
     bar.setAttribute("data-tool", call.tool);
-    bar.appendChild(bdi(call.tool));
     bar.title = call.tool + "(" + call.arguments + ")\n" + call.status +
       (call.error_type ? " " + call.error_type : "") + (call.in_doubt ? " (in doubt)" : "") +
       " · " + took(call.duration_ms) + " · attempts " + (call.attempts || 0) +
       (call.result !== null ? "\n→ " + call.result : "");
     lane.appendChild(bar);
+    var label = el("span", "label");
+    label.setAttribute("data-seq", call.seq);
+    label.appendChild(bdi(call.tool));
+    lane.appendChild(label);
     return lane;
   }
 
@@ -210,7 +233,9 @@
     t.turns.forEach(function (turn) { body.appendChild(turnRow(turn, axis, now)); });
     if (!t.turns.length) body.appendChild(el("p", "note", "No model reply yet."));
     page.replaceChildren(body);
+    fitLabels();
   }
+  window.addEventListener("resize", fitLabels);
 
   function running() { return state.run.status === "running"; }
 

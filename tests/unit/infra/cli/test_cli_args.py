@@ -50,6 +50,19 @@ EVENT = str(ROOT / "events" / "api_post_run.json")
             "argument --approval-id: not an approval id",
         ),
         (["agents", "--nope"], "unrecognized arguments: --nope"),
+        # A typo names the nearest command, option or value (issue 33, item 9).
+        (["runn", "hi"], "invalid choice: 'runn' (choose from "),
+        (["runn", "hi"], "): did you mean 'run'?"),
+        (
+            ["run", "hi", "--agnet", "assistant"],
+            "arguments: --agnet assistant; --agnet: did you mean --agent?",
+        ),
+        (
+            ["run", "hi", "--timout=3"],
+            "unrecognized arguments: --timout=3; --timout: did you mean --timeout?",
+        ),
+        (["approvals", "--status", "pendng"], "did you mean 'pending'?"),
+        (["invoke", "orchestrater", EVENT], "did you mean 'orchestrator'?"),
         (["answer", "0" * 32], "one of the arguments text --value is required"),
         (["answer", "0" * 32, "Lyon", "--value", "1"], "argument --value: not allowed with argument text"),
         (["answer", "0" * 32, "--value", "{nope"], "argument --value: not JSON: "),
@@ -77,6 +90,40 @@ def test_bad_arguments_exit_2_with_one_error_line_on_stderr_and_start_nothing(
         cli.main([*argv, "--json"], out, err)
     refused = json.loads(err.getvalue())
     assert exited.value.code == 2 and refused["exit_code"] == 2 and says in refused["error"]
+
+
+def test_a_word_near_nothing_gets_no_suggestion() -> None:
+    import io
+
+    for argv in (["xyzzy"], ["agents", "--xyzzy"]):
+        err = io.StringIO()
+        with pytest.raises(SystemExit):
+            cli.main(argv, io.StringIO(), err)
+        assert "did you mean" not in err.getvalue() and "xyzzy" in err.getvalue()
+
+
+def test_approvals_outside_a_project_says_what_to_do_not_to_run_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33, item 9: it said to run `toolpipe run` first, which fails there too (no agents)."""
+    import io
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("TOOLPIPE_HOME", "TOOLPIPE_APP", "TOOLPIPE_APP_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["approvals"], out, err) == 1
+    assert err.getvalue().splitlines()[-1] == (
+        f"toolpipe: error: no runs here: no state folder {tmp_path / '.toolpipe'}, and {tmp_path} is in "
+        "no project (no pyproject.toml with [tool.toolpipe] there or above): run this from your "
+        "project's folder, or set TOOLPIPE_HOME to its state folder (`toolpipe init DIR` makes a project)"
+    )
+    # In a project, where `toolpipe run` makes the state folder, that is still the advice.
+    (tmp_path / "pyproject.toml").write_text('[tool.toolpipe]\napp = "desk.agents"\n')
+    err = io.StringIO()
+    assert cli.main(["approvals"], out, err) == 1
+    assert err.getvalue().splitlines()[-1].endswith(".toolpipe (run `toolpipe run` first)")
+    assert not (tmp_path / ".toolpipe").exists()
 
 
 def test_an_unknown_agent_names_the_known_ones_and_where_to_list_them() -> None:

@@ -75,3 +75,18 @@ def test_ctrl_c_exits_130_in_one_line(tmp_path: Path, monkeypatch: pytest.Monkey
     err = io.StringIO()
     assert cli.main(["agents"], io.StringIO(), err) == 130
     assert err.getvalue() == "toolpipe: error: interrupted\n"
+
+
+def test_the_cost_line_names_the_region_once() -> None:
+    from toolpipe.infra.cli.commands.show import _cost_line
+
+    ops = {"state_transitions": 9, "read_units": 2.5, "write_units": 4, "functions": {"api": {"requests": 3}}}
+    cost: dict[str, Any] = {"total_usd": 0.01, "model_usd": 0.009, "infra_usd": 0.001, "operations": ops}
+    cost["prices"] = {"source": "AWS list prices, us-east-1, on-demand, 2025", "region": "us-east-1"}
+    assert _cost_line(cost) == (
+        "cost: $0.010000 = model $0.009000 + AWS $0.001000 (9 state transitions · 3 Lambda invocations"
+        " · 6.5 DynamoDB units; AWS list prices, us-east-1, on-demand, 2025)\n"
+    )
+    # A stack owner's own source that does not name its region: named after it.
+    cost["prices"] = {"source": "our negotiated rates", "region": "eu-west-1"}
+    assert _cost_line(cost).endswith("; our negotiated rates, eu-west-1)\n")

@@ -110,3 +110,35 @@ def test_a_command_s_server_still_busy_after_the_wait_is_refused(
     busy = _found({"model_wanted": None, "model_endpoint": "demo", "auto": True})
     with pytest.raises(CommandError, match=r"still busy after 0 s: try again once it stops or unset"):
         _session(monkeypatch, tmp_path, [busy, busy], "http://b/v1")
+
+
+def test_an_endpoint_nothing_answers_at_is_refused_before_a_run_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from toolpipe.infra.cli.model_endpoint import reachable_endpoint
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    reachable_endpoint({})  # none set: the scripted demo model, nothing to reach
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        reachable_endpoint({"OPENAI_BASE_URL": f"http://127.0.0.1:{listening.getsockname()[1]}/v1"})
+    for url, why in [
+        (
+            "http://127.0.0.1:9/v1",
+            "OPENAI_BASE_URL=http://127.0.0.1:9/v1: cannot connect to 127.0.0.1:9 (connection refused)",
+        ),
+        ("http://no-such-host.invalid/v1", "cannot connect to no-such-host.invalid:80 (no such host)"),
+        ("localhost:8000/v1", "OPENAI_BASE_URL=localhost:8000/v1: not an http(s) URL"),
+        ("https://sk-secret@[::1/v1", "OPENAI_BASE_URL=(an address that does not parse): not an http(s) URL"),
+    ]:
+        with pytest.raises(CommandError) as refused:
+            reachable_endpoint({"OPENAI_BASE_URL": url})
+        assert refused.value.code == EXIT_USAGE and why in str(refused.value)
+        assert "sk-secret" not in str(refused.value)
+    # Through a proxy, as the `openai` client would go, there is nothing to try from here.
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    reachable_endpoint({"OPENAI_BASE_URL": "https://127.0.0.1:9/v1"})

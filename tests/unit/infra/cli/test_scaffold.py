@@ -158,3 +158,18 @@ def test_make_install_never_takes_pypi_s_toolpipe(tmp_path: Path) -> None:
     assert "Traceback" not in made.stderr
     assert not list(venv.glob("lib/python*/site-packages/toolpipe*")), "pip installed a toolpipe"
     assert not (venv / ".installed").exists()
+
+
+@pytest.mark.parametrize("where", ["toolpipe", "scaffold"])
+def test_built_packages_are_ignored_by_git(where: str, tmp_path: Path) -> None:
+    """Issue 33, item 12: `dist/` (a wheel or sdist built here) showed as untracked files."""
+    if where == "toolpipe":
+        root = ROOT
+    else:
+        root = tmp_path / "project"
+        root.mkdir()
+        (root / ".gitignore").write_text(project_files("weather_agents")[".gitignore"])
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+    for built in ("dist/toolpipe-0.1.0-py3-none-any.whl", "build/lib/toolpipe/__init__.py"):
+        ignored = subprocess.run(["git", "check-ignore", "--no-index", "-q", built], cwd=root)
+        assert ignored.returncode == 0, f"{root}: git does not ignore {built}"

@@ -78,6 +78,16 @@ def test_the_top_level_agents_are_the_apps_and_one_name_is_one_agent() -> None:
     [
         ('raise RuntimeError("boom")\n', r"RuntimeError: boom \(.*agents\.py, line 1\)"),
         ("def f(:\n", r"SyntaxError: invalid syntax \(.*agents\.py, line 1\)"),
+        # Raised inside toolpipe (`@tool` checks the function): the place is the app's line that
+        # applied it, never toolpipe's own file (issue 33, item 8).
+        (
+            'from toolpipe import tool\n\n@tool\ndef f(x) -> str:\n    """F."""\n    return x\n',
+            r"DefinitionError: tool 'f': parameter 'x' needs a type hint \(.*/broken_\d+/agents\.py, line 3\)",
+        ),
+        (
+            'from toolpipe import Agent\n\nAgent(name="a b", instructions="x")\n',
+            r"DefinitionError: agent name 'a b': .* \(.*/broken_\d+/agents\.py, line 3\)",
+        ),
         # A dependency of the app missing is not the app missing.
         ("import requests_not_installed\n", r"ModuleNotFoundError: No module named 'requests_not_installed'"),
     ],
