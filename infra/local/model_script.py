@@ -57,6 +57,9 @@ RESULTS = "results"
 # "billion laughs"), or hold themselves: past this many values the checks and every reply built
 # from the file would take hours, or never end.
 MAX_VALUES = 100_000
+# How deep lists and mappings may nest: a script's deepest value (a reply's tool call's
+# arguments) is a few levels down; arguments of their own may nest a few dozen more.
+MAX_DEPTH = 100
 
 
 class ModelScriptError(ConfigurationError):
@@ -213,6 +216,10 @@ def load_script(path: Path) -> ModelScriptFile:
         raise ModelScriptError(
             f"{path}: more than {MAX_VALUES:,} values once its aliases (*name) are expanded"
         )
+    if _deeper_than(data, MAX_DEPTH):
+        # Whatever the interpreter's recursion limit (a library may raise it): a script is
+        # shallow, and what checks it next walks it recursively (counted first: at most MAX_VALUES).
+        raise ModelScriptError(f"{path}: nested too deeply to read")
     unquoted = _unquoted_placeholder(data)
     if unquoted is not None:
         where, name = unquoted
@@ -223,6 +230,20 @@ def load_script(path: Path) -> ModelScriptFile:
         return ModelScriptFile.model_validate(data)
     except ValidationError as e:
         raise ModelScriptError(_one_line(path, e)) from None
+
+
+def _deeper_than(data: Any, limit: int) -> bool:
+    """Whether `data` nests lists and mappings more than `limit` deep (a walk that stops there)."""
+    pending = [(data, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > limit:
+            return True
+        if isinstance(value, dict):
+            pending.extend((inner, depth + 1) for inner in value.values())
+        elif isinstance(value, list):
+            pending.extend((inner, depth + 1) for inner in value)
+    return False
 
 
 def _expands_past(data: Any, limit: int) -> bool:

@@ -2,6 +2,7 @@
 plays, which reply, and what is substituted in it."""
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,17 @@ _LAUGHS = (
 )
 def test_a_bad_file_is_one_line_naming_the_field(tmp_path: Path, text: str, error: str) -> None:
     assert _error(tmp_path, text) == error
+
+
+def test_a_file_nested_too_deeply_is_refused_whatever_the_recursion_limit(tmp_path: Path) -> None:
+    """A library the process loaded may raise the interpreter's limit (hypothesis does, for its
+    tests): the parse then succeeds, and the depth is what refuses it."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(50_000)
+    try:
+        assert _error(tmp_path, "scripts: " + "[" * 5000 + "]" * 5000 + "\n") == "nested too deeply to read"
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def test_a_bad_regex_and_an_unknown_placeholder_are_named(tmp_path: Path) -> None:
