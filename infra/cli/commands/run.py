@@ -3,6 +3,8 @@
 import argparse
 import contextlib
 import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -75,7 +77,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             # Ctrl-C once the run ended (while a server this command started stops): the run's
             # outcome stands, as its status says.
             with contextlib.suppress(KeyboardInterrupt):
+                _hold_ctrl_c(False)
                 session.close()
+
+
+def _hold_ctrl_c(held: bool) -> None:
+    """Hold SIGINT back (pending, not lost) or let it through, where a process can."""
+    if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK if held else signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _goes_on(session: Session, run_id: str, args: argparse.Namespace) -> str:
@@ -219,6 +228,9 @@ def _finish(
     out: TextIO,
 ) -> int:
     usage = record["usage"]
+    # The run ended: from its status line on, Ctrl-C interrupts nothing (held until the command
+    # closes its session, where it is let go and ignored).
+    _hold_ctrl_c(True)
     transcript.write(
         f"status: {record['status']} · {usage['model_calls']} model call(s) · "
         f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion tokens\n"
