@@ -151,9 +151,10 @@ class Agent:
             raise DefinitionError(
                 f"agent '{self.name}': tool_timeout_seconds is a number of seconds above 0, or None"
             )
-        if self.max_duration is not None and not positive_seconds(self.max_duration):
+        # Whole seconds: Step Functions waits to the second, and DynamoDB stores no float.
+        if self.max_duration is not None and (type(self.max_duration) is not int or self.max_duration < 1):
             raise DefinitionError(
-                f"agent '{self.name}': max_duration is a number of seconds above 0, or None"
+                f"agent '{self.name}': max_duration is a whole number of seconds, 1 or more, or None"
             )
         if self.max_cost_usd is not None and self.price is None:
             raise DefinitionError(f"agent '{self.name}': max_cost_usd needs a price to count cost with")
