@@ -67,8 +67,9 @@ RETRY_AFTER = {
 
 RESUME_RESPONSES = documented(202, RunResumed, "The run goes on in a new execution.", 400, 403, 404, 409)
 RESUME_RESPONSES[202]["headers"] = REPLAYED
-FORK_RESPONSES = documented(202, RunStarted, "The fork started.", 400, 403, 404, 409)
+FORK_RESPONSES = documented(202, RunStarted, "The fork started.", 400, 403, 404, 409, 429)
 FORK_RESPONSES[202]["headers"] = REPLAYED
+FORK_RESPONSES[429]["headers"] = RETRY_AFTER
 START_RESPONSES = documented(202, RunStarted, "The run started.", 400, 403, 409, 429)
 START_RESPONSES[202]["headers"] = REPLAYED
 START_RESPONSES[429]["headers"] = RETRY_AFTER
@@ -279,7 +280,7 @@ def resume_run(run_id: RunId) -> Response[dict[str, Any]]:
     "(no tool of those turns runs again), goes on, with `input` as a new user message if given. The "
     "fork's `forked_from` names the run and turn, and the run lists it in `forks`. Only the run's "
     "owner may fork it (another caller, the admin included, gets a 404). With an `Idempotency-Key`, "
-    "one fork per key and body.",
+    "one fork per key and body. A fork counts against the caller's quotas as a start does.",
     responses=FORK_RESPONSES,
     openapi_extensions=request_body(ForkRunRequest) | {"parameters": START_DOCUMENT["parameters"]},
 )

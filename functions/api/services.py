@@ -96,7 +96,7 @@ class ApiServices:
     @cached_property
     def forker(self) -> RunForker:
         s = self.settings
-        return build_run_forker(s.store, s.machine, s.events)
+        return build_run_forker(s.store, s.machine, s.events, s.quota)
 
     @cached_property
     def deleter(self) -> RunDeleter:

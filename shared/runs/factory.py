@@ -232,14 +232,17 @@ def build_run_resumer(
 
 
 def build_run_forker(
-    store: StoreSettings, machine: StateMachineSettings, events: EventSettings
+    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, quota: QuotaSettings
 ) -> "RunForker":
+    """`quota`: the per-caller quotas a fork counts against, as `POST /runs` does."""
     from toolpipe.shared.runs.fork import RunForker
+    from toolpipe.shared.runs.quota import RunQuota
 
     return RunForker(
         build_store(store),
         StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
         events=build_events(events),
+        quota=RunQuota(quota),
     )
 
 

@@ -28,7 +28,8 @@ from toolpipe.shared.runs.calls import result_slot
 from toolpipe.shared.runs.errors import IdempotencyConflictError, RunNotForkableError
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter
-from toolpipe.shared.runs.starter import keyed_run_id, new_run_id
+from toolpipe.shared.runs.quota import RunQuota
+from toolpipe.shared.runs.starter import create_counted, keyed_run_id, new_run_id
 from toolpipe.shared.runs.time_limit import deadline_after
 from toolpipe.shared.telemetry import new_trace
 
@@ -52,11 +53,18 @@ def copied_turns(history: list[HistoryItem], run_id: str, turn: int) -> list[His
 
 class RunForker:
     def __init__(
-        self, store: HistoryStore, starter: ExecutionStarter, *, events: EventPublisher = NO_EVENTS
+        self,
+        store: HistoryStore,
+        starter: ExecutionStarter,
+        *,
+        events: EventPublisher = NO_EVENTS,
+        quota: RunQuota | None = None,
     ) -> None:
+        """`quota`: the per-caller quotas a fork counts against, as a start does (the API's)."""
         self._store = store
         self._starter = starter
         self._events = events
+        self._quota = quota
 
     def fork(
         self, run_id: str, caller: str, request: ForkRunRequest, *, idempotency_key: str | None = None
@@ -66,6 +74,8 @@ class RunForker:
         Raises:
             RunNotFoundError: unknown, or not the caller's (the admin principal included).
             RunNotForkableError: the turn is past the run's, or not complete.
+            QuotaExceededError: the caller is over a quota (nothing written), as for a start.
+            QuotaExceededError: the caller is over a quota (nothing written), as for a start.
             IdempotencyConflictError: the key forked a run with another request already.
         """
         parent = self._store.get_run(run_id)
@@ -102,7 +112,7 @@ class RunForker:
         )
         first, rest = items[0], items[1:]
         assert isinstance(first, UserMessage), "a run's history begins with its user message"
-        replayed = not self._store.create_run(record, first)
+        replayed = not create_counted(self._store, self._starter, self._quota, record, first)
         if replayed:
             record = self._store.get_run(fork_id)
             if record.request_hash != asked:

@@ -135,16 +135,7 @@ class RunStarter:
         return StartedRun(record, replayed=False)
 
     def _create(self, record: RunRecord, first: UserMessage, caller: str) -> bool:
-        admission = None if self._quota is None else self._quota.admission(caller)
-        try:
-            return self._store.create_run(record, first, admission)
-        except QuotaExceededError as e:
-            # Full: first give back what runs that ended still hold, then try once more.
-            if self._quota is None or e.quota != RUNNING:
-                raise
-            if not self._quota.repair(self._store, self._starter, caller):
-                raise
-            return self._store.create_run(record, first, admission)
+        return create_counted(self._store, self._starter, self._quota, record, first)
 
     def _replay(self, key: str, wanted: RunRecord) -> RunRecord:
         existing = self._store.get_run(wanted.run_id)
@@ -155,6 +146,28 @@ class RunStarter:
             # starting one that exists does nothing, so a retry finishes what it began.
             self._starter.start(existing.run_id, existing.execution, existing.deadline)
         return existing
+
+
+def create_counted(
+    store: HistoryStore,
+    starter: ExecutionStarter,
+    quota: RunQuota | None,
+    record: RunRecord,
+    first: UserMessage,
+) -> bool:
+    """Create the run, counted against its caller's quotas (`quota`; None counts nothing): False
+    if it exists, `QuotaExceededError` (nothing written) when a quota is full."""
+    caller = record.caller or ""
+    admission = None if quota is None else quota.admission(caller)
+    try:
+        return store.create_run(record, first, admission)
+    except QuotaExceededError as e:
+        # Full: first give back what runs that ended still hold, then try once more.
+        if quota is None or e.quota != RUNNING:
+            raise
+        if not quota.repair(store, starter, caller):
+            raise
+        return store.create_run(record, first, admission)
 
 
 def run_tools(

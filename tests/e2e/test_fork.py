@@ -3,7 +3,7 @@ is the first N turns of the old one, copied, then goes on; no tool of those turn
 
 import pytest
 
-from tests.conftest import CALLS, TEST_AGENT, Pipeline, call
+from tests.conftest import CALLS, TEST_AGENT, Pipeline, _pipeline, call
 from toolpipe.infra.local.runtime import LOCAL_CALLER
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS, Agent
@@ -81,3 +81,15 @@ def test_only_the_owner_forks_and_only_from_a_complete_turn(
     )
     assert _fork(pipeline, run_id, {"turn": -1})[0] == 400
     assert _fork(pipeline, run_id, {"turn": 1})[0] == 202
+
+
+def test_a_fork_counts_against_the_callers_quota_as_a_start_does() -> None:
+    for pipeline in _pipeline({"TOOLPIPE_QUOTA_STARTS_PER_MINUTE": "1"}):
+        pipeline.script(Reply(content="done"), Reply(content="the fork's answer"))
+        run_id = pipeline.start("hello")
+        pipeline.finish(run_id)
+
+        status, body = _fork(pipeline, run_id, {"turn": 0})
+        assert status == 429 and "runs started a minute" in body["message"], body
+        _, parent = pipeline.runtime.api("GET", f"/runs/{run_id}", caller=LOCAL_CALLER)
+        assert parent["run"]["forks"] == []  # nothing written

@@ -128,6 +128,9 @@ def test_resume_and_fork_with_the_cli(served: Served) -> None:
     assert shown["run"]["forked_from"] == {"run_id": run_id, "turn": 0}
     parent = _http(started["status_url"], "GET")[1]["run"]
     assert parent["forks"] == [fork_id]
+    shown_fork = _toolpipe(served.home, "show", fork_id)
+    assert f"forked from run {run_id} after turn 0\n" in shown_fork.stdout, shown_fork.stderr
+    assert f"forked into run {fork_id}\n" in _toolpipe(served.home, "show", run_id).stdout
     too_far = _toolpipe(served.home, "fork", run_id, "--turn", "99")
     assert too_far.returncode == 1 and "Traceback" not in too_far.stderr
     assert f"cannot be forked there: its last turn is {parent['turn']}, not 99" in too_far.stderr
