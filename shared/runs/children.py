@@ -9,6 +9,7 @@ import hashlib
 from collections.abc import Iterator
 
 from toolpipe.shared.agents import Agent, get_agent
+from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.errors import ErrorKind, ToolpipeError
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.history.errors import RunNotFoundError
@@ -64,7 +65,10 @@ def start_child(
     child_id = child_run_id(run.run_id, seq)
     store.put_parent_token(child_id, task_token)
     # A child ends by its parent's deadline, and by its own agent's max_duration when sooner.
-    own_limit = get_agent(child_agent).max_duration
+    try:
+        own_limit = get_agent(child_agent).max_duration
+    except UnknownAgentError:
+        own_limit = None  # its first step fails it, saying so
     deadline = earliest(run.deadline, deadline_after(own_limit))
     child = RunRecord(
         run_id=child_id,
