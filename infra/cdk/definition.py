@@ -312,10 +312,14 @@ def _timer() -> dict[str, Any]:
         "States": {
             "HasDeadline": {
                 "Type": "Choice",
+                # In order, the first that holds: the starter always sends `deadline` (null for
+                # none), so the path a comparison reads is there; an input without it (started by
+                # hand) has no deadline either.
                 "Choices": [
-                    {"Variable": "$.started_with.deadline", "IsPresent": True, "Next": "WaitForDeadline"}
+                    {"Variable": "$.started_with.deadline", "IsPresent": False, "Next": "NoDeadline"},
+                    {"Variable": "$.started_with.deadline", "IsNull": True, "Next": "NoDeadline"},
                 ],
-                "Default": "NoDeadline",
+                "Default": "WaitForDeadline",
             },
             "NoDeadline": {"Type": "Succeed"},
             "WaitForDeadline": {

@@ -34,6 +34,7 @@ from toolpipe.infra.cdk.definition import (
 from toolpipe.infra.cdk.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_RUNNER, TOOL_WORKER, TRIGGERS
 from toolpipe.infra.local import (
     clients,
+    control_flow_logs,
     deployment,
     execution_events,
     iam,
@@ -194,6 +195,7 @@ class LocalRuntime:
         self._undo.callback(iam.install())
         self._mock.start()
         self._undo.callback(lambdas.install())
+        self._undo.callback(control_flow_logs.install())
         patches.install()
         serial.install()
         execution_events.install()

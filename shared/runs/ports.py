@@ -76,7 +76,8 @@ class StepFunctionsStarter:
             self._client.start_execution(
                 stateMachineArn=self._arn,
                 name=execution_name(run_id, execution),
-                input=started_with.model_dump_json(exclude_none=True),
+                # `deadline` even when null: the state machine's timer reads it (infra/cdk/definition.py).
+                input=started_with.model_dump_json(),
             )
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":

@@ -2,6 +2,7 @@
 races the agent loop, waits for the run's deadline in a Wait state, and stops the loop, calls in
 flight included."""
 
+import logging
 import time
 from typing import Any
 
@@ -55,7 +56,9 @@ def test_the_agents_max_duration_bounds_what_a_start_asks(
     assert "max_duration of 3 s" in run["run"]["error"]
 
 
-def test_a_run_that_ends_in_time_is_not_held_by_its_timer(pipeline: Pipeline) -> None:
+def test_a_run_that_ends_in_time_is_not_held_by_its_timer(
+    pipeline: Pipeline, caplog: pytest.LogCaptureFixture
+) -> None:
     pipeline.script(Reply(tool_calls=[call("count_once", label="a")]), Reply(content="done"))
     began = time.monotonic()
     run_id = pipeline.start("quick", max_duration=3600)
@@ -66,3 +69,5 @@ def test_a_run_that_ends_in_time_is_not_held_by_its_timer(pipeline: Pipeline) ->
     assert time.monotonic() - began < 10
     events = pipeline.runtime.execution_events(run_id)
     assert events[-1]["type"] == "ExecutionSucceeded"
+    # The loop's Fail state that stops the timer is control flow: nothing logs it as an error.
+    assert [r.getMessage()[:80] for r in caplog.records if r.levelno >= logging.ERROR] == []
