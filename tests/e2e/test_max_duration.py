@@ -69,5 +69,7 @@ def test_a_run_that_ends_in_time_is_not_held_by_its_timer(
     assert time.monotonic() - began < 10
     events = pipeline.runtime.execution_events(run_id)
     assert events[-1]["type"] == "ExecutionSucceeded"
-    # The loop's Fail state that stops the timer is control flow: nothing logs it as an error.
-    assert [r.getMessage()[:80] for r in caplog.records if r.levelno >= logging.ERROR] == []
+    # The loop's Fail state that stops the timer is control flow: the interpreter logs no error.
+    # (Only moto's records: another test's runtime, stopping on this worker, may log its own.)
+    moto_errors = [r for r in caplog.records if r.name.startswith("moto") and r.levelno >= logging.ERROR]
+    assert [r.getMessage()[:80] for r in moto_errors] == []
