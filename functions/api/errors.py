@@ -32,6 +32,8 @@ from toolpipe.shared.history.errors import InvalidCursorError, QuotaExceededErro
 from toolpipe.shared.runs.errors import (
     IdempotencyConflictError,
     RunEndedError,
+    RunNotForkableError,
+    RunNotResumableError,
     RunStillRunningError,
     UnknownToolsRequestedError,
 )
@@ -52,6 +54,8 @@ STATUSES: dict[type[Exception], tuple[HTTPStatus, str]] = {
     InvalidCursorError: (HTTPStatus.BAD_REQUEST, "invalid request: query.{}"),
     RunEndedError: (HTTPStatus.CONFLICT, "{}"),
     RunStillRunningError: (HTTPStatus.CONFLICT, "{}"),
+    RunNotResumableError: (HTTPStatus.CONFLICT, "{}"),
+    RunNotForkableError: (HTTPStatus.CONFLICT, "{}"),
     ApprovalAlreadyDecidedError: (HTTPStatus.CONFLICT, "{}"),
     WrongKindError: (HTTPStatus.CONFLICT, "{}"),
     DeliveryFailedError: (HTTPStatus.SERVICE_UNAVAILABLE, "{}"),
@@ -79,7 +83,7 @@ def domain_error(error: Exception) -> Response[Any]:
 
 def idempotency_conflict(error: IdempotencyConflictError) -> Response[Any]:
     key = error.key.removeprefix(API_KEY_PREFIX)
-    message = f"Idempotency-Key {key!r} already started run {error.run_id} with a different request"
+    message = f"Idempotency-Key {key!r} already {error.did} run {error.run_id} with a different request"
     return error_response(HTTPStatus.CONFLICT, message)
 
 

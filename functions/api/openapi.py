@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from toolpipe.functions.api.identity import CALLER_RULE
 from toolpipe.shared.agents import Agent
 from toolpipe.shared.deferred.models import AnswerRequest, ApproveRequest, DenyRequest, ResultRequest
-from toolpipe.shared.messages import TIMEZONE_PATTERN, StartRunRequest
+from toolpipe.shared.messages import TIMEZONE_PATTERN, ForkRunRequest, ResumeRunRequest, StartRunRequest
 from toolpipe.shared.runs.quota import RUNNING_RETRY_AFTER_SECONDS, WINDOW_SECONDS
 from toolpipe.shared.runs.report import PAGE_LIMIT
 from toolpipe.shared.runs.views import ErrorBody
@@ -73,6 +73,8 @@ TAGS = [
 # The bodies the handlers parse themselves (`request.parsed_body`), named by `request_body`.
 REQUEST_BODIES: tuple[type[BaseModel], ...] = (
     StartRunRequest,
+    ResumeRunRequest,
+    ForkRunRequest,
     DenyRequest,
     ApproveRequest,
     AnswerRequest,
@@ -84,7 +86,7 @@ ERROR_REASONS = {
     403: "The request carries no caller identity, or API Gateway refused it before the API saw it: "
     "no valid signature or key, or a method this path does not have (`Missing Authentication Token`).",
     404: "No such run (or not the caller's).",
-    409: "A conflict: the key started another request, the run already ended (cancel), or it is "
+    409: "A conflict: the key started another request, the run already ended (cancel) or cannot be resumed or forked there, or it is "
     "still running (delete).",
     429: "Too many requests: API Gateway's throttle (any route), or, starting a run, the caller is "
     "over a quota: runs started a minute (`Retry-After`: the seconds left in the "

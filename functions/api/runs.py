@@ -20,7 +20,14 @@ from toolpipe.functions.api.request import LIMIT, PARAMETER_RULES, SEQ, RunId, S
 from toolpipe.functions.api.services import services_of
 from toolpipe.shared.costs import meter
 from toolpipe.shared.dynamo import MAX_CALLER_BYTES, caller_fits
-from toolpipe.shared.messages import IDEMPOTENCY_KEY_PATTERN, NAME_PATTERN, RunStatus, StartRunRequest
+from toolpipe.shared.messages import (
+    IDEMPOTENCY_KEY_PATTERN,
+    NAME_PATTERN,
+    ForkRunRequest,
+    ResumeRunRequest,
+    RunStatus,
+    StartRunRequest,
+)
 from toolpipe.shared.runs.quota import RUNNING_RETRY_AFTER_SECONDS, WINDOW_SECONDS
 from toolpipe.shared.runs.report import MAX_TOKEN_CHARS, PAGE_LIMIT, RUNS_PAGE_DEFAULT, TOKEN_PATTERN
 from toolpipe.shared.runs.views import (
@@ -29,6 +36,7 @@ from toolpipe.shared.runs.views import (
     RunCancelled,
     RunDetail,
     RunList,
+    RunResumed,
     RunStarted,
 )
 
@@ -65,6 +73,11 @@ RETRY_AFTER = {
 }
 
 
+RESUME_RESPONSES = documented(202, RunResumed, "The run goes on in a new execution.", 400, 403, 404, 409)
+RESUME_RESPONSES[202]["headers"] = REPLAYED
+FORK_RESPONSES = documented(202, RunStarted, "The fork started.", 400, 403, 404, 409, 429)
+FORK_RESPONSES[202]["headers"] = REPLAYED
+FORK_RESPONSES[429]["headers"] = RETRY_AFTER
 START_RESPONSES = documented(202, RunStarted, "The run started.", 400, 403, 409, 429)
 START_RESPONSES[202]["headers"] = REPLAYED
 START_RESPONSES[429]["headers"] = RETRY_AFTER
@@ -240,6 +253,82 @@ def cancel_run(run_id: RunId) -> dict[str, Any]:
     return RunCancelled(
         run_id=record.run_id, status=record.status, status_url=status_url(event, run_id)
     ).model_dump(mode="json")
+
+
+@router.post(
+    "/runs/<run_id>/resume",
+    operation_id="resumeRun",
+    tags=["runs"],
+    summary="Resume a run that ended failed or limit",
+    description="Body (optional): ResumeRunRequest. The run goes on from its last stored turn in a new "
+    "execution, with the limits raised as asked; a call already done is never run again, one in doubt "
+    "stays in doubt. With an `Idempotency-Key` header, a repeat is answered `Idempotent-Replayed: true`. "
+    "A run that is running, succeeded or was cancelled is a 409.",
+    responses=RESUME_RESPONSES,
+    openapi_extensions=request_body(ResumeRunRequest, required=False)
+    | {"parameters": START_DOCUMENT["parameters"]},
+)
+def resume_run(run_id: RunId) -> Response[dict[str, Any]]:
+    event = router.current_event
+    caller = current_caller(event)
+    request = parsed_body(event, ResumeRunRequest, "resume")
+    key = idempotency_key(event.headers)
+    record, replayed = services_of(router).resumer.resume(
+        run_id,
+        caller,
+        request.limits,
+        idempotency_key=None if key is None else API_KEY_PREFIX + key,
+        by=current_signer(event),
+    )
+    meter.attribute(run_id)
+    logger.info("run resumed", run_id=run_id, execution=record.execution, replayed=replayed)
+    return Response(
+        status_code=HTTPStatus.ACCEPTED,
+        content_type=content_types.APPLICATION_JSON,
+        headers={"Idempotent-Replayed": "true"} if replayed else None,
+        body=RunResumed(
+            run_id=record.run_id,
+            status=record.status,
+            execution=record.execution,
+            status_url=status_url(event, run_id),
+        ).model_dump(mode="json"),
+    )
+
+
+@router.post(
+    "/runs/<run_id>/fork",
+    operation_id="forkRun",
+    tags=["runs"],
+    summary="Fork a run from a turn: a new run with its first turns",
+    description="Body: ForkRunRequest. A new run whose history is the run's first `turn` turns, copied "
+    "(no tool of those turns runs again), goes on, with `input` as a new user message if given. The "
+    "fork's `forked_from` names the run and turn, and the run lists it in `forks`. Only the run's "
+    "owner may fork it (another caller, the admin included, gets a 404). With an `Idempotency-Key`, "
+    "one fork per key and body. A fork counts against the caller's quotas as a start does.",
+    responses=FORK_RESPONSES,
+    openapi_extensions=request_body(ForkRunRequest) | {"parameters": START_DOCUMENT["parameters"]},
+)
+def fork_run(run_id: RunId) -> Response[dict[str, Any]]:
+    event = router.current_event
+    caller = current_caller(event)
+    request = parsed_body(event, ForkRunRequest, "fork", empty="")
+    key = idempotency_key(event.headers)
+    record, replayed = services_of(router).forker.fork(
+        run_id, caller, request, idempotency_key=None if key is None else API_KEY_PREFIX + key
+    )
+    meter.attribute(record.run_id)
+    logger.info("run forked", run_id=record.run_id, parent=run_id, turn=request.turn, replayed=replayed)
+    return Response(
+        status_code=HTTPStatus.ACCEPTED,
+        content_type=content_types.APPLICATION_JSON,
+        headers={"Idempotent-Replayed": "true"} if replayed else None,
+        body=RunStarted(
+            run_id=record.run_id,
+            status=record.status,
+            status_url=status_url(event, record.run_id),
+            links={"self": f"/runs/{record.run_id}", "messages": f"/runs/{record.run_id}/messages"},
+        ).model_dump(mode="json"),
+    )
 
 
 @router.delete(

@@ -23,10 +23,14 @@ from toolpipe.shared.runs.factory import (
     build_approval_service,
     build_run_canceller,
     build_run_deleter,
+    build_run_forker,
+    build_run_resumer,
     build_run_starter,
     build_store,
 )
+from toolpipe.shared.runs.fork import RunForker
 from toolpipe.shared.runs.report import URL_SECONDS, RunReader
+from toolpipe.shared.runs.resume import RunResumer
 from toolpipe.shared.runs.starter import RunStarter
 from toolpipe.shared.runs.timeline_reader import TimelineReader
 from toolpipe.shared.settings import (
@@ -88,6 +92,16 @@ class ApiServices:
     def canceller(self) -> RunCanceller:
         s = self.settings
         return build_run_canceller(s.store, s.machine, s.events, s.api.admin_principal)
+
+    @cached_property
+    def resumer(self) -> RunResumer:
+        s = self.settings
+        return build_run_resumer(s.store, s.machine, s.events, s.api.admin_principal)
+
+    @cached_property
+    def forker(self) -> RunForker:
+        s = self.settings
+        return build_run_forker(s.store, s.machine, s.events, s.quota)
 
     @cached_property
     def deleter(self) -> RunDeleter:

@@ -16,9 +16,10 @@ from toolpipe.shared.messages import (
     ApprovalTaskRequest,
     ExecutionEndedRequest,
     FailRequest,
+    OutOfTimeRequest,
 )
 from toolpipe.shared.runs.deferred import ApprovalService
-from toolpipe.shared.runs.executions import run_id_of
+from toolpipe.shared.runs.executions import execution_number, run_id_of
 from toolpipe.shared.runs.factory import (
     build_approval_service,
     build_model_step,
@@ -80,6 +81,10 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         service().fail(request)
         logger.warning("run failed", error=request.error.get("Error"))
         return {"status": "failed"}
+    if isinstance(request, OutOfTimeRequest):
+        service().out_of_time(request)
+        logger.warning("run passed its max_duration")
+        return {"status": "limit"}
     decision = service().step(request, monotonic_deadline(context.get_remaining_time_in_millis()))
     logger.info("model step", status=decision.status.value, turn=decision.turn, calls=len(decision.calls))
     # Without the fields an ungated turn leaves unset: the state stays as small as before.
@@ -98,7 +103,14 @@ def execution_ended(request: ExecutionEndedRequest) -> dict[str, Any]:
     meter.attribute(run_id)
     if request.status != "SUCCEEDED":
         try:
-            service().fail(FailRequest(action="fail", run_id=run_id, error={"Error": request.reason()}))
+            service().fail(
+                FailRequest(
+                    action="fail",
+                    run_id=run_id,
+                    error={"Error": request.reason()},
+                    execution=execution_number(request.execution),
+                )
+            )
         except RunNotFoundError:
             # An execution started by hand, not by a run: nothing to mark, and retrying won't help.
             logger.warning("ended execution has no run", execution=request.execution, status=request.status)

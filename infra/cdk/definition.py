@@ -20,6 +20,11 @@ SUBSTITUTIONS = (ORCHESTRATOR_ARN, TOOL_QUEUE_URL)
 # How many tool calls of one turn run at once; the rest queue inside the Map.
 MAX_PARALLEL_CALLS = 10
 
+# The loop's branch ends with this error when the run ended (the execution succeeds), the
+# timer's with the other when the run's deadline passed.
+RUN_ENDED = "RunEnded"
+MAX_DURATION_REACHED = "MaxDurationReached"
+
 _LAMBDA_TRANSIENT = [
     "Lambda.ServiceException",
     "Lambda.AWSLambdaException",
@@ -169,19 +174,12 @@ def _tool_map(states: dict[str, Any], start: str, concurrency: int = MAX_PARALLE
     }
 
 
-def build_definition() -> dict[str, Any]:
-    orchestrator = _ref(ORCHESTRATOR_ARN)
+def _loop(orchestrator: str) -> dict[str, Any]:
+    """The agent loop, the first branch of `RunWithin`: every way out of it fails the branch
+    (`RunEnded` when the run ended, `RunFailed`), which also stops the deadline's timer."""
     return {
-        "Comment": "toolpipe: model step, tool calls fanned out over SQS, loop until a plain answer",
-        "StartAt": "Start",
-        # Ends with TIMED_OUT, which the execution-status rule turns into a failed run.
-        "TimeoutSeconds": limits.EXECUTION_TIMEOUT_SECONDS,
+        "StartAt": "CallModel",
         "States": {
-            "Start": {
-                "Type": "Pass",
-                "Parameters": {"run_id.$": "$.run_id", "results": []},
-                "Next": "CallModel",
-            },
             "CallModel": {
                 "Type": "Task",
                 "Resource": "arn:aws:states:::lambda:invoke",
@@ -229,7 +227,7 @@ def build_definition() -> dict[str, Any]:
                     },
                     {"Variable": "$.model.decision.status", "StringEquals": "tool_calls", "Next": "RunTools"},
                 ],
-                "Default": "Done",
+                "Default": "Ended",
             },
             # State names are unique across the whole machine, Map processors included: Step
             # Functions refuses a definition that repeats one (DUPLICATE_STATE_NAME), moto does not.
@@ -298,9 +296,92 @@ def build_definition() -> dict[str, Any]:
                 "Error": "RunFailed",
                 "Cause": "the model step failed; see the run record",
             },
+            # Not a Succeed: a Parallel ends when all its branches have, and the timer's may wait
+            # for hours. The Parallel's Catch makes this the execution's success.
+            "Ended": {"Type": "Fail", "Error": RUN_ENDED, "Cause": "the run ended; see the run record"},
+        },
+    }
+
+
+def _timer() -> dict[str, Any]:
+    """The second branch of `RunWithin`: a run with a deadline (its `max_duration`, in the
+    execution's input) waits for it in a Wait state, no Lambda running, then fails the branch,
+    which stops the loop wherever it is, calls in flight included."""
+    return {
+        "StartAt": "HasDeadline",
+        "States": {
+            "HasDeadline": {
+                "Type": "Choice",
+                # In order, the first that holds: the starter always sends `deadline` (null for
+                # none), so the path a comparison reads is there; an input without it (started by
+                # hand) has no deadline either.
+                "Choices": [
+                    {"Variable": "$.started_with.deadline", "IsPresent": False, "Next": "NoDeadline"},
+                    {"Variable": "$.started_with.deadline", "IsNull": True, "Next": "NoDeadline"},
+                ],
+                "Default": "WaitForDeadline",
+            },
+            "NoDeadline": {"Type": "Succeed"},
+            "WaitForDeadline": {
+                "Type": "Wait",
+                "TimestampPath": "$.started_with.deadline",
+                "Next": "DeadlinePassed",
+            },
+            "DeadlinePassed": {
+                "Type": "Fail",
+                "Error": MAX_DURATION_REACHED,
+                "Cause": "the run passed its max_duration",
+            },
+        },
+    }
+
+
+def build_definition() -> dict[str, Any]:
+    orchestrator = _ref(ORCHESTRATOR_ARN)
+    return {
+        "Comment": "toolpipe: model step, tool calls fanned out over SQS, loop until a plain answer",
+        "StartAt": "Start",
+        # Ends with TIMED_OUT, which the execution-status rule turns into a failed run.
+        "TimeoutSeconds": limits.EXECUTION_TIMEOUT_SECONDS,
+        "States": {
+            "Start": {
+                "Type": "Pass",
+                # `started_with`: the execution's input (`ExecutionInput`), the deadline's source.
+                "Parameters": {"run_id.$": "$.run_id", "results": [], "started_with.$": "$"},
+                "Next": "RunWithin",
+            },
+            # The loop, raced by the run's deadline: whichever branch ends first ends the other.
+            "RunWithin": {
+                "Type": "Parallel",
+                "Branches": [_loop(orchestrator), _timer()],
+                "Catch": [
+                    {"ErrorEquals": [RUN_ENDED], "ResultPath": None, "Next": "Done"},
+                    {"ErrorEquals": [MAX_DURATION_REACHED], "ResultPath": None, "Next": "OutOfTime"},
+                ],
+                "ResultPath": None,
+                "Next": "Done",
+            },
+            # The orchestrator answers the calls in flight as not completed and ends the run `limit`.
+            "OutOfTime": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "Parameters": {
+                    "FunctionName": orchestrator,
+                    "Payload": {"action": "out_of_time", "run_id.$": "$.run_id"},
+                },
+                "ResultPath": None,
+                "Retry": [{"ErrorEquals": _LAMBDA_TRANSIENT, "IntervalSeconds": 2, "MaxAttempts": 6}],
+                "Next": "Done",
+            },
             "Done": {"Type": "Succeed"},
         },
     }
+
+
+def loop_states(definition: dict[str, Any]) -> dict[str, Any]:
+    """The agent loop's states (CallModel, Route, the Maps, MarkFailed) inside `definition`."""
+    states: dict[str, Any] = definition["States"]["RunWithin"]["Branches"][0]["States"]
+    return states
 
 
 def definition_json() -> str:

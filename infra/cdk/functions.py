@@ -93,9 +93,9 @@ API = FunctionSpec(
     construct_id="Api",
     handler="toolpipe.functions.api.handler.lambda_handler",
     timeout_seconds=limits.API_TIMEOUT_SECONDS,
-    # Runs it starts (failed when they cannot start) or cancels, and the results people and
+    # Runs it starts or resumes (failed when they cannot start) or cancels, and the results people and
     # programs post for waiting calls.
-    publishes=("RunStarted", "RunFailed", "RunCancelled", "ToolCallCompleted"),
+    publishes=("RunStarted", "RunResumed", "RunFailed", "RunCancelled", "ToolCallCompleted"),
 )
 # S3 files and RunRequested events (infra/cdk/constructs/triggers.py, README "Triggers").
 TRIGGERS = FunctionSpec(

@@ -191,3 +191,34 @@ def reason_text(text: str) -> str:
     if not text.strip() or len(text) > 1000:
         raise argparse.ArgumentTypeError("the reason is 1 to 1000 characters, not blank")
     return text
+
+
+def _at_least_one(kind: type[int] | type[float]) -> Any:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+        return value
+
+    return parse
+
+
+def add_limit_flags(command: argparse.ArgumentParser) -> None:
+    """`resume`'s flags: the agent's limits to raise, each named as the agent names it."""
+    for name, kind, what in (
+        ("max_iterations", int, "model turns in all"),
+        ("max_tool_calls", int, "tool calls in all"),
+        ("max_tokens", int, "tokens in all"),
+        ("max_cost_usd", float, "model cost in all, in USD"),
+        ("max_duration", int, "wall-clock seconds from the resume"),
+    ):
+        command.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=_at_least_one(kind),
+            metavar="N",
+            help=f"raise the agent's {name} ({what}) for the rest of the run",
+        )

@@ -135,6 +135,17 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
         "delete", help="delete an ended run and its child runs now (every item and stored object)", **options
     )
     delete_parser.add_argument("run_id", type=arguments.run_id)
+    resume_parser = commands.add_parser(
+        "resume", help="resume a run that ended failed or limit, from its last stored turn", **options
+    )
+    resume_parser.add_argument("run_id", type=arguments.run_id)
+    arguments.add_limit_flags(resume_parser)
+    fork_parser = commands.add_parser(
+        "fork", help="start a new run from a run's first N turns (copied, never run again)", **options
+    )
+    fork_parser.add_argument("run_id", type=arguments.run_id)
+    fork_parser.add_argument("--turn", type=int, required=True, metavar="N", help="how many turns to keep")
+    fork_parser.add_argument("--input", metavar="TEXT", help="a new user message the fork goes on with")
     approvals_parser = commands.add_parser(
         "approvals", help="list the tool calls that wait for your approval (and decided ones)", **options
     )
@@ -176,6 +187,8 @@ def _parser(out: TextIO, err: TextIO, json_errors: bool, remote: bool) -> argpar
         run_parser,
         show_parser,
         delete_parser,
+        resume_parser,
+        fork_parser,
         approvals_parser,
         approve_parser,
         deny_parser,

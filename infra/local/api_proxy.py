@@ -32,6 +32,8 @@ RESOURCES: dict[str, tuple[str, ...]] = {
     "/runs": ("GET", "POST"),
     "/runs/{run_id}": ("GET", "DELETE"),
     "/runs/{run_id}/cancel": ("POST",),
+    "/runs/{run_id}/resume": ("POST",),
+    "/runs/{run_id}/fork": ("POST",),
     "/runs/{run_id}/messages": ("GET",),
     "/runs/{run_id}/messages/{seq}": ("GET",),
     "/runs/{run_id}/timeline": ("GET",),

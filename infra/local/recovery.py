@@ -118,7 +118,7 @@ def resume_runs(
     resumed = []
     for run in planned:
         try:
-            starter.start(run.run_id, run.execution + 1)
+            starter.start(run.run_id, run.execution + 1, run.deadline)
             resumed.append(run.run_id)
         except Exception as e:
             _fail(store, reporter, run, e, events)

@@ -35,6 +35,7 @@ from toolpipe.infra.cdk.definition import (
 from toolpipe.infra.cdk.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_RUNNER, TOOL_WORKER, TRIGGERS
 from toolpipe.infra.local import (
     clients,
+    control_flow_logs,
     deployment,
     execution_events,
     iam,
@@ -210,6 +211,7 @@ class LocalRuntime:
         self._undo.callback(lambdas.install())
         # A tool run in this process (an agent registered in code) follows its links here.
         self._undo.callback(s3_links.install())
+        self._undo.callback(control_flow_logs.install())
         patches.install()
         self._undo.callback(serial.install())
         self._undo.callback(execution_events.install())

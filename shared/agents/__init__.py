@@ -112,7 +112,12 @@ def reply_agent(run: RunRecord, reply: AssistantMessage) -> Agent:
 def agent_in_run(run: RunRecord, name: str | None) -> Agent:
     """The agent `name` (None: the run's own) as the run extends every agent it runs: its MCP
     servers, and `read_input` if an S3 object started it."""
-    return agent_for(name or run.agent, run.mcp_servers, reads_input=run.input_object is not None)
+    agent = agent_for(name or run.agent, run.mcp_servers, reads_input=run.input_object is not None)
+    if run.limits is None:
+        return agent
+    # Limits a resume raised replace the agent's own for the rest of the run.
+    raised: dict[str, Any] = run.limits.given()
+    return dataclasses.replace(agent, **raised)
 
 
 def agent_for(name: str, mcp_servers: Sequence[str] | None, *, reads_input: bool) -> Agent:

@@ -20,12 +20,16 @@ from toolpipe.shared.tools.tool import positive_seconds
 # budget continues in a fresh execution. Measured on the state machine as built (moto's
 # interpreter; tests/e2e/test_limits.py measures each again):
 HISTORY_EVENT_LIMIT = 25_000
-EVENTS_PER_RUN = 13  # start, the last model step, Done
+EVENTS_PER_RUN = (
+    22  # start, the race of the loop and the deadline's timer (RunWithin), the last model step, Done
+)
 EVENTS_PER_TURN = 11  # a model step that dispatched calls, and its Map
 EVENTS_PER_CALL = 8  # one call its worker answered
 EVENTS_PER_STEP_RETRY = 3  # a failed Lambda attempt: TaskFailed, TaskScheduled, TaskStarted
 EVENTS_PER_FAILED_CALL = 2  # more, when the task times out or misses a heartbeat: the Catch's CallFailed
-EVENTS_PER_FAILED_ENDING = 2  # more, when the run ends through MarkFailed instead of Done
+EVENTS_PER_FAILED_ENDING = (
+    0  # more, when the run ends through MarkFailed: as many as the RunEnded way out (both leave RunWithin)
+)
 # A call in a turn with a call that waits for approval: its branch's NeedsApproval Choice, and
 # for a gated call the WaitForApproval task (measured 8 with the Choice; a denial writes fewer
 # than a dispatch; a deferred call's WaitForResult as many). Counted for every call of an agent
@@ -111,6 +115,11 @@ class Agent:
     max_agent_depth: int = 3
     # The same tool with the same arguments this many times ends the run: the model is looping.
     max_identical_calls: int = 3
+    # Wall-clock seconds a run may take from its start (or its resume), time waiting for a
+    # person included; past it the state machine ends the run `limit` (shared/runs/time_limit.py).
+    # None: no limit but the state machine's own. A start request may ask for less.
+    # Whole seconds: Step Functions waits to the second.
+    max_duration: int | None = None
     tool_provider: ToolProvider | None = None
     # Longer results are stored whole in S3; the model reads this many characters and a reference.
     max_result_chars: int | None = 20_000
@@ -141,6 +150,11 @@ class Agent:
         if self.tool_timeout_seconds is not None and not positive_seconds(self.tool_timeout_seconds):
             raise DefinitionError(
                 f"agent '{self.name}': tool_timeout_seconds is a number of seconds above 0, or None"
+            )
+        # Whole seconds: Step Functions waits to the second, and DynamoDB stores no float.
+        if self.max_duration is not None and (type(self.max_duration) is not int or self.max_duration < 1):
+            raise DefinitionError(
+                f"agent '{self.name}': max_duration is a whole number of seconds, 1 or more, or None"
             )
         if self.max_cost_usd is not None and self.price is None:
             raise DefinitionError(f"agent '{self.name}': max_cost_usd needs a price to count cost with")

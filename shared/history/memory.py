@@ -163,6 +163,20 @@ class MemoryHistoryStore:
                 update={"execution": execution, "execution_start_turn": start_turn}
             )
 
+    def resume_run(self, run: RunRecord, resumed: RunRecord) -> bool:
+        with self._lock:
+            now = self.get_run(run.run_id)
+            if now.status is not run.status or now.execution != run.execution:
+                return False
+            self.runs[run.run_id] = resumed.model_copy(update={"error": None, "retain_until": None})
+            return True
+
+    def add_fork(self, run_id: str, fork_id: str) -> None:
+        with self._lock:
+            run = self.get_run(run_id)
+            if fork_id not in run.forks:
+                self.runs[run_id] = run.model_copy(update={"forks": [*run.forks, fork_id]})
+
     def expire_ended(self, run_id: str) -> None:
         pass  # nothing here expires: the record's `retain_until` is all there is
 

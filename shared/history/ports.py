@@ -85,6 +85,16 @@ class RunRecords(Protocol):
         """Record which execution of the run is current, and the turn it starts after."""
         ...
 
+    def resume_run(self, run: RunRecord, resumed: RunRecord) -> bool:
+        """Make the ended `run` running again as `resumed` (its status, next execution, its turn,
+        limits, deadline and resumes) if its status and execution are still `run`'s; False, with
+        nothing changed, when another writer got there first."""
+        ...
+
+    def add_fork(self, run_id: str, fork_id: str) -> None:
+        """List `fork_id` among the run's forks (`RunRecord.forks`); again, nothing changes."""
+        ...
+
     def expire_ended(self, run_id: str) -> None:
         """Give an ended run's items and objects the expiry its record holds, where an ending
         that died half-way left some without (nothing for a running run). `finish_run` does it

@@ -3,9 +3,11 @@ count usage, end, expire, delete and list runs; the running slots of a caller's 
 token a child run answers. Keys: `shared/dynamo.py`.
 """
 
+import json
 import random
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -121,7 +123,8 @@ class RunRecordStore(RunTable):
         meta = {
             "pk": run_pk(record.run_id),
             "sk": META_SK,
-            **record.model_dump(mode="json", exclude={"usage", "tree_usage"}),
+            # `forks` is a string set, added to (`add_fork`), never written whole.
+            **record.model_dump(mode="json", exclude={"usage", "tree_usage", "forks"}),
             **caller_index_keys(record),
             **dict.fromkeys(USAGE_FIELDS, 0),
             **dict.fromkeys(TREE_FIELDS, 0),
@@ -372,6 +375,55 @@ class RunRecordStore(RunTable):
             UpdateExpression="SET #execution = :n, execution_start_turn = :t",
             ExpressionAttributeNames={"#execution": "execution"},
             ExpressionAttributeValues={":n": execution, ":t": start_turn},
+        )
+
+    def resume_run(self, run: RunRecord, resumed: RunRecord) -> bool:
+        """Make the ended `run` running again as `resumed` (its next execution, limits, deadline
+        and resumes), if it is still as read: False (nothing changed) when another writer got there
+        first. The record no longer expires; its items keep their stamps until it ends again."""
+        fields = (
+            "status",
+            "execution",
+            "execution_start_turn",
+            "limits",
+            "deadline",
+            "resumes",
+            "updated_at",
+        )
+        # DynamoDB takes numbers as Decimal, never float (a limit in USD).
+        values = json.loads(resumed.model_dump_json(include=set(fields)), parse_float=Decimal)
+        values = {name: value for name, value in values.items() if value is not None}
+        try:
+            self._table.update_item(
+                Key={"pk": run_pk(run.run_id), "sk": META_SK},
+                UpdateExpression="SET "
+                + ", ".join(f"#{name} = :{name}" for name in values)
+                + f" REMOVE #error, #{retention.RETAIN_UNTIL}",
+                ConditionExpression="#status = :was AND #execution = :was_execution",
+                ExpressionAttributeNames={
+                    **{f"#{name}": name for name in [*values, "execution", "status"]},
+                    "#error": "error",
+                    f"#{retention.RETAIN_UNTIL}": retention.RETAIN_UNTIL,
+                },
+                ExpressionAttributeValues={
+                    **{f":{name}": value for name, value in values.items()},
+                    ":was": run.status.value,
+                    ":was_execution": run.execution,
+                },
+            )
+        except ClientError as e:
+            if not lost_race(e):
+                raise
+            return False
+        return True
+
+    def add_fork(self, run_id: str, fork_id: str) -> None:
+        """List `fork_id` among the run's forks; adding it again changes nothing (a set)."""
+        self._table.update_item(
+            Key={"pk": run_pk(run_id), "sk": META_SK},
+            UpdateExpression="ADD forks :fork",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":fork": {fork_id}},
         )
 
     def record_handoffs(self, run_id: str, handoffs: list[HandoffRecord], active: str, known: int) -> bool:

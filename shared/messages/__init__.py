@@ -17,9 +17,12 @@ from toolpipe.shared.messages.history import (
     UserMessage,
 )
 from toolpipe.shared.messages.records import (
+    ForkOrigin,
     HandoffRecord,
     InputObject,
     ParentCall,
+    ResumeRecord,
+    RunLimits,
     RunRecord,
     RunStatus,
     RunSummary,
@@ -27,6 +30,7 @@ from toolpipe.shared.messages.records import (
 )
 from toolpipe.shared.messages.requests import (
     IDEMPOTENCY_KEY_PATTERN,
+    MAX_DURATION_SECONDS,
     MAX_METADATA_ENTRIES,
     MAX_METADATA_VALUE_CHARS,
     MAX_PROMPT_CHARS,
@@ -37,8 +41,10 @@ from toolpipe.shared.messages.requests import (
     NOT_BLANK_PATTERN,
     TIMEZONE_PATTERN,
     WHITESPACE,
+    ForkRunRequest,
     MetadataKey,
     MetadataValue,
+    ResumeRunRequest,
     StartRunRequest,
 )
 from toolpipe.shared.messages.steps import (
@@ -52,6 +58,7 @@ from toolpipe.shared.messages.steps import (
     ExecutionInput,
     FailRequest,
     OrchestratorRequest,
+    OutOfTimeRequest,
     StepRequest,
     ToolCallMessage,
 )
@@ -59,6 +66,7 @@ from toolpipe.shared.messages.steps import (
 __all__ = [
     "HISTORY_ITEM",
     "IDEMPOTENCY_KEY_PATTERN",
+    "MAX_DURATION_SECONDS",
     "MAX_METADATA_ENTRIES",
     "MAX_METADATA_VALUE_CHARS",
     "MAX_PROMPT_CHARS",
@@ -79,6 +87,8 @@ __all__ = [
     "ExecutionEndedRequest",
     "ExecutionInput",
     "FailRequest",
+    "ForkOrigin",
+    "ForkRunRequest",
     "HandoffAction",
     "HandoffRecord",
     "HistoryItem",
@@ -86,7 +96,11 @@ __all__ = [
     "MetadataKey",
     "MetadataValue",
     "OrchestratorRequest",
+    "OutOfTimeRequest",
     "ParentCall",
+    "ResumeRecord",
+    "ResumeRunRequest",
+    "RunLimits",
     "RunRecord",
     "RunStatus",
     "RunSummary",

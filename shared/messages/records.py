@@ -65,6 +65,51 @@ class TraceContext(BaseModel):
     sampled: bool = True
 
 
+class RunLimits(BaseModel):
+    """Limits a resume raises, named as the agent names them (`shared/agents/agent.py`); each
+    replaces the agent's own for the rest of the run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    max_iterations: int | None = Field(default=None, ge=1, le=100_000, description="Model turns in all.")
+    max_tool_calls: int | None = Field(default=None, ge=1, le=1_000_000, description="Tool calls in all.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Tokens in all.")
+    max_cost_usd: float | None = Field(
+        default=None, gt=0, le=1_000_000, description="Model cost in all, USD."
+    )
+    max_repair_turns: int | None = Field(default=None, ge=1, le=1_000)
+    max_identical_calls: int | None = Field(default=None, ge=1, le=1_000)
+    max_duration: int | None = Field(
+        default=None, ge=1, le=365 * 24 * 3600, description="Wall-clock seconds from the resume."
+    )
+
+    def given(self) -> dict[str, int | float]:
+        """The limits set here, by name."""
+        return {name: value for name, value in self.model_dump().items() if value is not None}
+
+
+class ResumeRecord(BaseModel):
+    """One resume of a run (`POST /runs/{id}/resume`), as its record lists them."""
+
+    model_config = ConfigDict(frozen=True)
+    execution: int = Field(description="The execution the run went on in.")
+    turn: int = Field(description="The last turn stored when it resumed; the run goes on from there.")
+    ended: RunStatus = Field(description="How the run had ended: failed or limit.")
+    error: str | None = Field(default=None, description="Why it had ended.")
+    limits: RunLimits | None = Field(default=None, description="The limits this resume raised.")
+    by: str = Field(description="Who resumed it.")
+    at: str = Field(default_factory=utc_now)
+    # A hash of the Idempotency-Key it came with (a retry with the same key is this resume).
+    key: str | None = Field(default=None, exclude=False, repr=False)
+
+
+class ForkOrigin(BaseModel):
+    """The run and turn a fork was made from (`POST /runs/{id}/fork`)."""
+
+    model_config = ConfigDict(frozen=True)
+    run_id: str
+    turn: int = Field(description="The fork's history is the parent's first `turn` turns, copied.")
+
+
 class HandoffRecord(BaseModel):
     """One change of the agent that answers a run, as its record lists them."""
 
@@ -126,6 +171,16 @@ class RunRecord(BaseModel):
     # The agent answering now, when a handoff moved the run from `agent` (which started it).
     active_agent: str | None = None
     handoffs: list[HandoffRecord] = Field(default_factory=list)
+    # The run's wall-clock limit in seconds (its agent's `max_duration`, or less as the start
+    # asked) and when it passes (RFC 3339, UTC): each execution's timer waits for `deadline`.
+    max_duration: int | None = None
+    deadline: str | None = None
+    # Limits raised by resumes (the agent's own for the others), and every resume, in order.
+    limits: RunLimits | None = None
+    resumes: list[ResumeRecord] = Field(default_factory=list)
+    # A fork's origin; a run's forks (their ids, in no set order: a set, written idempotently).
+    forked_from: ForkOrigin | None = None
+    forks: list[str] = Field(default_factory=list)
     # None for runs recorded before traces were: their trace id is derived from the root run's id.
     trace: TraceContext | None = None
     created_at: str = Field(default_factory=utc_now)

@@ -17,6 +17,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from toolpipe.shared.messages.common import text_safe
+from toolpipe.shared.messages.records import RunLimits
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # agent and tool names (OpenAI function names allow the same)
 TIMEZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$"  # no dots: no "../" paths
@@ -30,6 +31,8 @@ MAX_PROMPT_CHARS = 100_000
 WHITESPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NOT_BLANK_PATTERN = f"[^{WHITESPACE}]"
 MAX_TOOLS = 128
+# A year: Step Functions' own bound on a Standard execution.
+MAX_DURATION_SECONDS = 365 * 24 * 3600
 MAX_RUN_MCP_SERVERS = 5
 # Metadata is a few labels, stored in the run record (one DynamoDB item): bounded in count and size.
 MAX_METADATA_ENTRIES = 16
@@ -71,6 +74,13 @@ class StartRunRequest(BaseModel):
         description="MCP server URLs (streamable HTTP) whose tools this run offers too, named mcp_<tool> "
         "(mcp1_, mcp2_... for several). Refused unless the deployment allows it "
         "(TOOLPIPE_ALLOW_RUN_MCP_SERVERS): the workers would call any URL a caller names.",
+    )
+    max_duration: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DURATION_SECONDS,
+        description="Wall-clock seconds the run may take, time waiting for a person included; past "
+        "them the run ends `limit`. At most the agent's own `max_duration`, when it has one.",
     )
     metadata: dict[MetadataKey, MetadataValue] | None = Field(
         default=None,
@@ -123,3 +133,40 @@ class StartRunRequest(BaseModel):
                     {"zone": repr(value)},
                 ) from e
         return value
+
+
+class ResumeRunRequest(BaseModel):
+    """The body of `POST /runs/{run_id}/resume` (optional: an empty body raises nothing)."""
+
+    model_config = ConfigDict(extra="forbid")
+    limits: RunLimits | None = Field(
+        default=None,
+        description='Limits to raise, named as the agent names them, e.g. {"max_tool_calls": 80}; '
+        "each replaces the agent's own for the rest of the run.",
+    )
+
+
+class ForkRunRequest(BaseModel):
+    """The body of `POST /runs/{run_id}/fork`."""
+
+    model_config = ConfigDict(extra="forbid")
+    turn: int = Field(
+        ge=0,
+        le=100_000,
+        description="The fork's history is the run's first `turn` model turns (0: its first message "
+        "only), copied: no tool of those turns runs again. The turn must be complete (every call "
+        "answered).",
+    )
+    input: str | None = Field(
+        default=None,
+        max_length=MAX_PROMPT_CHARS,
+        description="A new user message the fork goes on with; omitted, it goes on from the history.",
+        json_schema_extra={"pattern": NOT_BLANK_PATTERN},
+    )
+
+    @field_validator("input")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not re.search(NOT_BLANK_PATTERN, value):
+            raise PydanticCustomError("blank", "the input is blank")
+        return None if value is None else text_safe(value)

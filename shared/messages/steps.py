@@ -18,6 +18,8 @@ class ExecutionInput(BaseModel):
     """The whole input of a state machine execution: a reference, never the conversation."""
 
     run_id: str
+    # When the run's max_duration passes (RFC 3339, UTC): the state machine's timer waits for it.
+    deadline: str | None = None
 
 
 class CallRef(BaseModel):
@@ -87,6 +89,17 @@ class FailRequest(BaseModel):
     action: Literal["fail"]
     run_id: str
     error: dict[str, Any] = Field(default_factory=dict)
+    # The execution that ended, when the execution-status rule sent it (None: the state
+    # machine's own Catch, in the run's current execution).
+    execution: int | None = None
+
+
+class OutOfTimeRequest(BaseModel):
+    """Orchestrator input when the run's deadline passed (the state machine's timer): answer its
+    calls in flight as not completed and end it `limit`."""
+
+    action: Literal["out_of_time"]
+    run_id: str
 
 
 class ApprovalTaskRequest(BaseModel):
@@ -141,6 +154,7 @@ class ExecutionEndedRequest(BaseModel):
 
 
 OrchestratorRequest = Annotated[
-    StepRequest | FailRequest | ExecutionEndedRequest | ApprovalTaskRequest, Field(discriminator="action")
+    StepRequest | FailRequest | ExecutionEndedRequest | ApprovalTaskRequest | OutOfTimeRequest,
+    Field(discriminator="action"),
 ]
 ORCHESTRATOR_REQUEST: TypeAdapter[OrchestratorRequest] = TypeAdapter(OrchestratorRequest)

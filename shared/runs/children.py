@@ -9,6 +9,7 @@ import hashlib
 from collections.abc import Iterator
 
 from toolpipe.shared.agents import Agent, get_agent
+from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.errors import ErrorKind, ToolpipeError
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.history.errors import RunNotFoundError
@@ -26,6 +27,7 @@ from toolpipe.shared.runs.calls import result_slot
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.results import fit_for_model
+from toolpipe.shared.runs.time_limit import deadline_after, earliest
 from toolpipe.shared.telemetry import child_trace
 
 PARENT_CANCELLED = "its parent run was cancelled"
@@ -62,6 +64,12 @@ def start_child(
     by the parent's call slot."""
     child_id = child_run_id(run.run_id, seq)
     store.put_parent_token(child_id, task_token)
+    # A child ends by its parent's deadline, and by its own agent's max_duration when sooner.
+    try:
+        own_limit = get_agent(child_agent).max_duration
+    except UnknownAgentError:
+        own_limit = None  # its first step fails it, saying so
+    deadline = earliest(run.deadline, deadline_after(own_limit))
     child = RunRecord(
         run_id=child_id,
         agent=child_agent,
@@ -72,8 +80,11 @@ def start_child(
         root_run_id=run.root_run_id or run.run_id,
         depth=run.depth + 1,
         trace=child_trace(run, seq),
+        deadline=deadline,
+        max_duration=run.max_duration if deadline == run.deadline else own_limit,
     )
-    if store.create_run(child, UserMessage(seq=1, turn=0, content=task)):
+    created = store.create_run(child, UserMessage(seq=1, turn=0, content=task))
+    if created:
         events.run_started(child)  # only where it was created: a redelivery finds it there
     # Read after the child is written: a cancel of the parent either saw the child (and
     # cancelled it) or ended before it existed, and is seen here. No child outlives it.
@@ -81,7 +92,8 @@ def start_child(
         if store.finish_run(child_id, RunStatus.CANCELLED, error=PARENT_CANCELLED):
             events.run_ended(store, child_id)
         return child_id
-    starter.start(child_id)
+    # A redelivery's child was created earlier, with the deadline of then.
+    starter.start(child_id, deadline=child.deadline if created else store.get_run(child_id).deadline)
     return child_id
 
 

@@ -7,10 +7,11 @@ from toolpipe.shared.errors import ToolpipeError
 class IdempotencyConflictError(ToolpipeError):
     """An idempotency key already started a run with a different request."""
 
-    def __init__(self, key: str, run_id: str) -> None:
-        super().__init__(f"idempotency key {key!r} already started run {run_id} with a different request")
+    def __init__(self, key: str, run_id: str, did: str = "started") -> None:
+        super().__init__(f"idempotency key {key!r} already {did} run {run_id} with a different request")
         self.key = key
         self.run_id = run_id
+        self.did = did
 
 
 class RunEndedError(ToolpipeError):
@@ -20,6 +21,22 @@ class RunEndedError(ToolpipeError):
         super().__init__(f"run {run_id} already ended ({status}): only a running run can be cancelled")
         self.run_id = run_id
         self.status = status
+
+
+class RunNotResumableError(ToolpipeError):
+    """Only a run that ended failed or limit can be resumed (a 409)."""
+
+    def __init__(self, run_id: str, why: str) -> None:
+        super().__init__(f"run {run_id} cannot be resumed: {why}; only a run that ended failed or limit can")
+        self.run_id = run_id
+
+
+class RunNotForkableError(ToolpipeError):
+    """The turn asked for is past the run's, or not complete (a 409)."""
+
+    def __init__(self, run_id: str, why: str) -> None:
+        super().__init__(f"run {run_id} cannot be forked there: {why}")
+        self.run_id = run_id
 
 
 class RunStillRunningError(ToolpipeError):

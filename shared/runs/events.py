@@ -93,6 +93,18 @@ class RunStarted(RunEvent):
     started_at: str = _time("When the run was created")
 
 
+class RunResumed(RunEvent):
+    """A run that ended failed or limit goes on from its last stored turn, in a new execution
+    (`POST /runs/{id}/resume`): once per resume, never for a retry with the same key."""
+
+    status: Literal["running"] = "running"
+    execution: int = Field(ge=2, description="The run's execution it goes on in (its first is 1).")
+    turn: int = Field(ge=0, description="The last turn stored; the run goes on after it.")
+    ended: Literal["failed", "limit"] = Field(description="How the run had ended.")
+    limits: dict[str, float] = Field(description="The limits this resume raised, by the agent's names.")
+    resumed_at: str = _time("When it was resumed")
+
+
 class ToolCallCompleted(RunEvent):
     """A tool call's outcome was stored: once per call, whoever stored it (the worker that ran
     it; the orchestrator for calls it refused or that did not complete; a child run's ending
@@ -240,6 +252,7 @@ class ToolCallRequested(RunEvent):
 
 DETAIL_TYPES: tuple[type[RunEvent], ...] = (
     RunStarted,
+    RunResumed,
     ToolCallCompleted,
     RunCompleted,
     RunFailed,
@@ -266,6 +279,19 @@ def run_started(run: RunRecord) -> RunStarted:
         parent_run_id=run.parent.run_id if run.parent else None,
         depth=run.depth,
         started_at=run.created_at,
+    )
+
+
+def run_resumed(run: RunRecord) -> RunResumed:
+    """The event for the run's last resume."""
+    resume = run.resumes[-1]
+    return RunResumed(
+        **_about(run),
+        execution=resume.execution,
+        turn=resume.turn,
+        ended=resume.ended.value,
+        limits=resume.limits.given() if resume.limits else {},
+        resumed_at=resume.at,
     )
 
 
@@ -342,6 +368,9 @@ class EventPublisher:
 
     def run_started(self, run: RunRecord) -> None:
         self.publish(lambda: run_started(run))
+
+    def run_resumed(self, run: RunRecord) -> None:
+        self.publish(lambda: run_resumed(run))
 
     def tool_call_completed(self, run: RunRecord, result: ToolResult) -> None:
         self._spans.tool_call_completed(run, result)

@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     from toolpipe.shared.runs.cancel import RunCanceller
     from toolpipe.shared.runs.deferred import ApprovalService
     from toolpipe.shared.runs.delete import RunDeleter
+    from toolpipe.shared.runs.fork import RunForker
     from toolpipe.shared.runs.model_step import ModelStep
+    from toolpipe.shared.runs.resume import RunResumer
     from toolpipe.shared.runs.starter import RunStarter
     from toolpipe.shared.runs.tool_executor import ToolCallExecutor
     from toolpipe.shared.runs.triggers import TriggerService
@@ -214,6 +216,34 @@ def build_run_canceller(
         StepFunctionsStopper(boto3.client("stepfunctions"), machine.state_machine_arn),
         admin_principal,
         events=build_events(events),
+    )
+
+
+def build_run_resumer(
+    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, admin_principal: str | None
+) -> "RunResumer":
+    from toolpipe.shared.runs.resume import RunResumer
+
+    return RunResumer(
+        build_store(store),
+        StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
+        admin_principal,
+        events=build_events(events),
+    )
+
+
+def build_run_forker(
+    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, quota: QuotaSettings
+) -> "RunForker":
+    """`quota`: the per-caller quotas a fork counts against, as `POST /runs` does."""
+    from toolpipe.shared.runs.fork import RunForker
+    from toolpipe.shared.runs.quota import RunQuota
+
+    return RunForker(
+        build_store(store),
+        StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
+        events=build_events(events),
+        quota=RunQuota(quota),
     )
 
 

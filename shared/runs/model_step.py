@@ -15,7 +15,6 @@ from toolpipe.shared.agents import (
     Agent,
     BeforeModel,
     Handoff,
-    HandoffContext,
     agent_in_run,
     get_agent,
     reply_agent,
@@ -24,10 +23,11 @@ from toolpipe.shared.agents import (
 )
 from toolpipe.shared.agents.app import loaded_version
 from toolpipe.shared.agents.errors import UnknownAgentError
-from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_exception, describe_validation_error
+from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_validation_error
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.messages import (
     AssistantMessage,
+    CallOutcome,
     CallRef,
     Decision,
     DecisionStatus,
@@ -35,6 +35,7 @@ from toolpipe.shared.messages import (
     HandoffAction,
     HandoffRecord,
     HistoryItem,
+    OutOfTimeRequest,
     RunRecord,
     RunStatus,
     StepRequest,
@@ -49,8 +50,9 @@ from toolpipe.shared.runs import children
 from toolpipe.shared.runs.calls import assign_call_ids, result_slot
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.executions import execution_number, needs_fresh_execution
-from toolpipe.shared.runs.handoffs import Chain, allowed_tools, filtered_history, follow, transfer_refusal
+from toolpipe.shared.runs.handoffs import Chain, allowed_tools, checked_transfer, filtered_history, follow
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
+from toolpipe.shared.runs.resume import resumed_after
 from toolpipe.shared.runs.rules import (
     budget_reached,
     calls_limit,
@@ -61,6 +63,7 @@ from toolpipe.shared.runs.rules import (
     tree_budget_reached,
 )
 from toolpipe.shared.runs.starter import tools_for
+from toolpipe.shared.runs.time_limit import not_completed_reason, out_of_time_reason
 from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.runs.triggers import AnswerWriter
 from toolpipe.shared.settings import CallTimeouts
@@ -141,7 +144,7 @@ class ModelStep:
         ):
             # This execution already handed the run on and died before returning: make sure
             # the next one runs (starting it again does nothing), and end this one.
-            self._starters(request.state_machine_arn).start(run.run_id, run.execution)
+            self._starters(request.state_machine_arn).start(run.run_id, run.execution, run.deadline)
             return Decision(status=DecisionStatus.CONTINUED, turn=run.turn)
         history = self._store.load_history(run.run_id)
         last = next((i for i in reversed(history) if isinstance(i, AssistantMessage)), None)
@@ -191,7 +194,7 @@ class ModelStep:
             step.history.extend(missing)
             step.history.sort(key=lambda item: item.seq)
         failure = tool_failure(step.agent, reply, step.history)
-        if failure is not None:
+        if failure is not None and not resumed_after(step.run, reply.turn):
             return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=failure)
         direct = direct_results(step.agent, reply, step.history)
         if direct:
@@ -277,7 +280,7 @@ class ModelStep:
         Recorded first: a retry of this step finds the next execution named and started."""
         following = step.run.execution + 1
         self._store.set_execution(step.run.run_id, following, step.run.turn)
-        starter.start(step.run.run_id, following)
+        starter.start(step.run.run_id, following, step.run.deadline)
         return Decision(status=DecisionStatus.CONTINUED, turn=step.run.turn)
 
     def _ask_model(self, step: _Step, deadline: float) -> AssistantMessage | Decision:
@@ -543,7 +546,9 @@ class ModelStep:
             )
             kind = ErrorKind.HANDOFF_REFUSED
         else:
-            content, kind = self._checked_transfer(step, call, handoff, reply.turn)
+            content, kind = checked_transfer(
+                step.run, step.agent.name, step.history, call, handoff, reply.turn
+            )
             if kind is None:
                 action = HandoffAction(kind="transfer", agent=target, by="model")
         result = ToolResult(
@@ -562,58 +567,6 @@ class ModelStep:
             stored = self._store.get_item(run.run_id, seq)
             action = stored.handoff if isinstance(stored, ToolResult) else None
         return taken or (action.agent if action is not None else None)
-
-    @staticmethod
-    def _checked_transfer(
-        step: _Step, call: ToolCall, handoff: Handoff, turn: int
-    ) -> tuple[str, ErrorKind | None]:
-        """The transfer's result text, and an error kind when it is not made: an unknown target,
-        invalid input, or an `on_handoff` that raised."""
-        target = handoff.target
-        try:
-            to = get_agent(target)
-        except UnknownAgentError:
-            return (
-                f"Error: not transferred: no agent named '{target}' is deployed.",
-                ErrorKind.UNKNOWN_AGENT,
-            )
-        refusal = transfer_refusal(step.run, step.agent.name, to)
-        if refusal is not None:
-            return f"Error: not transferred: {refusal}.", ErrorKind.HANDOFF_REFUSED
-        if handoff.input_filter is not None:
-            # Tried now, on what it will see, so a filter that fails refuses the transfer here
-            # instead of stopping the run after it.
-            tried = filtered_history(handoff, [i for i in step.history if i.turn < turn])
-            if isinstance(tried, str):
-                return (
-                    f"Error: not transferred to '{target}': its input_filter {tried}",
-                    ErrorKind.TOOL_FAILED,
-                )
-        given = None
-        if handoff.input_type is not None:
-            try:
-                given = handoff.input_type.model_validate_json(call.arguments or "{}")
-            except ValidationError as e:
-                return (
-                    f"Error: invalid arguments for '{call.name}': {describe_validation_error(e, '(arguments)')}",
-                    ErrorKind.INVALID_ARGUMENTS,
-                )
-        if handoff.on_handoff is not None:
-            context = HandoffContext(
-                run_id=step.run.run_id,
-                from_agent=step.agent.name,
-                to_agent=target,
-                call_id=call.id,
-                caller=step.run.caller,
-            )
-            try:
-                handoff.on_handoff(context, given)
-            except Exception as e:  # the hook's failure is the transfer's, for the model to read
-                return (
-                    f"Error: not transferred to '{target}': on_handoff failed: {describe_exception(e)}",
-                    ErrorKind.TOOL_FAILED,
-                )
-        return f"Transferred to {target}: the {target} agent answers from now on.", None
 
     def _hooks_answer(
         self, step: _Step, reply: AssistantMessage, seq: int, call: ToolCall, context: ToolContext
@@ -686,8 +639,29 @@ class ModelStep:
             # A Lambda function error's cause is the function's error JSON.
             cause = str(json.loads(cause).get("errorMessage", cause))
         run = self._store.get_run(request.run_id)
+        if request.execution is not None and request.execution < run.execution:
+            return  # an earlier execution's ending: the run went on in a later one (resumed)
         with self._events.deferred():
             self._finish(run, RunStatus.FAILED, error=f"{error}: {cause}" if cause else error)
+
+    def out_of_time(self, request: OutOfTimeRequest) -> None:
+        """The run's deadline passed (the state machine's timer stopped the loop): the calls of
+        its last turn that have no result are answered as not completed; the run ends `limit`."""
+        run = self._store.get_run(request.run_id)
+        with self._events.deferred():
+            if run.status is RunStatus.RUNNING:
+                history = self._store.load_history(run.run_id)
+                reply = next((i for i in reversed(history) if isinstance(i, AssistantMessage)), None)
+                if reply is not None:
+                    why = not_completed_reason(run)
+                    cut = [
+                        CallOutcome(seq=result_slot(reply, i), status="error", error=why)
+                        for i in range(len(reply.tool_calls))
+                    ]
+                    self._record_missing_results(
+                        run, reply, history, StepRequest(run_id=run.run_id, results=cut)
+                    )
+            self._finish(run, RunStatus.LIMIT, error=out_of_time_reason(run))
 
     def _end(
         self,

@@ -21,6 +21,7 @@ from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRe
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter
 from toolpipe.shared.runs.quota import RUNNING, RunQuota
+from toolpipe.shared.runs.time_limit import deadline_after, run_max_duration
 from toolpipe.shared.telemetry import new_trace
 
 
@@ -97,6 +98,7 @@ class RunStarter:
             if input_object is not None:
                 started_with += input_object.model_dump_json()
             request_hash = hashlib.sha256(started_with.encode()).hexdigest()
+        max_duration = run_max_duration(agent, request.max_duration)
         record = RunRecord(
             run_id=new_run_id() if idempotency_key is None else keyed_run_id(caller, idempotency_key),
             agent=agent_name,
@@ -109,6 +111,8 @@ class RunStarter:
             request_hash=request_hash,
             input_object=input_object,
             metadata=request.metadata,
+            max_duration=max_duration,
+            deadline=deadline_after(max_duration),
             # The caller's trace when it sent one (W3C Trace Context), else a trace of its own.
             trace=new_trace(traceparent),
         )
@@ -120,7 +124,7 @@ class RunStarter:
         # the execution starts: a fast run's ending is then seldom published before it.
         self._events.run_started(record)
         try:
-            self._starter.start(record.run_id)
+            self._starter.start(record.run_id, deadline=record.deadline)
         except Exception as e:
             # No execution, so nothing would ever end it: the run must not stay `running`.
             if self._store.finish_run(
@@ -131,16 +135,7 @@ class RunStarter:
         return StartedRun(record, replayed=False)
 
     def _create(self, record: RunRecord, first: UserMessage, caller: str) -> bool:
-        admission = None if self._quota is None else self._quota.admission(caller)
-        try:
-            return self._store.create_run(record, first, admission)
-        except QuotaExceededError as e:
-            # Full: first give back what runs that ended still hold, then try once more.
-            if self._quota is None or e.quota != RUNNING:
-                raise
-            if not self._quota.repair(self._store, self._starter, caller):
-                raise
-            return self._store.create_run(record, first, admission)
+        return create_counted(self._store, self._starter, self._quota, record, first)
 
     def _replay(self, key: str, wanted: RunRecord) -> RunRecord:
         existing = self._store.get_run(wanted.run_id)
@@ -149,8 +144,30 @@ class RunStarter:
         if existing.status is RunStatus.RUNNING:
             # The first start may have died between writing the run and starting its execution:
             # starting one that exists does nothing, so a retry finishes what it began.
-            self._starter.start(existing.run_id, existing.execution)
+            self._starter.start(existing.run_id, existing.execution, existing.deadline)
         return existing
+
+
+def create_counted(
+    store: HistoryStore,
+    starter: ExecutionStarter,
+    quota: RunQuota | None,
+    record: RunRecord,
+    first: UserMessage,
+) -> bool:
+    """Create the run, counted against its caller's quotas (`quota`; None counts nothing): False
+    if it exists, `QuotaExceededError` (nothing written) when a quota is full."""
+    caller = record.caller or ""
+    admission = None if quota is None else quota.admission(caller)
+    try:
+        return store.create_run(record, first, admission)
+    except QuotaExceededError as e:
+        # Full: first give back what runs that ended still hold, then try once more.
+        if quota is None or e.quota != RUNNING:
+            raise
+        if not quota.repair(store, starter, caller):
+            raise
+        return store.create_run(record, first, admission)
 
 
 def run_tools(

@@ -39,6 +39,16 @@ class RunCancelled(BaseModel):
     status_url: str
 
 
+class RunResumed(BaseModel):
+    """`202` to `POST /runs/{run_id}/resume` (the same body again for a retry with the same
+    Idempotency-Key)."""
+
+    run_id: str
+    status: RunStatus
+    execution: int = Field(description="The run's execution it goes on in.")
+    status_url: str = Field(description="Absolute URL of GET /runs/{run_id}: poll it.")
+
+
 class RunListItem(RunSummary):
     links: Links
     waiting_for: WaitingFor | None = Field(default=None, description=WAITING_FOR_DESCRIPTION)

@@ -4,6 +4,10 @@ scripted model and slow tools, which a test kills with SIGKILL and starts again.
     python -m tests.e2e.durable_app start  STATE_DIR MARKS PROMPT   # prints "run <id>", then serves
     python -m tests.e2e.durable_app serve  STATE_DIR MARKS          # resumes, prints "ready", serves
     python -m tests.e2e.durable_app finish STATE_DIR MARKS RUN_ID   # resumes, prints "result <json>"
+    python -m tests.e2e.durable_app fork   STATE_DIR MARKS AGENT    # a run fails after turn 1:
+        prints "run <id>" and "ended <status>", forks it at turn 1, prints "fork <id>", serves
+    python -m tests.e2e.durable_app resume STATE_DIR MARKS AGENT    # a run ends `limit`: prints
+        "run <id>" and "ended <status>", resumes it with its limit raised, prints "resumed", serves
 
 Every tool start and end is printed ("mark start charge_card") and appended to MARKS, so a test
 can wait for one without polling and count, across processes, how often each tool really ran.
@@ -77,6 +81,16 @@ def fetch_page(url: str) -> str:
     return f"fetched {url}"
 
 
+@tool
+def refuse(reason: str) -> str:
+    """Always fail.
+
+    Args:
+        reason: Why.
+    """
+    raise RuntimeError(reason)
+
+
 WORKER = Agent(
     name="durable",
     instructions="You test restarts.",
@@ -84,12 +98,39 @@ WORKER = Agent(
     tool_timeout_seconds=None,
 )
 BOSS = Agent(name="boss", instructions="You delegate.", tools=[agent_tool("durable")])
+# One model turn: the run ends `limit` after `quick`, until a resume raises max_iterations.
+STEPWISE = Agent(
+    name="stepwise",
+    instructions="You test resumes.",
+    tools=[quick, charge_card, fetch_page],
+    tool_timeout_seconds=None,
+    max_iterations=1,
+)
+
+
+# Fails after turn 1 (`refuse` under on_tool_error="fail"), `quick` done: a fork goes on from there.
+FORKY = Agent(
+    name="forky",
+    instructions="You test forks.",
+    tools=[quick, charge_card, fetch_page, refuse],
+    tool_timeout_seconds=None,
+    on_tool_error="fail",
+)
 
 
 def respond(request: dict[str, Any]) -> Answer:
     """The model, by rules (a restarted process asks it again from wherever the run stands)."""
     messages = request["messages"]
     last = messages[-1]
+    results = [m["content"] for m in messages if m["role"] == "tool"]
+    if FORKY.instructions in messages[0]["content"] and len(results) < 4:
+        if not results:
+            return Reply(tool_calls=[("quick", {"label": "a"}), ("refuse", {"reason": "no"})])
+        return Reply(tool_calls=[("charge_card", {"cents": 500}), ("fetch_page", {"url": "u"})])
+    if STEPWISE.instructions in messages[0]["content"] and len(results) < 3:
+        if not results:
+            return Reply(tool_calls=[("quick", {"label": "a"})])
+        return Reply(tool_calls=[("charge_card", {"cents": 500}), ("fetch_page", {"url": "u"})])
     if last["role"] == "tool":
         return Reply(content="all done: " + "; ".join(m["content"] for m in messages if m["role"] == "tool"))
     if BOSS.instructions in messages[0]["content"]:
@@ -103,10 +144,30 @@ def main() -> int:
     mode, state_dir = sys.argv[1], Path(sys.argv[2])
     AGENTS[WORKER.name] = WORKER
     AGENTS[BOSS.name] = BOSS
+    AGENTS[STEPWISE.name] = STEPWISE
+    AGENTS[FORKY.name] = FORKY
     with ScriptedModelServer(respond) as model:
         env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "scripted"}
         with LocalRuntime(state_dir=state_dir, extra_env=env) as runtime:
             runtime.drain_seconds = 0  # a clean exit here ends nothing that a test still waits on
+            if mode in ("resume", "fork"):
+                status, body = runtime.api("POST", "/runs", {"prompt": "go", "agent": sys.argv[4]})
+                assert status == 202, body
+                run_id = body["run_id"]
+                print(f"run {run_id}", flush=True)
+                runtime.wait_for_execution(run_id, timeout=60)
+                _, run = runtime.api("GET", f"/runs/{run_id}", caller=LOCAL_CALLER)
+                print(f"ended {run['run']['status']}", flush=True)
+            if mode == "fork":
+                asked = {"turn": 1, "input": "go on without refusing"}
+                status, body = runtime.api("POST", f"/runs/{run_id}/fork", asked, caller=LOCAL_CALLER)
+                assert status == 202, body
+                print(f"fork {body['run_id']}", flush=True)
+            if mode == "resume":
+                limits = {"limits": {"max_iterations": 3}}
+                status, body = runtime.api("POST", f"/runs/{run_id}/resume", limits, caller=LOCAL_CALLER)
+                assert status == 202, body
+                print(f"resumed {json.dumps(body)}", flush=True)
             if mode == "start":
                 status, body = runtime.api("POST", "/runs", {"prompt": "go", "agent": sys.argv[4]})
                 assert status == 202, body

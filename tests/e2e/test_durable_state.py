@@ -147,6 +147,67 @@ def test_a_run_survives_two_kills_in_a_row_and_no_tool_runs_twice_silently(
     assert "may or may not have taken effect" in run["output"]
 
 
+def test_a_resumed_run_killed_mid_call_runs_nothing_twice_and_its_cut_call_stays_in_doubt(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    # The run ends `limit` after `quick`; the resume raises the limit and the next turn's calls
+    # start: `charge_card` (not idempotent) and `fetch_page` (idempotent) run when the kill comes.
+    first = Server(tmp_path, "resume", "stepwise", tool_seconds=30)
+    servers.append(first)
+    run_id = first.wait_for("run ")["run "].split()[1]
+    assert first.wait_for("ended ")["ended "] == "ended limit"
+    first.wait_for("resumed ", "mark start charge_card", "mark start fetch_page")
+    first.kill()
+
+    second = Server(tmp_path, "finish", run_id, tool_seconds=0.1)
+    servers.append(second)
+    body = json.loads(second.wait_for("result ")["result "].split(" ", 1)[1])
+    assert second.proc.wait(timeout=30) == 0
+
+    run = body["run"]
+    assert run["status"] == "succeeded", run
+    assert run["execution"] == 3  # the run's first, the resume's, the restart's
+    assert [r["execution"] for r in run["resumes"]] == [2]
+    results = {e["tool"]: e for e in body["executions"]}
+    assert results["quick"]["result"] == "quick a"  # done before the resume: kept, never run again
+    assert results["charge_card"]["error_type"] == "InDoubt"  # may have charged: not charged again
+    assert results["fetch_page"]["result"] == "fetched u"
+    marks = _marks(tmp_path)
+    assert marks["start quick"] == 1
+    assert (marks["start charge_card"], marks["end charge_card"]) == (1, 0)
+    assert marks["end fetch_page"] == 1
+
+
+def test_a_fork_killed_mid_call_reruns_no_copied_call_and_its_cut_call_stays_in_doubt(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    # The run fails after turn 1 (`quick` done, `refuse` failed); its fork from turn 1 goes on and
+    # starts `charge_card` and `fetch_page`, which run when the kill comes.
+    first = Server(tmp_path, "fork", "forky", tool_seconds=30)
+    servers.append(first)
+    run_id = first.wait_for("run ")["run "].split()[1]
+    assert first.wait_for("ended ")["ended "] == "ended failed"
+    fork_id = first.wait_for("fork ")["fork "].split()[1]
+    first.wait_for("mark start charge_card", "mark start fetch_page")
+    first.kill()
+
+    second = Server(tmp_path, "finish", fork_id, tool_seconds=0.1)
+    servers.append(second)
+    body = json.loads(second.wait_for("result ")["result "].split(" ", 1)[1])
+    assert second.proc.wait(timeout=30) == 0
+
+    run = body["run"]
+    assert run["status"] == "succeeded", run
+    assert run["forked_from"] == {"run_id": run_id, "turn": 1}
+    results = {e["tool"]: e for e in body["executions"]}
+    assert results["quick"]["result"] == "quick a"  # copied from the run, never run again
+    assert results["charge_card"]["error_type"] == "InDoubt"
+    assert results["fetch_page"]["result"] == "fetched u"
+    marks = _marks(tmp_path)
+    assert marks["start quick"] == 1
+    assert (marks["start charge_card"], marks["end charge_card"]) == (1, 0)
+
+
 def test_a_child_run_and_its_parent_both_go_on_after_a_kill(tmp_path: Path, servers: list[Server]) -> None:
     first = Server(tmp_path, "start", "boss", tool_seconds=30)
     servers.append(first)

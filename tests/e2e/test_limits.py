@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Pipeline, _pipeline, call
-from toolpipe.infra.cdk.definition import build_definition
+from toolpipe.infra.cdk.definition import build_definition, loop_states
 from toolpipe.infra.local.scripted_model import HttpError, Reply
 from toolpipe.infra.local.template import configured_path
 from toolpipe.shared.agents import AGENTS, Agent, execution_events_bound, worst_turn_events
@@ -53,7 +53,7 @@ def _fast_retries() -> str:
     """The definition with every retry interval at 1 s: the events a retry writes do not depend
     on how long it waits, and the tests should not wait 10 s for one."""
     definition = build_definition()
-    for state in definition["States"].values():
+    for state in [*definition["States"].values(), *loop_states(definition).values()]:
         for retrier in state.get("Retry", []):
             retrier["IntervalSeconds"] = 1
     return json.dumps(definition)
@@ -118,7 +118,7 @@ def test_a_call_that_times_out_costs_the_constant(env: dict[str, str], error: st
 
 
 def test_the_retry_counts_are_the_definitions() -> None:
-    states = build_definition()["States"]
+    states = loop_states(build_definition())
     assert sum(r["MaxAttempts"] for r in states["CallModel"]["Retry"]) == MODEL_STEP_RETRIES
     assert sum(r["MaxAttempts"] for r in states["MarkFailed"]["Retry"]) == MARK_FAILED_RETRIES
     wait = states["RunGatedTools"]["ItemProcessor"]["States"]["WaitForApproval"]
@@ -151,7 +151,7 @@ def test_long_agents_are_allowed_since_runs_continue_in_fresh_executions() -> No
 def test_an_agent_whose_one_turn_cannot_fit_an_execution_is_refused() -> None:
     with pytest.raises(
         ValueError,
-        match="one turn of 2000 calls could write 20092 Step Functions history events; "
+        match="one turn of 2000 calls could write 20099 Step Functions history events; "
         "one execution's budget is 20000",
     ):
         Agent(name="greedy", instructions="x", max_calls_per_turn=2_000)

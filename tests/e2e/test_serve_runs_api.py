@@ -127,6 +127,36 @@ def test_delete_an_ended_run_with_the_cli_then_over_http(served: Served) -> None
     assert "Traceback" not in again.stderr
 
 
+def test_resume_and_fork_with_the_cli(served: Served) -> None:
+    status, started, _ = _http(f"{served.api_url}/runs", "POST", {"input": PROMPT, "agent": "assistant"})
+    assert status == 202
+    run_id = started["run_id"]
+    deadline = time.monotonic() + 60
+    while _http(started["status_url"], "GET")[1]["run"]["status"] == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+    refused = _toolpipe(served.home, "resume", run_id, "--max-tool-calls", "80")
+    assert refused.returncode == 1 and refused.stdout == "" and "Traceback" not in refused.stderr
+    assert f"run {run_id} cannot be resumed: it is succeeded" in refused.stderr
+    forked = _toolpipe(served.home, "fork", run_id, "--turn", "0", "--json")
+    assert forked.returncode == 0, forked.stderr
+    fork_id = json.loads(forked.stdout)["run_id"]
+    while (shown := _http(f"{served.api_url}/runs/{fork_id}", "GET")[1])["run"]["status"] == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert shown["run"]["status"] == "succeeded"
+    assert shown["run"]["forked_from"] == {"run_id": run_id, "turn": 0}
+    parent = _http(started["status_url"], "GET")[1]["run"]
+    assert parent["forks"] == [fork_id]
+    shown_fork = _toolpipe(served.home, "show", fork_id)
+    assert f"forked from run {run_id} after turn 0\n" in shown_fork.stdout, shown_fork.stderr
+    assert f"forked into run {fork_id}\n" in _toolpipe(served.home, "show", run_id).stdout
+    too_far = _toolpipe(served.home, "fork", run_id, "--turn", "99")
+    assert too_far.returncode == 1 and "Traceback" not in too_far.stderr
+    assert f"cannot be forked there: its last turn is {parent['turn']}, not 99" in too_far.stderr
+
+
 HELD = Agent(name="held", instructions="You wait.", tools=[wait_for_gate], max_iterations=3)
 
 

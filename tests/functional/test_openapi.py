@@ -43,6 +43,8 @@ def test_the_document_is_served_and_describes_every_route_and_body(pipeline: Pip
         ("/runs/{run_id}", "get"),
         ("/runs/{run_id}", "delete"),
         ("/runs/{run_id}/cancel", "post"),
+        ("/runs/{run_id}/resume", "post"),
+        ("/runs/{run_id}/fork", "post"),
         ("/runs/{run_id}/messages", "get"),
         ("/runs/{run_id}/messages/{seq}", "get"),
         # A run you can see: its timeline (JSON), its page and the runs list (HTML).

@@ -118,7 +118,7 @@ def test_routes_added_to_the_api_add_no_permission(tmp_path: Path) -> None:
     for method in ("GET", "PUT", "DELETE"):
         extra.add_method(method, api.integration)
     template = Template.from_stack(stack)
-    assert len(template.find_resources("AWS::ApiGateway::Method")) == 23  # the API's 20, and 3
+    assert len(template.find_resources("AWS::ApiGateway::Method")) == 25  # the API's 22, and 3
     template.resource_count_is("AWS::Lambda::Permission", 1)
 
 

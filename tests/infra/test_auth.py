@@ -46,10 +46,10 @@ def _methods(template: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
 
 def test_by_default_every_method_takes_sigv4_and_no_key(template: Any) -> None:
     methods, page = _methods(template)
-    # The runs API (start, list, get, delete, cancel, messages, a message, openapi.json), the approvals
-    # API (list, get, approve, deny, answer), a client-executed call's result, and a run's timeline
-    # (its JSON, its page, the runs list page).
-    assert len(methods) == 17
+    # The runs API (start, list, get, delete, cancel, resume, fork, messages, a message,
+    # openapi.json), the approvals API (list, get, approve, deny, answer), a client-executed call's
+    # result, and a run's timeline (its JSON, its page, the runs list page).
+    assert len(methods) == 19
     assert all(m["AuthorizationType"] == "AWS_IAM" and not m.get("ApiKeyRequired") for m in methods)
     # The approval page (GET, HEAD, POST): the signed link is its credential, never IAM or a key.
     assert sorted(m["HttpMethod"] for m in page) == ["GET", "HEAD", "POST"]
@@ -62,10 +62,10 @@ def test_by_default_every_method_takes_sigv4_and_no_key(template: Any) -> None:
 @pytest.mark.slow
 def test_with_api_keys_every_method_requires_one(api_key_template: Any) -> None:
     methods, page = _methods(api_key_template)
-    # The runs API (start, list, get, delete, cancel, messages, a message, openapi.json), the approvals
-    # API (list, get, approve, deny, answer), a client-executed call's result, and a run's timeline
-    # (its JSON, its page, the runs list page).
-    assert len(methods) == 17
+    # The runs API (start, list, get, delete, cancel, resume, fork, messages, a message,
+    # openapi.json), the approvals API (list, get, approve, deny, answer), a client-executed call's
+    # result, and a run's timeline (its JSON, its page, the runs list page).
+    assert len(methods) == 19
     assert all(m["ApiKeyRequired"] is True and m["AuthorizationType"] == "NONE" for m in methods)
     assert len(page) == 3 and all(
         m["AuthorizationType"] == "NONE" and m["ApiKeyRequired"] is False for m in page

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from toolpipe.infra.cdk import deploy_checks
+from toolpipe.infra.cdk.definition import loop_states
 from toolpipe.infra.cdk.deploy_checks import STATE_MACHINE, main
 
 ASL = "asl-rules,asl-validator"
@@ -71,9 +72,9 @@ def test_a_state_name_used_twice_fails_the_gate_with_one_line_naming_it(
     """The defect of issue 17: two Maps each with a `Dispatch`. moto runs it; AWS refuses it."""
 
     def rename(definition: dict[str, Any]) -> None:
-        processor = definition["States"]["RunGatedTools"]["ItemProcessor"]
+        processor = loop_states(definition)["RunGatedTools"]["ItemProcessor"]
         text = json.dumps(processor).replace('"GatedDispatch"', '"Dispatch"')
-        definition["States"]["RunGatedTools"]["ItemProcessor"] = json.loads(text)
+        loop_states(definition)["RunGatedTools"]["ItemProcessor"] = json.loads(text)
 
     code, out, err = _gate(_broken(machine, tmp_path, rename), ASL, capsys)
     assert code == 1
@@ -127,11 +128,12 @@ def test_our_rules_catch_what_asl_validator_passes(
 
     def change(definition: dict[str, Any]) -> None:
         if where == "leaves-a-map":
-            failed = definition["States"]["RunTools"]["ItemProcessor"]["States"]["CallFailed"]
+            failed = loop_states(definition)["RunTools"]["ItemProcessor"]["States"]["CallFailed"]
             del failed["End"]
             failed["Next"] = "Done"
         else:
-            definition["States"]["Start"] = {"Type": "Pass", "End": True}
+            # The loop's branch starts at its end: the cycle through CallModel is reached from nowhere.
+            definition["States"]["RunWithin"]["Branches"][0]["StartAt"] = "Ended"
 
     code, out, err = _gate(_broken(machine, tmp_path, change), ASL, capsys)
     assert code == 1

@@ -145,7 +145,7 @@ class RecordingReporter:
 
 
 class NoStarter:
-    def start(self, run_id: str, execution: int = 1) -> None:
+    def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
         raise AssertionError("no child runs in this scenario")
 
 

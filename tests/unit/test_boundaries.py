@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from toolpipe.infra.cdk.definition import SUBSTITUTIONS, build_definition, definition_json, substitute
+from toolpipe.infra.cdk.definition import (
+    SUBSTITUTIONS,
+    build_definition,
+    definition_json,
+    loop_states,
+    substitute,
+)
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.messages import HISTORY_ITEM, AssistantMessage, ToolCall
 from toolpipe.shared.settings import CallTimeouts, StoreSettings
@@ -42,7 +48,7 @@ def test_history_items_round_trip_through_one_adapter() -> None:
 
 
 def test_only_ids_travel_through_the_state_machine() -> None:
-    states = build_definition()["States"]
+    states = loop_states(build_definition())
     dispatch = states["RunTools"]["ItemProcessor"]["States"]["Dispatch"]
     assert set(dispatch["Parameters"]["MessageBody"]) == {
         "run_id.$",

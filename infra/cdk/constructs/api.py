@@ -279,6 +279,7 @@ class Api(Construct):
                         type=apigw.JsonSchemaType.ARRAY,
                         items=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
                     ),
+                    "max_duration": apigw.JsonSchema(type=apigw.JsonSchemaType.INTEGER, minimum=1),
                 },
             ),
         )
@@ -303,12 +304,14 @@ class Api(Construct):
         )
         api.root.add_resource("openapi.json").add_method("GET", integration, request_validator=validator)
         run = runs.add_resource("{run_id}")
-        run.add_resource("cancel").add_method(
-            "POST",
-            integration,
-            request_validator=validator,
-            request_parameters={"method.request.path.run_id": True},
-        )
+        # Resume and fork (docs/concepts/runs.md): bodies the handler validates, as cancel's.
+        for action in ("cancel", "resume", "fork"):
+            run.add_resource(action).add_method(
+                "POST",
+                integration,
+                request_validator=validator,
+                request_parameters={"method.request.path.run_id": True},
+            )
         for method in ("GET", "DELETE"):
             run.add_method(
                 method,

@@ -27,6 +27,8 @@ COMMANDS: dict[str, Command] = {
     "run": _command("run"),
     "show": _command("show"),
     "delete": _command("delete"),
+    "resume": _command("resume"),
+    "fork": _command("fork"),
     "approvals": _command("approvals"),
     "approve": _command("decide", "approve"),
     "deny": _command("decide", "deny"),
@@ -41,5 +43,19 @@ COMMANDS: dict[str, Command] = {
 # The commands that work on a state folder (a local server's, or its saved state), unless they
 # are given a deployed API (`--api`).
 LOCAL_STATE_COMMANDS = frozenset(
-    {"run", "show", "delete", "approvals", "approve", "deny", "answer", "invoke", "serve", "status", "stop"}
+    {
+        "run",
+        "show",
+        "delete",
+        "resume",
+        "fork",
+        "approvals",
+        "approve",
+        "deny",
+        "answer",
+        "invoke",
+        "serve",
+        "status",
+        "stop",
+    }
 )

@@ -30,14 +30,7 @@ def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"handoff after turn {handoff['turn']}: {handoff['from_agent']} -> {handoff['to_agent']}"
             f" ({handoff['kind']})\n"
         )
-    for item in body["messages"]:
-        out.write(
-            "\n".join(
-                f"[{item['seq']}] {line}" if i == 0 else f"    {line}"
-                for i, line in enumerate(format_item(item, record["agent"]))
-            )
-            + "\n"
-        )
+    write_history(out, record, body["messages"])
     _write_executions(out, body["executions"])
     usage = record["usage"]
     out.write(
@@ -56,6 +49,40 @@ def show(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         # To find the run in a tracing backend, when its spans were exported (README "Observability").
         out.write(f"trace: {record['trace']['trace_id']}\n")
     return EXIT_OK
+
+
+def write_history(out: TextIO, record: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+    """The run's history items, with where it was forked from, each resume where it falls (after
+    the turn it went on from) and the runs forked from it."""
+    if record.get("forked_from"):
+        origin = record["forked_from"]
+        out.write(f"forked from run {origin['run_id']} after turn {origin['turn']}\n")
+    resumes = list(record.get("resumes") or [])
+    for item in messages:
+        while resumes and item["turn"] > resumes[0]["turn"]:
+            out.write(resume_line(resumes.pop(0)))
+        out.write(
+            "\n".join(
+                f"[{item['seq']}] {line}" if i == 0 else f"    {line}"
+                for i, line in enumerate(format_item(item, record["agent"]))
+            )
+            + "\n"
+        )
+    for resume in resumes:  # none of the resumed execution's turns stored yet
+        out.write(resume_line(resume))
+    for fork in record.get("forks") or []:
+        out.write(f"forked into run {fork}\n")
+
+
+def resume_line(resume: dict[str, Any]) -> str:
+    """A resume, where it falls in the history: after the turn it went on from."""
+    raised = ", ".join(f"{name} {value}" for name, value in (resume.get("limits") or {}).items() if value)
+    return (
+        f"resumed after turn {resume['turn']} in execution {resume['execution']} by {resume['by']}"
+        f" (it had ended {resume['ended']}: {resume.get('error') or '-'})"
+        + (f"; raised {raised}" if raised else "")
+        + "\n"
+    )
 
 
 def _write_executions(out: TextIO, executions: list[dict[str, Any]]) -> None:

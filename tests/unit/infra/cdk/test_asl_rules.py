@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from toolpipe.infra.cdk.asl_rules import problems
-from toolpipe.infra.cdk.definition import build_definition
+from toolpipe.infra.cdk.definition import build_definition, loop_states
 
 
 def _call_model(d: dict[str, Any]) -> dict[str, Any]:
-    state: dict[str, Any] = d["States"]["CallModel"]
+    state: dict[str, Any] = loop_states(d)["CallModel"]
     return state
 
 
@@ -32,11 +32,11 @@ def _heartbeat_over_timeout(d: dict[str, Any]) -> None:
 
 
 def _choice_ends(d: dict[str, Any]) -> None:
-    d["States"]["Route"]["End"] = True
+    loop_states(d)["Route"]["End"] = True
 
 
 def _nested_next(d: dict[str, Any]) -> None:
-    d["States"]["Route"]["Choices"][0]["And"][0]["Next"] = "Done"
+    loop_states(d)["Route"]["Choices"][0]["And"][0]["Next"] = "Ended"
 
 
 @pytest.mark.parametrize(

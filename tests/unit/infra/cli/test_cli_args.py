@@ -344,3 +344,33 @@ def test_the_state_folder_is_absolute_so_a_tool_that_changes_directory_cannot_mo
     home = state_dir()
     monkeypatch.chdir("/")
     assert home == tmp_path / ".toolpipe" and home.is_absolute()
+
+
+def test_resume_takes_the_limits_it_raises_by_the_agents_names() -> None:
+    import io
+
+    from toolpipe.infra.cli.parser import parse
+
+    out = io.StringIO()
+    args = parse(["resume", "abc", "--max-tool-calls", "80", "--max-cost-usd", "2.5"], out, out, False, False)
+    assert (args.command, args.run_id, args.max_tool_calls, args.max_cost_usd, args.max_tokens) == (
+        "resume",
+        "abc",
+        80,
+        2.5,
+        None,
+    )
+    fork = parse(["fork", "abc", "--turn", "2", "--input", "and then?"], out, out, False, False)
+    assert (fork.command, fork.turn, fork.input) == ("fork", 2, "and then?")
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_resume_refuses_a_limit_that_is_not_above_0(value: str) -> None:
+    import io
+
+    from toolpipe.infra.cli.parser import parse
+
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as ended:
+        parse(["resume", "abc", "--max-tool-calls", value], io.StringIO(), err, False, False)
+    assert ended.value.code == 2 and "argument --max-tool-calls" in err.getvalue()

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.unit.shared.runs.test_approvals import APPROVER, _deliver
-from toolpipe.infra.cdk.definition import build_definition
+from toolpipe.infra.cdk.definition import build_definition, loop_states
 from toolpipe.shared.agents import AGENTS, Agent
 from toolpipe.shared.deferred.answers import answer_content, question_of
 from toolpipe.shared.deferred.models import ApprovalKind, InvalidAnswerError, ResultRequest
@@ -174,7 +174,7 @@ def test_the_docs_example_declares_what_it_says() -> None:
 
 
 def test_a_deferred_call_waits_in_the_gated_map_and_is_never_dispatched() -> None:
-    branch = build_definition()["States"]["RunGatedTools"]["ItemProcessor"]["States"]
+    branch = loop_states(build_definition())["RunGatedTools"]["ItemProcessor"]["States"]
     routes = {
         (c["Variable"], str(c.get("StringEquals", c.get("BooleanEquals")))): c["Next"]
         for c in branch["NeedsApproval"]["Choices"]
@@ -217,7 +217,7 @@ def test_a_worker_that_gets_a_deferred_call_runs_nothing(monkeypatch: pytest.Mon
 def test_an_agent_whose_calls_wait_keeps_its_turns_within_the_maps_40_branches() -> None:
     # The gated Map runs a turn's calls all at once (AWS: 40 at most for an inline Map), so a
     # waiting call never holds back another; a bigger turn could, and is refused where written.
-    states = build_definition()["States"]
+    states = loop_states(build_definition())
     assert states["RunGatedTools"]["MaxConcurrency"] == WAITING_CALLS_PER_TURN == 40
     assert states["RunTools"]["MaxConcurrency"] == 10  # dispatches only: the workers' share
     waiting = schema_tool(

@@ -14,7 +14,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from toolpipe.infra.cdk.definition import build_definition
+from toolpipe.infra.cdk.definition import build_definition, loop_states
 from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 from toolpipe.shared.deferred import Approval, ApprovalStatus, arguments_hash
 from toolpipe.shared.errors import DefinitionError, ErrorKind
@@ -133,7 +133,7 @@ def test_what_the_model_reads_of_a_call_that_was_not_approved() -> None:
 
 
 def test_only_a_gated_turn_takes_the_map_whose_branches_wait() -> None:
-    states = build_definition()["States"]
+    states = loop_states(build_definition())
     gated_rule, plain_rule = states["Route"]["Choices"]
     assert gated_rule["Next"] == "RunGatedTools" and plain_rule["Next"] == "RunTools"
     # The plain Map is the one every ungated turn takes: it starts at Dispatch, as before.
@@ -187,7 +187,7 @@ class _Reporter:
 
 
 class _Starter:
-    def start(self, run_id: str, execution: int = 1) -> None:
+    def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
         raise AssertionError("no child run here")
 
 

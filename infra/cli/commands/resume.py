@@ -1,0 +1,37 @@
+"""`toolpipe resume RUN_ID [--max-tool-calls N …]`: a run that ended failed or limit goes on."""
+
+import argparse
+from typing import Any, TextIO
+
+from toolpipe.infra.cli.errors import EXIT_OK, CommandError, reason, refused
+from toolpipe.infra.cli.output import write_json
+from toolpipe.infra.cli.session import open_session
+
+# The agent's limits a resume may raise: flag --max-tool-calls is the limit max_tool_calls.
+LIMITS = ("max_iterations", "max_tool_calls", "max_tokens", "max_cost_usd", "max_duration")
+
+
+def resume(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Resume a run from its last stored turn in a new execution (`POST /runs/{id}/resume`)."""
+    limits = {name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None}
+    body: dict[str, Any] = {"limits": limits} if limits else {}
+    session = open_session(args)
+    try:
+        status, answer = session.request("POST", f"/runs/{args.run_id}/resume", body)
+    finally:
+        session.close()
+    if status in (404, 409):
+        # Unknown or not the caller's; running, succeeded or cancelled.
+        raise CommandError(reason(answer))
+    if status != 202:
+        raise refused(status, answer)
+    if args.json:
+        write_json(out, answer)
+    else:
+        raised = ", ".join(f"{name} {value}" for name, value in limits.items())
+        out.write(
+            f"resumed {args.run_id} in execution {answer['execution']}"
+            + (f" ({raised})" if raised else "")
+            + f"; follow it with: toolpipe show {args.run_id}\n"
+        )
+    return EXIT_OK

@@ -1,0 +1,117 @@
+"""Resuming a run that ended failed or limit (`POST /runs/{id}/resume`, `toolpipe resume`): the
+same run goes on from its last stored turn in a new execution, and nothing done runs again."""
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import CALLS, TEST_AGENT, Pipeline, call
+from tests.e2e.test_run_events import of, subscribe, validate
+from toolpipe.infra.local.runtime import LOCAL_CALLER
+from toolpipe.infra.local.scripted_model import Reply
+from toolpipe.shared.agents import AGENTS, Agent
+
+
+def _agent(monkeypatch: pytest.MonkeyPatch, **limits: Any) -> str:
+    agent = Agent(name="capped", instructions=TEST_AGENT.instructions, tools=TEST_AGENT.tools, **limits)
+    monkeypatch.setitem(AGENTS, agent.name, agent)
+    return agent.name
+
+
+def _resume(pipeline: Pipeline, run_id: str, body: Any = None, **headers: str) -> tuple[int, Any]:
+    return pipeline.runtime.api("POST", f"/runs/{run_id}/resume", body, caller=LOCAL_CALLER, headers=headers)
+
+
+def test_a_run_stopped_by_a_limit_goes_on_with_the_limit_raised_and_runs_nothing_twice(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = _agent(monkeypatch, max_tool_calls=2)
+    read = subscribe(pipeline.runtime)
+    pipeline.script(
+        Reply(tool_calls=[call("count_once", label="a"), call("count_once", label="b")]),
+        # Over the limit: the run ends `limit` before these two are dispatched.
+        Reply(tool_calls=[call("count_once", label="c"), call("count_once", label="d")]),
+        Reply(content="all four counted"),
+    )
+    run_id = pipeline.start("count", agent=agent)
+    ended = pipeline.finish(run_id)["run"]
+    assert ended["status"] == "limit" and "max_tool_calls is 2" in ended["error"]
+    assert CALLS.counts == {"count_once": 2}
+
+    status, body = _resume(pipeline, run_id, {"limits": {"max_tool_calls": 10}})
+    assert status == 202, body
+    assert body["execution"] == 2 and body["status"] == "running"
+    run = pipeline.finish(run_id)
+
+    assert run["run"]["status"] == "succeeded" and run["run"]["output"] == "all four counted"
+    # The stored reply's calls went out in the new execution; the done ones never again.
+    assert CALLS.counts == {"count_once": 4}
+    results = [m["content"] for m in run["messages"] if m["kind"] == "tool_result"]
+    assert results == [f"counted {label}" for label in "abcd"]
+    assert len(pipeline.model.requests) == 3  # the limited reply was decided again, not asked again
+    (resume,) = run["run"]["resumes"]
+    assert (resume["execution"], resume["turn"], resume["ended"]) == (2, 2, "limit")
+    assert resume["limits"]["max_tool_calls"] == 10 and "max_tool_calls" in resume["error"]
+    assert run["run"]["limits"]["max_tool_calls"] == 10
+    events = read(lambda es: len(of(es, "RunCompleted")) == 2)
+    validate(events)
+    (resumed,) = of(events, "RunResumed")
+    assert (resumed["execution"], resumed["ended"], resumed["limits"]) == (2, "limit", {"max_tool_calls": 10})
+
+
+def test_a_failed_run_resumes_past_the_failure_and_the_failed_call_is_not_run_again(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = _agent(monkeypatch, on_tool_error="fail")
+    pipeline.script(
+        Reply(tool_calls=[call("count_once", label="a"), call("explode", reason="card declined")]),
+        Reply(content="went on without the card"),
+    )
+    run_id = pipeline.start("pay", agent=agent)
+    assert pipeline.finish(run_id)["run"]["status"] == "failed"
+
+    status, body = _resume(pipeline, run_id)
+    assert status == 202, body
+    run = pipeline.finish(run_id)
+
+    assert run["run"]["status"] == "succeeded" and run["run"]["output"] == "went on without the card"
+    assert CALLS.counts == {"count_once": 1}
+    # The model read the turn as it was stored: the failed call's error, once.
+    tool_messages = [m for m in pipeline.model.requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tool_messages][1].startswith("Error:")
+
+
+def test_a_repeated_resume_with_the_same_key_starts_one_execution(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = _agent(monkeypatch, max_iterations=1)
+    pipeline.script(Reply(tool_calls=[call("count_once", label="a")]), Reply(content="done"))
+    run_id = pipeline.start("count", agent=agent)
+    assert pipeline.finish(run_id)["run"]["status"] == "limit"
+
+    key = {"Idempotency-Key": "resume-1"}
+    first = _resume(pipeline, run_id, {"limits": {"max_iterations": 2}}, **key)
+    again = _resume(pipeline, run_id, {"limits": {"max_iterations": 2}}, **key)
+    other = _resume(pipeline, run_id, {"limits": {"max_iterations": 5}}, **key)
+    run = pipeline.finish(run_id)
+
+    assert first[0] == again[0] == 202 and first[1] == again[1]
+    assert other[0] == 409 and "already resumed" in other[1]["message"]
+    assert run["run"]["status"] == "succeeded" and run["run"]["execution"] == 2
+    assert len(run["run"]["resumes"]) == 1
+
+
+def test_only_a_run_that_ended_failed_or_limit_is_resumed(pipeline: Pipeline) -> None:
+    pipeline.script(Reply(content="done"))
+    run_id = pipeline.start("hello")
+    pipeline.finish(run_id)
+
+    status, body = _resume(pipeline, run_id)
+    assert status == 409
+    assert body["message"] == (
+        f"run {run_id} cannot be resumed: it is succeeded; only a run that ended failed or limit can"
+    )
+    status, body = _resume(pipeline, run_id, {"limits": {"max_turns": 3}})
+    assert status == 400 and "max_turns" in body["message"]
+    status, _ = pipeline.runtime.api("POST", f"/runs/{run_id}/resume", None, caller="someone-else")
+    assert status == 404
