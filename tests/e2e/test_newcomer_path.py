@@ -105,6 +105,14 @@ def _approve_in_the_browser(page: "Page", env: dict[str, str], project: Path) ->
     return "".join(printed) + rest
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _ctrl_c_status_approve_stop(env: dict[str, str], project: Path) -> None:
     """Ctrl-C on a run whose call waits: it says the run goes on; its server stops (the call is
     kept); `status` lists the call, `approve` decides it (the next server resumes the run), and
@@ -126,15 +134,19 @@ def _ctrl_c_status_approve_stop(env: dict[str, str], project: Path) -> None:
     approval = re.search(r"toolpipe approve ([0-9a-f]{32})", printed)
     run_id = re.search(r"^run ([0-9a-f]{32})", printed, re.MULTILINE)
     assert approval and run_id, printed + (run.stderr.read() if run.poll() is not None and run.stderr else "")
+    server_pid = json.loads((project / ".toolpipe" / "server.json").read_text())["pid"]
     run.send_signal(signal.SIGINT)
     _, said = run.communicate(timeout=60)
     assert run.returncode == 130 and f"run {run_id.group(1)} goes on in the server" in said, said
     assert f"toolpipe show {run_id.group(1)}" in said and "toolpipe status" in said, said
 
+    # Watched from outside, not with `status`: a command's request is a use that keeps it up.
     deadline = time.monotonic() + 30
-    while "no server serves" not in (status := _toolpipe(env, project, "status")).stdout:
-        assert time.monotonic() < deadline, status.stdout
-        time.sleep(0.5)
+    while _alive(server_pid):
+        assert time.monotonic() < deadline, _toolpipe(env, project, "status").stdout
+        time.sleep(0.1)
+    status = _toolpipe(env, project, "status")
+    assert "no server serves" in status.stdout, status.stdout
     assert "1 call waits" in status.stdout and approval.group(1) in status.stdout, status.stdout
 
     approved = _toolpipe(env, project, "approve", approval.group(1))

@@ -102,6 +102,45 @@ def test_an_execution_stopped_right_after_it_started_ends_aborted() -> None:
             assert status == "ABORTED"
 
 
+def test_a_parallel_branch_stopped_before_its_thread_began_ends_without_a_traceback(monkeypatch: Any) -> None:
+    # One branch fails at once; the other's thread is held back until the failure has stopped it
+    # (as the run's timer branch often is when the loop beside it ends first). Unpatched, the
+    # late thread died raising "Could not set NextState value when in state ProgramStopped".
+    from moto.stepfunctions.parser.asl.component.program.program import Program
+
+    evaluate = Program.eval
+
+    def late(self: Any, env: Any) -> None:
+        if self.start_at.start_at_name == "Late":
+            time.sleep(0.3)
+        evaluate(self, env)
+
+    monkeypatch.setattr(Program, "eval", late)
+    died: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook: died.append(repr(hook.exc_value)))
+    branches = [
+        {"StartAt": "Fails", "States": {"Fails": {"Type": "Fail", "Error": "Over", "Cause": "done"}}},
+        {"StartAt": "Late", "States": {"Late": {"Type": "Pass", "End": True}}},
+    ]
+    definition = {
+        "StartAt": "Both",
+        "States": {"Both": {"Type": "Parallel", "Branches": branches, "End": True}},
+    }
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        machine = sfn.create_state_machine(
+            name="p", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/r"
+        )["stateMachineArn"]
+        execution = sfn.start_execution(stateMachineArn=machine)["executionArn"]
+        deadline = time.monotonic() + 5
+        while (status := sfn.describe_execution(executionArn=execution)["status"]) == "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.6)  # the held-back branch's thread has run by now
+    assert status == "FAILED"
+    assert died == []
+
+
 def test_an_execution_fails_when_its_history_reaches_the_limit(monkeypatch: Any) -> None:
     # 25,000 events take moto over a minute to write: the same rule, at 60.
     assert history_limit.HISTORY_EVENT_LIMIT == 25_000

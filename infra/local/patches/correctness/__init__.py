@@ -2,6 +2,7 @@
 
 from toolpipe.infra.local.patches.correctness import (
     answers_skip_unstarted,
+    branch_stopped_before_start,
     error_keeps_the_stop,
     heartbeat_before_clock,
     history_limit,
@@ -18,4 +19,5 @@ PATCHES = (
     error_keeps_the_stop,
     no_thread_list,
     history_limit,
+    branch_stopped_before_start,
 )
