@@ -3,9 +3,9 @@
 import argparse
 from typing import Any, TextIO
 
-from toolpipe.infra.cli.errors import EXIT_OK, CommandError, reason, refused
+from toolpipe.infra.cli.commands.resume import post_on_run
+from toolpipe.infra.cli.errors import EXIT_OK
 from toolpipe.infra.cli.output import write_json
-from toolpipe.infra.cli.session import open_session
 
 
 def fork(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -13,16 +13,7 @@ def fork(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     body: dict[str, Any] = {"turn": args.turn}
     if args.input is not None:
         body["input"] = args.input
-    session = open_session(args)
-    try:
-        status, answer = session.request("POST", f"/runs/{args.run_id}/fork", body)
-    finally:
-        session.close()
-    if status in (404, 409):
-        # Unknown or not the caller's; a turn past the run's, or not complete.
-        raise CommandError(reason(answer))
-    if status != 202:
-        raise refused(status, answer)
+    answer = post_on_run(args, "fork", body)  # a 409: a turn past the run's, or not complete
     if args.json:
         write_json(out, answer)
     else:

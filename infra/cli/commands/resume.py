@@ -11,20 +11,26 @@ from toolpipe.infra.cli.session import open_session
 LIMITS = ("max_iterations", "max_tool_calls", "max_tokens", "max_cost_usd", "max_duration")
 
 
+def post_on_run(args: argparse.Namespace, action: str, body: dict[str, Any]) -> dict[str, Any]:
+    """`POST /runs/{id}/<action>` (resume, fork): the 202's answer, or one line for a refusal."""
+    session = open_session(args)
+    try:
+        status, answer = session.request("POST", f"/runs/{args.run_id}/{action}", body)
+    finally:
+        session.close()
+    if status in (404, 409):
+        # Unknown or not the caller's (404); a run or a turn it cannot go on from (409).
+        raise CommandError(reason(answer))
+    if status != 202:
+        raise refused(status, answer)
+    return dict(answer)
+
+
 def resume(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Resume a run from its last stored turn in a new execution (`POST /runs/{id}/resume`)."""
     limits = {name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None}
     body: dict[str, Any] = {"limits": limits} if limits else {}
-    session = open_session(args)
-    try:
-        status, answer = session.request("POST", f"/runs/{args.run_id}/resume", body)
-    finally:
-        session.close()
-    if status in (404, 409):
-        # Unknown or not the caller's; running, succeeded or cancelled.
-        raise CommandError(reason(answer))
-    if status != 202:
-        raise refused(status, answer)
+    answer = post_on_run(args, "resume", body)  # a 409: running, succeeded or cancelled
     if args.json:
         write_json(out, answer)
     else:
