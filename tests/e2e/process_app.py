@@ -240,9 +240,13 @@ def stop_the_spare() -> str:
     """Stop (SIGSTOP) the processes forked for the next call: the template's other children."""
     supervisor = os.getppid()
     stopped = []
-    deadline = time.time() + 5  # the spare forks its call's process as soon as it is up
-    spares = [pid for pid in _children_of(_parent_of(supervisor)) if pid != supervisor]
-    while spares and not all(_children_of(pid) for pid in spares) and time.time() < deadline:
+    # The template forks the spare once it handed this call over, and the spare forks its call's
+    # process as soon as it is up: wait for both (this call may run before either).
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        spares = [pid for pid in _children_of(_parent_of(supervisor)) if pid != supervisor]
+        if spares and all(_children_of(pid) for pid in spares):
+            break
         time.sleep(0.01)
     for pid in _children_of(_parent_of(supervisor)):
         if pid != supervisor:
