@@ -25,6 +25,7 @@ from toolpipe.shared.messages import (
     NAME_PATTERN,
     ForkRunRequest,
     ResumeRunRequest,
+    RunRecord,
     RunStatus,
     StartRunRequest,
 )
@@ -122,18 +123,7 @@ def start_run() -> Response[dict[str, Any]]:
     )
     meter.attribute(record.run_id)
     logger.info("run started", run_id=record.run_id, agent=record.agent, replayed=replayed)
-    return Response(
-        status_code=HTTPStatus.ACCEPTED,
-        content_type=content_types.APPLICATION_JSON,
-        # A retry gets the first answer again, marked as Stripe marks it.
-        headers={"Idempotent-Replayed": "true"} if replayed else None,
-        body=RunStarted(
-            run_id=record.run_id,
-            status=record.status,
-            status_url=status_url(event, record.run_id),
-            links={"self": f"/runs/{record.run_id}", "messages": f"/runs/{record.run_id}/messages"},
-        ).model_dump(mode="json"),
-    )
+    return _started(event, record, replayed)
 
 
 @router.get(
@@ -318,9 +308,15 @@ def fork_run(run_id: RunId) -> Response[dict[str, Any]]:
     )
     meter.attribute(record.run_id)
     logger.info("run forked", run_id=record.run_id, parent=run_id, turn=request.turn, replayed=replayed)
+    return _started(event, record, replayed)
+
+
+def _started(event: Any, record: RunRecord, replayed: bool) -> Response[dict[str, Any]]:
+    """The 202 of a run that started (a start or a fork)."""
     return Response(
         status_code=HTTPStatus.ACCEPTED,
         content_type=content_types.APPLICATION_JSON,
+        # A retry gets the first answer again, marked as Stripe marks it.
         headers={"Idempotent-Replayed": "true"} if replayed else None,
         body=RunStarted(
             run_id=record.run_id,
