@@ -22,12 +22,15 @@ PROMPT ?= What is the square root of 475695037565?
 
 install: $(VENV)/.installed node_modules/.installed browser
 
+# With uv, the installer the `lock` extra already uses: the same resolution as pip (the same
+# versions), downloaded in parallel, about a tenth of pip's time here (10 s against 136 s).
+# pip installs uv itself, the one thing it must install. The example app (pyproject.toml's
+# [tool.toolpipe] app) is resolved with toolpipe, so its toolpipe is this checkout.
+UV := $(BIN)/uv
 $(VENV)/.installed: pyproject.toml examples/assistant/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	# The example app (pyproject.toml's [tool.toolpipe] app); its toolpipe is the one above.
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e examples/assistant
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check 'uv>=0.9'
+	$(UV) pip install --quiet --python $(BIN)/python --upgrade pip -e '.[dev]' -e examples/assistant
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -72,7 +75,11 @@ lint: install
 # TEST_WORKERS=0` runs in one process.
 TEST_WORKERS ?= 3
 
-test: lint check-deploy docs-check
+# The checks before the tests run side by side (mypy alone keeps one core busy for ~90 s; the
+# deploy checks, the docs build and the checkov venv's install fit beside it), each one's output
+# printed whole when it ends. Any one failing stops `make test` before the tests.
+test: install
+	$(MAKE) --no-print-directory -j 3 --output-sync=target lint check-deploy docs-check
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The docs site (mkdocs.yml), served with live reload on http://127.0.0.1:8000.
@@ -128,9 +135,9 @@ local-template: install
 CHECKOV_VENV := .venv-checkov
 CHECKOV_VERSION := checkov>=3.3.30,<4
 
-$(CHECKOV_VENV)/.installed:
+$(CHECKOV_VENV)/.installed: $(VENV)/.installed
 	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '$(CHECKOV_VERSION)'
+	$(UV) pip install --quiet --python $(CHECKOV_VENV)/bin/python '$(CHECKOV_VERSION)'
 	touch $@
 
 check-deploy: install $(CHECKOV_VENV)/.installed
@@ -140,7 +147,7 @@ check-deploy: install $(CHECKOV_VENV)/.installed
 # platform) from infra/cdk/bundling.py's requirements, with uv (the `lock` extra); needs PyPI. Pins
 # that still satisfy the ranges stay; `make lock UPGRADE=1` moves each to the newest allowed.
 lock: install
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[lock]'
+	$(UV) pip install --quiet --python $(BIN)/python -e '.[lock]'
 	$(BIN)/python -m toolpipe.infra.cdk.bundling $(if $(UPGRADE),--upgrade)
 
 # Builds the layers with pip (needs PyPI), then deploys with your AWS credentials.

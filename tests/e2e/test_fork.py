@@ -64,6 +64,9 @@ def test_only_the_owner_forks_and_only_from_a_complete_turn(
         Reply(tool_calls=[call("count_once", label="a")]),
         # Over the limit: its call is never dispatched, so turn 2 has a call without a result.
         Reply(tool_calls=[call("count_once", label="b")]),
+        # The fork from turn 1 answers; unscripted, its model call failed only after the
+        # client's retries, which the teardown waited for (35 s).
+        Reply(content="forked at a"),
     )
     run_id = pipeline.start("count", agent="capped")
     assert pipeline.finish(run_id)["run"]["status"] == "limit"
@@ -80,7 +83,9 @@ def test_only_the_owner_forks_and_only_from_a_complete_turn(
         f"run {run_id} cannot be forked there: its last turn is 2, not 7",
     )
     assert _fork(pipeline, run_id, {"turn": -1})[0] == 400
-    assert _fork(pipeline, run_id, {"turn": 1})[0] == 202
+    status, body = _fork(pipeline, run_id, {"turn": 1})
+    assert status == 202, body
+    assert pipeline.finish(body["run_id"])["run"]["output"] == "forked at a"
 
 
 def test_a_fork_counts_against_the_callers_quota_as_a_start_does() -> None:
