@@ -38,6 +38,7 @@ from toolpipe.infra.local import (
     control_flow_logs,
     deployment,
     execution_events,
+    function_env,
     iam,
     isolation,
     lambdas,
@@ -50,11 +51,9 @@ from toolpipe.infra.local import (
     template,
     triggers,
 )
-from toolpipe.infra.local.client import CALLER_HEADER
 from toolpipe.infra.local.client import LOCAL_CALLER as LOCAL_CALLER  # where it is named (moto-free)
 from toolpipe.infra.local.tool_processes import ToolProcesses
 from toolpipe.infra.local.workers import WorkerPool
-from toolpipe.shared.agents.app import APP_ENV, APP_PATH_ENV, find_app
 from toolpipe.shared.history.store import DynamoHistoryStore
 from toolpipe.shared.runs.executions import execution_name
 from toolpipe.shared.runs.factory import build_events
@@ -343,7 +342,7 @@ class LocalRuntime:
         self.trigger_bucket = d.trigger_bucket or triggers.TRIGGER_BUCKET
         self.trigger_prefix = d.trigger_prefix or triggers.INPUT_PREFIX
         self._triggers_arn = d.function_arns.get(TRIGGERS.name, "")
-        self.functions = self._function_contexts(d)
+        self.functions = function_env.contexts(self.template, d, self._extra_env)
         for spec, logical_id, _ in self.template.functions():
             lambdas.register(self.functions[spec.name], spec.name, d.refs[logical_id])
         # Each runner's calls in processes of their own, as deployed (infra/local/tool_processes.py).
@@ -371,58 +370,6 @@ class LocalRuntime:
         self.trigger_queue_url, self.trigger_queue_arn = triggers.create_event_trigger(
             aws.events, aws.sqs, self.event_bus_name, pattern=pattern, enabled=d.rule_enabled(pattern)
         )
-
-    def _function_contexts(self, d: deployment.Deployment) -> dict[str, isolation.FunctionContext]:
-        """Each function's environment (the template's, the Lambda service's, the local
-        additions) and its role; `extra_env` goes to the functions whose template sets the name,
-        to the orchestrator for the model's settings, and to every function otherwise."""
-        app = find_app()
-        contexts: dict[str, isolation.FunctionContext] = {}
-        templated = {
-            spec.name: set(props.get("Environment", {}).get("Variables", {}))
-            for spec, _, props in self.template.functions()
-        }
-        owned = d.owned_names() | frozenset(self._extra_env)
-        for spec, _, props in self.template.functions():
-            local = {
-                "AWS_REGION": REGION,
-                "AWS_DEFAULT_REGION": REGION,
-                "AWS_LAMBDA_FUNCTION_NAME": d.refs[self.template.function(spec)[0]],
-                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(props.get("MemorySize", 128)),
-                "AWS_LAMBDA_FUNCTION_TIMEOUT": str(props.get("Timeout", 3)),
-                "AWS_ACCESS_KEY_ID": "local",
-                # Per process: what the functions sign (presigned links) no tool can sign.
-                "AWS_SECRET_ACCESS_KEY": s3_links.SECRET,
-                "AWS_SESSION_TOKEN": "local",
-                "POWERTOOLS_TRACE_DISABLED": "1",
-                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
-            }
-            if spec is TRIGGERS:
-                local["TOOLPIPE_TRIGGER_PRINCIPAL"] = LOCAL_CALLER
-            if spec is API:  # its served OpenAPI document names the header (server.py reads it)
-                local["TOOLPIPE_LOCAL_CALLER_HEADER"] = CALLER_HEADER
-            context = d.function_context(spec, local, owned)
-            environment = context.environment
-            if app is not None:
-                environment[APP_ENV] = app.module
-                if app.path:
-                    environment[APP_PATH_ENV] = app.path
-            else:
-                environment.pop(APP_ENV, None)  # the handlers look for the project's pyproject.toml
-            if spec is ORCHESTRATOR and os.environ.get("OPENAI_API_KEY"):
-                environment["OPENAI_API_KEY"] = os.environ["OPENAI_API_KEY"]
-            for name, value in self._extra_env.items():
-                anywhere = any(name in names for names in templated.values())
-                model_setting = name in deployment.PRIVATE
-                if (
-                    (name in templated[spec.name])
-                    or (not anywhere and not model_setting)
-                    or (model_setting and spec is ORCHESTRATOR)
-                ):
-                    environment[name] = value
-            context.passthrough = deployment.passthrough(spec.name)
-            contexts[spec.name] = context
-        return contexts
 
     # --- the API, as API Gateway would call it ----------------------------------------------
 
