@@ -4,7 +4,8 @@
 `speed/` the patches that give the same answers at less cost. Each module is one patch: its
 docstring says what the library does, why it matters and what the patch does, `CHECKED_WITH`
 the moto versions it was checked against, and `install()` applies it. Their tests are in
-tests/functional/test_moto_patches.py and test_patches.py (a stop's: tests/e2e/test_execution_ended.py).
+tests/functional/test_moto_patches.py, test_patches.py and test_history_answers.py (a stop's:
+tests/e2e/test_execution_ended.py).
 
 They reach into moto's internals, which change between releases: the runtime refuses a moto
 it was not tested with (`require_tested_moto`), and `pyproject.toml` pins the same versions.

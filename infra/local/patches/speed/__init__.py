@@ -3,6 +3,7 @@
 from toolpipe.infra.local.patches.speed import (
     absent_members,
     action_names,
+    history_answers,
     inline_map_workers,
     item_answers,
     json_request_parser,
@@ -48,4 +49,5 @@ PATCHES = (
     absent_members,
     utc_timestamps,
     request_id_in_body,
+    history_answers,
 )
