@@ -74,8 +74,9 @@ RETRY_AFTER = {
 }
 
 
-RESUME_RESPONSES = documented(202, RunResumed, "The run goes on in a new execution.", 400, 403, 404, 409)
+RESUME_RESPONSES = documented(202, RunResumed, "The run goes on in a new execution.", 400, 403, 404, 409, 429)
 RESUME_RESPONSES[202]["headers"] = REPLAYED
+RESUME_RESPONSES[429]["headers"] = RETRY_AFTER
 FORK_RESPONSES = documented(202, RunStarted, "The fork started.", 400, 403, 404, 409, 429)
 FORK_RESPONSES[202]["headers"] = REPLAYED
 FORK_RESPONSES[429]["headers"] = RETRY_AFTER
@@ -253,7 +254,8 @@ def cancel_run(run_id: RunId) -> dict[str, Any]:
     description="Body (optional): ResumeRunRequest. The run goes on from its last stored turn in a new "
     "execution, with the limits raised as asked; a call already done is never run again, one in doubt "
     "stays in doubt. With an `Idempotency-Key` header, a repeat is answered `Idempotent-Replayed: true`. "
-    "A run that is running, succeeded or was cancelled is a 409.",
+    "A run that is running, succeeded or was cancelled is a 409; a caller whose runs running at once "
+    "are at its quota, a 429 (the resumed run takes a slot).",
     responses=RESUME_RESPONSES,
     openapi_extensions=request_body(ResumeRunRequest, required=False)
     | {"parameters": START_DOCUMENT["parameters"]},

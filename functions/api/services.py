@@ -96,7 +96,7 @@ class ApiServices:
     @cached_property
     def resumer(self) -> RunResumer:
         s = self.settings
-        return build_run_resumer(s.store, s.machine, s.events, s.api.admin_principal)
+        return build_run_resumer(s.store, s.machine, s.events, s.api.admin_principal, s.quota)
 
     @cached_property
     def forker(self) -> RunForker:

@@ -5,7 +5,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toolpipe.shared.costs.operations import Operations
@@ -163,11 +163,13 @@ class MemoryHistoryStore:
                 update={"execution": execution, "execution_start_turn": start_turn}
             )
 
-    def resume_run(self, run: RunRecord, resumed: RunRecord) -> bool:
+    def resume_run(self, run: RunRecord, resumed: RunRecord, admission: Admission | None = None) -> bool:
         with self._lock:
             now = self.get_run(run.run_id)
             if now.status is not run.status or now.execution != run.execution:
                 return False
+            if admission is not None:
+                self._admit(run.run_id, replace(admission, starts_per_minute=None))
             self.runs[run.run_id] = resumed.model_copy(update={"error": None, "retain_until": None})
             return True
 

@@ -85,10 +85,12 @@ class RunRecords(Protocol):
         """Record which execution of the run is current, and the turn it starts after."""
         ...
 
-    def resume_run(self, run: RunRecord, resumed: RunRecord) -> bool:
+    def resume_run(self, run: RunRecord, resumed: RunRecord, admission: Admission | None = None) -> bool:
         """Make the ended `run` running again as `resumed` (its status, next execution, its turn,
         limits, deadline and resumes) if its status and execution are still `run`'s; False, with
-        nothing changed, when another writer got there first."""
+        nothing changed, when another writer got there first. With an `admission`, the run takes
+        a running slot of its caller's in the same write (`QuotaExceededError`, nothing changed,
+        when they are full); a resume is not a start, so starts a minute are not counted."""
         ...
 
     def add_fork(self, run_id: str, fork_id: str) -> None:

@@ -7,6 +7,7 @@ import json
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -377,10 +378,12 @@ class RunRecordStore(RunTable):
             ExpressionAttributeValues={":n": execution, ":t": start_turn},
         )
 
-    def resume_run(self, run: RunRecord, resumed: RunRecord) -> bool:
+    def resume_run(self, run: RunRecord, resumed: RunRecord, admission: Admission | None = None) -> bool:
         """Make the ended `run` running again as `resumed` (its next execution, limits, deadline
         and resumes), if it is still as read: False (nothing changed) when another writer got there
-        first. The record no longer expires; its items keep their stamps until it ends again."""
+        first. The record no longer expires; its items keep their stamps until it ends again.
+        With an `admission` whose running quota is on, the run takes a slot in the same
+        transaction (`QuotaExceededError`, nothing changed, when the caller's are full)."""
         fields = (
             "status",
             "execution",
@@ -393,27 +396,47 @@ class RunRecordStore(RunTable):
         # DynamoDB takes numbers as Decimal, never float (a limit in USD).
         values = json.loads(resumed.model_dump_json(include=set(fields)), parse_float=Decimal)
         values = {name: value for name, value in values.items() if value is not None}
+        counted = admission is not None and admission.running is not None
+        if counted:
+            values[HOLDS_SLOT] = True  # the ending gives it back (`finish_run`)
+        update = {
+            "TableName": self._table.name,
+            "Key": {"pk": run_pk(run.run_id), "sk": META_SK},
+            "UpdateExpression": "SET "
+            + ", ".join(f"#{name} = :{name}" for name in values)
+            + f" REMOVE #error, #{retention.RETAIN_UNTIL}",
+            "ConditionExpression": "#status = :was AND #execution = :was_execution",
+            "ExpressionAttributeNames": {
+                **{f"#{name}": name for name in [*values, "execution", "status"]},
+                "#error": "error",
+                f"#{retention.RETAIN_UNTIL}": retention.RETAIN_UNTIL,
+            },
+            "ExpressionAttributeValues": {
+                **{f":{name}": value for name, value in values.items()},
+                ":was": run.status.value,
+                ":was_execution": run.execution,
+            },
+        }
+        if admission is None or admission.running is None:
+            try:
+                client: Any = self._table.meta.client  # the same update, as a transaction item
+                client.update_item(**update)
+            except ClientError as e:
+                if not lost_race(e):
+                    raise
+                return False
+            return True
+        # The record's write and the slot together: resumed exactly when it holds one.
+        slot = self._quota_updates(run.run_id, replace(admission, starts_per_minute=None))
         try:
-            self._table.update_item(
-                Key={"pk": run_pk(run.run_id), "sk": META_SK},
-                UpdateExpression="SET "
-                + ", ".join(f"#{name} = :{name}" for name in values)
-                + f" REMOVE #error, #{retention.RETAIN_UNTIL}",
-                ConditionExpression="#status = :was AND #execution = :was_execution",
-                ExpressionAttributeNames={
-                    **{f"#{name}": name for name in [*values, "execution", "status"]},
-                    "#error": "error",
-                    f"#{retention.RETAIN_UNTIL}": retention.RETAIN_UNTIL,
-                },
-                ExpressionAttributeValues={
-                    **{f":{name}": value for name, value in values.items()},
-                    ":was": run.status.value,
-                    ":was_execution": run.execution,
-                },
-            )
+            self._transact_counted([{"Update": update}, *(item for _, item in slot)], contended=True)
         except ClientError as e:
             if not lost_race(e):
                 raise
+            reasons = cancellation_codes(e)
+            [(quota, _)] = slot
+            if len(reasons) > 1 and reasons[0] != CONDITION_FALSE and reasons[1] == CONDITION_FALSE:
+                raise QuotaExceededError(quota, admission.running, admission.retry_after[quota]) from e
             return False
         return True
 

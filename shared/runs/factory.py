@@ -220,8 +220,14 @@ def build_run_canceller(
 
 
 def build_run_resumer(
-    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, admin_principal: str | None
+    store: StoreSettings,
+    machine: StateMachineSettings,
+    events: EventSettings,
+    admin_principal: str | None,
+    quota: QuotaSettings | None = None,
 ) -> "RunResumer":
+    """`quota`: the per-caller quotas; a resumed run takes a running slot, as `POST /runs` does."""
+    from toolpipe.shared.runs.quota import RunQuota
     from toolpipe.shared.runs.resume import RunResumer
 
     return RunResumer(
@@ -229,6 +235,7 @@ def build_run_resumer(
         StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
         admin_principal,
         events=build_events(events),
+        quota=None if quota is None else RunQuota(quota),
     )
 
 

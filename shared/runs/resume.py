@@ -13,10 +13,12 @@ import hashlib
 from typing import NamedTuple
 
 from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.history.errors import QuotaExceededError
 from toolpipe.shared.messages import ResumeRecord, RunLimits, RunRecord, RunStatus, utc_now
 from toolpipe.shared.runs.errors import IdempotencyConflictError, RunNotResumableError
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter
+from toolpipe.shared.runs.quota import RUNNING, RunQuota
 from toolpipe.shared.runs.report import readable
 from toolpipe.shared.runs.time_limit import deadline_after
 
@@ -48,11 +50,15 @@ class RunResumer:
         admin_principal: str | None = None,
         *,
         events: EventPublisher = NO_EVENTS,
+        quota: RunQuota | None = None,
     ) -> None:
+        """`quota`: the per-caller quotas (the API's); a resumed run takes a running slot of its
+        caller's, as a started one does."""
         self._store = store
         self._starter = starter
         self._admin = admin_principal
         self._events = events
+        self._quota = quota
 
     def resume(
         self,
@@ -69,6 +75,7 @@ class RunResumer:
             RunNotFoundError: unknown, or not the caller's.
             RunNotResumableError: it is running, succeeded or cancelled, or is a child run.
             IdempotencyConflictError: the key resumed it already, with other limits.
+            QuotaExceededError: the run's caller has as many runs running as its quota allows.
         """
         run = readable(self._store, run_id, caller, self._admin)
         key = None if idempotency_key is None else key_hash(caller, idempotency_key)
@@ -82,7 +89,7 @@ class RunResumer:
                 run_id, f"it answers a call of run {run.parent.run_id}; resume that run"
             )
         resumed = self._resumed(run, limits, key, by or caller)
-        if not self._store.resume_run(run, resumed):
+        if not self._resume_counted(run, resumed):
             # Another resume (or the same key, sent twice at once) got there first.
             return self.resume(run_id, caller, limits, idempotency_key=idempotency_key, by=by)
         self._events.run_resumed(resumed)
@@ -94,6 +101,22 @@ class RunResumer:
                 self._events.run_ended(self._store, run_id)
             raise
         return Resumed(self._store.get_run(run_id), replayed=False)
+
+    def _resume_counted(self, run: RunRecord, resumed: RunRecord) -> bool:
+        """Write the resume, with a running slot of the run's caller when the quota is on."""
+        caller = run.caller or ""
+        admission = None if self._quota is None else self._quota.admission(caller)
+        try:
+            return self._store.resume_run(run, resumed, admission)
+        except QuotaExceededError as e:
+            # Full: give back what runs that ended still hold, then try once more (as a start).
+            if (
+                self._quota is None
+                or e.quota != RUNNING
+                or not self._quota.repair(self._store, self._starter, caller)
+            ):
+                raise
+            return self._store.resume_run(run, resumed, admission)
 
     @staticmethod
     def _resumed(run: RunRecord, limits: RunLimits | None, key: str | None, by: str) -> RunRecord:

@@ -8,6 +8,7 @@ import pytest
 
 from tests.reliability.harness import moto_store
 from toolpipe.shared.history import MemoryHistoryStore
+from toolpipe.shared.history.errors import QuotaExceededError
 from toolpipe.shared.messages import RunLimits, RunRecord, RunStatus, UserMessage
 from toolpipe.shared.runs.resume import RunResumer
 
@@ -66,3 +67,31 @@ def test_a_fork_is_listed_once(store: Any) -> None:
     store.add_fork("r1", "f1")
     store.add_fork("r1", "f2")
     assert sorted(store.get_run("r1").forks) == ["f1", "f2"]
+
+
+def _quota(running: int) -> Any:
+    from toolpipe.shared.runs.quota import RunQuota
+    from toolpipe.shared.settings import QuotaSettings
+
+    return RunQuota(QuotaSettings(starts_per_minute=1, running=running))
+
+
+def test_a_resumed_run_takes_a_running_slot_and_its_ending_gives_it_back(store: Any) -> None:
+    # One slot, held by another run of the same caller: the resume is refused, nothing written.
+    _ended(store)
+    other = RunRecord(run_id="r2", agent="tester", status=RunStatus.RUNNING, caller="me")
+    assert store.create_run(other, UserMessage(seq=1, turn=0, content="go"), _quota(1).admission("me"))
+    assert store.running_slots("me") == ["r2"]
+    resumer = RunResumer(store, Starts(), quota=_quota(1))
+    with pytest.raises(QuotaExceededError) as refused:
+        resumer.resume("r1", "me")
+    assert refused.value.quota == "running"
+    assert store.get_run("r1").status is RunStatus.LIMIT and store.running_slots("me") == ["r2"]
+
+    # The other run ends: the resume takes its slot (the minute's one start is not counted
+    # again: a resume is not a start), and gives it back when it ends.
+    assert store.finish_run("r2", RunStatus.SUCCEEDED)
+    resumed, _ = resumer.resume("r1", "me")
+    assert resumed.status is RunStatus.RUNNING and store.running_slots("me") == ["r1"]
+    assert store.finish_run("r1", RunStatus.FAILED, error="again")
+    assert store.running_slots("me") == []
