@@ -16,10 +16,15 @@ import functools
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
+from toolpipe.infra.local.patches.speed import parsed_programs
+
 CHECKED_WITH = ("5.2.5",)
 
-# Kept per definition text (a runtime has one state machine; tests create a few dozen).
-cached_program_parse = functools.lru_cache(maxsize=64)(AmazonStateLanguageParser.parse)
+# Kept per definition text (a runtime has one state machine; tests create a few dozen), and
+# across processes on disk (parsed_programs.py): the disk is asked once per definition.
+cached_program_parse = functools.lru_cache(maxsize=64)(
+    parsed_programs.through_disk(AmazonStateLanguageParser.parse)
+)
 
 
 def _heap_key(self: EvalComponent) -> str:
