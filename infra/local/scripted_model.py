@@ -148,6 +148,8 @@ class ScriptedModelServer:
         self.rate_limited = 0
         # When each request within the limit arrived (time.monotonic()), in order.
         self.arrivals: list[float] = []
+        # Each answer's status and when it was sent (time.time(), as execution histories stamp).
+        self.answered: list[tuple[int, float]] = []
         self.requests: list[dict[str, Any]] = []
         # The client's port for each request in `requests`: equal ports mean a reused connection.
         self.client_ports: list[int] = []
@@ -243,6 +245,8 @@ class ScriptedModelServer:
                     self.close_connection = True
                 head = _head(answer.status, headers)
                 data = head + answer.body
+                with server._lock:
+                    server.answered.append((answer.status, time.time()))
                 delay = answer.trickle_seconds_per_byte
                 steady = 0 if delay is None else 0 if answer.trickle_headers else len(head)
                 try:
