@@ -50,9 +50,6 @@ RUN_PREFIX = "RUN#"
 EXPIRES = "expires_at"
 # Kept a day past their last use: the table's time to live deletes idle budgets and old runs.
 KEEP_SECONDS = 86_400
-# A slot this close is taken now: a Wait state waits whole seconds, and a Lambda's start is not
-# instant either.
-EARLY_MS = 250
 # The wait after a 429 that names none: a second, or the budget's interval if longer.
 DEFAULT_BACKOFF_MS = 1000
 # Rival writes to one budget before this invocation gives up (the state machine retries it).
@@ -119,12 +116,14 @@ class RateGovernor:
             blocked = int(budget.get("blocked_until", 0))
             if mine.get("call") == call and int(mine["slot_at"]) >= blocked:
                 slot_at = int(mine["slot_at"])
-                if slot_at - now <= EARLY_MS:
+                if slot_at <= now:
                     return Go()
                 return self._wait(run, mine, slot_at - now, "its turn in the model's rate limit")
             tat = int(budget["tat"]) if "tat" in budget else None
             slot_at = now if tat is None else max(now, tat - int(self._tolerance_ms))
-            wait_ms = slot_at - now if slot_at - now > EARLY_MS else 0
+            # Never early, however close: the endpoint counts as we do. A Wait state waits whole
+            # seconds, so a slot a few milliseconds off costs a second's wait, never a 429.
+            wait_ms = slot_at - now
             stop = self._past_limits(run, mine, wait_ms)
             if stop is not None:
                 return stop
