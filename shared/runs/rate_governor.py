@@ -39,6 +39,7 @@ from botocore.exceptions import ClientError
 
 from toolpipe.shared.dynamo import lost_race
 from toolpipe.shared.messages import RunRecord
+from toolpipe.shared.model.errors import ModelCallError
 from toolpipe.shared.settings import RateSettings
 
 if TYPE_CHECKING:
@@ -50,7 +51,8 @@ RUN_PREFIX = "RUN#"
 EXPIRES = "expires_at"
 # Kept a day past their last use: the table's time to live deletes idle budgets and old runs.
 KEEP_SECONDS = 86_400
-# The wait after a 429 that names none: a second, or the budget's interval if longer.
+# The wait after a 429 that names none (a second, or the budget's interval if longer), and the
+# least a wait is (a Wait state's shortest loop).
 DEFAULT_BACKOFF_MS = 1000
 # Rival writes to one budget before this invocation gives up (the state machine retries it).
 MAX_RACES = 50
@@ -77,10 +79,6 @@ class Stop:
 
 
 Admission = Go | Wait | Stop
-
-
-class BudgetContendedError(Exception):
-    """Too many rival writes to one budget in a row: the invocation fails and is retried."""
 
 
 class RateGovernor:
@@ -133,7 +131,7 @@ class RateGovernor:
                 if not wait_ms:
                     return Go()
                 return Wait(_seconds(wait_ms), "its turn in the model's rate limit")
-        raise BudgetContendedError(f"the model's rate budget changed {MAX_RACES} times in a row")
+        raise _contended()
 
     def rate_limited(self, run: RunRecord, model: str, retry_after: float | None, detail: str) -> Wait | Stop:
         """The endpoint answered 429 or asked to wait: every run of `model` waits until then,
@@ -142,7 +140,7 @@ class RateGovernor:
         asked_ms = (
             max(DEFAULT_BACKOFF_MS, round(self._interval_ms))
             if retry_after is None
-            else max(0, math.ceil(retry_after * 1000))
+            else max(DEFAULT_BACKOFF_MS, math.ceil(retry_after * 1000))
         )
         for _ in range(MAX_RACES):
             now = self._now()
@@ -158,7 +156,7 @@ class RateGovernor:
             }
             if self._write(budget_pk, tat, pushed, run, mine, asked_ms, None):
                 return Wait(_seconds(asked_ms), f"the model endpoint asked to wait ({detail})")
-        raise BudgetContendedError(f"the model's rate budget changed {MAX_RACES} times in a row")
+        raise _contended()
 
     # --- one wait, and its bounds -----------------------------------------------------------
 
@@ -245,7 +243,8 @@ class RateGovernor:
             "pk": _run_pk(run.run_id),
             "execution": run.execution,
             "waits": waits + (1 if wait_ms else 0),
-            "waited_ms": int(mine.get("waited_ms", 0)) + wait_ms,
+            # As waited: whole seconds.
+            "waited_ms": int(mine.get("waited_ms", 0)) + (_seconds(wait_ms) * 1000 if wait_ms else 0),
             "expires_at": self._expiry(),
             **(holding or {}),
         }
@@ -269,6 +268,11 @@ def model_call_key(run: RunRecord, last_seq: int) -> str:
     """Which model call of the run a slot is for: its turn, after its last history slot (a repair
     message or a new execution's first step is a call of its own)."""
     return f"{run.execution}:{run.turn}:{last_seq}"
+
+
+def _contended() -> ModelCallError:
+    # This exact class: the state machine retries the model step by its name, later.
+    return ModelCallError(f"the model's rate budget changed {MAX_RACES} times in a row")
 
 
 def _run_pk(run_id: str) -> str:
