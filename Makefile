@@ -155,13 +155,15 @@ deploy: install
 	cdk deploy
 
 # Cold starts and bundle sizes (pip builds the layers once, into build/), then figures against
-# peers on one scripted server, then a reference run's cost; installs the `bench` extra (the
+# peers on one scripted server, then a reference run's cost, then the model's rate governor under
+# 20 concurrent runs (benchmarks/governor.py); installs the `bench` extra (the
 # OpenAI Agents SDK and Pydantic AI) first. `make test` runs each benchmark's --quick mode and
 # the start-up guard (tests/e2e/test_benchmarks.py).
 bench: install
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/python -m benchmarks.pipeline
 	$(BIN)/python -m benchmarks.calls
+	$(BIN)/python -m benchmarks.governor
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) node_modules cdk.out .toolpipe .pytest_cache .mypy_cache .ruff_cache *.egg-info

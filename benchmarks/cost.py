@@ -7,6 +7,11 @@ answer. Its counted operations (shared/costs: measured by the pipeline's own cli
 executions' histories, not modelled) are priced with the default price table, by service. Beside
 them, the peer design's model (a Step Functions agent loop whose cost is its state transitions:
 5 + 2m a turn for m calls a turn), at the same price. Figures, not pass/fail.
+
+Then what waiting for the model's rate limit costs: a governed wait (the run waits in a Wait state,
+shared/runs/rate_governor.py), counted as the difference between two runs, one answered at once
+and one answered 429 first; beside it, a call retried inside the orchestrator, whose Lambda is
+billed while it sleeps through the Retry-After.
 """
 
 import os
@@ -104,6 +109,99 @@ def table(cost: dict[str, Any]) -> list[str]:
     return lines
 
 
+# The Retry-After values the comparison is printed for, in seconds.
+RETRY_AFTERS = (1, 10, 60)
+
+
+def governed_wait_operations() -> dict[str, Any]:
+    """What one governed wait adds to a run: the counted operations of a run answered 429
+    (Retry-After 1 s) then answered, less those of a run answered at once."""
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    from benchmarks.runtime import bench_env
+    from toolpipe.infra.local.runtime import LocalRuntime
+    from toolpipe.infra.local.scripted_model import (
+        Answer,
+        HttpError,
+        Reply,
+        ScriptedModelServer,
+        ScriptResponder,
+    )
+    from toolpipe.shared.agents import AGENTS, Agent
+
+    AGENTS["bench_wait"] = Agent(name="bench_wait", instructions="Answer.", max_iterations=5)
+    too_many = HttpError(
+        429, {"error": {"message": "Rate limit reached", "type": "requests"}}, {"retry-after": "1"}
+    )
+    # A rate far above what two runs ask: the governor paces nothing, it only turns the 429 into a wait.
+    governed = {"TOOLPIPE_MODEL_RATE_PER_MINUTE": "6000"}
+    costs = []
+    with (
+        ScriptedModelServer(ScriptResponder([])) as model,
+        LocalRuntime(extra_env={**bench_env(model.base_url), **governed}) as runtime,
+    ):
+        # The first run pays the orchestrator's cold start: a warm-up, not counted.
+        scripts: list[list[Answer]] = [
+            [Reply(content="done")],
+            [Reply(content="done")],
+            [too_many, Reply(content="done")],
+        ]
+        for script in scripts:
+            model.responder = ScriptResponder(script)
+            status, body = runtime.api("POST", "/runs", {"prompt": "answer", "agent": "bench_wait"})
+            assert status == 202, body
+            described = runtime.wait_for_execution(body["run_id"], timeout=60)
+            if described["status"] != "SUCCEEDED":
+                raise RuntimeError(f"run {body['run_id']} ended {described['status']}")
+            costs.append(runtime.api("GET", f"/runs/{body['run_id']}")[1]["cost"])
+    plain, waited = (c["operations"] for c in costs[1:])
+    used, before = waited["functions"]["orchestrator"], plain["functions"]["orchestrator"]
+    extra_requests = used["requests"] - before["requests"]
+    # Each extra invocation at the mean of the run's own: a difference of two runs' durations
+    # is noise at this size (a few ms, under other load).
+    orchestrator = {"requests": extra_requests, "mb_ms": used["mb_ms"] / used["requests"] * extra_requests}
+    return {
+        "state_transitions": waited["state_transitions"] - plain["state_transitions"],
+        "lambda_requests": orchestrator["requests"],
+        "lambda_mb_ms": orchestrator["mb_ms"],
+        "dynamodb_read_units": waited["read_units"] - plain["read_units"],
+        "dynamodb_write_units": waited["write_units"] - plain["write_units"],
+        "events": waited["events"] - plain["events"],
+    }
+
+
+def wait_table(extra: dict[str, Any]) -> list[str]:
+    """A governed wait (the same whatever its length) beside a retried call's sleeping Lambda."""
+    from toolpipe.infra.cdk.functions import ORCHESTRATOR
+    from toolpipe.shared.costs.prices import PriceTable
+
+    prices = PriceTable()
+    governed = (
+        extra["state_transitions"] * prices.state_transition
+        + extra["lambda_requests"] * prices.lambda_request
+        + extra["lambda_mb_ms"] / 1024 / 1000 * prices.lambda_gb_second
+        + extra["dynamodb_read_units"] * prices.dynamodb_read_unit
+        + extra["dynamodb_write_units"] * prices.dynamodb_write_unit
+        + extra["events"] * prices.event
+    )
+    gb = ORCHESTRATOR.memory_mb / 1024
+    lines = [
+        f"a governed wait adds {extra['state_transitions']} state transitions, {extra['lambda_requests']} "
+        f"orchestrator request ({extra['lambda_mb_ms'] / 1024 / 1000:.3f} GB-s) and "
+        f"{extra['dynamodb_read_units']:g} RRU + {extra['dynamodb_write_units']:g} WRU and "
+        f"{extra['events']} event, whatever its length",
+        f"{'Retry-After':<12} {'governed wait, USD':>20} {'retried call: Lambda sleeping, USD':>36}",
+    ]
+    for seconds in RETRY_AFTERS:
+        sleeping = seconds * gb * prices.lambda_gb_second
+        lines.append(f"{seconds:>8} s   {governed:>20.8f} {sleeping:>36.8f}")
+    even = governed / (gb * prices.lambda_gb_second)
+    lines.append(
+        f"in dollars a governed wait costs what {even:.0f} s of the orchestrator ({ORCHESTRATOR.memory_mb} MB) "
+        "sleeping does; a sleeping call also holds a Lambda's concurrency, and cannot wait past its timeout"
+    )
+    return lines
+
+
 def report() -> None:
     cost, elapsed = reference_cost()
     print(
@@ -111,6 +209,9 @@ def report() -> None:
         f"ran locally in {elapsed:.1f} s):"
     )
     for line in table(cost):
+        print("  " + line)
+    print("what waiting for the model's rate limit costs on AWS:")
+    for line in wait_table(governed_wait_operations()):
         print("  " + line)
 
 

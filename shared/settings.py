@@ -70,6 +70,30 @@ class ModelSettings(_EnvSettings):
     max_retries: int = 3
 
 
+class RateSettings(_EnvSettings):
+    """The model's rate governor (shared/runs/rate_governor.py), set by the stack
+    (`model_rate_per_minute`, `model_rate_burst`, `model_rate_max_wait`). A rate of 0 or unset:
+    no governor, and a 429 is retried inside the orchestrator as any other failure."""
+
+    env_names: ClassVar[dict[str, str]] = {
+        "table_name": "TOOLPIPE_MODEL_RATE_TABLE",
+        "per_minute": "TOOLPIPE_MODEL_RATE_PER_MINUTE",
+        "burst": "TOOLPIPE_MODEL_RATE_BURST",
+        "max_wait_seconds": "TOOLPIPE_MODEL_RATE_MAX_WAIT",
+    }
+    table_name: str | None = None
+    # Model calls a minute to each endpoint and model, from all runs together.
+    per_minute: float = Field(default=0, ge=0)
+    # How many calls may go at once after a quiet spell (GCRA's burst).
+    burst: int = Field(default=1, ge=1, le=1000)
+    # The most a run may wait for the rate limit in all; past it the run ends `limit`.
+    max_wait_seconds: int = Field(default=3600, ge=1)
+
+    @property
+    def enabled(self) -> bool:
+        return self.per_minute > 0 and bool(self.table_name)
+
+
 class EventSettings(_EnvSettings):
     """The EventBridge bus run events go to (`shared/runs/events.py`); unset, none are published."""
 

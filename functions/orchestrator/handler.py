@@ -32,6 +32,7 @@ from toolpipe.shared.settings import (
     CallTimeouts,
     EventSettings,
     ModelSettings,
+    RateSettings,
     StoreSettings,
 )
 from toolpipe.shared.tracing import trace_handler
@@ -43,11 +44,12 @@ store_settings = StoreSettings.from_env()
 model_settings = ModelSettings.from_env()
 call_timeouts = CallTimeouts.from_env()
 event_settings = EventSettings.from_env()
+rate_settings = RateSettings.from_env()
 
 
 @cache
 def service() -> ModelStep:
-    return build_model_step(store_settings, model_settings, call_timeouts, event_settings)
+    return build_model_step(store_settings, model_settings, call_timeouts, event_settings, rate_settings)
 
 
 @cache

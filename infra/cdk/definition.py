@@ -226,8 +226,16 @@ def _loop(orchestrator: str) -> dict[str, Any]:
                         "Next": "RunGatedTools",
                     },
                     {"Variable": "$.model.decision.status", "StringEquals": "tool_calls", "Next": "RunTools"},
+                    {"Variable": "$.model.decision.status", "StringEquals": "wait", "Next": "WaitForModel"},
                 ],
                 "Default": "Ended",
+            },
+            # The model's rate limit (shared/runs/rate_governor.py): waited here, no Lambda
+            # running, then the same model step again (its results as they were).
+            "WaitForModel": {
+                "Type": "Wait",
+                "SecondsPath": "$.model.decision.wait_seconds",
+                "Next": "CallModel",
             },
             # State names are unique across the whole machine, Map processors included: Step
             # Functions refuses a definition that repeats one (DUPLICATE_STATE_NAME), moto does not.

@@ -45,7 +45,8 @@ ORCHESTRATOR = FunctionSpec(
     handler="toolpipe.functions.orchestrator.handler.lambda_handler",
     timeout_seconds=limits.ORCHESTRATOR_TIMEOUT_SECONDS,
     # The model step's calls and endings, a child run's answer to its parent's call, and the
-    # calls that wait for a person or a program (it stores their approvals).
+    # calls that wait for a person or a program (it stores their approvals), and the waits for
+    # the model's rate limit.
     publishes=(
         "ToolCallCompleted",
         "RunCompleted",
@@ -53,6 +54,7 @@ ORCHESTRATOR = FunctionSpec(
         "RunHandedOff",
         "ApprovalRequested",
         "ToolCallRequested",
+        "ModelRateLimited",
     ),
 )
 TOOL_WORKER = FunctionSpec(

@@ -26,6 +26,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
+from pydantic import ValidationError
 
 from toolpipe.infra.cdk import functions as specs
 from toolpipe.infra.cdk.constructs import (
@@ -46,7 +47,7 @@ from toolpipe.infra.cdk.constructs.otel import OtelExport
 from toolpipe.infra.cdk.constructs.triggers import TriggerOptions, Triggers
 from toolpipe.shared.agents.app import find_app
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS
-from toolpipe.shared.settings import MAX_RUNNING_QUOTA, QuotaSettings
+from toolpipe.shared.settings import MAX_RUNNING_QUOTA, QuotaSettings, RateSettings
 from toolpipe.shared.tools.runners import runner_name_problem
 
 __all__ = ["NO_MODEL_KEY", "ToolPipeline"]
@@ -93,6 +94,9 @@ class ToolPipeline(Construct):
         retention_days: int = DEFAULT_RETENTION_DAYS,
         quota_starts_per_minute: int | None = 60,
         quota_running: int | None = 20,
+        model_rate_per_minute: float = 0,
+        model_rate_burst: int = 1,
+        model_rate_max_wait: int = 3600,
         reserved_concurrency: ReservedConcurrency | None = None,
         worker_max_concurrency: int | None = WORKER_MAX_CONCURRENCY,
         alarms: bool = True,
@@ -139,6 +143,10 @@ class ToolPipeline(Construct):
         once (2 to 1,000; None: no maximum). `alarms`: CloudWatch alarms on the dead-letter
         queues, failed and timed-out executions and throttled functions (README "Alarms"),
         notifying `alarm_topic`: an SNS topic or its ARN, "create" for one made here, or None.
+        `model_rate_per_minute`, `model_rate_burst`, `model_rate_max_wait`: the model's rate
+        governor (docs/concepts/runs.md "The model's rate limit"): model calls a minute to the
+        endpoint and model, from all runs together, how many may go at once, and the most seconds
+        a run may wait in all; a rate of 0 (the default) turns it off.
         `runners`: the names of the tool runners your tools name (`@tool(runner="mail")`), each
         its own function and role beside the default runner (docs/operations/security.md, "A
         runner per trust boundary"); grant a runner's tools what they need with
@@ -160,6 +168,7 @@ class ToolPipeline(Construct):
         user_lock = _requirements_lock(requirements, requirements_lock)
         approvers = parse_addresses(approval_emails)
         quotas = _quotas(quota_starts_per_minute, quota_running)
+        model_rate = _model_rate(model_rate_per_minute, model_rate_burst, model_rate_max_wait)
         named_runners = _runners(runners)
         if worker_max_concurrency is not None and not 2 <= worker_max_concurrency <= 1000:
             raise ValueError(
@@ -195,6 +204,7 @@ class ToolPipeline(Construct):
             tracing=tracing,
             otel=otel,
             quotas=quotas,
+            model_rate=model_rate,
             reserved_concurrency=reserved_concurrency,
             worker_max_concurrency=worker_max_concurrency,
             prices=prices,
@@ -326,6 +336,18 @@ def _quotas(starts_per_minute: int | None, running: int | None) -> QuotaSettings
     if running is not None and running > MAX_RUNNING_QUOTA:
         raise ValueError(f"quota_running must be at most {MAX_RUNNING_QUOTA:,}, not {running}")
     return QuotaSettings(starts_per_minute=starts_per_minute or 0, running=running or 0)
+
+
+def _model_rate(per_minute: float, burst: int, max_wait: int) -> RateSettings:
+    """The model's rate governor as the orchestrator reads it; a bad value is a one-line error."""
+    try:
+        return RateSettings(per_minute=per_minute, burst=burst, max_wait_seconds=max_wait)
+    except ValidationError as e:
+        error = e.errors()[0]
+        name = {"per_minute": "model_rate_per_minute", "burst": "model_rate_burst"}.get(
+            str(error["loc"][0]), "model_rate_max_wait"
+        )
+        raise ValueError(f"{name}: {error['msg']}") from None
 
 
 def _runners(names: Sequence[str]) -> tuple[str, ...]:

@@ -3,7 +3,9 @@
 Settings come from CDK context (`cdk deploy -c NAME=VALUE`, or `context` in cdk.json):
 `api_auth` ("iam" or "api_key"), `api_throttle_rate` and `api_throttle_burst` (the stage's, and
 each key's with api_key), `quota_starts_per_minute` and `quota_running` (per caller, 0: off),
-`api_reserved_concurrency`, `orchestrator_reserved_concurrency`, `worker_max_concurrency`,
+`model_rate_per_minute`, `model_rate_burst` and `model_rate_max_wait` (the model's rate governor,
+0: off; docs/concepts/runs.md), `api_reserved_concurrency`, `orchestrator_reserved_concurrency`,
+`worker_max_concurrency`,
 `alarms` ("false": none) and `alarm_topic_arn` (an SNS topic's ARN, or "create"),
 `api_gateway_cloudwatch_role` ("false": the stage logs nothing and the region's API Gateway
 account setting is left alone; docs/operations/deploy.md "API Gateway's CloudWatch role"),
@@ -133,10 +135,19 @@ def pipeline_settings(node: Node) -> dict[str, Any]:
     throttle = _throttle(node)
     if throttle is not None:
         settings["api_throttle"] = throttle
-    for name in ("quota_starts_per_minute", "quota_running", "worker_max_concurrency"):
+    for name in (
+        "quota_starts_per_minute",
+        "quota_running",
+        "worker_max_concurrency",
+        "model_rate_burst",
+        "model_rate_max_wait",
+    ):
         value = node.try_get_context(name)
         if value is not None:
             settings[name] = _number(name, value, int)
+    rate = node.try_get_context("model_rate_per_minute")
+    if rate is not None:
+        settings["model_rate_per_minute"] = _number("model_rate_per_minute", rate, float)
     reserved = {
         name: _number(f"{name}_reserved_concurrency", value, int)
         for name in ("api", "orchestrator")

@@ -210,7 +210,7 @@ def deploy(
     d = Deployment(template)
     functions = {spec.name: (name, props) for spec, name, props in template.functions()}
     _create_roles(d, template, iam_client)
-    _create_table(d, template, dynamodb, names)
+    _create_tables(d, template, dynamodb, names, functions)
     _create_buckets(d, template, s3, names, functions)
     _create_queues(d, template, sqs, names)
     _create_bus(d, template, events, names)
@@ -248,18 +248,39 @@ def _create_roles(d: Deployment, template: Template, iam_client: Any) -> None:
         d.role_arns[logical_id] = arn
 
 
-def _create_table(
-    d: Deployment, template: Template, dynamodb: "DynamoDBClient", names: dict[str, str]
+def history_table_id(template: Template) -> str:
+    """The history table's logical id: the table the functions read as `TABLE_NAME` (the
+    stack's other tables, such as the model's rate budgets, are named otherwise)."""
+    tables = template.of_type("AWS::DynamoDB::Table")
+    named = {
+        value["Ref"]
+        for _, _, props in template.functions()
+        if isinstance(value := props.get("Environment", {}).get("Variables", {}).get("TABLE_NAME"), dict)
+        and "Ref" in value
+    }
+    found = [logical_id for logical_id in tables if logical_id in named]
+    if len(found) != 1:
+        raise TemplateError(
+            f"{template.path}: expected one AWS::DynamoDB::Table named by TABLE_NAME, found {len(found)}"
+        )
+    return found[0]
+
+
+def _create_tables(
+    d: Deployment, template: Template, dynamodb: "DynamoDBClient", names: dict[str, str], functions: Functions
 ) -> None:
-    table_id, table = template.one("AWS::DynamoDB::Table")
-    d.table = names.get("table", _local_name(table_id))
-    dynamodb.create_table(TableName=d.table, **table_definition(table["Properties"]))
-    ttl = table["Properties"].get("TimeToLiveSpecification")
-    if ttl:
-        # Declared as deployed (moto keeps the setting, and expires nothing).
-        dynamodb.update_time_to_live(TableName=d.table, TimeToLiveSpecification=ttl)
-    d.refs[table_id] = d.table
-    d.attributes[(table_id, "Arn")] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{d.table}"
+    history = history_table_id(template)
+    for table_id, table in template.of_type("AWS::DynamoDB::Table").items():
+        name = names.get("table", _local_name(table_id)) if table_id == history else _local_name(table_id)
+        dynamodb.create_table(TableName=name, **table_definition(table["Properties"]))
+        ttl = table["Properties"].get("TimeToLiveSpecification")
+        if ttl:
+            # Declared as deployed (moto keeps the setting, and expires nothing).
+            dynamodb.update_time_to_live(TableName=name, TimeToLiveSpecification=ttl)
+        d.refs[table_id] = name
+        d.attributes[(table_id, "Arn")] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}"
+        if table_id == history:
+            d.table = name
 
 
 def _create_buckets(

@@ -69,8 +69,9 @@ if TYPE_CHECKING:
 REGION = deployment.REGION
 # The history table's keys and indexes, as the stack defines them (from the packaged template):
 # `create_table(TableName=..., **HISTORY_TABLE)`.
+_PACKAGED = template.load(template.PACKAGED)
 HISTORY_TABLE: dict[str, Any] = deployment.table_definition(
-    template.load(template.PACKAGED).one("AWS::DynamoDB::Table")[1]["Properties"]
+    _PACKAGED.properties(deployment.history_table_id(_PACKAGED))
 )
 TABLE = "toolpipe-local"
 BUCKET = "toolpipe-local-contents"

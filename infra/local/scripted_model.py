@@ -13,6 +13,7 @@ completion, or bytes trickled out slowly enough to defeat a per-read timeout.
 import contextlib
 import http
 import json
+import math
 import re
 import socket
 import threading
@@ -55,6 +56,31 @@ class RawResponse:
     headers: dict[str, str] = field(default_factory=dict)
     trickle_seconds_per_byte: float | None = None
     trickle_headers: bool = False
+
+
+class EndpointRateLimit:
+    """The rate limit of a provider's endpoint: `per_minute` requests a minute, `burst` at once
+    after a quiet spell (GCRA, as the governor's). A request over it is answered 429 with the
+    `Retry-After` (whole seconds, rounded up) that its turn is in, and never reaches the responder."""
+
+    def __init__(
+        self, per_minute: float, burst: int = 1, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._interval = 60 / per_minute
+        self._tolerance = self._interval * (burst - 1)
+        self._tat = 0.0
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    def take(self) -> float | None:
+        """None: the request is within the limit (and counted); else the seconds until it is."""
+        with self._lock:
+            now = self._clock()
+            allowed_at = self._tat - self._tolerance
+            if now < allowed_at:
+                return allowed_at - now
+            self._tat = max(now, self._tat) + self._interval
+            return None
 
 
 Answer = Reply | HttpError | RawResponse
@@ -117,6 +143,13 @@ class ScriptedModelServer:
         # provider gives for a wrong key (and never reaches the responder).
         self.api_key = api_key
         self.refused_keys = 0
+        # When set, requests over it get a 429 with Retry-After (counted in `rate_limited`).
+        self.rate_limit: EndpointRateLimit | None = None
+        self.rate_limited = 0
+        # When each request within the limit arrived (time.monotonic()), in order.
+        self.arrivals: list[float] = []
+        # Each answer's status and when it was sent (time.time(), as execution histories stamp).
+        self.answered: list[tuple[int, float]] = []
         self.requests: list[dict[str, Any]] = []
         # The client's port for each request in `requests`: equal ports mean a reused connection.
         self.client_ports: list[int] = []
@@ -173,7 +206,18 @@ class ScriptedModelServer:
                         },
                     )
                     return
+                wait = server.rate_limit.take() if server.rate_limit is not None else None
+                if wait is not None:
+                    with server._lock:
+                        server.rate_limited += 1
+                    self._send_json(
+                        429,
+                        {"error": {"message": "Rate limit reached for requests", "type": "requests"}},
+                        {"retry-after": str(max(1, math.ceil(wait)))},
+                    )
+                    return
                 with server._lock:
+                    server.arrivals.append(time.monotonic())
                     server.requests.append(request)
                     server.client_ports.append(self.client_address[1])
                     counter = len(server.requests)
@@ -201,6 +245,8 @@ class ScriptedModelServer:
                     self.close_connection = True
                 head = _head(answer.status, headers)
                 data = head + answer.body
+                with server._lock:
+                    server.answered.append((answer.status, time.time()))
                 delay = answer.trickle_seconds_per_byte
                 steady = 0 if delay is None else 0 if answer.trickle_headers else len(head)
                 try:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolpipe.shared.agents.agent import (
+    EVENTS_PER_RATE_WAIT,
     Agent,
     ModelPrice,
     ToolProvider,
@@ -130,6 +131,7 @@ def agent_for(name: str, mcp_servers: Sequence[str] | None, *, reads_input: bool
 
 __all__ = [
     "AGENTS",
+    "EVENTS_PER_RATE_WAIT",
     "NO_AGENTS",
     "AfterModel",
     "AfterTool",

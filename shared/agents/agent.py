@@ -40,6 +40,9 @@ APPROVAL_TASK_RETRIES = 6
 # Heartbeats write no history events. The definition's retriers, at most (a test holds these
 # to infra/cdk/definition.py): CallModel 6 transient Lambda errors + 2 ModelCallError; MarkFailed 6.
 MODEL_STEP_RETRIES = 8
+# A wait for the model's rate limit (shared/runs/rate_governor.py): the model step that decided
+# it, the Route Choice and the Wait state.
+EVENTS_PER_RATE_WAIT = 9
 MARK_FAILED_RETRIES = 6
 
 

@@ -50,6 +50,9 @@ class DecisionStatus(StrEnum):
     FAILED = "failed"
     # The run goes on in a fresh execution (this one neared the history-event limit).
     CONTINUED = "continued"
+    # The model's rate limit: the state machine waits `wait_seconds` (a Wait state, no Lambda
+    # running), then asks for the model step again (shared/runs/rate_governor.py).
+    WAIT = "wait"
 
 
 class Decision(BaseModel):
@@ -61,6 +64,8 @@ class Decision(BaseModel):
     # Some call waits for a person (or a deferred answer): the turn takes the Map whose branches
     # can wait (the others keep the plain Map, and its transitions).
     gated: bool = False
+    # `wait`: how long the state machine waits before the next model step (`SecondsPath`).
+    wait_seconds: int | None = None
 
 
 class CallOutcome(BaseModel):

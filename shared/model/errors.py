@@ -1,5 +1,5 @@
-"""Errors of calling the model: worth another try later (`ModelCallError`), or not
-(`ModelRejectedError`)."""
+"""Errors of calling the model: worth another try later (`ModelCallError`), after a wait the
+endpoint asked for (`ModelRateLimitedError`), or not at all (`ModelRejectedError`)."""
 
 from toolpipe.shared.errors import ToolpipeError
 
@@ -12,6 +12,16 @@ class ModelCallError(ToolpipeError):
 class ModelResponseError(ModelCallError):
     """The endpoint answered 200 with something that is not a chat completion (HTML, garbled
     JSON, no choices): retried like a 5xx."""
+
+
+class ModelRateLimitedError(ToolpipeError):
+    """The endpoint answered 429, or asked to wait (`Retry-After`), and the client was built to
+    leave the wait to the run's rate governor (shared/runs/rate_governor.py) rather than sleep
+    through it in the Lambda. `retry_after`: the seconds it asked for, None when it named none."""
+
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ModelRejectedError(ToolpipeError):

@@ -32,7 +32,12 @@ from openai import AsyncOpenAI
 
 from toolpipe.shared.messages import ToolCall, text_safe
 from toolpipe.shared.model.api_key import ApiKeySource
-from toolpipe.shared.model.errors import ModelCallError, ModelRejectedError, ModelResponseError
+from toolpipe.shared.model.errors import (
+    ModelCallError,
+    ModelRateLimitedError,
+    ModelRejectedError,
+    ModelResponseError,
+)
 from toolpipe.shared.model.port import ModelReply
 
 # Time kept back for writing the reply to DynamoDB and returning to Step Functions.
@@ -68,8 +73,12 @@ class OpenAIModelClient:
         max_retries: int = 3,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        governed: bool = False,
     ) -> None:
         self._client = client
+        # A rate governor waits for the endpoint in the state machine: a 429, or any answer
+        # that names a wait, is raised at once (ModelRateLimitedError), never slept through here.
+        self._governed = governed
         # None: the key the client was built with, as it is.
         self._api_key = api_key
         self._timeout = timeout_seconds
@@ -100,6 +109,7 @@ class OpenAIModelClient:
         Raises:
             ModelKeyNotSetError: the key's secret has no value yet (before any request is sent).
             ModelRejectedError: the endpoint refused the request (4xx other than 408/409/429).
+            ModelRateLimitedError: `governed`, and the endpoint answered 429 or asked to wait.
             ModelCallError: every attempt the time allowed failed. Always this exact class,
                 whatever the last failure was: Step Functions retries by error name.
         """
@@ -130,6 +140,10 @@ class OpenAIModelClient:
                         f"model endpoint refused the request: {e.status_code} {_status_detail(e)}{where}"
                     ) from e
                 failure, wait = e, _retry_after(e.response.headers)
+                if self._governed and (e.status_code == 429 or wait is not None):
+                    raise ModelRateLimitedError(
+                        f"model endpoint answered {_describe(e)}", retry_after=wait
+                    ) from e
             except (openai.APIConnectionError, ModelResponseError, TimeoutError) as e:
                 failure, wait = e, None
             if attempt >= self._max_retries:

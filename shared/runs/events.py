@@ -250,6 +250,17 @@ class ToolCallRequested(RunEvent):
     )
 
 
+class ModelRateLimited(RunEvent):
+    """The run waits for the model endpoint's rate limit, in the state machine with no Lambda
+    running (shared/runs/rate_governor.py): its turn in the budget the runs of one endpoint and
+    model share has not come, or the endpoint answered 429 or asked to wait. Once per wait."""
+
+    turn: int = Field(ge=0, description="The last turn stored; the model call waits after it.")
+    wait_seconds: int = Field(ge=1, description="How long the run waits before it asks again.")
+    reason: str = Field(max_length=PREVIEW_CHARS, description="Why, in a line.")
+    waiting_since: str = _time("When the wait began")
+
+
 DETAIL_TYPES: tuple[type[RunEvent], ...] = (
     RunStarted,
     RunResumed,
@@ -260,6 +271,7 @@ DETAIL_TYPES: tuple[type[RunEvent], ...] = (
     RunHandedOff,
     ApprovalRequested,
     ToolCallRequested,
+    ModelRateLimited,
 )
 
 
@@ -393,6 +405,17 @@ class EventPublisher:
         if self._spans.enabled:
             with _observing("a wait's span"):
                 self._spans.wait_ended(runs.get_run(approval.run_id), approval)
+
+    def model_rate_limited(self, run: RunRecord, seconds: int, reason: str) -> None:
+        self.publish(
+            lambda: ModelRateLimited(
+                **_about(run),
+                turn=run.turn,
+                wait_seconds=seconds,
+                reason=preview(reason) or "",
+                waiting_since=utc_now(),
+            )
+        )
 
     def run_handed_off(self, run: RunRecord, handoff: HandoffRecord) -> None:
         at = utc_now()

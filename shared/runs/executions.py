@@ -6,7 +6,13 @@ refused by Step Functions. A long run continues in fresh executions (each with i
 `--`, so the run id is everything before the last one.
 """
 
-from toolpipe.shared.agents import Agent, execution_events_bound, get_agent, worst_turn_events
+from toolpipe.shared.agents import (
+    EVENTS_PER_RATE_WAIT,
+    Agent,
+    execution_events_bound,
+    get_agent,
+    worst_turn_events,
+)
 from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.messages import AssistantMessage, HistoryItem, RunRecord
 from toolpipe.shared.settings import ExecutionBudget
@@ -44,11 +50,12 @@ def execution_number(name: str) -> int:
     return int(number) if separator and number.isdigit() else 1
 
 
-def needs_fresh_execution(run: RunRecord, agent: Agent, history: list[HistoryItem]) -> bool:
+def needs_fresh_execution(run: RunRecord, agent: Agent, history: list[HistoryItem], waits: int = 0) -> bool:
     """True when one more worst-case turn (of `agent`, answering next) might not fit in this
     execution's event budget. Every turn this execution ran is counted at its worst (all
     retries, every call failing through its Catch), so the decision holds whatever the history
-    really holds; turns of other agents (a handoff) by their own limits."""
+    really holds; turns of other agents (a handoff) by their own limits; each of the
+    execution's `waits` for the model's rate limit (shared/runs/rate_governor.py) by its loop."""
     replies = [i for i in history if isinstance(i, AssistantMessage) and i.turn > run.execution_start_turn]
     agents = {
         name: agent if name == agent.name else _known(name)
@@ -57,10 +64,12 @@ def needs_fresh_execution(run: RunRecord, agent: Agent, history: list[HistoryIte
     turn_calls = [_dispatched(agents[i.agent or run.agent], len(i.tool_calls)) for i in replies]
     # Calls that may wait for a person (or a deferred answer) write more events (shared/agents/agent.py).
     gated = agent.waits or any(a is None or a.waits for a in agents.values())
-    bound = execution_events_bound(turn_calls, gated) + worst_turn_events(
-        agent.max_calls_per_turn, agent.waits
+    bound = (
+        execution_events_bound(turn_calls, gated)
+        + worst_turn_events(agent.max_calls_per_turn, agent.waits)
+        + waits * EVENTS_PER_RATE_WAIT
     )
-    return bool(turn_calls) and bound > ExecutionBudget.from_env().event_budget
+    return bool(turn_calls or waits) and bound > ExecutionBudget.from_env().event_budget
 
 
 def _known(name: str) -> Agent | None:

@@ -23,6 +23,7 @@ from toolpipe.shared.settings import (
     EventSettings,
     ModelSettings,
     QuotaSettings,
+    RateSettings,
     StateMachineSettings,
     StoreSettings,
     ToolRunnerSettings,
@@ -30,6 +31,9 @@ from toolpipe.shared.settings import (
     WorkerSettings,
 )
 from toolpipe.shared.telemetry import run_spans
+
+# The openai client's endpoint when OPENAI_BASE_URL is unset: the key of its rate budget.
+OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -94,14 +98,24 @@ def build_api_key(settings: ModelSettings) -> ApiKeySource:
 
 
 def build_model_step(
-    store: StoreSettings, model: ModelSettings, timeouts: CallTimeouts, events: EventSettings
+    store: StoreSettings,
+    model: ModelSettings,
+    timeouts: CallTimeouts,
+    events: EventSettings,
+    rate: RateSettings | None = None,
 ) -> "ModelStep":
     # Imported here: only the orchestrator has the openai package.
     from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
     from toolpipe.shared.runs.model_step import ModelStep
+    from toolpipe.shared.runs.rate_governor import RateGovernor
     from toolpipe.shared.runs.triggers import AnswerWriter, S3ObjectStore
 
     api_key = build_api_key(model)
+    governor = None
+    if rate is not None and rate.enabled and rate.table_name:
+        # The budget is per endpoint: unset, the client's own default, OpenAI's.
+        endpoint = model.base_url or OPENAI_BASE_URL
+        governor = RateGovernor(own_table(rate.table_name), rate, endpoint)
     client = OpenAIModelClient(
         # The key is sent with each request (`api_key`), read when the call is made: a secret
         # still empty at cold start must not fail the build, nor stay cached once it is set.
@@ -109,6 +123,7 @@ def build_model_step(
         api_key=api_key,
         timeout_seconds=model.timeout_seconds,
         max_retries=model.max_retries,
+        governed=governor is not None,
     )
     sfn = boto3.client("stepfunctions")
     reporter = StepFunctionsTaskReporter(sfn)
@@ -122,6 +137,7 @@ def build_model_step(
         events=build_events(events),
         answers=AnswerWriter(S3ObjectStore(watch(boto3.client("s3")))),
         approvals=build_approval_service(store, events, timeouts),
+        governor=governor,
     )
 
 

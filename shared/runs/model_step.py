@@ -46,12 +46,14 @@ from toolpipe.shared.messages import (
     utc_now,
 )
 from toolpipe.shared.model import ModelClient, ModelReply, to_openai_messages
+from toolpipe.shared.model.errors import ModelRateLimitedError
 from toolpipe.shared.runs import children
 from toolpipe.shared.runs.calls import assign_call_ids, result_slot
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.executions import execution_number, needs_fresh_execution
 from toolpipe.shared.runs.handoffs import Chain, allowed_tools, checked_transfer, filtered_history, follow
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
+from toolpipe.shared.runs.rate_governor import Go, RateGovernor, Stop, Wait, model_call_key
 from toolpipe.shared.runs.resume import resumed_after
 from toolpipe.shared.runs.rules import (
     budget_reached,
@@ -110,6 +112,7 @@ class ModelStep:
         events: EventPublisher = NO_EVENTS,
         answers: AnswerWriter | None = None,
         approvals: UnapprovedCalls | None = None,
+        governor: RateGovernor | None = None,
     ) -> None:
         self._store = store
         self._model = model
@@ -122,6 +125,8 @@ class ModelStep:
         self._events = events
         # Gated calls a person denied, or that expired, get their result from the approval.
         self._approvals = approvals
+        # The model's rate limit, shared by all runs (None: each call meets it alone).
+        self._governor = governor
 
     def step(self, request: StepRequest, deadline: float) -> Decision:
         # The step's events (results it wrote, the run's ending) go out together as it returns.
@@ -168,7 +173,8 @@ class ModelStep:
         ended = self._check_budgets(step)
         if ended is not None:
             return ended
-        if request.state_machine_arn and needs_fresh_execution(step.run, step.agent, step.history):
+        waits = self._governor.waits(step.run) if self._governor is not None else 0
+        if request.state_machine_arn and needs_fresh_execution(step.run, step.agent, step.history, waits):
             return self._continue_in_fresh_execution(step, self._starters(request.state_machine_arn))
         asked = self._ask_model(step, deadline)
         return asked if isinstance(asked, Decision) else self._decide(step, asked)
@@ -302,17 +308,33 @@ class ModelStep:
             hooks.before_model(before)
         started_at = utc_now()
         model = agent.model or self._default_model
-        reply = before.reply or self._model.complete(
-            model=model,
-            messages=before.messages,
-            tools=before.tools,
-            deadline=deadline,
-        )
+        governor, call = self._governor, model_call_key(run, step.history[-1].seq)
+        if governor is not None and not before.reply:
+            admission = governor.admit(run, model, call)
+            if not isinstance(admission, Go):
+                return self._held(run, admission)
+        try:
+            reply = before.reply or self._model.complete(
+                model=model,
+                messages=before.messages,
+                tools=before.tools,
+                deadline=deadline,
+            )
+        except ModelRateLimitedError as e:
+            assert governor is not None  # only a governed client raises it
+            return self._held(run, governor.rate_limited(run, model, e.retry_after, str(e)))
         after = AfterModel(run_id=run.run_id, agent=agent.name, reply=reply)
         for hooks in agent.hooks:
             hooks.after_model(after)
         # A hook that answered in the model's place made no model call: no span for one.
         return self._store_reply(step, after.reply, started_at, None if before.reply else model)
+
+    def _held(self, run: RunRecord, admission: Wait | Stop) -> Decision:
+        """The rate governor holds the call: the run waits in the state machine, or ends at a limit."""
+        if isinstance(admission, Stop):
+            return self._end(run, RunStatus.LIMIT, DecisionStatus.LIMIT, error=admission.reason)
+        self._events.model_rate_limited(run, admission.seconds, admission.reason)
+        return Decision(status=DecisionStatus.WAIT, turn=run.turn, wait_seconds=admission.seconds)
 
     @staticmethod
     def _read_by_agent(step: _Step) -> list[HistoryItem] | str:

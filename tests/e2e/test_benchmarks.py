@@ -15,6 +15,7 @@ from pathlib import Path
 
 from benchmarks import guard
 from benchmarks.coldstart import FIRST_CALL, compile_ms
+from benchmarks.cost import RETRY_AFTERS
 from benchmarks.loops import PEER_NAMES, missing_peers, turns_responder
 from benchmarks.runtime import bench_runtime
 from toolpipe.infra.cdk.functions import API, FUNCTIONS, TOOL_WORKER
@@ -29,6 +30,7 @@ QUICK = {
     "pipeline": ["benchmarks.pipeline", "--quick", "--no-cold-start", "--no-cost"],
     "cost": ["benchmarks.cost"],
     "calls": ["benchmarks.calls", "--quick"],
+    "governor": ["benchmarks.governor", "--quick"],
 }
 
 
@@ -83,6 +85,22 @@ def test_every_benchmark_runs_in_its_quick_mode_and_prints_its_figures() -> None
 
     cost = results["cost"].stdout
     assert "what a reference run costs on AWS" in cost and "infrastructure" in cost
+    # A governed wait beside a retried call's sleeping Lambda, for each Retry-After.
+    assert "what waiting for the model's rate limit costs on AWS" in cost
+    assert "a governed wait adds 3 state transitions" in cost
+    rows = [line.split() for line in cost.splitlines()]
+    for seconds in RETRY_AFTERS:
+        [row] = [r for r in rows if r[:2] == [str(seconds), "s"]]
+        assert float(row[2]) > 0 and float(row[3]) > 0, row
+
+    governor = results["governor"].stdout
+    [governed_line] = [line for line in governor.splitlines() if line.startswith("{")]
+    governed = json.loads(governed_line)
+    # Every run succeeded, the model steps never slept through a wait, and the waits were the
+    # state machine's: the figures the full mode measures at 60 a minute.
+    assert governed["runs_not_succeeded"] == 0 and governed["executions_not_succeeded"] == 0
+    assert governed["state_machine_waits"] > 0
+    assert governed["requests_served"] == governed["runs"] * governed["model_calls_per_run"]
     print(f"the benchmarks' quick modes took {time.perf_counter() - started:.1f} s")
 
 

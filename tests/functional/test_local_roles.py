@@ -517,3 +517,18 @@ def test_missing_versions_and_attributes_are_hidden_the_same_way_and_versions_ne
     with running_as(current_only), pytest.raises(ClientError) as raised:
         s3.get_object(Bucket=bucket, Key="docs/a.txt", VersionId=version)
     assert _denied(raised.value) and "s3:GetObjectVersion" in str(raised.value)
+
+
+def test_only_the_orchestrator_may_use_the_models_rate_budgets(runtime: LocalRuntime) -> None:
+    aws = _clients()
+    table = runtime.functions["orchestrator"].environment["TOOLPIPE_MODEL_RATE_TABLE"]
+    item = {"pk": {"S": "BUDGET#x"}, "tat": {"N": "1"}}
+    _as(runtime, "orchestrator", lambda: aws["dynamodb"].put_item(TableName=table, Item=item))
+    _as(runtime, "orchestrator", lambda: aws["dynamodb"].get_item(TableName=table, Key={"pk": item["pk"]}))
+    # Only the orchestrator calls the model: no other function reads or writes the budgets.
+    others = [name for name in runtime.functions if name != "orchestrator"]
+    assert {"api", "tool_worker", "tool_runner"} <= set(others)
+    for name in others:
+        assert "TOOLPIPE_MODEL_RATE_TABLE" not in runtime.functions[name].environment
+        _refused(runtime, name, lambda: aws["dynamodb"].get_item(TableName=table, Key={"pk": item["pk"]}))
+        _refused(runtime, name, lambda: aws["dynamodb"].put_item(TableName=table, Item=item))

@@ -84,7 +84,9 @@ def test_the_messages_pages_have_a_route(template: Any) -> None:
 def test_runs_are_listed_from_an_index_by_caller_that_the_store_queries(template: Any) -> None:
     from toolpipe.shared.dynamo import CALLER_INDEX, CALLER_INDEX_PK, CALLER_INDEX_PROJECTION, CALLER_INDEX_SK
 
-    [table] = template.find_resources("AWS::DynamoDB::Table").values()
+    [table] = [
+        t for k, t in template.find_resources("AWS::DynamoDB::Table").items() if k.startswith("History")
+    ]
     [index] = table["Properties"]["GlobalSecondaryIndexes"]
     assert index["IndexName"] == CALLER_INDEX
     assert index["KeySchema"] == [

@@ -39,7 +39,7 @@ def test_the_example_builds_the_whole_pipeline_inside_your_stack(
     _, template = synthesized
     kinds = [r["Type"] for r in template["Resources"].values()]
     for kind, count in {
-        "AWS::DynamoDB::Table": 1,
+        "AWS::DynamoDB::Table": 2,  # the history; the model's rate budgets
         "AWS::S3::Bucket": 2,  # contents; the triggers' input bucket
         "AWS::StepFunctions::StateMachine": 1,
         "AWS::Events::Rule": 2,  # execution ended; RunRequested

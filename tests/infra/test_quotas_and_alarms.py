@@ -37,6 +37,24 @@ def test_the_default_quotas_reach_the_api_function(template: Any) -> None:
         assert "ReservedConcurrentExecutions" not in _function(template, handler)
 
 
+def test_the_models_rate_governor_is_off_by_default_and_has_its_table(template: Any) -> None:
+    env = _function(template, ORCHESTRATOR_HANDLER)["Environment"]["Variables"]
+    assert env["TOOLPIPE_MODEL_RATE_PER_MINUTE"] == "0"
+    assert (env["TOOLPIPE_MODEL_RATE_BURST"], env["TOOLPIPE_MODEL_RATE_MAX_WAIT"]) == ("1", "3600")
+    (table_id,) = [
+        k for k in template.find_resources("AWS::DynamoDB::Table") if k.startswith("ModelRateBudget")
+    ]
+    assert env["TOOLPIPE_MODEL_RATE_TABLE"] == {"Ref": table_id}
+    # Only the orchestrator's environment names it (its role alone may use it: tests/functional/
+    # test_local_roles.py checks the grants).
+    others = [
+        r["Properties"].get("Environment", {}).get("Variables", {})
+        for r in template.find_resources("AWS::Lambda::Function").values()
+        if r["Properties"].get("Handler") != ORCHESTRATOR_HANDLER
+    ]
+    assert all("TOOLPIPE_MODEL_RATE_TABLE" not in variables for variables in others)
+
+
 def test_the_workers_event_source_has_a_maximum_concurrency(template: Any) -> None:
     template.has_resource_properties(
         "AWS::Lambda::EventSourceMapping",
@@ -71,6 +89,9 @@ def test_settings_from_context_reach_the_template(tmp_path: Path) -> None:
             "orchestrator_reserved_concurrency": "30",
             "worker_max_concurrency": "2",
             "alarm_topic_arn": "create",
+            "model_rate_per_minute": "90",
+            "model_rate_burst": "3",
+            "model_rate_max_wait": "600",
         },
         tmp_path,
     )
@@ -82,6 +103,16 @@ def test_settings_from_context_reach_the_template(tmp_path: Path) -> None:
     assert api["Environment"]["Variables"]["TOOLPIPE_QUOTA_STARTS_PER_MINUTE"] == "5"
     assert api["Environment"]["Variables"]["TOOLPIPE_QUOTA_RUNNING"] == "0"
     assert (api["ReservedConcurrentExecutions"], orchestrator["ReservedConcurrentExecutions"]) == (4, 30)
+    rate = {
+        k: v
+        for k, v in orchestrator["Environment"]["Variables"].items()
+        if k.startswith("TOOLPIPE_MODEL_RATE_")
+    }
+    assert {k: v for k, v in rate.items() if k != "TOOLPIPE_MODEL_RATE_TABLE"} == {
+        "TOOLPIPE_MODEL_RATE_PER_MINUTE": "90",
+        "TOOLPIPE_MODEL_RATE_BURST": "3",
+        "TOOLPIPE_MODEL_RATE_MAX_WAIT": "600",
+    }
     t.has_resource_properties("AWS::Lambda::EventSourceMapping", {"ScalingConfig": {"MaximumConcurrency": 2}})
     # A topic of the stack's, which every alarm notifies, into alarm and back.
     topics = t.find_resources("AWS::SNS::Topic")
@@ -105,6 +136,12 @@ def test_settings_from_context_reach_the_template(tmp_path: Path) -> None:
         ({"api_reserved_concurrency": "-3"}, "api_reserved_concurrency must be 1 to 10,000"),
         ({"alarm_topic_arn": "my-topic"}, "alarm_topic_arn must be an SNS topic's ARN or 'create'"),
         ({"alarms": "maybe"}, "alarms must be true or false"),
+        ({"model_rate_per_minute": "lots"}, "model_rate_per_minute must be a number, not 'lots'"),
+        (
+            {"model_rate_per_minute": "-5"},
+            "model_rate_per_minute: Input should be greater than or equal to 0",
+        ),
+        ({"model_rate_burst": "0"}, "model_rate_burst: Input should be greater than or equal to 1"),
     ],
 )
 def test_a_bad_quota_or_alarm_setting_is_refused_in_one_line(

@@ -30,6 +30,15 @@ def _one(template: Any, kind: str) -> tuple[str, dict[str, Any]]:
     return next(iter(found.items()))
 
 
+def _history_table(template: Any) -> tuple[str, dict[str, Any]]:
+    """The history table (the stack's other is the model's rate budgets)."""
+    found = {
+        k: v for k, v in template.find_resources("AWS::DynamoDB::Table").items() if k.startswith("History")
+    }
+    assert len(found) == 1, found
+    return next(iter(found.items()))
+
+
 def _logical(template: Any, kind: str, **props: Any) -> str:
     found = template.find_resources(kind, {"Properties": props} if props else None)
     assert len(found) == 1, found
@@ -75,7 +84,7 @@ def test_tool_queue_has_a_dlq_and_six_times_the_worker_timeout(template: Any) ->
 
 
 def test_history_table_has_recovery_and_encryption(template: Any) -> None:
-    _, table = _one(template, "AWS::DynamoDB::Table")
+    _, table = _history_table(template)
     props = table["Properties"]
     assert props["KeySchema"] == [
         {"AttributeName": "pk", "KeyType": "HASH"},
@@ -90,7 +99,7 @@ def test_ended_runs_expire_and_the_table_is_protected(template: Any) -> None:
     """Retention (docs/concepts/runs.md "Retention"): the table's TTL on the attribute the store stamps, a
     lifecycle rule for ended runs' objects (tagged when the run ends) and one for old input
     versions, all 30 days by default; deletion protection on the table."""
-    _, table = _one(template, "AWS::DynamoDB::Table")
+    _, table = _history_table(template)
     props = table["Properties"]
     assert props["TimeToLiveSpecification"] == {"AttributeName": RETAIN_UNTIL, "Enabled": True}
     assert props["DeletionProtectionEnabled"] is True
@@ -268,7 +277,7 @@ def test_cdk_cli_synthesizes_offline(tmp_path: Path) -> None:
     # Tool calls, their DLQ, the execution-ended rule's DLQ, the triggers' DLQ.
     assert kinds.count("AWS::SQS::Queue") == 4
     assert kinds.count("AWS::Events::Rule") == 2  # execution ended; RunRequested
-    assert kinds.count("AWS::DynamoDB::Table") == 1
+    assert kinds.count("AWS::DynamoDB::Table") == 2  # the history; the model's rate budgets
     assert kinds.count("AWS::Lambda::Function") >= 2
     assert kinds.count("AWS::ApiGateway::RestApi") == 1
 

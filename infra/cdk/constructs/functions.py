@@ -33,7 +33,7 @@ from toolpipe.infra.cdk.constructs.tool_queue import ToolQueue
 from toolpipe.shared.agents.app import APP_ENV
 from toolpipe.shared.costs.prices import PRICES_ENV, prices_json
 from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
-from toolpipe.shared.settings import QuotaSettings
+from toolpipe.shared.settings import QuotaSettings, RateSettings
 
 # The tool queue's event source runs at most this many tool workers at once by default (SQS
 # allows 2 to 1,000): https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html
@@ -58,6 +58,11 @@ class ReservedConcurrency:
                 raise ValueError(
                     f"{name}_reserved_concurrency must be 1 to {MAX_RESERVED_CONCURRENCY:,} (or unset), not {value}"
                 )
+
+
+def _number_text(value: float) -> str:
+    """A rate as the environment holds it: 60, not 60.0."""
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def _prices_environment(prices: Mapping[str, Any] | None) -> dict[str, str]:
@@ -103,6 +108,7 @@ class Functions(Construct):
         tracing: bool = True,
         otel: OtelExport | None = None,
         quotas: QuotaSettings | None = None,
+        model_rate: RateSettings | None = None,
         reserved_concurrency: "ReservedConcurrency | None" = None,
         worker_max_concurrency: int | None = WORKER_MAX_CONCURRENCY,
         prices: Mapping[str, Any] | None = None,
@@ -117,6 +123,7 @@ class Functions(Construct):
         prices.py: another region, your rates), checked here and set in the API's environment."""
         super().__init__(scope, construct_id)
         reserved = reserved_concurrency or ReservedConcurrency()
+        rate = model_rate or RateSettings()
         # Public, like the code and layers: a function built elsewhere from them traces alike.
         self.tracing = lambda_.Tracing.ACTIVE if tracing else lambda_.Tracing.DISABLED
         # Public, with the layers and the environment below: a construct that adds a function of
@@ -168,6 +175,12 @@ class Functions(Construct):
                 **({"OPENAI_BASE_URL": model_base_url} if model_base_url else {}),
                 # None: an endpoint that takes no key (`model_key_secret_arn=none`).
                 **({"OPENAI_API_KEY_SECRET_ARN": model_key.secret_arn} if model_key is not None else {}),
+                # The model's rate governor (shared/runs/rate_governor.py): always set, 0 when off,
+                # so the local runtime follows the template, not the shell.
+                "TOOLPIPE_MODEL_RATE_TABLE": storage.rate_table.table_name,
+                "TOOLPIPE_MODEL_RATE_PER_MINUTE": _number_text(rate.per_minute),
+                "TOOLPIPE_MODEL_RATE_BURST": str(rate.burst),
+                "TOOLPIPE_MODEL_RATE_MAX_WAIT": str(rate.max_wait_seconds),
             },
             reserved=reserved.orchestrator,
         )
@@ -299,6 +312,8 @@ class Functions(Construct):
         for fn in self.all:
             grant_run_objects(fn, storage.bucket, delete=fn is self.api)
             storage.table.grant_read_write_data(fn)
+        # Only the orchestrator calls the model, so only it meets the rate budgets.
+        storage.rate_table.grant_read_write_data(self.orchestrator)
         if model_key is not None:
             # GetSecretValue on exactly that secret (and kms:Decrypt through Secrets Manager when
             # it is encrypted with a key of yours); only the orchestrator calls the model.

@@ -18,6 +18,7 @@ from toolpipe.shared.history.retention import (
     RETENTION_TAG_VALUE,
     RUN_OBJECTS_PREFIX,
 )
+from toolpipe.shared.runs.rate_governor import EXPIRES as RATE_EXPIRES
 from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
 
 
@@ -149,6 +150,27 @@ class Storage(Construct):
             "Each object is written once under a key made per run and item (runs/<run>/...), never "
             "rewritten with other content, and the bucket is retained with the stack. Versions would guard "
             "against deletes only, and need a lifecycle rule for the noncurrent ones.",
+        )
+        # The model's rate budgets (shared/runs/rate_governor.py): one item per endpoint and model,
+        # one per run waiting; only the orchestrator reads or writes it. Nothing in it outlives a
+        # day (its time to live), so it goes with the stack.
+        self.rate_table = dynamodb.Table(
+            self,
+            "ModelRateBudget",
+            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            time_to_live_attribute=RATE_EXPIRES,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        skip_checkov(
+            self.rate_table,
+            "CKV_AWS_119",
+            "Encrypted at rest with the AWS-managed key (aws/dynamodb): it holds times and run ids, no "
+            "content.",
         )
         self.model_key: secretsmanager.Secret | None = None
         if create_model_key:

@@ -17,7 +17,7 @@ from toolpipe.infra.local.scripted_model import (
 )
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.model import to_openai_messages
-from toolpipe.shared.model.errors import ModelCallError, ModelRejectedError
+from toolpipe.shared.model.errors import ModelCallError, ModelRateLimitedError, ModelRejectedError
 from toolpipe.shared.model.openai_client import (
     MAX_NAME_CHARS,
     RESERVE_SECONDS,
@@ -101,6 +101,27 @@ def test_a_wait_past_the_deadline_is_not_started(
     with pytest.raises(ModelCallError, match=r"asked to wait 120\.0 s, past the invocation.s deadline"):
         make_client(sleeps).complete(model="m", messages=[], tools=[], deadline=_deadline(60))
     assert sleeps == [] and len(server.requests) == 1
+
+
+def test_a_governed_client_leaves_every_wait_to_the_governor(
+    server: ScriptedModelServer, make_client: MakeClient
+) -> None:
+    """With a rate governor, a 429 (with or without Retry-After) and any answer that names a wait
+    are raised at once, never slept through; a 5xx that names none is still retried here."""
+    unavailable = HttpError(503, {"error": {"message": "busy", "type": "server"}}, {"retry-after-ms": "1500"})
+    no_wait = HttpError(429, {"error": {"message": "slow down", "type": "rate_limit"}})
+    server.responder = ScriptResponder([RATE_LIMITED, unavailable, no_wait])
+    sleeps: list[float] = []
+    client = make_client(sleeps, governed=True)
+    for wanted in (0.25, 1.5, None):
+        with pytest.raises(ModelRateLimitedError) as raised:
+            client.complete(model="m", messages=[], tools=[], deadline=_deadline())
+        assert raised.value.retry_after == wanted
+    assert "429 slow down" in str(raised.value)
+    assert sleeps == [] and len(server.requests) == 3
+    server.responder = ScriptResponder([HttpError(500, {"error": {"message": "oops"}}), Reply(content="ok")])
+    assert client.complete(model="m", messages=[], tools=[], deadline=_deadline()).content == "ok"
+    assert len(sleeps) == 1
 
 
 def test_client_errors_are_not_retried(server: ScriptedModelServer, make_client: MakeClient) -> None:

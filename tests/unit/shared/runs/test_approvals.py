@@ -134,8 +134,9 @@ def test_what_the_model_reads_of_a_call_that_was_not_approved() -> None:
 
 def test_only_a_gated_turn_takes_the_map_whose_branches_wait() -> None:
     states = loop_states(build_definition())
-    gated_rule, plain_rule = states["Route"]["Choices"]
+    gated_rule, plain_rule, wait_rule = states["Route"]["Choices"]
     assert gated_rule["Next"] == "RunGatedTools" and plain_rule["Next"] == "RunTools"
+    assert wait_rule["Next"] == "WaitForModel"  # the model's rate limit, never a Map
     # The plain Map is the one every ungated turn takes: it starts at Dispatch, as before.
     assert states["RunTools"]["ItemProcessor"]["StartAt"] == "Dispatch"
     assert set(states["RunTools"]["ItemProcessor"]["States"]) == {"Dispatch", "CallFailed"}

@@ -4,7 +4,9 @@ import uuid
 
 import pytest
 
-from toolpipe.shared.runs.executions import execution_name, run_id_of
+from toolpipe.shared.agents import EVENTS_PER_RATE_WAIT, Agent, execution_events_bound, worst_turn_events
+from toolpipe.shared.messages import AssistantMessage, RunRecord, UserMessage
+from toolpipe.shared.runs.executions import execution_name, needs_fresh_execution, run_id_of
 
 
 def test_the_first_execution_is_named_after_the_run() -> None:
@@ -33,3 +35,17 @@ def test_names_that_could_not_be_read_back_are_refused() -> None:
         execution_name("a", 0)
     with pytest.raises(ValueError, match="longer than 80"):
         execution_name("x" * 79, 2)
+
+
+def test_waits_for_the_models_rate_limit_count_in_the_event_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = Agent(name="a", instructions="x")
+    run = RunRecord(run_id="r", agent="a", status="running", created_at="2026-01-01T00:00:00Z", turn=1)
+    history = [UserMessage(seq=1, turn=0, content="hi"), AssistantMessage(seq=2, turn=1, content=None)]
+    # A budget that one more turn and 5 waits just fit: a sixth wait in this execution does not.
+    fits = execution_events_bound([0]) + worst_turn_events(agent.max_calls_per_turn)
+    monkeypatch.setenv("TOOLPIPE_EXECUTION_EVENT_BUDGET", str(fits + 5 * EVENTS_PER_RATE_WAIT))
+    assert not needs_fresh_execution(run, agent, history, waits=5)
+    assert needs_fresh_execution(run, agent, history, waits=6)
+    # Waits before the first reply count as well: a run that only waits continues in time too.
+    monkeypatch.setenv("TOOLPIPE_EXECUTION_EVENT_BUDGET", "100")
+    assert needs_fresh_execution(run, agent, history[:1], waits=20)
