@@ -138,7 +138,9 @@ class OfflineSession:
     def health(self) -> dict[str, Any]:
         return {}
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
         from toolpipe.shared.history.errors import RunNotFoundError
 
         parts = urllib.parse.urlsplit(path)

@@ -90,8 +90,10 @@ class RemoteSession:
     def health(self) -> dict[str, Any]:
         return {"model_endpoint": f"the deployed stack's (-c model_base_url), through {self.url}"}
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return self._client.request(method, path, body)
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        return self._client.request(method, path, body, headers)
 
     def events(self, run_id: str, *, after: int, timeout: float) -> Iterator[tuple[str, Any]]:
         return self._client.events(run_id, after=after, timeout=timeout)

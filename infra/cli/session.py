@@ -4,6 +4,7 @@ a deployed stack's API (`infra/cli/remote.py`), and the reads of a run several c
 import argparse
 import time
 import urllib.parse
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -15,6 +16,13 @@ from toolpipe.infra.local.client import STAGE, ServerBusyError, ServerError
 
 # How many times a session finds its server again, for a request or a broken event stream.
 ATTEMPTS = 5
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
+def keyed() -> dict[str, str]:
+    """A fresh `Idempotency-Key` for one command's POST: sent again with it after a lost answer,
+    the API answers with what the first did (the run it started), never a second run."""
+    return {IDEMPOTENCY_KEY: f"cli-{uuid.uuid4()}"}
 
 
 class Session(Protocol):
@@ -34,8 +42,11 @@ class Session(Protocol):
         """What the server says of itself (`model`, `app`, `model_endpoint`); {} if nothing."""
         ...
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """One API request, `path` relative to the stage (`/runs/…`): (status, parsed body)."""
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        """One API request, `path` relative to the stage (`/runs/…`): (status, parsed body).
+        A request with an `Idempotency-Key` header may be sent again after a lost answer."""
         ...
 
     def events(self, run_id: str, *, after: int, timeout: float) -> Iterator[tuple[str, Any]]:
@@ -154,13 +165,18 @@ class LocalSession:
         status, body = self._connection.client.health()
         return body if status == 200 and isinstance(body, dict) else {}
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        # A GET may be sent again; anything else only when the server certainly did nothing
-        # (refused the connection, or answered 503): a POST that timed out may have started a run.
-        retried = ServerError if method == "GET" else ServerBusyError
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        # A GET may be sent again, and so may a request with an Idempotency-Key (the server
+        # answers a repeat with what the first did); anything else only when the server certainly
+        # did nothing (refused the connection, or answered 503): a POST whose answer was lost may
+        # have started a run.
+        keyed = method == "GET" or IDEMPOTENCY_KEY in (headers or {})
+        retried = ServerError if keyed else ServerBusyError
         for attempt in range(self.ATTEMPTS):
             try:
-                return self._connection.client.request(method, path, body)
+                return self._connection.client.request(method, path, body, headers)
             except retried:
                 if attempt == self.ATTEMPTS - 1:
                     raise

@@ -100,19 +100,27 @@ class Client:
             headers.update(self._auth(method, f"{self.url}{path}", dict(headers), body))
         return headers
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """One API request; `path` is relative to the stage (`/runs/…`), as the API's links are."""
-        return self._send(method, f"{self._base_path}{path}", body)
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        """One API request; `path` is relative to the stage (`/runs/…`), as the API's links are;
+        `headers` beside the client's own (an `Idempotency-Key`)."""
+        return self._send(method, f"{self._base_path}{path}", body, headers)
 
     def health(self) -> tuple[int, Any]:
         return self._send("GET", HEALTH_PATH, None)
 
-    def _send(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+    def _send(
+        self, method: str, path: str, body: Any, extra: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
         import http.client
 
         payload = None if body is None else json.dumps(body).encode()
         headers = self._headers(
-            method, path, payload, {"Content-Type": "application/json"} if payload is not None else None
+            method,
+            path,
+            payload,
+            {**(extra or {}), **({"Content-Type": "application/json"} if payload is not None else {})},
         )
         connection = self._connection()
         try:

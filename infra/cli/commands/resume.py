@@ -5,7 +5,7 @@ from typing import Any, TextIO
 
 from toolpipe.infra.cli.errors import EXIT_OK, CommandError, reason, refused
 from toolpipe.infra.cli.output import write_json
-from toolpipe.infra.cli.session import open_session
+from toolpipe.infra.cli.session import keyed, open_session
 
 # The agent's limits a resume may raise: flag --max-tool-calls is the limit max_tool_calls.
 LIMITS = ("max_iterations", "max_tool_calls", "max_tokens", "max_cost_usd", "max_duration")
@@ -15,7 +15,7 @@ def post_on_run(args: argparse.Namespace, action: str, body: dict[str, Any]) -> 
     """`POST /runs/{id}/<action>` (resume, fork): the 202's answer, or one line for a refusal."""
     session = open_session(args)
     try:
-        status, answer = session.request("POST", f"/runs/{args.run_id}/{action}", body)
+        status, answer = session.request("POST", f"/runs/{args.run_id}/{action}", body, keyed())
     finally:
         session.close()
     if status in (404, 409):

@@ -20,7 +20,7 @@ from toolpipe.infra.cli.model_endpoint import (
     wanted_model,
 )
 from toolpipe.infra.cli.output import approval_line, format_item, write_json
-from toolpipe.infra.cli.session import ATTEMPTS, Session, open_session, run_view
+from toolpipe.infra.cli.session import ATTEMPTS, Session, keyed, open_session, run_view
 from toolpipe.infra.local.client import ServerError
 from toolpipe.shared.agents.app import APP_ENV, app_version, find_app
 
@@ -148,7 +148,7 @@ def _start(session: Session, args: argparse.Namespace) -> str:
         request["agent"] = args.agent
     if args.mcp:
         request["mcp_servers"] = args.mcp
-    status, body = session.request("POST", "/runs", request)
+    status, body = session.request("POST", "/runs", request, keyed())
     if status != 202:
         raise refused(status, body)
     return str(body["run_id"])

@@ -12,7 +12,7 @@ from toolpipe.infra import cli
 from toolpipe.infra.cli import discovery, serving
 from toolpipe.infra.cli.arguments import default_timezone
 from toolpipe.infra.cli.discovery import state_dir
-from toolpipe.infra.cli.session import LocalSession
+from toolpipe.infra.cli.session import LocalSession, keyed
 from toolpipe.infra.local import client
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -195,10 +195,12 @@ def test_a_post_that_may_have_reached_the_server_is_not_sent_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[str] = []
+    keys: list[str | None] = []
 
     class Lost:
-        def request(self, method: str, path: str, body: Any) -> Any:
+        def request(self, method: str, path: str, body: Any, headers: dict[str, str] | None = None) -> Any:
             sent.append(method)
+            keys.append((headers or {}).get("Idempotency-Key"))
             raise client.ServerError("lost the local server: timed out")
 
     monkeypatch.setattr(
@@ -212,6 +214,15 @@ def test_a_post_that_may_have_reached_the_server_is_not_sent_again(
     with pytest.raises(client.ServerError):
         session.request("GET", "/runs/x")
     assert sent.count("GET") == LocalSession.ATTEMPTS  # reads are safe to repeat
+
+    # A POST with an Idempotency-Key (the CLI's run, resume and fork send one) is safe to repeat
+    # too, with the same key: the API answers a repeat with the run the first one started.
+    sent.clear()
+    keys.clear()
+    with pytest.raises(client.ServerError):
+        session.request("POST", "/runs", {"prompt": "hi"}, keyed())
+    assert sent == ["POST"] * LocalSession.ATTEMPTS and len(set(keys)) == 1 and keys[0]
+    assert keyed() != keyed()
 
 
 def _after_state_folder(stderr: str, home: Path) -> str:
