@@ -31,6 +31,15 @@ def describe_validation_error(error: ValidationError, root: str) -> str:
     )
 
 
+# What every error tool result begins with: the model reads it, and reports strip it.
+ERROR_PREFIX = "Error: "
+
+
+def error_text(message: str) -> str:
+    """The text of an error tool result, as the model reads every one."""
+    return ERROR_PREFIX + message
+
+
 class ErrorKind(StrEnum):
     """Why a tool result is an error: what policies, limits and reports match on.
 

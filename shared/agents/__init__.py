@@ -3,7 +3,7 @@ registered in code with `AGENTS[name] = agent`."""
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolpipe.shared.agents.agent import (
@@ -84,13 +84,14 @@ def with_mcp_servers(agent: Agent, urls: Sequence[str] | None) -> Agent:
         return found
 
 
-def transfer_specs(agent: Agent) -> list[dict[str, Any]]:
+def transfer_specs(agent: Agent, lookup: Callable[[str], Agent] = get_agent) -> list[dict[str, Any]]:
     """The agent's `transfer_to_<agent>` tools as the model is offered them, each described by
-    its target (a target not deployed is offered still: the model reads why if it calls it)."""
+    its target (a target not deployed is offered still: the model reads why if it calls it).
+    `lookup`: where the targets are found (the run step's catalog)."""
     specs = []
     for handoff in agent.transfers:
         try:
-            described: str | None = get_agent(handoff.target).summary
+            described: str | None = lookup(handoff.target).summary
         except UnknownAgentError:
             described = None
         specs.append(handoff.spec(described))

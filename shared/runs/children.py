@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from toolpipe.shared.agents import Agent, get_agent
 from toolpipe.shared.agents.errors import UnknownAgentError
-from toolpipe.shared.errors import ErrorKind, ToolpipeError
+from toolpipe.shared.errors import ErrorKind, ToolpipeError, error_text
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.messages import (
@@ -26,6 +26,7 @@ from toolpipe.shared.messages import (
 from toolpipe.shared.runs.calls import result_slot
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
+from toolpipe.shared.runs.recorder import ResultRecorder
 from toolpipe.shared.runs.results import fit_for_model
 from toolpipe.shared.runs.time_limit import deadline_after, earliest
 from toolpipe.shared.telemetry import child_trace
@@ -149,7 +150,9 @@ def answer_parent(
     if parent is None:
         return
     ok = status is RunStatus.SUCCEEDED
-    content = (output or "") if ok else f"Error: the '{run.agent}' agent stopped ({status.value}): {error}"
+    content = (
+        (output or "") if ok else error_text(f"the '{run.agent}' agent stopped ({status.value}): {error}")
+    )
     # The parent's model reads the child's answer as any tool result: bounded by its agent.
     parent_run = store.get_run(parent.run_id)
     parent_agent = get_agent(parent_run.current_agent)  # the call's: the run moves on only after it
@@ -166,8 +169,7 @@ def answer_parent(
         full_result_chars=chars,
         started_at=run.created_at,  # the call ran as the child run
     )
-    if store.append(parent.run_id, result):
-        events.tool_call_completed(parent_run, result)
+    ResultRecorder(store, events).record(parent_run, result)
     token = store.get_parent_token(run.run_id)
     if token is not None:
         reporter.succeed(

@@ -98,6 +98,7 @@ def build_model_step(
 ) -> "ModelStep":
     # Imported here: only the orchestrator has the openai package.
     from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
+    from toolpipe.shared.runs.catalog import RegisteredAgents
     from toolpipe.shared.runs.model_step import ModelStep
     from toolpipe.shared.runs.triggers import AnswerWriter, S3ObjectStore
 
@@ -119,6 +120,7 @@ def build_model_step(
         timeouts,
         reporter,
         lambda arn: StepFunctionsStarter(sfn, arn),
+        agents=RegisteredAgents(),
         events=build_events(events),
         answers=AnswerWriter(S3ObjectStore(watch(boto3.client("s3")))),
         approvals=build_approval_service(store, events, timeouts),
