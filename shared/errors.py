@@ -100,5 +100,15 @@ class ModelVisibleError(ToolpipeError):
     kind: ErrorKind = ErrorKind.TOOL_FAILED
 
 
+class NotFoundError(ToolpipeError):
+    """Nothing of that id, or nothing the caller may see: the same answer, so ids cannot be
+    probed (a request's 404, mapped once in `functions/api/errors.py`)."""
+
+
+class ConflictError(ToolpipeError):
+    """What the request would change is not in a state that allows it (decided, ended, still
+    running): nothing changed (a request's 409)."""
+
+
 class ConfigurationError(ToolpipeError):
     """A required setting is missing or malformed; raised at start-up, not at first use."""

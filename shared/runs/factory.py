@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from toolpipe.shared.costs.transitions import TransitionCounter
     from toolpipe.shared.runs.cancel import RunCanceller
-    from toolpipe.shared.runs.deferred import ApprovalService
+    from toolpipe.shared.runs.deferred import DeferredCalls
     from toolpipe.shared.runs.delete import RunDeleter
     from toolpipe.shared.runs.fork import RunForker
     from toolpipe.shared.runs.model_step import ModelStep
@@ -123,23 +123,23 @@ def build_model_step(
         agents=RegisteredAgents(),
         events=build_events(events),
         answers=AnswerWriter(S3ObjectStore(watch(boto3.client("s3")))),
-        approvals=build_approval_service(store, events, timeouts),
+        approvals=build_deferred_calls(store, events, timeouts),
     )
 
 
-def build_approval_service(
+def build_deferred_calls(
     store: StoreSettings,
     events: EventSettings,
     timeouts: CallTimeouts,
     admin_principal: str | None = None,
     links: ApprovalLinkSettings | None = None,
-) -> "ApprovalService":
+) -> "DeferredCalls":
     from toolpipe.shared.deferred.links import ApprovalLinks, SecretSigningKey
     from toolpipe.shared.deferred.store import DynamoApprovalStore
-    from toolpipe.shared.runs.deferred import ApprovalService
+    from toolpipe.shared.runs.deferred import DeferredCalls
 
     links = links or ApprovalLinkSettings()
-    return ApprovalService(
+    return DeferredCalls(
         DynamoApprovalStore(own_table(store.table_name)),
         build_store(store),
         StepFunctionsTaskReporter(boto3.client("stepfunctions")),

@@ -154,36 +154,43 @@ class TurnPlanner:
                 transferred = transferred or (transfer.action.agent if transfer.action else None)
                 answers.append(transfer)
                 continue
-            try:
-                if index >= agent.max_calls_per_turn:
-                    raise TooManyCallsError(agent.max_calls_per_turn)
-                tool = agent.registry.get(call.name)
-                allowed = allowed_tools(run, agent.name)
-                if allowed is not None and tool.name not in allowed:
-                    raise ToolNotAllowedError(call.name)
-                arguments = tool.parse_arguments(call.arguments)
-            except ModelVisibleError as e:
-                answers.append(Refusal(seq, call, error_text(str(e)), e.kind))
-                continue
-            context = ToolContext(run_id=run.run_id, agent=agent.name, call_id=call.id, caller=run.caller)
-            hooked = AppCode.deferred_call_hooks(agent, call, context) if tool.deferred is not None else None
-            if hooked is not None:
-                answers.append(HookAnswer(seq, call, hooked))
-                continue
-            calls.append(
-                CallRef(
-                    seq=seq,
-                    message_seq=reply.seq,
-                    tool=tool.name,
-                    timeout_seconds=self._timeouts.timeout_seconds,
-                    heartbeat_seconds=self._timeouts.heartbeat_seconds,
-                    # Decided here, on the validated arguments, and enforced by the state
-                    # machine: the call waits for a person before any worker sees it.
-                    needs_approval=AppCode.needs_approval(tool, arguments, context) or None,
-                    **self._deferred(tool),
-                )
-            )
+            planned = self._tool_call(run, agent, reply, index, call)
+            if isinstance(planned, CallRef):
+                calls.append(planned)
+            else:
+                answers.append(planned)
         return TurnPlan(reply.turn, tuple(answers), tuple(calls))
+
+    def _tool_call(
+        self, run: RunRecord, agent: Agent, reply: AssistantMessage, index: int, call: ToolCall
+    ) -> CallRef | Refusal | HookAnswer:
+        """A call to one of the agent's tools: refused, answered by a hook, or to dispatch (or wait)."""
+        seq = result_slot(reply, index)
+        try:
+            if index >= agent.max_calls_per_turn:
+                raise TooManyCallsError(agent.max_calls_per_turn)
+            tool = agent.registry.get(call.name)
+            allowed = allowed_tools(run, agent.name)
+            if allowed is not None and tool.name not in allowed:
+                raise ToolNotAllowedError(call.name)
+            arguments = tool.parse_arguments(call.arguments)
+        except ModelVisibleError as e:
+            return Refusal(seq, call, error_text(str(e)), e.kind)
+        context = ToolContext(run_id=run.run_id, agent=agent.name, call_id=call.id, caller=run.caller)
+        hooked = AppCode.deferred_call_hooks(agent, call, context) if tool.deferred is not None else None
+        if hooked is not None:
+            return HookAnswer(seq, call, hooked)
+        return CallRef(
+            seq=seq,
+            message_seq=reply.seq,
+            tool=tool.name,
+            timeout_seconds=self._timeouts.timeout_seconds,
+            heartbeat_seconds=self._timeouts.heartbeat_seconds,
+            # Decided here, on the validated arguments, and enforced by the state machine: the
+            # call waits for a person before any worker sees it.
+            needs_approval=AppCode.needs_approval(tool, arguments, context) or None,
+            **self._deferred(tool),
+        )
 
     def _transfer(
         self,
