@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from toolpipe.shared.errors import DefinitionError, ErrorKind, ModelVisibleError, ToolpipeError
+from toolpipe.shared.errors import DefinitionError, ErrorKind, ModelVisibleError, ToolpipeError, error_text
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.tools.context import ToolContext
 from toolpipe.shared.tools.errors import ToolNotAllowedError, UnknownToolError
@@ -147,7 +147,7 @@ class ToolRegistry:
         except ModelVisibleError as e:
             # A tool's own subclass may name a kind of its own: policies match on ours only.
             kind = e.kind if e.kind in set(ErrorKind) else ErrorKind.TOOL_FAILED
-            return Execution(f"Error: {e}", "error", _ms_since(started), ErrorKind(kind))
+            return Execution(error_text(str(e)), "error", _ms_since(started), ErrorKind(kind))
         return Execution(content, "ok", _ms_since(started))
 
 
