@@ -98,12 +98,6 @@ def transfer_specs(agent: Agent, lookup: Callable[[str], Agent] = get_agent) -> 
     return specs
 
 
-def run_agent(run: RunRecord) -> Agent:
-    """The agent answering a run now (its own, or the one a handoff moved it to), with the
-    run's own MCP servers if any, and `read_input` if an S3 object started it."""
-    return agent_in_run(run, run.current_agent)
-
-
 def reply_agent(run: RunRecord, reply: AssistantMessage) -> Agent:
     """The agent whose reply made a call: its tools and policies are the call's, whichever agent
     answers the run by the time the call runs or waits."""
@@ -122,7 +116,7 @@ def agent_in_run(run: RunRecord, name: str | None) -> Agent:
 
 
 def agent_for(name: str, mcp_servers: Sequence[str] | None, *, reads_input: bool) -> Agent:
-    """`run_agent` from the parts of a run record it reads (the tool runner gets only those)."""
+    """`agent_in_run` from the parts of a run record it reads (the tool runner gets only those)."""
     agent = with_mcp_servers(get_agent(name), mcp_servers)
     if reads_input:
         agent = with_input_reader(agent)
@@ -152,7 +146,6 @@ __all__ = [
     "registered_in_code",
     "remove_tool_calls",
     "reply_agent",
-    "run_agent",
     "transfer_specs",
     "with_mcp_servers",
     "worst_turn_events",

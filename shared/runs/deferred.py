@@ -11,7 +11,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from toolpipe.shared.agents import agent_in_run
-from toolpipe.shared.deferred.answers import answer_content, question_of
+from toolpipe.shared.deferred.answers import answer_content, question_of, unapproved_result
 from toolpipe.shared.deferred.hashing import arguments_hash, tool_hash
 from toolpipe.shared.deferred.links import ApprovalLinks, SigningKeyError
 from toolpipe.shared.deferred.models import (
@@ -546,24 +546,6 @@ class DeferredCalls:
         return unapproved_result(approval)
 
 
-def unapproved_result(approval: Approval) -> tuple[str, ErrorKind] | None:
-    """What the model reads for a call a person denied, or nobody decided (or answered) in time."""
-    if approval.kind is not ApprovalKind.APPROVAL and approval.status is ApprovalStatus.EXPIRED:
-        who = "a person" if approval.kind is ApprovalKind.HUMAN else "the caller's program"
-        waited = f"the call to '{approval.tool}' waited for {who} until {approval.expires_at}"
-        return error_text(f"no answer came in time: {waited}; it has no result."), ErrorKind.NO_ANSWER
-    if approval.status is ApprovalStatus.DENIED:
-        reason = approval.reason or "(none given)"
-        text = f"A person denied the call to '{approval.tool}'; it was not run. Their reason: {reason}"
-        return error_text(text), ErrorKind.APPROVAL_DENIED
-    if approval.status is ApprovalStatus.EXPIRED:
-        text = (
-            f"the call to '{approval.tool}' needed a person's approval and none came in time; it was not run."
-        )
-        return error_text(text), ErrorKind.APPROVAL_EXPIRED
-    return None
-
-
 def _arguments(arguments: str) -> dict[str, Any]:
     """The call's arguments as sent (the model step validated them): what a program runs on."""
     try:
@@ -580,6 +562,7 @@ def _by_link(source_ip: str | None) -> str:
 
 
 def _cut(text: str) -> str:
+    """What a record keeps of arguments or an answer: their beginning."""
     return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"
 
 
@@ -596,4 +579,4 @@ def _preview(arguments: str) -> str:
         text = json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
     except (ValueError, RecursionError):
         text = arguments
-    return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"
+    return _cut(text)
