@@ -8,7 +8,8 @@ the calls as its decision.
 
 What is pure and what is not: planning writes nothing, publishes nothing and starts nothing.
 It reads the reply's agent's tools (a tool source, an MCP server, may list them when first
-asked) and the catalog's agents. The app's own code runs where its answer decides the plan, and
+asked) and the catalog's agents; a child run's transfer also reads which agents its target
+reaches from the app's registry (`handoffs.transfer_refusal`). The app's own code runs where its answer decides the plan, and
 only in `AppCode`: a handoff's `input_filter` (tried on what it will see) and `on_handoff`, a
 tool's approval policy, and the `before_tool`/`after_tool` hooks of a deferred call (no worker
 runs them for it). Calls the history has answered already (a step decided again after a crash)
