@@ -177,9 +177,7 @@ class ToolCallExecutor:
         if call.run.status is RunStatus.CANCELLED:
             # Its execution was stopped: a delivery that still arrives runs nothing, not even a
             # child run. The result says so, so the call does not look pending forever.
-            cancelled = Execution(
-                error_text("not run: the run was cancelled."), "error", 0, ErrorKind.RUN_CANCELLED
-            )
+            cancelled = Execution.failed(ErrorKind.RUN_CANCELLED, "not run: the run was cancelled.")
             return self._persist(call, cancelled, attempt, ({}, []))
         refusal = _approval_refusal(call)
         if refusal is not None:
@@ -210,13 +208,10 @@ class ToolCallExecutor:
             answer = self._runner.run(request, call.tool)
         if len(json.dumps(answer.state_set).encode()) > STATE_LIMIT_BYTES:
             # The runner checks it too; this worker does not take the runner's word for it.
-            too_big = Execution(
-                error_text(
-                    f"Tool '{call.call.name}' left more run state than a run keeps. Nothing it stored was kept."
-                ),
-                "error",
-                answer.duration_ms,
+            too_big = Execution.failed(
                 ErrorKind.TOOL_FAILED,
+                f"Tool '{call.call.name}' left more run state than a run keeps. Nothing it stored was kept.",
+                answer.duration_ms,
             )
             return self._persist(call, too_big, attempt, ({}, []))
         return self._persist(
@@ -248,14 +243,10 @@ class ToolCallExecutor:
         return _Call(message, claim, run, agent, reply, call, tool, gate, started_at)
 
     def _in_doubt(self, call: _Call) -> Execution:
-        return Execution(
-            error_text(
-                f"the call to '{call.call.name}' was interrupted and may or may not have taken effect; "
-                "it was not run again. Check its effect before calling it again."
-            ),
-            "error",
-            0,
+        return Execution.failed(
             ErrorKind.IN_DOUBT,
+            f"the call to '{call.call.name}' was interrupted and may or may not have taken effect; "
+            "it was not run again. Check its effect before calling it again.",
         )
 
     def _delegate(self, call: _Call, limit: float | None) -> ToolResult | None:
@@ -273,19 +264,14 @@ class ToolCallExecutor:
         try:
             child = get_agent(call.tool.child_agent)
         except UnknownAgentError:
-            missing = Execution(
-                error_text(f"no agent named '{call.tool.child_agent}' is registered."),
-                "error",
-                0,
-                ErrorKind.UNKNOWN_AGENT,
+            missing = Execution.failed(
+                ErrorKind.UNKNOWN_AGENT, f"no agent named '{call.tool.child_agent}' is registered."
             )
             return self._persist(call, missing, 1, ({}, []))
         if child.waits:
             # Refused at import for an app's agents; this covers agents registered in code.
             waits = child_waits(call.agent.name, call.tool.name, child.name)
-            return self._persist(
-                call, Execution(error_text(f"{waits}."), "error", 0, ErrorKind.AGENT_WAITS), 1, ({}, [])
-            )
+            return self._persist(call, Execution.failed(ErrorKind.AGENT_WAITS, f"{waits}."), 1, ({}, []))
         # An agent tool passes the same `before_tool` hooks as any other: they may block it.
         context = ToolContext(
             run_id=call.run.run_id,
@@ -303,13 +289,9 @@ class ToolCallExecutor:
                 )
             )
         except Overran:
-            overran = Execution(
-                error_text(
-                    f"not run: the before_tool hooks of '{call.call.name}' did not finish in {limit:.3g} s."
-                ),
-                "error",
-                0,
+            overran = Execution.failed(
                 ErrorKind.TOOL_FAILED,
+                f"not run: the before_tool hooks of '{call.call.name}' did not finish in {limit:.3g} s.",
             )
             return self._persist(call, overran, 1, ({}, []))
         if isinstance(answered, _HookFailure):
@@ -326,7 +308,7 @@ class ToolCallExecutor:
         try:
             task = str(call.tool.parse_arguments(hooked.arguments)["task"])
         except ModelVisibleError as e:  # a hook rewrote the arguments into something invalid
-            return self._persist(call, Execution(error_text(str(e)), "error", 0, e.kind), 1, ({}, []))
+            return self._persist(call, Execution.failed(e.kind, str(e)), 1, ({}, []))
         children.start_child(
             self._store,
             self._starter,
@@ -519,9 +501,7 @@ def _changed_refusal(name: str, tool: Tool | None, gate: Gate) -> Execution | No
     stored before the tool's hash was kept (`tool_sha256` None) runs as before."""
     if gate.tool_sha256 is None or (tool is not None and tool_hash(tool) == gate.tool_sha256):
         return None
-    return Execution(
-        error_text(f"not run: the tool '{name}' changed while its call waited for approval; ask again."),
-        "error",
-        0,
+    return Execution.failed(
         ErrorKind.TOOL_CHANGED,
+        f"not run: the tool '{name}' changed while its call waited for approval; ask again.",
     )

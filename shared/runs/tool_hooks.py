@@ -2,7 +2,7 @@
 every call it executes, the model step around a deferred call before it waits (one copy)."""
 
 from toolpipe.shared.agents import AfterTool, Agent, BeforeTool
-from toolpipe.shared.errors import ErrorKind, error_text
+from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.tools import ToolContext
 from toolpipe.shared.tools.registry import Execution
@@ -17,7 +17,7 @@ def before_hooks(agent: Agent, call: ToolCall, context: ToolContext) -> tuple[To
         if before.blocked is not None or before.result is not None:
             break
     if before.blocked is not None:
-        return before.call, Execution(error_text(f"Blocked: {before.blocked}"), "error", 0, ErrorKind.BLOCKED)
+        return before.call, Execution.failed(ErrorKind.BLOCKED, f"Blocked: {before.blocked}")
     if before.result is not None:
         # A hook may answer with any value a tool may return (a dict, a number): the model reads
         # it as it would the tool's own.

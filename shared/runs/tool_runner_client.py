@@ -80,14 +80,10 @@ class LambdaToolRunner:
         if function is None:
             # Never the default runner instead: its role is not the one the tool was granted.
             return ToolRunResponse.of(
-                Execution(
-                    error_text(
-                        f"Tool '{name}' was not run: it runs in runner '{runner}', which this "
-                        "deployment does not have (ToolPipeline(..., runners=[...])). It had no effect."
-                    ),
-                    "error",
-                    0,
+                Execution.failed(
                     ErrorKind.TOOL_FAILED,
+                    f"Tool '{name}' was not run: it runs in runner '{runner}', which this "
+                    "deployment does not have (ToolPipeline(..., runners=[...])). It had no effect.",
                 )
             )
         key = f"{OVERFLOW_PREFIX}{uuid.uuid4().hex}"
@@ -107,14 +103,10 @@ class LambdaToolRunner:
                     return _unknown(name, describe_exception(e))
                 if attempt == INVOKE_ATTEMPTS:
                     return ToolRunResponse.of(
-                        Execution(
-                            error_text(
-                                f"Tool '{name}' was not run: its function could not be invoked "
-                                f"({describe_exception(e)}). It had no effect; it may be called again."
-                            ),
-                            "error",
-                            0,
+                        Execution.failed(
                             ErrorKind.TOOL_FAILED,
+                            f"Tool '{name}' was not run: its function could not be invoked "
+                            f"({describe_exception(e)}). It had no effect; it may be called again.",
                         )
                     )
                 logger.warning("invoking the tool runner was refused; trying again", extra={"tool": name})
@@ -187,7 +179,7 @@ class LambdaToolRunner:
         idempotent = tool is not None and tool.idempotent
         if "timed out" in message.lower() or kind.endswith("Timedout"):
             overran = ToolTimeoutError(name, self._timeout, idempotent, worker_limit=True)
-            return ToolRunResponse.of(Execution(error_text(str(overran)), "error", 0, overran.kind))
+            return ToolRunResponse.of(Execution.failed(overran.kind, str(overran)))
         return _unknown(name, f"its function stopped ({kind or 'error'}: {' '.join(message.split())[:300]})")
 
 
@@ -202,13 +194,9 @@ def _never_reached_the_runner(error: BaseException) -> bool:
 
 def _unknown(name: str, why: str) -> ToolRunResponse:
     return ToolRunResponse.of(
-        Execution(
-            error_text(
-                f"the call to '{name}' was interrupted ({why}) and may or may not have taken effect. "
-                "Check its effect before calling it again."
-            ),
-            "error",
-            0,
+        Execution.failed(
             ErrorKind.IN_DOUBT,
+            f"the call to '{name}' was interrupted ({why}) and may or may not have taken effect. "
+            "Check its effect before calling it again.",
         )
     )

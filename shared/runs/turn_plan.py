@@ -298,16 +298,12 @@ class AppCode:
             changed, answered = before_hooks(agent, call, context)
         except Exception as e:  # as in the worker: a hook's failure is the call's result, not the step's
             failed = f"Tool '{call.name}' failed: a before_tool hook raised {type(e).__name__}"
-            changed, answered = call, Execution(error_text(failed), "error", 0, ErrorKind.TOOL_FAILED)
+            changed, answered = call, Execution.failed(ErrorKind.TOOL_FAILED, failed)
         if answered is None and changed != call:
-            answered = Execution(
-                error_text(
-                    "Blocked: a before_tool hook changed this call, which waits for an answer from "
-                    "outside; it was not asked."
-                ),
-                "error",
-                0,
+            answered = Execution.failed(
                 ErrorKind.BLOCKED,
+                "Blocked: a before_tool hook changed this call, which waits for an answer from "
+                "outside; it was not asked.",
             )
         if answered is None:
             return None
@@ -315,7 +311,7 @@ class AppCode:
             return after_hooks(agent, changed, answered, context)
         except Exception as e:
             failed = f"Tool '{call.name}' failed: an after_tool hook raised {type(e).__name__}"
-            return Execution(error_text(failed), "error", 0, ErrorKind.TOOL_FAILED)
+            return Execution.failed(ErrorKind.TOOL_FAILED, failed)
 
 
 def _result(

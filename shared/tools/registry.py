@@ -21,6 +21,11 @@ class Execution:
     duration_ms: int
     error_type: ErrorKind | None = None  # why it failed, for policies and reports
 
+    @classmethod
+    def failed(cls, kind: ErrorKind, message: str, duration_ms: int = 0) -> "Execution":
+        """A failed call's outcome, for `kind`: the model reads `Error: <message>`."""
+        return cls(error_text(message), "error", duration_ms, kind)
+
 
 class ToolSourceError(ToolpipeError):
     """A tool source (an MCP server) could not give its tools: the run cannot offer them."""
@@ -147,7 +152,7 @@ class ToolRegistry:
         except ModelVisibleError as e:
             # A tool's own subclass may name a kind of its own: policies match on ours only.
             kind = e.kind if e.kind in set(ErrorKind) else ErrorKind.TOOL_FAILED
-            return Execution(error_text(str(e)), "error", _ms_since(started), ErrorKind(kind))
+            return Execution.failed(ErrorKind(kind), str(e), _ms_since(started))
         return Execution(content, "ok", _ms_since(started))
 
 
