@@ -10,7 +10,6 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from toolpipe.shared.agents import agent_in_run
 from toolpipe.shared.deferred.answers import answer_content, question_of, unapproved_result
 from toolpipe.shared.deferred.hashing import arguments_hash, tool_hash
 from toolpipe.shared.deferred.links import ApprovalLinks, SigningKeyError
@@ -46,6 +45,7 @@ from toolpipe.shared.messages import (
     UserMessage,
     utc_now,
 )
+from toolpipe.shared.runs.catalog import AgentCatalog
 from toolpipe.shared.runs.deferred_checks import edited_arguments, tool_changed
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import certainly_not_sent
@@ -80,19 +80,22 @@ class DeferredCalls:
         tasks: ApprovalTasks,
         admin_principal: str | None = None,
         *,
+        agents: AgentCatalog,
         timeout_seconds: int = 86_400,
         events: EventPublisher = NO_EVENTS,
         links: ApprovalLinks | None = None,
         api_url: str | None = None,
         link_edits: bool = False,
     ) -> None:
-        """`links`: signs approval links (None: no link is made or accepted). `api_url`: the
-        API's base URL the link of `ApprovalRequested` is made under (None: the event has none).
-        `link_edits`: a link may approve with edited arguments too (else only an authenticated
-        caller may, through `decide`)."""
+        """`agents`: where the calls' agents are found (as the model step finds them). `links`:
+        signs approval links (None: no link is made or accepted). `api_url`: the API's base URL
+        the link of `ApprovalRequested` is made under (None: the event has none). `link_edits`:
+        a link may approve with edited arguments too (else only an authenticated caller may,
+        through `decide`)."""
         self._approvals = approvals
         self._runs = runs
         self._tasks = tasks
+        self._agents = agents
         self._admin = admin_principal
         self._timeout = timeout_seconds
         self._events = events
@@ -113,7 +116,7 @@ class DeferredCalls:
             raise ValueError(f"message_seq {request.message_seq} and seq {request.seq} name no call")
         call = reply.tool_calls[index]
         try:
-            tool: Tool | None = agent_in_run(run, reply.agent).registry.get(call.name)
+            tool: Tool | None = self._agents.in_run(run, reply.agent).registry.get(call.name)
         except UnknownToolError:
             tool = None
         kind = ApprovalKind(request.kind)
@@ -387,7 +390,7 @@ class DeferredCalls:
         answer (conditional write), its result in the call's ledger slot, the task answered."""
         self._still_open(approval)
         run = self._runs.get_run(approval.run_id)
-        if tool_changed(agent_in_run(run, approval.agent), approval):
+        if tool_changed(self._agents.in_run(run, approval.agent), approval):
             self._fail_changed(run, approval)
         try:
             decided = self._approvals.decide(approval, ApprovalStatus.ANSWERED, caller, answer=_cut(content))
@@ -433,7 +436,7 @@ class DeferredCalls:
     ) -> ToolResult:
         """The answer as the call's result, cut to the agent's `max_result_chars` for the model
         (the whole in S3) exactly as a worker's result is."""
-        agent = agent_in_run(run, approval.agent)
+        agent = self._agents.in_run(run, approval.agent)
         outcome = Execution(content, "ok" if error is None else "error", 0, error)
         call = self.call_of(approval) if agent.hooks else None
         if call is not None:
@@ -488,7 +491,7 @@ class DeferredCalls:
 
     def _edited(self, approval: Approval, run: RunRecord, text: str) -> EditedArguments | None:
         """See `deferred_checks.edited_arguments`, for the agent that made the call in `run`."""
-        agent = agent_in_run(run, approval.agent)
+        agent = self._agents.in_run(run, approval.agent)
         return edited_arguments(approval, agent, text, lambda: self.call_of(approval))
 
     def run_ended(self, approval: Approval) -> RunStatus | None:

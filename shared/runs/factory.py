@@ -136,6 +136,7 @@ def build_deferred_calls(
 ) -> "DeferredCalls":
     from toolpipe.shared.deferred.links import ApprovalLinks, SecretSigningKey
     from toolpipe.shared.deferred.store import DynamoApprovalStore
+    from toolpipe.shared.runs.catalog import RegisteredAgents
     from toolpipe.shared.runs.deferred import DeferredCalls
 
     links = links or ApprovalLinkSettings()
@@ -144,6 +145,7 @@ def build_deferred_calls(
         build_store(store),
         StepFunctionsTaskReporter(boto3.client("stepfunctions")),
         admin_principal,
+        agents=RegisteredAgents(),
         timeout_seconds=timeouts.approval_timeout_seconds,
         events=build_events(events),
         # The key is read at the first link made or checked, not at cold start; again after

@@ -26,6 +26,7 @@ from toolpipe.shared.deferred.models import (
 from toolpipe.shared.deferred.store import DynamoApprovalStore
 from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.messages import ApprovalTaskRequest
+from toolpipe.shared.runs.catalog import RegisteredAgents
 from toolpipe.shared.runs.deferred import DeferredCalls
 from toolpipe.shared.runs.events import EventPublisher
 from toolpipe.shared.runs.ports import StepFunctionsTaskReporter
@@ -67,7 +68,7 @@ class CountingReporter(StepFunctionsTaskReporter):
 def _service(reporter: CountingReporter) -> DeferredCalls:
     table = boto3.resource("dynamodb", region_name=REGION).Table(TABLE)
     store = DynamoHistoryStore(table, boto3.client("s3", region_name=REGION), "toolpipe-local-contents")
-    return DeferredCalls(DynamoApprovalStore(table), store, reporter)
+    return DeferredCalls(DynamoApprovalStore(table), store, reporter, agents=RegisteredAgents())
 
 
 def _items(pipeline: Pipeline, approval_id: str) -> dict[str, dict[str, Any]]:
@@ -478,7 +479,11 @@ def test_a_waits_span_is_told_once_whatever_its_delivery_did(
     table = boto3.resource("dynamodb", region_name=REGION).Table(TABLE)
     store = DynamoHistoryStore(table, boto3.client("s3", region_name=REGION), "toolpipe-local-contents")
     service = DeferredCalls(
-        DynamoApprovalStore(table), store, reporter, events=EventPublisher(None, None, spans)
+        DynamoApprovalStore(table),
+        store,
+        reporter,
+        agents=RegisteredAgents(),
+        events=EventPublisher(None, None, spans),
     )
 
     with pytest.raises(raised):
