@@ -27,3 +27,7 @@ class RegisteredAgents:
 
     def in_run(self, run: RunRecord, name: str | None) -> Agent:
         return agent_in_run(run, name)
+
+
+# For the services that are not given a catalog of their own.
+REGISTERED_AGENTS = RegisteredAgents()

@@ -24,6 +24,7 @@ from toolpipe.shared.messages import (
     UserMessage,
 )
 from toolpipe.shared.runs.calls import result_slot
+from toolpipe.shared.runs.catalog import REGISTERED_AGENTS, AgentCatalog
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.recorder import ResultRecorder
@@ -143,9 +144,11 @@ def answer_parent(
     output: str | None,
     error: str | None,
     events: EventPublisher = NO_EVENTS,
+    agents: AgentCatalog = REGISTERED_AGENTS,
 ) -> None:
     """Give the parent's call the child's answer, or an error result saying how it ended.
-    Conditional: a retried ending finds the parent's slot taken and changes nothing."""
+    Conditional: a retried ending finds the parent's slot taken and changes nothing. `agents`:
+    where the parent's agent is found."""
     parent = run.parent
     if parent is None:
         return
@@ -155,7 +158,7 @@ def answer_parent(
     )
     # The parent's model reads the child's answer as any tool result: bounded by its agent.
     parent_run = store.get_run(parent.run_id)
-    parent_agent = get_agent(parent_run.current_agent)  # the call's: the run moves on only after it
+    parent_agent = agents.get(parent_run.current_agent)  # the call's: the run moves on only after it
     content, ref, chars = fit_for_model(store, parent_agent, parent.run_id, parent.seq, content)
     result = ToolResult(
         seq=parent.seq,

@@ -500,7 +500,9 @@ class ModelStep:
         """Every ending of a run: record it, and answer the parent's call if this is a child run."""
         if self._store.finish_run(run.run_id, status, output=output, error=error):
             self._events.run_ended(self._store, run.run_id)
-            children.answer_parent(self._store, self._reporter, run, status, output, error, self._events)
+            children.answer_parent(
+                self._store, self._reporter, run, status, output, error, self._events, self._agents
+            )
             if run.input_object is not None:
                 self._write_answer(self._store.get_run(run.run_id))
         else:
@@ -521,7 +523,9 @@ class ModelStep:
         if run.parent is None:
             return
         output = whole_text(self._store, run.output, run.output_ref)
-        children.answer_parent(self._store, self._reporter, run, run.status, output, run.error, self._events)
+        children.answer_parent(
+            self._store, self._reporter, run, run.status, output, run.error, self._events, self._agents
+        )
 
 
 def monotonic_deadline(remaining_ms: int) -> float:

@@ -1,27 +1,34 @@
 """The turn planner on its own: a reply's calls sorted into refusals, transfers, hook answers and
 calls to dispatch or wait, from the agents of a plain in-memory catalog: no app loaded, no model
-server, no store (the planner has none to write to)."""
+server, no store (the planner has none to write to). Then the model step applying a plan, on
+the in-memory store with the model scripted in-process."""
 
 import dataclasses
 import json
+import time
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
+from tests.unit.shared.runs.test_runs import Reporter, Starter
 from toolpipe.shared.agents import AGENTS, Agent, BeforeTool, Handoff, HandoffContext, Hooks
 from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.errors import ErrorKind
+from toolpipe.shared.history import MemoryHistoryStore
 from toolpipe.shared.messages import (
     AssistantMessage,
     HandoffAction,
     HistoryItem,
     RunRecord,
     RunStatus,
+    StepRequest,
     ToolCall,
     ToolResult,
     UserMessage,
 )
+from toolpipe.shared.model import ModelReply
+from toolpipe.shared.runs import ModelStep
 from toolpipe.shared.runs.turn_plan import HookAnswer, Refusal, TransferAnswer, TurnPlan, TurnPlanner
 from toolpipe.shared.settings import CallTimeouts
 from toolpipe.shared.tools import tool
@@ -374,3 +381,59 @@ def test_a_mixed_reply_keeps_call_order_and_skips_answered_calls() -> None:
     assert [r.result(plan.turn).call_id for r in plan.answers] == ["c1", "c2", "c3", "c5"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.calls = ()  # type: ignore[misc]
+
+
+class OneReply:
+    """The model, scripted in-process: one reply with these calls (no HTTP server)."""
+
+    def __init__(self, *calls: tuple[str, dict[str, Any]]) -> None:
+        self.calls = [ToolCall(id=f"m{i}", name=n, arguments=json.dumps(a)) for i, (n, a) in enumerate(calls)]
+        self.asked: list[list[str]] = []
+
+    def complete(
+        self, *, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], deadline: float
+    ) -> ModelReply:
+        self.asked.append([t["function"]["name"] for t in tools])
+        return ModelReply(content=None, tool_calls=self.calls, prompt_tokens=5, completion_tokens=3)
+
+
+def test_the_step_applies_its_plan_with_no_app_and_no_model_server() -> None:
+    store = MemoryHistoryStore()
+    store.create_run(_run(), UserMessage(seq=1, turn=0, content="hello"))
+    model = OneReply(
+        ("nope", {}), ("transfer_to_t-support", {}), ("pay", {"amount": 5}), ("lookup", {"city": "Oslo"})
+    )
+    step = ModelStep(
+        store,
+        model,
+        "m",
+        TIMEOUTS,
+        Reporter(),
+        lambda arn: Starter(),
+        agents=Agents(_desk(), _billing(), _support()),
+    )
+
+    decision = step.step(StepRequest(run_id="r1"), deadline=time.monotonic() + 30)
+
+    assert model.asked == [
+        [
+            "lookup",
+            "pay",
+            "refund",
+            "ask_person",
+            "transfer_to_t-billing",
+            "transfer_to_t-support",
+            "transfer_to_t-ghost",
+        ]
+    ]
+    # The calls the step answered itself are in the history, in their slots; the rest are the decision.
+    results = {i.seq: i for i in store.load_history("r1") if isinstance(i, ToolResult)}
+    assert [(s, r.status, r.error_type) for s, r in sorted(results.items())] == [
+        (3, "error", ErrorKind.UNKNOWN_TOOL),
+        (4, "ok", None),
+    ]
+    assert results[4].handoff == HandoffAction(kind="transfer", agent="t-support", by="model")
+    assert decision.gated and [(c.seq, c.tool, c.needs_approval) for c in decision.calls] == [
+        (5, "pay", True),
+        (6, "lookup", False),
+    ]
