@@ -31,6 +31,15 @@ def describe_validation_error(error: ValidationError, root: str) -> str:
     )
 
 
+# What every error tool result begins with: the model reads it, and reports strip it.
+ERROR_PREFIX = "Error: "
+
+
+def error_text(message: str) -> str:
+    """The text of an error tool result, as the model reads every one."""
+    return ERROR_PREFIX + message
+
+
 class ErrorKind(StrEnum):
     """Why a tool result is an error: what policies, limits and reports match on.
 
@@ -89,6 +98,16 @@ class ModelVisibleError(ToolpipeError):
     """An error the model can act on: it becomes an error tool result."""
 
     kind: ErrorKind = ErrorKind.TOOL_FAILED
+
+
+class NotFoundError(ToolpipeError):
+    """Nothing of that id, or nothing the caller may see: the same answer, so ids cannot be
+    probed (a request's 404, mapped once in `functions/api/errors.py`)."""
+
+
+class ConflictError(ToolpipeError):
+    """What the request would change is not in a state that allows it (decided, ended, still
+    running): nothing changed (a request's 409)."""
 
 
 class ConfigurationError(ToolpipeError):

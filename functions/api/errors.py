@@ -19,32 +19,24 @@ from toolpipe.functions.api.page.routes import PAGE_ROUTE, page_response
 from toolpipe.functions.api.request import PARAMETER_RULES
 from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.deferred.models import (
-    ApprovalAlreadyDecidedError,
-    ApprovalNotFoundError,
     ApprovalStatus,
     DeliveryFailedError,
     DeliveryUncertainError,
     InvalidAnswerError,
     InvalidEditError,
-    WrongKindError,
 )
-from toolpipe.shared.history.errors import InvalidCursorError, QuotaExceededError, RunNotFoundError
-from toolpipe.shared.runs.errors import (
-    IdempotencyConflictError,
-    RunEndedError,
-    RunNotForkableError,
-    RunNotResumableError,
-    RunStillRunningError,
-    UnknownToolsRequestedError,
-)
+from toolpipe.shared.errors import ConflictError, NotFoundError
+from toolpipe.shared.history.errors import InvalidCursorError, QuotaExceededError
+from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRequestedError
 from toolpipe.shared.tools import ToolSourceError
 
 logger = Logger()
 
 # Each domain error's status, and how its message is worded (`{}`: the error's own).
+# A family's base answers for all its errors (`domain_error` reads the error's classes in order).
 STATUSES: dict[type[Exception], tuple[HTTPStatus, str]] = {
-    RunNotFoundError: (HTTPStatus.NOT_FOUND, "{}"),
-    ApprovalNotFoundError: (HTTPStatus.NOT_FOUND, "{}"),
+    NotFoundError: (HTTPStatus.NOT_FOUND, "{}"),
+    ConflictError: (HTTPStatus.CONFLICT, "{}"),
     UnknownAgentError: (HTTPStatus.BAD_REQUEST, "{}"),
     UnknownToolsRequestedError: (HTTPStatus.BAD_REQUEST, "{}"),
     ToolSourceError: (HTTPStatus.BAD_REQUEST, "{}"),
@@ -52,12 +44,6 @@ STATUSES: dict[type[Exception], tuple[HTTPStatus, str]] = {
     # Only `POST /approvals/{id}/approve` takes arguments (the page answers its own).
     InvalidEditError: (HTTPStatus.BAD_REQUEST, "invalid approve request: body.arguments: {}"),
     InvalidCursorError: (HTTPStatus.BAD_REQUEST, "invalid request: query.{}"),
-    RunEndedError: (HTTPStatus.CONFLICT, "{}"),
-    RunStillRunningError: (HTTPStatus.CONFLICT, "{}"),
-    RunNotResumableError: (HTTPStatus.CONFLICT, "{}"),
-    RunNotForkableError: (HTTPStatus.CONFLICT, "{}"),
-    ApprovalAlreadyDecidedError: (HTTPStatus.CONFLICT, "{}"),
-    WrongKindError: (HTTPStatus.CONFLICT, "{}"),
     DeliveryFailedError: (HTTPStatus.SERVICE_UNAVAILABLE, "{}"),
     DeliveryUncertainError: (HTTPStatus.SERVICE_UNAVAILABLE, "{}"),
 }
@@ -112,7 +98,7 @@ def unexpected(app: APIGatewayRestResolver, error: Exception) -> Response[Any]:
     event = app.current_event
     if PAGE_ROUTE.fullmatch(event.path):
         # A person in a browser: a page, not JSON. A decision that could not be delivered was
-        # taken back (ApprovalService), so trying again is safe.
+        # taken back (DeferredCalls), so trying again is safe.
         message = f"Nothing was decided (request {request_id(event)}): try again."
         return page_response(event, error_page(500, "Something went wrong", message))
     return error_response(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error (request {request_id(event)})")

@@ -17,10 +17,10 @@ from toolpipe.functions.api.page.approval_page import ApprovalPage
 from toolpipe.shared.costs.prices import PriceTable
 from toolpipe.shared.deferred.models import waiting_for
 from toolpipe.shared.runs.cancel import RunCanceller
-from toolpipe.shared.runs.deferred import ApprovalService
+from toolpipe.shared.runs.deferred import DeferredCalls
 from toolpipe.shared.runs.delete import RunDeleter
 from toolpipe.shared.runs.factory import (
-    build_approval_service,
+    build_deferred_calls,
     build_run_canceller,
     build_run_deleter,
     build_run_forker,
@@ -140,9 +140,9 @@ class ApiServices:
         return TimelineReader(build_store(s.store), self._approval_records, s.api.admin_principal, s.prices)
 
     @cached_property
-    def approvals(self) -> ApprovalService:
+    def approvals(self) -> DeferredCalls:
         s = self.settings
-        return build_approval_service(s.store, s.events, CallTimeouts(), s.api.admin_principal, s.links)
+        return build_deferred_calls(s.store, s.events, CallTimeouts(), s.api.admin_principal, s.links)
 
     @cached_property
     def page(self) -> ApprovalPage:

@@ -18,10 +18,10 @@ from toolpipe.shared.messages import (
     FailRequest,
     OutOfTimeRequest,
 )
-from toolpipe.shared.runs.deferred import ApprovalService
+from toolpipe.shared.runs.deferred import DeferredCalls
 from toolpipe.shared.runs.executions import execution_number, run_id_of
 from toolpipe.shared.runs.factory import (
-    build_approval_service,
+    build_deferred_calls,
     build_model_step,
     build_transition_counter,
     cost_store,
@@ -53,10 +53,10 @@ def service() -> ModelStep:
 
 
 @cache
-def approvals() -> ApprovalService:
+def approvals() -> DeferredCalls:
     # Link settings read at the first approval, not at import: the local server sets the API's
     # URL once it listens, after the runtime's cold start.
-    return build_approval_service(
+    return build_deferred_calls(
         store_settings, event_settings, call_timeouts, links=ApprovalLinkSettings.from_env()
     )
 

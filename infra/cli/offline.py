@@ -169,7 +169,7 @@ class OfflineSession:
         from toolpipe.shared.deferred.models import ApprovalStatus, ApprovalView
         from toolpipe.shared.deferred.store import DynamoApprovalStore
 
-        # As `ApprovalService.list`: the admin principal's listing holds everyone's.
+        # As `DeferredCalls.list`: the admin principal's listing holds everyone's.
         wanted = None if status is None else ApprovalStatus(status)
         listed = DynamoApprovalStore(self._table).list(None if caller == self._admin else caller, wanted)
         # As the API shows them (`approvals.with_link`), without the link no server signed.

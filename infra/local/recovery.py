@@ -30,6 +30,7 @@ from toolpipe.shared.messages import RunRecord, RunStatus
 from toolpipe.shared.runs import children
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
+from toolpipe.shared.runs.recorder import whole_text
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -135,7 +136,7 @@ def _answer_waiting_parent(
         return
     if store.get_item(parent.run_id, parent.seq) is not None:
         return
-    output = store.get_result(child.output_ref) if child.output_ref else child.output
+    output = whole_text(store, child.output, child.output_ref)
     children.answer_parent(store, reporter, child, child.status, output, child.error, events)
 
 

@@ -3,7 +3,7 @@ registered in code with `AGENTS[name] = agent`."""
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolpipe.shared.agents.agent import (
@@ -85,23 +85,18 @@ def with_mcp_servers(agent: Agent, urls: Sequence[str] | None) -> Agent:
         return found
 
 
-def transfer_specs(agent: Agent) -> list[dict[str, Any]]:
+def transfer_specs(agent: Agent, lookup: Callable[[str], Agent] = get_agent) -> list[dict[str, Any]]:
     """The agent's `transfer_to_<agent>` tools as the model is offered them, each described by
-    its target (a target not deployed is offered still: the model reads why if it calls it)."""
+    its target (a target not deployed is offered still: the model reads why if it calls it).
+    `lookup`: where the targets are found (the run step's catalog)."""
     specs = []
     for handoff in agent.transfers:
         try:
-            described: str | None = get_agent(handoff.target).summary
+            described: str | None = lookup(handoff.target).summary
         except UnknownAgentError:
             described = None
         specs.append(handoff.spec(described))
     return specs
-
-
-def run_agent(run: RunRecord) -> Agent:
-    """The agent answering a run now (its own, or the one a handoff moved it to), with the
-    run's own MCP servers if any, and `read_input` if an S3 object started it."""
-    return agent_in_run(run, run.current_agent)
 
 
 def reply_agent(run: RunRecord, reply: AssistantMessage) -> Agent:
@@ -122,7 +117,7 @@ def agent_in_run(run: RunRecord, name: str | None) -> Agent:
 
 
 def agent_for(name: str, mcp_servers: Sequence[str] | None, *, reads_input: bool) -> Agent:
-    """`run_agent` from the parts of a run record it reads (the tool runner gets only those)."""
+    """`agent_in_run` from the parts of a run record it reads (the tool runner gets only those)."""
     agent = with_mcp_servers(get_agent(name), mcp_servers)
     if reads_input:
         agent = with_input_reader(agent)
@@ -153,7 +148,6 @@ __all__ = [
     "registered_in_code",
     "remove_tool_calls",
     "reply_agent",
-    "run_agent",
     "transfer_specs",
     "with_mcp_servers",
     "worst_turn_events",

@@ -1,5 +1,6 @@
 """A deferred call's answer: checked against what the call asked for, turned into the text the
-model reads. One line says what is wrong with a bad one; nothing is recorded for it."""
+model reads. One line says what is wrong with a bad one; nothing is recorded for it. And what the
+model reads for a call that got none (denied, or no answer in time)."""
 
 import json
 from typing import Any
@@ -8,9 +9,12 @@ from toolpipe.shared.deferred.hashing import canonical_json
 from toolpipe.shared.deferred.models import (
     MAX_ANSWER_CHARS,
     QUESTION_CHARS,
+    Approval,
     ApprovalKind,
+    ApprovalStatus,
     InvalidAnswerError,
 )
+from toolpipe.shared.errors import ErrorKind, error_text
 
 
 def answer_content(kind: ApprovalKind, schema: dict[str, Any] | None, value: Any, field: str) -> str:
@@ -61,3 +65,21 @@ def question_of(arguments: str, limit: int | None = QUESTION_CHARS) -> str:
         except (TypeError, ValueError):
             text = str(arguments)
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
+def unapproved_result(approval: Approval) -> tuple[str, ErrorKind] | None:
+    """What the model reads for a call a person denied, or nobody decided (or answered) in time."""
+    if approval.kind is not ApprovalKind.APPROVAL and approval.status is ApprovalStatus.EXPIRED:
+        who = "a person" if approval.kind is ApprovalKind.HUMAN else "the caller's program"
+        waited = f"the call to '{approval.tool}' waited for {who} until {approval.expires_at}"
+        return error_text(f"no answer came in time: {waited}; it has no result."), ErrorKind.NO_ANSWER
+    if approval.status is ApprovalStatus.DENIED:
+        reason = approval.reason or "(none given)"
+        text = f"A person denied the call to '{approval.tool}'; it was not run. Their reason: {reason}"
+        return error_text(text), ErrorKind.APPROVAL_DENIED
+    if approval.status is ApprovalStatus.EXPIRED:
+        text = (
+            f"the call to '{approval.tool}' needed a person's approval and none came in time; it was not run."
+        )
+        return error_text(text), ErrorKind.APPROVAL_EXPIRED
+    return None

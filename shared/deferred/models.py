@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
-from toolpipe.shared.errors import ToolpipeError
+from toolpipe.shared.errors import ConflictError, NotFoundError, ToolpipeError
 
 APPROVAL_ID_PATTERN = r"^[0-9a-f]{32}$"
 # What a person writes when denying: bounded, since the model reads it as the call's result.
@@ -299,7 +299,7 @@ class InvalidAnswerError(ToolpipeError):
     """An answer that does not fit the call (schema, size, kind): a 400, nothing changed."""
 
 
-class WrongKindError(ToolpipeError):
+class WrongKindError(ConflictError):
     """An approve/deny on a deferred call, or an answer to an approval: a 409, nothing changed."""
 
 
@@ -319,31 +319,48 @@ class LinkEditsOffError(ToolpipeError):
         )
 
 
-class ApprovalNotFoundError(ToolpipeError):
+class ApprovalNotFoundError(NotFoundError):
     def __init__(self, approval_id: str) -> None:
         super().__init__(f"approval {approval_id} not found")
         self.approval_id = approval_id
 
 
-class ApprovalAlreadyDecidedError(ToolpipeError):
-    """A decision came after the first one (or after the call expired): a 409, nothing changed."""
+class DeferredCallNotFoundError(NotFoundError):
+    """No call of the run waits for a result at that slot, or the run is not the caller's (the
+    same 404: ids cannot be probed)."""
 
-    def __init__(self, approval_id: str, status: ApprovalStatus) -> None:
-        super().__init__(f"approval {approval_id} is already {status.value}: the first decision stands")
+    def __init__(self, run_id: str, seq: int) -> None:
+        super().__init__(f"run {run_id} has no call {seq} waiting for a result")
+
+
+class ApprovalAlreadyDecidedError(ConflictError):
+    """A decision came after the first one (or after the call expired): nothing changed.
+    `status`: the one the call is in now."""
+
+    def __init__(self, approval_id: str, status: ApprovalStatus, message: str | None = None) -> None:
+        super().__init__(
+            message or f"approval {approval_id} is already {status.value}: the first decision stands"
+        )
         self.approval_id = approval_id
         self.status = status
 
 
 class ApprovalRunEndedError(ApprovalAlreadyDecidedError):
     """The call's run ended (cancelled, failed) while the call waited: nothing waits for a
-    decision any more. A 409; the approval is marked expired."""
+    decision any more. The approval is marked expired."""
 
     def __init__(self, approval_id: str, run_id: str, run_status: str) -> None:
-        ToolpipeError.__init__(
-            self, f"run {run_id} already ended ({run_status}): approval {approval_id} no longer waits"
-        )
-        self.approval_id = approval_id
-        self.status = ApprovalStatus.EXPIRED
+        why = f"run {run_id} already ended ({run_status}): approval {approval_id} no longer waits"
+        super().__init__(approval_id, ApprovalStatus.EXPIRED, why)
+
+
+class ToolChangedWhileWaitingError(ApprovalAlreadyDecidedError):
+    """The tool changed (a deploy) while its call waited: the answer was for the old one. The
+    model was told so; the call is expired."""
+
+    def __init__(self, approval_id: str, tool: str) -> None:
+        why = f"the tool '{tool}' changed while call {approval_id} waited: the model was told to ask again"
+        super().__init__(approval_id, ApprovalStatus.EXPIRED, why)
 
 
 class DeliveryFailedError(ToolpipeError):

@@ -1,7 +1,8 @@
-"""What the approval service needs from storage: one small port, `DynamoApprovalStore` its adapter."""
+"""What the deferred calls need from outside: their records (`DynamoApprovalStore` the adapter)
+and the waiting tasks they answer (Step Functions')."""
 
 import builtins
-from typing import Protocol
+from typing import Any, Protocol
 
 from toolpipe.shared.deferred.models import Approval, ApprovalStatus, EditedArguments, Gate
 from toolpipe.shared.history.ports import Contents, History, RunRecords
@@ -41,6 +42,11 @@ class ApprovalRecords(Protocol):
         decision taken back to pending drops them. `answer`: a deferred call's answer preview."""
         ...
 
+    def reopen(self, approval: Approval) -> Approval:
+        """Take `approval`'s decision (or answer) back to pending, as if never made: its run
+        could not be told. `ApprovalAlreadyDecidedError` when it moved on since."""
+        ...
+
     def set_delivery_uncertain(self, approval_id: str, uncertain: bool) -> None:
         """Mark (or clear) a decided approval whose task may not have heard it."""
         ...
@@ -62,3 +68,11 @@ class ApprovalRecords(Protocol):
 class RunsAndHistory(RunRecords, History, Contents, Protocol):
     """The run record (who may decide, whether the run still goes on), the call's reply, and
     where a deferred call's answer goes (its slot; a long one's whole text in S3)."""
+
+
+class ApprovalTasks(Protocol):
+    """Answers a gated call's waiting task. Both return False when it no longer waits."""
+
+    def succeed(self, token: str, output: dict[str, Any]) -> bool: ...
+
+    def fail(self, token: str, error: str, cause: str) -> bool: ...

@@ -172,6 +172,10 @@ class DynamoApprovalStore:
             return None
         return Gate.from_item(item)
 
+    def reopen(self, approval: Approval) -> Approval:
+        """Back to pending from its current status: see `decide` for what is dropped."""
+        return self.decide(approval, ApprovalStatus.PENDING, None, from_status=approval.status)
+
     def decide(
         self,
         approval: Approval,

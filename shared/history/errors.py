@@ -1,10 +1,10 @@
 """Errors of reading and writing runs: a run that is not there, a listing's cursor that this
 listing did not give, a start over the caller's quota (counted in the run's own transaction)."""
 
-from toolpipe.shared.errors import ToolpipeError
+from toolpipe.shared.errors import NotFoundError, ToolpipeError
 
 
-class RunNotFoundError(ToolpipeError):
+class RunNotFoundError(NotFoundError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id} not found")
         self.run_id = run_id

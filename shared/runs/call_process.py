@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from toolpipe.shared.agents.app import loaded_version
-from toolpipe.shared.errors import ErrorKind, describe_exception
+from toolpipe.shared.errors import ErrorKind, describe_exception, error_text
 from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse, run_tool_call
 
 _TEMP_VARIABLES = ("TMPDIR", "TEMP", "TMP")
@@ -393,7 +393,7 @@ def _call(supervisor: socket.socket) -> NoReturn:
         answer = ran.model_dump_json().encode()
     except BaseException as e:  # the runner answers for a call that could not run
         failed = ToolRunResponse(
-            content=f"Error: the tool runner could not run the call: {describe_exception(e)}",
+            content=error_text(f"the tool runner could not run the call: {describe_exception(e)}"),
             status="error",
             error_type=ErrorKind.TOOL_FAILED,
         )

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from toolpipe.shared.agents import Agent, get_agent
 from toolpipe.shared.agents.errors import UnknownAgentError
-from toolpipe.shared.errors import ErrorKind, ToolpipeError
+from toolpipe.shared.errors import ErrorKind, ToolpipeError, error_text
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.messages import (
@@ -24,8 +24,10 @@ from toolpipe.shared.messages import (
     UserMessage,
 )
 from toolpipe.shared.runs.calls import result_slot
+from toolpipe.shared.runs.catalog import REGISTERED_AGENTS, AgentCatalog
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
+from toolpipe.shared.runs.recorder import ResultRecorder
 from toolpipe.shared.runs.results import fit_for_model
 from toolpipe.shared.runs.time_limit import deadline_after, earliest
 from toolpipe.shared.telemetry import child_trace
@@ -142,17 +144,21 @@ def answer_parent(
     output: str | None,
     error: str | None,
     events: EventPublisher = NO_EVENTS,
+    agents: AgentCatalog = REGISTERED_AGENTS,
 ) -> None:
     """Give the parent's call the child's answer, or an error result saying how it ended.
-    Conditional: a retried ending finds the parent's slot taken and changes nothing."""
+    Conditional: a retried ending finds the parent's slot taken and changes nothing. `agents`:
+    where the parent's agent is found."""
     parent = run.parent
     if parent is None:
         return
     ok = status is RunStatus.SUCCEEDED
-    content = (output or "") if ok else f"Error: the '{run.agent}' agent stopped ({status.value}): {error}"
+    content = (
+        (output or "") if ok else error_text(f"the '{run.agent}' agent stopped ({status.value}): {error}")
+    )
     # The parent's model reads the child's answer as any tool result: bounded by its agent.
     parent_run = store.get_run(parent.run_id)
-    parent_agent = get_agent(parent_run.current_agent)  # the call's: the run moves on only after it
+    parent_agent = agents.get(parent_run.current_agent)  # the call's: the run moves on only after it
     content, ref, chars = fit_for_model(store, parent_agent, parent.run_id, parent.seq, content)
     result = ToolResult(
         seq=parent.seq,
@@ -166,8 +172,7 @@ def answer_parent(
         full_result_chars=chars,
         started_at=run.created_at,  # the call ran as the child run
     )
-    if store.append(parent.run_id, result):
-        events.tool_call_completed(parent_run, result)
+    ResultRecorder(store, events).record(parent_run, result)
     token = store.get_parent_token(run.run_id)
     if token is not None:
         reporter.succeed(

@@ -6,34 +6,34 @@ import json
 import logging
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from botocore.exceptions import ClientError
 
-from toolpipe.shared.agents import agent_in_run
-from toolpipe.shared.deferred.answers import answer_content, question_of
-from toolpipe.shared.deferred.hashing import arguments_hash, canonical_json, tool_hash
+from toolpipe.shared.deferred.answers import answer_content, question_of, unapproved_result
+from toolpipe.shared.deferred.hashing import arguments_hash, tool_hash
 from toolpipe.shared.deferred.links import ApprovalLinks, SigningKeyError
 from toolpipe.shared.deferred.models import (
     ARGUMENTS_PREVIEW_CHARS,
     LINK_DECIDER,
-    MAX_EDITED_ARGUMENTS_BYTES,
     Approval,
     ApprovalAlreadyDecidedError,
     ApprovalKind,
     ApprovalNotFoundError,
     ApprovalRunEndedError,
     ApprovalStatus,
+    DeferredCallNotFoundError,
     DeliveryFailedError,
     DeliveryUncertainError,
     EditedArguments,
     InvalidEditError,
     LinkEditsOffError,
     ResultRequest,
+    ToolChangedWhileWaitingError,
     WrongKindError,
 )
-from toolpipe.shared.deferred.ports import ApprovalRecords, RunsAndHistory
-from toolpipe.shared.errors import ErrorKind, ModelVisibleError, ToolpipeError
+from toolpipe.shared.deferred.ports import ApprovalRecords, ApprovalTasks, RunsAndHistory
+from toolpipe.shared.errors import ErrorKind, error_text
 from toolpipe.shared.messages import (
     ApprovalTaskRequest,
     AssistantMessage,
@@ -45,8 +45,11 @@ from toolpipe.shared.messages import (
     UserMessage,
     utc_now,
 )
+from toolpipe.shared.runs.catalog import AgentCatalog
+from toolpipe.shared.runs.deferred_checks import edited_arguments, tool_changed
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import certainly_not_sent
+from toolpipe.shared.runs.recorder import ResultRecorder, whole_result
 from toolpipe.shared.runs.results import fit_for_model
 from toolpipe.shared.runs.tool_hooks import after_hooks
 from toolpipe.shared.tools import Tool, ToolContext
@@ -65,37 +68,11 @@ logger = logging.getLogger(__name__)
 _ENDED_UNANSWERED = (ErrorKind.NOT_COMPLETED, ErrorKind.NO_ANSWER)
 
 
-class DeferredCallNotFoundError(ApprovalNotFoundError):
-    """No call of the run waits for a result at that slot, or the run is not the caller's (the
-    same 404: ids cannot be probed)."""
+class DeferredCalls:
+    """Every call that waits for something from outside its worker: a person's approval, a
+    person's answer, a program's result. Requested by its waiting task, decided or answered
+    once, resolved by the next model step when it was never dispatched."""
 
-    def __init__(self, run_id: str, seq: int) -> None:
-        ToolpipeError.__init__(self, f"run {run_id} has no call {seq} waiting for a result")
-        self.approval_id = ""
-
-
-class ToolChangedWhileWaitingError(ApprovalAlreadyDecidedError):
-    """The tool changed (a deploy) while its call waited: the answer was for the old one. The
-    model was told so; the call is expired. A 409."""
-
-    def __init__(self, approval_id: str, tool: str) -> None:
-        ToolpipeError.__init__(
-            self,
-            f"the tool '{tool}' changed while call {approval_id} waited: the model was told to ask again",
-        )
-        self.approval_id = approval_id
-        self.status = ApprovalStatus.EXPIRED
-
-
-class ApprovalTasks(Protocol):
-    """Answers a gated call's waiting task. Both return False when it no longer waits."""
-
-    def succeed(self, token: str, output: dict[str, Any]) -> bool: ...
-
-    def fail(self, token: str, error: str, cause: str) -> bool: ...
-
-
-class ApprovalService:
     def __init__(
         self,
         approvals: ApprovalRecords,
@@ -103,22 +80,26 @@ class ApprovalService:
         tasks: ApprovalTasks,
         admin_principal: str | None = None,
         *,
+        agents: AgentCatalog,
         timeout_seconds: int = 86_400,
         events: EventPublisher = NO_EVENTS,
         links: ApprovalLinks | None = None,
         api_url: str | None = None,
         link_edits: bool = False,
     ) -> None:
-        """`links`: signs approval links (None: no link is made or accepted). `api_url`: the
-        API's base URL the link of `ApprovalRequested` is made under (None: the event has none).
-        `link_edits`: a link may approve with edited arguments too (else only an authenticated
-        caller may, through `decide`)."""
+        """`agents`: where the calls' agents are found (as the model step finds them). `links`:
+        signs approval links (None: no link is made or accepted). `api_url`: the API's base URL
+        the link of `ApprovalRequested` is made under (None: the event has none). `link_edits`:
+        a link may approve with edited arguments too (else only an authenticated caller may,
+        through `decide`)."""
         self._approvals = approvals
         self._runs = runs
         self._tasks = tasks
+        self._agents = agents
         self._admin = admin_principal
         self._timeout = timeout_seconds
         self._events = events
+        self._results = ResultRecorder(runs, events)
         self.links = links
         self._api_url = api_url
         self.link_edits = link_edits
@@ -135,7 +116,7 @@ class ApprovalService:
             raise ValueError(f"message_seq {request.message_seq} and seq {request.seq} name no call")
         call = reply.tool_calls[index]
         try:
-            tool: Tool | None = agent_in_run(run, reply.agent).registry.get(call.name)
+            tool: Tool | None = self._agents.in_run(run, reply.agent).registry.get(call.name)
         except UnknownToolError:
             tool = None
         kind = ApprovalKind(request.kind)
@@ -330,7 +311,7 @@ class ApprovalService:
             delivered = self._answer(decided, self._approvals.get_token(approval_id))
         except Exception as e:
             if first and certainly_not_sent(e):
-                self._approvals.decide(decided, ApprovalStatus.PENDING, None, from_status=decided.status)
+                self._approvals.reopen(decided)
                 logger.warning("approval %s not delivered, taken back: %s", approval_id, _error_name(e))
                 raise DeliveryFailedError(approval_id) from e
             logger.error(
@@ -400,7 +381,7 @@ class ApprovalService:
         if approval is None or approval.kind is not ApprovalKind.CLIENT or approval.run_id != run_id:
             raise DeferredCallNotFoundError(run_id, seq)
         if request.error is not None:
-            return self._resolve(approval, by or caller, f"Error: {request.error}", ErrorKind.CLIENT_ERROR)
+            return self._resolve(approval, by or caller, error_text(request.error), ErrorKind.CLIENT_ERROR)
         content = answer_content(approval.kind, approval.result_schema, request.result, "result")
         return self._resolve(approval, by or caller, content, None)
 
@@ -409,7 +390,7 @@ class ApprovalService:
         answer (conditional write), its result in the call's ledger slot, the task answered."""
         self._still_open(approval)
         run = self._runs.get_run(approval.run_id)
-        if self._tool_changed(run, approval):
+        if tool_changed(self._agents.in_run(run, approval.agent), approval):
             self._fail_changed(run, approval)
         try:
             decided = self._approvals.decide(approval, ApprovalStatus.ANSWERED, caller, answer=_cut(content))
@@ -423,21 +404,18 @@ class ApprovalService:
         try:
             # The ledger slot of the call: the next model step reads it as a worker's result. A
             # slot already taken (a retry after a take-back) keeps the first result.
-            taken = self._runs.get_item(run.run_id, approval.seq) is not None
-            result = None if taken else self._result(run, approval, content, error)
-            late = False
-            if result is not None and self._runs.append(run.run_id, result):
-                self._events.tool_call_completed(run, result)
-            else:
-                stored = self._runs.get_item(run.run_id, approval.seq)
-                # The task timed out at the last instant and the next model step wrote the
-                # call's ending first: this answer came too late, whatever the record said.
-                late = isinstance(stored, ToolResult) and stored.error_type in _ENDED_UNANSWERED
-                if not late:
-                    decided = self._first_result(decided, stored)
+            stored = self._runs.get_item(run.run_id, approval.seq)
+            if stored is None:
+                recorded = self._results.record(run, self._result(run, approval, content, error))
+                stored = None if recorded.written else recorded.result
+            # The task timed out at the last instant and the next model step wrote the call's
+            # ending first: this answer came too late, whatever the record said.
+            late = isinstance(stored, ToolResult) and stored.error_type in _ENDED_UNANSWERED
+            if not late:
+                decided = self._first_result(decided, stored)
         except Exception:
             # Nothing told yet: taken back, so the caller's retry can answer again.
-            self._approvals.decide(decided, ApprovalStatus.PENDING, None, from_status=ApprovalStatus.ANSWERED)
+            self._approvals.reopen(decided)
             raise
         if late:
             expired = self._approvals.decide(
@@ -451,16 +429,14 @@ class ApprovalService:
     def _slot_text(self, run: RunRecord, approval: Approval) -> str | None:
         """The whole text of the result in the call's slot (None: no result there)."""
         stored = self._runs.get_item(run.run_id, approval.seq)
-        if not isinstance(stored, ToolResult):
-            return None
-        return self._runs.get_result(stored.full_result_ref) if stored.full_result_ref else stored.content
+        return whole_result(self._runs, stored) if isinstance(stored, ToolResult) else None
 
     def _result(
         self, run: RunRecord, approval: Approval, content: str, error: ErrorKind | None
     ) -> ToolResult:
         """The answer as the call's result, cut to the agent's `max_result_chars` for the model
         (the whole in S3) exactly as a worker's result is."""
-        agent = agent_in_run(run, approval.agent)
+        agent = self._agents.in_run(run, approval.agent)
         outcome = Execution(content, "ok" if error is None else "error", 0, error)
         call = self.call_of(approval) if agent.hooks else None
         if call is not None:
@@ -493,15 +469,6 @@ class ApprovalService:
             from_status=ApprovalStatus.ANSWERED,
         )
 
-    def _tool_changed(self, run: RunRecord, approval: Approval) -> bool:
-        if approval.tool_sha256 is None:
-            return False
-        try:
-            tool = agent_in_run(run, approval.agent).registry.get(approval.tool)
-        except UnknownToolError:
-            return True
-        return tool_hash(tool) != approval.tool_sha256
-
     def _fail_changed(self, run: RunRecord, approval: Approval) -> None:
         """Fail closed: a deploy changed the tool while its call waited, so an answer to the old
         question (or schema) is not given to the new tool. The model reads why; the call expires."""
@@ -512,53 +479,20 @@ class ApprovalService:
             turn=approval.turn,
             call_id=approval.call_id,
             tool=approval.tool,
-            content=f"Error: the tool '{approval.tool}' changed while its call waited for an answer; ask again.",
+            content=error_text(
+                f"the tool '{approval.tool}' changed while its call waited for an answer; ask again."
+            ),
             status="error",
             error_type=ErrorKind.TOOL_CHANGED,
         )
-        if self._runs.append(run.run_id, result):
-            self._events.tool_call_completed(run, result)
+        self._results.record(run, result)
         self._answer(expired, self._approvals.get_token(approval.approval_id))
         raise ToolChangedWhileWaitingError(approval.approval_id, approval.tool)
 
     def _edited(self, approval: Approval, run: RunRecord, text: str) -> EditedArguments | None:
-        """Arguments a person wrote, checked as the model step checks a model's: JSON, an
-        object, at most 64 KiB, and passing the tool's own validation. None when they are the
-        model's arguments after all (no edit to record or tell the model about)."""
-        if len(text.encode("utf-8", "replace")) > MAX_EDITED_ARGUMENTS_BYTES:
-            raise InvalidEditError(f"the arguments are larger than {MAX_EDITED_ARGUMENTS_BYTES // 1024} KiB")
-        try:
-            raw = json.loads(text)
-            canonical = canonical_json(raw)
-        except (ValueError, RecursionError) as e:
-            raise InvalidEditError(f"the arguments are not valid JSON: {_one_line(str(e))}") from e
-        if not isinstance(raw, dict):
-            raise InvalidEditError("the arguments must be a JSON object")
-        try:
-            canonical.encode("utf-8")
-        except UnicodeEncodeError:
-            # A lone surrogate (`"\ud800"`): no tool could be given it, and no store keeps it.
-            raise InvalidEditError(
-                "the arguments hold text that is not valid Unicode (a lone surrogate)"
-            ) from None
-        try:
-            tool = agent_in_run(run, approval.agent).registry.get(approval.tool)
-            parsed = tool.parse_arguments(canonical)
-        except ModelVisibleError as e:
-            raise InvalidEditError(_one_line(str(e))) from e
-        sha256 = arguments_hash(canonical)
-        if sha256 == approval.link_arguments_sha256 or self._same_as_model(approval, tool, parsed):
-            return None
-        return EditedArguments(text=canonical, sha256=sha256)
-
-    def _same_as_model(self, approval: Approval, tool: Tool, parsed: dict[str, Any]) -> bool:
-        """Arguments that the tool's validation makes equal to the model's (`250.0` for `250`):
-        the call would run the same, so no edit to record or tell the model about."""
-        call = self.call_of(approval)
-        try:
-            return call is not None and tool.parse_arguments(call.arguments) == parsed
-        except ModelVisibleError:
-            return False
+        """See `deferred_checks.edited_arguments`, for the agent that made the call in `run`."""
+        agent = self._agents.in_run(run, approval.agent)
+        return edited_arguments(approval, agent, text, lambda: self.call_of(approval))
 
     def run_ended(self, approval: Approval) -> RunStatus | None:
         """The status of the approval's run once it ended (cancelled, failed, ...), else None.
@@ -615,30 +549,6 @@ class ApprovalService:
         return unapproved_result(approval)
 
 
-def unapproved_result(approval: Approval) -> tuple[str, ErrorKind] | None:
-    """What the model reads for a call a person denied, or nobody decided (or answered) in time."""
-    if approval.kind is not ApprovalKind.APPROVAL and approval.status is ApprovalStatus.EXPIRED:
-        who = "a person" if approval.kind is ApprovalKind.HUMAN else "the caller's program"
-        return (
-            f"Error: no answer came in time: the call to '{approval.tool}' waited for {who} until "
-            f"{approval.expires_at}; it has no result.",
-            ErrorKind.NO_ANSWER,
-        )
-    if approval.status is ApprovalStatus.DENIED:
-        return (
-            f"Error: A person denied the call to '{approval.tool}'; it was not run. "
-            f"Their reason: {approval.reason or '(none given)'}",
-            ErrorKind.APPROVAL_DENIED,
-        )
-    if approval.status is ApprovalStatus.EXPIRED:
-        return (
-            f"Error: the call to '{approval.tool}' needed a person's approval and none came in time; "
-            "it was not run.",
-            ErrorKind.APPROVAL_EXPIRED,
-        )
-    return None
-
-
 def _arguments(arguments: str) -> dict[str, Any]:
     """The call's arguments as sent (the model step validated them): what a program runs on."""
     try:
@@ -655,6 +565,7 @@ def _by_link(source_ip: str | None) -> str:
 
 
 def _cut(text: str) -> str:
+    """What a record keeps of arguments or an answer: their beginning."""
     return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"
 
 
@@ -666,13 +577,9 @@ def _error_name(error: BaseException) -> str:
     return type(error).__name__
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:300]
-
-
 def _preview(arguments: str) -> str:
     try:
         text = json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
     except (ValueError, RecursionError):
         text = arguments
-    return text if len(text) <= ARGUMENTS_PREVIEW_CHARS else text[: ARGUMENTS_PREVIEW_CHARS - 1] + "…"
+    return _cut(text)

@@ -1,7 +1,7 @@
 """Errors of the run services that a caller must act on: a 4xx for a request, a retry for a
 delivery."""
 
-from toolpipe.shared.errors import ToolpipeError
+from toolpipe.shared.errors import ConflictError, ToolpipeError
 
 
 class IdempotencyConflictError(ToolpipeError):
@@ -14,7 +14,7 @@ class IdempotencyConflictError(ToolpipeError):
         self.did = did
 
 
-class RunEndedError(ToolpipeError):
+class RunEndedError(ConflictError):
     """The run already ended, so it cannot be cancelled (a 409)."""
 
     def __init__(self, run_id: str, status: str) -> None:
@@ -23,7 +23,7 @@ class RunEndedError(ToolpipeError):
         self.status = status
 
 
-class RunNotResumableError(ToolpipeError):
+class RunNotResumableError(ConflictError):
     """Only a run that ended failed or limit can be resumed (a 409)."""
 
     def __init__(self, run_id: str, why: str) -> None:
@@ -31,7 +31,7 @@ class RunNotResumableError(ToolpipeError):
         self.run_id = run_id
 
 
-class RunNotForkableError(ToolpipeError):
+class RunNotForkableError(ConflictError):
     """The turn asked for is past the run's, or not complete (a 409)."""
 
     def __init__(self, run_id: str, why: str) -> None:
@@ -39,7 +39,7 @@ class RunNotForkableError(ToolpipeError):
         self.run_id = run_id
 
 
-class RunStillRunningError(ToolpipeError):
+class RunStillRunningError(ConflictError):
     """The run (or one of its child runs) is still running, so it cannot be deleted (a 409)."""
 
     def __init__(self, run_id: str, running: str) -> None:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from toolpipe.shared.costs.transitions import TransitionCounter
     from toolpipe.shared.runs.cancel import RunCanceller
-    from toolpipe.shared.runs.deferred import ApprovalService
+    from toolpipe.shared.runs.deferred import DeferredCalls
     from toolpipe.shared.runs.delete import RunDeleter
     from toolpipe.shared.runs.fork import RunForker
     from toolpipe.shared.runs.model_step import ModelStep
@@ -106,6 +106,7 @@ def build_model_step(
 ) -> "ModelStep":
     # Imported here: only the orchestrator has the openai package.
     from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
+    from toolpipe.shared.runs.catalog import RegisteredAgents
     from toolpipe.shared.runs.model_step import ModelStep
     from toolpipe.shared.runs.rate_governor import RateGovernor
     from toolpipe.shared.runs.triggers import AnswerWriter, S3ObjectStore
@@ -134,30 +135,33 @@ def build_model_step(
         timeouts,
         reporter,
         lambda arn: StepFunctionsStarter(sfn, arn),
+        agents=RegisteredAgents(),
         events=build_events(events),
         answers=AnswerWriter(S3ObjectStore(watch(boto3.client("s3")))),
-        approvals=build_approval_service(store, events, timeouts),
+        approvals=build_deferred_calls(store, events, timeouts),
         governor=governor,
     )
 
 
-def build_approval_service(
+def build_deferred_calls(
     store: StoreSettings,
     events: EventSettings,
     timeouts: CallTimeouts,
     admin_principal: str | None = None,
     links: ApprovalLinkSettings | None = None,
-) -> "ApprovalService":
+) -> "DeferredCalls":
     from toolpipe.shared.deferred.links import ApprovalLinks, SecretSigningKey
     from toolpipe.shared.deferred.store import DynamoApprovalStore
-    from toolpipe.shared.runs.deferred import ApprovalService
+    from toolpipe.shared.runs.catalog import RegisteredAgents
+    from toolpipe.shared.runs.deferred import DeferredCalls
 
     links = links or ApprovalLinkSettings()
-    return ApprovalService(
+    return DeferredCalls(
         DynamoApprovalStore(own_table(store.table_name)),
         build_store(store),
         StepFunctionsTaskReporter(boto3.client("stepfunctions")),
         admin_principal,
+        agents=RegisteredAgents(),
         timeout_seconds=timeouts.approval_timeout_seconds,
         events=build_events(events),
         # The key is read at the first link made or checked, not at cold start; again after

@@ -14,18 +14,14 @@ so a step retried after a crash, or a redelivered call, finds the same switch; t
 
 from dataclasses import dataclass, field
 
-from pydantic import ValidationError
-
-from toolpipe.shared.agents import AGENTS, Agent, Handoff, HandoffContext, get_agent
+from toolpipe.shared.agents import AGENTS, Agent, Handoff
 from toolpipe.shared.agents.app import reachable
-from toolpipe.shared.agents.errors import UnknownAgentError
-from toolpipe.shared.errors import ErrorKind, describe_exception, describe_validation_error
+from toolpipe.shared.errors import describe_exception
 from toolpipe.shared.messages import (
     AssistantMessage,
     HandoffRecord,
     HistoryItem,
     RunRecord,
-    ToolCall,
     ToolResult,
     UserMessage,
 )
@@ -124,55 +120,3 @@ def filtered_history(handoff: Handoff, items: list[HistoryItem]) -> list[History
     if calls != results:
         return "left a tool call without its result, or a result without its call"
     return kept
-
-
-def checked_transfer(
-    run: RunRecord, current: str, history: list[HistoryItem], call: ToolCall, handoff: Handoff, turn: int
-) -> tuple[str, ErrorKind | None]:
-    """The transfer's result text, and an error kind when it is not made: an unknown target,
-    invalid input, or an `on_handoff` that raised."""
-    target = handoff.target
-    try:
-        to = get_agent(target)
-    except UnknownAgentError:
-        return (
-            f"Error: not transferred: no agent named '{target}' is deployed.",
-            ErrorKind.UNKNOWN_AGENT,
-        )
-    refusal = transfer_refusal(run, current, to)
-    if refusal is not None:
-        return f"Error: not transferred: {refusal}.", ErrorKind.HANDOFF_REFUSED
-    if handoff.input_filter is not None:
-        # Tried now, on what it will see, so a filter that fails refuses the transfer here
-        # instead of stopping the run after it.
-        tried = filtered_history(handoff, [i for i in history if i.turn < turn])
-        if isinstance(tried, str):
-            return (
-                f"Error: not transferred to '{target}': its input_filter {tried}",
-                ErrorKind.TOOL_FAILED,
-            )
-    given = None
-    if handoff.input_type is not None:
-        try:
-            given = handoff.input_type.model_validate_json(call.arguments or "{}")
-        except ValidationError as e:
-            return (
-                f"Error: invalid arguments for '{call.name}': {describe_validation_error(e, '(arguments)')}",
-                ErrorKind.INVALID_ARGUMENTS,
-            )
-    if handoff.on_handoff is not None:
-        context = HandoffContext(
-            run_id=run.run_id,
-            from_agent=current,
-            to_agent=target,
-            call_id=call.id,
-            caller=run.caller,
-        )
-        try:
-            handoff.on_handoff(context, given)
-        except Exception as e:  # the hook's failure is the transfer's, for the model to read
-            return (
-                f"Error: not transferred to '{target}': on_handoff failed: {describe_exception(e)}",
-                ErrorKind.TOOL_FAILED,
-            )
-    return f"Transferred to {target}: the {target} agent answers from now on.", None

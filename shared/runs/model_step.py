@@ -6,40 +6,27 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import ValidationError
 
-from toolpipe.shared.agents import (
-    AfterModel,
-    Agent,
-    BeforeModel,
-    Handoff,
-    agent_in_run,
-    get_agent,
-    reply_agent,
-    run_agent,
-    transfer_specs,
-)
+from toolpipe.shared.agents import AfterModel, Agent, BeforeModel, transfer_specs
 from toolpipe.shared.agents.app import loaded_version
 from toolpipe.shared.agents.errors import UnknownAgentError
-from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_validation_error
+from toolpipe.shared.errors import ErrorKind, describe_validation_error, error_text
 from toolpipe.shared.history import HistoryStore
 from toolpipe.shared.messages import (
     AssistantMessage,
     CallOutcome,
-    CallRef,
     Decision,
     DecisionStatus,
     FailRequest,
-    HandoffAction,
     HandoffRecord,
     HistoryItem,
     OutOfTimeRequest,
     RunRecord,
     RunStatus,
     StepRequest,
-    ToolCall,
     ToolResult,
     Usage,
     UserMessage,
@@ -49,11 +36,13 @@ from toolpipe.shared.model import ModelClient, ModelReply, to_openai_messages
 from toolpipe.shared.model.errors import ModelRateLimitedError
 from toolpipe.shared.runs import children
 from toolpipe.shared.runs.calls import assign_call_ids, result_slot
+from toolpipe.shared.runs.catalog import AgentCatalog
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.executions import execution_number, needs_fresh_execution
-from toolpipe.shared.runs.handoffs import Chain, allowed_tools, checked_transfer, filtered_history, follow
+from toolpipe.shared.runs.handoffs import Chain, allowed_tools, filtered_history, follow
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.rate_governor import Go, RateGovernor, Stop, Wait, model_call_key
+from toolpipe.shared.runs.recorder import ResultRecorder, whole_result, whole_text
 from toolpipe.shared.runs.resume import resumed_after
 from toolpipe.shared.runs.rules import (
     budget_reached,
@@ -66,12 +55,9 @@ from toolpipe.shared.runs.rules import (
 )
 from toolpipe.shared.runs.starter import tools_for
 from toolpipe.shared.runs.time_limit import not_completed_reason, out_of_time_reason
-from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.runs.triggers import AnswerWriter
+from toolpipe.shared.runs.turn_plan import TurnPlan, TurnPlanner
 from toolpipe.shared.settings import CallTimeouts
-from toolpipe.shared.tools import Tool, ToolContext
-from toolpipe.shared.tools.errors import ToolNotAllowedError, TooManyCallsError
-from toolpipe.shared.tools.registry import Execution
 
 
 class UnapprovedCalls(Protocol):
@@ -109,12 +95,17 @@ class ModelStep:
         reporter: TaskReporter,
         starters: Callable[[str], ExecutionStarter],
         *,
+        agents: AgentCatalog,
         events: EventPublisher = NO_EVENTS,
         answers: AnswerWriter | None = None,
         approvals: UnapprovedCalls | None = None,
         governor: RateGovernor | None = None,
     ) -> None:
+        """`agents`: where the step finds the agents a run names (production: the app's
+        registry, `RegisteredAgents`)."""
         self._store = store
+        self._agents = agents
+        self._planner = TurnPlanner(agents, timeouts)
         self._model = model
         self._default_model = default_model
         self._timeouts = timeouts
@@ -123,6 +114,7 @@ class ModelStep:
         # Where a run an S3 object started writes its ending (shared/runs/triggers.py).
         self._answers = answers
         self._events = events
+        self._results = ResultRecorder(store, events)
         # Gated calls a person denied, or that expired, get their result from the approval.
         self._approvals = approvals
         # The model's rate limit, shared by all runs (None: each call meets it alone).
@@ -155,7 +147,8 @@ class ModelStep:
         last = next((i for i in reversed(history) if isinstance(i, AssistantMessage)), None)
         # A stored reply is decided and settled by the agent that made it; the next model call is
         # the agent's the history hands the run to (`_hand_over`).
-        step = _Step(run, run_agent(run) if last is None else reply_agent(run, last), history, run.tree_usage)
+        agent = self._agents.in_run(run, run.current_agent if last is None else last.agent)
+        step = _Step(run, agent, history, run.tree_usage)
         children.heartbeat_parent(self._store, self._reporter, run)
         reply = step.last_reply
         if reply is not None:
@@ -205,9 +198,7 @@ class ModelStep:
         direct = direct_results(step.agent, reply, step.history)
         if direct:
             # The whole results, not the previews the model would have read.
-            output = "\n\n".join(
-                self._store.get_result(r.full_result_ref) if r.full_result_ref else r.content for r in direct
-            )
+            output = "\n\n".join(whole_result(self._store, r) for r in direct)
             return self._end(step.run, RunStatus.SUCCEEDED, DecisionStatus.FINAL, output=output)
         return None
 
@@ -229,7 +220,7 @@ class ModelStep:
             step.run = run.model_copy(update={"active_agent": chain.active, "handoffs": handoffs})
         if chain.active != step.agent.name:
             try:
-                step.agent = agent_in_run(run, chain.active)
+                step.agent = self._agents.in_run(run, chain.active)
             except UnknownAgentError:
                 error = f"the run was handed to the agent '{chain.active}', which is no longer deployed"
                 return self._end(step.run, RunStatus.FAILED, DecisionStatus.FAILED, error=error)
@@ -238,7 +229,7 @@ class ModelStep:
     def _escalated_out(self, step: _Step, result: ToolResult) -> Decision:
         """An escalate with no agent to return to: the run ends with that call's result, which
         must be the agent's `output_type` JSON when it has one, as any answer of it."""
-        text = self._store.get_result(result.full_result_ref) if result.full_result_ref else result.content
+        text = whole_result(self._store, result)
         try:
             output = final_output(step.agent, text)
         except ValidationError as e:
@@ -255,7 +246,7 @@ class ModelStep:
         if handoff.to_agent == step.run.agent:
             return handoff  # back to the agent that started the run: the run's own set
         try:
-            agent = get_agent(handoff.to_agent)
+            agent = self._agents.get(handoff.to_agent)
         except UnknownAgentError:
             return handoff  # the switch fails the run, with a clearer word (below)
         run = step.run
@@ -277,7 +268,7 @@ class ModelStep:
         root_id = step.run.root_run_id or step.run.run_id
         is_child = root_id != step.run.run_id
         # The agent answering the root run now: a handoff moves the tree's budgets with it.
-        root_agent = get_agent(self._store.get_run(root_id).current_agent) if is_child else step.agent
+        root_agent = self._agents.get(self._store.get_run(root_id).current_agent) if is_child else step.agent
         tree = step.tree if step.tree is not None else self._store.tree_usage(root_id)
         return tree_budget_reached(root_agent, tree, is_child, calls_only)
 
@@ -295,7 +286,7 @@ class ModelStep:
         if isinstance(read, str):
             return self._end(run, RunStatus.FAILED, DecisionStatus.FAILED, error=read)
         tools = agent.registry.specs(only=allowed_tools(run, agent.name))
-        offered = transfer_specs(agent)
+        offered = transfer_specs(agent, self._agents.get)
         # A transfer's name wins over a tool source's tool of the same name (listed at run time).
         transfers = {t["function"]["name"] for t in offered}
         before = BeforeModel(
@@ -336,8 +327,7 @@ class ModelStep:
         self._events.model_rate_limited(run, admission.seconds, admission.reason)
         return Decision(status=DecisionStatus.WAIT, turn=run.turn, wait_seconds=admission.seconds)
 
-    @staticmethod
-    def _read_by_agent(step: _Step) -> list[HistoryItem] | str:
+    def _read_by_agent(self, step: _Step) -> list[HistoryItem] | str:
         """What the answering agent reads of the history: all of it, unless the transfer that
         made it answer has a history filter; then that filter's view of the turns before it.
         A filter that fails: why, in a line (the run cannot go on without it)."""
@@ -345,7 +335,7 @@ class ModelStep:
         if entered is None:
             return step.history
         try:
-            source = get_agent(entered.from_agent)
+            source = self._agents.get(entered.from_agent)
         except UnknownAgentError:
             return step.history
         handoff = (source.transfer_named(entered.via) if entered.via else None) or source.transfer_to(
@@ -416,7 +406,7 @@ class ModelStep:
             reason = outcome.error if outcome and outcome.error else "no result was recorded"
             unapproved = self._approvals.unanswered(run, seq) if self._approvals is not None else None
             content, kind = unapproved or (
-                f"Error: the tool call did not complete ({reason}).",
+                error_text(f"the tool call did not complete ({reason})."),
                 ErrorKind.NOT_COMPLETED,
             )
             item = ToolResult(
@@ -429,14 +419,8 @@ class ModelStep:
                 error_type=kind,
                 error_detail=reason,
             )
-            if self._store.append(run.run_id, item):
-                self._events.tool_call_completed(run, item)
-            else:
-                # A worker's result landed between the read and now: it wins.
-                stored = self._store.get_item(run.run_id, seq)
-                assert isinstance(stored, ToolResult)
-                item = stored
-            written.append(item)
+            # A worker's result that landed between the read and now wins.
+            written.append(self._results.record(run, item).result)
         return written
 
     def _decide(self, step: _Step, reply: AssistantMessage) -> Decision:
@@ -445,9 +429,16 @@ class ModelStep:
         limit = calls_limit(step.agent, step.history) or self._tree_limit(step, calls_only=True)
         if limit is not None:
             return self._end(step.run, RunStatus.LIMIT, DecisionStatus.LIMIT, error=limit)
-        calls = self._dispatchable(step, reply)
-        if not any(c.needs_approval or c.deferred for c in calls):
-            return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn, calls=calls)
+        return self._apply(step, self._planner.plan(step.run, step.agent, step.history, reply))
+
+    def _apply(self, step: _Step, plan: TurnPlan) -> Decision:
+        """Carry out the turn's plan: the results the step gives itself, recorded in call order
+        (a transfer is followed by the next step, from its result); the rest, the decision."""
+        for answer in plan.answers:
+            self._results.record(step.run, answer.result(plan.turn))
+        calls = list(plan.calls)
+        if not plan.deferred:
+            return Decision(status=DecisionStatus.TOOL_CALLS, turn=plan.turn, calls=calls)
         # Every call of a gated turn says whether it waits: the gated Map's Choice reads it.
         timeouts = self._timeouts
         calls = [
@@ -461,7 +452,7 @@ class ModelStep:
             )
             for c in calls
         ]
-        return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn, calls=calls, gated=True)
+        return Decision(status=DecisionStatus.TOOL_CALLS, turn=plan.turn, calls=calls, gated=True)
 
     def _answer(self, step: _Step, reply: AssistantMessage) -> Decision:
         try:
@@ -480,177 +471,6 @@ class ModelStep:
             )
             return Decision(status=DecisionStatus.TOOL_CALLS, turn=reply.turn)
         return self._end(step.run, RunStatus.SUCCEEDED, DecisionStatus.FINAL, output=output)
-
-    def _dispatchable(self, step: _Step, reply: AssistantMessage) -> list[CallRef]:
-        """The calls to dispatch. Unknown tools, tools outside the run's set, malformed
-        arguments and calls over the per-turn limit get an error result here instead."""
-        run, agent = step.run, step.agent
-        # A step decided again (after a crash, or in a resumed execution) skips calls with results.
-        answered = {i.seq for i in step.history if isinstance(i, ToolResult)}
-        transferred = next(
-            (
-                i.handoff.agent
-                for i in step.history
-                if isinstance(i, ToolResult)
-                and i.turn == reply.turn
-                and i.handoff
-                and i.handoff.by == "model"
-            ),
-            None,
-        )
-        calls: list[CallRef] = []
-        for index, call in enumerate(reply.tool_calls):
-            seq = result_slot(reply, index)
-            if seq in answered:
-                continue
-            handoff = agent.transfer_named(call.name)
-            if handoff is not None and index < agent.max_calls_per_turn:
-                transferred = self._transfer(step, reply, seq, call, handoff, transferred)
-                continue
-            try:
-                if index >= agent.max_calls_per_turn:
-                    raise TooManyCallsError(agent.max_calls_per_turn)
-                tool = agent.registry.get(call.name)
-                allowed = allowed_tools(run, agent.name)
-                if allowed is not None and tool.name not in allowed:
-                    raise ToolNotAllowedError(call.name)
-                arguments = tool.parse_arguments(call.arguments)
-            except ModelVisibleError as e:
-                refused = ToolResult(
-                    seq=seq,
-                    turn=reply.turn,
-                    call_id=call.id,
-                    tool=call.name,
-                    content=f"Error: {e}",
-                    status="error",
-                    error_type=e.kind,
-                )
-                if self._store.append(run.run_id, refused):
-                    self._events.tool_call_completed(run, refused)
-                continue
-            context = ToolContext(run_id=run.run_id, agent=agent.name, call_id=call.id, caller=run.caller)
-            if tool.deferred is not None and self._hooks_answer(step, reply, seq, call, context):
-                continue
-            calls.append(
-                CallRef(
-                    seq=seq,
-                    message_seq=reply.seq,
-                    tool=tool.name,
-                    timeout_seconds=self._timeouts.timeout_seconds,
-                    heartbeat_seconds=self._timeouts.heartbeat_seconds,
-                    # Decided here, on the validated arguments, and enforced by the state
-                    # machine: the call waits for a person before any worker sees it.
-                    needs_approval=tool.needs_approval(arguments, context) or None,
-                    **self._deferred(tool),
-                )
-            )
-        return calls
-
-    def _transfer(
-        self,
-        step: _Step,
-        reply: AssistantMessage,
-        seq: int,
-        call: ToolCall,
-        handoff: Handoff,
-        taken: str | None,
-    ) -> str | None:
-        """The model's `transfer_to_<agent>` call, answered here (never dispatched): its result
-        records the transfer, which the next step makes (`_hand_over`). One per reply. Returns
-        the agent this reply transfers to, if any."""
-        run, target = step.run, handoff.target
-        action: HandoffAction | None = None
-        kind: ErrorKind | None = None
-        if taken is not None:
-            content = (
-                f"Error: not transferred: this reply already transferred the run to '{taken}'; only the "
-                "first transfer counts."
-            )
-            kind = ErrorKind.HANDOFF_REFUSED
-        else:
-            content, kind = checked_transfer(
-                step.run, step.agent.name, step.history, call, handoff, reply.turn
-            )
-            if kind is None:
-                action = HandoffAction(kind="transfer", agent=target, by="model")
-        result = ToolResult(
-            seq=seq,
-            turn=reply.turn,
-            call_id=call.id,
-            tool=call.name,
-            content=content,
-            status="ok" if kind is None else "error",
-            error_type=kind,
-            handoff=action,
-        )
-        if self._store.append(run.run_id, result):
-            self._events.tool_call_completed(run, result)
-        else:  # written by an earlier try of this step: it stands
-            stored = self._store.get_item(run.run_id, seq)
-            action = stored.handoff if isinstance(stored, ToolResult) else None
-        return taken or (action.agent if action is not None else None)
-
-    def _hooks_answer(
-        self, step: _Step, reply: AssistantMessage, seq: int, call: ToolCall, context: ToolContext
-    ) -> bool:
-        """The `before_tool` hooks on a deferred call, here since no worker ever sees it: a
-        block (or a hook's own answer) is its result and nothing waits. A hook that changes the
-        call is refused: the person or program would answer other arguments than the model's."""
-        agent = step.agent
-        try:
-            changed, answered = before_hooks(agent, call, context)
-        except Exception as e:  # as in the worker: a hook's failure is the call's result, not the step's
-            changed, answered = (
-                call,
-                Execution(
-                    f"Error: Tool '{call.name}' failed: a before_tool hook raised {type(e).__name__}",
-                    "error",
-                    0,
-                    ErrorKind.TOOL_FAILED,
-                ),
-            )
-        if answered is None and changed != call:
-            answered = Execution(
-                "Error: Blocked: a before_tool hook changed this call, which waits for an answer from "
-                "outside; it was not asked.",
-                "error",
-                0,
-                ErrorKind.BLOCKED,
-            )
-        if answered is None:
-            return False
-        try:
-            outcome = after_hooks(agent, changed, answered, context)
-        except Exception as e:
-            outcome = Execution(
-                f"Error: Tool '{call.name}' failed: an after_tool hook raised {type(e).__name__}",
-                "error",
-                0,
-                ErrorKind.TOOL_FAILED,
-            )
-        result = ToolResult(
-            seq=seq,
-            turn=reply.turn,
-            call_id=call.id,
-            tool=call.name,
-            content=outcome.content,
-            status=outcome.status,
-            error_type=outcome.error_type,
-        )
-        if self._store.append(step.run.run_id, result):
-            self._events.tool_call_completed(step.run, result)
-        return True
-
-    def _deferred(self, tool: Tool) -> dict[str, Any]:
-        """A deferred tool's call waits for its answer, never dispatched: for the tool's own time
-        (`wait_seconds`), with no heartbeat (nothing beats while a person answers)."""
-        if tool.deferred is None:
-            return {}
-        wait = tool.wait_timeout(self._timeouts.approval_timeout_seconds)
-        return {
-            "deferred": tool.deferred,
-            "approval_timeout_seconds": wait,
-        }
 
     # --- endings ----------------------------------------------------------------------------
 
@@ -702,7 +522,9 @@ class ModelStep:
         """Every ending of a run: record it, and answer the parent's call if this is a child run."""
         if self._store.finish_run(run.run_id, status, output=output, error=error):
             self._events.run_ended(self._store, run.run_id)
-            children.answer_parent(self._store, self._reporter, run, status, output, error, self._events)
+            children.answer_parent(
+                self._store, self._reporter, run, status, output, error, self._events, self._agents
+            )
             if run.input_object is not None:
                 self._write_answer(self._store.get_run(run.run_id))
         else:
@@ -717,15 +539,15 @@ class ModelStep:
         path that ends a run (or finds it ended, on a retry) calls this."""
         if self._answers is None or run.input_object is None or run.status is RunStatus.RUNNING:
             return
-        self._answers.write(
-            run, lambda: self._store.get_result(run.output_ref) if run.output_ref else run.output
-        )
+        self._answers.write(run, lambda: whole_text(self._store, run.output, run.output_ref))
 
     def _answer_parent_as_recorded(self, run: RunRecord) -> None:
         if run.parent is None:
             return
-        output = self._store.get_result(run.output_ref) if run.output_ref else run.output
-        children.answer_parent(self._store, self._reporter, run, run.status, output, run.error, self._events)
+        output = whole_text(self._store, run.output, run.output_ref)
+        children.answer_parent(
+            self._store, self._reporter, run, run.status, output, run.error, self._events, self._agents
+        )
 
 
 def monotonic_deadline(remaining_ms: int) -> float:

@@ -5,7 +5,7 @@ import json
 import re
 
 from toolpipe.shared.agents import Agent
-from toolpipe.shared.errors import ErrorKind
+from toolpipe.shared.errors import ERROR_PREFIX, ErrorKind
 from toolpipe.shared.messages import (
     AssistantMessage,
     DecisionStatus,
@@ -28,7 +28,7 @@ def tool_failure(agent: Agent, reply: AssistantMessage, history: list[HistoryIte
             and item.turn == reply.turn
             and item.error_type is ErrorKind.TOOL_FAILED
         ):
-            return (item.error_detail or item.content).removeprefix("Error: ")
+            return (item.error_detail or item.content).removeprefix(ERROR_PREFIX)
     return None
 
 

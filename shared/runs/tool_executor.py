@@ -21,7 +21,7 @@ from toolpipe.shared.agents.app import child_waits
 from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.deferred.hashing import arguments_hash, tool_hash
 from toolpipe.shared.deferred.models import ApprovalStatus, Gate
-from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_exception
+from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_exception, error_text
 from toolpipe.shared.history import CallRead, Claim, ClaimState, HistoryStore
 from toolpipe.shared.messages import (
     AssistantMessage,
@@ -177,9 +177,7 @@ class ToolCallExecutor:
         if call.run.status is RunStatus.CANCELLED:
             # Its execution was stopped: a delivery that still arrives runs nothing, not even a
             # child run. The result says so, so the call does not look pending forever.
-            cancelled = Execution(
-                "Error: not run: the run was cancelled.", "error", 0, ErrorKind.RUN_CANCELLED
-            )
+            cancelled = Execution.failed(ErrorKind.RUN_CANCELLED, "not run: the run was cancelled.")
             return self._persist(call, cancelled, attempt, ({}, []))
         refusal = _approval_refusal(call)
         if refusal is not None:
@@ -210,11 +208,10 @@ class ToolCallExecutor:
             answer = self._runner.run(request, call.tool)
         if len(json.dumps(answer.state_set).encode()) > STATE_LIMIT_BYTES:
             # The runner checks it too; this worker does not take the runner's word for it.
-            too_big = Execution(
-                f"Error: Tool '{call.call.name}' left more run state than a run keeps. Nothing it stored was kept.",
-                "error",
-                answer.duration_ms,
+            too_big = Execution.failed(
                 ErrorKind.TOOL_FAILED,
+                f"Tool '{call.call.name}' left more run state than a run keeps. Nothing it stored was kept.",
+                answer.duration_ms,
             )
             return self._persist(call, too_big, attempt, ({}, []))
         return self._persist(
@@ -246,12 +243,10 @@ class ToolCallExecutor:
         return _Call(message, claim, run, agent, reply, call, tool, gate, started_at)
 
     def _in_doubt(self, call: _Call) -> Execution:
-        return Execution(
-            f"Error: the call to '{call.call.name}' was interrupted and may or may not have taken effect; "
-            "it was not run again. Check its effect before calling it again.",
-            "error",
-            0,
+        return Execution.failed(
             ErrorKind.IN_DOUBT,
+            f"the call to '{call.call.name}' was interrupted and may or may not have taken effect; "
+            "it was not run again. Check its effect before calling it again.",
         )
 
     def _delegate(self, call: _Call, limit: float | None) -> ToolResult | None:
@@ -269,19 +264,14 @@ class ToolCallExecutor:
         try:
             child = get_agent(call.tool.child_agent)
         except UnknownAgentError:
-            missing = Execution(
-                f"Error: no agent named '{call.tool.child_agent}' is registered.",
-                "error",
-                0,
-                ErrorKind.UNKNOWN_AGENT,
+            missing = Execution.failed(
+                ErrorKind.UNKNOWN_AGENT, f"no agent named '{call.tool.child_agent}' is registered."
             )
             return self._persist(call, missing, 1, ({}, []))
         if child.waits:
             # Refused at import for an app's agents; this covers agents registered in code.
             waits = child_waits(call.agent.name, call.tool.name, child.name)
-            return self._persist(
-                call, Execution(f"Error: {waits}.", "error", 0, ErrorKind.AGENT_WAITS), 1, ({}, [])
-            )
+            return self._persist(call, Execution.failed(ErrorKind.AGENT_WAITS, f"{waits}."), 1, ({}, []))
         # An agent tool passes the same `before_tool` hooks as any other: they may block it.
         context = ToolContext(
             run_id=call.run.run_id,
@@ -299,11 +289,9 @@ class ToolCallExecutor:
                 )
             )
         except Overran:
-            overran = Execution(
-                f"Error: not run: the before_tool hooks of '{call.call.name}' did not finish in {limit:.3g} s.",
-                "error",
-                0,
+            overran = Execution.failed(
                 ErrorKind.TOOL_FAILED,
+                f"not run: the before_tool hooks of '{call.call.name}' did not finish in {limit:.3g} s.",
             )
             return self._persist(call, overran, 1, ({}, []))
         if isinstance(answered, _HookFailure):
@@ -320,7 +308,7 @@ class ToolCallExecutor:
         try:
             task = str(call.tool.parse_arguments(hooked.arguments)["task"])
         except ModelVisibleError as e:  # a hook rewrote the arguments into something invalid
-            return self._persist(call, Execution(f"Error: {e}", "error", 0, e.kind), 1, ({}, []))
+            return self._persist(call, Execution.failed(e.kind, str(e)), 1, ({}, []))
         children.start_child(
             self._store,
             self._starter,
@@ -378,7 +366,7 @@ class ToolCallExecutor:
             # The tool has run: its result stands, and says why the run stays where it is.
             content = f"{content}\n(Not transferred: {refused}.)"
         if execution.error_type is ErrorKind.TOOL_FAILED and call.agent.on_tool_error == "generic":
-            content, detail = f"Error: the tool '{call.call.name}' failed.", content
+            content, detail = error_text(f"the tool '{call.call.name}' failed."), content
         else:
             content, ref, chars = self._fit(call, content)
         return ToolResult(
@@ -456,7 +444,7 @@ def _hooks_before(
     try:
         return before_hooks(agent, call, context)
     except BaseException as e:  # SystemExit too: a hook's, not ours
-        failure = f"Error: Tool '{call.name}' failed: {describe_exception(e)}"
+        failure = error_text(f"Tool '{call.name}' failed: {describe_exception(e)}")
         return call, _HookFailure(Execution(failure, "error", 0, ErrorKind.TOOL_FAILED))
 
 
@@ -513,9 +501,7 @@ def _changed_refusal(name: str, tool: Tool | None, gate: Gate) -> Execution | No
     stored before the tool's hash was kept (`tool_sha256` None) runs as before."""
     if gate.tool_sha256 is None or (tool is not None and tool_hash(tool) == gate.tool_sha256):
         return None
-    return Execution(
-        f"Error: not run: the tool '{name}' changed while its call waited for approval; ask again.",
-        "error",
-        0,
+    return Execution.failed(
         ErrorKind.TOOL_CHANGED,
+        f"not run: the tool '{name}' changed while its call waited for approval; ask again.",
     )

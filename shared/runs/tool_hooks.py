@@ -17,7 +17,7 @@ def before_hooks(agent: Agent, call: ToolCall, context: ToolContext) -> tuple[To
         if before.blocked is not None or before.result is not None:
             break
     if before.blocked is not None:
-        return before.call, Execution(f"Error: Blocked: {before.blocked}", "error", 0, ErrorKind.BLOCKED)
+        return before.call, Execution.failed(ErrorKind.BLOCKED, f"Blocked: {before.blocked}")
     if before.result is not None:
         # A hook may answer with any value a tool may return (a dict, a number): the model reads
         # it as it would the tool's own.

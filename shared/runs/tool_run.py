@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from toolpipe.shared.agents import Agent, agent_for
 from toolpipe.shared.deferred.hashing import arguments_hash
-from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_exception
+from toolpipe.shared.errors import ErrorKind, ModelVisibleError, describe_exception, error_text
 from toolpipe.shared.messages import NAME_PATTERN, HandoffAction, InputObject, ToolCall
 from toolpipe.shared.runs.tool_hooks import after_hooks, before_hooks
 from toolpipe.shared.tools import Execution, RunState, Tool, ToolContext
@@ -151,18 +151,17 @@ def run_tool_call(request: ToolRunRequest) -> ToolRunResponse:
         changes = state.changes()
         size = len(json.dumps(dict(state)).encode())
     except (TypeError, ValueError, RecursionError) as e:  # a value JSON cannot hold
-        failure = (
-            f"Error: Tool '{request.call.name}' left run state that cannot be stored: {describe_exception(e)}"
+        failure = error_text(
+            f"Tool '{request.call.name}' left run state that cannot be stored: {describe_exception(e)}"
         )
         return ToolRunResponse.of(Execution(failure, "error", 0, ErrorKind.TOOL_FAILED))
     if size > STATE_LIMIT_BYTES:
         # The state shares one DynamoDB item (400 KB): refused as the tool's error, not a crash.
-        refused = Execution(
-            f"Error: Tool '{request.call.name}' left {size} bytes of run state; a run keeps at most "
-            f"{STATE_LIMIT_BYTES}. Nothing it stored was kept.",
-            "error",
-            execution.duration_ms,
+        refused = Execution.failed(
             ErrorKind.TOOL_FAILED,
+            f"Tool '{request.call.name}' left {size} bytes of run state; a run keeps at most "
+            f"{STATE_LIMIT_BYTES}. Nothing it stored was kept.",
+            execution.duration_ms,
         )
         return ToolRunResponse.of(refused)
     if execution.status != "ok":
@@ -191,7 +190,7 @@ def overran(request: ToolRunRequest, agent: Agent | None = None) -> ToolRunRespo
     if agent is not None:
         idempotent = _idempotent(agent, request.call.name)
     late = ToolTimeoutError(request.call.name, request.time_limit or 0, idempotent, worker_limit=True)
-    return ToolRunResponse.of(Execution(f"Error: {late}", "error", 0, late.kind))
+    return ToolRunResponse.of(Execution.failed(late.kind, str(late)))
 
 
 def requested_handoff(context: ToolContext) -> HandoffAction | None:
@@ -232,7 +231,7 @@ def _run_with_hooks(
             answered = agent.registry.execute(call, context, allowed=allowed, time_limit=time_limit)
         return _checked(call.name, after_hooks(agent, call, answered, context))
     except BaseException as e:  # SystemExit and KeyboardInterrupt too: tool code's
-        failure = f"Error: Tool '{call.name}' failed: {describe_exception(e)}"
+        failure = error_text(f"Tool '{call.name}' failed: {describe_exception(e)}")
         return Execution(failure, "error", 0, ErrorKind.TOOL_FAILED)
 
 
@@ -246,11 +245,9 @@ def _checked(name: str, execution: object) -> Execution:
         or not (execution.error_type is None or execution.error_type in set(ErrorKind))
     ):
         shown = type(getattr(execution, "content", execution)).__name__
-        return Execution(
-            f"Error: Tool '{name}' failed: its result is not text with a known status ({shown}).",
-            "error",
-            0,
+        return Execution.failed(
             ErrorKind.TOOL_FAILED,
+            f"Tool '{name}' failed: its result is not text with a known status ({shown}).",
         )
     return execution
 
@@ -263,11 +260,8 @@ def _idempotent(agent: Agent, name: str) -> bool:
 
 
 def not_approved(tool: str, why: str) -> Execution:
-    return Execution(
-        f"Error: not run: the call to '{tool}' needs a person's approval, and {why}.",
-        "error",
-        0,
-        ErrorKind.NOT_APPROVED,
+    return Execution.failed(
+        ErrorKind.NOT_APPROVED, f"not run: the call to '{tool}' needs a person's approval, and {why}."
     )
 
 
@@ -276,12 +270,10 @@ def policy_refusal(tool: Tool | None, call: ToolCall, context: ToolContext) -> E
     if tool is not None and tool.deferred is not None:
         # Answered from outside (a person, the caller's program): the state machine never
         # dispatches such a call, and a worker that gets one (a hook renamed a call) runs nothing.
-        return Execution(
-            f"Error: not run: '{call.name}' is answered from outside (a person or the caller's "
-            "program), never run by a worker.",
-            "error",
-            0,
+        return Execution.failed(
             ErrorKind.NOT_APPROVED,
+            f"not run: '{call.name}' is answered from outside (a person or the caller's "
+            "program), never run by a worker.",
         )
     if tool is None or tool.requires_approval is False:
         return None

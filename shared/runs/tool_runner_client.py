@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 from pydantic import ValidationError
 
 from toolpipe.shared.costs import meter
-from toolpipe.shared.errors import ErrorKind, describe_exception
+from toolpipe.shared.errors import ErrorKind, describe_exception, error_text
 from toolpipe.shared.messages import InputObject
 from toolpipe.shared.runs.ports import certainly_not_sent
 from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse
@@ -80,12 +80,10 @@ class LambdaToolRunner:
         if function is None:
             # Never the default runner instead: its role is not the one the tool was granted.
             return ToolRunResponse.of(
-                Execution(
-                    f"Error: Tool '{name}' was not run: it runs in runner '{runner}', which this "
-                    "deployment does not have (ToolPipeline(..., runners=[...])). It had no effect.",
-                    "error",
-                    0,
+                Execution.failed(
                     ErrorKind.TOOL_FAILED,
+                    f"Tool '{name}' was not run: it runs in runner '{runner}', which this "
+                    "deployment does not have (ToolPipeline(..., runners=[...])). It had no effect.",
                 )
             )
         key = f"{OVERFLOW_PREFIX}{uuid.uuid4().hex}"
@@ -105,12 +103,10 @@ class LambdaToolRunner:
                     return _unknown(name, describe_exception(e))
                 if attempt == INVOKE_ATTEMPTS:
                     return ToolRunResponse.of(
-                        Execution(
-                            f"Error: Tool '{name}' was not run: its function could not be invoked "
-                            f"({describe_exception(e)}). It had no effect; it may be called again.",
-                            "error",
-                            0,
+                        Execution.failed(
                             ErrorKind.TOOL_FAILED,
+                            f"Tool '{name}' was not run: its function could not be invoked "
+                            f"({describe_exception(e)}). It had no effect; it may be called again.",
                         )
                     )
                 logger.warning("invoking the tool runner was refused; trying again", extra={"tool": name})
@@ -158,8 +154,8 @@ class LambdaToolRunner:
                 break
             except Exception as e:
                 if attempt == READ_ATTEMPTS:
-                    lost = (
-                        f"Error: Tool '{name}' ran, but its result could not be read back "
+                    lost = error_text(
+                        f"Tool '{name}' ran, but its result could not be read back "
                         f"({describe_exception(e)}): it has taken effect."
                     )
                     return ToolRunResponse.of(
@@ -183,7 +179,7 @@ class LambdaToolRunner:
         idempotent = tool is not None and tool.idempotent
         if "timed out" in message.lower() or kind.endswith("Timedout"):
             overran = ToolTimeoutError(name, self._timeout, idempotent, worker_limit=True)
-            return ToolRunResponse.of(Execution(f"Error: {overran}", "error", 0, overran.kind))
+            return ToolRunResponse.of(Execution.failed(overran.kind, str(overran)))
         return _unknown(name, f"its function stopped ({kind or 'error'}: {' '.join(message.split())[:300]})")
 
 
@@ -198,11 +194,9 @@ def _never_reached_the_runner(error: BaseException) -> bool:
 
 def _unknown(name: str, why: str) -> ToolRunResponse:
     return ToolRunResponse.of(
-        Execution(
-            f"Error: the call to '{name}' was interrupted ({why}) and may or may not have taken effect. "
-            "Check its effect before calling it again.",
-            "error",
-            0,
+        Execution.failed(
             ErrorKind.IN_DOUBT,
+            f"the call to '{name}' was interrupted ({why}) and may or may not have taken effect. "
+            "Check its effect before calling it again.",
         )
     )

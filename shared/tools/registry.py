@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from toolpipe.shared.errors import DefinitionError, ErrorKind, ModelVisibleError, ToolpipeError
+from toolpipe.shared.errors import DefinitionError, ErrorKind, ModelVisibleError, ToolpipeError, error_text
 from toolpipe.shared.messages import ToolCall
 from toolpipe.shared.tools.context import ToolContext
 from toolpipe.shared.tools.errors import ToolNotAllowedError, UnknownToolError
@@ -20,6 +20,11 @@ class Execution:
     status: Literal["ok", "error"]
     duration_ms: int
     error_type: ErrorKind | None = None  # why it failed, for policies and reports
+
+    @classmethod
+    def failed(cls, kind: ErrorKind, message: str, duration_ms: int = 0) -> "Execution":
+        """A failed call's outcome, for `kind`: the model reads `Error: <message>`."""
+        return cls(error_text(message), "error", duration_ms, kind)
 
 
 class ToolSourceError(ToolpipeError):
@@ -147,7 +152,7 @@ class ToolRegistry:
         except ModelVisibleError as e:
             # A tool's own subclass may name a kind of its own: policies match on ours only.
             kind = e.kind if e.kind in set(ErrorKind) else ErrorKind.TOOL_FAILED
-            return Execution(f"Error: {e}", "error", _ms_since(started), ErrorKind(kind))
+            return Execution.failed(ErrorKind(kind), str(e), _ms_since(started))
         return Execution(content, "ok", _ms_since(started))
 
 

@@ -26,7 +26,8 @@ from toolpipe.shared.deferred.models import (
 from toolpipe.shared.deferred.store import DynamoApprovalStore
 from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.messages import ApprovalTaskRequest
-from toolpipe.shared.runs.deferred import ApprovalService
+from toolpipe.shared.runs.catalog import RegisteredAgents
+from toolpipe.shared.runs.deferred import DeferredCalls
 from toolpipe.shared.runs.events import EventPublisher
 from toolpipe.shared.runs.ports import StepFunctionsTaskReporter
 from toolpipe.shared.settings import CallTimeouts
@@ -64,10 +65,10 @@ class CountingReporter(StepFunctionsTaskReporter):
         return super().fail(token, error, cause)
 
 
-def _service(reporter: CountingReporter) -> ApprovalService:
+def _service(reporter: CountingReporter) -> DeferredCalls:
     table = boto3.resource("dynamodb", region_name=REGION).Table(TABLE)
     store = DynamoHistoryStore(table, boto3.client("s3", region_name=REGION), "toolpipe-local-contents")
-    return ApprovalService(DynamoApprovalStore(table), store, reporter)
+    return DeferredCalls(DynamoApprovalStore(table), store, reporter, agents=RegisteredAgents())
 
 
 def _items(pipeline: Pipeline, approval_id: str) -> dict[str, dict[str, Any]]:
@@ -477,8 +478,12 @@ def test_a_waits_span_is_told_once_whatever_its_delivery_did(
     spans = WaitSpans()
     table = boto3.resource("dynamodb", region_name=REGION).Table(TABLE)
     store = DynamoHistoryStore(table, boto3.client("s3", region_name=REGION), "toolpipe-local-contents")
-    service = ApprovalService(
-        DynamoApprovalStore(table), store, reporter, events=EventPublisher(None, None, spans)
+    service = DeferredCalls(
+        DynamoApprovalStore(table),
+        store,
+        reporter,
+        agents=RegisteredAgents(),
+        events=EventPublisher(None, None, spans),
     )
 
     with pytest.raises(raised):

@@ -57,7 +57,7 @@ class Secret:
         self.client.put_secret_value(SecretId=self.arn, SecretString=value)
 
     def function(self) -> tuple[ApprovalLinks, SecretSigningKey, Clock]:
-        """A function's links, as `build_approval_service` makes them, on a clock of its own."""
+        """A function's links, as `build_deferred_calls` makes them, on a clock of its own."""
         clock = Clock()
         key = SecretSigningKey(self.arn, clock, self.client)
         return ApprovalLinks(key), key, clock

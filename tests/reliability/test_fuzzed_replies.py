@@ -27,6 +27,7 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
 from toolpipe.shared.runs import ModelStep
+from toolpipe.shared.runs.catalog import RegisteredAgents
 from toolpipe.shared.settings import CallTimeouts
 
 REPLIES = int(os.environ.get("TOOLPIPE_FUZZ_REPLIES", "1000"))
@@ -184,12 +185,24 @@ def _fuzz(replies: int, hostile_types: bool, scenario: str, on_moto: int) -> Non
             if responder.served >= on_moto and not isinstance(store, MemoryHistoryStore):
                 store = MemoryHistoryStore()
                 step_service = ModelStep(
-                    store, client, "fuzz", CallTimeouts(), reporter, lambda arn: NoStarter()
+                    store,
+                    client,
+                    "fuzz",
+                    CallTimeouts(),
+                    reporter,
+                    lambda arn: NoStarter(),
+                    agents=RegisteredAgents(),
                 )
             elif r % RUNS_PER_TABLE == 0 and not isinstance(store, MemoryHistoryStore):
                 store = tables.store(f"fuzz-{r}")
                 step_service = ModelStep(
-                    store, client, "fuzz", CallTimeouts(), reporter, lambda arn: NoStarter()
+                    store,
+                    client,
+                    "fuzz",
+                    CallTimeouts(),
+                    reporter,
+                    lambda arn: NoStarter(),
+                    agents=RegisteredAgents(),
                 )
             assert step_service is not None
             run_id = f"fuzz-{r}"

@@ -2,7 +2,7 @@
 
 GET (and HEAD) never change state: mail scanners and link previews open links. A POST needs
 the link's signature, the CSRF cookie the GET set and the token derived from it in the form,
-and no foreign `Origin`; the decision then goes through `ApprovalService` like any other (first
+and no foreign `Origin`; the decision then goes through `DeferredCalls` like any other (first
 decision wins, one answer to the waiting task). This module says which page, with which status;
 `views` renders it (templates, autoescaped).
 """
@@ -40,7 +40,7 @@ from toolpipe.shared.deferred.models import (
     InvalidEditError,
     LinkEditsOffError,
 )
-from toolpipe.shared.runs.deferred import ApprovalService
+from toolpipe.shared.runs.deferred import DeferredCalls
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class PageRequest:
 
 
 class ApprovalPage:
-    def __init__(self, service: ApprovalService, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, service: DeferredCalls, clock: Callable[[], float] = time.time) -> None:
         self._service = service
         self._clock = clock
 
@@ -260,7 +260,7 @@ class ApprovalPage:
     # --- a question for a person (a human-input tool): the answer is the call's result -----
 
     def _submit_answer(self, approval: Approval, request: PageRequest) -> PageAnswer:
-        """The answer form's POST, through `ApprovalService.answer_by_link`: the form's strings
+        """The answer form's POST, through `DeferredCalls.answer_by_link`: the form's strings
         turned into the result schema's types, then checked against it like any answer."""
         if request.form.get("action") != "answer":
             return self._question_again(approval, request, "Not sent: use the form's Send answer button.")

@@ -17,6 +17,7 @@ from botocore.exceptions import (
 from toolpipe.infra.cdk.definition import build_definition, loop_states
 from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 from toolpipe.shared.deferred import Approval, ApprovalStatus, arguments_hash
+from toolpipe.shared.deferred.answers import unapproved_result
 from toolpipe.shared.errors import DefinitionError, ErrorKind
 from toolpipe.shared.history import MemoryHistoryStore
 from toolpipe.shared.history.ports import CallRead
@@ -30,7 +31,6 @@ from toolpipe.shared.messages import (
     UserMessage,
 )
 from toolpipe.shared.runs import ToolCallExecutor
-from toolpipe.shared.runs.deferred import unapproved_result
 from toolpipe.shared.tools import ToolContext, schema_tool, tool
 
 CTX = ToolContext(run_id="r1", agent="shop", call_id="c1", caller="ana")

@@ -31,6 +31,7 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
 from toolpipe.shared.runs import ModelStep, ToolCallExecutor
+from toolpipe.shared.runs.catalog import RegisteredAgents
 from toolpipe.shared.runs.tool_run import ToolRunRequest, ToolRunResponse
 from toolpipe.shared.settings import CallTimeouts
 from toolpipe.shared.tools import ToolContext, tool
@@ -121,7 +122,15 @@ class Driver:
         self.store = MemoryHistoryStore()
         self.model = model
         client = OpenAIModelClient(build_openai_client(model.base_url, "k"), max_retries=0)
-        self.step = ModelStep(self.store, client, "m", CallTimeouts(), Reporter(), lambda arn: Starter())
+        self.step = ModelStep(
+            self.store,
+            client,
+            "m",
+            CallTimeouts(),
+            Reporter(),
+            lambda arn: Starter(),
+            agents=RegisteredAgents(),
+        )
         self.worker = ToolCallExecutor(
             self.store, Reporter(), Starter(), heartbeat_every=60, sleep=lambda s: None
         )

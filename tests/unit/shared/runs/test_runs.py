@@ -25,6 +25,7 @@ from toolpipe.shared.messages import (
 )
 from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
 from toolpipe.shared.runs import ModelStep, ToolCallExecutor
+from toolpipe.shared.runs.catalog import RegisteredAgents
 from toolpipe.shared.runs.errors import CallInProgressError
 from toolpipe.shared.settings import CallTimeouts
 from toolpipe.shared.tools import ToolContext, tool
@@ -105,7 +106,9 @@ def _step(
 ) -> ModelStep:
     client = OpenAIModelClient(build_openai_client(server.base_url, "k"), max_retries=0)
     started = starter or Starter()
-    return ModelStep(store, client, "m", CallTimeouts(), Reporter(), lambda arn: started)
+    return ModelStep(
+        store, client, "m", CallTimeouts(), Reporter(), lambda arn: started, agents=RegisteredAgents()
+    )
 
 
 def _run(store: MemoryHistoryStore, run_id: str = "r1", agent: str = "payer", **fields: Any) -> None:
