@@ -416,17 +416,20 @@ def test_a_timed_out_attempt_is_retried_while_time_remains(
 
 def test_calls_reuse_one_connection_and_one_thread(server: ScriptedModelServer) -> None:
     server.responder = ScriptResponder([Reply(content="ok")] * 5)
-    threads_before = threading.active_count()
+    # By identity, not by count: threads of earlier tests may end meanwhile (seen under load).
+    before = set(threading.enumerate())
     client = OpenAIModelClient(build_openai_client(server.base_url, "k"))
     _ask(client)
-    threads_after_one = threading.active_count()
+    started = set(threading.enumerate()) - before  # the client's loop, the server's handler
     for _ in range(4):
         _ask(client)
-    assert threading.active_count() == threads_after_one
+    assert set(threading.enumerate()) - before == started  # no thread more per call
     assert len(set(server.client_ports)) == 1
     client.close()
     client.close()  # twice is harmless
-    assert threading.active_count() == threads_before
+    for thread in started:  # the connection closed, so the server's handler ends too
+        thread.join(timeout=5)
+    assert not [thread for thread in started if thread.is_alive()]
 
 
 def test_a_client_dropped_without_close_stops_its_thread(server: ScriptedModelServer) -> None:
