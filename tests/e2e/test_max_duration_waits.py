@@ -45,7 +45,7 @@ def _approve(pipeline: Pipeline, at: float) -> float:
 
 
 def _checks(pipeline: Pipeline, run_id: str) -> list[dict[str, Any]]:
-    """The timer's checks of the run's active time: its CheckActiveTime task's schedulings."""
+    """The timer's checks of the run's active time: where its CheckActiveTime task began."""
     events = pipeline.runtime.execution_events(run_id)
     entered = [e for e in events if e.get("stateEnteredEventDetails", {}).get("name") == "CheckActiveTime"]
     return entered

@@ -3,8 +3,9 @@ state machine's timer looks again."""
 
 from datetime import UTC, datetime, timedelta
 
+from toolpipe.infra.cdk.definition import build_definition
 from toolpipe.shared.runs.active_time import Wait, clock, next_check
-from toolpipe.shared.runs.deadline_checks import FLOOR_SECONDS, checks_during_wait
+from toolpipe.shared.runs.deadline_checks import CHECK_RETRIES, FLOOR_SECONDS, checks_during_wait
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -46,3 +47,8 @@ def test_the_next_check_is_when_the_limit_would_pass_or_later_while_a_wait_goes_
 def test_a_days_wait_costs_25_checks_and_a_months_40() -> None:
     assert checks_during_wait(86_400) == 25
     assert checks_during_wait(2_592_000) == 40
+
+
+def test_the_checks_retries_are_the_definitions() -> None:
+    timer = build_definition()["States"]["RunWithin"]["Branches"][1]["States"]
+    assert sum(r["MaxAttempts"] for r in timer["CheckActiveTime"]["Retry"]) == CHECK_RETRIES
