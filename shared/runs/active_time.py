@@ -11,8 +11,8 @@ here (`check`); past the limit, the run ends `limit` as with waits counted; othe
 waits until the limit would pass if the run waited no more, and asks again. While a wait goes on
 the run's active time stands still, so the timer looks again only every 5 minutes or a quarter
 of the wait so far, whichever is longer (shared/runs/deadline_checks.py). After a person
-answers, the timer may so notice the limit that much later; the next model step checks it too
-(`passed`), so the run gets at most one more turn.
+answers, the timer may so notice the limit that much later; the model step that follows the
+wait checks it too (`passed`), so a run past its limit starts no further turn.
 
 Each check writes history events: the checks of the run's current execution are counted
 (`checks`), and those one more turn may take are counted in advance, in its event budget

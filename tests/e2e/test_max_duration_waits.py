@@ -55,9 +55,9 @@ def test_a_run_whose_approval_waits_past_its_max_duration_succeeds_once_approved
     pipeline = warm
     pipeline.script(Reply(tool_calls=[call("wire_money", to="ana", amount=5)]), Reply(content="Sent."))
     began = time.monotonic()
-    run_id = pipeline.start("pay ana", agent="gated", max_duration=2, max_duration_waits="exclude")
-    # Waiting well past the 2 s: the timer's check at the deadline finds the clock stopped.
-    _approve(pipeline, at=began + 3.5)
+    run_id = pipeline.start("pay ana", agent="gated", max_duration=3, max_duration_waits="exclude")
+    # Waiting past the 3 s: the timer's check at the deadline finds the clock stopped.
+    _approve(pipeline, at=began + 4)
     run = pipeline.finish(run_id)
 
     assert run["run"]["status"] == "succeeded", run["run"]["error"]
