@@ -6,8 +6,9 @@ Keys (one table; each store owns its items):
 - a run: `pk=RUN#<id>` with `sk=META` (the run record), `MSG#<seq:06d>` (one history item each),
   `CALL#<seq:06d>` (the tool-call ledger), `GATE#<seq:06d>` (a gated call's approval),
   `STATE` (what tools share within a run), `PARENT_TOKEN` (the task token a child run answers),
-  `COST` (the operations the run made, counters) and `COST#EXECUTION#<name>` (an execution whose
-  state transitions are counted);
+  `COST` (the operations the run made, counters), `COST#EXECUTION#<name>` (an execution whose
+  state transitions are counted) and `DEADLINE_CHECKS` (the timer's checks of the run's active
+  time in its current execution);
 - an approval: `pk=APPROVAL#<id>` with `sk=APPROVAL` (the record) and `sk=TOKEN` (its task token);
 - a caller's quotas: `pk=QUOTA#<caller>` with `sk=MINUTE#<minute>` and `sk=RUNNING`;
 - the `ByCaller` index: a caller's runs under `CALLER#<caller>`, its approvals under
@@ -28,6 +29,7 @@ STATE_SK = "STATE"
 PARENT_TOKEN_SK = "PARENT_TOKEN"
 COST_SK = "COST"
 COUNTED_EXECUTION_PREFIX = "COST#EXECUTION#"
+DEADLINE_CHECKS_SK = "DEADLINE_CHECKS"
 
 # `GET /runs` and `GET /approvals`: a global secondary index of records by caller, newest first.
 CALLER_INDEX = "ByCaller"

@@ -14,13 +14,16 @@ from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.messages import (
     ORCHESTRATOR_REQUEST,
     ApprovalTaskRequest,
+    DeadlineCheckRequest,
     ExecutionEndedRequest,
     FailRequest,
     OutOfTimeRequest,
 )
+from toolpipe.shared.runs.active_time import ActiveTime
 from toolpipe.shared.runs.deferred import DeferredCalls
 from toolpipe.shared.runs.executions import execution_number, run_id_of
 from toolpipe.shared.runs.factory import (
+    build_active_time,
     build_deferred_calls,
     build_model_step,
     build_transition_counter,
@@ -62,6 +65,11 @@ def approvals() -> DeferredCalls:
 
 
 @cache
+def active_time() -> ActiveTime:
+    return build_active_time(store_settings)
+
+
+@cache
 def transitions() -> TransitionCounter:
     return build_transition_counter(store_settings)
 
@@ -87,6 +95,10 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         service().out_of_time(request)
         logger.warning("run passed its max_duration")
         return {"status": "limit"}
+    if isinstance(request, DeadlineCheckRequest):
+        check = active_time().check(request)
+        logger.info("run's active time checked", passed=check.passed, next=check.next)
+        return check.model_dump(mode="json")
     decision = service().step(request, monotonic_deadline(context.get_remaining_time_in_millis()))
     logger.info("model step", status=decision.status.value, turn=decision.turn, calls=len(decision.calls))
     # Without the fields an ungated turn leaves unset: the state stays as small as before.

@@ -311,10 +311,14 @@ def _loop(orchestrator: str) -> dict[str, Any]:
     }
 
 
-def _timer() -> dict[str, Any]:
+def _timer(orchestrator: str) -> dict[str, Any]:
     """The second branch of `RunWithin`: a run with a deadline (its `max_duration`, in the
     execution's input) waits for it in a Wait state, no Lambda running, then fails the branch,
-    which stops the loop wherever it is, calls in flight included."""
+    which stops the loop wherever it is, calls in flight included.
+
+    A run whose waits for people do not count (`max_duration_waits: "exclude"`) asks the
+    orchestrator at the deadline whether its active time passed the limit, and if not, waits
+    until the time it names and asks again (shared/runs/active_time.py)."""
     return {
         "StartAt": "HasDeadline",
         "States": {
@@ -326,6 +330,17 @@ def _timer() -> dict[str, Any]:
                 "Choices": [
                     {"Variable": "$.started_with.deadline", "IsPresent": False, "Next": "NoDeadline"},
                     {"Variable": "$.started_with.deadline", "IsNull": True, "Next": "NoDeadline"},
+                    # An input from before the setting counts the waits.
+                    {
+                        "Variable": "$.started_with.max_duration_waits",
+                        "IsPresent": False,
+                        "Next": "WaitForDeadline",
+                    },
+                    {
+                        "Variable": "$.started_with.max_duration_waits",
+                        "StringEquals": "exclude",
+                        "Next": "WaitForActiveDeadline",
+                    },
                 ],
                 "Default": "WaitForDeadline",
             },
@@ -339,6 +354,48 @@ def _timer() -> dict[str, Any]:
                 "Type": "Fail",
                 "Error": MAX_DURATION_REACHED,
                 "Cause": "the run passed its max_duration",
+            },
+            # The deadline is when the limit passes if the run never waited for a person.
+            "WaitForActiveDeadline": {
+                "Type": "Wait",
+                "TimestampPath": "$.started_with.deadline",
+                "Next": "CheckActiveTime",
+            },
+            "CheckActiveTime": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::lambda:invoke",
+                "Parameters": {
+                    "FunctionName": orchestrator,
+                    "Payload": {
+                        "action": "check_deadline",
+                        "run_id.$": "$.run_id",
+                        "execution.$": "$$.Execution.Name",
+                    },
+                },
+                "ResultSelector": {"passed.$": "$.Payload.passed", "next.$": "$.Payload.next"},
+                "ResultPath": "$.check",
+                "Retry": [
+                    {
+                        "ErrorEquals": _LAMBDA_TRANSIENT,
+                        "IntervalSeconds": 2,
+                        "MaxAttempts": 6,
+                        "BackoffRate": 2,
+                    }
+                ],
+                # A check that cannot be made ends the run at its deadline, as if its waits
+                # counted: the limit holds whatever fails.
+                "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": None, "Next": "DeadlinePassed"}],
+                "Next": "ActiveTimeLeft",
+            },
+            "ActiveTimeLeft": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.check.passed", "BooleanEquals": True, "Next": "DeadlinePassed"}],
+                "Default": "WaitForActiveTime",
+            },
+            "WaitForActiveTime": {
+                "Type": "Wait",
+                "TimestampPath": "$.check.next",
+                "Next": "CheckActiveTime",
             },
         },
     }
@@ -361,7 +418,7 @@ def build_definition() -> dict[str, Any]:
             # The loop, raced by the run's deadline: whichever branch ends first ends the other.
             "RunWithin": {
                 "Type": "Parallel",
-                "Branches": [_loop(orchestrator), _timer()],
+                "Branches": [_loop(orchestrator), _timer(orchestrator)],
                 "Catch": [
                     {"ErrorEquals": [RUN_ENDED], "ResultPath": None, "Next": "Done"},
                     {"ErrorEquals": [MAX_DURATION_REACHED], "ResultPath": None, "Next": "OutOfTime"},

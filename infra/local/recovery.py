@@ -119,7 +119,7 @@ def resume_runs(
     resumed = []
     for run in planned:
         try:
-            starter.start(run.run_id, run.execution + 1, run.deadline)
+            starter.start(run.run_id, run.execution + 1, run.deadline, run.max_duration_waits)
             resumed.append(run.run_id)
         except Exception as e:
             _fail(store, reporter, run, e, events)

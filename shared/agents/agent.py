@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from toolpipe.shared.agents.handoff import Handoff, handoffs_of
 from toolpipe.shared.agents.hooks import Hooks
 from toolpipe.shared.errors import DefinitionError
-from toolpipe.shared.messages import NAME_PATTERN
+from toolpipe.shared.messages import NAME_PATTERN, MaxDurationWaits
 from toolpipe.shared.settings import EXECUTION_EVENT_BUDGET, WAITING_CALLS_PER_TURN
 from toolpipe.shared.tools import Tool, ToolRegistry, ToolSource
 from toolpipe.shared.tools.tool import positive_seconds
@@ -118,11 +118,15 @@ class Agent:
     max_agent_depth: int = 3
     # The same tool with the same arguments this many times ends the run: the model is looping.
     max_identical_calls: int = 3
-    # Wall-clock seconds a run may take from its start (or its resume), time waiting for a
-    # person included; past it the state machine ends the run `limit` (shared/runs/time_limit.py).
-    # None: no limit but the state machine's own. A start request may ask for less.
-    # Whole seconds: Step Functions waits to the second.
+    # Wall-clock seconds a run may take from its start (or its resume); past it the state
+    # machine ends the run `limit` (shared/runs/time_limit.py). None: no limit but the state
+    # machine's own. A start request may ask for less. Whole seconds: Step Functions waits to
+    # the second.
     max_duration: int | None = None
+    # Whether time waiting for a person or a program counts toward `max_duration`: "count",
+    # "exclude", or None to let the start request say (counting unless it asks "exclude").
+    # "count" wins when the agent or the start request asks for it.
+    max_duration_waits: MaxDurationWaits | None = None
     tool_provider: ToolProvider | None = None
     # Longer results are stored whole in S3; the model reads this many characters and a reference.
     max_result_chars: int | None = 20_000
@@ -159,6 +163,8 @@ class Agent:
             raise DefinitionError(
                 f"agent '{self.name}': max_duration is a whole number of seconds, 1 or more, or None"
             )
+        if self.max_duration_waits not in (None, "count", "exclude"):
+            raise DefinitionError(f'agent \'{self.name}\': max_duration_waits is "count", "exclude" or None')
         if self.max_cost_usd is not None and self.price is None:
             raise DefinitionError(f"agent '{self.name}': max_cost_usd needs a price to count cost with")
         # Long runs continue in fresh executions, but one turn cannot be split across two.

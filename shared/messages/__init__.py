@@ -3,6 +3,7 @@
 caller may send to start a run (`requests.py`). Import them from here."""
 
 from toolpipe.shared.messages.common import (
+    MaxDurationWaits,
     Usage,
     text_safe,
     utc_now,
@@ -52,6 +53,8 @@ from toolpipe.shared.messages.steps import (
     ApprovalTaskRequest,
     CallOutcome,
     CallRef,
+    DeadlineCheck,
+    DeadlineCheckRequest,
     Decision,
     DecisionStatus,
     ExecutionEndedRequest,
@@ -82,6 +85,8 @@ __all__ = [
     "AssistantMessage",
     "CallOutcome",
     "CallRef",
+    "DeadlineCheck",
+    "DeadlineCheckRequest",
     "Decision",
     "DecisionStatus",
     "ExecutionEndedRequest",
@@ -93,6 +98,7 @@ __all__ = [
     "HandoffRecord",
     "HistoryItem",
     "InputObject",
+    "MaxDurationWaits",
     "MetadataKey",
     "MetadataValue",
     "OrchestratorRequest",

@@ -1,11 +1,16 @@
 """What the other contracts share: text that can be stored, a timestamp, a usage count."""
 
 from datetime import UTC, datetime
+from typing import Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
 )
+
+# Whether time a run spends waiting for a person or a program (an approval, a question, a
+# client-executed call's result) counts toward its `max_duration` (shared/runs/time_limit.py).
+MaxDurationWaits = Literal["count", "exclude"]
 
 
 def text_safe(text: str) -> str:

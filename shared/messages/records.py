@@ -10,7 +10,7 @@ from pydantic import (
     Field,
 )
 
-from toolpipe.shared.messages.common import Usage, utc_now
+from toolpipe.shared.messages.common import MaxDurationWaits, Usage, utc_now
 
 
 class RunStatus(StrEnum):
@@ -175,6 +175,9 @@ class RunRecord(BaseModel):
     # asked) and when it passes (RFC 3339, UTC): each execution's timer waits for `deadline`.
     max_duration: int | None = None
     deadline: str | None = None
+    # Whether time waiting for a person or a program counts toward `max_duration` ("count") or
+    # not ("exclude": `deadline` is then when the limit passes if the run waits no more).
+    max_duration_waits: MaxDurationWaits = "count"
     # Limits raised by resumes (the agent's own for the others), and every resume, in order.
     limits: RunLimits | None = None
     resumes: list[ResumeRecord] = Field(default_factory=list)

@@ -16,7 +16,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from toolpipe.shared.messages.common import text_safe
+from toolpipe.shared.messages.common import MaxDurationWaits, text_safe
 from toolpipe.shared.messages.records import RunLimits
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # agent and tool names (OpenAI function names allow the same)
@@ -79,8 +79,16 @@ class StartRunRequest(BaseModel):
         default=None,
         ge=1,
         le=MAX_DURATION_SECONDS,
-        description="Wall-clock seconds the run may take, time waiting for a person included; past "
-        "them the run ends `limit`. At most the agent's own `max_duration`, when it has one.",
+        description="Wall-clock seconds the run may take; past them the run ends `limit`. At most "
+        "the agent's own `max_duration`, when it has one. Whether time waiting for a person or a "
+        "program counts: `max_duration_waits`.",
+    )
+    max_duration_waits: MaxDurationWaits | None = Field(
+        default=None,
+        description="`count` (the default): time the run waits for a person or a program (an "
+        "approval, a question, a client-executed call's result) counts toward `max_duration`, as "
+        "its caller waits for the run whoever it waits for. `exclude`: only the run's own time "
+        "counts. `count` wins when either this or the agent's `max_duration_waits` asks for it.",
     )
     metadata: dict[MetadataKey, MetadataValue] | None = Field(
         default=None,

@@ -13,6 +13,8 @@ from pydantic import (
     TypeAdapter,
 )
 
+from toolpipe.shared.messages.common import MaxDurationWaits
+
 
 class ExecutionInput(BaseModel):
     """The whole input of a state machine execution: a reference, never the conversation."""
@@ -20,6 +22,9 @@ class ExecutionInput(BaseModel):
     run_id: str
     # When the run's max_duration passes (RFC 3339, UTC): the state machine's timer waits for it.
     deadline: str | None = None
+    # "exclude": at the deadline the timer asks the orchestrator for the run's active time
+    # (`DeadlineCheckRequest`) instead of ending the run. Always sent: the timer's Choice reads it.
+    max_duration_waits: MaxDurationWaits = "count"
 
 
 class CallRef(BaseModel):
@@ -107,6 +112,24 @@ class OutOfTimeRequest(BaseModel):
     run_id: str
 
 
+class DeadlineCheckRequest(BaseModel):
+    """Orchestrator input from the timer of a run whose waits for people do not count
+    (`max_duration_waits="exclude"`): has its active time passed `max_duration`? If not, when to
+    look again (shared/runs/active_time.py)."""
+
+    action: Literal["check_deadline"]
+    run_id: str
+    execution: str  # `$$.Execution.Name`: its checks count in that execution's event budget
+
+
+class DeadlineCheck(BaseModel):
+    """The orchestrator's answer to the timer: the run is past its limit (`passed`), or the
+    timer waits until `next` (RFC 3339, UTC) and asks again."""
+
+    passed: bool
+    next: str | None = None
+
+
 class ApprovalTaskRequest(BaseModel):
     """Orchestrator input from a gated call's `WaitForApproval` task: store the approval with
     the task token, which a person's decision answers. The token is a bearer credential."""
@@ -159,7 +182,12 @@ class ExecutionEndedRequest(BaseModel):
 
 
 OrchestratorRequest = Annotated[
-    StepRequest | FailRequest | ExecutionEndedRequest | ApprovalTaskRequest | OutOfTimeRequest,
+    StepRequest
+    | FailRequest
+    | ExecutionEndedRequest
+    | ApprovalTaskRequest
+    | OutOfTimeRequest
+    | DeadlineCheckRequest,
     Field(discriminator="action"),
 ]
 ORCHESTRATOR_REQUEST: TypeAdapter[OrchestratorRequest] = TypeAdapter(OrchestratorRequest)

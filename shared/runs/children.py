@@ -29,7 +29,7 @@ from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.recorder import ResultRecorder
 from toolpipe.shared.runs.results import fit_for_model
-from toolpipe.shared.runs.time_limit import deadline_after, earliest
+from toolpipe.shared.runs.time_limit import deadline_after, earliest, run_max_duration_waits
 from toolpipe.shared.telemetry import child_trace
 
 PARENT_CANCELLED = "its parent run was cancelled"
@@ -66,12 +66,16 @@ def start_child(
     by the parent's call slot."""
     child_id = child_run_id(run.run_id, seq)
     store.put_parent_token(child_id, task_token)
-    # A child ends by its parent's deadline, and by its own agent's max_duration when sooner.
+    # A child ends by its parent's deadline, and by its own agent's max_duration when sooner. A
+    # parent whose waits for people do not count has no fixed deadline to pass on: its own timer
+    # counts the child's whole time as a call's (docs/concepts/runs.md).
     try:
-        own_limit = get_agent(child_agent).max_duration
+        own = get_agent(child_agent)
+        own_limit, own_waits = own.max_duration, run_max_duration_waits(own, None)
     except UnknownAgentError:
-        own_limit = None  # its first step fails it, saying so
-    deadline = earliest(run.deadline, deadline_after(own_limit))
+        own_limit, own_waits = None, "count"  # its first step fails it, saying so
+    inherited = run.deadline if run.max_duration_waits == "count" else None
+    deadline = earliest(inherited, deadline_after(own_limit))
     child = RunRecord(
         run_id=child_id,
         agent=child_agent,
@@ -83,7 +87,8 @@ def start_child(
         depth=run.depth + 1,
         trace=child_trace(run, seq),
         deadline=deadline,
-        max_duration=run.max_duration if deadline == run.deadline else own_limit,
+        max_duration=run.max_duration if inherited and deadline == inherited else own_limit,
+        max_duration_waits="count" if inherited and deadline == inherited else own_waits,
     )
     created = store.create_run(child, UserMessage(seq=1, turn=0, content=task))
     if created:
@@ -95,7 +100,8 @@ def start_child(
             events.run_ended(store, child_id)
         return child_id
     # A redelivery's child was created earlier, with the deadline of then.
-    starter.start(child_id, deadline=child.deadline if created else store.get_run(child_id).deadline)
+    started = child if created else store.get_run(child_id)
+    starter.start(child_id, deadline=started.deadline, waits=started.max_duration_waits)
     return child_id
 
 

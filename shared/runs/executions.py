@@ -15,6 +15,7 @@ from toolpipe.shared.agents import (
 )
 from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.messages import AssistantMessage, HistoryItem, RunRecord
+from toolpipe.shared.runs.deadline_checks import CHECKS_PER_TURN, WORST_CHECK_EVENTS
 from toolpipe.shared.settings import ExecutionBudget
 
 SEPARATOR = "--"
@@ -50,12 +51,16 @@ def execution_number(name: str) -> int:
     return int(number) if separator and number.isdigit() else 1
 
 
-def needs_fresh_execution(run: RunRecord, agent: Agent, history: list[HistoryItem], waits: int = 0) -> bool:
+def needs_fresh_execution(
+    run: RunRecord, agent: Agent, history: list[HistoryItem], waits: int = 0, *, deadline_checks: int = 0
+) -> bool:
     """True when one more worst-case turn (of `agent`, answering next) might not fit in this
     execution's event budget. Every turn this execution ran is counted at its worst (all
     retries, every call failing through its Catch), so the decision holds whatever the history
     really holds; turns of other agents (a handoff) by their own limits; each of the
-    execution's `waits` for the model's rate limit (shared/runs/rate_governor.py) by its loop."""
+    execution's `waits` for the model's rate limit (shared/runs/rate_governor.py) by its loop.
+    A run whose waits for people do not count: its timer's `deadline_checks` so far, and those
+    one more turn may take (shared/runs/deadline_checks.py), each at its worst."""
     replies = [i for i in history if isinstance(i, AssistantMessage) and i.turn > run.execution_start_turn]
     agents = {
         name: agent if name == agent.name else _known(name)
@@ -69,7 +74,9 @@ def needs_fresh_execution(run: RunRecord, agent: Agent, history: list[HistoryIte
         + worst_turn_events(agent.max_calls_per_turn, agent.waits)
         + waits * EVENTS_PER_RATE_WAIT
     )
-    return bool(turn_calls or waits) and bound > ExecutionBudget.from_env().event_budget
+    if run.max_duration_waits == "exclude" and run.deadline is not None:
+        bound += (deadline_checks + CHECKS_PER_TURN) * WORST_CHECK_EVENTS
+    return bool(turn_calls or waits or deadline_checks) and bound > ExecutionBudget.from_env().event_budget
 
 
 def _known(name: str) -> Agent | None:

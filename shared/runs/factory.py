@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
 
     from toolpipe.shared.costs.transitions import TransitionCounter
+    from toolpipe.shared.runs.active_time import ActiveTime
     from toolpipe.shared.runs.cancel import RunCanceller
     from toolpipe.shared.runs.deferred import DeferredCalls
     from toolpipe.shared.runs.delete import RunDeleter
@@ -140,7 +141,16 @@ def build_model_step(
         answers=AnswerWriter(S3ObjectStore(watch(boto3.client("s3")))),
         approvals=build_deferred_calls(store, events, timeouts),
         governor=governor,
+        active_time=build_active_time(store),
     )
+
+
+def build_active_time(store: StoreSettings) -> "ActiveTime":
+    from toolpipe.shared.deferred.store import DynamoApprovalStore
+    from toolpipe.shared.runs.active_time import ActiveTime
+
+    table = own_table(store.table_name)
+    return ActiveTime(table, build_store(store), DynamoApprovalStore(table))
 
 
 def build_deferred_calls(

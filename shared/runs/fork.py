@@ -105,6 +105,7 @@ class RunForker:
             execution_start_turn=request.turn,
             max_duration=parent.max_duration,
             deadline=deadline_after(parent.max_duration),
+            max_duration_waits=parent.max_duration_waits,
             limits=parent.limits,
             request_hash=asked,
             forked_from=ForkOrigin(run_id=run_id, turn=request.turn),
@@ -128,7 +129,7 @@ class RunForker:
             )
         self._store.add_fork(run_id, fork_id)
         if record.status is RunStatus.RUNNING:
-            self._starter.start(fork_id, record.execution, record.deadline)
+            self._starter.start(fork_id, record.execution, record.deadline, record.max_duration_waits)
         return Forked(record, replayed)
 
     def _copy(self, fork_id: str, items: list[HistoryItem]) -> None:

@@ -35,6 +35,7 @@ from toolpipe.shared.messages import (
 from toolpipe.shared.model import ModelClient, ModelReply, to_openai_messages
 from toolpipe.shared.model.errors import ModelRateLimitedError
 from toolpipe.shared.runs import children
+from toolpipe.shared.runs.active_time import ActiveTime
 from toolpipe.shared.runs.calls import assign_call_ids, result_slot
 from toolpipe.shared.runs.catalog import AgentCatalog
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
@@ -100,6 +101,7 @@ class ModelStep:
         answers: AnswerWriter | None = None,
         approvals: UnapprovedCalls | None = None,
         governor: RateGovernor | None = None,
+        active_time: ActiveTime | None = None,
     ) -> None:
         """`agents`: where the step finds the agents a run names (production: the app's
         registry, `RegisteredAgents`)."""
@@ -119,6 +121,8 @@ class ModelStep:
         self._approvals = approvals
         # The model's rate limit, shared by all runs (None: each call meets it alone).
         self._governor = governor
+        # A run whose waits for people do not count: its active time, checked before each turn.
+        self._active_time = active_time
 
     def step(self, request: StepRequest, deadline: float) -> Decision:
         # The step's events (results it wrote, the run's ending) go out together as it returns.
@@ -141,7 +145,9 @@ class ModelStep:
         ):
             # This execution already handed the run on and died before returning: make sure
             # the next one runs (starting it again does nothing), and end this one.
-            self._starters(request.state_machine_arn).start(run.run_id, run.execution, run.deadline)
+            self._starters(request.state_machine_arn).start(
+                run.run_id, run.execution, run.deadline, run.max_duration_waits
+            )
             return Decision(status=DecisionStatus.CONTINUED, turn=run.turn)
         history = self._store.load_history(run.run_id)
         last = next((i for i in reversed(history) if isinstance(i, AssistantMessage)), None)
@@ -167,7 +173,10 @@ class ModelStep:
         if ended is not None:
             return ended
         waits = self._governor.waits(step.run) if self._governor is not None else 0
-        if request.state_machine_arn and needs_fresh_execution(step.run, step.agent, step.history, waits):
+        checks = self._active_time.checks(step.run) if self._active_time is not None else 0
+        if request.state_machine_arn and needs_fresh_execution(
+            step.run, step.agent, step.history, waits, deadline_checks=checks
+        ):
             return self._continue_in_fresh_execution(step, self._starters(request.state_machine_arn))
         asked = self._ask_model(step, deadline)
         return asked if isinstance(asked, Decision) else self._decide(step, asked)
@@ -259,6 +268,8 @@ class ModelStep:
 
     def _check_budgets(self, step: _Step) -> Decision | None:
         limit = budget_reached(step.run, step.agent, step.history) or self._tree_limit(step)
+        if limit is None and self._active_time is not None and self._active_time.passed(step.run):
+            limit = out_of_time_reason(step.run)
         if limit is None:
             return None
         return self._end(step.run, RunStatus.LIMIT, DecisionStatus.LIMIT, error=limit)
@@ -277,7 +288,7 @@ class ModelStep:
         Recorded first: a retry of this step finds the next execution named and started."""
         following = step.run.execution + 1
         self._store.set_execution(step.run.run_id, following, step.run.turn)
-        starter.start(step.run.run_id, following, step.run.deadline)
+        starter.start(step.run.run_id, following, step.run.deadline, step.run.max_duration_waits)
         return Decision(status=DecisionStatus.CONTINUED, turn=step.run.turn)
 
     def _ask_model(self, step: _Step, deadline: float) -> AssistantMessage | Decision:

@@ -7,7 +7,7 @@ from botocore.exceptions import ClientError
 from botocore.exceptions import ConnectionError as NoConnectionError
 from botocore.retries.standard import ThrottledRetryableChecker
 
-from toolpipe.shared.messages import ExecutionInput
+from toolpipe.shared.messages import ExecutionInput, MaxDurationWaits
 from toolpipe.shared.runs.executions import execution_name
 
 if TYPE_CHECKING:
@@ -17,9 +17,16 @@ if TYPE_CHECKING:
 class ExecutionStarter(Protocol):
     """Starts a run's state machine execution."""
 
-    def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
+    def start(
+        self,
+        run_id: str,
+        execution: int = 1,
+        deadline: str | None = None,
+        waits: MaxDurationWaits = "count",
+    ) -> None:
         """Start the run's `execution`-th execution; starting one that exists does nothing.
-        `deadline`: when the run's max_duration passes (its record's), for the execution's timer."""
+        `deadline`: when the run's max_duration passes (its record's), for the execution's timer;
+        `waits`: whether time waiting for a person counts toward it (its record's)."""
         ...
 
 
@@ -68,15 +75,22 @@ class StepFunctionsStarter:
         self._client = client
         self._arn = state_machine_arn
 
-    def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
-        started_with = ExecutionInput(run_id=run_id, deadline=deadline)
+    def start(
+        self,
+        run_id: str,
+        execution: int = 1,
+        deadline: str | None = None,
+        waits: MaxDurationWaits = "count",
+    ) -> None:
+        started_with = ExecutionInput(run_id=run_id, deadline=deadline, max_duration_waits=waits)
         try:
             # The execution is named after the run: a second start of the same run is refused
             # by Step Functions instead of running the agent twice.
             self._client.start_execution(
                 stateMachineArn=self._arn,
                 name=execution_name(run_id, execution),
-                # `deadline` even when null: the state machine's timer reads it (infra/cdk/definition.py).
+                # `deadline` even when null, and `max_duration_waits`: the state machine's timer reads
+                # them (infra/cdk/definition.py).
                 input=started_with.model_dump_json(),
             )
         except ClientError as e:

@@ -88,5 +88,5 @@ class RunQuota:
             if run.status is RunStatus.RUNNING and run.turn == 0:
                 age = now - datetime.fromisoformat(run.created_at).timestamp()
                 if age > START_GRACE_SECONDS:
-                    starter.start(run.run_id, run.execution, run.deadline)
+                    starter.start(run.run_id, run.execution, run.deadline, run.max_duration_waits)
         return len(freed)

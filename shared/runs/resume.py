@@ -94,7 +94,7 @@ class RunResumer:
             return self.resume(run_id, caller, limits, idempotency_key=idempotency_key, by=by)
         self._events.run_resumed(resumed)
         try:
-            self._starter.start(run_id, resumed.execution, resumed.deadline)
+            self._starter.start(run_id, resumed.execution, resumed.deadline, resumed.max_duration_waits)
         except Exception as e:
             # No execution, so nothing would ever end it: the run must not stay `running`.
             if self._store.finish_run(run_id, RunStatus.FAILED, error=f"the run could not be resumed: {e}"):
@@ -155,5 +155,5 @@ class RunResumer:
         if run.status is RunStatus.RUNNING and run.execution == earlier.execution:
             # The first resume may have died between recording it and starting the execution:
             # starting one that exists does nothing, so a retry finishes what it began.
-            self._starter.start(run.run_id, earlier.execution, run.deadline)
+            self._starter.start(run.run_id, earlier.execution, run.deadline, run.max_duration_waits)
         return Resumed(run, replayed=True)

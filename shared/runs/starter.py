@@ -21,7 +21,7 @@ from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRe
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter
 from toolpipe.shared.runs.quota import RUNNING, RunQuota
-from toolpipe.shared.runs.time_limit import deadline_after, run_max_duration
+from toolpipe.shared.runs.time_limit import deadline_after, run_max_duration, run_max_duration_waits
 from toolpipe.shared.telemetry import new_trace
 
 
@@ -113,6 +113,7 @@ class RunStarter:
             metadata=request.metadata,
             max_duration=max_duration,
             deadline=deadline_after(max_duration),
+            max_duration_waits=run_max_duration_waits(agent, request.max_duration_waits),
             # The caller's trace when it sent one (W3C Trace Context), else a trace of its own.
             trace=new_trace(traceparent),
         )
@@ -124,7 +125,7 @@ class RunStarter:
         # the execution starts: a fast run's ending is then seldom published before it.
         self._events.run_started(record)
         try:
-            self._starter.start(record.run_id, deadline=record.deadline)
+            self._starter.start(record.run_id, deadline=record.deadline, waits=record.max_duration_waits)
         except Exception as e:
             # No execution, so nothing would ever end it: the run must not stay `running`.
             if self._store.finish_run(
@@ -144,7 +145,9 @@ class RunStarter:
         if existing.status is RunStatus.RUNNING:
             # The first start may have died between writing the run and starting its execution:
             # starting one that exists does nothing, so a retry finishes what it began.
-            self._starter.start(existing.run_id, existing.execution, existing.deadline)
+            self._starter.start(
+                existing.run_id, existing.execution, existing.deadline, existing.max_duration_waits
+            )
         return existing
 
 

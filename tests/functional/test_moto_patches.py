@@ -9,6 +9,7 @@ import re
 import threading
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -945,3 +946,24 @@ def test_a_body_without_a_request_id_element_is_not_searched_and_xml_bodies_stil
             answer["ResponseMetadata"]["RequestId"]
             == answer["ResponseMetadata"]["HTTPHeaders"]["x-amzn-requestid"]
         )
+
+
+def test_a_wait_to_a_timestamp_less_than_a_second_ahead_waits_until_it() -> None:
+    # Unpatched, moto dropped the fraction and the whole seconds' remainder: no wait at all.
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        waiting = {"Type": "Wait", "TimestampPath": "$.at", "End": True}
+        machine = sfn.create_state_machine(
+            name="waits",
+            definition=json.dumps({"StartAt": "Wait", "States": {"Wait": waiting}}),
+            roleArn="arn:aws:iam::123456789012:role/r",
+        )["stateMachineArn"]
+        at = datetime.now(UTC) + timedelta(seconds=0.9)
+        began = time.monotonic()
+        execution = sfn.start_execution(
+            stateMachineArn=machine, input=json.dumps({"at": at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"})
+        )["executionArn"]
+        while sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
+            time.sleep(0.02)
+        assert datetime.now(UTC) >= at
+        assert time.monotonic() - began < 3

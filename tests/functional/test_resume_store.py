@@ -17,7 +17,9 @@ class Starts:
     def __init__(self) -> None:
         self.started: list[tuple[str, int, str | None]] = []
 
-    def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
+    def start(
+        self, run_id: str, execution: int = 1, deadline: str | None = None, waits: str = "count"
+    ) -> None:
         self.started.append((run_id, execution, deadline))
 
 

@@ -145,7 +145,9 @@ class RecordingReporter:
 
 
 class NoStarter:
-    def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
+    def start(
+        self, run_id: str, execution: int = 1, deadline: str | None = None, waits: str = "count"
+    ) -> None:
         raise AssertionError("no child runs in this scenario")
 
 

@@ -9,6 +9,7 @@ from toolpipe.infra.local.patches.correctness import (
     no_thread_list,
     stop_before_start,
     stop_interrupts_waits,
+    timestamp_waits,
 )
 
 PATCHES = (
@@ -20,4 +21,5 @@ PATCHES = (
     no_thread_list,
     history_limit,
     branch_stopped_before_start,
+    timestamp_waits,
 )

@@ -188,7 +188,9 @@ class _Reporter:
 
 
 class _Starter:
-    def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
+    def start(
+        self, run_id: str, execution: int = 1, deadline: str | None = None, waits: str = "count"
+    ) -> None:
         raise AssertionError("no child run here")
 
 

@@ -61,7 +61,9 @@ class Starter:
     def __init__(self) -> None:
         self.started: list[str] = []
 
-    def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
+    def start(
+        self, run_id: str, execution: int = 1, deadline: str | None = None, waits: str = "count"
+    ) -> None:
         self.started.append(run_id)
 
 

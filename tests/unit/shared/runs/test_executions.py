@@ -6,6 +6,7 @@ import pytest
 
 from toolpipe.shared.agents import EVENTS_PER_RATE_WAIT, Agent, execution_events_bound, worst_turn_events
 from toolpipe.shared.messages import AssistantMessage, RunRecord, UserMessage
+from toolpipe.shared.runs.deadline_checks import CHECKS_PER_TURN, WORST_CHECK_EVENTS
 from toolpipe.shared.runs.executions import execution_name, needs_fresh_execution, run_id_of
 
 
@@ -49,3 +50,31 @@ def test_waits_for_the_models_rate_limit_count_in_the_event_budget(monkeypatch: 
     # Waits before the first reply count as well: a run that only waits continues in time too.
     monkeypatch.setenv("TOOLPIPE_EXECUTION_EVENT_BUDGET", "100")
     assert needs_fresh_execution(run, agent, history[:1], waits=20)
+
+
+def test_the_timers_checks_of_a_run_whose_waits_do_not_count_are_in_the_event_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    agent = Agent(name="a", instructions="x")
+    run = RunRecord(
+        run_id="r",
+        agent="a",
+        status="running",
+        turn=1,
+        max_duration=60,
+        deadline="2026-01-01T00:01:00.000Z",
+        max_duration_waits="exclude",
+    )
+    history = [UserMessage(seq=1, turn=0, content="hi"), AssistantMessage(seq=2, turn=1, content=None)]
+    # One more turn fits, with the checks it may take and 10 made so far; an eleventh does not.
+    fits = (
+        execution_events_bound([0])
+        + worst_turn_events(agent.max_calls_per_turn)
+        + (CHECKS_PER_TURN + 10) * WORST_CHECK_EVENTS
+    )
+    monkeypatch.setenv("TOOLPIPE_EXECUTION_EVENT_BUDGET", str(fits))
+    assert not needs_fresh_execution(run, agent, history, deadline_checks=10)
+    assert needs_fresh_execution(run, agent, history, deadline_checks=11)
+    # Waits that count: the timer only waits for the deadline, and checks nothing.
+    counted = run.model_copy(update={"max_duration_waits": "count"})
+    assert not needs_fresh_execution(counted, agent, history, deadline_checks=11)

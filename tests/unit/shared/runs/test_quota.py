@@ -27,7 +27,9 @@ class Starter:
     def __init__(self) -> None:
         self.started: list[tuple[str, int]] = []
 
-    def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
+    def start(
+        self, run_id: str, execution: int = 1, deadline: str | None = None, waits: str = "count"
+    ) -> None:
         self.started.append((run_id, execution))
 
 

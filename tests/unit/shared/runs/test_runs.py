@@ -74,7 +74,9 @@ class Starter:
     def __init__(self) -> None:
         self.started: list[tuple[str, int]] = []
 
-    def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
+    def start(
+        self, run_id: str, execution: int = 1, deadline: str | None = None, waits: str = "count"
+    ) -> None:
         self.started.append((run_id, execution))
 
 
@@ -571,7 +573,9 @@ def test_a_run_whose_execution_cannot_start_is_failed_not_left_running() -> None
     from toolpipe.shared.runs import RunStarter
 
     class Refusing:
-        def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
+        def start(
+            self, run_id: str, execution: int = 1, deadline: str | None = None, waits: str = "count"
+        ) -> None:
             raise ConnectionError("throttled")
 
     store = MemoryHistoryStore()
@@ -590,7 +594,9 @@ def test_an_idempotency_key_starts_one_run_and_refuses_another_request() -> None
     started: list[tuple[str, int]] = []
 
     class Recording:
-        def start(self, run_id: str, execution: int = 1, deadline: str | None = None) -> None:
+        def start(
+            self, run_id: str, execution: int = 1, deadline: str | None = None, waits: str = "count"
+        ) -> None:
             started.append((run_id, execution))
 
     store = MemoryHistoryStore()
