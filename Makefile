@@ -22,15 +22,20 @@ PROMPT ?= What is the square root of 475695037565?
 
 install: $(VENV)/.installed node_modules/.installed browser
 
-# With uv, the installer the `lock` extra already uses: the same resolution as pip (the same
-# versions), downloaded in parallel, about a tenth of pip's time here (10 s against 136 s).
-# pip installs uv itself, the one thing it must install. The example app (pyproject.toml's
-# [tool.toolpipe] app) is resolved with toolpipe, so its toolpipe is this checkout.
+# With uv, the installer the `lock` extra already uses: downloads in parallel, about a tenth of
+# pip's time here (a fresh clone's install: 22 s against 136 s; here it resolved the same
+# versions). pip installs uv itself. uv reads none of pip's configuration (pip.conf, PIP_*: an
+# index mirror, a certificate, find-links), so where uv cannot install, pip does, as before.
+# The example app (pyproject.toml's [tool.toolpipe] app) is resolved with toolpipe, so its
+# toolpipe is this checkout.
 UV := $(BIN)/uv
+DEV_PACKAGES := -e '.[dev]' -e examples/assistant
 $(VENV)/.installed: pyproject.toml examples/assistant/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check 'uv>=0.9'
-	$(UV) pip install --quiet --python $(BIN)/python --upgrade pip -e '.[dev]' -e examples/assistant
+	$(UV) pip install --quiet --python $(BIN)/python --upgrade pip $(DEV_PACKAGES) \
+	  || { echo "make install: uv could not install; pip installs instead (slower)" >&2; \
+	       $(BIN)/python -m pip install --quiet --disable-pip-version-check $(DEV_PACKAGES); }
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -75,11 +80,13 @@ lint: install
 # TEST_WORKERS=0` runs in one process.
 TEST_WORKERS ?= 3
 
+# GNU make 4 prints each job's output whole when it ends; 3.81 (macOS's) has no --output-sync.
+OUTPUT_SYNC := $(if $(filter 3.%,$(MAKE_VERSION)),,--output-sync=target)
 # The checks before the tests run side by side (mypy alone keeps one core busy for ~90 s; the
 # deploy checks, the docs build and the checkov venv's install fit beside it), each one's output
 # printed whole when it ends. Any one failing stops `make test` before the tests.
 test: install
-	$(MAKE) --no-print-directory -j 3 --output-sync=target lint check-deploy docs-check
+	$(MAKE) --no-print-directory -j 3 $(OUTPUT_SYNC) lint check-deploy docs-check
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The docs site (mkdocs.yml), served with live reload on http://127.0.0.1:8000.
@@ -137,7 +144,8 @@ CHECKOV_VERSION := checkov>=3.3.30,<4
 
 $(CHECKOV_VENV)/.installed: $(VENV)/.installed
 	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(UV) pip install --quiet --python $(CHECKOV_VENV)/bin/python '$(CHECKOV_VERSION)'
+	$(UV) pip install --quiet --python $(CHECKOV_VENV)/bin/python '$(CHECKOV_VERSION)' \
+	  || $(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '$(CHECKOV_VERSION)'
 	touch $@
 
 check-deploy: install $(CHECKOV_VENV)/.installed

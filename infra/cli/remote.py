@@ -12,11 +12,12 @@ botocore is imported only here, and only when signing: a local `toolpipe run` ne
 """
 
 import re
+import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-from toolpipe.infra.local.client import Auth, Client, ServerError
+from toolpipe.infra.local.client import IDEMPOTENCY_KEY, Auth, Client, ServerError
 
 API_URL_ENV = "TOOLPIPE_API_URL"
 API_KEY_ENV = "TOOLPIPE_API_KEY"
@@ -73,6 +74,11 @@ def api_region(api_url: str) -> str | None:
     return match.group(1) if match else None
 
 
+# Tries of a request that may be sent again, and the first pause between them (then doubled).
+ATTEMPTS = 3
+RETRY_SECONDS = 0.5
+
+
 class RemoteSession:
     """The `Session` of a deployed API (`infra/cli/session.py`).
 
@@ -93,7 +99,17 @@ class RemoteSession:
     def request(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
     ) -> tuple[int, Any]:
-        return self._client.request(method, path, body, headers)
+        # A read, or a write with an Idempotency-Key (the API answers a repeat with what the
+        # first did), is asked again when its answer was lost; any other write only once.
+        attempts = ATTEMPTS if method == "GET" or IDEMPOTENCY_KEY in (headers or {}) else 1
+        for attempt in range(attempts):
+            try:
+                return self._client.request(method, path, body, headers)
+            except ServerError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(RETRY_SECONDS * 2**attempt)
+        raise AssertionError("unreachable")
 
     def events(self, run_id: str, *, after: int, timeout: float) -> Iterator[tuple[str, Any]]:
         return self._client.events(run_id, after=after, timeout=timeout)

@@ -12,11 +12,10 @@ from typing import Any, Protocol, TextIO
 from toolpipe.infra.cli import discovery
 from toolpipe.infra.cli.errors import EXIT_USAGE, CommandError, reason, refused
 from toolpipe.infra.cli.model_endpoint import fingerprint, spoken, unasking
-from toolpipe.infra.local.client import STAGE, ServerBusyError, ServerError
+from toolpipe.infra.local.client import IDEMPOTENCY_KEY, STAGE, ServerBusyError, ServerError
 
 # How many times a session finds its server again, for a request or a broken event stream.
 ATTEMPTS = 5
-IDEMPOTENCY_KEY = "Idempotency-Key"
 
 
 def keyed() -> dict[str, str]:

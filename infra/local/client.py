@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     import http.client
 
 STAGE = "v1"  # the stage the deployed REST API is served under (infra/cdk/stack.py)
+# The API answers a request sent again with the same key with what the first did (functions/api).
+IDEMPOTENCY_KEY = "Idempotency-Key"
 CALLER_HEADER = "X-Toolpipe-Caller"  # local only: who the request is from (an IAM ARN); "" for no one
 # The identity local requests carry without that header, as API Gateway reports an IAM user.
 LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"

@@ -225,6 +225,32 @@ def test_a_post_that_may_have_reached_the_server_is_not_sent_again(
     assert keyed() != keyed()
 
 
+def test_a_deployed_apis_session_asks_again_only_what_is_safe_to_repeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--api`: a keyed POST and a GET are sent again after a lost answer, with the same key;
+    a POST without one, once."""
+    from toolpipe.infra.cli import remote
+
+    sent: list[tuple[str, str | None]] = []
+
+    class Lost:
+        def request(self, method: str, path: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+            sent.append((method, (headers or {}).get("Idempotency-Key")))
+            raise client.ServerError("lost https://api.example/v1: timed out")
+
+    monkeypatch.setattr(remote, "RETRY_SECONDS", 0)
+    session = remote.RemoteSession("https://api.example/v1", api_key="k")
+    monkeypatch.setattr(session, "_client", Lost())
+    for method, headers in (("POST", None), ("POST", keyed()), ("GET", None)):
+        with pytest.raises(client.ServerError):
+            session.request(method, "/runs", None, headers)
+    posts = [key for method, key in sent if method == "POST"]
+    assert posts[0] is None and len(posts) == 1 + remote.ATTEMPTS
+    assert len(set(posts[1:])) == 1 and posts[1]
+    assert [method for method, _ in sent].count("GET") == remote.ATTEMPTS
+
+
 def _after_state_folder(stderr: str, home: Path) -> str:
     """What a command wrote on stderr after the one line naming its state folder."""
     first, _, rest = stderr.partition("\n")
