@@ -100,7 +100,8 @@ class MemoryHistoryStore:
 
     def release_slots(self, caller: str, run_ids: list[str]) -> None:
         with self._lock:
-            self.slots.get(caller, set()).difference_update(run_ids)
+            running = {r for r in run_ids if r in self.runs and self.runs[r].status is RunStatus.RUNNING}
+            self.slots.get(caller, set()).difference_update(set(run_ids) - running)
 
     def get_runs(self, run_ids: list[str]) -> dict[str, RunRecord]:
         return {run_id: self.get_run(run_id) for run_id in run_ids if run_id in self.runs}

@@ -137,7 +137,9 @@ class RunningSlots(Protocol):
         ...
 
     def release_slots(self, caller: str, run_ids: list[str]) -> None:
-        """Give back the slots of `run_ids` (ids holding none are ignored)."""
+        """Give back the slots of `run_ids` that are not running (ended or gone): a run resumed
+        since it was read as ended has taken its slot again and keeps it. Ids holding none are
+        ignored."""
         ...
 
     def get_runs(self, run_ids: list[str]) -> dict[str, RunRecord]:

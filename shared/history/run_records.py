@@ -222,14 +222,37 @@ class RunRecordStore(RunTable):
         return sorted(str(run_id) for run_id in runs)  # type: ignore[union-attr]
 
     def release_slots(self, caller: str, run_ids: list[str]) -> None:
-        if not run_ids:
-            return
-        self._table.update_item(
-            Key={"pk": quota_pk(caller), "sk": RUNNING_SLOTS_SK},
-            UpdateExpression="DELETE #runs :runs",
-            ExpressionAttributeNames={"#runs": "runs"},
-            ExpressionAttributeValues={":runs": set(run_ids)},
-        )
+        # Each with a check that its run is not running, in one transaction: a resume between
+        # an ending and its give-back took the slot again (`resume_run` adds the id), and a
+        # plain DELETE would take it from the running run.
+        for run_id in run_ids:
+            try:
+                self._transact_counted(
+                    [
+                        {
+                            "Update": {
+                                "TableName": self._table.name,
+                                "Key": {"pk": quota_pk(caller), "sk": RUNNING_SLOTS_SK},
+                                "UpdateExpression": "DELETE #runs :run",
+                                "ExpressionAttributeNames": {"#runs": "runs"},
+                                "ExpressionAttributeValues": {":run": {run_id}},
+                            }
+                        },
+                        {
+                            "ConditionCheck": {
+                                "TableName": self._table.name,
+                                "Key": {"pk": run_pk(run_id), "sk": META_SK},
+                                "ConditionExpression": "attribute_not_exists(pk) OR #status <> :running",
+                                "ExpressionAttributeNames": {"#status": "status"},
+                                "ExpressionAttributeValues": {":running": RunStatus.RUNNING.value},
+                            }
+                        },
+                    ],
+                    contended=True,  # the caller's starts write the same item
+                )
+            except ClientError as e:
+                if not lost_race(e):
+                    raise
 
     def get_runs(self, run_ids: list[str]) -> dict[str, RunRecord]:
         client: Any = self._table.meta.client

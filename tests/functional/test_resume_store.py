@@ -97,3 +97,18 @@ def test_a_resumed_run_takes_a_running_slot_and_its_ending_gives_it_back(store: 
     assert resumed.status is RunStatus.RUNNING and store.running_slots("me") == ["r1"]
     assert store.finish_run("r1", RunStatus.FAILED, error="again")
     assert store.running_slots("me") == []
+
+
+def test_a_give_back_late_for_an_ending_leaves_the_slot_of_a_run_resumed_meanwhile(store: Any) -> None:
+    """An ending stamps the run's items, then gives its slot back: a resume in between takes
+    the slot again, and the late give-back must not take it from the running run."""
+    run = _ended(store)
+    resumer = RunResumer(store, Starts(), quota=_quota(1))
+    resumed, _ = resumer.resume("r1", "me")
+    assert resumed.status is RunStatus.RUNNING and store.running_slots("me") == ["r1"]
+    store.release_slots("me", ["r1"])  # the first ending's give-back, arriving late
+    assert store.running_slots("me") == ["r1"]
+    assert run.status is RunStatus.LIMIT
+    # Once it ends again, its slot goes back, and a run that is gone gives back its slot too.
+    assert store.finish_run("r1", RunStatus.SUCCEEDED)
+    assert store.running_slots("me") == []
