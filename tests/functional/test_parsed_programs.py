@@ -148,3 +148,25 @@ def test_a_program_that_does_not_come_back_as_it_was_is_never_written(cache: Pat
     for _ in range(2):
         parsed_programs.through_disk(parse)(DEFINITION)
     assert calls.calls == 2 and not list(cache.glob("*.pickle"))
+
+
+def test_a_link_in_place_of_the_folder_or_the_file_is_not_followed(cache: Path, tmp_path: Path) -> None:
+    """Someone who may write the cache's parent swaps in a link to a folder, or a file, of
+    their choosing: it is parsed again, never read through the link."""
+    parsed_programs.through_disk(PARSE)(DEFINITION)
+    [written] = cache.glob("*.pickle")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (elsewhere / written.name).write_bytes(written.read_bytes())
+    (elsewhere / written.name).chmod(0o600)
+    written.unlink()
+    written.symlink_to(elsewhere / written.name)  # the file a link
+    again = Counted()
+    parsed_programs.through_disk(again)(DEFINITION)
+    assert again.calls == 1
+
+    cache.rename(tmp_path / "moved")
+    cache.symlink_to(elsewhere)  # the folder a link
+    later = Counted()
+    parsed_programs.through_disk(later)(DEFINITION)
+    assert later.calls == 1

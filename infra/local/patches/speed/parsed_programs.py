@@ -25,6 +25,7 @@ import pickle
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
@@ -35,6 +36,8 @@ CHECKED_WITH = ("5.2.5",)
 CACHE_ENV = "TOOLPIPE_CACHE_DIR"
 # A program of the stack's definition pickles to ~25 kB; the folder keeps the newest few.
 KEPT = 32
+# A temporary file this old was left by a writer that died.
+STALE_SECONDS = 3600
 
 
 def cache_dir() -> Path:
@@ -63,12 +66,8 @@ def _path(definition: str) -> Path:
     return cache_dir() / "asl-programs" / f"{key}.pickle"
 
 
-def _owned(path: Path, kind: Callable[[int], bool]) -> bool:
-    """Whether `path` is of `kind`, the user's own, and no one else may write it."""
-    try:
-        found = path.lstat()
-    except OSError:
-        return False
+def _owned(found: os.stat_result, kind: Callable[[int], bool]) -> bool:
+    """Whether what `found` describes is of `kind`, the user's own, and no one else may write it."""
     return (
         kind(found.st_mode)
         and found.st_uid == os.getuid()
@@ -76,24 +75,32 @@ def _owned(path: Path, kind: Callable[[int], bool]) -> bool:
     )
 
 
-def _private(path: Path) -> bool:
-    """Whether the file at `path` and its folder are the user's alone to write."""
-    return _owned(path.parent, stat.S_ISDIR) and _owned(path, stat.S_ISREG)
-
-
 def _read(path: Path) -> Any | None:
-    if not _private(path):
-        return None
+    # Through descriptors, neither followed if a link: what is checked is what is read, even
+    # if someone swaps a folder or file for another between the two.
+    folder = file = -1
     try:
-        return pickle.loads(path.read_bytes())
-    except Exception:  # a file cut short, or of another build: parsed again below
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        if not _owned(os.fstat(folder), stat.S_ISDIR):
+            return None
+        file = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder)
+        if not _owned(os.fstat(file), stat.S_ISREG):
+            return None
+        with os.fdopen(file, "rb") as handle:
+            file = -1  # closed with the handle
+            return pickle.loads(handle.read())
+    except Exception:  # absent, a link, cut short, of another build: parsed again
         return None
+    finally:
+        for descriptor in (file, folder):
+            if descriptor >= 0:
+                os.close(descriptor)
 
 
 def _write(path: Path, program: Any) -> None:
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _owned(path.parent, stat.S_ISDIR):
+        if not _owned(path.parent.lstat(), stat.S_ISDIR):
             return  # a folder someone else may write: nothing goes there, nothing is read
         data = pickle.dumps(program, protocol=pickle.HIGHEST_PROTOCOL)
         if _layout(pickle.loads(data)) != _layout(program):
@@ -150,6 +157,9 @@ def _trim(folder: Path) -> None:
     files = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in files[KEPT:]:
         old.unlink(missing_ok=True)
+    for left in folder.glob("*.tmp"):  # a writer that died before its rename
+        if time.time() - left.stat().st_mtime > STALE_SECONDS:
+            left.unlink(missing_ok=True)
 
 
 def through_disk(parse: Callable[[str], tuple[Any, Any]]) -> Callable[[str], tuple[Any, Any]]:
