@@ -8,9 +8,10 @@ machine (a Wait state, `DecisionStatus.WAIT`), with no Lambda running.
 The budget is GCRA (the generic cell rate algorithm, as in ATM networks and Redis' `redis-cell`):
 one number per endpoint and model, the theoretical arrival time (TAT), in one DynamoDB item.
 A call may go at `max(now, TAT - tolerance)`; taking it moves TAT to `max(now, TAT) + interval`
-with one conditional write (a rival's write makes it read again). A run whose slot is in the
-future keeps it (a reservation, keyed by the model call it is for) and waits until then: runs
-are served in the order they asked, and nobody wakes to find the slot taken.
+with one conditional write (a rival's write, or a rival's transaction on the budget at the same
+time, makes it read again). A run whose slot is in the future keeps it (a reservation, keyed by
+the model call it is for) and waits until then: runs are served in the order they asked, and
+nobody wakes to find the slot taken.
 
 A 429, or an answer that names a wait (`Retry-After`, `retry-after-ms`), tells every run of the
 same endpoint and model: the budget is blocked until then (reservations made before the block
@@ -29,6 +30,7 @@ ever asks (shared/runs/model_step.py).
 
 import hashlib
 import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from toolpipe.shared.dynamo import lost_race
+from toolpipe.shared.dynamo import CONDITION_FALSE, cancellation_codes, lost_race
 from toolpipe.shared.messages import RunRecord
 from toolpipe.shared.model.errors import ModelCallError
 from toolpipe.shared.settings import RateSettings
@@ -56,6 +58,11 @@ KEEP_SECONDS = 86_400
 DEFAULT_BACKOFF_MS = 1000
 # Rival writes to one budget before this invocation gives up (the state machine retries it).
 MAX_RACES = 50
+# A transaction DynamoDB cancelled for another one on the same item at once.
+TRANSACTION_CONFLICT = "TransactionConflict"
+# The pause before reading a budget again after such a conflict (jittered: the rival's
+# transaction finishes meanwhile, and two conflicting runs do not meet again in step).
+CONFLICT_PAUSE_SECONDS = (0.005, 0.03)
 
 
 @dataclass(frozen=True)
@@ -230,6 +237,11 @@ class RateGovernor:
         except ClientError as e:
             if lost_race(e):
                 return False
+            if _conflicted(e):
+                # Two runs took a slot of one budget at once: DynamoDB cancelled this transaction,
+                # applying none of it. A race like a failed condition: read again, a little later.
+                time.sleep(random.uniform(*CONFLICT_PAUSE_SECONDS))
+                return False
             raise
         return True
 
@@ -273,6 +285,13 @@ def model_call_key(run: RunRecord, last_seq: int) -> str:
 def _contended() -> ModelCallError:
     # This exact class: the state machine retries the model step by its name, later.
     return ModelCallError(f"the model's rate budget changed {MAX_RACES} times in a row")
+
+
+def _conflicted(error: ClientError) -> bool:
+    """A transaction cancelled because another one wrote the same item at the same time (and for
+    no reason but that, or a failed condition): it was not applied."""
+    codes = set(cancellation_codes(error)) - {"None", CONDITION_FALSE}
+    return codes == {TRANSACTION_CONFLICT}
 
 
 def _run_pk(run_id: str) -> str:

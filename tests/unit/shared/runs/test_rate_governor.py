@@ -7,8 +7,10 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
+from tests.dynamo_faults import cancellation_body, refused
 from toolpipe.infra.local import serial
 from toolpipe.shared.messages import RunRecord
 from toolpipe.shared.runs.rate_governor import Go, RateGovernor, Stop, Wait, model_call_key
@@ -139,3 +141,24 @@ def test_the_waits_of_a_run_are_bounded_in_all_and_counted_per_execution(table: 
     )
     # A fresh execution of the run counts its own waits (its own history-event budget).
     assert governor.waits(run.model_copy(update={"execution": 2})) == 0
+
+
+def test_a_transaction_conflict_with_another_run_is_a_lost_race(table: object) -> None:
+    # On AWS two runs taking a slot of one budget at once: DynamoDB cancels one transaction with
+    # TransactionConflict (moto never does). Refused, not applied: the run reads again and takes its slot.
+    clock = Clock()
+    governor = _governor(table, clock, per_minute=60, burst=1)
+    client = table.meta.client  # type: ignore[attr-defined]
+    with refused(client, "TransactWriteItems", cancellation_body("TransactionConflict", "None")) as seen:
+        assert isinstance(governor.admit(_run("a"), "m", "1"), Go)
+    assert len(seen) == 1
+    assert governor.admit(_run("b"), "m", "1") == Wait(1, "its turn in the model's rate limit")
+
+
+def test_a_transaction_cancelled_for_another_reason_is_raised(table: object) -> None:
+    clock = Clock()
+    governor = _governor(table, clock, per_minute=60, burst=1)
+    client = table.meta.client  # type: ignore[attr-defined]
+    throttled = cancellation_body("ThrottlingError", "TransactionConflict")
+    with refused(client, "TransactWriteItems", throttled), pytest.raises(ClientError):
+        governor.admit(_run("a"), "m", "1")
