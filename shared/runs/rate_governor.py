@@ -17,9 +17,10 @@ A 429, or an answer that names a wait (`Retry-After`, `retry-after-ms`), tells e
 same endpoint and model: the budget is blocked until then (reservations made before the block
 are dropped and taken again), and the run that got it waits that long.
 
-Bounded: a wait that would pass the run's deadline (`max_duration`), or bring the run's waits
-past `max_wait_seconds` in all, ends the run `limit` with the reason instead. Each wait loop
-writes history events (`EVENTS_PER_RATE_WAIT`): the waits of the run's current execution count
+Bounded: a wait that would pass the run's deadline (`max_duration`; an "exclude" run's active
+time is bounded by the timer and the model step instead), or bring the run's waits past
+`max_wait_seconds` in all, ends the run `limit` with the reason instead. Each wait loop writes
+history events (`EVENTS_PER_RATE_WAIT`): the waits of the run's current execution count
 in its event budget (shared/runs/executions.py).
 
 Idempotent under at-least-once: the reservation and the budget's new TAT are one transaction,
@@ -181,7 +182,9 @@ class RateGovernor:
         if not wait_ms:
             return None
         seconds = _seconds(wait_ms)
-        if run.deadline is not None:
+        # An "exclude" run's deadline is nominal: its waits for people push its limit on, and
+        # only its active time counts (the timer's check and the model step's enforce it).
+        if run.deadline is not None and run.max_duration_waits != "exclude":
             deadline_ms = datetime.fromisoformat(run.deadline).timestamp() * 1000
             if self._now() + wait_ms >= deadline_ms:
                 return Stop(

@@ -162,3 +162,17 @@ def test_a_transaction_cancelled_for_another_reason_is_raised(table: object) -> 
     throttled = cancellation_body("ThrottlingError", "TransactionConflict")
     with refused(client, "TransactWriteItems", throttled), pytest.raises(ClientError):
         governor.admit(_run("a"), "m", "1")
+
+
+def test_an_exclude_run_is_not_ended_at_its_nominal_deadline(table: object) -> None:
+    # "exclude": waits for people push the run's limit past its deadline; the timer's check of its
+    # active time and the model step's bound it, not the governor's comparison with the deadline.
+    clock = Clock()
+    governor = _governor(table, clock, per_minute=60, burst=1)
+    assert isinstance(governor.admit(_run("a"), "m", "1"), Go)  # the budget is taken
+    clock.now = 1_800_000_000.0  # 2027-01-15T08:00:00Z: the deadline passed an hour ago
+    late = _run("b", deadline="2027-01-15T07:00:00.000Z", max_duration=3600, max_duration_waits="exclude")
+    assert governor.admit(late, "m", "1") == Wait(1, "its turn in the model's rate limit")
+    # Counted waits: the same run ends at its deadline.
+    counted = late.model_copy(update={"run_id": "c", "max_duration_waits": "count"})
+    assert isinstance(governor.admit(counted, "m", "1"), Stop)
