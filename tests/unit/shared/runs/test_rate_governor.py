@@ -4,6 +4,7 @@ and a wait never passes the run's limits."""
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import boto3
 import pytest
@@ -30,6 +31,13 @@ class Clock:
 
 @pytest.fixture
 def table() -> Iterator[object]:
+    with budget_table() as created:
+        yield created
+
+
+@contextmanager
+def budget_table() -> Iterator[object]:
+    """The budgets' table on moto (a test module of the governor's users opens it too)."""
     with mock_aws():
         # DynamoDB applies each conditional write atomically; bare moto does not: the local
         # runtime's one-request-at-a-time lock gives it AWS's answer.
