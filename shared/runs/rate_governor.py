@@ -43,7 +43,7 @@ from botocore.exceptions import ClientError
 from toolpipe.shared.dynamo import CONDITION_FALSE, cancellation_codes, lost_race
 from toolpipe.shared.messages import RunRecord
 from toolpipe.shared.model.errors import ModelCallError
-from toolpipe.shared.settings import RateSettings
+from toolpipe.shared.settings import CallTimeouts, RateSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -59,6 +59,8 @@ KEEP_SECONDS = 86_400
 DEFAULT_BACKOFF_MS = 1000
 # Rival writes to one budget before this invocation gives up (the state machine retries it).
 MAX_RACES = 50
+# A child's wait ends this long before its parent's call would miss a heartbeat.
+CHILD_WAIT_MARGIN_SECONDS = 60
 # A transaction DynamoDB cancelled for another one on the same item at once.
 TRANSACTION_CONFLICT = "TransactionConflict"
 # The pause before reading a budget again after such a conflict (jittered: the rival's
@@ -98,7 +100,10 @@ class RateGovernor:
         settings: RateSettings,
         endpoint: str,
         clock: Callable[[], float] = time.time,
+        call_heartbeat_seconds: int = CallTimeouts().heartbeat_seconds,
     ) -> None:
+        """`call_heartbeat_seconds`: the heartbeat timeout of a call (a parent's call of a child
+        run included)."""
         self._table = table
         self._endpoint = endpoint
         self._interval_ms = 60_000 / settings.per_minute
@@ -106,6 +111,10 @@ class RateGovernor:
         self._tolerance_ms = self._interval_ms * (settings.burst - 1)
         self._max_wait_ms = settings.max_wait_seconds * 1000
         self._clock = clock
+        # A child run's parent waits for it in a call with a heartbeat timeout, and each model
+        # step of the child is a beat: a child waits at most this long at a time (a minute under
+        # the timeout, for the step's own time), wakes, beats and waits again.
+        self._child_wait_ms = max(1, call_heartbeat_seconds - CHILD_WAIT_MARGIN_SECONDS) * 1000
 
     def waits(self, run: RunRecord) -> int:
         """How many times the run waited in its current execution."""
@@ -135,10 +144,11 @@ class RateGovernor:
                 return stop
             new_tat = max(now, tat or now) + round(self._interval_ms)
             holding = {"call": call, "slot_at": slot_at}
-            if self._write(budget_pk, tat, {"tat": new_tat}, run, mine, wait_ms, holding):
+            waited_ms = self._this_time(run, wait_ms)
+            if self._write(budget_pk, tat, {"tat": new_tat}, run, mine, waited_ms, holding):
                 if not wait_ms:
                     return Go()
-                return Wait(_seconds(wait_ms), "its turn in the model's rate limit")
+                return Wait(_seconds(waited_ms), "its turn in the model's rate limit")
         raise _contended()
 
     def rate_limited(self, run: RunRecord, model: str, retry_after: float | None, detail: str) -> Wait | Stop:
@@ -162,8 +172,9 @@ class RateGovernor:
                 "tat": max(tat or 0, until + int(self._tolerance_ms)),
                 "blocked_until": max(int(budget.get("blocked_until", 0)), until),
             }
-            if self._write(budget_pk, tat, pushed, run, mine, asked_ms, None):
-                return Wait(_seconds(asked_ms), f"the model endpoint asked to wait ({detail})")
+            waited_ms = self._this_time(run, asked_ms)
+            if self._write(budget_pk, tat, pushed, run, mine, waited_ms, None):
+                return Wait(_seconds(waited_ms), f"the model endpoint asked to wait ({detail})")
         raise _contended()
 
     # --- one wait, and its bounds -----------------------------------------------------------
@@ -173,10 +184,17 @@ class RateGovernor:
         stop = self._past_limits(run, mine, wait_ms)
         if stop is not None:
             return stop
+        waited_ms = self._this_time(run, wait_ms)
         self._table.put_item(
-            Item=self._run_item(run, mine, wait_ms, {k: mine[k] for k in ("call", "slot_at")})
+            Item=self._run_item(run, mine, waited_ms, {k: mine[k] for k in ("call", "slot_at")})
         )
-        return Wait(_seconds(wait_ms), reason)
+        return Wait(_seconds(waited_ms), reason)
+
+    def _this_time(self, run: RunRecord, wait_ms: int) -> int:
+        """How much of a wait the run waits before its next step: all of it, but a child run
+        wakes in time to beat for its parent's call (the wait's end is checked against the
+        run's limits whole; what it waited is counted as waited)."""
+        return min(wait_ms, self._child_wait_ms) if run.parent is not None else wait_ms
 
     def _past_limits(self, run: RunRecord, mine: dict[str, Any], wait_ms: int) -> Stop | None:
         if not wait_ms:

@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from tests.dynamo_faults import cancellation_body, refused
 from toolpipe.infra.local import serial
-from toolpipe.shared.messages import RunRecord
+from toolpipe.shared.messages import ParentCall, RunRecord
 from toolpipe.shared.runs.rate_governor import Go, RateGovernor, Stop, Wait, model_call_key
 from toolpipe.shared.settings import RateSettings
 
@@ -184,3 +184,29 @@ def test_an_exclude_run_is_not_ended_at_its_nominal_deadline(table: object) -> N
     # Counted waits: the same run ends at its deadline.
     counted = late.model_copy(update={"run_id": "c", "max_duration_waits": "count"})
     assert isinstance(governor.admit(counted, "m", "1"), Stop)
+
+
+def test_a_child_run_wakes_in_time_to_beat_for_its_parents_call(table: object) -> None:
+    # A child's parent waits in a call with a heartbeat timeout (900 s); each model step of the
+    # child beats. A longer wait is waited in parts of at most 840 s, each ending in a step.
+    clock = Clock()
+    settings = RateSettings(table_name=TABLE, per_minute=60, burst=1)
+    governor = RateGovernor(
+        table, settings, "http://model.example/v1", clock=clock, call_heartbeat_seconds=900
+    )  # type: ignore[arg-type]
+    parent = ParentCall(run_id="p", call_id="c1", seq=2, turn=0, tool="ask_child")
+    child = _run("child", parent=parent)
+    waited = governor.rate_limited(child, "m", 2000.0, "429")
+    assert isinstance(waited, Wait) and waited.seconds == 840
+    clock.now += 840
+    assert governor.admit(child, "m", "1") == Wait(840, "its turn in the model's rate limit")
+    clock.now += 840
+    assert governor.admit(child, "m", "1") == Wait(320, "its turn in the model's rate limit")
+    clock.now += 320
+    assert isinstance(governor.admit(child, "m", "1"), Go)
+    # What it waited is counted once: 2000 s in all, not each part's whole wait.
+    assert table.get_item(Key={"pk": "RUN#child"})["Item"]["waited_ms"] == 2_000_000  # type: ignore[attr-defined]
+    # A run that is nobody's child waits the whole wait at once.
+    assert governor.rate_limited(_run("top"), "m", 2000.0, "429") == Wait(
+        2000, "the model endpoint asked to wait (429)"
+    )
