@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit.shared.runs.test_rate_governor import Clock, _governor, _run, budget_table
 from tests.unit.shared.runs.test_runs import Reporter, Starter
-from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
+from toolpipe.infra.local.scripted_model import HttpError, Reply, ScriptedModelServer, ScriptResponder
 from toolpipe.shared.agents import AGENTS, Agent
 from toolpipe.shared.agents.hooks import BeforeModel, Hooks
 from toolpipe.shared.history import MemoryHistoryStore
@@ -52,9 +52,13 @@ def model() -> Iterator[ScriptedModelServer]:
         yield server
 
 
-def _step(table: object, model: ScriptedModelServer, clock: Clock) -> tuple[ModelStep, MemoryHistoryStore]:
+def _step(
+    table: object, model: ScriptedModelServer, clock: Clock, taken: bool = True
+) -> tuple[ModelStep, MemoryHistoryStore]:
+    """The model step, governed, for the run `r1` of the agent "counted"; `taken`: another run
+    took the budget's slot first."""
     store = MemoryHistoryStore()
-    client = OpenAIModelClient(build_openai_client(model.base_url, "k"), max_retries=0)
+    client = OpenAIModelClient(build_openai_client(model.base_url, "k"), max_retries=0, governed=True)
     # A slot every 3 s, one at a time.
     governor = _governor(table, clock, per_minute=20, burst=1)
     step = ModelStep(
@@ -67,7 +71,8 @@ def _step(table: object, model: ScriptedModelServer, clock: Clock) -> tuple[Mode
         agents=RegisteredAgents(),
         governor=governor,
     )
-    assert isinstance(governor.admit(_run("other"), "m", "1"), Go)  # another run took the budget
+    if taken:
+        assert isinstance(governor.admit(_run("other"), "m", "1"), Go)
     assert store.create_run(
         RunRecord(run_id="r1", agent="counted", status=RunStatus.RUNNING),
         UserMessage(seq=1, turn=0, content="hi"),
@@ -91,3 +96,22 @@ def test_before_model_hooks_run_once_per_model_call_not_per_wake_up(
     assert decision.status is DecisionStatus.FINAL
     assert len(model.requests) == 1
     assert hooks.before_model_calls == 1
+
+
+@pytest.mark.parametrize("header", ["retry-after", "retry-after-ms"])
+def test_an_absurd_retry_after_ends_the_run_limit_not_the_step(
+    table: object, model: ScriptedModelServer, hooks: CountingHooks, header: str
+) -> None:
+    # 1e306 s: as many milliseconds are past a float's range (math.ceil of inf).
+    model.responder = ScriptResponder(
+        [HttpError(429, {"error": {"message": "slow down"}}, {header: "1e306"})]
+    )
+    step, store = _step(table, model, Clock(), taken=False)
+    decision = step.step(StepRequest(run_id="r1"), time.monotonic() + 60)
+    assert decision.status is DecisionStatus.LIMIT
+    run = store.get_run("r1")
+    assert run.status is RunStatus.LIMIT
+    assert run.error == (
+        "the model's rate limit would make the run wait 10000000 s more, past the 3600 s it may wait "
+        "in all (TOOLPIPE_MODEL_RATE_MAX_WAIT) (model endpoint answered 429 slow down)"
+    )
