@@ -19,7 +19,7 @@ are dropped and taken again), and the run that got it waits that long.
 
 Bounded: a wait that would pass the run's deadline (`max_duration`; an "exclude" run's active
 time is bounded by the timer and the model step instead), or bring the run's waits past
-`max_wait_seconds` in all, ends the run `limit` with the reason instead. Each wait loop writes
+`max_wait_seconds` in all (since its last resume), ends the run `limit` with the reason instead. Each wait loop writes
 history events (`EVENTS_PER_RATE_WAIT`): the waits of the run's current execution count
 in its event budget (shared/runs/executions.py).
 
@@ -209,8 +209,7 @@ class RateGovernor:
                     f"the model's rate limit would make the run wait {seconds} s, past its "
                     f"max_duration of {run.max_duration} s"
                 )
-        waited = int(mine.get("waited_ms", 0))
-        if waited + wait_ms > self._max_wait_ms:
+        if _waited_ms(run, mine) + wait_ms > self._max_wait_ms:
             return Stop(
                 f"the model's rate limit would make the run wait {seconds} s more, past the "
                 f"{self._max_wait_ms // 1000} s it may wait in all (TOOLPIPE_MODEL_RATE_MAX_WAIT)"
@@ -269,15 +268,17 @@ class RateGovernor:
     def _run_item(
         self, run: RunRecord, mine: dict[str, Any], wait_ms: int, holding: dict[str, Any] | None
     ) -> dict[str, Any]:
-        """The run's record: the slot it holds (`holding`), its waits in this execution and in all."""
+        """The run's record: the slot it holds (`holding`), its waits in this execution and since it
+        was last resumed."""
         same = mine.get("execution") == run.execution
         waits = int(mine.get("waits", 0)) if same else 0
         return {
             "pk": _run_pk(run.run_id),
             "execution": run.execution,
             "waits": waits + (1 if wait_ms else 0),
+            "resumes": len(run.resumes),
             # As waited: whole seconds.
-            "waited_ms": int(mine.get("waited_ms", 0)) + (_seconds(wait_ms) * 1000 if wait_ms else 0),
+            "waited_ms": _waited_ms(run, mine) + (_seconds(wait_ms) * 1000 if wait_ms else 0),
             "expires_at": self._expiry(),
             **(holding or {}),
         }
@@ -313,6 +314,13 @@ def _conflicted(error: ClientError) -> bool:
     no reason but that, or a failed condition): it was not applied."""
     codes = set(cancellation_codes(error)) - {"None", CONDITION_FALSE}
     return codes == {TRANSACTION_CONFLICT}
+
+
+def _waited_ms(run: RunRecord, mine: dict[str, Any]) -> int:
+    """What the run waited in all since it was last resumed: a resume gives a run stopped by the
+    total-wait cap (`max_wait_seconds`) the whole of it again, as it does the limits it raises."""
+    same = int(mine.get("resumes", 0)) == len(run.resumes)
+    return int(mine.get("waited_ms", 0)) if same else 0
 
 
 def _run_pk(run_id: str) -> str:

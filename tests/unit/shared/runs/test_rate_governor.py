@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from tests.dynamo_faults import cancellation_body, refused
 from toolpipe.infra.local import serial
-from toolpipe.shared.messages import ParentCall, RunRecord
+from toolpipe.shared.messages import ParentCall, ResumeRecord, RunRecord, RunStatus
 from toolpipe.shared.runs.rate_governor import Go, RateGovernor, Stop, Wait, model_call_key
 from toolpipe.shared.settings import RateSettings
 
@@ -210,3 +210,18 @@ def test_a_child_run_wakes_in_time_to_beat_for_its_parents_call(table: object) -
     assert governor.rate_limited(_run("top"), "m", 2000.0, "429") == Wait(
         2000, "the model endpoint asked to wait (429)"
     )
+
+
+def test_a_resume_gives_the_run_its_whole_total_wait_again(table: object) -> None:
+    clock = Clock()
+    governor = _governor(table, clock, per_minute=60, burst=1, max_wait_seconds=10)
+    run = _run("a")
+    assert isinstance(governor.rate_limited(run, "m", 4.0, "429"), Wait)
+    assert isinstance(governor.rate_limited(run, "m", 4.0, "429"), Wait)
+    assert isinstance(governor.rate_limited(run, "m", 4.0, "429"), Stop)  # 12 s > 10 s: limit
+    # Resumed (a new execution): its waits are counted from 0 again, then bounded as before.
+    ended = ResumeRecord(execution=2, turn=0, ended=RunStatus.LIMIT, error="waited", by="me")
+    resumed = run.model_copy(update={"execution": 2, "resumes": [ended]})
+    assert isinstance(governor.rate_limited(resumed, "m", 4.0, "429"), Wait)
+    assert isinstance(governor.rate_limited(resumed, "m", 4.0, "429"), Wait)
+    assert isinstance(governor.rate_limited(resumed, "m", 4.0, "429"), Stop)
