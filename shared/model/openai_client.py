@@ -49,6 +49,9 @@ MAX_NAME_CHARS = 256
 MAX_ID_CHARS = 256
 # Above any context window: a larger count is garbage, and DynamoDB numbers stop at 38 digits.
 MAX_TOKENS = 10**9
+# The longest wait an answer may ask for (about 4 months), far past any run's limits, which end
+# the run instead: a larger one (`Retry-After: 1e306`) would overflow the governor's arithmetic.
+MAX_RETRY_AFTER_SECONDS = 1e7
 _MAX_DETAIL_CHARS = 200
 
 
@@ -239,7 +242,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         except ValueError:
             seconds = math.nan
         if math.isfinite(seconds):
-            return max(0.0, seconds)
+            return min(MAX_RETRY_AFTER_SECONDS, max(0.0, seconds))
     value = headers.get("retry-after")
     if value is None:
         return None
@@ -253,7 +256,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         if when.tzinfo is None:  # "-0000": the RFC's way of saying UTC without a zone
             when = when.replace(tzinfo=UTC)
         seconds = when.timestamp() - time.time()
-    return max(0.0, seconds) if math.isfinite(seconds) else None
+    return min(MAX_RETRY_AFTER_SECONDS, max(0.0, seconds)) if math.isfinite(seconds) else None
 
 
 def _one_line(text: str) -> str:

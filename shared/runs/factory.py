@@ -117,7 +117,9 @@ def build_model_step(
     if rate is not None and rate.enabled and rate.table_name:
         # The budget is per endpoint: unset, the client's own default, OpenAI's.
         endpoint = model.base_url or OPENAI_BASE_URL
-        governor = RateGovernor(own_table(rate.table_name), rate, endpoint)
+        governor = RateGovernor(
+            own_table(rate.table_name), rate, endpoint, call_heartbeat_seconds=timeouts.heartbeat_seconds
+        )
     client = OpenAIModelClient(
         # The key is sent with each request (`api_key`), read when the call is made: a secret
         # still empty at cold start must not fail the build, nor stay cached once it is set.

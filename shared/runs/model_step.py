@@ -296,6 +296,15 @@ class ModelStep:
         read = self._read_by_agent(step)
         if isinstance(read, str):
             return self._end(run, RunStatus.FAILED, DecisionStatus.FAILED, error=read)
+        model = agent.model or self._default_model
+        governor, call = self._governor, model_call_key(run, step.history[-1].seq)
+        if governor is not None:
+            # Before the hooks: a run that waits asks again when it wakes, and its before_model
+            # hooks run once per model call, not once per wake-up. A hook that then answers in
+            # the model's place leaves the slot it took unused: one slot of the rate, no call.
+            admission = governor.admit(run, model, call)
+            if not isinstance(admission, Go):
+                return self._held(run, admission)
         tools = agent.registry.specs(only=allowed_tools(run, agent.name))
         offered = transfer_specs(agent, self._agents.get)
         # A transfer's name wins over a tool source's tool of the same name (listed at run time).
@@ -309,12 +318,6 @@ class ModelStep:
         for hooks in agent.hooks:
             hooks.before_model(before)
         started_at = utc_now()
-        model = agent.model or self._default_model
-        governor, call = self._governor, model_call_key(run, step.history[-1].seq)
-        if governor is not None and not before.reply:
-            admission = governor.admit(run, model, call)
-            if not isinstance(admission, Go):
-                return self._held(run, admission)
         try:
             reply = before.reply or self._model.complete(
                 model=model,

@@ -8,17 +8,19 @@ machine (a Wait state, `DecisionStatus.WAIT`), with no Lambda running.
 The budget is GCRA (the generic cell rate algorithm, as in ATM networks and Redis' `redis-cell`):
 one number per endpoint and model, the theoretical arrival time (TAT), in one DynamoDB item.
 A call may go at `max(now, TAT - tolerance)`; taking it moves TAT to `max(now, TAT) + interval`
-with one conditional write (a rival's write makes it read again). A run whose slot is in the
-future keeps it (a reservation, keyed by the model call it is for) and waits until then: runs
-are served in the order they asked, and nobody wakes to find the slot taken.
+with one conditional write (a rival's write, or a rival's transaction on the budget at the same
+time, makes it read again). A run whose slot is in the future keeps it (a reservation, keyed by
+the model call it is for) and waits until then: runs are served in the order they asked, and
+nobody wakes to find the slot taken.
 
 A 429, or an answer that names a wait (`Retry-After`, `retry-after-ms`), tells every run of the
 same endpoint and model: the budget is blocked until then (reservations made before the block
 are dropped and taken again), and the run that got it waits that long.
 
-Bounded: a wait that would pass the run's deadline (`max_duration`), or bring the run's waits
-past `max_wait_seconds` in all, ends the run `limit` with the reason instead. Each wait loop
-writes history events (`EVENTS_PER_RATE_WAIT`): the waits of the run's current execution count
+Bounded: a wait that would pass the run's deadline (`max_duration`; an "exclude" run's active
+time is bounded by the timer and the model step instead), or bring the run's waits past
+`max_wait_seconds` in all (since its last resume), ends the run `limit` with the reason instead. Each wait loop writes
+history events (`EVENTS_PER_RATE_WAIT`): the waits of the run's current execution count
 in its event budget (shared/runs/executions.py).
 
 Idempotent under at-least-once: the reservation and the budget's new TAT are one transaction,
@@ -29,6 +31,7 @@ ever asks (shared/runs/model_step.py).
 
 import hashlib
 import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from toolpipe.shared.dynamo import lost_race
+from toolpipe.shared.dynamo import CONDITION_FALSE, cancellation_codes, lost_race
 from toolpipe.shared.messages import RunRecord
 from toolpipe.shared.model.errors import ModelCallError
-from toolpipe.shared.settings import RateSettings
+from toolpipe.shared.settings import CallTimeouts, RateSettings
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -56,6 +59,13 @@ KEEP_SECONDS = 86_400
 DEFAULT_BACKOFF_MS = 1000
 # Rival writes to one budget before this invocation gives up (the state machine retries it).
 MAX_RACES = 50
+# A child's wait ends this long before its parent's call would miss a heartbeat.
+CHILD_WAIT_MARGIN_SECONDS = 60
+# A transaction DynamoDB cancelled for another one on the same item at once.
+TRANSACTION_CONFLICT = "TransactionConflict"
+# The pause before reading a budget again after such a conflict (jittered: the rival's
+# transaction finishes meanwhile, and two conflicting runs do not meet again in step).
+CONFLICT_PAUSE_SECONDS = (0.005, 0.03)
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,10 @@ class RateGovernor:
         settings: RateSettings,
         endpoint: str,
         clock: Callable[[], float] = time.time,
+        call_heartbeat_seconds: int = CallTimeouts().heartbeat_seconds,
     ) -> None:
+        """`call_heartbeat_seconds`: the heartbeat timeout of a call (a parent's call of a child
+        run included)."""
         self._table = table
         self._endpoint = endpoint
         self._interval_ms = 60_000 / settings.per_minute
@@ -98,6 +111,10 @@ class RateGovernor:
         self._tolerance_ms = self._interval_ms * (settings.burst - 1)
         self._max_wait_ms = settings.max_wait_seconds * 1000
         self._clock = clock
+        # A child run's parent waits for it in a call with a heartbeat timeout, and each model
+        # step of the child is a beat: a child waits at most this long at a time (a minute under
+        # the timeout, for the step's own time), wakes, beats and waits again.
+        self._child_wait_ms = max(1, call_heartbeat_seconds - CHILD_WAIT_MARGIN_SECONDS) * 1000
 
     def waits(self, run: RunRecord) -> int:
         """How many times the run waited in its current execution."""
@@ -127,10 +144,11 @@ class RateGovernor:
                 return stop
             new_tat = max(now, tat or now) + round(self._interval_ms)
             holding = {"call": call, "slot_at": slot_at}
-            if self._write(budget_pk, tat, {"tat": new_tat}, run, mine, wait_ms, holding):
+            waited_ms = self._this_time(run, wait_ms)
+            if self._write(budget_pk, tat, {"tat": new_tat}, run, mine, waited_ms, holding):
                 if not wait_ms:
                     return Go()
-                return Wait(_seconds(wait_ms), "its turn in the model's rate limit")
+                return Wait(_seconds(waited_ms), "its turn in the model's rate limit")
         raise _contended()
 
     def rate_limited(self, run: RunRecord, model: str, retry_after: float | None, detail: str) -> Wait | Stop:
@@ -154,8 +172,9 @@ class RateGovernor:
                 "tat": max(tat or 0, until + int(self._tolerance_ms)),
                 "blocked_until": max(int(budget.get("blocked_until", 0)), until),
             }
-            if self._write(budget_pk, tat, pushed, run, mine, asked_ms, None):
-                return Wait(_seconds(asked_ms), f"the model endpoint asked to wait ({detail})")
+            waited_ms = self._this_time(run, asked_ms)
+            if self._write(budget_pk, tat, pushed, run, mine, waited_ms, None):
+                return Wait(_seconds(waited_ms), f"the model endpoint asked to wait ({detail})")
         raise _contended()
 
     # --- one wait, and its bounds -----------------------------------------------------------
@@ -165,24 +184,32 @@ class RateGovernor:
         stop = self._past_limits(run, mine, wait_ms)
         if stop is not None:
             return stop
+        waited_ms = self._this_time(run, wait_ms)
         self._table.put_item(
-            Item=self._run_item(run, mine, wait_ms, {k: mine[k] for k in ("call", "slot_at")})
+            Item=self._run_item(run, mine, waited_ms, {k: mine[k] for k in ("call", "slot_at")})
         )
-        return Wait(_seconds(wait_ms), reason)
+        return Wait(_seconds(waited_ms), reason)
+
+    def _this_time(self, run: RunRecord, wait_ms: int) -> int:
+        """How much of a wait the run waits before its next step: all of it, but a child run
+        wakes in time to beat for its parent's call (the wait's end is checked against the
+        run's limits whole; what it waited is counted as waited)."""
+        return min(wait_ms, self._child_wait_ms) if run.parent is not None else wait_ms
 
     def _past_limits(self, run: RunRecord, mine: dict[str, Any], wait_ms: int) -> Stop | None:
         if not wait_ms:
             return None
         seconds = _seconds(wait_ms)
-        if run.deadline is not None:
+        # An "exclude" run's deadline is nominal: its waits for people push its limit on, and
+        # only its active time counts (the timer's check and the model step's enforce it).
+        if run.deadline is not None and run.max_duration_waits != "exclude":
             deadline_ms = datetime.fromisoformat(run.deadline).timestamp() * 1000
             if self._now() + wait_ms >= deadline_ms:
                 return Stop(
                     f"the model's rate limit would make the run wait {seconds} s, past its "
                     f"max_duration of {run.max_duration} s"
                 )
-        waited = int(mine.get("waited_ms", 0))
-        if waited + wait_ms > self._max_wait_ms:
+        if _waited_ms(run, mine) + wait_ms > self._max_wait_ms:
             return Stop(
                 f"the model's rate limit would make the run wait {seconds} s more, past the "
                 f"{self._max_wait_ms // 1000} s it may wait in all (TOOLPIPE_MODEL_RATE_MAX_WAIT)"
@@ -230,21 +257,28 @@ class RateGovernor:
         except ClientError as e:
             if lost_race(e):
                 return False
+            if _conflicted(e):
+                # Two runs took a slot of one budget at once: DynamoDB cancelled this transaction,
+                # applying none of it. A race like a failed condition: read again, a little later.
+                time.sleep(random.uniform(*CONFLICT_PAUSE_SECONDS))
+                return False
             raise
         return True
 
     def _run_item(
         self, run: RunRecord, mine: dict[str, Any], wait_ms: int, holding: dict[str, Any] | None
     ) -> dict[str, Any]:
-        """The run's record: the slot it holds (`holding`), its waits in this execution and in all."""
+        """The run's record: the slot it holds (`holding`), its waits in this execution and since it
+        was last resumed."""
         same = mine.get("execution") == run.execution
         waits = int(mine.get("waits", 0)) if same else 0
         return {
             "pk": _run_pk(run.run_id),
             "execution": run.execution,
             "waits": waits + (1 if wait_ms else 0),
+            "resumes": len(run.resumes),
             # As waited: whole seconds.
-            "waited_ms": int(mine.get("waited_ms", 0)) + (_seconds(wait_ms) * 1000 if wait_ms else 0),
+            "waited_ms": _waited_ms(run, mine) + (_seconds(wait_ms) * 1000 if wait_ms else 0),
             "expires_at": self._expiry(),
             **(holding or {}),
         }
@@ -273,6 +307,20 @@ def model_call_key(run: RunRecord, last_seq: int) -> str:
 def _contended() -> ModelCallError:
     # This exact class: the state machine retries the model step by its name, later.
     return ModelCallError(f"the model's rate budget changed {MAX_RACES} times in a row")
+
+
+def _conflicted(error: ClientError) -> bool:
+    """A transaction cancelled because another one wrote the same item at the same time (and for
+    no reason but that, or a failed condition): it was not applied."""
+    codes = set(cancellation_codes(error)) - {"None", CONDITION_FALSE}
+    return codes == {TRANSACTION_CONFLICT}
+
+
+def _waited_ms(run: RunRecord, mine: dict[str, Any]) -> int:
+    """What the run waited in all since it was last resumed: a resume gives a run stopped by the
+    total-wait cap (`max_wait_seconds`) the whole of it again, as it does the limits it raises."""
+    same = int(mine.get("resumes", 0)) == len(run.resumes)
+    return int(mine.get("waited_ms", 0)) if same else 0
 
 
 def _run_pk(run_id: str) -> str:

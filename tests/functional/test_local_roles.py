@@ -525,6 +525,27 @@ def test_only_the_orchestrator_may_use_the_models_rate_budgets(runtime: LocalRun
     item = {"pk": {"S": "BUDGET#x"}, "tat": {"N": "1"}}
     _as(runtime, "orchestrator", lambda: aws["dynamodb"].put_item(TableName=table, Item=item))
     _as(runtime, "orchestrator", lambda: aws["dynamodb"].get_item(TableName=table, Key={"pk": item["pk"]}))
+    # Exactly what the governor asks (its transaction: an UpdateItem and a PutItem), nothing more.
+    update = {
+        "TableName": table,
+        "Key": {"pk": item["pk"]},
+        "UpdateExpression": "SET #tat = :tat",
+        "ExpressionAttributeNames": {"#tat": "tat"},
+        "ExpressionAttributeValues": {":tat": {"N": "2"}},
+    }
+    run = {"pk": {"S": "RUN#r"}, "slot_at": {"N": "2"}}
+    _as(
+        runtime,
+        "orchestrator",
+        lambda: aws["dynamodb"].transact_write_items(
+            TransactItems=[{"Update": update}, {"Put": {"TableName": table, "Item": run}}]
+        ),
+    )
+    assert "dynamodb:Scan" in _refused(runtime, "orchestrator", lambda: aws["dynamodb"].scan(TableName=table))
+    refused = _refused(
+        runtime, "orchestrator", lambda: aws["dynamodb"].delete_item(TableName=table, Key={"pk": item["pk"]})
+    )
+    assert "dynamodb:DeleteItem" in refused
     # Only the orchestrator calls the model: no other function reads or writes the budgets.
     others = [name for name in runtime.functions if name != "orchestrator"]
     assert {"api", "tool_worker", "tool_runner"} <= set(others)

@@ -39,6 +39,11 @@ from toolpipe.shared.settings import QuotaSettings, RateSettings
 # allows 2 to 1,000): https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html
 WORKER_MAX_CONCURRENCY = 20
 
+# What the rate governor asks of its table (shared/runs/rate_governor.py): consistent reads of a
+# budget and a run's record, the run's record written, and the transaction of both (IAM
+# authorizes TransactWriteItems as the item actions in it). No scan, query or delete.
+RATE_BUDGET_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
+
 
 @dataclass(frozen=True)
 class ReservedConcurrency:
@@ -312,8 +317,9 @@ class Functions(Construct):
         for fn in self.all:
             grant_run_objects(fn, storage.bucket, delete=fn is self.api)
             storage.table.grant_read_write_data(fn)
-        # Only the orchestrator calls the model, so only it meets the rate budgets.
-        storage.rate_table.grant_read_write_data(self.orchestrator)
+        # Only the orchestrator calls the model, so only it meets the rate budgets: exactly the
+        # governor's requests (its transaction is authorized as the UpdateItem and PutItem in it).
+        storage.rate_table.grant(self.orchestrator, *RATE_BUDGET_ACTIONS)
         if model_key is not None:
             # GetSecretValue on exactly that secret (and kms:Decrypt through Secrets Manager when
             # it is encrypted with a key of yours); only the orchestrator calls the model.
