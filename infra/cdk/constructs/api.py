@@ -2,7 +2,7 @@
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from aws_cdk import Aws, RemovalPolicy
 from aws_cdk import aws_apigateway as apigw
@@ -11,6 +11,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from toolpipe.infra.cdk.constructs.nag import LOGS_ENCRYPTION, acknowledge, skip_checkov
+from toolpipe.shared.messages.common import MaxDurationWaits
 
 STAGE_NAME = "v1"
 # The approval page behind the signed link (README "The approval link") and its methods.
@@ -280,6 +281,9 @@ class Api(Construct):
                         items=apigw.JsonSchema(type=apigw.JsonSchemaType.STRING),
                     ),
                     "max_duration": apigw.JsonSchema(type=apigw.JsonSchemaType.INTEGER, minimum=1),
+                    "max_duration_waits": apigw.JsonSchema(
+                        type=apigw.JsonSchemaType.STRING, enum=list(get_args(MaxDurationWaits))
+                    ),
                 },
             ),
         )
