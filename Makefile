@@ -82,10 +82,12 @@ TEST_WORKERS ?= 3
 
 # GNU make 4 prints each job's output whole when it ends; 3.81 (macOS's) has no --output-sync.
 OUTPUT_SYNC := $(if $(filter 3.%,$(MAKE_VERSION)),,--output-sync=target)
-# The checks before the tests run side by side (mypy alone keeps one core busy for ~90 s; the
+# The installs (the .venv with uv, the CDK CLI with npm, the browser) side by side too, then
+# the checks before the tests (mypy alone keeps one core busy for ~90 s; the
 # deploy checks, the docs build and the checkov venv's install fit beside it), each one's output
 # printed whole when it ends. Any one failing stops `make test` before the tests.
-test: install
+test:
+	$(MAKE) --no-print-directory -j 3 $(OUTPUT_SYNC) install
 	$(MAKE) --no-print-directory -j 3 $(OUTPUT_SYNC) lint check-deploy docs-check
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
