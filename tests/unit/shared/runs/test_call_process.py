@@ -1,6 +1,7 @@
 """Parts of a process per call (issue 32) a hostile call went after: the folder it locked, an
 answer too long to take."""
 
+import inspect
 import os
 import shutil
 import subprocess
@@ -16,7 +17,14 @@ from toolpipe.shared.runs import call_runner
 from toolpipe.shared.runs.tool_run import ToolRunRequest
 
 ROOT = Path(__file__).resolve().parents[4]
-_REMOVE = "import sys; from toolpipe.shared.runs.call_runner import remove_tree; remove_tree(sys.argv[1])"
+# `nobody` may not be able to read the checkout (a clone in a 0700 `mktemp -d` folder), so it
+# runs the function's own source with the base interpreter, not toolpipe imported from here.
+_REMOVE = (
+    "import contextlib, os, shutil, sys\n"
+    + inspect.getsource(call_runner.remove_tree)
+    + "remove_tree(sys.argv[1])\n"
+)
+_PYTHON = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
 
 
 def _as_nobody(command: list[str]) -> list[str]:
@@ -39,9 +47,9 @@ def test_a_folder_a_call_locked_is_removed_with_what_is_in_it() -> None:
         " open(f + '/locked/deeper/note', 'w').write('x'); os.chmod(f + '/locked/deeper', 0);"
         " os.chmod(f + '/locked', 0); os.symlink('/etc', f + '/link')"
     )
-    subprocess.run(_as_nobody([sys.executable, "-c", script, str(folder)]), check=True)
+    subprocess.run(_as_nobody([_PYTHON, "-I", "-c", script, str(folder)]), check=True)
     assert not os.access(locked, os.R_OK) or os.geteuid() == 0
-    subprocess.run(_as_nobody([sys.executable, "-c", _REMOVE, str(folder)]), check=True)
+    subprocess.run(_as_nobody([_PYTHON, "-I", "-c", _REMOVE, str(folder)]), check=True)
     assert not folder.exists()
     assert Path("/etc/passwd").exists()  # the link was removed, never followed
     base.rmdir()
