@@ -181,7 +181,7 @@ def test_the_model_key_is_retained_and_the_approval_signing_key_is_not(template:
     assert (signing_key["DeletionPolicy"], signing_key["UpdateReplacePolicy"]) == ("Delete", "Delete")
 
 
-def test_rest_api_is_iam_authorized_with_validated_bodies(template: Any) -> None:
+def test_rest_api_is_iam_authorized_with_validated_parameters(template: Any) -> None:
     template.resource_count_is("AWS::ApiGateway::RestApi", 1)
     methods = template.find_resources("AWS::ApiGateway::Method")
     assert {m["Properties"]["HttpMethod"] for m in methods.values()} == {"POST", "GET", "HEAD", "DELETE"}
@@ -282,17 +282,24 @@ def test_cdk_cli_synthesizes_offline(tmp_path: Path) -> None:
     assert kinds.count("AWS::ApiGateway::RestApi") == 1
 
 
-def test_api_gateway_request_model_matches_the_handler_model(template: Any) -> None:
-    """API Gateway rejects unknown body fields: its model must list exactly the handler's."""
-    from toolpipe.shared.messages import StartRunRequest
-
-    _, model = _one(template, "AWS::ApiGateway::Model")
-    schema = model["Properties"]["Schema"]
-    # `prompt` is the deprecated name of `input`: either is accepted, and one is required.
-    assert set(schema["properties"]) == set(StartRunRequest.model_fields) | {"prompt"}
-    assert [n for n, f in StartRunRequest.model_fields.items() if f.is_required()] == ["input"]
-    assert schema["anyOf"] == [{"required": ["input"]}, {"required": ["prompt"]}]
-    assert schema["additionalProperties"] is False
+def test_the_gateway_validates_no_body_so_aws_answers_as_the_local_runtime(template: Any) -> None:
+    """The local runtime has no API Gateway in front of the API function: a body the gateway
+    refused would get `Invalid request body` on AWS and the function's field-level 400 locally.
+    So the function is the one validator of bodies, and the gateway checks only what the local
+    router always supplies too: a method's path parameters."""
+    assert not template.find_resources("AWS::ApiGateway::Model")
+    validators = template.find_resources("AWS::ApiGateway::RequestValidator")
+    assert validators and all(v["Properties"]["ValidateRequestBody"] is False for v in validators.values())
+    resources = template.find_resources("AWS::ApiGateway::Resource")
+    for method in template.find_resources("AWS::ApiGateway::Method").values():
+        props = method["Properties"]
+        assert "RequestModels" not in props
+        part = resources.get(props["ResourceId"].get("Ref", ""), {}).get("Properties", {}).get("PathPart", "")
+        required = {name for name, needed in props.get("RequestParameters", {}).items() if needed}
+        # The method's own path parameter, or its parents' (`/runs/{run_id}/events/{seq}`).
+        assert all(name.startswith("method.request.path.") for name in required), required
+        if part.startswith("{"):
+            assert f"method.request.path.{part.strip('{}+')}" in required
 
 
 def test_an_execution_that_ends_badly_is_handed_to_the_orchestrator(template: Any) -> None:
