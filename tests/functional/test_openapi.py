@@ -154,9 +154,10 @@ def test_the_served_document_admits_the_starts_the_server_takes(pipeline: Pipeli
     }
     spec = checker(served)
     for request in (
-        {"input": "What is the square root of 16?", "tools": ["square_root"]},
-        {"input": "What time is it?", "timezone": "Etc/GMT+1"},
-        {"input": "What time is it?", "timezone": "GMT0"},
+        # Named: which agent is the default depends on which one registered first.
+        {"input": "What is the square root of 16?", "agent": "assistant", "tools": ["square_root"]},
+        {"input": "What time is it?", "agent": "assistant", "timezone": "Etc/GMT+1"},
+        {"input": "What time is it?", "agent": "assistant", "timezone": "GMT0"},
     ):
         request_conforms(spec, "POST", "/runs", request)
         status, started = pipeline.runtime.api("POST", "/runs", request)
