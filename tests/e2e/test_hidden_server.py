@@ -27,6 +27,14 @@ def _with_approvals(tmp_path: Path) -> Path:
     return project
 
 
+def as_from_a_terminal() -> None:
+    """Ctrl-C as a shell's foreground job gets it: a test run started in the background of a
+    shell without job control (`cmd &` in a script) inherits SIGINT ignored, and so would every
+    `toolpipe run` it starts, which then never hears the Ctrl-C the test sends (Popen's
+    `preexec_fn`)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -45,6 +53,7 @@ def _waiting_run(project: Path) -> tuple[subprocess.Popen[str], str, str, list[s
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     assert run.stdout is not None
     lines: list[str] = []
@@ -129,6 +138,7 @@ def test_ctrl_c_after_the_run_ended_exits_as_the_run_did(tmp_path: Path) -> None
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     assert run.stdout is not None
     for line in run.stdout:

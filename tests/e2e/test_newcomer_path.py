@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.e2e.test_hidden_server import as_from_a_terminal
 from tests.e2e.test_init import _environment, _init
 from tests.e2e.test_serve_reload import Serving
 
@@ -124,6 +125,7 @@ def _ctrl_c_status_approve_stop(env: dict[str, str], project: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     assert run.stdout is not None
     printed = ""
