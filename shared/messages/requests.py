@@ -77,6 +77,7 @@ class StartRunRequest(BaseModel):
     )
     max_duration: int | None = Field(
         default=None,
+        strict=True,  # a number of seconds: not "5", 5.0 or true (a 1-second run)
         ge=1,
         le=MAX_DURATION_SECONDS,
         description="Wall-clock seconds the run may take; past them the run ends `limit`. At most "

@@ -107,6 +107,10 @@ def _executions(pipeline: Pipeline) -> list[dict]:
         ({"prompt": "hi", "tools": ["x" * 65]}, "tools.0: String should match pattern"),
         ({"prompt": "hi", "tools": ["no_such_tool"]}, "agent 'tester' has no tools named 'no_such_tool'"),
         ({"prompt": "hi", "caller": "tenant-42"}, "the caller comes from the request's identity"),
+        # Seconds as a JSON integer only, as the document says (API Gateway's model was strict).
+        ({"prompt": "hi", "max_duration": "5"}, "max_duration: Input should be a valid integer"),
+        ({"prompt": "hi", "max_duration": True}, "max_duration: Input should be a valid integer"),
+        ({"prompt": "hi", "max_duration": 5.0}, "max_duration: Input should be a valid integer"),
         ([{"prompt": "hi"}], "body: Input should be an object"),
         ("null", "body: Input should be an object"),
         ('"prompt"', "body: Input should be an object"),

@@ -38,7 +38,7 @@ class ApiAuth(enum.StrEnum):
 
 
 # API Gateway's own answers (a method the API has not, a bad signature or key, the throttle, a
-# body over the limit or one the request validator refuses), as the API answers its errors: the
+# body over the limit or parameters the request validator refuses), as the API answers its errors: the
 # `ErrorBody` of docs/openapi.json, `{"statusCode", "message"}`. The types whose status is fixed;
 # `$context.error.messageString` is API Gateway's message, quoted as JSON.
 GATEWAY_ERRORS: dict[str, int] = {

@@ -123,6 +123,21 @@ def test_a_file_nested_too_deeply_is_refused_whatever_the_recursion_limit(tmp_pa
         sys.setrecursionlimit(limit)
 
 
+def test_the_loader_stops_at_the_depth_it_refuses_not_at_the_end_of_the_file() -> None:
+    """PyYAML reads a file quadratically in its depth: one 5,000 deep took 9 s of CPU to read.
+    The loader refuses a value inside more than MAX_DEPTH lists as it reaches it."""
+    import yaml
+
+    from toolpipe.infra.local.model_script import MAX_DEPTH, _ShallowLoader, _TooDeep
+
+    deepest = "[" * MAX_DEPTH + "1" + "]" * MAX_DEPTH  # 1 is inside MAX_DEPTH lists: allowed
+    assert yaml.load(deepest, Loader=_ShallowLoader) is not None  # a SafeLoader
+    with pytest.raises(_TooDeep):
+        yaml.load("[" + deepest + "]", Loader=_ShallowLoader)
+    with pytest.raises(yaml.constructor.ConstructorError):  # still the safe loader
+        yaml.load("!!python/object/apply:os.system ['true']", Loader=_ShallowLoader)
+
+
 def test_a_bad_regex_and_an_unknown_placeholder_are_named(tmp_path: Path) -> None:
     assert _error(tmp_path, "scripts:\n  - when: '(unclosed'\n    replies: [{content: a}]\n").startswith(
         "scripts[0].when: not a regular expression: missing ) at position 9"

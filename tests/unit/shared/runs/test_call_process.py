@@ -24,7 +24,21 @@ _REMOVE = (
     + inspect.getsource(call_runner.remove_tree)
     + "remove_tree(sys.argv[1])\n"
 )
-_PYTHON = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+
+def _python_for_nobody() -> str:
+    """An interpreter `nobody` can run, with a standard library it can read: this one's base,
+    unless it sits in a folder only its owner may enter (pyenv or uv under a 0700 home) and finds
+    no other library, else the system's."""
+    candidates = [os.path.realpath(getattr(sys, "_base_executable", sys.executable)), "/usr/bin/python3"]
+    for python in candidates:
+        check = "import contextlib, os, shutil, sys"  # what remove_tree's source needs
+        if (
+            os.path.exists(python)
+            and subprocess.run(_as_nobody([python, "-I", "-c", check]), capture_output=True).returncode == 0
+        ):
+            return python
+    pytest.fail(f"no Python that user nobody can run: tried {', '.join(candidates)}")
 
 
 def _as_nobody(command: list[str]) -> list[str]:
@@ -47,9 +61,10 @@ def test_a_folder_a_call_locked_is_removed_with_what_is_in_it() -> None:
         " open(f + '/locked/deeper/note', 'w').write('x'); os.chmod(f + '/locked/deeper', 0);"
         " os.chmod(f + '/locked', 0); os.symlink('/etc', f + '/link')"
     )
-    subprocess.run(_as_nobody([_PYTHON, "-I", "-c", script, str(folder)]), check=True)
+    python = _python_for_nobody()
+    subprocess.run(_as_nobody([python, "-I", "-c", script, str(folder)]), check=True)
     assert not os.access(locked, os.R_OK) or os.geteuid() == 0
-    subprocess.run(_as_nobody([_PYTHON, "-I", "-c", _REMOVE, str(folder)]), check=True)
+    subprocess.run(_as_nobody([python, "-I", "-c", _REMOVE, str(folder)]), check=True)
     assert not folder.exists()
     assert Path("/etc/passwd").exists()  # the link was removed, never followed
     base.rmdir()
