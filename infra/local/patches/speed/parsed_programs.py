@@ -75,7 +75,9 @@ def _owned(found: os.stat_result, kind: Callable[[int], bool]) -> bool:
     )
 
 
-def _read(path: Path) -> Any | None:
+def read(path: Path, loads: Callable[[bytes], Any] = pickle.loads) -> Any | None:
+    """What `path` holds, through `loads`; None when it is absent, not the user's own, or does not
+    load."""
     # Through descriptors, neither followed if a link: what is checked is what is read, even
     # if someone swaps a folder or file for another between the two.
     folder = file = -1
@@ -88,8 +90,8 @@ def _read(path: Path) -> Any | None:
             return None
         with os.fdopen(file, "rb") as handle:
             file = -1  # closed with the handle
-            return pickle.loads(handle.read())
-    except Exception:  # absent, a link, cut short, of another build: parsed again
+            return loads(handle.read())
+    except Exception:  # absent, a link, cut short, of another build: made again
         return None
     finally:
         for descriptor in (file, folder):
@@ -99,19 +101,28 @@ def _read(path: Path) -> Any | None:
 
 def _write(path: Path, program: Any) -> None:
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not _owned(path.parent.lstat(), stat.S_ISDIR):
-            return  # a folder someone else may write: nothing goes there, nothing is read
         data = pickle.dumps(program, protocol=pickle.HIGHEST_PROTOCOL)
         if _layout(pickle.loads(data)) != _layout(program):
             return  # something of it does not come back as it was: this one is parsed each time
+    except (pickle.PicklingError, TypeError, RecursionError):
+        return
+    write(path, data, KEPT)
+
+
+def write(path: Path, data: bytes, kept: int) -> None:
+    """Put `data` at `path`, whole or not at all, in a folder only the user may write; keep the
+    newest `kept` files of the folder. A cache: a write that fails is left undone."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _owned(path.parent.lstat(), stat.S_ISDIR):
+            return  # a folder someone else may write: nothing goes there, nothing is read
         handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # 0600
         with os.fdopen(handle, "wb") as file:
             file.write(data)
         os.replace(temporary, path)  # whole or not at all, whoever writes at the same time
-        _trim(path.parent)
-    except (OSError, pickle.PicklingError, TypeError, RecursionError):
-        return  # a cache: the next process parses again
+        _trim(path.parent, kept)
+    except OSError:
+        return  # the next process makes it again
 
 
 def _layout(root: Any) -> list[Any]:
@@ -153,9 +164,9 @@ def _layout(root: Any) -> list[Any]:
     return out
 
 
-def _trim(folder: Path) -> None:
+def _trim(folder: Path, kept: int) -> None:
     files = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in files[KEPT:]:
+    for old in files[kept:]:
         old.unlink(missing_ok=True)
     for left in folder.glob("*.tmp"):  # a writer that died before its rename
         if time.time() - left.stat().st_mtime > STALE_SECONDS:
@@ -167,7 +178,7 @@ def through_disk(parse: Callable[[str], tuple[Any, Any]]) -> Callable[[str], tup
 
     def parsed(definition: str) -> tuple[Any, Any]:
         path = _path(definition)
-        program = _read(path)
+        program = read(path)
         if program is not None:
             return program, None  # moto's callers use the program only
         program, tree = parse(definition)
