@@ -109,3 +109,20 @@ def test_a_runtime_started_in_a_fresh_process_reads_the_models_back(tmp_path: Pa
     assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr[-2000:]
     assert runs[0].stdout == runs[1].stdout and int(runs[1].stdout) >= 2
     assert len(list((tmp_path / "cache" / "aws-models").glob("*.pickle"))) >= 10
+
+
+def test_a_user_with_no_home_reads_the_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No HOME and no entry in the password database: nothing cached, nothing broken."""
+    import pwd
+
+    for name in (parsed_programs.CACHE_ENV, "XDG_CACHE_HOME", "HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_entry(uid: int) -> Any:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.setattr(JSONFileLoader, "_load_file", model_files._load_file)
+    assert parsed_programs.cache_dir() is None and parsed_programs._path('{"StartAt": "A"}') is None
+    path = _dynamodb_file()
+    assert JSONFileLoader()._load_file(path, gzip.open if path.endswith(".gz") else open) == _decoded(path)

@@ -71,9 +71,10 @@ def _load_file(self: JSONFileLoader, full_path: str, open_method: Callable[..., 
         found = os.stat(full_path)
     except OSError:
         found = None
-    if found is None or not stat.S_ISREG(found.st_mode):
-        return _original(self, full_path, open_method)  # absent: botocore says so its own way
-    path = parsed_programs.cache_dir() / "aws-models" / f"{_key(full_path, found)}.pickle"
+    folder = parsed_programs.cache_dir()
+    if found is None or not stat.S_ISREG(found.st_mode) or folder is None:
+        return _original(self, full_path, open_method)  # absent (botocore says so), or no cache
+    path = folder / "aws-models" / f"{_key(full_path, found)}.pickle"
     data = parsed_programs.read(path, plain_loads)
     if data is not None:
         return data

@@ -40,12 +40,17 @@ KEPT = 32
 STALE_SECONDS = 3600
 
 
-def cache_dir() -> Path:
-    """`$TOOLPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/toolpipe`, else `~/.cache/toolpipe`."""
+def cache_dir() -> Path | None:
+    """`$TOOLPIPE_CACHE_DIR`, else `$XDG_CACHE_HOME/toolpipe`, else `~/.cache/toolpipe`; None
+    (nothing cached) for a user with no home to be found."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "toolpipe"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "toolpipe"
+    try:
+        return Path.home() / ".cache" / "toolpipe"
+    except (RuntimeError, KeyError):  # no HOME, and no entry in the password database
+        return None
 
 
 def _shaping() -> bytes:
@@ -58,12 +63,15 @@ def _shaping() -> bytes:
 _SHAPING: bytes | None = None
 
 
-def _path(definition: str) -> Path:
+def _path(definition: str) -> Path | None:
     global _SHAPING
+    folder = cache_dir()
+    if folder is None:
+        return None
     if _SHAPING is None:
         _SHAPING = _shaping()
     key = hashlib.sha256(_SHAPING + definition.encode()).hexdigest()
-    return cache_dir() / "asl-programs" / f"{key}.pickle"
+    return folder / "asl-programs" / f"{key}.pickle"
 
 
 def _owned(found: os.stat_result, kind: Callable[[int], bool]) -> bool:
@@ -178,11 +186,12 @@ def through_disk(parse: Callable[[str], tuple[Any, Any]]) -> Callable[[str], tup
 
     def parsed(definition: str) -> tuple[Any, Any]:
         path = _path(definition)
-        program = read(path)
+        program = None if path is None else read(path)
         if program is not None:
             return program, None  # moto's callers use the program only
         program, tree = parse(definition)
-        _write(path, program)
+        if path is not None:
+            _write(path, program)
         return program, tree
 
     return parsed
