@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from botocore.loaders import JSONFileLoader, Loader
 
+from toolpipe.infra.local import user_cache
 from toolpipe.infra.local.patches.speed import model_files, parsed_programs
 
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "cache"
-    monkeypatch.setenv(parsed_programs.CACHE_ENV, str(folder))
+    monkeypatch.setenv(user_cache.CACHE_ENV, str(folder))
     monkeypatch.setattr(JSONFileLoader, "_load_file", model_files._load_file)
     return folder / "aws-models"
 
@@ -102,7 +103,7 @@ def test_a_runtime_started_in_a_fresh_process_reads_the_models_back(tmp_path: Pa
         "with LocalRuntime(extra_env={'OPENAI_BASE_URL': 'http://127.0.0.1:9/v1', 'OPENAI_API_KEY': 'x'}) as rt:\n"
         "    print(len(rt.sqs.list_queues()['QueueUrls']))\n"
     )
-    env = {**os.environ, parsed_programs.CACHE_ENV: str(tmp_path / "cache")}
+    env = {**os.environ, user_cache.CACHE_ENV: str(tmp_path / "cache")}
     runs = [
         subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True) for _ in "ab"
     ]
@@ -115,7 +116,7 @@ def test_a_user_with_no_home_reads_the_json(monkeypatch: pytest.MonkeyPatch) -> 
     """No HOME and no entry in the password database: nothing cached, nothing broken."""
     import pwd
 
-    for name in (parsed_programs.CACHE_ENV, "XDG_CACHE_HOME", "HOME"):
+    for name in (user_cache.CACHE_ENV, "XDG_CACHE_HOME", "HOME"):
         monkeypatch.delenv(name, raising=False)
 
     def no_entry(uid: int) -> Any:
@@ -123,6 +124,6 @@ def test_a_user_with_no_home_reads_the_json(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     monkeypatch.setattr(JSONFileLoader, "_load_file", model_files._load_file)
-    assert parsed_programs.cache_dir() is None and parsed_programs._path('{"StartAt": "A"}') is None
+    assert user_cache.folder() is None and parsed_programs._path('{"StartAt": "A"}') is None
     path = _dynamodb_file()
     assert JSONFileLoader()._load_file(path, gzip.open if path.endswith(".gz") else open) == _decoded(path)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
+from toolpipe.infra.local import user_cache
 from toolpipe.infra.local.patches.speed import parsed_programs
 
 DEFINITION = json.dumps(
@@ -39,7 +40,7 @@ class Counted:
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "cache"
-    monkeypatch.setenv(parsed_programs.CACHE_ENV, str(folder))
+    monkeypatch.setenv(user_cache.CACHE_ENV, str(folder))
     return folder / "asl-programs"
 
 
@@ -87,7 +88,7 @@ with mock_aws(config={{"stepfunctions": {{"execute_state_machine": True}}}}):
 """
     env = {
         **os.environ,
-        parsed_programs.CACHE_ENV: str(cache.parent),
+        user_cache.CACHE_ENV: str(cache.parent),
         "AWS_ACCESS_KEY_ID": "x",
         "AWS_SECRET_ACCESS_KEY": "x",
     }

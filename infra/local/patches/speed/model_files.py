@@ -11,7 +11,7 @@ Why it matters: every process that starts a local runtime pays it once (`toolpip
 that starts a server), and every in-process function's first client in it.
 
 The patch: `JSONFileLoader._load_file`, which every botocore and moto loader reads through,
-keeps what it decoded in the user's cache folder (`parsed_programs.cache_dir()`), under a hash
+keeps what it decoded in the user's cache folder (`infra/local/user_cache.py`), under a hash
 of the file's path, size, modification time and inode and of Python's and botocore's versions.
 Only plain data goes there (a file
 is written only if it loads back equal), and it is read back by an unpickler that refuses every
@@ -34,7 +34,7 @@ from typing import Any
 
 from botocore.loaders import JSONFileLoader
 
-from toolpipe.infra.local.patches.speed import parsed_programs
+from toolpipe.infra.local import user_cache
 
 CHECKED_WITH = ("5.2.5",)
 
@@ -71,11 +71,11 @@ def _load_file(self: JSONFileLoader, full_path: str, open_method: Callable[..., 
         found = os.stat(full_path)
     except OSError:
         found = None
-    folder = parsed_programs.cache_dir()
+    folder = user_cache.folder()
     if found is None or not stat.S_ISREG(found.st_mode) or folder is None:
         return _original(self, full_path, open_method)  # absent (botocore says so), or no cache
     path = folder / "aws-models" / f"{_key(full_path, found)}.pickle"
-    data = parsed_programs.read(path, plain_loads)
+    data = user_cache.read(path, plain_loads)
     if data is not None:
         return data
     data = _original(self, full_path, open_method)
@@ -83,7 +83,7 @@ def _load_file(self: JSONFileLoader, full_path: str, open_method: Callable[..., 
         try:
             blob = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
             if plain_loads(blob) == data:
-                parsed_programs.write(path, blob, KEPT)
+                user_cache.write(path, blob, KEPT)
         except (pickle.PickleError, RecursionError):
             pass  # a cache: decoded again next time
     return data
