@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from toolpipe.shared.agents.agent import Agent
+from toolpipe.shared.agents.app_bytecode import check_by_hash
 from toolpipe.shared.errors import ConfigurationError, DefinitionError
 from toolpipe.shared.project import find_project
 
@@ -74,6 +75,7 @@ def use_app(ref: AppRef) -> None:
 
 def import_app(ref: AppRef) -> ModuleType:
     _on_path(ref)
+    check_by_hash(app_files(ref))  # a file saved twice in one second runs its second save
     try:
         return importlib.import_module(ref.module)
     except ModuleNotFoundError as e:

@@ -1,5 +1,8 @@
 """Finding and loading your app: the module that defines your agents."""
 
+import importlib.util
+import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -7,6 +10,7 @@ import pytest
 
 from toolpipe import Agent
 from toolpipe.shared.agents.app import AppRef, agents_of, find_app, import_app
+from toolpipe.shared.agents.app_bytecode import check_by_hash
 from toolpipe.shared.errors import ConfigurationError
 
 
@@ -130,3 +134,44 @@ def test_the_cli_says_why_the_app_does_not_load_and_exits_2(
         ]
         assert out.getvalue() == "" and len(lines) == 1, err.getvalue()
     assert not (tmp_path / "state").exists()  # nothing started
+
+
+def _saved(path: Path, text: str, at_ns: int) -> None:
+    path.write_text(text)
+    os.utime(path, ns=(at_ns, at_ns))
+
+
+def test_a_file_saved_twice_in_one_second_with_one_size_imports_its_second_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python trusts bytecode whose recorded source time (whole seconds) and size match: the app's
+    is checked by hash instead, so `old` → `new` within a second is not the old code again."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "twicesaved").mkdir()
+    (tmp_path / "twicesaved" / "__init__.py").write_text("")
+    source = tmp_path / "twicesaved" / "agents.py"
+    second = 1_700_000_000 * 10**9
+    ref = AppRef("twicesaved.agents", str(tmp_path))
+    try:
+        _saved(source, "WORD = 'old'\n", second + 100_000_000)
+        assert import_app(ref).WORD == "old"
+        _saved(source, "WORD = 'new'\n", second + 600_000_000)  # the same second, the same size
+        for name in ("twicesaved", "twicesaved.agents"):
+            del sys.modules[name]
+        assert import_app(ref).WORD == "new"
+    finally:
+        for name in ("twicesaved", "twicesaved.agents"):
+            sys.modules.pop(name, None)
+    header = Path(importlib.util.cache_from_source(str(source))).read_bytes()[:8]
+    assert header[:4] == importlib.util.MAGIC_NUMBER and header[4:8] == (0b11).to_bytes(4, "little")
+
+
+def test_no_bytecode_is_written_when_python_is_told_to_write_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    source = tmp_path / "quiet.py"
+    source.write_text("WORD = 'x'\n")
+    check_by_hash([source])
+    assert not (tmp_path / "__pycache__").exists()
