@@ -7,6 +7,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from typing import Any, TextIO
 
 from toolpipe.infra.cli.errors import EXIT_OK, CommandError
@@ -38,10 +39,42 @@ def check_ports(host: str, ports: list[tuple[str, int | None]]) -> None:
             raise CommandError(f"cannot serve on {host}:{port}: {reason}{hint}") from None
 
 
-def stop_events() -> tuple[threading.Event, threading.Event]:
+class SignalFlag:
+    """Set once by a signal handler, waited on by the main thread.
+
+    Not a `threading.Event`: Python runs a signal handler in the main thread, between two of its
+    bytecodes, and the main thread may then be inside that Event's own `wait()`, holding the
+    lock `set()` takes (a plain one, not reentrant). Ctrl-C then hung `toolpipe serve` for good
+    (seen once in the suite). A flag is set without any lock; `wait` sleeps in short steps,
+    which a signal does not prolong (PEP 475).
+    """
+
+    STEP_SECONDS = 0.01
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the flag is set, once it is or `timeout` seconds have passed."""
+        deadline = time.monotonic() + timeout
+        while not self._set:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(self.STEP_SECONDS, left))
+        return self._set
+
+
+def stop_events() -> tuple[SignalFlag, SignalFlag]:
     """(stop, hurry), set by SIGINT and SIGTERM: the first drains (runs in progress end), a
     second one stops them now."""
-    stop, hurry = threading.Event(), threading.Event()
+    stop, hurry = SignalFlag(), SignalFlag()
 
     def on_signal(signum: int, frame: Any) -> None:
         (hurry if stop.is_set() else stop).set()

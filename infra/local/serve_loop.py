@@ -1,7 +1,6 @@
 """How long `toolpipe serve` serves: until a signal, or idle that long (runs that only wait for
 a person or a program do not keep it); then it drains."""
 
-import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -17,6 +16,12 @@ if TYPE_CHECKING:
     from toolpipe.infra.local.server import LocalServer
 
 
+class Flag(Protocol):
+    """Set by a signal (`infra/cli/serving.py`'s `SignalFlag`), or a `threading.Event`."""
+
+    def wait(self, timeout: float) -> bool: ...
+
+
 class Idle(Protocol):
     """A server that can say how long it has had no request in progress."""
 
@@ -26,8 +31,8 @@ class Idle(Protocol):
 def serve_until_stopped(
     runtime: "LocalRuntime",
     server: "LocalServer",
-    stop: threading.Event,
-    hurry: threading.Event,
+    stop: Flag,
+    hurry: Flag,
     idle_exit: float | None,
     also_serving: Sequence[Idle] = (),
 ) -> None:
