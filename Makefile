@@ -10,6 +10,9 @@ BIN := $(VENV)/bin
 # the CDK CLI, asl-validator and the jsii runtime of the Python tests all run on it.
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_VERSION_CHECK := 1
+# Nor its usage telemetry (CDK CLI 2.1100 and later): a process of its own after each command,
+# sending to AWS. `make deploy` included: a developer who wants it sends it with `cdk` itself.
+export CDK_DISABLE_CLI_TELEMETRY := true
 # Python keeps each module's compiled bytecode beside it, for the next process to read. Container
 # images often set PYTHONDONTWRITEBYTECODE; then every process the tests start (a server, a CLI
 # command, a tool call's host) compiled boto3, moto and toolpipe from source again: importing

@@ -21,6 +21,9 @@ for _name, _value in {
     os.environ[_name] = _value
 for _name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
     os.environ.pop(_name, None)
+# The CDK CLI (2.1100 and later) sends usage telemetry to AWS from a process of its own after a
+# command, unless told not to; the tests run it often, and never reach the internet.
+os.environ["CDK_DISABLE_CLI_TELEMETRY"] = "true"
 
 # The reliability report's session hooks and the parallel run's scheduling, here because this
 # conftest is the one the controller of a parallel run (pytest-xdist) always loads.

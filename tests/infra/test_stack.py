@@ -282,6 +282,19 @@ def test_cdk_cli_synthesizes_offline(tmp_path: Path) -> None:
     assert kinds.count("AWS::ApiGateway::RestApi") == 1
 
 
+@pytest.mark.skipif(shutil.which("npx") is None, reason="node is needed for the CDK CLI")
+def test_the_cdk_cli_the_tests_run_sends_no_telemetry() -> None:
+    """The CDK CLI sends usage telemetry to AWS after its commands (2.1100 and later) unless
+    told not to: the suite tells it (tests/conftest.py, as the Makefile does for its targets)."""
+    cdk = ROOT / "node_modules" / ".bin" / "cdk"
+    assert cdk.exists(), "run `make install` first: the CDK CLI comes from package.json"
+    status = subprocess.run(
+        [str(cdk), "cli-telemetry", "--status"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert status.returncode == 0, status.stderr
+    assert "CLI Telemetry is disabled" in status.stdout + status.stderr
+
+
 def test_the_gateway_validates_no_body_so_aws_answers_as_the_local_runtime(template: Any) -> None:
     """The local runtime has no API Gateway in front of the API function: a body the gateway
     refused would get `Invalid request body` on AWS and the function's field-level 400 locally.
