@@ -6,6 +6,7 @@ tests/functional/test_moto_patches.py and, for a stop, tests/e2e/test_execution_
 import importlib.metadata
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -18,7 +19,7 @@ from moto.core import responses
 from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]  # untyped module
 from moto.dynamodb.parsing.validators import ActionCountValidator
 
-from toolpipe.infra.local import patches
+from toolpipe.infra.local import patches, user_cache
 from toolpipe.infra.local.patches import UntestedMotoError, correctness, speed
 from toolpipe.infra.local.patches.speed import item_answers, service_listing
 from toolpipe.infra.local.runtime import LocalRuntime
@@ -128,6 +129,80 @@ def test_a_new_loader_lists_the_services_without_walking_the_data_directories_ag
     assert loader.load_service_model("sqs", "service-2")["metadata"]["serviceId"] == "SQS"
     with pytest.raises(UnknownServiceError):
         loader.load_service_model("no-such-service", "service-2")
+
+
+def test_motos_routes_compile_no_url_builder_until_one_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """werkzeug compiled two URL builders for each of a REST service's routes (Lambda: 89) when
+    moto built its router, for code moto never calls: compiled now on a builder's first call,
+    to the URL werkzeug's own builds, and requests are routed as before."""
+    from moto.core.routing import SmithyRule
+    from werkzeug.routing import Map, Rule
+
+    def rules(kind: Any) -> list[Rule]:
+        return [
+            kind("/2015-03-31/functions/<FunctionName>/invocations", operations=[], methods=["POST"])
+            if kind is SmithyRule
+            else kind("/2015-03-31/functions/<FunctionName>/invocations", methods=["POST"])
+        ]
+
+    speed.route_builders.install()  # as a runtime's start does (process-wide, once)
+    compiled: list[str] = []
+    real_compile = compile
+    monkeypatch.setattr(
+        "builtins.compile", lambda *a, **k: compiled.append(str(a[1])) or real_compile(*a, **k)
+    )
+    routes = Map(rules(SmithyRule)).bind("lambda.us-east-1.amazonaws.com")
+    assert compiled == []  # werkzeug's builders are generated source, compiled with `compile`
+    rule, arguments = routes.match("/2015-03-31/functions/f1/invocations", method="POST", return_rule=True)
+    assert isinstance(rule, SmithyRule) and arguments == {"FunctionName": "f1"}
+    built = rule.build({"FunctionName": "f1"})
+    assert compiled  # the first build compiled werkzeug's builder
+    plain = Map(rules(Rule)).bind("lambda.us-east-1.amazonaws.com")
+    [own] = plain.map.iter_rules()
+    assert built == own.build({"FunctionName": "f1"}) == ("", "/2015-03-31/functions/f1/invocations")
+    # moto's router, patched, serves a REST service.
+    with mock_aws():
+        client = boto3.client("lambda", region_name="us-east-1")
+        assert client.list_functions()["Functions"] == []
+
+
+def test_a_process_lists_the_installed_model_directories_from_the_cache_and_others_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's first runtime listed the services three times (~47 ms): an installed data
+    directory's list is read from the user's cache folder by the next process, and listed again
+    once a service is added to it; a directory of the user's own is listed every time."""
+    monkeypatch.setenv(user_cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(service_listing, "_listed", {})  # as in a new process
+    listed = botocore.loaders.create_loader().list_available_services("service-2")
+    assert listed == service_listing._original(botocore.loaders.Loader(), "service-2")  # botocore's own
+    assert list((tmp_path / "cache" / "aws-listings").glob("*.json"))
+    monkeypatch.setattr(service_listing, "_listed", {})
+    walked: list[str] = []
+    listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: walked.append(str(path)) or listdir(path))
+    assert botocore.loaders.create_loader().list_available_services("service-2") == listed
+    assert walked == []
+    monkeypatch.setattr(os, "listdir", listdir)
+
+    def service(root: Path, name: str) -> None:
+        (root / name / "2020-01-01").mkdir(parents=True)
+        (root / name / "2020-01-01" / "service-2.json").write_text("{}")
+
+    installed, own = tmp_path / "installed", tmp_path / "own"
+    service(installed, "first")
+    service(own, "mine")
+    monkeypatch.setattr(service_listing, "_PACKAGES", (*service_listing._PACKAGES, f"{installed}/"))
+
+    def listing(root: Path) -> list[str]:
+        monkeypatch.setattr(service_listing, "_listed", {})
+        loader = botocore.loaders.Loader(extra_search_paths=[str(root)], include_default_search_paths=False)
+        return loader.list_available_services("service-2")
+
+    assert listing(installed) == ["first"] and listing(own) == ["mine"]
+    service(installed, "second")  # the folder's modification time changes: listed again
+    service(own, "yours")
+    assert listing(installed) == ["first", "second"] and listing(own) == ["mine", "yours"]
 
 
 def test_an_update_expression_is_parsed_once_per_text() -> None:
