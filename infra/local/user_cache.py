@@ -1,5 +1,6 @@
 """The user's cache folder, where the local runtime keeps what a process made for the next one
-(`patches/speed/parsed_programs.py`, `patches/speed/model_files.py`).
+(`patches/speed/parsed_programs.py`, `patches/speed/model_files.py`,
+`patches/speed/service_listing.py`).
 
 What is read from it may run code when it loads (a pickle), so a file is read only from a folder
 the user owns that no one else may write, and only if the user owns it, through descriptors that
@@ -78,13 +79,13 @@ def write(path: Path, data: bytes, kept: int) -> None:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
         os.replace(temporary, path)  # whole or not at all, whoever writes at the same time
-        _trim(path.parent, kept)
+        _trim(path.parent, kept, path.suffix)
     except OSError:
         return  # the next process makes it again
 
 
-def _trim(directory: Path, kept: int) -> None:
-    files = sorted(directory.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
+def _trim(directory: Path, kept: int, suffix: str) -> None:
+    files = sorted(directory.glob(f"*{suffix}"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in files[kept:]:
         old.unlink(missing_ok=True)
     for left in directory.glob("*.tmp"):  # a writer that died before its rename

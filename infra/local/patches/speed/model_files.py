@@ -26,7 +26,6 @@ its `__setitem__`, a dict directly: half the time (the 40 largest models: 386 ms
 """
 
 import hashlib
-import importlib.metadata
 import io
 import os
 import pickle
@@ -35,6 +34,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import botocore
 from botocore.loaders import JSONFileLoader
 
 from toolpipe.infra.local import user_cache
@@ -72,7 +72,7 @@ def _key(full_path: str, found: os.stat_result) -> str:
     global _version
     if _version is None:
         # The format's name too: a file of the `OrderedDict` format before is not read again.
-        _version = f"plain dicts\n{sys.version}\n{importlib.metadata.version('botocore')}".encode()
+        _version = f"plain dicts\n{sys.version}\n{botocore.__version__}".encode()
     identity = f"{full_path}\n{found.st_size}\n{found.st_mtime_ns}\n{found.st_ino}".encode()
     return hashlib.sha256(_version + b"\n" + identity).hexdigest()
 
