@@ -8,6 +8,7 @@ late and say it had not. Bytecode written in the checked-hash form (PEP 552) is 
 hash of the source at every import, and the import system keeps that form when it recompiles.
 """
 
+import _imp
 import importlib.util
 import os
 import py_compile
@@ -22,19 +23,22 @@ def check_by_hash(files: list[Path]) -> None:
     """Write each file's bytecode in the checked-hash form where it is not already.
 
     Nothing is written where Python would write nothing: with `PYTHONDONTWRITEBYTECODE` set or
-    in a folder this process may not write (a deployed function's code). A file that does not
+    in a folder this process may not write (a deployed function's code); nor under
+    `--check-hash-based-pycs never`, where Python would not check the hash. A file that does not
     compile is left to the import, which says why in its own error.
     """
-    if sys.dont_write_bytecode:
-        return
-    writable: dict[Path, bool] = {}
+    if sys.dont_write_bytecode or _imp.check_hash_based_pycs == "never":
+        return  # `never`: Python would trust a hash-based pyc unchecked, and never see a save
+    writable: dict[str, bool] = {}
     for path in files:
-        folder = path.parent
+        cached = importlib.util.cache_from_source(str(path))
+        folder = os.path.dirname(cached)
         if folder not in writable:
-            writable[folder] = os.access(folder, os.W_OK)
+            # The `__pycache__` folder, or the one it would be made in: a file is compiled only
+            # where it can be written, not at each import and then thrown away.
+            writable[folder] = os.access(folder if os.path.isdir(folder) else path.parent, os.W_OK)
         if not writable[folder]:
             continue
-        cached = importlib.util.cache_from_source(str(path))
         if _checked_by_hash(cached):
             continue
         try:

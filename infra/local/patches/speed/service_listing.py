@@ -22,7 +22,10 @@ the user's cache folder (`infra/local/user_cache.py`, as JSON: reading it runs n
 by the directory, its modification time and inode, the model type and botocore's version, and
 only for the directories installed with botocore, boto3 or moto, which change only when the
 package is installed again (a service added or removed changes the directory's modification
-time). Any other directory, such as `~/.aws/models`, is listed by botocore itself, every time.
+time; a model type added to a service already there does not, which only an edit of the
+installed package in place could do, as a `git checkout` in an editable botocore: delete the
+cache folder then). Any other directory, such as `~/.aws/models`, is listed by botocore itself,
+every time.
 """
 
 import hashlib

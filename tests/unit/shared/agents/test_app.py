@@ -175,3 +175,18 @@ def test_no_bytecode_is_written_when_python_is_told_to_write_none(
     source.write_text("WORD = 'x'\n")
     check_by_hash([source])
     assert not (tmp_path / "__pycache__").exists()
+
+
+def test_no_bytecode_is_made_hash_based_where_python_would_never_check_the_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python --check-hash-based-pycs never` trusts a hash-based pyc unchecked: one written there
+    would hide every later save, where a timestamp one is still seen as stale."""
+    import _imp
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(_imp, "check_hash_based_pycs", "never")
+    source = tmp_path / "unchecked.py"
+    source.write_text("WORD = 'x'\n")
+    check_by_hash([source])
+    assert not (tmp_path / "__pycache__").exists()
