@@ -49,7 +49,8 @@ class Served:
         started = time.monotonic()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "toolpipe.infra.cli", "serve", "--port", "0", *args],
-            env={**_env(home), **(env or {})},
+            # faulthandler: a server that does not stop is made to print its threads (`stop`).
+            env={**_env(home), "PYTHONFAULTHANDLER": "1", **(env or {})},
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -69,7 +70,16 @@ class Served:
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
         self.process.send_signal(sig)
-        out, _ = self.process.communicate(timeout=60)
+        try:
+            out, _ = self.process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            # Where each of its threads is, for whoever reads the failure: a hung Ctrl-C was
+            # a deadlock in the signal handler, found only by looking at the live process.
+            self.process.send_signal(signal.SIGABRT)
+            out, _ = self.process.communicate(timeout=30)
+            raise AssertionError(
+                f"serve did not stop within 60 s of signal {sig}; its threads:\n{out}"
+            ) from None
         return self.process.returncode, "".join(self.lines) + out
 
 
