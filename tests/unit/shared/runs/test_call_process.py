@@ -154,3 +154,37 @@ def test_a_renewed_template_lets_its_call_finish_and_the_next_call_runs_the_new_
     assert new is not None and new.content == "new"
     assert old.app_version == first.app_version != new.app_version
     assert new.app_version is not None
+
+
+def test_a_spare_whose_process_was_sent_sigkill_but_has_not_died_yet_is_not_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kill` returns once SIGKILL is pending; on a busy machine the process dies only when it
+    next runs, maybe after the next call was handed to it (seen in CI: that call failed, killed).
+    Such a process is alive to `waitpid`; its pending SIGKILL, in /proc, makes it unfit. The
+    kernel's window cannot be held open from a test, so the status file says it is."""
+    import builtins
+    import io
+    import signal
+
+    from toolpipe.shared.runs import call_process
+
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    try:
+        assert call_process._fit(pid)  # alive, nothing pending
+        real_open = builtins.open
+        pending = f"Name:\tpython\nSigPnd:\t0000000000000000\nShdPnd:\t{1 << (signal.SIGKILL - 1):016x}\n"
+
+        def status(path: object, *args: object, **kwargs: object) -> object:
+            if path == f"/proc/{pid}/status":
+                return io.StringIO(pending)
+            return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+        monkeypatch.setattr(builtins, "open", status)
+        assert not call_process._fit(pid)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
