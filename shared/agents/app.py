@@ -73,9 +73,11 @@ def use_app(ref: AppRef) -> None:
         os.environ.pop(APP_PATH_ENV, None)
 
 
-def import_app(ref: AppRef) -> ModuleType:
+def import_app(ref: AppRef, files: list[Path] | None = None) -> ModuleType:
+    """Import the app's module; `files`: its `app_files`, when the caller has them already."""
     _on_path(ref)
-    check_by_hash(app_files(ref))  # a file saved twice in one second runs its second save
+    # A file saved twice in one second runs its second save.
+    check_by_hash(app_files(ref) if files is None else files)
     try:
         return importlib.import_module(ref.module)
     except ModuleNotFoundError as e:
@@ -133,9 +135,11 @@ def files_signature(files: list[Path]) -> tuple[tuple[str, int, int], ...]:
 def app_version(ref: AppRef | None) -> str | None:
     """The version of the app's files on disk: a hash of their names and contents (12 hex digits);
     None when there is no app or its files are not found."""
-    if ref is None:
-        return None
-    files = app_files(ref)
+    return None if ref is None else files_version(app_files(ref))
+
+
+def files_version(files: list[Path]) -> str | None:
+    """`app_version` of these files (`app_files`); None when there are none."""
     if not files:
         return None
     digest = hashlib.sha256()
@@ -211,8 +215,9 @@ def load_app(registry: dict[str, Agent]) -> None:
     with _lock:
         if ref is None or ref == _loaded:
             return
-        version = app_version(ref)  # before the import: a file saved meanwhile is a newer version
-        module = import_app(ref)
+        files = app_files(ref)
+        version = files_version(files)  # before the import: a file saved meanwhile is a newer version
+        module = import_app(ref, files)
         agents = agents_of(module)
         if not agents:
             raise ConfigurationError(f"app module '{ref.module}' defines no Agent at its top level")
@@ -240,11 +245,12 @@ def reload_app(registry: dict[str, Agent]) -> str | None:
         return None
     top = ref.module.partition(".")[0]
     with _lock:
-        version = app_version(ref)
+        files = app_files(ref)
+        version = files_version(files)
         for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
             del sys.modules[name]
         importlib.invalidate_caches()
-        module = import_app(ref)
+        module = import_app(ref, files)
         agents = {agent.name: agent for agent in agents_of(module)}
         if not agents:
             raise ConfigurationError(f"app module '{ref.module}' defines no Agent at its top level")
