@@ -8,6 +8,7 @@ follow no link; a file written appears whole or not at all. Locally a tool runs 
 could already change the app's code (docs/concepts/security.md); deployed, nothing here runs.
 """
 
+import hashlib
 import os
 import pickle
 import stat
@@ -33,6 +34,13 @@ def folder() -> Path | None:
         return Path.home() / ".cache" / "toolpipe"
     except (RuntimeError, KeyError):  # no HOME, and no entry in the password database
         return None
+
+
+def entry(kind: str, key: bytes, suffix: str) -> Path | None:
+    """Where the cache of `kind` keeps what `key` names: `<folder>/<kind>/<sha256 of key><suffix>`;
+    None when there is no cache folder."""
+    top = folder()
+    return None if top is None else top / kind / f"{hashlib.sha256(key).hexdigest()}{suffix}"
 
 
 def _owned(found: os.stat_result, kind: Callable[[int], bool]) -> bool:

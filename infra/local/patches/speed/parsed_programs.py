@@ -45,13 +45,9 @@ _SHAPING: bytes | None = None
 
 def _path(definition: str) -> Path | None:
     global _SHAPING
-    folder = user_cache.folder()
-    if folder is None:
-        return None
     if _SHAPING is None:
         _SHAPING = _shaping()
-    key = hashlib.sha256(_SHAPING + definition.encode()).hexdigest()
-    return folder / "asl-programs" / f"{key}.pickle"
+    return user_cache.entry("asl-programs", _SHAPING + definition.encode(), ".pickle")
 
 
 def _write(path: Path, program: Any) -> None:

@@ -28,7 +28,6 @@ cache folder then). Any other directory, such as `~/.aws/models`, is listed by b
 every time.
 """
 
-import hashlib
 import json
 import os
 import threading
@@ -81,24 +80,18 @@ def _installed(location: str) -> bool:
 
 def _listed_at(loader: botocore.loaders.Loader, location: str, type_name: str) -> list[str]:
     """botocore's own list of one directory, kept in the user's cache folder."""
-    folder = user_cache.folder()
+    found = os.stat(location)
+    identity = f"{location}\n{found.st_mtime_ns}\n{found.st_ino}\n{type_name}\n{botocore.__version__}"
+    path = user_cache.entry("aws-listings", identity.encode(), ".json")
+    kept = None if path is None else user_cache.read(path, json.loads)
+    if isinstance(kept, list) and all(isinstance(name, str) for name in kept):
+        return kept
     one = botocore.loaders.Loader(
         extra_search_paths=[location], file_loader=loader.file_loader, include_default_search_paths=False
     )
-    if folder is None:
-        return list(_original(one, type_name))
-    found = os.stat(location)
-    identity = f"{location}\n{found.st_mtime_ns}\n{found.st_ino}\n{type_name}\n"
-    path = (
-        folder
-        / "aws-listings"
-        / f"{hashlib.sha256((identity + botocore.__version__).encode()).hexdigest()}.json"
-    )
-    kept = user_cache.read(path, json.loads)
-    if isinstance(kept, list) and all(isinstance(name, str) for name in kept):
-        return kept
     listed = list(_original(one, type_name))
-    user_cache.write(path, json.dumps(listed).encode(), KEPT)
+    if path is not None:
+        user_cache.write(path, json.dumps(listed).encode(), KEPT)
     return listed
 
 
