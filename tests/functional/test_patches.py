@@ -4,6 +4,7 @@ User-Agent, parsed updates): each test fails without its patch. The others are t
 tests/functional/test_moto_patches.py and, for a stop, tests/e2e/test_execution_ended.py."""
 
 import importlib.metadata
+import json
 import os
 import re
 from pathlib import Path
@@ -264,3 +265,66 @@ def test_item_answers_skip_motos_serializer(monkeypatch: pytest.MonkeyPatch) -> 
         item = client.get_item(TableName="t", Key={"pk": {"S": "k"}})["Item"]
     assert item == {"pk": {"S": "k"}, "n": {"N": "2"}}
     assert {"Item": item} in dumped  # the answer as moto built it, dumped without the serializer
+
+
+def _prepared(url: str, target: str | None = None, body: bytes = b"{}") -> Any:
+    from botocore.awsrequest import AWSPreparedRequest
+    from botocore.compat import HTTPHeaders
+
+    headers = HTTPHeaders()
+    headers["Content-Type"] = "application/x-amz-json-1.0"
+    if target:
+        headers["X-Amz-Target"] = target
+    return AWSPreparedRequest(method="POST", url=url, headers=headers, body=body, stream_output=False)
+
+
+def test_a_requests_service_is_found_once_per_url_and_answers_as_motos_own_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moto tried every service's URL patterns (DynamoDB is its 52nd of 183) and compiled the
+    service's URLs on each request: the answer is kept per URL, and requests are served as before."""
+    from moto import backend_index
+    from moto.core.botocore_stubber import BotocoreStubber
+
+    speed.service_routes.install()  # as a runtime's start does (process-wide, once)
+    assert BotocoreStubber.process_request is speed.service_routes.process_request
+    own_search: Any = speed.service_routes._motos_own  # moto's method, before the patch
+    stubber = BotocoreStubber()
+    with mock_aws():
+        client = _table_and_requests()
+        # The same answer as moto's own search, for services found at different depths of it.
+        for url, target in [
+            ("https://dynamodb.us-east-1.amazonaws.com/", "DynamoDB_20120810.ListTables"),
+            ("https://sqs.us-east-1.amazonaws.com/", "AmazonSQS.ListQueues"),
+            ("https://states.us-east-1.amazonaws.com/", "AWSStepFunctions.ListStateMachines"),
+            ("https://notaservice.us-east-1.amazonaws.com/", None),  # AWS's domain, no service
+            ("http://127.0.0.1:9/anything", None),  # not moto's to serve
+        ]:
+            ours, theirs = (
+                method(stubber, _prepared(url, target))
+                for method in (BotocoreStubber.process_request, own_search)
+            )
+            if theirs is None or theirs[0] == 404:
+                assert ours == theirs, url
+            else:
+                assert ours is not None, url
+                assert (ours[0], json.loads(ours[2])) == (theirs[0], json.loads(theirs[2])), url
+
+        # A second request to a URL searches nothing.
+        searched: list[str] = []
+        patterns = backend_index.backend_url_patterns
+
+        class Counted(list[Any]):
+            def __iter__(self) -> Any:
+                searched.append("patterns")
+                return super().__iter__()
+
+        monkeypatch.setattr(backend_index, "backend_url_patterns", Counted(patterns))
+        assert client.get_item(TableName="t", Key={"pk": {"S": "k"}})["Item"]["n"] == {"N": "2"}
+        assert searched == []
+        # A REST service (Lambda, by path) and one under its own path scheme (S3) are served.
+        assert boto3.client("lambda", region_name="us-east-1").list_functions()["Functions"] == []
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="runs-bucket")
+        s3.put_object(Bucket="runs-bucket", Key="k/1.txt", Body=b"one")
+        assert s3.get_object(Bucket="runs-bucket", Key="k/1.txt")["Body"].read() == b"one"

@@ -16,6 +16,7 @@ from toolpipe.infra.local.patches.speed import (
     response_methods,
     route_builders,
     service_listing,
+    service_routes,
     shared_loader,
     task_clients,
     transaction_rollback,
@@ -54,4 +55,5 @@ PATCHES = (
     utc_timestamps,
     request_id_in_body,
     history_answers,
+    service_routes,
 )
