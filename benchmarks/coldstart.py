@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolpipe.infra.cdk.functions import FUNCTIONS, ORCHESTRATOR, FunctionSpec
+from toolpipe.infra.cdk.functions import FUNCTIONS, ORCHESTRATOR, PLUGINS_OFF, TOOL_RUNNER, FunctionSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYER_CACHE = ROOT / "build" / "bench-layers"
@@ -96,9 +96,9 @@ class ImportTime:
     rss_mb: int
 
 
-def function_env(tracing: bool) -> dict[str, str]:
-    """The variables the stack sets on every function (values are placeholders: nothing here
-    calls AWS or a model), as on Lambda."""
+def function_env(tracing: bool, spec: FunctionSpec | None = None) -> dict[str, str]:
+    """The variables the stack sets on `spec`'s function (values are placeholders: nothing here
+    calls AWS or a model), as on Lambda; None: on one of the pipeline's own functions."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": os.environ.get("HOME", "/tmp"),
@@ -116,7 +116,8 @@ def function_env(tracing: bool) -> dict[str, str]:
     }
     if not tracing:
         env["POWERTOOLS_TRACE_DISABLED"] = "true"
-    return env
+    # Which the stack sets on the pipeline's own functions, and not on the tool runners.
+    return env if spec is not None and spec.module == TOOL_RUNNER.module else env | PLUGINS_OFF
 
 
 def measure_import(spec: FunctionSpec, *, tracing: bool, repeats: int) -> ImportTime:
@@ -125,7 +126,7 @@ def measure_import(spec: FunctionSpec, *, tracing: bool, repeats: int) -> Import
     for _ in range(repeats):
         out = subprocess.run(
             [sys.executable, "-c", code],
-            env=function_env(tracing),
+            env=function_env(tracing, spec),
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -149,7 +150,11 @@ def compile_ms(spec: FunctionSpec, provided: list[str], repeats: int) -> tuple[f
     samples = []
     for _ in range(repeats):
         out = subprocess.run(
-            [sys.executable, "-c", code], env=function_env(False), cwd=ROOT, capture_output=True, text=True
+            [sys.executable, "-c", code],
+            env=function_env(False, spec),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
         )
         if out.returncode != 0:
             raise RuntimeError(f"importing {spec.module} failed: {out.stderr.strip().splitlines()[-1]}")

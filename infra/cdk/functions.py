@@ -78,6 +78,13 @@ TOOL_RUNNER = FunctionSpec(
 # tells the runners' functions apart in the template (they share a handler).
 RUNNER_ENV = "TOOLPIPE_RUNNER"
 
+# What the pipeline's own functions are given beside their settings, and the tool runners are
+# not: pydantic's plugins off. pydantic looks for plugins at its first model, importing
+# importlib.metadata and reading every installed package's entry points (~15 ms of the tool
+# worker's cold import here); toolpipe uses none. The runners, where your tools run, keep them:
+# a tool may use one (logfire's, say).
+PLUGINS_OFF = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}
+
 
 def runner_spec(runner: str) -> FunctionSpec:
     """A named runner's function (`@tool(runner=...)`): the default runner's handler, timeout and

@@ -14,17 +14,19 @@ import time
 from pathlib import Path
 
 from benchmarks import guard
-from benchmarks.coldstart import FIRST_CALL, compile_ms
+from benchmarks.coldstart import FIRST_CALL, compile_ms, function_env
 from benchmarks.cost import RETRY_AFTERS
 from benchmarks.loops import PEER_NAMES, missing_peers, turns_responder
 from benchmarks.runtime import bench_runtime
-from toolpipe.infra.cdk.functions import API, FUNCTIONS, TOOL_WORKER
+from toolpipe.infra.cdk.functions import API, FUNCTIONS, TOOL_RUNNER, TOOL_WORKER
 from toolpipe.infra.local import template
 from toolpipe.infra.local.scripted_model import ScriptedModelServer
 from toolpipe.shared.runs.quota import RunQuota
 from toolpipe.shared.settings import QuotaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
+# The variables libraries read at import: Powertools', pydantic's.
+LIBRARY_SWITCHES = ("POWERTOOLS_", "PYDANTIC_")
 QUICK = {
     "coldstart": ["benchmarks.coldstart", "--quick"],
     "pipeline": ["benchmarks.pipeline", "--quick", "--no-cold-start", "--no-cost"],
@@ -113,6 +115,24 @@ def test_the_compile_figure_counts_installed_packages_as_layers_where_the_venv_i
     pydantic...), not our code, which is a small part of what the worker compiles."""
     ours_ms, layers_ms = compile_ms(TOOL_WORKER, ["boto3", "botocore"], repeats=1)
     assert layers_ms > 2 * ours_ms > 0
+
+
+def test_the_cold_start_figures_have_the_library_switches_the_stack_gives_each_function() -> None:
+    """A switch a library reads at import changes a cold start (pydantic's plugins off: ~15 ms of
+    the worker's): each function's import is measured with the ones the stack sets on it, and no
+    other (the tool runner, where tools run, keeps pydantic's plugins)."""
+    deployed = template.load(template.configured_path())
+    for spec in FUNCTIONS.values():
+        variables = deployed.function(spec)[1]["Environment"]["Variables"]
+        switches = {name: value for name, value in variables.items() if name.startswith(LIBRARY_SWITCHES)}
+        measured = function_env(tracing=False, spec=spec)
+        assert {
+            name: measured[name] for name in measured if name.startswith(LIBRARY_SWITCHES)
+        } == switches | {
+            "POWERTOOLS_TRACE_DISABLED": "true"  # the stack sets it where tracing is off, as here
+        }, spec.name
+    assert "PYDANTIC_DISABLE_PLUGINS" not in function_env(tracing=False, spec=TOOL_RUNNER)
+    assert function_env(tracing=False, spec=TOOL_WORKER)["PYDANTIC_DISABLE_PLUGINS"] == "__all__"
 
 
 def test_the_benchmarks_runs_are_nobodys_quota() -> None:

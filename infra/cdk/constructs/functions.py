@@ -166,6 +166,8 @@ class Functions(Construct):
             **({} if tracing else {"POWERTOOLS_TRACE_DISABLED": "true"}),
             # Where run spans go (shared/telemetry); unset, nothing traces and nothing is loaded.
             **otel_environment(otel),
+            # pydantic's plugins off (the runners, where your tools run, keep them: below).
+            **specs.PLUGINS_OFF,
         }
 
         self.orchestrator = self._function(
@@ -378,10 +380,13 @@ class Functions(Construct):
         runner = self._function(
             spec,
             [self.dependencies],
-            # The pipeline's settings but the table's name (nothing here reads the table) and
-            # where spans go (the worker makes the call's span; tool code is not the pipeline).
+            # The pipeline's settings but the table's name (nothing here reads the table), where
+            # spans go (the worker makes the call's span; tool code is not the pipeline) and the
+            # plugins' switch (a tool may use a pydantic plugin, logfire's say).
             environment={
-                k: v for k, v in self.environment.items() if k != "TABLE_NAME" and not is_otel_setting(k)
+                k: v
+                for k, v in self.environment.items()
+                if k != "TABLE_NAME" and k not in specs.PLUGINS_OFF and not is_otel_setting(k)
             },
             env={specs.RUNNER_ENV: spec.runner} if spec.runner else None,
             own_logs_only=True,
