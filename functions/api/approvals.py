@@ -16,18 +16,17 @@ from toolpipe.functions.api.openapi import documented, request_body
 from toolpipe.functions.api.request import ApprovalId, RunId, Seq, parsed_body
 from toolpipe.functions.api.services import services_of
 from toolpipe.shared.costs import meter
-from toolpipe.shared.deferred.models import (
+from toolpipe.shared.deferred.bodies import (
     AnswerRequest,
-    Approval,
     ApprovalDecided,
     ApprovalList,
-    ApprovalStatus,
     ApprovalView,
     ApproveRequest,
     CallAnswered,
     DenyRequest,
     ResultRequest,
 )
+from toolpipe.shared.deferred.models import Approval, ApprovalStatus
 
 logger = Logger()
 router = Router()  # type: ignore[no-untyped-call]  # Powertools leaves its __init__ unannotated

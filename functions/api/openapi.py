@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from toolpipe.functions.api.identity import CALLER_RULE
 from toolpipe.shared.agents import Agent
-from toolpipe.shared.deferred.models import AnswerRequest, ApproveRequest, DenyRequest, ResultRequest
+from toolpipe.shared.deferred.bodies import AnswerRequest, ApproveRequest, DenyRequest, ResultRequest
 from toolpipe.shared.messages import TIMEZONE_PATTERN, ForkRunRequest, ResumeRunRequest, StartRunRequest
 from toolpipe.shared.runs.quota import RUNNING_RETRY_AFTER_SECONDS, WINDOW_SECONDS
 from toolpipe.shared.runs.report import PAGE_LIMIT

@@ -166,7 +166,8 @@ class OfflineSession:
 
     def _list_approvals(self, caller: str, status: str | None) -> dict[str, Any]:
         # Here, not with the run reader: `show` need not load the approvals' modules.
-        from toolpipe.shared.deferred.models import ApprovalStatus, ApprovalView
+        from toolpipe.shared.deferred.bodies import ApprovalView
+        from toolpipe.shared.deferred.models import ApprovalStatus
         from toolpipe.shared.deferred.store import DynamoApprovalStore
 
         # As `DeferredCalls.list`: the admin principal's listing holds everyone's.

@@ -1,10 +1,10 @@
-"""The approval record and what the API shows of it (never the task token)."""
+"""The approval record (never the task token), the gate beside its call, and what deciding one
+may refuse. What the API takes and answers about them is in `bodies.py`."""
 
-import json
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from toolpipe.shared.errors import ConflictError, NotFoundError, ToolpipeError
 
@@ -188,24 +188,6 @@ class Gate(BaseModel):
         )
 
 
-class DenyRequest(BaseModel):
-    """`POST /approvals/{id}/deny`."""
-
-    model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS, description="Why: the model reads it.")
-
-
-class ApproveRequest(BaseModel):
-    """`POST /approvals/{id}/approve`, optional: approve with other arguments than the model's."""
-
-    model_config = ConfigDict(extra="forbid")
-    arguments: dict[str, Any] | None = Field(
-        default=None,
-        description="Arguments to run the call with instead of the model's: checked against the "
-        "tool's schema, at most 64 KiB as JSON. The model is told they were changed.",
-    )
-
-
 def waiting_for(pending: "list[Approval]") -> WaitingFor | None:
     """Who a run with these calls pending waits for: a person first, as nothing goes on without
     them, while a program may answer at any time."""
@@ -213,86 +195,6 @@ def waiting_for(pending: "list[Approval]") -> WaitingFor | None:
     if kinds & {ApprovalKind.APPROVAL, ApprovalKind.HUMAN}:
         return "person"
     return "program" if ApprovalKind.CLIENT in kinds else None
-
-
-class ApprovalView(Approval):
-    """An approval as the API answers it: edited `arguments` as the object they are (stored as
-    canonical JSON text), the same type `ApproveRequest.arguments` takes."""
-
-    arguments: dict[str, Any] | None = Field(  # type: ignore[assignment]  # the stored text, parsed
-        default=None,
-        description="The arguments a person edited before approving: the call runs with these, and "
-        "`arguments_sha256` is theirs. Null when the call runs as the model sent it.",
-    )
-
-    @classmethod
-    def of(cls, approval: Approval, callback_url: str | None) -> "ApprovalView":
-        shown = approval.model_dump(exclude={"decided_by_authenticated"})
-        edited = None if approval.arguments is None else json.loads(approval.arguments)
-        return cls.model_validate(shown | {"arguments": edited, "callback_url": callback_url})
-
-
-class ApprovalList(BaseModel):
-    approvals: list[ApprovalView]
-
-
-class ApprovalDecided(BaseModel):
-    approval_id: str
-    status: Literal["approved", "denied"]
-    run_id: str
-
-
-class AnswerRequest(BaseModel):
-    """`POST /approvals/{id}/answer`: a person's answer to a human-input call."""
-
-    model_config = ConfigDict(extra="forbid")
-    answer: Any = Field(
-        description="Free text (a string), or, when the call has a `result_schema`, a JSON value "
-        "matching it. What the model reads as the call's result."
-    )
-
-
-class ResultRequest(BaseModel):
-    """`POST /runs/{run_id}/calls/{call_id}/result` (`call_id`: the call's slot): the result of a client-executed call, or the
-    error the model should read instead (exactly one of the two)."""
-
-    # `_one_of` as the JSON schema states it: `result` (any JSON, null included) or a string `error`.
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "oneOf": [
-                {"required": ["result"], "not": {"required": ["error"], "properties": {"error": {}}}},
-                {
-                    "required": ["error"],
-                    "not": {"required": ["result"], "properties": {"result": {}}},
-                    "properties": {"error": {"type": "string"}},
-                },
-            ]
-        },
-    )
-    result: Any = Field(
-        default=None,
-        description="Any JSON (a string is passed as is); matches the tool's `result_schema` if it has one.",
-    )
-    error: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_REASON_CHARS,
-        description="What went wrong, for the model to read.",
-    )
-
-    @model_validator(mode="after")
-    def _one_of(self) -> "ResultRequest":
-        if ("result" in self.model_fields_set) == (self.error is not None):
-            raise ValueError("give exactly one of result and error")
-        return self
-
-
-class CallAnswered(BaseModel):
-    approval_id: str
-    status: Literal["answered"]
-    run_id: str
-    seq: int
 
 
 class InvalidAnswerError(ToolpipeError):

@@ -11,6 +11,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from toolpipe.shared.deferred.answers import answer_content, question_of, unapproved_result
+from toolpipe.shared.deferred.bodies import ResultRequest
 from toolpipe.shared.deferred.hashing import arguments_hash, tool_hash
 from toolpipe.shared.deferred.links import ApprovalLinks, SigningKeyError
 from toolpipe.shared.deferred.models import (
@@ -28,7 +29,6 @@ from toolpipe.shared.deferred.models import (
     EditedArguments,
     InvalidEditError,
     LinkEditsOffError,
-    ResultRequest,
     ToolChangedWhileWaitingError,
     WrongKindError,
 )

@@ -12,7 +12,8 @@ from tests.unit.shared.runs.test_approvals import APPROVER, _deliver
 from toolpipe.infra.cdk.definition import build_definition, loop_states
 from toolpipe.shared.agents import AGENTS, Agent
 from toolpipe.shared.deferred.answers import answer_content, question_of
-from toolpipe.shared.deferred.models import ApprovalKind, InvalidAnswerError, ResultRequest
+from toolpipe.shared.deferred.bodies import ResultRequest
+from toolpipe.shared.deferred.models import ApprovalKind, InvalidAnswerError
 from toolpipe.shared.errors import DefinitionError, ErrorKind
 from toolpipe.shared.settings import WAITING_CALLS_PER_TURN
 from toolpipe.shared.tools import SchemaError, schema_tool, tool
