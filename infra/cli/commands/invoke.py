@@ -13,6 +13,7 @@ from toolpipe.infra.cli.discovery import serving, state_dir, try_lock
 from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError, reason
 from toolpipe.infra.cli.model_endpoint import model_endpoint
 from toolpipe.infra.cli.output import short, write_json
+from toolpipe.shared import collector
 
 
 def invoke(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -89,9 +90,10 @@ def _event(args: argparse.Namespace) -> Any:
 def _invoke_in_runtime(
     args: argparse.Namespace, event: Any, home: Path, err: TextIO
 ) -> tuple[Any, Exception | None]:
-    from toolpipe.infra.local import triggers
-    from toolpipe.infra.local.lambdas import call_function
-    from toolpipe.infra.local.runtime import LocalRuntime
+    with collector.paused():  # moto, botocore and the handlers: kept for the process's life
+        from toolpipe.infra.local import triggers
+        from toolpipe.infra.local.lambdas import call_function
+        from toolpipe.infra.local.runtime import LocalRuntime
 
     # Workers run too: a run the event starts finishes before the runtime shuts down.
     with model_endpoint(args) as model, LocalRuntime(state_dir=home) as runtime:

@@ -1,0 +1,56 @@
+"""`collector.paused`: the cyclic collector off for a block, then as it was."""
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from toolpipe.shared import collector
+
+
+@pytest.fixture
+def enabled_after() -> Iterator[None]:
+    yield
+    gc.enable()  # whatever a test left: the rest of the suite runs with it on
+
+
+def test_the_collector_is_off_in_the_block_and_on_after(enabled_after: None) -> None:
+    gc.enable()
+    with collector.paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_block_that_raises_turns_it_back_on(enabled_after: None) -> None:
+    gc.enable()
+    with pytest.raises(ValueError), collector.paused():
+        raise ValueError("boom")
+    assert gc.isenabled()
+
+
+def test_nested_blocks_turn_it_on_once_at_the_outermost(enabled_after: None) -> None:
+    gc.enable()
+    with collector.paused():
+        with collector.paused():
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_collector_someone_else_turned_off_stays_off(enabled_after: None) -> None:
+    gc.disable()
+    with collector.paused():
+        pass
+    assert not gc.isenabled()
+
+
+def test_what_is_dropped_in_a_cycle_meanwhile_is_collected_once_it_is_back_on(enabled_after: None) -> None:
+    class Node:
+        other: "Node"
+
+    gc.enable()
+    with collector.paused():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        del a, b
+    assert gc.collect() >= 2  # the cycle waited, and is freed by the next pass
