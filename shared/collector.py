@@ -17,13 +17,20 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def paused() -> Iterator[None]:
+def paused(keep: bool = False) -> Iterator[None]:
     """The collector off for the block, then as it was (left off if someone else turned it off;
-    nested blocks turn it back on once, at the outermost)."""
+    nested blocks turn it back on once, at the outermost).
+
+    `keep`: what the process holds when the block ends well is frozen (`gc.freeze`), to last its
+    life. Otherwise, turned back on, the collector's next passes walk all the block made once
+    more, on their way to the permanent generation; frozen, no pass walks it again.
+    `LocalRuntime`'s stop gives it back (`gc.unfreeze`)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
+        if keep:
+            gc.freeze()
     finally:
         if was_enabled:
             gc.enable()

@@ -9,34 +9,39 @@ that is not the caller's is a 404, like an unknown one (`errors`).
 from functools import partial
 from typing import Any
 
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from toolpipe.shared import collector
 
-from toolpipe.functions.api import approvals, errors, openapi, runs, timeline
-from toolpipe.functions.api.page import routes as page
-from toolpipe.functions.api.services import CONTEXT_KEY, ApiServices, FunctionSettings
-from toolpipe.shared.agents import all_agents
-from toolpipe.shared.costs.invocation import API_REQUEST, metered
-from toolpipe.shared.history.errors import QuotaExceededError
-from toolpipe.shared.runs.errors import IdempotencyConflictError
-from toolpipe.shared.runs.factory import cost_store
-from toolpipe.shared.tracing import trace_handler
+# What the cold start builds here lasts the function's life: the collector's passes would only
+# walk it, so it is built with the collector paused, then frozen (shared/collector.py).
+with collector.paused(keep=True):
+    from aws_lambda_powertools import Logger
+    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+    from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
-logger = Logger()
-services = ApiServices(FunctionSettings.from_env())
-# Validation of path and query parameters; its errors are answered 400, like bodies'.
-app = APIGatewayRestResolver(enable_validation=True)
-for router in (runs.router, timeline.router, approvals.router, page.router):
-    app.include_router(router)
+    from toolpipe.functions.api import approvals, errors, openapi, runs, timeline
+    from toolpipe.functions.api.page import routes as page
+    from toolpipe.functions.api.services import CONTEXT_KEY, ApiServices, FunctionSettings
+    from toolpipe.shared.agents import all_agents
+    from toolpipe.shared.costs.invocation import API_REQUEST, metered
+    from toolpipe.shared.history.errors import QuotaExceededError
+    from toolpipe.shared.runs.errors import IdempotencyConflictError
+    from toolpipe.shared.runs.factory import cost_store
+    from toolpipe.shared.tracing import trace_handler
 
-# Registered by call: the decorator is untyped.
-app.exception_handler(list(errors.STATUSES))(errors.domain_error)
-app.exception_handler(IdempotencyConflictError)(errors.idempotency_conflict)
-app.exception_handler(QuotaExceededError)(errors.quota_exceeded)
-app.exception_handler(RequestValidationError)(partial(errors.bad_parameters, app))
-app.exception_handler(Exception)(partial(errors.unexpected, app))
+    logger = Logger()
+    services = ApiServices(FunctionSettings.from_env())
+    # Validation of path and query parameters; its errors are answered 400, like bodies'.
+    app = APIGatewayRestResolver(enable_validation=True)
+    for router in (runs.router, timeline.router, approvals.router, page.router):
+        app.include_router(router)
+
+    # Registered by call: the decorator is untyped.
+    app.exception_handler(list(errors.STATUSES))(errors.domain_error)
+    app.exception_handler(IdempotencyConflictError)(errors.idempotency_conflict)
+    app.exception_handler(QuotaExceededError)(errors.quota_exceeded)
+    app.exception_handler(RequestValidationError)(partial(errors.bad_parameters, app))
+    app.exception_handler(Exception)(partial(errors.unexpected, app))
 
 
 def openapi_document() -> dict[str, Any]:

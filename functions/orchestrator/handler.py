@@ -3,51 +3,56 @@
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.typing import LambdaContext
-from botocore.exceptions import ClientError
+from toolpipe.shared import collector
 
-from toolpipe.shared.costs import meter
-from toolpipe.shared.costs.invocation import metered
-from toolpipe.shared.costs.transitions import TransitionCounter
-from toolpipe.shared.history.errors import RunNotFoundError
-from toolpipe.shared.messages import (
-    ORCHESTRATOR_REQUEST,
-    ApprovalTaskRequest,
-    DeadlineCheckRequest,
-    ExecutionEndedRequest,
-    FailRequest,
-    OutOfTimeRequest,
-)
-from toolpipe.shared.runs.active_time import ActiveTime
-from toolpipe.shared.runs.deferred import DeferredCalls
-from toolpipe.shared.runs.executions import execution_number, run_id_of
-from toolpipe.shared.runs.factory import (
-    build_active_time,
-    build_deferred_calls,
-    build_model_step,
-    build_transition_counter,
-    cost_store,
-)
-from toolpipe.shared.runs.model_step import ModelStep, monotonic_deadline
-from toolpipe.shared.settings import (
-    ApprovalLinkSettings,
-    CallTimeouts,
-    EventSettings,
-    ModelSettings,
-    RateSettings,
-    StoreSettings,
-)
-from toolpipe.shared.tracing import trace_handler
+# What the cold start builds here lasts the function's life: the collector's passes would only
+# walk it, so it is built with the collector paused, then frozen (shared/collector.py).
+with collector.paused(keep=True):
+    from aws_lambda_powertools import Logger
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from botocore.exceptions import ClientError
 
-logger = Logger()
-# Errors that say the execution is not this state machine's to read (local IAM answers "403").
-_NOT_THIS_MACHINES = ("AccessDenied", "403", "ExecutionDoesNotExist", "InvalidArn")
-store_settings = StoreSettings.from_env()
-model_settings = ModelSettings.from_env()
-call_timeouts = CallTimeouts.from_env()
-event_settings = EventSettings.from_env()
-rate_settings = RateSettings.from_env()
+    from toolpipe.shared.costs import meter
+    from toolpipe.shared.costs.invocation import metered
+    from toolpipe.shared.costs.transitions import TransitionCounter
+    from toolpipe.shared.history.errors import RunNotFoundError
+    from toolpipe.shared.messages import (
+        ORCHESTRATOR_REQUEST,
+        ApprovalTaskRequest,
+        DeadlineCheckRequest,
+        ExecutionEndedRequest,
+        FailRequest,
+        OutOfTimeRequest,
+    )
+    from toolpipe.shared.runs.active_time import ActiveTime
+    from toolpipe.shared.runs.deferred import DeferredCalls
+    from toolpipe.shared.runs.executions import execution_number, run_id_of
+    from toolpipe.shared.runs.factory import (
+        build_active_time,
+        build_deferred_calls,
+        build_model_step,
+        build_transition_counter,
+        cost_store,
+    )
+    from toolpipe.shared.runs.model_step import ModelStep, monotonic_deadline
+    from toolpipe.shared.settings import (
+        ApprovalLinkSettings,
+        CallTimeouts,
+        EventSettings,
+        ModelSettings,
+        RateSettings,
+        StoreSettings,
+    )
+    from toolpipe.shared.tracing import trace_handler
+
+    logger = Logger()
+    # Errors that say the execution is not this state machine's to read (local IAM answers "403").
+    _NOT_THIS_MACHINES = ("AccessDenied", "403", "ExecutionDoesNotExist", "InvalidArn")
+    store_settings = StoreSettings.from_env()
+    model_settings = ModelSettings.from_env()
+    call_timeouts = CallTimeouts.from_env()
+    event_settings = EventSettings.from_env()
+    rate_settings = RateSettings.from_env()
 
 
 @cache

@@ -12,23 +12,28 @@ import tempfile
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-import boto3
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from toolpipe.shared import collector
 
-from toolpipe.shared.agents import registered_in_code
-from toolpipe.shared.errors import ErrorKind
-from toolpipe.shared.runs import call_process, call_runner, tmp_files
-from toolpipe.shared.runs.call_host import prepare
-from toolpipe.shared.runs.tool_run import (
-    HOOKS_GRACE_SECONDS,
-    ToolRunRequest,
-    ToolRunResponse,
-    overran,
-    run_tool_call,
-)
-from toolpipe.shared.settings import OverflowSettings
-from toolpipe.shared.tracing import trace_handler
+# What the cold start builds here lasts the function's life: the collector's passes would only
+# walk it, so it is built with the collector paused, then frozen (shared/collector.py).
+with collector.paused(keep=True):
+    import boto3
+    from aws_lambda_powertools import Logger
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from toolpipe.shared.agents import registered_in_code
+    from toolpipe.shared.errors import ErrorKind
+    from toolpipe.shared.runs import call_process, call_runner, tmp_files
+    from toolpipe.shared.runs.call_host import prepare
+    from toolpipe.shared.runs.tool_run import (
+        HOOKS_GRACE_SECONDS,
+        ToolRunRequest,
+        ToolRunResponse,
+        overran,
+        run_tool_call,
+    )
+    from toolpipe.shared.settings import OverflowSettings
+    from toolpipe.shared.tracing import trace_handler
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client

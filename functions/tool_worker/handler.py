@@ -3,36 +3,41 @@
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from toolpipe.shared import collector
 
-from toolpipe.shared.costs import meter
-from toolpipe.shared.costs.invocation import metered
-from toolpipe.shared.costs.requests import DELETED, delivered
-from toolpipe.shared.messages import ToolCallMessage
-from toolpipe.shared.runs.factory import build_tool_executor, cost_store
-from toolpipe.shared.runs.tool_executor import ToolCallExecutor
-from toolpipe.shared.settings import (
-    EventSettings,
-    StateMachineSettings,
-    StoreSettings,
-    ToolRunnerSettings,
-    WorkerSettings,
-)
-from toolpipe.shared.tracing import trace_handler
+# What the cold start builds here lasts the function's life: the collector's passes would only
+# walk it, so it is built with the collector paused, then frozen (shared/collector.py).
+with collector.paused(keep=True):
+    from aws_lambda_powertools import Logger
+    from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
-logger = Logger()
-store_settings = StoreSettings.from_env()
-worker_settings = WorkerSettings.from_env()
-machine_settings = StateMachineSettings.from_env()
-event_settings = EventSettings.from_env()
-runner_settings = ToolRunnerSettings.from_env()
-# A claim outlives the invocation by this margin, so a redelivery takes it over only after
-# the invocation that holds it is certainly over.
-LEASE_MARGIN_SECONDS = 30
+    from toolpipe.shared.costs import meter
+    from toolpipe.shared.costs.invocation import metered
+    from toolpipe.shared.costs.requests import DELETED, delivered
+    from toolpipe.shared.messages import ToolCallMessage
+    from toolpipe.shared.runs.factory import build_tool_executor, cost_store
+    from toolpipe.shared.runs.tool_executor import ToolCallExecutor
+    from toolpipe.shared.settings import (
+        EventSettings,
+        StateMachineSettings,
+        StoreSettings,
+        ToolRunnerSettings,
+        WorkerSettings,
+    )
+    from toolpipe.shared.tracing import trace_handler
+
+    logger = Logger()
+    store_settings = StoreSettings.from_env()
+    worker_settings = WorkerSettings.from_env()
+    machine_settings = StateMachineSettings.from_env()
+    event_settings = EventSettings.from_env()
+    runner_settings = ToolRunnerSettings.from_env()
+    # A claim outlives the invocation by this margin, so a redelivery takes it over only after
+    # the invocation that holds it is certainly over.
+    LEASE_MARGIN_SECONDS = 30
 
 
 @cache

@@ -10,27 +10,32 @@ from dataclasses import asdict
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from toolpipe.shared import collector
 
-from toolpipe.shared.agents.errors import UnknownAgentError
-from toolpipe.shared.costs import meter
-from toolpipe.shared.costs.invocation import metered
-from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRequestedError
-from toolpipe.shared.runs.factory import build_trigger_service, cost_store
-from toolpipe.shared.runs.triggers import TriggerResult, TriggerService
-from toolpipe.shared.settings import EventSettings, StateMachineSettings, StoreSettings, TriggerSettings
-from toolpipe.shared.tracing import trace_handler
-from toolpipe.shared.triggers import RunRequested, S3ObjectCreated, TriggerEventError, parse_trigger_event
-from toolpipe.shared.triggers.events import S3TestEvent
+# What the cold start builds here lasts the function's life: the collector's passes would only
+# walk it, so it is built with the collector paused, then frozen (shared/collector.py).
+with collector.paused(keep=True):
+    from aws_lambda_powertools import Logger
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
-logger = Logger()
-store_settings = StoreSettings.from_env()
-machine_settings = StateMachineSettings.from_env()
-trigger_settings = TriggerSettings.from_env()
-event_settings = EventSettings.from_env()  # RunStarted for the runs it starts
-# Errors of the event itself: the same event fails the same way every time.
-_REJECTED = (TriggerEventError, UnknownAgentError, UnknownToolsRequestedError, IdempotencyConflictError)
+    from toolpipe.shared.agents.errors import UnknownAgentError
+    from toolpipe.shared.costs import meter
+    from toolpipe.shared.costs.invocation import metered
+    from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRequestedError
+    from toolpipe.shared.runs.factory import build_trigger_service, cost_store
+    from toolpipe.shared.runs.triggers import TriggerResult, TriggerService
+    from toolpipe.shared.settings import EventSettings, StateMachineSettings, StoreSettings, TriggerSettings
+    from toolpipe.shared.tracing import trace_handler
+    from toolpipe.shared.triggers import RunRequested, S3ObjectCreated, TriggerEventError, parse_trigger_event
+    from toolpipe.shared.triggers.events import S3TestEvent
+
+    logger = Logger()
+    store_settings = StoreSettings.from_env()
+    machine_settings = StateMachineSettings.from_env()
+    trigger_settings = TriggerSettings.from_env()
+    event_settings = EventSettings.from_env()  # RunStarted for the runs it starts
+    # Errors of the event itself: the same event fails the same way every time.
+    _REJECTED = (TriggerEventError, UnknownAgentError, UnknownToolsRequestedError, IdempotencyConflictError)
 
 
 @cache

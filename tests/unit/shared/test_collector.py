@@ -54,3 +54,17 @@ def test_what_is_dropped_in_a_cycle_meanwhile_is_collected_once_it_is_back_on(en
         a.other, b.other = b, a
         del a, b
     assert gc.collect() >= 2  # the cycle waited, and is freed by the next pass
+
+
+def test_keep_freezes_what_the_process_holds_and_not_after_an_error(enabled_after: None) -> None:
+    gc.enable()
+    try:
+        with pytest.raises(ValueError), collector.paused(keep=True):
+            raise ValueError("boom")
+        assert gc.get_freeze_count() == 0
+        with collector.paused(keep=True):
+            kept = [object() for _ in range(1000)]
+        assert gc.get_freeze_count() > len(kept)
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
