@@ -328,3 +328,52 @@ def test_a_requests_service_is_found_once_per_url_and_answers_as_motos_own_searc
         s3.create_bucket(Bucket="runs-bucket")
         s3.put_object(Bucket="runs-bucket", Key="k/1.txt", Body=b"one")
         assert s3.get_object(Bucket="runs-bucket", Key="k/1.txt")["Body"].read() == b"one"
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"passthrough": {"services": ["sqs"]}},
+        {"service_whitelist": ["dynamodb"]},
+        {"passthrough": {"urls": [r"https://sqs\..*"]}},
+    ],
+    ids=["passthrough-service", "allow-list", "passthrough-url"],
+)
+def test_the_passthrough_and_allow_list_settings_answer_as_motos_own_search(
+    monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]
+) -> None:
+    """moto reads them for each service whose host matches, before it looks for a URL of that
+    service: a path SQS does not serve is passed through (or refused) as a served one is."""
+    from moto.core.botocore_stubber import BotocoreStubber
+    from moto.core.config import default_user_config
+    from moto.core.exceptions import ServiceNotWhitelisted
+
+    speed.service_routes.install()
+    own_search: Any = speed.service_routes._motos_own
+    stubber = BotocoreStubber()
+    monkeypatch.setitem(default_user_config, "core", config)
+    with mock_aws():
+        for url, target in [
+            ("https://sqs.us-east-1.amazonaws.com/", "AmazonSQS.ListQueues"),
+            ("https://sqs.us-east-1.amazonaws.com/not/a/queue/path", None),
+        ]:
+            answers = []
+            for method in (BotocoreStubber.process_request, own_search):
+                try:
+                    answer = method(stubber, _prepared(url, target))
+                    answers.append(None if answer is None else answer[0])
+                except ServiceNotWhitelisted as refused:
+                    answers.append(str(refused))
+            assert answers[0] == answers[1], (url, answers)
+            assert answers[0] is None or "not whitelisted" in str(answers[0]), (url, answers)
+
+
+def test_a_long_url_is_searched_each_time_and_not_kept() -> None:
+    """A tool may make any number of long S3 keys: their URLs are not kept for the process's life."""
+    routes = speed.service_routes
+    long_key = "https://runs-bucket.s3.amazonaws.com/" + "k" * routes.MAX_KEPT_URL
+    before = routes._kept_route.cache_info().currsize
+    with mock_aws():
+        assert [service for service, _ in routes.route(long_key)] == ["s3"]
+        assert routes.route(long_key)[-1][1] is not None
+    assert routes._kept_route.cache_info().currsize == before
