@@ -12,8 +12,13 @@ cycles waits, for the collector's next pass once it is back on.
 """
 
 import gc
+import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+
+# Set where a process is a Lambda function's (Lambda, SAM's emulator); Powertools reads it the
+# same way (shared/tracing.py).
+ON_LAMBDA = "LAMBDA_TASK_ROOT"
 
 
 @contextmanager
@@ -23,8 +28,8 @@ def paused(keep: bool = False) -> Iterator[None]:
 
     `keep`: what the process holds when the block ends well is frozen (`gc.freeze`), to last its
     life. Otherwise, turned back on, the collector's next passes walk all the block made once
-    more, on their way to the permanent generation; frozen, no pass walks it again.
-    `LocalRuntime`'s stop gives it back (`gc.unfreeze`)."""
+    more, on their way to the permanent generation; frozen, no pass walks it again. Frozen too
+    is any garbage in cycles that waited: only for a process whose whole life this is."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -34,3 +39,11 @@ def paused(keep: bool = False) -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def cold_start() -> AbstractContextManager[None]:
+    """A Lambda handler module's set-up: paused, and on Lambda (`ON_LAMBDA`) kept, as it lasts
+    the execution environment's life. Elsewhere (the local runtime, a test, `make openapi`) the
+    process goes on to other work, and freezing would keep whatever garbage waited for good: only
+    paused there."""
+    return paused(keep=bool(os.environ.get(ON_LAMBDA)))

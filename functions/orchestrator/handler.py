@@ -6,8 +6,8 @@ from typing import Any
 from toolpipe.shared import collector
 
 # What the cold start builds here lasts the function's life: the collector's passes would only
-# walk it, so it is built with the collector paused, then frozen (shared/collector.py).
-with collector.paused(keep=True):
+# walk it, so it is built with the collector paused, then, on Lambda, frozen (shared/collector.py).
+with collector.cold_start():
     from aws_lambda_powertools import Logger
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from botocore.exceptions import ClientError

@@ -1,5 +1,7 @@
-"""Each function's cold start builds what it keeps (imports, settings, clients' factories) with
-the cyclic collector paused, then frozen: no collection walks it, then or later (shared/collector.py).
+"""Each function's cold start builds what it keeps (imports, settings, the API's routes) with the
+cyclic collector paused: no full pass walks it. On Lambda it is then frozen, as it lasts the
+execution environment's life; elsewhere (the local runtime, a test) nothing is frozen, so no
+garbage waiting then is kept for good (shared/collector.py).
 
 Each case runs in a fresh interpreter, as Lambda's cold start does.
 """
@@ -12,8 +14,16 @@ import pytest
 
 from tests.functional.test_tracing import FUNCTION_ENV
 from toolpipe.infra.cdk.functions import FUNCTIONS
+from toolpipe.shared.collector import ON_LAMBDA
 
 ROOT = Path(__file__).resolve().parents[2]
+MODULES = sorted({spec.module for spec in FUNCTIONS.values()})
+# Where Lambda runs the code; tracing off, as in the stack's `-c tracing=false`, so X-Ray stays out.
+LAMBDA = {
+    ON_LAMBDA: str(ROOT),
+    "AWS_LAMBDA_FUNCTION_NAME": "toolpipe-fn",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+}
 
 COUNTED_IMPORT = """
 import gc
@@ -21,23 +31,35 @@ passes = []
 gc.callbacks.append(lambda phase, info: phase == "start" and passes.append(info["generation"]))
 frozen_before = gc.get_freeze_count()
 import {module}
-print(sorted(set(passes)), gc.get_freeze_count() - frozen_before, gc.isenabled())
+print(2 in passes, gc.get_freeze_count() - frozen_before, gc.isenabled())
 """
 
 
-@pytest.mark.parametrize("module", sorted({spec.module for spec in FUNCTIONS.values()}))
-def test_a_cold_import_runs_no_full_collection_and_freezes_what_it_built(module: str) -> None:
+def counted_import(module: str, env: dict[str, str]) -> tuple[bool, int, bool]:
     out = subprocess.run(
         [sys.executable, "-c", COUNTED_IMPORT.format(module=module)],
-        env=FUNCTION_ENV,
+        env=env,
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    generations, frozen, enabled = out.stdout.split("] ")[0] + "]", *out.stdout.split("] ")[1].split()
-    # Without the pause, an import this size runs full (generation 2) passes over its heap.
-    assert "2" not in generations, generations
-    assert int(frozen) > 50_000  # modules, classes, models: out of every later pass
-    assert enabled == "True"
+    full_pass, frozen, enabled = out.stdout.split()
+    return full_pass == "True", int(frozen), enabled == "True"
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_on_lambda_a_cold_import_runs_no_full_pass_and_freezes_what_it_built(module: str) -> None:
+    full_pass, frozen, enabled = counted_import(module, {**FUNCTION_ENV, **LAMBDA})
+    assert not full_pass  # without the pause, an import this size runs full passes over its heap
+    assert frozen > 50_000  # modules, classes, models: out of every later pass
+    assert enabled
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_elsewhere_a_handlers_import_runs_no_full_pass_and_freezes_nothing(module: str) -> None:
+    full_pass, frozen, enabled = counted_import(module, FUNCTION_ENV)
+    assert not full_pass
+    assert frozen == 0
+    assert enabled

@@ -58,13 +58,34 @@ def test_what_is_dropped_in_a_cycle_meanwhile_is_collected_once_it_is_back_on(en
 
 def test_keep_freezes_what_the_process_holds_and_not_after_an_error(enabled_after: None) -> None:
     gc.enable()
+    frozen_before = gc.get_freeze_count()  # a runtime another test left up has frozen its own
     try:
         with pytest.raises(ValueError), collector.paused(keep=True):
             raise ValueError("boom")
-        assert gc.get_freeze_count() == 0
+        assert gc.get_freeze_count() == frozen_before
         with collector.paused(keep=True):
             kept = [object() for _ in range(1000)]
-        assert gc.get_freeze_count() > len(kept)
+        assert gc.get_freeze_count() > frozen_before + len(kept)
         assert gc.isenabled()
     finally:
-        gc.unfreeze()
+        if frozen_before == 0:  # give back only what this test froze
+            gc.unfreeze()
+
+
+def test_a_cold_start_keeps_what_it_built_on_lambda_only(
+    enabled_after: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gc.enable()
+    frozen_before = gc.get_freeze_count()
+    monkeypatch.delenv(collector.ON_LAMBDA, raising=False)
+    with collector.cold_start():
+        assert not gc.isenabled()
+    assert gc.get_freeze_count() == frozen_before
+    monkeypatch.setenv(collector.ON_LAMBDA, "/var/task")
+    try:
+        with collector.cold_start():
+            pass
+        assert gc.get_freeze_count() > frozen_before
+    finally:
+        if frozen_before == 0:
+            gc.unfreeze()
