@@ -6,13 +6,11 @@ garbage waiting then is kept for good (shared/collector.py).
 Each case runs in a fresh interpreter, as Lambda's cold start does.
 """
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.functional.test_tracing import FUNCTION_ENV
+from tests.functional.test_tracing import FUNCTION_ENV, run_python
 from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.shared.collector import ON_LAMBDA
 
@@ -36,16 +34,7 @@ print(2 in passes, gc.get_freeze_count() - frozen_before, gc.isenabled())
 
 
 def counted_import(module: str, env: dict[str, str]) -> tuple[bool, int, bool]:
-    out = subprocess.run(
-        [sys.executable, "-c", COUNTED_IMPORT.format(module=module)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    full_pass, frozen, enabled = out.stdout.split()
+    full_pass, frozen, enabled = run_python(COUNTED_IMPORT.format(module=module), env).split()
     return full_pass == "True", int(frozen), enabled == "True"
 
 
