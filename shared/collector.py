@@ -29,7 +29,8 @@ def paused(keep: bool = False) -> Iterator[None]:
     `keep`: what the process holds when the block ends well is frozen (`gc.freeze`), to last its
     life. Otherwise, turned back on, the collector's next passes walk all the block made once
     more, on their way to the permanent generation; frozen, no pass walks it again. Frozen too
-    is any garbage in cycles that waited: only for a process whose whole life this is."""
+    is any garbage in cycles that waited: only for what lasts the process's life (a cold start),
+    or until whoever froze it gives it back (`LocalRuntime`'s stop: `gc.unfreeze`)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
