@@ -98,7 +98,8 @@ class ImportTime:
 
 def function_env(tracing: bool, spec: FunctionSpec | None = None) -> dict[str, str]:
     """The variables the stack sets on `spec`'s function (values are placeholders: nothing here
-    calls AWS or a model), as on Lambda; None: on one of the pipeline's own functions."""
+    calls AWS or a model), as on Lambda; None: those every function has (a peer's loop or a
+    project's test, measured beside them, gets no switch of the stack's)."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": os.environ.get("HOME", "/tmp"),
@@ -117,7 +118,7 @@ def function_env(tracing: bool, spec: FunctionSpec | None = None) -> dict[str, s
     if not tracing:
         env["POWERTOOLS_TRACE_DISABLED"] = "true"
     # Which the stack sets on the pipeline's own functions, and not on the tool runners.
-    return env if spec is not None and spec.module == TOOL_RUNNER.module else env | PLUGINS_OFF
+    return env if spec is None or spec.module == TOOL_RUNNER.module else env | PLUGINS_OFF
 
 
 def measure_import(spec: FunctionSpec, *, tracing: bool, repeats: int) -> ImportTime:

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 
 from benchmarks.coldstart import ROOT, function_env
-from toolpipe.infra.cdk.functions import PLUGINS_OFF, TOOL_WORKER
+from toolpipe.infra.cdk.functions import TOOL_WORKER
 
 SAMPLE = """
 import resource, time
@@ -86,16 +86,13 @@ def measure(name: str) -> StartUp:
     """One sample of `name` (a key of MEASURES) in a fresh interpreter."""
     imports, setup, teardown = MEASURES[name]
     env = {
-        **function_env(tracing=False),
+        **function_env(tracing=False, spec=TOOL_WORKER if name == "tool_worker" else None),
         "POWERTOOLS_LOG_LEVEL": "ERROR",
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
     }
     if name == "local_pipeline":  # a project's test: no Lambda around it
         for lambda_only in ("LAMBDA_TASK_ROOT", "AWS_LAMBDA_FUNCTION_NAME"):
             env.pop(lambda_only)
-    if name != "tool_worker":  # the stack's switch, on its own functions only: not the peers'
-        for variable in PLUGINS_OFF:
-            env.pop(variable)
     code = SAMPLE.format(imports=imports, setup=setup, teardown=teardown)
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=False
