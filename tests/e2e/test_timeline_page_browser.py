@@ -100,10 +100,20 @@ def page_url(server: LocalServer, run_id: str) -> str:
     return f"{server.api_url}/ui/runs/{run_id}"
 
 
-def x_range(page: "Page", seq: int) -> tuple[float, float]:
-    box = page.locator(f'.bar.call[data-seq="{seq}"]').bounding_box()
-    assert box is not None, f"the call in slot {seq} has no bar"
-    return box["x"], box["x"] + box["width"]
+def edges(page: "Page", *selectors: str) -> list[list[tuple[float, float]]]:
+    """The left and right edges of each selector's matches, read in one script.
+
+    One read, not one locator per element: the page redraws itself whole (each second while a
+    run goes on, and once more when the run's cost arrives), and an element one call finds may
+    be gone, replaced by its twin, when the next asks where it is."""
+    found: list[list[list[float]]] = page.evaluate(
+        """(selectors) => selectors.map((s) => [...document.querySelectorAll(s)].map((e) => {
+          const r = e.getBoundingClientRect();
+          return [r.left, r.right];
+        }))""",
+        list(selectors),
+    )
+    return [[(left, right) for left, right in matches] for matches in found]
 
 
 def test_a_three_turn_run_is_drawn_live_and_its_parallel_calls_overlap(
@@ -139,13 +149,15 @@ def test_a_three_turn_run_is_drawn_live_and_its_parallel_calls_overlap(
     expect(page.locator(".bar.call")).to_have_count(5)
 
     # Turn 1 (reply in slot 2): calls in slots 3 and 4; turn 2 (slot 5): slots 6, 7 and 8.
+    slots = (3, 4, 6, 7, 8)
+    *bars, models = edges(page, *(f'.bar.call[data-seq="{seq}"]' for seq in slots), ".bar.model")
+    assert [len(bar) for bar in bars] == [1] * len(slots), f"call bars by slot {slots}: {bars}"
+    calls = {seq: bar[0] for seq, bar in zip(slots, bars, strict=True)}
     for first, second in ((3, 4), (6, 7)):
-        (a0, a1), (b0, b1) = x_range(page, first), x_range(page, second)
+        (a0, a1), (b0, b1) = calls[first], calls[second]
         assert a0 < b1 and b0 < a1, f"calls {first} and {second} ran at once, drawn apart: {a0, a1} {b0, b1}"
     # A turn's calls start after its model call and the next turn's model call after them.
-    model = page.locator(".bar.model")
-    turn2 = model.nth(1).bounding_box()
-    assert turn2 is not None and turn2["x"] >= max(x_range(page, 3)[1], x_range(page, 4)[1]) - 1
+    assert models[1][0] >= max(calls[3][1], calls[4][1]) - 1
     expect(page.locator('.bar.call[data-seq="8"]')).to_have_class("bar call error")
     expect(page.locator(".mark.error")).to_contain_text("explode")
     expect(page.locator("#turn-9")).to_contain_text("Both naps done; one call failed.")
@@ -209,10 +221,12 @@ def test_every_bar_stays_on_the_axis_and_every_tool_name_is_shown_whole(
     assert sorted(label["text"] for label in drawn["labels"]) == ["look_up_the_forecast", "slow"]
     assert all(label["text"] == label["tool"] and not label["cut"] for label in drawn["labels"]), drawn
     # The quick call's bar is narrower than its name: the name is beside it, whole.
-    bar = page.locator('.bar.call[data-tool="look_up_the_forecast"]').bounding_box()
-    name = page.locator(".label", has_text="look_up_the_forecast").bounding_box()
-    assert bar is not None and name is not None and bar["width"] < name["width"]
-    assert name["x"] >= bar["x"] + bar["width"] or name["x"] + name["width"] <= bar["x"]
+    [(bar0, bar1)], labels = edges(page, '.bar.call[data-tool="look_up_the_forecast"]', ".label")
+    [(name0, name1)] = [
+        labels[i] for i, label in enumerate(drawn["labels"]) if label["text"] == "look_up_the_forecast"
+    ]
+    assert bar1 - bar0 < name1 - name0
+    assert name0 >= bar1 or name1 <= bar0
 
 
 def test_a_hostile_run_renders_as_text_bounded_and_runs_no_script(
@@ -298,8 +312,10 @@ def test_a_wait_for_a_person_is_shaded_and_the_page_polls_where_events_are_refus
     expect(page.locator(f'.bar.call[data-seq="{approval["seq"]}"]')).to_have_class("bar call ok")
     assert refused, "the page never asked for the event stream"
     # The shaded wait ends before the call's bar begins: the call ran once a person approved it.
-    shade, bar = wait.bounding_box(), page.locator(f'.bar.call[data-seq="{approval["seq"]}"]').bounding_box()
-    assert shade is not None and bar is not None and shade["x"] + shade["width"] <= bar["x"] + 1
+    [[(_, shade_end)], [(bar_start, _)]] = edges(
+        page, f'.wait[data-seq="{approval["seq"]}"]', f'.bar.call[data-seq="{approval["seq"]}"]'
+    )
+    assert shade_end <= bar_start + 1
 
 
 def test_a_run_that_is_not_the_callers_is_not_found(served: tuple[Pipeline, LocalServer]) -> None:
