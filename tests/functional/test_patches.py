@@ -3,6 +3,7 @@ another) and the patches that only keep results (names, method lists, request id
 User-Agent, parsed updates): each test fails without its patch. The others are tested in
 tests/functional/test_moto_patches.py and, for a stop, tests/e2e/test_execution_ended.py."""
 
+import functools
 import importlib.metadata
 import json
 import os
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.compat
+import botocore.hooks
 import botocore.loaders
 import botocore.useragent
 import pytest
@@ -22,7 +25,7 @@ from moto.dynamodb.parsing.validators import ActionCountValidator
 
 from toolpipe.infra.local import patches, user_cache
 from toolpipe.infra.local.patches import UntestedMotoError, correctness, speed
-from toolpipe.infra.local.patches.speed import item_answers, service_listing
+from toolpipe.infra.local.patches.speed import item_answers, service_listing, session_events
 from toolpipe.infra.local.runtime import LocalRuntime
 from toolpipe.shared.errors import ConfigurationError
 
@@ -112,6 +115,84 @@ def test_a_new_session_adds_no_directory_twice_to_the_shared_loaders_search_path
     loader = sessions[0]._session.get_component("data_loader")
     assert sessions[2]._session.get_component("data_loader") is loader
     assert len(loader.search_paths) == len(set(loader.search_paths))
+
+
+def test_a_handlers_signature_is_read_once_per_function_and_answers_as_botocores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each new session registered ~130 handlers, building each one's signature again: ~9 ms."""
+
+    def takes_kwargs(a: int, **kwargs: Any) -> None: ...
+    def takes_none(a: int) -> None: ...
+
+    class Handlers:
+        def takes_kwargs(self, **kwargs: Any) -> None: ...
+        def takes_none(self) -> None: ...
+        def __call__(self, **kwargs: Any) -> None: ...
+
+    handlers = Handlers()
+    callables: list[Any] = [
+        takes_kwargs,
+        takes_none,
+        handlers.takes_kwargs,
+        handlers.takes_none,
+        handlers,
+        functools.partial(takes_kwargs, 1),
+        functools.partial(takes_none, 1),
+        len,
+    ]
+    for func in callables:
+        try:
+            expected: Any = botocore.compat.accepts_kwargs(func)  # botocore's own
+        except TypeError as e:
+            expected = type(e)
+        for _ in range(2):
+            try:
+                answer: Any = session_events.accepts_kwargs(func)
+            except TypeError as e:
+                answer = type(e)
+            assert answer == expected, func
+
+    read: list[Any] = []
+    monkeypatch.setattr(session_events, "_original_accepts_kwargs", lambda f: read.append(f) or "kwargs")
+
+    def fresh(**kwargs: Any) -> None: ...
+
+    class Fresh:
+        def method(self, **kwargs: Any) -> None: ...
+
+    assert [session_events.accepts_kwargs(fresh) for _ in range(3)] == ["kwargs"] * 3
+    assert [session_events.accepts_kwargs(Fresh().method) for _ in range(3)] == ["kwargs"] * 3
+    assert read == [fresh, Fresh.method]  # once each; a method as its function
+    # A session refuses a handler without **kwargs, as botocore does.
+    with pytest.raises(ValueError, match="must accept keyword arguments"):
+        boto3.Session()._session.register("before-call.s3", takes_none)
+    assert botocore.hooks.accepts_kwargs is session_events.accepts_kwargs
+
+
+def test_an_event_names_alias_is_found_once_per_set_of_aliases() -> None:
+    """Every session and every client translated each event name again, from an empty cache."""
+    names = [
+        "before-call.stepfunctions.StartExecution",
+        "before-call.events.PutEvents",
+        "needs-retry.dynamodb.GetItem",
+        "creating-client-class.runtime.sagemaker",
+        "before-call.s3",
+    ]
+    unpatched: Any = botocore.hooks.EventAliaser.__new__(botocore.hooks.EventAliaser)
+    session_events._original_aliaser_init(unpatched, botocore.hooks.HierarchicalEmitter())
+    expected = [unpatched._alias_event_name(name) for name in names]  # botocore's own, its own cache
+    assert expected[:2] == ["before-call.sfn.StartExecution", "before-call.eventbridge.PutEvents"]
+    first, second = (boto3.Session()._session._events for _ in range(2))
+    client_events = boto3.Session().client("s3", region_name="us-east-1").meta.events
+    assert first._alias_name_cache is second._alias_name_cache is client_events._alias_name_cache
+    assert [first._alias_event_name(name) for name in names] == expected
+    assert {name: first._alias_name_cache[name] for name in names} == dict(zip(names, expected, strict=True))
+    # Other aliases, other answers: a cache of their own.
+    other = botocore.hooks.EventAliaser(botocore.hooks.HierarchicalEmitter(), {"s3": "simple-storage"})
+    assert other._alias_name_cache is not first._alias_name_cache
+    assert other._alias_event_name("before-call.s3") == "before-call.simple-storage"
+    assert first._alias_event_name("before-call.s3") == "before-call.s3"
 
 
 def test_a_new_loader_lists_the_services_without_walking_the_data_directories_again(
