@@ -8,6 +8,7 @@ import importlib.metadata
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,32 @@ def test_an_action_name_is_converted_once() -> None:
     with mock_aws():
         _table_and_requests()
     assert responses.camelcase_to_underscores.cache_info().hits > 0  # type: ignore[attr-defined]
+
+
+def test_a_queues_attribute_names_are_converted_once_and_every_moto_module_takes_the_kept_function() -> None:
+    """Each SQS `ReceiveMessage` built the queue's ~40 attributes three times, converting each
+    name again: a third of the request."""
+    import moto.sqs.models
+
+    snake_case: Any = moto.core.utils.camelcase_to_underscores
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        queue = sqs.create_queue(QueueName="q")["QueueUrl"]
+        for body in ("x", "y"):
+            sqs.send_message(QueueUrl=queue, MessageBody=body)
+        sqs.receive_message(QueueUrl=queue, AttributeNames=["All"])  # the names' first use
+        before = snake_case.cache_info()
+        assert len(sqs.receive_message(QueueUrl=queue, AttributeNames=["All"])["Messages"]) == 1
+        after = snake_case.cache_info()
+    assert after.hits - before.hits > 40 and after.misses == before.misses
+    assert snake_case("MessageRetentionPeriod") == "message_retention_period"  # moto's own answer
+    holders = [
+        module.__name__
+        for name, module in list(sys.modules.items())
+        if name.startswith("moto.") and hasattr(module, "camelcase_to_underscores")
+    ]
+    assert "moto.sqs.models" in holders and "moto.core.responses" in holders
+    assert all(sys.modules[name].camelcase_to_underscores is snake_case for name in holders)
 
 
 def test_a_response_class_method_list_is_listed_once() -> None:
