@@ -34,7 +34,7 @@ from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 from moto.iam.access_control import IAMPolicyStatement, PermissionResult
 
-from toolpipe.infra.local import conditions, s3_absence, service_limits
+from toolpipe.infra.local import conditions, s3_absence, service_limits, stopped_calls
 from toolpipe.infra.local.caller import current
 from toolpipe.infra.local.process_patch import Patched
 
@@ -345,17 +345,10 @@ def _make_api_call_as_caller(self: BaseClient, operation_name: str, api_params: 
     context = current()
     if context is not None:
         if context.stopped:
-            # A thread the runtime left running (a tool that hung past shutdown): with the mock
-            # gone, its call would go to real AWS.
-            raise ClientError(
-                {
-                    "Error": {
-                        "Code": "ServiceUnavailable",
-                        "Message": f"the local runtime of {context.name} has stopped",
-                    }
-                },
-                operation_name,
-            )
+            # A thread its runtime left running (a tool that hung past shutdown), calling while
+            # another runtime is up. The clients it made refuse it themselves, even with no
+            # runtime up (stopped_calls.py); this refuses it through any other client.
+            raise stopped_calls.stopped_error(context, operation_name)
         service = _signing_service(self.meta.service_model)
         put_events = (service, operation_name) == ("events", "PutEvents")
         if not put_events:

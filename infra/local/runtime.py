@@ -48,6 +48,7 @@ from toolpipe.infra.local import (
     recovery,
     s3_links,
     serial,
+    stopped_calls,
     template,
     triggers,
 )
@@ -219,6 +220,8 @@ class LocalRuntime:
         self._undo.callback(isolation.install())
         # Every botocore client, of any session, checks a function's calls from now on.
         self._undo.callback(iam.install())
+        # ...and the clients a function makes refuse its calls once it stops, even after.
+        self._undo.callback(stopped_calls.install())
         self._mock.start()
         self._undo.callback(lambdas.install())
         # A tool run in this process (an agent registered in code) follows its links here.

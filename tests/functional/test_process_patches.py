@@ -1,7 +1,10 @@
 """What the local runtime changes in its own process (botocore's API call, moto's Lambda invoke,
 execution start and end, request dispatch and S3 notifications, `os.environ`, `Thread.start`,
 urllib's opener) is one lifecycle: each install returns its undo, the runtime runs them when it
-stops, and the last one down puts every original back (issue 32)."""
+stops, and the last one down puts every original back (issue 32). What is compared is the process
+as a runtime's first start leaves it: moto's patches (`infra/local/patches/`) are installed once
+a process and kept, by design, one of them under the request dispatch the runtime wraps; a test
+that ran first in its process compared against moto's own dispatch."""
 
 import ast
 import os
@@ -10,20 +13,33 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from botocore.client import BaseClient
+from botocore.client import BaseClient, ClientCreator
 from moto.awslambda.models import LambdaFunction
 from moto.core.botocore_stubber import BotocoreStubber
 from moto.s3 import notifications
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
-from toolpipe.infra.local import execution_events, iam, isolation, lambdas, s3_links, serial, triggers
+from toolpipe.infra.local import (
+    execution_events,
+    iam,
+    isolation,
+    lambdas,
+    patches,
+    s3_links,
+    serial,
+    stopped_calls,
+    triggers,
+)
 from toolpipe.infra.local.runtime import LocalRuntime
+
+patches.install()
 
 
 def _current() -> list[object]:
     return [
         BaseClient._make_api_call,  # type: ignore[attr-defined]
+        ClientCreator.create_client,
         LambdaFunction._invoke_lambda,
         ExecutionWorker.start,
         os.environ,
@@ -37,6 +53,7 @@ def _current() -> list[object]:
 
 INSTALLS = (
     iam.install,
+    stopped_calls.install,
     lambdas.install,
     isolation.install,
     serial.install,
