@@ -346,8 +346,8 @@ def _make_api_call_as_caller(self: BaseClient, operation_name: str, api_params: 
     if context is not None:
         if context.stopped:
             # A thread its runtime left running (a tool that hung past shutdown), calling while
-            # another runtime is up. The clients it made refuse it themselves, even with no
-            # runtime up (stopped_calls.py); this refuses it through any other client.
+            # another runtime is up: this replaces the guard that refuses it when none is
+            # (stopped_calls.py) for as long as the runtime is up.
             raise stopped_calls.stopped_error(context, operation_name)
         service = _signing_service(self.meta.service_model)
         put_events = (service, operation_name) == ("events", "PutEvents")

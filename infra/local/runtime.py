@@ -216,12 +216,13 @@ class LocalRuntime:
                 **self._extra_env,
             }
         )
+        # Never undone: a function's thread that outlives its runtime calls nothing, even after
+        # the last runtime has put back what the ones below change.
+        stopped_calls.install()
         self._undo = contextlib.ExitStack()  # what start changed in this process, undone at stop
         self._undo.callback(isolation.install())
         # Every botocore client, of any session, checks a function's calls from now on.
         self._undo.callback(iam.install())
-        # ...and the clients a function makes refuse its calls once it stops, even after.
-        self._undo.callback(stopped_calls.install())
         self._mock.start()
         self._undo.callback(lambdas.install())
         # A tool run in this process (an agent registered in code) follows its links here.

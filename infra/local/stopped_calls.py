@@ -1,29 +1,33 @@
-"""A thread of a stopped local function calls nothing, whenever it calls and through any client.
+"""A thread of a stopped local function calls no AWS API, whenever it calls and through any client.
 
 A thread of a function can outlive its runtime: a tool that hung past the runtime's shutdown
 is left to its thread, as Lambda leaves a killed sandbox's. While any runtime is up, `iam.py`
-refuses such a thread's calls. But the last runtime to stop puts botocore back as it was, and
-with the mock gone a late call went to AWS itself: a hung call's cost count, once it ended,
-was sent to dynamodb.us-east-1.amazonaws.com after its test had ended.
+refuses such a thread's calls. But the last runtime to stop puts botocore, `os.environ` and
+`Thread.start` back as they were, and with the mock gone a late call went to AWS itself: a hung
+call's cost count, once it ended, was sent to dynamodb.us-east-1.amazonaws.com after its test
+had ended, and a client the thread made then was signed with the process's own credentials.
 
-So each client made while a runtime is up carries the refusal itself, as a handler of its own
-events, which no runtime's undo removes: a call made in the context of a function whose runtime
-has stopped (the thread's context outlives the runtime too) fails before it is built
-(`ServiceUnavailable`), whether another runtime is up or none. It is the caller that is
-checked, not the client's maker: a client kept for the process (the cost store's) serves each
-runtime's functions in turn.
+So the first runtime to start installs a guard that no runtime's stop removes, like moto's
+patches (`infra/local/patches/`): a botocore call made in the context of a function whose
+runtime has stopped (the thread's context outlives the runtime) fails before it is built
+(`ServiceUnavailable`), through any client, made before, during or after any runtime, whether
+another runtime is up or none; and a thread such a thread starts inherits its stopped context
+(Python's threads start in an empty one), so the threads of an S3 transfer or a tool's own
+threads are refused too. Outside a stopped function's threads, both pass straight through: one
+context-variable read. It is the caller that is checked, not the client's maker: a client kept
+for the process (the cost store's) serves each runtime's functions in turn.
 """
 
-from collections.abc import Callable
+import threading
 from typing import Any
 
-from botocore.client import ClientCreator
+from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
-from toolpipe.infra.local.caller import FunctionContext, current
-from toolpipe.infra.local.process_patch import Patched
+from toolpipe.infra.local.caller import FunctionContext, _current, current
 
-_UNIQUE_ID = "toolpipe-local-refuse-if-stopped"
+_lock = threading.Lock()
+_installed = False
 
 
 def stopped_error(context: FunctionContext, operation_name: str) -> ClientError:
@@ -39,26 +43,38 @@ def stopped_error(context: FunctionContext, operation_name: str) -> ClientError:
     )
 
 
-def _refuse_if_stopped(model: Any, **kwargs: Any) -> None:
+def _stopped() -> FunctionContext | None:
     function = current()
-    if function is not None and function.stopped:
-        raise stopped_error(function, model.name)
+    return function if function is not None and function.stopped else None
 
 
-def _creating_clients(original: Callable[..., Any]) -> Callable[..., Any]:
-    def create_client(self: ClientCreator, *args: Any, **kwargs: Any) -> Any:
-        client = original(self, *args, **kwargs)
-        # First: before anything else answers for the call.
-        client.meta.events.register_first("before-call", _refuse_if_stopped, unique_id=_UNIQUE_ID)
-        return client
+def install() -> None:
+    """Install the guard, once a process; it is never undone."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        make_api_call = BaseClient._make_api_call  # type: ignore[attr-defined]
+        thread_start = threading.Thread.start
 
-    return create_client
+        def _make_api_call(self: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
+            stopped = _stopped()
+            if stopped is not None:
+                raise stopped_error(stopped, operation_name)
+            return make_api_call(self, operation_name, api_params)
 
+        def start(self: threading.Thread) -> None:
+            stopped = _stopped()
+            if stopped is not None:
+                run = self.run
 
-_PATCHED = Patched([(ClientCreator, "create_client", _creating_clients)], wrap=True)
+                def run_as_stopped() -> None:
+                    _current.set(stopped)
+                    run()
 
+                self.run = run_as_stopped  # type: ignore[method-assign]
+            thread_start(self)
 
-def install() -> Callable[[], None]:
-    """Clients made from now until the last runtime's undo refuse a stopped function's calls;
-    they keep that refusal after it."""
-    return _PATCHED.install()
+        BaseClient._make_api_call = _make_api_call  # type: ignore[attr-defined]
+        threading.Thread.start = start  # type: ignore[method-assign]
+        _installed = True

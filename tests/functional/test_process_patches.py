@@ -2,9 +2,10 @@
 execution start and end, request dispatch and S3 notifications, `os.environ`, `Thread.start`,
 urllib's opener) is one lifecycle: each install returns its undo, the runtime runs them when it
 stops, and the last one down puts every original back (issue 32). What is compared is the process
-as a runtime's first start leaves it: moto's patches (`infra/local/patches/`) are installed once
-a process and kept, by design, one of them under the request dispatch the runtime wraps; a test
-that ran first in its process compared against moto's own dispatch."""
+as a runtime's first start leaves it: moto's patches (`infra/local/patches/`) and the guard
+against a stopped function's calls (`stopped_calls.py`) are installed once a process and kept, by
+design, under the request dispatch, API call and thread start the runtime wraps; a test that ran
+first in its process compared against moto's own dispatch."""
 
 import ast
 import os
@@ -13,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from botocore.client import BaseClient, ClientCreator
+from botocore.client import BaseClient
 from moto.awslambda.models import LambdaFunction
 from moto.core.botocore_stubber import BotocoreStubber
 from moto.s3 import notifications
@@ -34,12 +35,12 @@ from toolpipe.infra.local import (
 from toolpipe.infra.local.runtime import LocalRuntime
 
 patches.install()
+stopped_calls.install()
 
 
 def _current() -> list[object]:
     return [
         BaseClient._make_api_call,  # type: ignore[attr-defined]
-        ClientCreator.create_client,
         LambdaFunction._invoke_lambda,
         ExecutionWorker.start,
         os.environ,
@@ -53,7 +54,6 @@ def _current() -> list[object]:
 
 INSTALLS = (
     iam.install,
-    stopped_calls.install,
     lambdas.install,
     isolation.install,
     serial.install,

@@ -2,6 +2,7 @@
 nothing: not AWS itself once no runtime is up (the mock gone), and not a later runtime's
 emulator (infra/local/stopped_calls.py, infra/local/iam.py)."""
 
+import io
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -61,6 +62,53 @@ def test_a_stopped_functions_calls_are_refused_with_or_without_another_runtime_a
             made.put_item(TableName=TABLE, Item=key)
         assert "Item" in later.dynamodb.get_item(TableName=TABLE, Key=key)
     assert sent == []
+
+
+def test_no_client_and_no_thread_of_a_stopped_function_reaches_out(sent: list[str]) -> None:
+    """The review's paths: a client made before the runtime, or by the thread after the stop
+    (signed then with the process's own credentials), a resource, an S3 transfer's threads and a
+    thread of the function's own all went out once no runtime was up."""
+    before = boto3.client("dynamodb", region_name="us-east-1")
+    key = {"pk": {"S": "RUN#late"}, "sk": {"S": "META"}}
+    with LocalRuntime(workers=0) as runtime:
+        worker = runtime.functions["tool_worker"]
+        with running_as(worker):
+            during = boto3.client("s3")
+    refused: list[str] = []
+
+    def put_from_a_thread() -> None:
+        try:
+            during.put_object(Bucket="b", Key="k", Body=b"x")
+        except ClientError as e:
+            refused.append(e.response["Error"]["Message"])
+
+    attempts = {
+        "a client made before": lambda: before.put_item(TableName=TABLE, Item=key),
+        "a client made after": lambda: boto3.client("dynamodb", region_name="us-east-1").put_item(
+            TableName=TABLE, Item=key
+        ),
+        "a resource made after": lambda: (
+            boto3.resource("dynamodb", region_name="us-east-1")
+            .Table(TABLE)
+            .put_item(Item={"pk": "x", "sk": "y"})
+        ),
+        "an S3 transfer": lambda: during.upload_fileobj(io.BytesIO(b"x" * 10), "b", "k"),
+    }
+    for what, attempt in attempts.items():
+        with running_as(worker), pytest.raises(ClientError) as error:
+            attempt()
+        _refused(error, "tool_worker")
+        assert sent == [], what
+    with running_as(worker):
+        thread = threading.Thread(target=put_from_a_thread)
+        thread.start()
+        thread.join(timeout=20)
+    assert refused == ["the local runtime of tool_worker has stopped"]
+    assert sent == []
+    # Outside a stopped function's threads, nothing is refused: the call is sent.
+    with pytest.raises(ConnectionRefusedError):
+        before.put_item(TableName=TABLE, Item=key)
+    assert sent == ["https://dynamodb.us-east-1.amazonaws.com/"]
 
 
 def test_a_tool_that_ends_after_its_runtime_stopped_sends_nothing_anywhere(

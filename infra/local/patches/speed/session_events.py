@@ -10,12 +10,15 @@ from a session of its own, as the functions' cold starts make theirs.
 Why it matters: a local runtime's functions start cold in it, and their first run made 29
 clients, ~100 ms of CPU; a project's tests start a runtime per test.
 
-The patch: whether a function takes `**kwargs` is kept per function (weakly: a function that
-goes away takes its answer with it). A bound method's answer is its function's: the signature
-is the same but for `self`. Anything else that is callable is asked as before. An event name's
-alias is kept per set of aliases, in order, shared by every aliaser holding an equal set: it
-is a function of the name and the aliases only. It is process-wide, like `shared_loader`: the
-sessions of the user's own tools share it too.
+The patch: whether a function takes `**kwargs` is kept per function and its code (weakly: a
+function that goes away takes its answer with it; a function whose code a reloader swaps in
+place is read again; one with a `__signature__` of its own is read each time). A bound
+method's answer is its function's: the signature is the same but for `self`. Anything else that
+is callable is asked as before. The sessions' aliasers, which all hold botocore's own aliases
+(`EVENT_ALIASES`, which neither botocore, boto3 nor moto changes), share one cache of translated names, bounded by the
+event names the process uses; any other aliaser, a client's copy included, keeps its own, as
+before. It is process-wide, like `shared_loader`: the sessions of the user's own tools share it
+too.
 """
 
 import threading
@@ -30,31 +33,38 @@ CHECKED_WITH = ("5.2.5",)
 
 _original_accepts_kwargs = botocore.hooks.accepts_kwargs
 _original_aliaser_init = botocore.hooks.EventAliaser.__init__
-_kwargs_of: "weakref.WeakKeyDictionary[Callable[..., Any], Any]" = weakref.WeakKeyDictionary()
-_alias_caches: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+_kwargs_of: "weakref.WeakKeyDictionary[Callable[..., Any], tuple[types.CodeType, Any]]" = (
+    weakref.WeakKeyDictionary()
+)
+# Event names as botocore's own aliases translate them: a few hundred names, those the process uses.
+_default_aliases_cache: dict[str, str] = {}
 _lock = threading.Lock()
 
 
 def accepts_kwargs(func: Any) -> Any:
-    """botocore's `accepts_kwargs` (the signature's `**kwargs` name, or None), kept per function."""
+    """botocore's `accepts_kwargs` (the signature's `**kwargs` name, or None), kept per function
+    and its code: a function whose code is swapped in place (a reloader's) is read again, and one
+    that carries a `__signature__` of its own (which may change) is read each time."""
     target = func.__func__ if isinstance(func, types.MethodType) else func
-    if not isinstance(target, types.FunctionType):
+    if not isinstance(target, types.FunctionType) or "__signature__" in target.__dict__:
         return _original_accepts_kwargs(func)
+    code = target.__code__
     with _lock:
-        if target in _kwargs_of:
-            return _kwargs_of[target]
+        kept = _kwargs_of.get(target)
+    if kept is not None and kept[0] is code:
+        return kept[1]
     answer = _original_accepts_kwargs(target)
     with _lock:
-        _kwargs_of[target] = answer
+        _kwargs_of[target] = (code, answer)
     return answer
 
 
 def _aliaser_init(self: Any, event_emitter: Any, event_aliases: Any = None) -> None:
-    """botocore's `EventAliaser.__init__`, with the alias cache of its set of aliases."""
+    """botocore's `EventAliaser.__init__`; a session's aliaser, which holds botocore's own
+    aliases, shares their cache."""
     _original_aliaser_init(self, event_emitter, event_aliases)
-    aliases = tuple(self._event_aliases.items())
-    with _lock:
-        self._alias_name_cache = _alias_caches.setdefault(aliases, {})
+    if self._event_aliases is botocore.hooks.EVENT_ALIASES:
+        self._alias_name_cache = _default_aliases_cache
 
 
 def install() -> None:
