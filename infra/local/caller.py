@@ -4,7 +4,8 @@ per-function environment (`isolation.py`)."""
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -50,3 +51,23 @@ def running_as(context: FunctionContext | None) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def starting_in_context(original: Callable[[threading.Thread], None]) -> Callable[[threading.Thread], None]:
+    """`Thread.start`, the thread inheriting the function its starter runs as (Python 3.11's
+    threads start in an empty context): a tool's timeout thread, a heartbeat, a thread of the
+    tool's own all act as the function."""
+
+    def start(self: threading.Thread) -> None:
+        context = _current.get()
+        if context is not None:
+            run = self.run
+
+            def run_as_function() -> None:
+                _current.set(context)
+                run()
+
+            self.run = run_as_function  # type: ignore[method-assign]
+        original(self)
+
+    return start

@@ -18,7 +18,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, MutableMapping
 
-from toolpipe.infra.local.caller import FunctionContext, current, running_as
+from toolpipe.infra.local.caller import FunctionContext, current, running_as, starting_in_context
 from toolpipe.infra.local.caller import _current as _current
 from toolpipe.infra.local.process_patch import Patched
 
@@ -80,24 +80,8 @@ class FunctionEnviron(MutableMapping[str, str]):
         return f"FunctionEnviron({dict(self)!r})"
 
 
-def _starting_in_context(original: Callable[[threading.Thread], None]) -> Callable[[threading.Thread], None]:
-    def start(self: threading.Thread) -> None:
-        context = _current.get()
-        if context is not None:
-            run = self.run
-
-            def run_as_function() -> None:
-                _current.set(context)
-                run()
-
-            self.run = run_as_function  # type: ignore[method-assign]
-        original(self)
-
-    return start
-
-
 _PATCHED = Patched(
-    [(os, "environ", FunctionEnviron), (threading.Thread, "start", _starting_in_context)], wrap=True
+    [(os, "environ", FunctionEnviron), (threading.Thread, "start", starting_in_context)], wrap=True
 )
 
 

@@ -12,9 +12,9 @@ patches (`infra/local/patches/`): a botocore call made in the context of a funct
 runtime has stopped (the thread's context outlives the runtime) fails before it is built
 (`ServiceUnavailable`), through any client, made before, during or after any runtime, whether
 another runtime is up or none; and a thread such a thread starts inherits its stopped context
-(Python's threads start in an empty one), so the threads of an S3 transfer or a tool's own
-threads are refused too. Outside a stopped function's threads, both pass straight through: one
-context-variable read. It is the caller that is checked, not the client's maker: a client kept
+(Python's threads start in an empty one; with no runtime up, the only functions a thread can
+run as are stopped ones), so the threads of an S3 transfer or a tool's own threads are refused
+too. Outside a function's threads, both pass straight through: one context-variable read. It is the caller that is checked, not the client's maker: a client kept
 for the process (the cost store's) serves each runtime's functions in turn.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
-from toolpipe.infra.local.caller import FunctionContext, _current, current
+from toolpipe.infra.local.caller import FunctionContext, current, starting_in_context
 
 _lock = threading.Lock()
 _installed = False
@@ -63,18 +63,7 @@ def install() -> None:
                 raise stopped_error(stopped, operation_name)
             return make_api_call(self, operation_name, api_params)
 
-        def start(self: threading.Thread) -> None:
-            stopped = _stopped()
-            if stopped is not None:
-                run = self.run
-
-                def run_as_stopped() -> None:
-                    _current.set(stopped)
-                    run()
-
-                self.run = run_as_stopped  # type: ignore[method-assign]
-            thread_start(self)
-
         BaseClient._make_api_call = _make_api_call  # type: ignore[attr-defined]
-        threading.Thread.start = start  # type: ignore[method-assign]
+        # No runtime up, the only functions a thread can run as are stopped ones.
+        threading.Thread.start = starting_in_context(thread_start)  # type: ignore[method-assign, assignment]
         _installed = True
