@@ -212,8 +212,8 @@ def test_a_handlers_signature_is_read_once_per_function_and_answers_as_botocores
     assert botocore.hooks.accepts_kwargs is session_events.accepts_kwargs
 
 
-def test_an_event_names_alias_is_found_once_for_every_session() -> None:
-    """Every session translated each event name again, from an empty cache."""
+def test_an_event_names_alias_is_found_once_for_every_session_and_client() -> None:
+    """Every session and every client translated each event name again, from an empty cache."""
     names = [
         "before-call.stepfunctions.StartExecution",
         "before-call.events.PutEvents",
@@ -226,15 +226,14 @@ def test_an_event_names_alias_is_found_once_for_every_session() -> None:
     expected = [unpatched._alias_event_name(name) for name in names]  # botocore's own, its own cache
     assert expected[:2] == ["before-call.sfn.StartExecution", "before-call.eventbridge.PutEvents"]
     first, second = (boto3.Session()._session._events for _ in range(2))
-    assert first._alias_name_cache is second._alias_name_cache
+    client_events = boto3.Session().client("s3", region_name="us-east-1").meta.events  # a copy of them
+    assert first._alias_name_cache is second._alias_name_cache is client_events._alias_name_cache
     assert [first._alias_event_name(name) for name in names] == expected
     assert {name: first._alias_name_cache[name] for name in names} == dict(zip(names, expected, strict=True))
-    # A client's copy of the aliases, and any other aliases, keep a cache of their own, as before.
-    client_events = boto3.Session().client("s3", region_name="us-east-1").meta.events
-    other = botocore.hooks.EventAliaser(botocore.hooks.HierarchicalEmitter(), {"s3": "simple-storage"})
-    for own in (client_events, other):
-        assert own._alias_name_cache is not first._alias_name_cache
     assert [client_events._alias_event_name(name) for name in names] == expected
+    # Other aliases, other answers: a cache of their own, as before.
+    other = botocore.hooks.EventAliaser(botocore.hooks.HierarchicalEmitter(), {"s3": "simple-storage"})
+    assert other._alias_name_cache is not first._alias_name_cache
     assert other._alias_event_name("before-call.s3") == "before-call.simple-storage"
     assert first._alias_event_name("before-call.s3") == "before-call.s3"
 

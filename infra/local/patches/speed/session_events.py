@@ -14,11 +14,13 @@ The patch: whether a function takes `**kwargs` is kept per function and its code
 function that goes away takes its answer with it; a function whose code a reloader swaps in
 place is read again; one with a `__signature__` of its own is read each time). A bound
 method's answer is its function's: the signature is the same but for `self`. Anything else that
-is callable is asked as before. The sessions' aliasers, which all hold botocore's own aliases
-(`EVENT_ALIASES`, which neither botocore, boto3 nor moto changes), share one cache of translated names, bounded by the
-event names the process uses; any other aliaser, a client's copy included, keeps its own, as
-before. It is process-wide, like `shared_loader`: the sessions of the user's own tools share it
-too.
+is callable is asked as before. The aliasers that hold botocore's own aliases (`EVENT_ALIASES`)
+when they are made, every session's and every client's copy of it, share one cache of
+translated names, bounded by the event names the process uses; an aliaser made with other
+aliases keeps its own, as before. An aliaser's aliases are never changed once it is made, by
+botocore, boto3 or moto: code that changed them would also leave botocore's own cache of that
+aliaser stale. It is process-wide, like `shared_loader`: the sessions of the user's own tools
+share it too.
 """
 
 import threading
@@ -60,10 +62,10 @@ def accepts_kwargs(func: Any) -> Any:
 
 
 def _aliaser_init(self: Any, event_emitter: Any, event_aliases: Any = None) -> None:
-    """botocore's `EventAliaser.__init__`; a session's aliaser, which holds botocore's own
-    aliases, shares their cache."""
+    """botocore's `EventAliaser.__init__`; one that holds botocore's own aliases (a session's, or
+    a client's copy of them) shares their cache."""
     _original_aliaser_init(self, event_emitter, event_aliases)
-    if self._event_aliases is botocore.hooks.EVENT_ALIASES:
+    if self._event_aliases == botocore.hooks.EVENT_ALIASES:
         self._alias_name_cache = _default_aliases_cache
 
 
