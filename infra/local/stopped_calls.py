@@ -14,8 +14,9 @@ runtime has stopped (the thread's context outlives the runtime) fails before it 
 another runtime is up or none; and a thread such a thread starts inherits its stopped context
 (Python's threads start in an empty one; with no runtime up, the only functions a thread can
 run as are stopped ones), so the threads of an S3 transfer or a tool's own threads are refused
-too. Outside a function's threads, both pass straight through: one context-variable read. It is the caller that is checked, not the client's maker: a client kept
-for the process (the cost store's) serves each runtime's functions in turn.
+too. Outside a function's threads, both pass straight through: one context-variable read. It
+is the caller that is checked, not the client's maker: a client kept for the process (the cost
+store's) serves each runtime's functions in turn.
 """
 
 import threading
