@@ -501,3 +501,102 @@ def test_a_long_url_is_searched_each_time_and_not_kept() -> None:
         assert [service for service, _ in routes.route(long_key)] == ["s3"]
         assert routes.route(long_key)[-1][1] is not None
     assert routes._kept_route.cache_info().currsize == before
+
+
+def _environ_as_compared(request: Any) -> dict[str, Any]:
+    """A request's environment with its input stream as the bytes left in it (a stream is a new
+    object each time) and without the request's link to itself."""
+    environ = dict(request.environ)
+    environ.pop("werkzeug.request", None)
+    stream = environ.pop("wsgi.input")
+    at = stream.tell()
+    environ["wsgi.input"] = (at, stream.read())
+    stream.seek(at)  # the request is served after
+    return environ
+
+
+def test_a_requests_environment_is_built_as_werkzeugs_builder_builds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every request of each kind the runtime sends (JSON, query, REST and S3 bodies, odd keys,
+    a checksummed upload) is built both ways, and the two environments are the same."""
+    from botocore.compat import HTTPHeaders
+    from moto.core.request import Request
+
+    from toolpipe.infra.local.patches.speed import request_environ
+
+    request_environ.install()
+    own = request_environ._motos_own
+    compared: list[str] = []
+
+    def both(cls: type[Request], method: str, url: str, headers: Any, body: Any = None) -> Request:
+        if hasattr(body, "read"):
+            body = body.read()  # read once; both ways take the bytes, as moto's own does
+        ours = request_environ.from_primitives(cls, method, url, headers, body)
+        theirs = own(cls, method, url, headers, body)
+        assert type(ours) is type(theirs)
+        assert _environ_as_compared(ours) == _environ_as_compared(theirs), url
+        assert list(ours.headers) == list(theirs.headers), url  # moto keeps each header's own name
+        compared.append(url)
+        return ours
+
+    monkeypatch.setattr(Request, "from_primitives", classmethod(both))
+    with mock_aws():
+        client = _table_and_requests()
+        client.put_item(TableName="t", Item={"pk": {"S": "é ü ☃"}})
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="runs-bucket")
+        for key in ["runs/é %2F;v=1 +x", "//two-slashes", "a?b#c", "plain"]:
+            s3.put_object(Bucket="runs-bucket", Key=key, Body=b"body")  # a checksummed body
+            assert s3.get_object(Bucket="runs-bucket", Key=key)["Body"].read() == b"body"
+            s3.head_object(Bucket="runs-bucket", Key=key)
+        s3.put_object(Bucket="runs-bucket", Key="empty", Body=b"")
+        assert len(s3.list_objects_v2(Bucket="runs-bucket", Prefix="runs/é")["Contents"]) == 1
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        queue = sqs.create_queue(QueueName="q")["QueueUrl"]
+        sqs.send_message(QueueUrl=queue, MessageBody="ü")
+        assert sqs.receive_message(QueueUrl=queue)["Messages"][0]["Body"] == "ü"
+        boto3.client("lambda", region_name="us-east-1").list_functions()
+        boto3.client("events", region_name="us-east-1").put_events(
+            Entries=[{"Source": "s", "DetailType": "d", "Detail": "{}"}]
+        )
+        boto3.client("stepfunctions", region_name="us-east-1").list_state_machines()
+    assert len(compared) >= 25
+
+    # Shapes botocore does not send, each built both ways or refused alike.
+    def headers(*pairs: tuple[str, Any]) -> HTTPHeaders:
+        built = HTTPHeaders()
+        for key, value in pairs:
+            built[key] = value  # appended: a name may come twice
+        return built
+
+    for method, url, sent, body in [
+        ("POST", "http://127.0.0.1:5000/p;x=1?q=é&r", headers(("X-A", b"bytes"), ("x-a", "two")), "text é"),
+        ("GET", "http://h:notaport/", headers(("Transfer-Encoding", "chunked")), None),
+        ("GET", "https://h//two-slashes/x", headers(), None),  # werkzeug reads a host from the path
+        ("GET", "https://xn--bcher-kva.example/", headers(("Content-Length", "9")), b""),
+        ("GET", "https://bücher.example:8443/ä", headers(), b"x"),
+        ("POST", "https://h/", headers(("Content-Type", "application/x-www-form-urlencoded")), b""),
+        ("POST", "https://h/", headers(("Content-Type", "text/plain"), ("content-type", "a/b")), b"1"),
+        ("GET", "https://h/", headers(("X-A", "a\r\nb")), None),
+    ]:
+        ours, theirs = (
+            _built(make, method, url, sent, body) for make in (request_environ.from_primitives, own)
+        )
+        assert ours == theirs, url
+    # An empty multipart body is encoded by werkzeug with a random boundary: moto's path builds it.
+    multipart = headers(("Content-Type", "multipart/form-data; boundary=b"))
+    assert request_environ.environ("POST", "https://h/", multipart, b"") is None
+    # A line break in a header value is refused alike.
+    assert _built(request_environ.from_primitives, "GET", "https://h/", headers(("X-A", "a\r\nb")), None) == (
+        "ValueError: Header values must not contain newline characters."
+    )
+
+
+def _built(make: Any, *args: Any) -> dict[str, Any] | str:
+    from moto.core.request import Request
+
+    try:
+        return _environ_as_compared(make(Request, *args))
+    except ValueError as refused:
+        return f"ValueError: {refused}"
