@@ -375,6 +375,66 @@ def test_clause_counts_are_checked_once_an_update_and_still_refuse_two_of_a_kind
             )
 
 
+def test_overlapping_paths_are_checked_once_an_update_and_refused_with_motos_own_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A valid update is checked at its root only; one with overlaps (at any depth, several,
+    under names or not) or an undefined name is refused with the error moto's walk raises."""
+    from moto.dynamodb.parsing.validators import OverlappingPathsValidator
+
+    from toolpipe.infra.local.patches.speed import update_overlap_check
+
+    own = update_overlap_check._check_at_every_node
+    names = {"#a": "a", "#b": "b", "#a2": "a"}
+    for expression in [
+        "ADD " + ", ".join(f"c{n} :one" for n in range(20)),
+        "SET a = :one, b.c = :one REMOVE d ADD e :one",
+        "SET #a = :one, #b = :one",
+        "SET a = :one, b = :one, a = :one",  # the first and last actions
+        "SET x = :one, y = :one, z.w = :one, z = :one",  # the last two, deep in the chain
+        "SET a.b = :one, a = :one, c = :one, c.d = :one",  # two pairs
+        "SET #a = :one REMOVE #a2",  # two names for one attribute
+        "SET #a = :one, #a.b = :one",
+        "SET #undefined = :one, a = :one",
+        "SET a = :one ADD b :one, a :one",
+    ]:
+        outcomes: list[bool | str] = []
+        for check in (own, update_overlap_check._check_at_the_root):
+            tree = UpdateExpressionParser.make(expression)
+            try:
+                outcomes.append(check(OverlappingPathsValidator(names), tree) is tree)
+            except Exception as refused:  # compared, whatever it is
+                outcomes.append(f"{type(refused).__name__}: {refused}")
+        assert outcomes[0] == outcomes[1], expression
+
+    checks: list[int] = []
+    check = OverlappingPathsValidator.check_for_overlapping_paths
+
+    def counting(self: OverlappingPathsValidator, node: Any) -> Any:
+        checks.append(1)
+        return check(self, node)
+
+    monkeypatch.setattr(OverlappingPathsValidator, "check_for_overlapping_paths", counting)
+    update_overlap_check.install()
+    counters = ", ".join(f"c{n} :one" for n in range(12))
+    with mock_aws():
+        client = _table_and_requests()
+        client.update_item(
+            TableName="t",
+            Key={"pk": {"S": "k"}},
+            UpdateExpression=f"ADD {counters}",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+        assert len(checks) == 1  # moto's own checks at every node of the clause chain
+        with pytest.raises(client.exceptions.ClientError, match=r"overlap.*\[c0\].*\[c0\]"):
+            client.update_item(
+                TableName="t",
+                Key={"pk": {"S": "k"}},
+                UpdateExpression="ADD c0 :one, c1 :one, c0 :one",
+                ExpressionAttributeValues={":one": {"N": "1"}},
+            )
+
+
 def test_item_answers_skip_motos_serializer(monkeypatch: pytest.MonkeyPatch) -> None:
     dumped: list[Any] = []
     as_wire = item_answers._as_wire
