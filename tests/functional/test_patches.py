@@ -435,6 +435,85 @@ def test_overlapping_paths_are_checked_once_an_update_and_refused_with_motos_own
             )
 
 
+def test_a_condition_is_parsed_once_per_text_and_values_and_judges_as_motos_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Conditions from the kept tree judge items as moto's own parse's do, report the same names
+    and values used, and are refused alike; values of other placeholders do not split the
+    kept tree, and values it names do."""
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+    from moto.dynamodb.models.dynamo_type import Item
+
+    from toolpipe.infra.local.patches.speed import condition_parse_cache
+
+    items = [
+        None,
+        Item(
+            {"S": "k"}, None, {"pk": {"S": "k"}, "n": {"N": "2"}, "s": {"S": "abc"}, "l": {"L": [{"N": "1"}]}}
+        ),
+        Item({"S": "k"}, None, {"pk": {"S": "k"}, "n": {"N": "9"}, "ab": {"SS": ["x", "y"]}}),
+    ]
+    names = {"#n": "n", "#s": "s", "#unused": "x"}
+    values = {":a": {"N": "2"}, ":ab": {"S": "ab"}, ":three": {"N": "3"}, ":x": {"S": "x"}, ":t": {"S": "SS"}}
+    for expression in [
+        "attribute_exists(pk)",
+        "attribute_not_exists(pk) OR #n = :a",
+        "#n < :three AND begins_with(#s, :ab)",
+        "NOT (#n BETWEEN :a AND :three)",
+        "#n IN (:a, :three) AND size(l) = :a",
+        "contains(ab, :x) OR attribute_type(ab, :t)",
+        "#n <> :a AND (#s = :ab OR #n > :three)",
+        "((#n = :a))",  # redundant parentheses: refused
+        "#missing = :a",
+        "#n = :missing",
+        "#n = = :a",
+        "",
+    ]:
+        outcomes = []
+        for parse in (
+            condition_parse_cache._motos_own,
+            condition_parse_cache.parse,
+            condition_parse_cache.parse,
+        ):
+            parser = ConditionExpressionParser(expression, names, values)
+            try:
+                condition = parse(parser)
+                outcomes.append(
+                    (
+                        [condition.expr(item) for item in items],
+                        parser.expr_attr_names_found,
+                        parser.expr_attr_values_found,
+                    )
+                )
+            except Exception as refused:  # compared, whatever it is
+                outcomes.append(f"{type(refused).__name__}: {refused}")
+        assert outcomes[0] == outcomes[1] == outcomes[2], expression
+
+    lexed: list[str] = []
+    lex = ConditionExpressionParser._lex_condition_expression
+
+    def counting(self: ConditionExpressionParser) -> Any:
+        lexed.append(str(self.condition_expression))
+        return lex(self)
+
+    monkeypatch.setattr(ConditionExpressionParser, "_lex_condition_expression", counting)
+    item = items[1]
+
+    def judge(expression: str, values: dict[str, Any]) -> bool:
+        return bool(condition_parse_cache.parse(ConditionExpressionParser(expression, {}, values)).expr(item))
+
+    assert judge("n = :a", {":a": {"N": "2"}, ":other": {"N": "1"}})
+    assert judge("n = :a", {":a": {"N": "2"}, ":other": {"N": "7"}})  # another value elsewhere: kept
+    assert lexed == ["n = :a"]
+    assert not judge("n = :a", {":a": {"N": "3"}})  # the value it names: parsed again
+    assert lexed == ["n = :a"] * 2
+    # ":a" is in the text "s = :ab": its value is part of the key too (a superset is harmless).
+    assert judge("s = :ab", {":ab": {"S": "abc"}, ":a": {"N": "1"}})
+    assert judge("s = :ab", {":ab": {"S": "abc"}, ":a": {"N": "5"}})
+    assert not judge("s = :ab", {":ab": {"S": "abd"}, ":a": {"N": "5"}})
+    assert lexed == ["n = :a"] * 2 + ["s = :ab"] * 3
+
+
 def test_item_answers_skip_motos_serializer(monkeypatch: pytest.MonkeyPatch) -> None:
     dumped: list[Any] = []
     as_wire = item_answers._as_wire

@@ -3,6 +3,7 @@
 from toolpipe.infra.local.patches.speed import (
     absent_members,
     action_names,
+    condition_parse_cache,
     history_answers,
     inline_map_workers,
     item_answers,
@@ -42,6 +43,7 @@ PATCHES = (
     query_one_partition,
     update_tree_copy,
     update_parse_cache,
+    condition_parse_cache,
     update_action_counts,
     update_overlap_check,
     update_validator_walk,
