@@ -553,3 +553,42 @@ def test_only_the_orchestrator_may_use_the_models_rate_budgets(runtime: LocalRun
         assert "TOOLPIPE_MODEL_RATE_TABLE" not in runtime.functions[name].environment
         _refused(runtime, name, lambda: aws["dynamodb"].get_item(TableName=table, Key={"pk": item["pk"]}))
         _refused(runtime, name, lambda: aws["dynamodb"].put_item(TableName=table, Item=item))
+
+
+def test_a_statements_match_is_moto_s_answer_kept_per_action_and_resource(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The policy answers as moto's matching does, for an allowed, a denied and an unrelated
+    action, and asks moto once per action and resource, up to `KEPT_MATCHES` of them."""
+    from moto.iam.access_control import IAMPolicyStatement
+
+    table = "arn:aws:dynamodb:us-east-1:123456789012:table/t"
+    document = {
+        "Statement": [
+            {"Effect": "Allow", "Action": "dynamodb:*", "Resource": [table, f"{table}/index/*"]},
+            {"Effect": "Deny", "Action": "dynamodb:DeleteTable", "Resource": "*"},
+        ]
+    }
+    asked: list[tuple[str, str]] = []
+    permitted = IAMPolicyStatement.is_action_permitted
+
+    def counting(self: IAMPolicyStatement, action: str, resource: str = "*", *rest: Any) -> Any:
+        asked.append((action, resource))
+        return permitted(self, action, resource, *rest)
+
+    monkeypatch.setattr(IAMPolicyStatement, "is_action_permitted", counting)
+    policy = iam.Policy(role_arn="arn:aws:iam::123456789012:role/r", documents=(document,))
+    cases = [
+        (iam.Request("dynamodb:GetItem", table), True),
+        (iam.Request("dynamodb:Query", f"{table}/index/by_time"), True),
+        (iam.Request("dynamodb:GetItem", "arn:aws:dynamodb:us-east-1:123456789012:table/other"), False),
+        (iam.Request("dynamodb:DeleteTable", table), False),
+        (iam.Request("sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:q"), False),
+    ]
+    for _ in range(3):
+        assert [policy.allows(request) for request, _ in cases] == [allowed for _, allowed in cases]
+    assert len(asked) == len(cases) * 2  # two statements, once each
+    monkeypatch.setattr(iam, "KEPT_MATCHES", 2)
+    for n in range(5):
+        assert policy.allows(iam.Request("dynamodb:GetItem", table if n % 2 else f"{table}/index/i{n}"))
+    assert all(len(statement._matches) <= 2 for statement in policy._statements)
