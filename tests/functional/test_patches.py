@@ -348,14 +348,26 @@ def test_an_update_expression_is_parsed_once_per_text() -> None:
 def test_clause_counts_are_checked_once_an_update_and_still_refuse_two_of_a_kind(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    checks = _counted(monkeypatch, ActionCountValidator, "verify_action_counts")
+    _twelve_counters_then_refused(checks, "ADD a :one ADD b :one", "ADD")
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch, validator: type, check: str) -> list[int]:
+    """The calls of a validator's check on a node, one entry each."""
     checks: list[int] = []
-    verify = ActionCountValidator.verify_action_counts
+    original = getattr(validator, check)
 
-    def counting(self: ActionCountValidator, node: Any) -> Any:
+    def counting(self: Any, node: Any) -> Any:
         checks.append(1)
-        return verify(self, node)
+        return original(self, node)
 
-    monkeypatch.setattr(ActionCountValidator, "verify_action_counts", counting)
+    monkeypatch.setattr(validator, check, counting)
+    return checks
+
+
+def _twelve_counters_then_refused(checks: list[int], refused: str, error: str) -> None:
+    """A 12-counter ADD is checked once (moto checks at every node of the clause chain), and
+    the update `refused` is refused with `error`."""
     counters = ", ".join(f"c{n} :one" for n in range(12))
     with mock_aws():
         client = _table_and_requests()
@@ -365,12 +377,12 @@ def test_clause_counts_are_checked_once_an_update_and_still_refuse_two_of_a_kind
             UpdateExpression=f"ADD {counters}",
             ExpressionAttributeValues={":one": {"N": "1"}},
         )
-        assert len(checks) == 1  # moto's own checks at every node of the clause chain
-        with pytest.raises(client.exceptions.ClientError, match="ADD"):
+        assert len(checks) == 1
+        with pytest.raises(client.exceptions.ClientError, match=error):
             client.update_item(
                 TableName="t",
                 Key={"pk": {"S": "k"}},
-                UpdateExpression="ADD a :one ADD b :one",
+                UpdateExpression=refused,
                 ExpressionAttributeValues={":one": {"N": "1"}},
             )
 
@@ -407,32 +419,9 @@ def test_overlapping_paths_are_checked_once_an_update_and_refused_with_motos_own
                 outcomes.append(f"{type(refused).__name__}: {refused}")
         assert outcomes[0] == outcomes[1], expression
 
-    checks: list[int] = []
-    check = OverlappingPathsValidator.check_for_overlapping_paths
-
-    def counting(self: OverlappingPathsValidator, node: Any) -> Any:
-        checks.append(1)
-        return check(self, node)
-
-    monkeypatch.setattr(OverlappingPathsValidator, "check_for_overlapping_paths", counting)
+    checks = _counted(monkeypatch, OverlappingPathsValidator, "check_for_overlapping_paths")
     update_overlap_check.install()
-    counters = ", ".join(f"c{n} :one" for n in range(12))
-    with mock_aws():
-        client = _table_and_requests()
-        client.update_item(
-            TableName="t",
-            Key={"pk": {"S": "k"}},
-            UpdateExpression=f"ADD {counters}",
-            ExpressionAttributeValues={":one": {"N": "1"}},
-        )
-        assert len(checks) == 1  # moto's own checks at every node of the clause chain
-        with pytest.raises(client.exceptions.ClientError, match=r"overlap.*\[c0\].*\[c0\]"):
-            client.update_item(
-                TableName="t",
-                Key={"pk": {"S": "k"}},
-                UpdateExpression="ADD c0 :one, c1 :one, c0 :one",
-                ExpressionAttributeValues={":one": {"N": "1"}},
-            )
+    _twelve_counters_then_refused(checks, "ADD c0 :one, c1 :one, c0 :one", r"overlap.*\[c0\].*\[c0\]")
 
 
 def test_a_condition_is_parsed_once_per_text_and_values_and_judges_as_motos_own(
