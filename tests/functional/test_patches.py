@@ -503,6 +503,68 @@ def test_a_condition_is_parsed_once_per_text_and_values_and_judges_as_motos_own(
     assert lexed == ["n = :a"] * 2 + ["s = :ab"] * 3
 
 
+def test_a_kept_condition_judges_with_the_requests_own_values_and_keeps_names_apart_from_values() -> None:
+    """The review's cases: a set written with the condition's own value, then added to, must
+    not change what the kept condition compares with; a transaction whose values hold a
+    "#name" key is judged on its own names; a large value is not kept."""
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    from toolpipe.infra.local.patches.speed import condition_parse_cache
+
+    condition_parse_cache.install()
+    key = {"pk": {"S": "k"}}
+    with mock_aws():
+        client = _table_and_requests()
+        condition = "attribute_not_exists(s) OR s <> :v"
+        client.update_item(
+            TableName="t",
+            Key=key,
+            UpdateExpression="SET s = :v",
+            ConditionExpression=condition,
+            ExpressionAttributeValues={":v": {"SS": ["a"]}},
+        )
+        client.update_item(
+            TableName="t",
+            Key=key,
+            UpdateExpression="ADD s :w",
+            ExpressionAttributeValues={":w": {"SS": ["b"]}},
+        )
+        client.update_item(  # {"a", "b"} <> {"a"}: allowed, as moto's own parse judges it
+            TableName="t",
+            Key=key,
+            UpdateExpression="SET s = :v",
+            ConditionExpression=condition,
+            ExpressionAttributeValues={":v": {"SS": ["a"]}},
+        )
+        assert client.get_item(TableName="t", Key=key)["Item"]["s"] == {"SS": ["a"]}
+
+        client.put_item(TableName="t", Item={"pk": {"S": "k"}, "x": {"S": "1"}, "y": {"S": "2"}})
+        judged = []
+        for attribute in ("x", "y"):
+            try:
+                client.transact_write_items(
+                    TransactItems=[
+                        {
+                            "ConditionCheck": {
+                                "TableName": "t",
+                                "Key": key,
+                                "ConditionExpression": "#a = :v",
+                                "ExpressionAttributeNames": {"#a": attribute},
+                                "ExpressionAttributeValues": {":v": {"S": "1"}, "#a": {"S": "junk"}},
+                            }
+                        }
+                    ]
+                )
+                judged.append(True)
+            except client.exceptions.TransactionCanceledException:
+                judged.append(False)
+        assert judged == [True, False]
+
+    large = ConditionExpressionParser("n = :v", {}, {":v": {"S": "x" * condition_parse_cache.MAX_KEY}})
+    assert condition_parse_cache._key(large) is None
+    assert condition_parse_cache._key(ConditionExpressionParser("n = :v", {}, {":v": {"S": "x"}})) is not None
+
+
 def test_item_answers_skip_motos_serializer(monkeypatch: pytest.MonkeyPatch) -> None:
     dumped: list[Any] = []
     as_wire = item_answers._as_wire

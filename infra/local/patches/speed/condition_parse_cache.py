@@ -8,9 +8,12 @@ Why it matters: nearly every write of a run is conditional (`attribute_exists(pk
 
 The patch: the parsed syntax tree is kept per expression text and the names and values that
 appear in the text (any whose placeholder is a substring of it: a superset of those it uses),
-for the last 1,024 of them. The conditions (moto's `Op` objects) are built from the kept tree
-for each request, as moto builds them, and the names and values found are reported as moto
-reports them. An expression that fails to parse is parsed, and refused, every time.
+for the last 1,024 of them, each key at most 4 KiB (large values are parsed each time, not held).
+The conditions (moto's `Op` objects) are built for each request as moto builds them, from the
+kept tree with the request's own value objects in it: moto may keep a value's list in an item
+(a set written by `SET s = :v`) and change it later, so the kept tree's values are never
+used again. The names and values found are reported as moto reports them. An expression that
+fails to parse is parsed, and refused, every time.
 """
 
 import json
@@ -23,6 +26,9 @@ from moto.dynamodb.comparisons import ConditionExpressionParser, OpDefault
 CHECKED_WITH = ("5.2.5",)
 
 KEPT = 1024
+# A key (the text and the values it names) longer than this is not kept: an item's worth of
+# values, 1,024 times over, would be held for the process's life.
+MAX_KEY = 4096
 
 _motos_own = ConditionExpressionParser.parse
 _lock = threading.Lock()  # requests may be served on several threads outside the runtime
@@ -31,16 +37,16 @@ _kept: "OrderedDict[tuple[str, str], tuple[Any, list[str], list[str]]]" = Ordere
 
 def _key(parser: ConditionExpressionParser) -> tuple[str, str] | None:
     text = parser.condition_expression or ""
-    named = {
-        placeholder: value
+    # Names and values apart: a transaction's values may hold a "#name" key too.
+    named = [
+        {placeholder: value for placeholder, value in (placeholders or {}).items() if placeholder in text}
         for placeholders in (parser.expression_attribute_names, parser.expression_attribute_values)
-        for placeholder, value in (placeholders or {}).items()
-        if placeholder in text
-    }
+    ]
     try:
-        return text, json.dumps(named, sort_keys=True)
+        found = json.dumps(named, sort_keys=True)
     except (TypeError, ValueError):  # a value JSON cannot hold: not kept
         return None
+    return (text, found) if len(text) + len(found) <= MAX_KEY else None
 
 
 def _tree(parser: ConditionExpressionParser) -> Any:
@@ -75,10 +81,20 @@ def parse(self: ConditionExpressionParser) -> Any:
                 _kept[key] = kept
                 if len(_kept) > KEPT:
                     _kept.popitem(last=False)
-    node, names, values = kept
-    self.expr_attr_names_found.extend(names)
-    self.expr_attr_values_found.extend(values)
+    else:
+        node = _with_values(kept[0], self)
+    self.expr_attr_names_found.extend(kept[1])
+    self.expr_attr_values_found.extend(kept[2])
     return self._make_op_condition(node)
+
+
+def _with_values(node: Any, parser: ConditionExpressionParser) -> Any:
+    """The kept tree with the request's own value objects in it, as its own parse would hold."""
+    if node.kind == ConditionExpressionParser.Kind.EXPRESSION_ATTRIBUTE_VALUE:
+        return node._replace(value=parser._lookup_expression_attribute_value(node.text))
+    if node.children:
+        return node._replace(children=[_with_values(child, parser) for child in node.children])
+    return node
 
 
 def install() -> None:
