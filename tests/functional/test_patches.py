@@ -565,6 +565,108 @@ def test_a_kept_condition_judges_with_the_requests_own_values_and_keeps_names_ap
     assert condition_parse_cache._key(ConditionExpressionParser("n = :v", {}, {":v": {"S": "x"}})) is not None
 
 
+def _updates(client: Any, table: str) -> list[Any]:
+    """The answers to updates of every kind of ReturnValues, and the item they leave."""
+    key = {"pk": {"S": "k"}}
+    client.put_item(
+        TableName=table, Item={**key, "n": {"N": "1"}, "s": {"SS": ["a"]}, "m": {"M": {"x": {"S": "y"}}}}
+    )
+    answers = []
+    for returned in (None, "NONE", "ALL_OLD", "UPDATED_OLD", "ALL_NEW", "UPDATED_NEW"):
+        extra = {"ReturnValues": returned} if returned else {}
+        answer = client.update_item(
+            TableName=table,
+            Key=key,
+            UpdateExpression="ADD n :one, s :b SET m.x = :z REMOVE gone",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":one": {"N": "1"}, ":b": {"SS": [f"b{returned}"]}, ":z": {"S": "z"}},
+            **extra,
+        )
+        answers.append({k: v for k, v in answer.items() if k != "ResponseMetadata"})
+    answers.append(
+        client.update_item(
+            TableName=table,
+            Key={"pk": {"S": "new"}},
+            UpdateExpression="SET n = :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+            ReturnValues="ALL_OLD",
+        )
+    )
+    answers[-1].pop("ResponseMetadata")
+    answers.append(client.get_item(TableName=table, Key=key)["Item"])
+    return answers
+
+
+def test_an_update_that_returns_nothing_copies_nothing_and_every_answer_is_motos(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each kind of ReturnValues answers as moto's own update does; one returning none copies
+    no item (the table has no stream), and a table with a stream still records the old image."""
+    import copy
+
+    import moto.dynamodb.models
+    import moto.dynamodb.responses
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.dynamo_type import Item
+    from moto.dynamodb.responses import DynamoHandler
+
+    from toolpipe.infra.local.patches.speed import update_item_copies
+
+    update_item_copies.install()
+    copies: list[int] = []
+    item_copy = Item.__deepcopy__
+
+    def counted(self: Item, memo: Any) -> Any:
+        copies.append(1)
+        return item_copy(self, memo)
+
+    monkeypatch.setattr(Item, "__deepcopy__", counted)
+    with mock_aws():
+        ours = _updates(_table_and_requests(), "t")
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        copies.clear()
+        client.update_item(
+            TableName="t",
+            Key={"pk": {"S": "k"}},
+            UpdateExpression="SET n = :one",
+            ExpressionAttributeValues={":one": {"N": "5"}},
+        )
+        assert copies == []  # moto's own: two (the answer's, the stream's)
+        client.update_item(
+            TableName="t",
+            Key={"pk": {"S": "k"}},
+            UpdateExpression="SET n = :one",
+            ExpressionAttributeValues={":one": {"N": "5"}},
+            ReturnValues="ALL_OLD",
+        )
+        assert copies == [1]  # the answer's
+
+        client.create_table(
+            TableName="streamed",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )
+        streamed = _updates(client, "streamed")
+        from moto.dynamodb.models import dynamodb_backends
+
+        shard = dynamodb_backends["123456789012"]["us-east-1"].tables["streamed"].stream_shard
+        records = [record.to_json() for record in shard.items]  # as the streams API reads them
+        old_images = [
+            r["dynamodb"].get("OldImage", {}).get("n") for r in records if r["eventName"] == "MODIFY"
+        ]
+        assert old_images == [{"N": str(n)} for n in range(1, 7)]
+
+    monkeypatch.setattr(DynamoHandler, "update_item", update_item_copies._motos_handler)
+    monkeypatch.setattr(DynamoDBBackend, "update_item", update_item_copies._motos_update)
+    monkeypatch.setattr(moto.dynamodb.responses, "copy", copy)
+    with mock_aws():
+        theirs = _updates(_table_and_requests(), "t")
+    assert ours == theirs
+    assert json.loads(json.dumps(streamed).replace('"streamed"', '"t"')) == ours  # the table's name aside
+
+
 def test_item_answers_skip_motos_serializer(monkeypatch: pytest.MonkeyPatch) -> None:
     dumped: list[Any] = []
     as_wire = item_answers._as_wire
