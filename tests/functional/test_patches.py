@@ -667,6 +667,46 @@ def test_an_update_that_returns_nothing_copies_nothing_and_every_answer_is_motos
     assert json.loads(json.dumps(streamed).replace('"streamed"', '"t"')) == ours  # the table's name aside
 
 
+def test_an_item_is_projected_from_the_attributes_its_paths_name_as_motos_own_projects_it() -> None:
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+
+    from toolpipe.infra.local.patches.speed import item_projection
+
+    attributes = {
+        "pk": {"S": "k"},
+        "n": {"N": "1.50"},
+        "b": {"B": "aGk="},
+        "flag": {"BOOL": False},
+        "none": {"NULL": True},
+        "ss": {"SS": ["a", "b"]},
+        "ns": {"NS": ["1", "2"]},
+        "l": {"L": [{"S": "x"}, {"M": {"deep": {"N": "3"}, "other": {"S": "o"}}}, {"L": [{"N": "4"}]}]},
+        "m": {"M": {"a": {"M": {"b": {"S": "c"}, "d": {"N": "5"}}}, "e": {"L": []}}},
+        "a[1]": {"S": "a name with brackets"},
+    }
+    item = Item(DynamoType({"S": "k"}), None, attributes)
+    for paths in [
+        [["pk"], ["n"]],
+        [["m", "a", "b"], ["m", "e"]],
+        [["m", "a"], ["m", "a", "d"]],  # overlapping
+        [["l[1]", "deep"], ["l[2]"], ["l[9]"]],
+        [["l[1]"], ["l[1]", "other"]],
+        [["missing"], ["m", "missing"]],
+        [["n", "deeper"]],  # into a number: moto's own raises
+        [["a[1]"], ["b"], ["flag"], ["none"], ["ss"], ["ns"]],
+        [["ss"], ["ss"]],
+        [],
+    ]:
+        outcomes: list[Any] = []
+        for project in (item_projection.project, item_projection._motos_own):
+            try:
+                projected = project(item, paths).to_json()["Attributes"]
+                outcomes.append((projected, list(projected)))  # the same attributes, in the same order
+            except Exception as refused:  # compared, whatever it is
+                outcomes.append(f"{type(refused).__name__}: {refused}")
+        assert outcomes[0] == outcomes[1], paths
+
+
 def test_item_answers_skip_motos_serializer(monkeypatch: pytest.MonkeyPatch) -> None:
     dumped: list[Any] = []
     as_wire = item_answers._as_wire
