@@ -3,6 +3,7 @@ another) and the patches that only keep results (names, method lists, request id
 User-Agent, parsed updates): each test fails without its patch. The others are tested in
 tests/functional/test_moto_patches.py and, for a stop, tests/e2e/test_execution_ended.py."""
 
+import decimal
 import functools
 import importlib.metadata
 import inspect
@@ -667,6 +668,48 @@ def test_an_update_that_returns_nothing_copies_nothing_and_every_answer_is_motos
     assert json.loads(json.dumps(streamed).replace('"streamed"', '"t"')) == ours  # the table's name aside
 
 
+def test_an_update_run_inside_another_copies_for_its_own_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review's case: a stream's trigger runs its function during the update that fed it;
+    an update there asking for the old item gets it, though the outer update asked for none."""
+    from moto.dynamodb.models.table import StreamShard
+
+    from toolpipe.infra.local.patches.speed import update_item_copies
+
+    update_item_copies.install()
+    nested: list[Any] = []
+    add = StreamShard.add
+
+    def add_then_update(self: StreamShard, old: Any, new: Any) -> None:
+        add(self, old, new)
+        answer = client.update_item(
+            TableName="t",
+            Key={"pk": {"S": "k"}},
+            UpdateExpression="SET n = :three",
+            ExpressionAttributeValues={":three": {"N": "3"}},
+            ReturnValues="ALL_OLD",
+        )
+        nested.append(answer.get("Attributes"))
+
+    monkeypatch.setattr(StreamShard, "add", add_then_update)
+    with mock_aws():
+        client = _table_and_requests()
+        client.create_table(
+            TableName="streamed",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"},
+        )
+        client.update_item(
+            TableName="streamed",
+            Key={"pk": {"S": "a"}},
+            UpdateExpression="SET n = :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+    # Two stream records (the new item's insert, then its update), each a nested update.
+    assert nested == [{"pk": {"S": "k"}, "n": {"N": "2"}}, {"pk": {"S": "k"}, "n": {"N": "3"}}]
+
+
 def test_an_item_is_projected_from_the_attributes_its_paths_name_as_motos_own_projects_it() -> None:
     from moto.dynamodb.models.dynamo_type import DynamoType, Item
 
@@ -705,6 +748,14 @@ def test_an_item_is_projected_from_the_attributes_its_paths_name_as_motos_own_pr
             except Exception as refused:  # compared, whatever it is
                 outcomes.append(f"{type(refused).__name__}: {refused}")
         assert outcomes[0] == outcomes[1], paths
+    # The one difference (the module's docstring): a number AWS would have refused fails only a
+    # projection that names it.
+    stored = Item(DynamoType({"S": "k"}), None, {**attributes, "big": {"N": "1" * 40}})
+    assert item_projection.project(stored, [["n"]]).to_json()["Attributes"] == {"n": {"N": "1.50"}}
+    with pytest.raises(decimal.Inexact):
+        item_projection._motos_own(stored, [["n"]])
+    with pytest.raises(decimal.Inexact):
+        item_projection.project(stored, [["big"]])
 
 
 def test_item_answers_skip_motos_serializer(monkeypatch: pytest.MonkeyPatch) -> None:

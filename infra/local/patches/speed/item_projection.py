@@ -10,6 +10,10 @@ it ended), and it holds ~35 attributes: most of that read's time.
 The patch: a path starts with one attribute of the item (moto's own rule: `name[3]` is `name`'s
 element), so each path is looked up, as moto looks it up, in that attribute alone, converted
 as moto converts it. The same attributes, in the same order, come out.
+
+One difference, where moto is not AWS: an item holding a number of more than 38 digits (moto
+stores it; AWS refuses the write) made moto's projection fail whatever it named, since it
+converted every attribute; here only a projection that names that attribute fails.
 """
 
 import re

@@ -62,10 +62,10 @@ class _StreamCopy:
         return self._deepcopy(value, memo)
 
 
+# Each request sets both flags for itself, whatever an enclosing one set: an update can run inside
+# another (a stream's trigger runs its function in-process, during the update that fed it).
 def _update_item_handler(self: DynamoHandler) -> Any:
-    if self.body.get("ReturnValues", "NONE") != "NONE":
-        return _motos_handler(self)
-    token = _answer_unused.set(True)
+    token = _answer_unused.set(self.body.get("ReturnValues", "NONE") == "NONE")
     try:
         return _motos_handler(self)
     finally:
@@ -73,10 +73,8 @@ def _update_item_handler(self: DynamoHandler) -> Any:
 
 
 def _update_item(self: DynamoDBBackend, table_name: str, *args: Any, **kwargs: Any) -> Any:
-    table = self.tables.get(table_name)
-    if table is None or table.stream_shard is not None:
-        return _motos_update(self, table_name, *args, **kwargs)  # a missing table: moto's error
-    token = _stream_unused.set(True)
+    table = self.tables.get(table_name)  # a missing one: moto's error, copying as before
+    token = _stream_unused.set(table is not None and table.stream_shard is None)
     try:
         return _motos_update(self, table_name, *args, **kwargs)
     finally:
