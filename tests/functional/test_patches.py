@@ -53,14 +53,21 @@ def test_the_runtime_refuses_an_untested_moto_in_one_line(monkeypatch: pytest.Mo
     assert "moto 5.1.0 is installed" in message and "5.2.5" in message
 
 
-def _table_and_requests() -> Any:
-    client = boto3.client("dynamodb", region_name="us-east-1")
+def _table(client: Any, name: str, stream: str | None = None) -> None:
+    """A table keyed by `pk` alone, with a stream of the view type `stream` if one is named."""
+    streamed = {"StreamSpecification": {"StreamEnabled": True, "StreamViewType": stream}} if stream else {}
     client.create_table(
-        TableName="t",
+        TableName=name,
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
         BillingMode="PAY_PER_REQUEST",
+        **streamed,
     )
+
+
+def _table_and_requests() -> Any:
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    _table(client, "t")
     for n in range(3):
         client.put_item(TableName="t", Item={"pk": {"S": "k"}, "n": {"N": str(n)}})
     return client
@@ -642,13 +649,7 @@ def test_an_update_that_returns_nothing_copies_nothing_and_every_answer_is_motos
         )
         assert copies == [1]  # the answer's
 
-        client.create_table(
-            TableName="streamed",
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-        )
+        _table(client, "streamed", stream="NEW_AND_OLD_IMAGES")
         streamed = _updates(client, "streamed")
         from moto.dynamodb.models import dynamodb_backends
 
@@ -693,13 +694,7 @@ def test_an_update_run_inside_another_copies_for_its_own_answer(monkeypatch: pyt
     monkeypatch.setattr(StreamShard, "add", add_then_update)
     with mock_aws():
         client = _table_and_requests()
-        client.create_table(
-            TableName="streamed",
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"},
-        )
+        _table(client, "streamed", stream="NEW_IMAGE")
         client.update_item(
             TableName="streamed",
             Key={"pk": {"S": "a"}},
