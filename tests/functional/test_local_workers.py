@@ -71,8 +71,9 @@ def test_a_send_wakes_an_idle_worker_long_before_its_safety_poll(sqs_queue: tupl
         started = time.monotonic()
         sqs.send_message(QueueUrl=url, MessageBody="wake up")
         assert _bodies.get(timeout=5) == "wake up"
-        # Without the wake-up, the first safety poll is >= 60 s away.
-        assert time.monotonic() - started < 2
+        # Without the wake-up, the first safety poll is >= 60 s away (a loaded machine is slow:
+        # the bound only has to tell the two apart).
+        assert time.monotonic() - started < 20
     finally:
         pool.stop()
 
@@ -141,7 +142,7 @@ def test_stopping_a_pool_waits_a_bounded_time_for_a_hung_invocation(sqs_queue: t
             time.sleep(0.01)
         started = time.monotonic()
         pool.stop(timeout=0.5)
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 10  # the invocation never ends by itself
     finally:
         _barrier.abort()
         _barrier = None

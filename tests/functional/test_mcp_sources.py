@@ -82,7 +82,7 @@ def test_a_stalled_listing_is_cut_off_at_the_connect_timeout() -> None:
         started = time.monotonic()
         with pytest.raises(ToolSourceError, match="did not list its tools within 1 s"):
             server.tools()
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 8  # not the 10 s default
 
 
 def test_only_idempotent_tools_are_retried_when_the_connection_fails() -> None:

@@ -132,4 +132,5 @@ def test_an_unreachable_eventbridge_is_not_waited_on() -> None:
     client = boto3.client("events", region_name="us-east-1", endpoint_url=closed, config=CLIENT_CONFIG)
     started = time.monotonic()
     EventPublisher(client, "b").run_started(RUN)
-    assert time.monotonic() - started < 2.0
+    # Two attempts, at most ~1 s apart; botocore's default (5, backing off) takes far longer.
+    assert time.monotonic() - started < 4

@@ -120,7 +120,7 @@ def test_a_tool_with_no_timeout_gets_the_invocations_time_left(monkeypatch: pyte
         # 11.5 s left in the invocation: the tool gets 1.5 s, the rest stores and answers.
         result = _run_one(store, "hang-1", "hangs", {}, time_left=lambda: RESERVE_SECONDS + 1.5)
 
-        assert time.monotonic() - started < 6
+        assert time.monotonic() - started < 15  # the tool or hook would take 30 s
         assert result.error_type is ErrorKind.TOOL_TIMEOUT
         assert result.content == (
             "Error: Tool 'hangs' timed out after 1.5 s (the time its worker had left). It may still take "
@@ -166,7 +166,7 @@ def test_a_hook_that_exits_or_hangs_is_the_calls_error(
         result = _run_one(
             CrashingStore(store), "hook-1", "charge", {"label": "x"}, time_left=lambda: RESERVE_SECONDS + 1.5
         )
-        assert time.monotonic() - started < 8
+        assert time.monotonic() - started < 15  # the tool or hook would take 30 s
         assert result.status == "error" and result.content == said
 
 
@@ -257,7 +257,7 @@ def test_a_call_whose_tool_ran_ends_with_one_clear_result_at_once(
     with moto_store() as store:
         started = time.monotonic()
         result = _run_one(store, "ran-1", name, args, time_left=lambda: RESERVE_SECONDS + 1.5)
-        assert time.monotonic() - started < 8
+        assert time.monotonic() - started < 15  # the tool or hook would take 30 s
         assert result.status == "error" and result.content == said
         assert result.error_type is not ErrorKind.IN_DOUBT
         assert EFFECTS.counts["ran-1:3"] == 1
@@ -289,5 +289,5 @@ def test_an_agent_tools_before_hook_that_hangs_is_bounded(monkeypatch: pytest.Mo
     with moto_store() as store:
         started = time.monotonic()
         result = _run_one(store, "child-1", "child", {"task": "t"}, time_left=lambda: RESERVE_SECONDS + 1.5)
-        assert time.monotonic() - started < 6
+        assert time.monotonic() - started < 15  # the tool or hook would take 30 s
         assert result.content == "Error: not run: the before_tool hooks of 'child' did not finish in 1.5 s."

@@ -146,7 +146,7 @@ def test_a_coroutine_that_ignores_its_cancellation_is_still_answered_at_its_time
     @tool(timeout_seconds=0.2)
     async def stubborn() -> str:
         """Refuse to stop."""
-        for _ in range(50):
+        for _ in range(300):
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(0.1)
         return "late"
@@ -154,7 +154,7 @@ def test_a_coroutine_that_ignores_its_cancellation_is_still_answered_at_its_time
     started = time.monotonic()
     with pytest.raises(ToolTimeoutError):
         stubborn.invoke("{}")
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # not the 30 s the coroutine would take
 
 
 def test_an_overrunning_thread_never_holds_the_process_open() -> None:
@@ -198,7 +198,7 @@ def test_a_time_limit_bounds_a_tool_with_no_timeout_and_its_retries() -> None:
         "Tool 'hangs' timed out after 0.3 s (the time its worker had left). It may still take effect: "
         "check before calling it again."
     )
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10  # not the 30 s `hangs` would take
 
 
 def test_an_approval_policy_that_exits_fails_closed() -> None:
