@@ -171,7 +171,7 @@ def tree_bytes(root: Path) -> int:
 def code_asset_bytes() -> int:
     """The functions' one code asset, staged as the stack stages it for this repository's app."""
     from toolpipe.infra.cdk.app_code import stage_code
-    from toolpipe.shared.agents.app import find_app
+    from toolpipe.shared.app_ref import find_app
 
     app = find_app()
     if app is None:

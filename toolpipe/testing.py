@@ -25,16 +25,8 @@ from typing import Any
 from toolpipe.infra.local.runtime import LOCAL_CALLER, LocalRuntime
 from toolpipe.infra.local.scripted_model import Reply, ScriptedModelServer, ScriptResponder
 from toolpipe.shared.agents import AGENTS
-from toolpipe.shared.agents.app import (
-    APP_ENV,
-    APP_PATH_ENV,
-    AppRef,
-    Loaded,
-    loaded,
-    put_back,
-    use_app,
-    valid_module_name,
-)
+from toolpipe.shared.agents.app import Loaded, loaded, put_back
+from toolpipe.shared.app_ref import APP_ENV, APP_PATH_ENV, AppRef, use_app, valid_module_name
 
 __all__ = ["LocalPipeline", "Reply", "RunResult", "call", "read_run"]
 

@@ -45,7 +45,7 @@ from toolpipe.infra.cdk.constructs.functions import WORKER_MAX_CONCURRENCY, Rese
 from toolpipe.infra.cdk.constructs.model_key import NO_MODEL_KEY, ModelKeySecret, resolve_model_key
 from toolpipe.infra.cdk.constructs.otel import OtelExport
 from toolpipe.infra.cdk.constructs.triggers import TriggerOptions, Triggers
-from toolpipe.shared.agents.app import find_app
+from toolpipe.shared.app_ref import find_app
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS
 from toolpipe.shared.settings import MAX_RUNNING_QUOTA, QuotaSettings, RateSettings
 from toolpipe.shared.tools.runners import runner_name_problem

@@ -63,7 +63,7 @@ def open_reading_session(args: argparse.Namespace) -> Session:
 def _what_to_do(args: argparse.Namespace) -> str:
     """The advice after "no state folder": a run makes one, but only where an app is named
     (outside a project `toolpipe run` fails too: no agents)."""
-    from toolpipe.shared.agents.app import find_app
+    from toolpipe.shared.app_ref import find_app
 
     if args.app or find_app() is not None:
         return " (run `toolpipe run` first)"

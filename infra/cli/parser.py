@@ -280,7 +280,7 @@ def name_the_app(argv: list[str]) -> bool:
 
 def name_app(module: str | None) -> None:
     """Name the app: `module` (`--app`), else the one `find_app` finds, if any."""
-    from toolpipe.shared.agents.app import AppRef, find_app, use_app, valid_module_name
+    from toolpipe.shared.app_ref import AppRef, find_app, use_app, valid_module_name
 
     ref = AppRef(valid_module_name(module.strip(), "--app"), os.getcwd()) if module else find_app()
     if ref is not None:

@@ -4,7 +4,7 @@ steps, and each runner's next tool call starts in a process that imports it anew
 A model step in progress finishes with the agents it started with (`StepGate`: a reload waits
 for the steps running, and the next ones wait for it); a tool call in progress finishes in the
 process it started in. Each history item says which version of the app made it (`app_version`:
-a hash of its files, `shared/agents/app.py`). An app that fails to import is said in one line
+a hash of its files, `shared/app_ref.py`). An app that fails to import is said in one line
 (which module, why, where) on the server's console and to whoever starts a run then; the agents
 loaded before stay until a save fixes it.
 """
@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from toolpipe.shared.agents import AGENTS, all_agents
-from toolpipe.shared.agents.app import app_files, files_signature, find_app, loaded_version, reload_app
+from toolpipe.shared.agents.app import loaded_version, reload_app
+from toolpipe.shared.app_ref import app_files, files_signature, find_app
 from toolpipe.shared.errors import ConfigurationError, DefinitionError
 
 if TYPE_CHECKING:

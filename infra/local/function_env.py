@@ -8,7 +8,7 @@ from toolpipe.infra.cdk.functions import API, ORCHESTRATOR, TRIGGERS
 from toolpipe.infra.local import deployment, isolation, s3_links
 from toolpipe.infra.local.client import CALLER_HEADER, LOCAL_CALLER
 from toolpipe.infra.local.template import Template
-from toolpipe.shared.agents.app import APP_ENV, APP_PATH_ENV, find_app
+from toolpipe.shared.app_ref import APP_ENV, APP_PATH_ENV, find_app
 
 REGION = deployment.REGION
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from toolpipe.infra.local import aws_forwarding
 from toolpipe.infra.local.aws_broker import REGION, AwsBroker
 from toolpipe.infra.local.isolation import FunctionContext, running_as
-from toolpipe.shared.agents.app import APP_ENV
+from toolpipe.shared.app_ref import APP_ENV
 from toolpipe.shared.runs import call_runner
 from toolpipe.shared.runs.call_host import MAIN_FILE_ENV
 

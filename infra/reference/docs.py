@@ -140,13 +140,13 @@ _ENV_NAME = re.compile(r"(TOOLPIPE|OPENAI)_[A-Z0-9_]+|TZ")
 
 def cli_environment() -> list[str]:
     """The environment variables infra/cli reads, from its source: every string constant that
-    names one (`TOOLPIPE_*`, `OPENAI_*`, `TZ`), and the app's (read through shared/agents/app.py).
+    names one (`TOOLPIPE_*`, `OPENAI_*`, `TZ`), and the app's (read through shared/app_ref.py).
 
     Raises:
         RuntimeError: a variable is read that `ENVIRONMENT` does not describe, or described and no
             longer read.
     """
-    from toolpipe.shared.agents.app import APP_ENV
+    from toolpipe.shared.app_ref import APP_ENV
 
     found = {APP_ENV}
     for path in sorted(CLI_SOURCE.rglob("*.py")):

@@ -73,7 +73,7 @@ class ToolRunResponse(BaseModel):
     overflowed: bool = False
     # What the tool asked of the run (`context.actions`): a transfer or an escalate.
     handoff: HandoffAction | None = None
-    # The version of the app the call's process ran (`shared/agents/app.py`'s `app_version`).
+    # The version of the app the call's process ran (`shared/app_ref.py`'s `app_version`).
     app_version: str | None = None
 
     @classmethod

@@ -30,7 +30,7 @@ from toolpipe.infra.cdk.constructs.nag import (
 from toolpipe.infra.cdk.constructs.otel import OtelExport, is_otel_setting, otel_environment, telemetry_layers
 from toolpipe.infra.cdk.constructs.storage import Storage, grant_run_objects
 from toolpipe.infra.cdk.constructs.tool_queue import ToolQueue
-from toolpipe.shared.agents.app import APP_ENV
+from toolpipe.shared.app_ref import APP_ENV
 from toolpipe.shared.costs.prices import PRICES_ENV, prices_json
 from toolpipe.shared.runs.tool_runner_client import OVERFLOW_PREFIX
 from toolpipe.shared.settings import QuotaSettings, RateSettings

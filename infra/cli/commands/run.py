@@ -22,7 +22,7 @@ from toolpipe.infra.cli.model_endpoint import (
 from toolpipe.infra.cli.output import approval_line, format_item, write_json
 from toolpipe.infra.cli.session import ATTEMPTS, Session, keyed, open_session, run_view
 from toolpipe.infra.local.client import ServerError
-from toolpipe.shared.agents.app import APP_ENV, app_version, find_app
+from toolpipe.shared.app_ref import APP_ENV, app_version, find_app
 
 # How long a run waits for the server to reload the app's files saved a moment ago.
 RELOAD_WAIT_SECONDS = 3.0

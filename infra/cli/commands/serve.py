@@ -30,7 +30,7 @@ from toolpipe.infra.cli.model_endpoint import (
 )
 from toolpipe.infra.cli.serving import LOOPBACK, aws_port, check_ports, exit_past_stray_threads, stop_events
 from toolpipe.shared import collector
-from toolpipe.shared.agents.app import APP_ENV
+from toolpipe.shared.app_ref import APP_ENV
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -11,7 +11,7 @@ import pytest
 from toolpipe.infra import cli
 from toolpipe.infra.cli.discovery import state_dir
 from toolpipe.infra.local.template import PACKAGED, configured_path
-from toolpipe.shared.agents.app import AppRef, find_app
+from toolpipe.shared.app_ref import AppRef, find_app
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.project import find_project
 

@@ -1,6 +1,7 @@
 """The CLI refuses bad arguments before it starts anything, and never sends a POST twice."""
 
 import json
+import os
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -415,3 +416,46 @@ def test_resume_refuses_a_limit_that_is_not_above_0(value: str) -> None:
     with pytest.raises(SystemExit) as ended:
         parse(["resume", "abc", "--max-tool-calls", value], io.StringIO(), err, False, False)
     assert ended.value.code == 2 and "argument --max-tool-calls" in err.getvalue()
+
+
+def test_a_command_for_a_running_server_names_the_app_without_loading_any_agent(tmp_path: Path) -> None:
+    """`show`, `status`, `approvals` and `--help` hand the app's name on to the server (which
+    loads it); the CLI loading the agents package too doubled each one's cost (0.34 → 0.18 s of
+    CPU for a `show`, docs/benchmarks.md). Measured in a process of its own: this one has them."""
+    import subprocess
+    import sys
+
+    project = tmp_path / "desk"
+    (project / "desk").mkdir(parents=True)
+    (project / "pyproject.toml").write_text('[tool.toolpipe]\napp = "desk.agents"\n')
+    (project / "desk" / "__init__.py").write_text("")
+    (project / "desk" / "agents.py").write_text("raise SystemExit('the app was imported')\n")
+    (project / ".toolpipe").mkdir()
+    script = """
+import argparse, io, os, sys
+from toolpipe.infra import cli
+from toolpipe.infra.cli import discovery, offline
+from toolpipe.infra.cli.parser import name_the_app
+
+try:
+    cli.main(["--help"], out=io.StringIO(), err=io.StringIO())
+except SystemExit as e:  # argparse's, once help is printed
+    assert e.code == 0, e
+discovery.discover = lambda home: "a server serves the folder"
+offline.LocalSession = lambda home: "a session with it"  # connecting is not this test's
+name_the_app(["show", "0" * 32])
+session = offline.open_reading_session(argparse.Namespace(api=None, app=None))
+loaded = sorted(m for m in sys.modules if m.startswith(("toolpipe.shared.agents", "desk")))
+print(session, os.environ.get("TOOLPIPE_APP"), loaded)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLPIPE_", "PYTEST_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=project,
+        env={**env, "TOOLPIPE_HOME": str(project / ".toolpipe")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "a session with it desk.agents []\n", done.stdout + done.stderr

@@ -9,8 +9,9 @@ from types import ModuleType
 import pytest
 
 from toolpipe import Agent
-from toolpipe.shared.agents.app import AppRef, agents_of, find_app, import_app
+from toolpipe.shared.agents.app import agents_of, import_app
 from toolpipe.shared.agents.app_bytecode import check_by_hash
+from toolpipe.shared.app_ref import AppRef, find_app
 from toolpipe.shared.errors import ConfigurationError
 
 
