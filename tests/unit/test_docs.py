@@ -101,9 +101,9 @@ def test_the_tool_snippets_pass_the_projects_own_checks(tmp_path: Path) -> None:
 
     example = tmp_path / "docs_tools.py"
     example.write_text("\n\n".join(p.read_text() for p in TOOL_SNIPPETS))
-    stdout, stderr, status = api.run(
-        ["--strict", "--follow-imports=silent", "--config-file", str(ROOT / "pyproject.toml"), str(example)]
-    )
+    # The project's own options (strict), nothing added: mypy then reads what `make lint`'s run
+    # left in .mypy_cache (0.5 s here, against 8 s with options of its own, which miss it).
+    stdout, stderr, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), str(example)])
     assert status == 0, stdout + stderr
     lint = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--config", str(ROOT / "pyproject.toml"),
