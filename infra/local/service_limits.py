@@ -1,8 +1,10 @@
 """Per-request limits AWS enforces and moto 5.2.5 does not, checked on each local function's calls.
 
 moto accepts requests AWS refuses: an EventBridge entry of any size, a Lambda payload of any
-size, an SQS message counted in characters (AWS counts bytes, attributes included), and email to
-anyone from an account AWS would keep in the SES sandbox. A local run would then pass where the
+size, an SQS message counted in characters (AWS counts bytes, attributes included), email to
+anyone from an account AWS would keep in the SES sandbox, and a DynamoDB number of more than 38
+significant digits (moto checks a number's range only in PutItem's item, and never its digits:
+a float written as `Decimal(0.1)` has 55). A local run would then pass where the
 deployed one fails. `check` refuses such a call before it is sent, with the error AWS answers; it
 runs on every call a function (or the state machine) makes, from `iam.py`'s hook into botocore,
 after the call is authorized. Calls outside any function (the developer's, the runtime's own)
@@ -16,7 +18,8 @@ page (docs/design/local-runtime.md) lists which is which, measured.
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from decimal import Decimal, InvalidOperation
 from email.utils import getaddresses
 from typing import IO, Any
 from urllib.parse import urlsplit
@@ -43,6 +46,12 @@ SES_SIMULATOR_DOMAIN = "simulator.amazonses.com"
 # (at most, and by default, 1 MiB).
 # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html
 SQS_MAXIMUM_MESSAGE_BYTES = 1024 * 1024
+
+# DynamoDB: a number has at most 38 significant digits, its magnitude from 1E-130 to
+# 9.9999999999999999999999999999999999999E+125 (or it is 0).
+# https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html
+DYNAMODB_NUMBER_DIGITS = 38
+DYNAMODB_NUMBER_EXPONENTS = range(-130, 126)  # the exponent of its first digit
 
 
 def _error(code: str, message: str, status: int, operation: str) -> ClientError:
@@ -133,6 +142,71 @@ def _sqs(operation: str, params: dict[str, Any]) -> None:
                 400,
                 operation,
             )
+
+
+def _number_values(value: Any) -> Iterator[str]:
+    """Each number in an attribute value (`{"N": ...}`, a number set, inside maps and lists)."""
+    if not isinstance(value, dict):
+        return
+    for kind, inner in value.items():
+        if kind == "N":
+            yield inner
+        elif kind == "NS" and isinstance(inner, list):
+            yield from inner
+        elif kind == "M" and isinstance(inner, dict):
+            for member in inner.values():
+                yield from _number_values(member)
+        elif kind == "L" and isinstance(inner, list):
+            for member in inner:
+                yield from _number_values(member)
+
+
+def _written_values(operation: str, params: dict[str, Any]) -> Iterator[Any]:
+    """The attribute values of a write: its items, keys and expression values."""
+    requests: list[dict[str, Any]] = []
+    if operation in ("PutItem", "UpdateItem", "DeleteItem"):
+        requests = [params]
+    elif operation == "BatchWriteItem":
+        for writes in (params.get("RequestItems") or {}).values():
+            for write in writes:
+                requests.extend(w for w in (write.get("PutRequest"), write.get("DeleteRequest")) if w)
+    elif operation == "TransactWriteItems":
+        for item in params.get("TransactItems") or []:
+            requests.extend(item.values())
+    for request in requests:
+        yield from (request.get("Item") or {}).values()
+        yield from (request.get("Key") or {}).values()
+        yield from (request.get("ExpressionAttributeValues") or {}).values()
+        for update in (request.get("AttributeUpdates") or {}).values():
+            yield update.get("Value")
+
+
+def _number_refusal(number: str) -> str | None:
+    """AWS's message for a number it does not store; None for one it does (or one that is not a
+    number at all, which moto refuses as AWS does)."""
+    try:
+        value = Decimal(number)
+    except (InvalidOperation, TypeError, ValueError):
+        return None
+    if not value.is_finite() or value.is_zero():
+        return None
+    # Leading zeros are not among the digits; trailing ones are not significant.
+    significant = len("".join(map(str, value.as_tuple().digits)).rstrip("0"))
+    if significant > DYNAMODB_NUMBER_DIGITS:
+        return f"Attempting to store more than {DYNAMODB_NUMBER_DIGITS} significant digits in a Number"
+    if value.adjusted() > DYNAMODB_NUMBER_EXPONENTS[-1]:
+        return "Number overflow. Attempting to store a number with magnitude larger than supported range"
+    if value.adjusted() < DYNAMODB_NUMBER_EXPONENTS[0]:
+        return "Number underflow. Attempting to store a number with magnitude smaller than supported range"
+    return None
+
+
+def _dynamodb(operation: str, params: dict[str, Any]) -> None:
+    for value in _written_values(operation, params):
+        for number in _number_values(value):
+            refusal = _number_refusal(number)
+            if refusal is not None:
+                raise _error("ValidationException", refusal, 400, operation)
 
 
 def _queue_limit(url: str) -> int:
@@ -230,6 +304,7 @@ _ses_sandbox = _SesSandbox()
 _RULES: dict[str, Callable[[str, dict[str, Any]], None]] = {
     "lambda": _lambda,
     "events": _events,
+    "dynamodb": _dynamodb,
     "sqs": _sqs,
     "ses": _ses_sandbox.check,
 }

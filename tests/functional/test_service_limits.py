@@ -5,6 +5,7 @@ each service's own code and HTTP status (infra/local/service_limits.py, iam.py).
 import io
 import json
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from typing import Any
 
 import boto3
@@ -14,7 +15,7 @@ from botocore.exceptions import ClientError
 from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.infra.local import iam
 from toolpipe.infra.local.isolation import FunctionContext, running_as
-from toolpipe.infra.local.runtime import EMAIL_SENDER, REGION, LocalRuntime
+from toolpipe.infra.local.runtime import EMAIL_SENDER, REGION, TABLE, LocalRuntime
 from toolpipe.shared.runs.events import SOURCE
 
 MB = 1024 * 1024
@@ -178,3 +179,50 @@ def test_ses_starts_in_the_sandbox_as_a_new_account_does(runtime: LocalRuntime) 
         for _ in range(99):  # 200 messages in 24 hours, each recipient one
             _send("success@simulator.amazonses.com", "someone@example.org")
     assert _refusal(mailer, lambda: _send("someone@example.org"))[:2] == ("Throttling", 400)
+
+
+def test_dynamodb_refuses_a_number_it_cannot_store_in_every_write(runtime: LocalRuntime) -> None:
+    """moto checks a number's range only in PutItem's item, and never its digits: a float made a
+    Decimal (`Decimal(0.1)`, 55 digits) was stored here and refused by AWS."""
+    orchestrator = runtime.functions["orchestrator"]
+    aws = boto3.client("dynamodb", region_name=REGION)
+    table, key = TABLE, {"pk": {"S": "NUMBERS#1"}, "sk": {"S": "N"}}
+    widest, tiniest, largest = "9" * 38, "1E-130", "9.9999999999999999999999999999999999999E+125"
+
+    def put(value: dict[str, Any]) -> Any:
+        return aws.put_item(TableName=table, Item={**key, "n": value})
+
+    def update(value: dict[str, Any]) -> Any:
+        return aws.update_item(
+            TableName=table, Key=key, UpdateExpression="SET n = :n", ExpressionAttributeValues={":n": value}
+        )
+
+    def batch(value: dict[str, Any]) -> Any:
+        return aws.batch_write_item(RequestItems={table: [{"PutRequest": {"Item": {**key, "n": value}}}]})
+
+    def transact(value: dict[str, Any]) -> Any:
+        updates = {"TableName": table, "Key": key, "UpdateExpression": "ADD spent :n"}
+        return aws.transact_write_items(
+            TransactItems=[{"Update": {**updates, "ExpressionAttributeValues": {":n": value}}}]
+        )
+
+    with running_as(orchestrator):
+        for write in (put, update, batch):
+            for fits in (widest, tiniest, largest, "-" + widest + "000", "0.000" + widest):
+                write({"N": fits})
+            write({"M": {"costs": {"L": [{"NS": [widest, "1"]}]}}})
+        transact({"N": "1"})
+    refusals = {
+        "1" * 39: "Attempting to store more than 38 significant digits in a Number",
+        str(Decimal.from_float(0.1)): "Attempting to store more than 38 significant digits in a Number",
+        "1E126": "Number overflow. Attempting to store a number with magnitude larger than supported range",
+        "-9E-131": "Number underflow. Attempting to store a number with magnitude smaller than supported range",
+    }
+    for write in (put, update, batch, transact):
+        for number, said in refusals.items():
+            for value in ({"N": number}, {"M": {"costs": {"L": [{"NS": ["1", number]}]}}}):
+                if write is transact and "M" in value:
+                    continue  # ADD takes a number or a set
+                code, status, message = _refusal(orchestrator, lambda w=write, v=value: w(v))
+                assert (code, status) == ("ValidationException", 400), (write.__name__, value)
+                assert message.endswith(f": {said}"), message
