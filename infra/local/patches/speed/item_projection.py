@@ -12,8 +12,9 @@ element), so each path is looked up, as moto looks it up, in that attribute alon
 as moto converts it. The same attributes, in the same order, come out.
 
 One difference, where moto is not AWS: an item holding a number of more than 38 digits (moto
-stores it; AWS refuses the write) made moto's projection fail whatever it named, since it
-converted every attribute; here only a projection that names that attribute fails.
+stores it; AWS refuses the write, as the runtime now does for a function's writes,
+`service_limits.py`) made moto's projection fail whatever it named, since it converted every
+attribute; here only a projection that names that attribute fails.
 """
 
 import re
