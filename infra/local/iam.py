@@ -418,7 +418,27 @@ def _put_events(client: BaseClient, policy: Policy, params: dict[str, Any]) -> A
     }
 
 
-_PATCHED = Patched([(BaseClient, "_make_api_call", _make_api_call_as_caller)])
+_convert_to_request_dict = BaseClient._convert_to_request_dict  # type: ignore[attr-defined]
+
+
+def _request_dict_within_limits(
+    self: BaseClient, api_params: dict[str, Any], operation_model: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """botocore's request, once it has built one from the call's parameters (boto3's resources
+    have converted their values by then, and botocore checked their shapes): refused here when
+    AWS would refuse what it sends (`service_limits.check_sent`)."""
+    request = _convert_to_request_dict(self, api_params, operation_model, *args, **kwargs)
+    if current() is not None:
+        service_limits.check_sent(_signing_service(self.meta.service_model), operation_model.name, api_params)
+    return request
+
+
+_PATCHED = Patched(
+    [
+        (BaseClient, "_make_api_call", _make_api_call_as_caller),
+        (BaseClient, "_convert_to_request_dict", _request_dict_within_limits),
+    ]
+)
 
 
 def install() -> Callable[[], None]:

@@ -15,6 +15,7 @@ A limit moto already enforces as AWS does (a DynamoDB item over 400 KB, keys ove
 page (docs/design/local-runtime.md) lists which is which, measured.
 """
 
+import re
 import threading
 import time
 from collections import deque
@@ -52,6 +53,11 @@ SQS_MAXIMUM_MESSAGE_BYTES = 1024 * 1024
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.NamingRulesDataTypes.html
 DYNAMODB_NUMBER_DIGITS = 38
 DYNAMODB_NUMBER_EXPONENTS = range(-130, 126)  # the exponent of its first digit
+# A number as DynamoDB reads one: ASCII digits, an optional sign and exponent (Python's Decimal
+# also takes "1_000", "Infinity" and other scripts' digits, which AWS does not).
+_NUMBER = re.compile(r"[+-]?(?P<digits>[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE](?P<exponent>[+-]?[0-9]+))?")
+_OVERFLOW = "Number overflow. Attempting to store a number with magnitude larger than supported range"
+_UNDERFLOW = "Number underflow. Attempting to store a number with magnitude smaller than supported range"
 
 
 def _error(code: str, message: str, status: int, operation: str) -> ClientError:
@@ -182,22 +188,27 @@ def _written_values(operation: str, params: dict[str, Any]) -> Iterator[Any]:
 
 
 def _number_refusal(number: str) -> str | None:
-    """AWS's message for a number it does not store; None for one it does (or one that is not a
-    number at all, which moto refuses as AWS does)."""
+    """AWS's message for a number it does not store; None for one it does."""
+    form = _NUMBER.fullmatch(number)
+    if form is None:
+        return f"The parameter cannot be converted to a numeric value: {number}"
     try:
         value = Decimal(number)
-    except (InvalidOperation, TypeError, ValueError):
-        return None
-    if not value.is_finite() or value.is_zero():
+    except InvalidOperation:  # an exponent past what Python's decimal holds (10**18)
+        if not form["digits"].strip("0."):
+            return None  # zero, whatever its exponent
+        small = (form["exponent"] or "").startswith("-")
+        return _UNDERFLOW if small else _OVERFLOW
+    if value.is_zero():
         return None
     # Leading zeros are not among the digits; trailing ones are not significant.
     significant = len("".join(map(str, value.as_tuple().digits)).rstrip("0"))
     if significant > DYNAMODB_NUMBER_DIGITS:
         return f"Attempting to store more than {DYNAMODB_NUMBER_DIGITS} significant digits in a Number"
     if value.adjusted() > DYNAMODB_NUMBER_EXPONENTS[-1]:
-        return "Number overflow. Attempting to store a number with magnitude larger than supported range"
+        return _OVERFLOW
     if value.adjusted() < DYNAMODB_NUMBER_EXPONENTS[0]:
-        return "Number underflow. Attempting to store a number with magnitude smaller than supported range"
+        return _UNDERFLOW
     return None
 
 
@@ -304,7 +315,6 @@ _ses_sandbox = _SesSandbox()
 _RULES: dict[str, Callable[[str, dict[str, Any]], None]] = {
     "lambda": _lambda,
     "events": _events,
-    "dynamodb": _dynamodb,
     "sqs": _sqs,
     "ses": _ses_sandbox.check,
 }
@@ -319,5 +329,19 @@ def check(service: str, operation: str, params: dict[str, Any]) -> None:
         params: The call's parameters (a Lambda payload given as a file is read into bytes).
     """
     rule = _RULES.get(service)
+    if rule is not None:
+        rule(operation, params)
+
+
+# Checked on the parameters as botocore sends them: a Table resource's values are attribute
+# values only then (boto3 converts them as the call is built), and their shapes checked.
+_SENT_RULES: dict[str, Callable[[str, dict[str, Any]], None]] = {"dynamodb": _dynamodb}
+
+
+def check_sent(service: str, operation: str, params: dict[str, Any]) -> None:
+    """`check`, for the limits read from a call's parameters as sent: after boto3 has made a
+    resource's values attribute values (`{"N": "1E+126"}` from `Decimal("1E126")`) and botocore
+    has checked their shapes (a malformed call gets botocore's own error first)."""
+    rule = _SENT_RULES.get(service)
     if rule is not None:
         rule(operation, params)

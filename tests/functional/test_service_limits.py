@@ -226,3 +226,67 @@ def test_dynamodb_refuses_a_number_it_cannot_store_in_every_write(runtime: Local
                 code, status, message = _refusal(orchestrator, lambda w=write, v=value: w(v))
                 assert (code, status) == ("ValidationException", 400), (write.__name__, value)
                 assert message.endswith(f": {said}"), message
+
+
+def test_a_resources_map_with_a_member_named_n_is_not_a_number(runtime: LocalRuntime) -> None:
+    """Through the Table resource (how shared/ writes), `{"N": "1"*39}` is a map holding a string
+    (a run's metadata may have a label named N): AWS stores it. The review's repro: it was refused
+    when the check read the parameters before boto3 had converted them."""
+    table = boto3.resource("dynamodb", region_name=REGION).Table(TABLE)
+    with running_as(runtime.functions["api"]):
+        table.put_item(Item={"pk": "NUMBERS#2", "sk": "N", "metadata": {"N": "1" * 39}})
+
+
+def test_a_table_resources_numbers_are_checked_as_sent(runtime: LocalRuntime) -> None:
+    """A Table resource's Decimals become attribute values as the call is built; boto3's own
+    checks let 1E126 and 1E-131 through, AWS refuses them, moto stores them."""
+    orchestrator = runtime.functions["orchestrator"]
+    table = boto3.resource("dynamodb", region_name=REGION).Table(TABLE)
+    key = {"pk": "NUMBERS#3", "sk": "N"}
+    for number in ("1E126", "1E-131"):
+        code, status, _ = _refusal(
+            orchestrator,
+            lambda n=number: table.update_item(
+                Key=key, UpdateExpression="SET n = :n", ExpressionAttributeValues={":n": Decimal(n)}
+            ),
+        )
+        assert (code, status) == ("ValidationException", 400), number
+
+
+def test_a_malformed_write_gets_botocores_own_error(runtime: LocalRuntime) -> None:
+    """The numbers are read once botocore has checked the call's shapes: a check that read them
+    before raised AttributeError and TypeError of its own (the review's repro)."""
+    from botocore.exceptions import ParamValidationError
+
+    aws = boto3.client("dynamodb", region_name=REGION)
+    with running_as(runtime.functions["orchestrator"]):
+        with pytest.raises(ParamValidationError):
+            aws.put_item(TableName=TABLE, Item=[1])  # type: ignore[arg-type]
+        with pytest.raises(ParamValidationError):
+            aws.batch_write_item(RequestItems={TABLE: None})  # type: ignore[dict-item]
+
+
+def test_a_number_pythons_decimal_cannot_read_as_aws_does_is_refused(runtime: LocalRuntime) -> None:
+    """Python's Decimal holds no exponent past 10**18 and reads "1_000" and other scripts' digits
+    as numbers; moto's UpdateItem stored each, AWS refuses each."""
+    aws = boto3.client("dynamodb", region_name=REGION)
+    key = {"pk": {"S": "NUMBERS#4"}, "sk": {"S": "N"}}
+    refusals = {
+        "1E+9999999999999999999999": "Number overflow.",
+        "-1.5e-9999999999999999999999": "Number underflow.",
+        "1_000": "The parameter cannot be converted to a numeric value: 1_000",
+        "\u0661\u0662": "The parameter cannot be converted to a numeric value",
+    }
+    for number, said in refusals.items():
+        code, status, message = _refusal(
+            runtime.functions["orchestrator"],
+            lambda n=number: aws.update_item(
+                TableName=TABLE,
+                Key=key,
+                UpdateExpression="SET n = :n",
+                ExpressionAttributeValues={":n": {"N": n}},
+            ),
+        )
+        assert (code, status) == ("ValidationException", 400) and said in message, number
+    with running_as(runtime.functions["orchestrator"]):  # zero, whatever its exponent
+        aws.put_item(TableName=TABLE, Item={**key, "n": {"N": "0E+9999999999999999999999"}})
