@@ -1,7 +1,5 @@
 """`python -m toolpipe …`: the `toolpipe` command."""
 
-import sys
+from toolpipe.infra.cli.entry import program
 
-from toolpipe.infra.cli import main
-
-sys.exit(main())
+program()

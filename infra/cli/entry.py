@@ -1,11 +1,13 @@
 """`main`: the `toolpipe` command from its arguments to its exit status."""
 
 import argparse
+import atexit
 import contextlib
 import os
 import sys
+import threading
 import traceback
-from typing import TextIO, cast
+from typing import NoReturn, TextIO, cast
 
 from toolpipe.infra.cli.commands import COMMANDS, LOCAL_STATE_COMMANDS
 from toolpipe.infra.cli.discovery import state_dir
@@ -54,6 +56,25 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         return write_error(err, *_failure(e, args, err), json_errors)
     except KeyboardInterrupt:
         return write_error(err, "interrupted", EXIT_INTERRUPTED, json_errors)
+
+
+def program() -> NoReturn:
+    """`toolpipe` as a program (the `toolpipe` script, `python -m toolpipe`): `main`, then exit.
+
+    Without the interpreter's teardown, which frees every object one at a time: ~0.55 s of CPU
+    after `toolpipe serve` (moto's state, ~1,300 modules), ~0.02 s after a `status`, for
+    nothing the process needs. What of it matters is done here: the streams flushed and the
+    exit handlers run (logging's, `weakref.finalize`'s). A thread that is not a daemon still
+    running is waited for as the interpreter waits for it, through a normal exit.
+    """
+    code = main()
+    if any(not t.daemon and t is not threading.main_thread() for t in threading.enumerate()):
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader gone, a stream closed
+            stream.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 def _failure(error: Exception, args: argparse.Namespace, err: TextIO) -> tuple[str, int]:

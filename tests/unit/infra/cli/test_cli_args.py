@@ -459,3 +459,51 @@ print(session, os.environ.get("TOOLPIPE_APP"), loaded)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "a session with it desk.agents []\n", done.stdout + done.stderr
+
+
+def test_the_program_ends_without_teardown_but_flushes_runs_exit_handlers_and_waits_for_threads(
+    tmp_path: Path,
+) -> None:
+    """`program` (the `toolpipe` script) skips the interpreter's teardown (0.55 s of CPU after a
+    `serve`): what of a normal exit matters still happens, and an object's `__del__` does not."""
+    import subprocess
+    import sys
+
+    script = """
+import atexit, sys, threading, time, weakref
+from pathlib import Path
+folder = Path(sys.argv[1])
+class Kept:
+    def __del__(self):
+        (folder / "teardown").write_text("ran")
+kept = Kept()
+weakref.finalize(kept, (folder / "finalized").write_text, "ran")
+atexit.register(lambda: (folder / "atexit").write_text("ran"))
+def late():
+    time.sleep(0.3)
+    (folder / "thread").write_text("ran")
+if sys.argv[2] == "thread":
+    threading.Thread(target=late).start()
+sys.stdout.write("buffered, not flushed")
+sys.argv = ["toolpipe", "show", "0" * 32]
+from toolpipe.infra.cli.entry import program
+program()
+"""
+    for case in ("alone", "thread"):
+        folder = tmp_path / case
+        folder.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TOOLPIPE_", "PYTEST_"))}
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(folder), case],
+            env={**env, "TOOLPIPE_HOME": str(folder / "home")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.stdout == "buffered, not flushed", done.stderr
+        assert done.returncode == 1 and "no runs here" in done.stderr, done.stderr  # the command's own
+        ran = sorted(p.name for p in folder.iterdir() if p.is_file())
+        if case == "alone":
+            assert ran == ["atexit", "finalized"]  # no teardown: Kept's __del__ never ran
+        else:  # a thread that is not a daemon: a normal exit, which waits for it
+            assert ran == ["atexit", "finalized", "teardown", "thread"]
