@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from typing import NoReturn, TextIO, cast
 
 from toolpipe.infra.cli.commands import COMMANDS, LOCAL_STATE_COMMANDS
@@ -63,18 +64,26 @@ def program() -> NoReturn:
 
     Without the interpreter's teardown, which frees every object one at a time: ~0.55 s of CPU
     after `toolpipe serve` (moto's state, ~1,300 modules), ~0.02 s after a `status`, for
-    nothing the process needs. What of it matters is done here: the streams flushed and the
-    exit handlers run (logging's, `weakref.finalize`'s). A thread that is not a daemon still
-    running is waited for as the interpreter waits for it, through a normal exit.
+    nothing the process needs. The rest of a normal exit is done, in its order: threads that
+    are not daemons are waited for and threading's exit hooks run (a pool's work is finished,
+    and a process pool told to stop: skipped, one kept `serve` from ever ending), then the
+    exit handlers (logging's, `weakref.finalize`'s), then the streams are flushed, with what
+    those handlers printed. What is lost is what Python does not promise at exit either: the
+    `__del__` of objects still alive.
     """
     code = main()
-    if any(not t.daemon and t is not threading.main_thread() for t in threading.enumerate()):
-        sys.exit(code)
+    _threads_shutdown()
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a reader gone, a stream closed
             stream.flush()
-    atexit._run_exitfuncs()
     os._exit(code)
+
+
+# The first step of the interpreter's own exit (`Py_Finalize`): join the threads that are not
+# daemons, then run the hooks registered with `threading._register_atexit`. Private, and
+# absent from the type stubs; there is no public way to run it.
+_threads_shutdown: Callable[[], None] = threading._shutdown  # type: ignore[attr-defined]
 
 
 def _failure(error: Exception, args: argparse.Namespace, err: TextIO) -> tuple[str, int]:
