@@ -192,6 +192,8 @@ def _number_refusal(number: str) -> str | None:
     form = _NUMBER.fullmatch(number)
     if form is None:
         return f"The parameter cannot be converted to a numeric value: {number}"
+    if form["exponent"] is None and len(number) <= DYNAMODB_NUMBER_DIGITS:
+        return None  # at most 38 digits, so between 1E-37 and 1E38: most numbers, read at once
     try:
         value = Decimal(number)
     except InvalidOperation:  # an exponent past what Python's decimal holds (10**18)
