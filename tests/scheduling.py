@@ -40,7 +40,6 @@ SLOWEST = {
     "tests/e2e/test_hidden_server.py": 40,
     "tests/e2e/test_serve_schemathesis.py": 35,
     "tests/e2e/test_hostile_tools.py": 30,
-    "tests/e2e/test_serve_runs_api.py": 30,
     "tests/e2e/test_light_install.py": 20,
     "tests/e2e/test_init.py": 20,
 }
