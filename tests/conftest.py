@@ -228,14 +228,17 @@ def wait_for_gate(label: str) -> str:
     return f"passed {label}"
 
 
-def gated_server(monkeypatch: pytest.MonkeyPatch, agent: Agent) -> Iterator[tuple[Pipeline, Any]]:
+def gated_server(
+    monkeypatch: pytest.MonkeyPatch, agent: Agent, extra_env: dict[str, str] | None = None
+) -> Iterator[tuple[Pipeline, Any]]:
     """A pipeline with `agent` registered and a local HTTP server in front of it; the gate is
-    closed while the test runs and opened after, so no worker is left waiting on it."""
+    closed while the test runs and opened after, before the runtime stops (its stop waits for
+    a run held at the gate), so no worker is left waiting on it."""
     from toolpipe.infra.local.server import LocalServer
 
     monkeypatch.setitem(AGENTS, agent.name, agent)
     GATE.clear()
-    for pipeline in _pipeline():
+    for pipeline in _pipeline(extra_env):
         with LocalServer(pipeline.runtime) as server:
             try:
                 yield pipeline, server

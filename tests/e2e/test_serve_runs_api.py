@@ -195,29 +195,10 @@ def test_cancel_a_running_run_over_http(local_server: tuple[Pipeline, LocalServe
 
 def test_a_caller_over_its_quota_gets_429_with_retry_after_over_http(monkeypatch: pytest.MonkeyPatch) -> None:
     """The quota is the API handler's, so `toolpipe serve` answers it as API Gateway would pass it on."""
-    from tests.conftest import _pipeline
-    from toolpipe.shared.agents import AGENTS
-
-    monkeypatch.setitem(AGENTS, HELD.name, HELD)
-    GATE.clear()
-    # The gate opens before the runtime stops (inside): its stop waits for the held run, up to
-    # the gate's 20 s, otherwise. And after, whatever failed before.
-    try:
-        for pipeline in _pipeline({"TOOLPIPE_QUOTA_RUNNING": "1"}):
-            with LocalServer(pipeline.runtime) as server:
-                try:
-                    pipeline.script(
-                        Reply(tool_calls=[call("wait_for_gate", label="a")]), Reply(content="done")
-                    )
-                    started = _http(f"{server.api_url}/runs", "POST", {"input": "wait", "agent": "held"})
-                    assert started[0] == 202
-                    status, refused, headers = _http(
-                        f"{server.api_url}/runs", "POST", {"input": "x", "agent": "held"}
-                    )
-                    assert status == 429 and headers["Retry-After"] == "10"
-                    assert headers["Content-Type"].startswith("application/json")
-                    assert refused["message"].startswith("quota exceeded: at most 1 runs running at once")
-                finally:
-                    GATE.set()
-    finally:
-        GATE.set()
+    for pipeline, server in gated_server(monkeypatch, HELD, {"TOOLPIPE_QUOTA_RUNNING": "1"}):
+        pipeline.script(Reply(tool_calls=[call("wait_for_gate", label="a")]), Reply(content="done"))
+        assert _http(f"{server.api_url}/runs", "POST", {"input": "wait", "agent": "held"})[0] == 202
+        status, refused, headers = _http(f"{server.api_url}/runs", "POST", {"input": "x", "agent": "held"})
+        assert status == 429 and headers["Retry-After"] == "10"
+        assert headers["Content-Type"].startswith("application/json")
+        assert refused["message"].startswith("quota exceeded: at most 1 runs running at once")
