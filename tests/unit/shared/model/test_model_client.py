@@ -414,6 +414,13 @@ def test_a_timed_out_attempt_is_retried_while_time_remains(
 # --- connections and threads ----------------------------------------------------------------
 
 
+def _still_alive(threads: set[threading.Thread], seconds: float = 5) -> list[threading.Thread]:
+    """Those of `threads` that have not ended within `seconds` each."""
+    for thread in threads:
+        thread.join(timeout=seconds)
+    return [thread for thread in threads if thread.is_alive()]
+
+
 def test_calls_reuse_one_connection_and_one_thread(server: ScriptedModelServer) -> None:
     server.responder = ScriptResponder([Reply(content="ok")] * 5)
     # By identity, not by count: threads of earlier tests may end meanwhile (seen under load).
@@ -427,9 +434,7 @@ def test_calls_reuse_one_connection_and_one_thread(server: ScriptedModelServer) 
     assert len(set(server.client_ports)) == 1
     client.close()
     client.close()  # twice is harmless
-    for thread in started:  # the connection closed, so the server's handler ends too
-        thread.join(timeout=5)
-    assert not [thread for thread in started if thread.is_alive()]
+    assert _still_alive(started) == []  # the connection closed, so the server's handler ends too
 
 
 def test_a_client_dropped_without_close_stops_its_thread(server: ScriptedModelServer) -> None:
@@ -441,10 +446,7 @@ def test_a_client_dropped_without_close_stops_its_thread(server: ScriptedModelSe
     del client
     # The client's thread, and the server's handler once the dropped client's connection has
     # closed (on a loaded machine it may still be closing: seen in a run beside two busy loops).
-    left = set(threading.enumerate()) - threads_before
-    for thread in left:
-        thread.join(timeout=5)
-    assert not [thread for thread in left if thread.is_alive()]
+    assert _still_alive(set(threading.enumerate()) - threads_before) == []
 
 
 # --- what the user reads -----------------------------------------------------------------------
