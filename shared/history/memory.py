@@ -119,9 +119,9 @@ class MemoryHistoryStore:
         self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None
     ) -> Usage | None:
         with self._lock:
-            run = self.runs[run_id]
-            if run.turn >= turn:
-                return None  # this turn is counted already (a retried step)
+            run = self.runs.get(run_id)
+            if run is None or run.turn >= turn:
+                return None  # this turn is counted already (a retried step), or the run is gone
             self.runs[run_id] = run.model_copy(update={"turn": turn, "usage": run.usage + used})
             root = root_run_id or run_id
             self.trees[root] = self.trees.get(root, Usage()) + used
@@ -157,12 +157,15 @@ class MemoryHistoryStore:
                 self.release_slots(caller, [run_id])
             return True
 
-    def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:
+    def set_execution(self, run_id: str, execution: int, start_turn: int) -> bool:
         with self._lock:
-            run = self.get_run(run_id)
+            run = self.runs.get(run_id)
+            if run is None or run.status is not RunStatus.RUNNING:
+                return False
             self.runs[run_id] = run.model_copy(
                 update={"execution": execution, "execution_start_turn": start_turn}
             )
+            return True
 
     def resume_run(self, run: RunRecord, resumed: RunRecord, admission: Admission | None = None) -> bool:
         with self._lock:

@@ -81,8 +81,9 @@ class RunRecords(Protocol):
         held a running slot gives it back (once: only the ending that changed the status does)."""
         ...
 
-    def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:
-        """Record which execution of the run is current, and the turn it starts after."""
+    def set_execution(self, run_id: str, execution: int, start_turn: int) -> bool:
+        """Record which execution of the run is current, and the turn it starts after; False,
+        with nothing changed, when the run is no longer running (or no longer there)."""
         ...
 
     def resume_run(self, run: RunRecord, resumed: RunRecord, admission: Admission | None = None) -> bool:

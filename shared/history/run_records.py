@@ -287,26 +287,29 @@ class RunRecordStore(RunTable):
     ) -> Usage | None:
         own = used.model_dump()
         root = root_run_id or run_id
-        # Counted once per turn: a retried step records the same turn again, and is refused.
+        # Counted once per turn: a retried step records the same turn again, and is refused. So
+        # is a count for a run deleted meanwhile (the model answered after a cancel and a delete).
         try:
             counted = self._add(run_id, own, {"turn": turn}, first_of_turn=turn)
+            if root != run_id:
+                counted = self._add(root, {f"tree_{name}": value for name, value in own.items()}, {})
         except ClientError as e:
             if lost_race(e):
                 return None
             raise
-        if root != run_id:
-            counted = self._add(root, {f"tree_{name}": value for name, value in own.items()}, {})
         return tree_of(counted)
 
     def _add(
         self, run_id: str, counters: dict[str, int], values: dict[str, Any], first_of_turn: int | None = None
     ) -> dict[str, Any]:
-        """Add the counters and set the values; the item as it is after, as one atomic read."""
+        """Add the counters and set the values; the item as it is after, as one atomic read.
+        Only to an existing record: an update makes the item it does not find, and a record
+        made of counters alone has no status and no expiry."""
         names = {f"#{name}": name for name in (*counters, *values, "updated_at")}
-        condition: dict[str, Any] = {}
+        condition = "attribute_exists(pk)"
         if first_of_turn is not None:
             names["#turn"] = "turn"
-            condition = {"ConditionExpression": "attribute_not_exists(#turn) OR #turn < :first_of_turn"}
+            condition += " AND (attribute_not_exists(#turn) OR #turn < :first_of_turn)"
         return self._table.update_item(
             Key={"pk": run_pk(run_id), "sk": META_SK},
             UpdateExpression="ADD "
@@ -321,7 +324,7 @@ class RunRecordStore(RunTable):
                 **({":first_of_turn": first_of_turn} if first_of_turn is not None else {}),
             },
             ReturnValues="ALL_NEW",
-            **condition,
+            ConditionExpression=condition,
         )["Attributes"]
 
     def tree_usage(self, root_run_id: str) -> Usage:
@@ -393,13 +396,25 @@ class RunRecordStore(RunTable):
         """Remove the run's items and objects now, its record last (`retention.delete_run`)."""
         retention.delete_run(self._table, self._s3, self._bucket, run_id)
 
-    def set_execution(self, run_id: str, execution: int, start_turn: int) -> None:
-        self._table.update_item(
-            Key={"pk": run_pk(run_id), "sk": META_SK},
-            UpdateExpression="SET #execution = :n, execution_start_turn = :t",
-            ExpressionAttributeNames={"#execution": "execution"},
-            ExpressionAttributeValues={":n": execution, ":t": start_turn},
-        )
+    def set_execution(self, run_id: str, execution: int, start_turn: int) -> bool:
+        try:
+            self._table.update_item(
+                Key={"pk": run_pk(run_id), "sk": META_SK},
+                UpdateExpression="SET #execution = :n, execution_start_turn = :t",
+                # Not a run that ended (or was deleted) since its step read it.
+                ConditionExpression="#status = :running",
+                ExpressionAttributeNames={"#execution": "execution", "#status": "status"},
+                ExpressionAttributeValues={
+                    ":n": execution,
+                    ":t": start_turn,
+                    ":running": RunStatus.RUNNING.value,
+                },
+            )
+        except ClientError as e:
+            if lost_race(e):
+                return False
+            raise
+        return True
 
     def resume_run(self, run: RunRecord, resumed: RunRecord, admission: Admission | None = None) -> bool:
         """Make the ended `run` running again as `resumed` (its next execution, limits, deadline

@@ -177,7 +177,9 @@ class ModelStep:
         if request.state_machine_arn and needs_fresh_execution(
             step.run, step.agent, step.history, waits, deadline_checks=checks
         ):
-            return self._continue_in_fresh_execution(step, self._starters(request.state_machine_arn))
+            return self._continue_in_fresh_execution(
+                step, self._starters(request.state_machine_arn), request, deadline
+            )
         asked = self._ask_model(step, deadline)
         return asked if isinstance(asked, Decision) else self._decide(step, asked)
 
@@ -283,11 +285,15 @@ class ModelStep:
         tree = step.tree if step.tree is not None else self._store.tree_usage(root_id)
         return tree_budget_reached(root_agent, tree, is_child, calls_only)
 
-    def _continue_in_fresh_execution(self, step: _Step, starter: ExecutionStarter) -> Decision:
+    def _continue_in_fresh_execution(
+        self, step: _Step, starter: ExecutionStarter, request: StepRequest, deadline: float
+    ) -> Decision:
         """Hand the run to a new execution before this one nears the history-event limit.
         Recorded first: a retry of this step finds the next execution named and started."""
         following = step.run.execution + 1
-        self._store.set_execution(step.run.run_id, following, step.run.turn)
+        if not self._store.set_execution(step.run.run_id, following, step.run.turn):
+            # Ended (a cancel) or deleted since this step read it: no execution follows.
+            return self._step(request, deadline)
         starter.start(step.run.run_id, following, step.run.deadline, step.run.max_duration_waits)
         return Decision(status=DecisionStatus.CONTINUED, turn=step.run.turn)
 

@@ -2,6 +2,7 @@
 running run does, and `DELETE /runs/{id}` removes a run (and its child runs) at once."""
 
 import dataclasses
+import threading
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ from tests.conftest import TEST_AGENT, Pipeline, call
 from tests.dynamo_faults import error_body, refused
 from tests.functional.test_runs_api import _wait
 from toolpipe.infra.cdk.functions import API
+from toolpipe.infra.local import lambdas
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import BUCKET, TABLE
 from toolpipe.infra.local.scripted_model import Reply
@@ -113,6 +115,35 @@ def test_a_result_stored_after_a_cancel_expires_with_its_run(pipeline: Pipeline)
 
     stamps = _wait(settled)
     assert len(set(stamps.values())) == 1 and f"RUN#{run_id}|CALL#000003" in stamps, stamps
+
+
+def test_a_reply_that_lands_after_its_run_was_cancelled_and_deleted_brings_no_record_back(
+    pipeline: Pipeline,
+) -> None:
+    """A model call outlives its run: the run is cancelled and deleted while the model answers.
+    The step then stores the reply (which expires, as anything written into a deleted run does)
+    and counts the call on the run's record: that count must not write a record again, which
+    would hold no status, never expire, and answer every read of the run with an error."""
+    started = threading.Event()
+    run: list[str] = []
+
+    def cancel_and_delete_then_answer(request: dict[str, Any]) -> Reply:
+        assert started.wait(30)
+        [run_id] = run
+        assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
+        assert pipeline.runtime.api("DELETE", f"/runs/{run_id}") == (204, None)
+        return Reply(content="too late")
+
+    pipeline.model.responder = cancel_and_delete_then_answer
+    run.append(pipeline.start("answer slowly"))
+    started.set()
+    _wait(lambda: len(pipeline.model.requests) == 1 and lambdas.in_progress() == 0)
+
+    [run_id] = run
+    assert pipeline.runtime.api("GET", f"/runs/{run_id}")[0] == 404
+    left = _of_run(pipeline, run_id)
+    assert not [i for i in left if i["sk"]["S"] == "META"], left
+    assert all(RETAIN_UNTIL in i for i in left), left  # the reply stored after the delete expires
 
 
 @pytest.fixture

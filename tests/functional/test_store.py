@@ -7,6 +7,7 @@ from tests.conftest import Pipeline
 from tests.dynamo_faults import cancellation_body, refused
 from toolpipe.infra.cdk.functions import ORCHESTRATOR
 from toolpipe.infra.local.isolation import running_as
+from toolpipe.infra.local.runtime import TABLE
 from toolpipe.shared.history import ClaimState
 from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.messages import RunRecord, RunStatus, ToolResult, UserMessage
@@ -130,6 +131,30 @@ def test_counting_a_model_call_answers_with_the_trees_totals(pipeline: Pipeline)
     assert store.get_run("tree-root").tree_usage == Usage(prompt_tokens=15, model_calls=2)
     assert store.get_run("tree-child").tree_usage is None  # a child's tree is its root's
     assert store.get_run("tree-child").usage == Usage(prompt_tokens=5, model_calls=1)
+
+
+def test_a_run_that_is_gone_gets_no_record_back_from_a_count_or_an_execution(pipeline: Pipeline) -> None:
+    """An update writes the item it does not find: counting a call, or naming the next execution,
+    of a run deleted meanwhile (a step outliving a cancel and a delete) must not make a record of
+    counters alone, which has no status, never expires and fails every read of the run."""
+    from toolpipe.shared.messages import Usage
+
+    store = _store(pipeline)
+    for run_id, root in (("gone-root", None), ("gone-child", "gone-root")):
+        record = RunRecord(run_id=run_id, agent="assistant", status=RunStatus.RUNNING, root_run_id=root)
+        assert store.create_run(record, UserMessage(seq=1, turn=0, content="go"))
+        assert store.finish_run(run_id, RunStatus.CANCELLED)
+    assert not store.set_execution("gone-child", 2, 1)  # ended: no execution follows
+    store.delete_run("gone-root")
+    assert store.record_model_call("gone-child", 1, Usage(model_calls=1), "gone-root") is None
+    # Counted in the child's own record, which is there still; not in its deleted root's tree.
+    assert _store(pipeline).get_run("gone-child").usage == Usage(model_calls=1)
+    store.delete_run("gone-child")
+    assert store.record_model_call("gone-child", 2, Usage(model_calls=1), "gone-root") is None
+    assert not store.set_execution("gone-child", 2, 1)
+    for run_id in ("gone-root", "gone-child"):
+        key = {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
+        assert "Item" not in pipeline.runtime.dynamodb.get_item(TableName=TABLE, Key=key)
 
 
 def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) -> None:

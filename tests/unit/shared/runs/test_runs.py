@@ -384,6 +384,32 @@ def test_a_long_run_continues_in_a_fresh_execution(
     assert store.get_run("r1").execution == 2 and len(model.requests) == 1
 
 
+class CancelledMeanwhile(MemoryHistoryStore):
+    """A cancel that lands between a step's read of its run and its naming the next execution."""
+
+    def set_execution(self, run_id: str, execution: int, start_turn: int) -> bool:
+        self.finish_run(run_id, RunStatus.CANCELLED)
+        return super().set_execution(run_id, execution, start_turn)
+
+
+def test_a_run_cancelled_as_it_would_continue_in_a_fresh_execution_starts_none(
+    model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLPIPE_EXECUTION_EVENT_BUDGET", "150")
+    store = CancelledMeanwhile()
+    _run(store)
+    starter = Starter()
+    step = _step(store, model, starter)
+    model.responder = _raw_calls(("a", "lookup", '{"key": "k"}'))
+    step.step(StepRequest(run_id="r1", state_machine_arn="arn:sm"), _deadline())
+    store.append("r1", ToolResult(seq=3, turn=1, call_id="a", tool="lookup", content="v", status="ok"))
+
+    decision = step.step(StepRequest(run_id="r1", state_machine_arn="arn:sm", results=[]), _deadline())
+
+    assert decision.status is DecisionStatus.FAILED and starter.started == []
+    assert store.get_run("r1").status is RunStatus.CANCELLED and store.get_run("r1").execution == 1
+
+
 @tool
 def hoard(kilobytes: int, ctx: ToolContext) -> str:
     """Keep a lot in the run's state.
