@@ -15,6 +15,7 @@ import pickle
 import re
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -33,8 +34,44 @@ REGION = "us-east-1"
 CONNECTIONS = 32
 # struct ucred, what SO_PEERCRED answers: the connecting process's pid, uid and gid.
 _PEER = struct.Struct("3i")
+# Each broker's folder: `toolpipe-aws-<pid of the runtime's process>-<random>` in the temporary
+# folder. A runtime killed (kill -9, a crash) cannot remove its own: the next broker removes the
+# folders of processes that are gone.
+FOLDER_PREFIX = "toolpipe-aws-"
+_FOLDER_PID = re.compile(re.escape(FOLDER_PREFIX) + r"(\d+)-")
 # A region's name as AWS spells them (`us-east-1`, `us-gov-west-1`): a client is kept per region.
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d{1,2}")
+
+
+def sweep_dead_folders() -> None:
+    """Remove the broker folders this user's processes that have ended left behind."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        found = _FOLDER_PID.match(name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        path = os.path.join(root, name)
+        try:
+            found_stat = os.stat(path, follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(found_stat.st_mode) or found_stat.st_uid != os.getuid():
+            continue  # another user's (not ours to judge), or not a folder we made
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a process of another user holds the pid
+    return True
 
 
 class AwsBroker:
@@ -44,7 +81,8 @@ class AwsBroker:
         self.context = context
         # Which processes may call as `context`: its runner's calls alone (`ToolProcesses`).
         self.admits: Callable[[int], bool] = lambda pid: True
-        self._folder = tempfile.mkdtemp(prefix="toolpipe-aws-")
+        sweep_dead_folders()
+        self._folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
         os.chmod(self._folder, 0o700)
         self.path = os.path.join(self._folder, "aws.sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

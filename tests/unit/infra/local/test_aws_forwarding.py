@@ -3,9 +3,14 @@ arrives as sent, and a tool cannot use the broker to exhaust the runtime."""
 
 import datetime
 import json
+import os
 import socket
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +62,37 @@ def test_connections_past_the_bound_are_closed_at_once(broker: aws_broker.AwsBro
     for connection in held:
         connection.close()
     extra.close()
+
+
+def test_a_broker_removes_the_folders_of_runtimes_that_were_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime killed (kill -9, a crash) leaves its brokers' folders: the next broker removes
+    those of processes that have ended, and nothing else."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(ended.stdout)
+    left = tmp_path / f"{aws_broker.FOLDER_PREFIX}{dead_pid}-k1ll3d"
+    left.mkdir()
+    (left / "aws.sock").write_bytes(b"")
+    kept = [
+        tmp_path / f"{aws_broker.FOLDER_PREFIX}{os.getpid()}-l1v3",  # a runtime still running
+        tmp_path / f"{aws_broker.FOLDER_PREFIX}unnamed",  # not one we name
+        tmp_path / "elsewhere",
+    ]
+    for folder in kept:
+        folder.mkdir()
+    (tmp_path / f"{aws_broker.FOLDER_PREFIX}{dead_pid}-file").write_text("not a folder")
+
+    context = FunctionContext(
+        name="runner", environment={}, policy=Policy(role_arn="arn:aws:iam::1:role/r", documents=())
+    )
+    with aws_broker.AwsBroker(context) as broker:
+        own = Path(broker.path).parent
+        assert own.parent == tmp_path and own.name.startswith(f"{aws_broker.FOLDER_PREFIX}{os.getpid()}-")
+        assert not left.exists()
+        assert all(folder.is_dir() for folder in kept)
+        assert (tmp_path / f"{aws_broker.FOLDER_PREFIX}{dead_pid}-file").is_file()
+    assert not own.exists()
