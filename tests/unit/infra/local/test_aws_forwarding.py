@@ -4,6 +4,7 @@ arrives as sent, and a tool cannot use the broker to exhaust the runtime."""
 import datetime
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -64,11 +65,21 @@ def test_connections_past_the_bound_are_closed_at_once(broker: aws_broker.AwsBro
     extra.close()
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary folder with a short path: a socket's path stops at 107 bytes (pytest's
+    tmp_path under an xdist worker is longer than that with the broker's names)."""
+    folder = Path(tempfile.mkdtemp(prefix="tp-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_a_broker_removes_the_folders_of_runtimes_that_were_killed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A runtime killed (kill -9, a crash) leaves its brokers' folders: the next broker removes
     those of processes that have ended, and nothing else."""
+    tmp_path = short_tmp
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ended = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
