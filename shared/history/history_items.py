@@ -69,16 +69,23 @@ class HistoryItemStore(RunTable):
 
     def append(self, run_id: str, item: HistoryItem) -> bool:
         """Append at `item.seq`; False if that slot is taken (a retry or duplicate delivery)."""
+        written = self._put_message(run_id, item)
+        if written is None:
+            return False
+        # A model step may append after a cancel ended the run: the ending's stamping missed it.
+        self._after_write(run_id, *written)
+        return True
+
+    def _put_message(self, run_id: str, item: HistoryItem) -> tuple[list[dict[str, Any]], list[str]] | None:
+        """Write the item at its slot, unless taken (None); what it wrote (item keys, object keys)."""
         row = self._message_item(run_id, item)
         try:
             self._table.put_item(Item=row, ConditionExpression="attribute_not_exists(pk)")
         except ClientError as e:
             if lost_race(e):
-                return False
+                return None
             raise
-        # A model step may append after a cancel ended the run: the ending's stamping missed it.
-        self._after_write(run_id, [{"pk": row["pk"], "sk": row["sk"]}], objects_of(row))
-        return True
+        return [{"pk": row["pk"], "sk": row["sk"]}], objects_of(row)
 
     def get_item(self, run_id: str, seq: int) -> HistoryItem | None:
         row = self._table.get_item(

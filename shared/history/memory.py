@@ -15,14 +15,17 @@ from toolpipe.shared.history.ports import (
     ERROR_MAX_CHARS,
     OUTPUT_INLINE_CHARS,
     Admission,
+    Appended,
     CallRead,
     Claim,
     ClaimState,
     Cursor,
+    reply_usage,
 )
 from toolpipe.shared.history.retention import DEFAULT_RETENTION_DAYS, retain_until, run_prefix
 from toolpipe.shared.history.run_records import bounded, caller_index_keys, check_cursor
 from toolpipe.shared.messages import (
+    AssistantMessage,
     HandoffRecord,
     HistoryItem,
     RunRecord,
@@ -262,6 +265,11 @@ class MemoryHistoryStore:
             return CallRead(
                 self.get_run(run_id), self.get_item(run_id, reply_seq), self.get_item(run_id, seq)
             )
+
+    def append_reply(self, run_id: str, reply: AssistantMessage, root_run_id: str | None = None) -> Appended:
+        if not self.append(run_id, reply):
+            return Appended(False, None)
+        return Appended(True, self.record_model_call(run_id, reply.turn, reply_usage(reply), root_run_id))
 
     def append(self, run_id: str, item: HistoryItem) -> bool:
         with self._lock:

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from toolpipe.shared.costs.operations import Operations
 from toolpipe.shared.messages import (
+    AssistantMessage,
     HandoffRecord,
     HistoryItem,
     RunRecord,
@@ -267,6 +268,20 @@ class RunCosts(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Appended:
+    """A model reply's append (`HistoryStore.append_reply`): whether it took its slot, and the
+    tree's totals once its call was counted (None: counted before, or to be read when needed)."""
+
+    appended: bool
+    tree: Usage | None
+
+
+def reply_usage(reply: AssistantMessage) -> Usage:
+    """What a reply's model call is counted as: its usage, or one call of its tool calls."""
+    return reply.usage or Usage(model_calls=1, tool_calls=len(reply.tool_calls))
+
+
 class HistoryStore(
     RunRecords,
     RunningSlots,
@@ -280,3 +295,8 @@ class HistoryStore(
     Protocol,
 ):
     """Everything the run services store."""
+
+    def append_reply(self, run_id: str, reply: AssistantMessage, root_run_id: str | None = None) -> Appended:
+        """`append` the model's reply, then `record_model_call` its call: nothing counted when
+        its slot was taken (another invocation's reply is there: count that one)."""
+        ...

@@ -154,6 +154,17 @@ def _stamp_of(item: dict[str, Any]) -> int | None:
     return None if value is None else int(str(value))
 
 
+def record_state(item: dict[str, Any] | None) -> tuple[bool, int | None]:
+    """(whether the run record exists, its `retain_until`) from the record as a write answered
+    it (`ALL_NEW`, or `ALL_OLD` in a refusal, where the values are typed: `{"N": "..."}`)."""
+    if item is None:
+        return False, None
+    value = item.get(RETAIN_UNTIL)
+    if isinstance(value, dict):
+        value = value.get("N")
+    return True, None if value is None else int(str(value))
+
+
 def delete_run(table: "Table", s3: "S3Client", bucket: str, run_id: str) -> None:
     """Remove every object and item of the run, its record last: a delete that dies half-way
     leaves a run that is still there, and deleting it again removes the rest."""
@@ -203,13 +214,19 @@ def after_write(
     run_id: str,
     written: tuple[list[dict[str, Any]], list[str]],
     days: int,
+    record: tuple[bool, int | None] | None = None,
 ) -> None:
     """What a write into a run that may have ended (or been deleted) since its writer last read
     it does next: one consistent read of the run record, and nothing more while it runs. In an
     ended run, everything is stamped again (what was just written included). Without a record
     (the run was deleted meanwhile), what was just written, `written` (item keys, object keys),
-    expires `days` from now: the delete that missed it cannot be repeated (the run is gone)."""
-    exists, until = ended_stamp(table, run_id)
+    expires `days` from now: the delete that missed it cannot be repeated (the run is gone).
+
+    `record`: what that read would answer, (whether the record exists, its `retain_until`), as
+    a write to the record made after `written` answered it: a run's end writes its stamp on the
+    record before it reads which items to stamp, so a record that holds none then has an end
+    still to come, which will find what was written."""
+    exists, until = record if record is not None else ended_stamp(table, run_id)
     if exists and until is not None:
         expire_run(table, s3, bucket, run_id, until)
     elif not exists:

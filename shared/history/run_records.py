@@ -285,18 +285,43 @@ class RunRecordStore(RunTable):
     def record_model_call(
         self, run_id: str, turn: int, used: Usage, root_run_id: str | None = None
     ) -> Usage | None:
+        return self._count_model_call(run_id, turn, used, root_run_id)
+
+    def _count_model_call(
+        self,
+        run_id: str,
+        turn: int,
+        used: Usage,
+        root_run_id: str | None,
+        written: tuple[list[dict[str, Any]], list[str]] | None = None,
+    ) -> Usage | None:
+        """`record_model_call`; with `written` (what the step wrote into the run just before),
+        the count's answer also says whether the run ended or went meanwhile, which the write
+        would otherwise read the record again to learn (`retention.after_write`)."""
         own = used.model_dump()
         root = root_run_id or run_id
         # Counted once per turn: a retried step records the same turn again, and is refused. So
         # is a count for a run deleted meanwhile (the model answered after a cancel and a delete).
         try:
             counted = self._add(run_id, own, {"turn": turn}, first_of_turn=turn)
-            if root != run_id:
-                counted = self._add(root, {f"tree_{name}": value for name, value in own.items()}, {})
         except ClientError as e:
-            if lost_race(e):
-                return None
-            raise
+            if not lost_race(e):
+                raise
+            if written is not None:
+                was = e.response.get("Item")  # the record as it was; none when it is gone
+                self._after_write(
+                    run_id, *written, retention.record_state(was if isinstance(was, dict) else None)
+                )
+            return None
+        if written is not None:
+            self._after_write(run_id, *written, retention.record_state(counted))
+        if root != run_id:
+            try:
+                counted = self._add(root, {f"tree_{name}": value for name, value in own.items()}, {})
+            except ClientError as e:
+                if lost_race(e):
+                    return None  # the root was deleted meanwhile
+                raise
         return tree_of(counted)
 
     def _add(
@@ -325,6 +350,8 @@ class RunRecordStore(RunTable):
             },
             ReturnValues="ALL_NEW",
             ConditionExpression=condition,
+            # A refusal says why: the record as it was (a turn counted), or none (deleted).
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )["Attributes"]
 
     def tree_usage(self, root_run_id: str) -> Usage:

@@ -11,7 +11,9 @@ from toolpipe.shared.history import retention
 from toolpipe.shared.history.costs import RunCostStore
 from toolpipe.shared.history.history_items import HISTORY_CACHE_RUNS, HistoryItemStore, HistoryPrefixCache
 from toolpipe.shared.history.ledger import CallLedgerStore
+from toolpipe.shared.history.ports import Appended, reply_usage
 from toolpipe.shared.history.run_records import RunRecordStore
+from toolpipe.shared.messages import AssistantMessage
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -32,3 +34,12 @@ class DynamoHistoryStore(RunRecordStore, HistoryItemStore, CallLedgerStore, RunC
     ) -> None:
         super().__init__(table, s3, bucket, inline_limit, retention_days)
         self._history_cache = HistoryPrefixCache(history_cache_runs)
+
+    def append_reply(self, run_id: str, reply: AssistantMessage, root_run_id: str | None = None) -> Appended:
+        # The count's answer stands for the read of the record an append makes after it.
+        written = self._put_message(run_id, reply)
+        if written is None:
+            return Appended(False, None)
+        return Appended(
+            True, self._count_model_call(run_id, reply.turn, reply_usage(reply), root_run_id, written)
+        )

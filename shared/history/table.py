@@ -70,9 +70,15 @@ class RunTable:
             data["tree_usage"] = tree_of(item)
         return RunRecord.model_validate(data)
 
-    def _after_write(self, run_id: str, keys: list[dict[str, Any]], objects: list[str]) -> None:
+    def _after_write(
+        self,
+        run_id: str,
+        keys: list[dict[str, Any]],
+        objects: list[str],
+        record: tuple[bool, int | None] | None = None,
+    ) -> None:
         retention.after_write(
-            self._table, self._s3, self._bucket, run_id, (keys, objects), self._retention_days
+            self._table, self._s3, self._bucket, run_id, (keys, objects), self._retention_days, record
         )
 
 

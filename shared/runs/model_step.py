@@ -15,6 +15,7 @@ from toolpipe.shared.agents.app import loaded_version
 from toolpipe.shared.agents.errors import UnknownAgentError
 from toolpipe.shared.errors import ErrorKind, describe_validation_error, error_text
 from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.history.ports import reply_usage
 from toolpipe.shared.messages import (
     AssistantMessage,
     CallOutcome,
@@ -393,23 +394,29 @@ class ModelStep:
             started_at=started_at,
             app_version=loaded_version(),
         )
-        if not self._store.append(run.run_id, item):
+        # Stored and counted (`_record_usage`) in one call of the store's: the count's answer
+        # says whether the run ended meanwhile, as a read after the append would.
+        appended = self._store.append_reply(run.run_id, item, run.root_run_id)
+        if not appended.appended:
             # Another invocation of this step stored its reply first: act on that one.
             stored = self._store.get_item(run.run_id, seq)
             assert isinstance(stored, AssistantMessage), "history slot after the last item holds a non-reply"
             item = stored
-        elif model is not None:
-            self._events.model_called(run, item, model, reply.finish_reason, reply.response_model)
-        self._record_usage(step, item)
+            self._record_usage(step, item)
+        else:
+            step.tree = appended.tree
+            if model is not None:
+                self._events.model_called(run, item, model, reply.finish_reason, reply.response_model)
         step.history.append(item)
         return item
 
     def _record_usage(self, step: _Step, reply: AssistantMessage) -> None:
         """Count the reply's model call in the run and its tree, once: the store refuses a turn
         it has counted, so a step retried after storing its reply counts it if it was not."""
-        used = reply.usage or Usage(model_calls=1, tool_calls=len(reply.tool_calls))
         # The totals just counted; None (counted before) leaves them to be read when needed.
-        step.tree = self._store.record_model_call(step.run.run_id, reply.turn, used, step.run.root_run_id)
+        step.tree = self._store.record_model_call(
+            step.run.run_id, reply.turn, reply_usage(reply), step.run.root_run_id
+        )
 
     def _record_missing_results(
         self, run: RunRecord, reply: AssistantMessage, history: list[HistoryItem], request: StepRequest

@@ -142,8 +142,8 @@ def test_a_reply_that_lands_after_its_run_was_cancelled_and_deleted_brings_no_re
     [run_id] = run
     assert pipeline.runtime.api("GET", f"/runs/{run_id}")[0] == 404
     left = _of_run(pipeline, run_id)
-    assert not [i for i in left if i["sk"]["S"] == "META"], left
-    assert all(RETAIN_UNTIL in i for i in left), left  # the reply stored after the delete expires
+    assert [i["sk"]["S"] for i in left] == ["MSG#000002"], left  # the reply, and no record
+    assert all(RETAIN_UNTIL in i for i in left), left  # which expires
 
 
 @pytest.fixture

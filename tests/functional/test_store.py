@@ -10,6 +10,7 @@ from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import TABLE
 from toolpipe.shared.history import ClaimState
 from toolpipe.shared.history.errors import RunNotFoundError
+from toolpipe.shared.history.ports import Appended
 from toolpipe.shared.messages import RunRecord, RunStatus, ToolResult, UserMessage
 
 
@@ -155,6 +156,55 @@ def test_a_run_that_is_gone_gets_no_record_back_from_a_count_or_an_execution(pip
     for run_id in ("gone-root", "gone-child"):
         key = {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}}
         assert "Item" not in pipeline.runtime.dynamodb.get_item(TableName=TABLE, Key=key)
+
+
+def test_a_reply_is_stored_and_counted_in_two_requests_and_stamped_when_its_run_ended_meanwhile(
+    pipeline: Pipeline,
+) -> None:
+    """A model step's reply: its append and its count are two writes, and the count's answer
+    (the record as it is after) says whether the run ended or went meanwhile, which the append
+    would otherwise read the record again to learn. A reply stored after its run's end carries
+    the run's expiry; one stored after its delete, its own; a reply whose slot is taken, nothing."""
+    from toolpipe.shared.messages import AssistantMessage, Usage
+
+    store = _store(pipeline)
+    client = store._table.meta.client
+    sent: list[str] = []
+
+    def count(model: object, **_: object) -> None:
+        sent.append(str(getattr(model, "name", model)))
+
+    for run_id in ("reply-running", "reply-ended", "reply-deleted"):
+        record = RunRecord(run_id=run_id, agent="assistant", status=RunStatus.RUNNING)
+        assert store.create_run(record, UserMessage(seq=1, turn=0, content="go"))
+    assert store.finish_run("reply-ended", RunStatus.CANCELLED)
+    assert store.finish_run("reply-deleted", RunStatus.CANCELLED)
+    store.delete_run("reply-deleted")
+    until = int(_store(pipeline).get_run("reply-ended").retain_until or 0)
+
+    def reply(turn: int = 1) -> AssistantMessage:
+        return AssistantMessage(seq=2, turn=turn, content="hi", usage=Usage(prompt_tokens=3, model_calls=1))
+
+    def stamp(run_id: str) -> int | None:
+        key = {"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "MSG#000002"}}
+        item = pipeline.runtime.dynamodb.get_item(TableName=TABLE, Key=key)["Item"]
+        return int(item["retain_until"]["N"]) if "retain_until" in item else None
+
+    client.meta.events.register("before-call.dynamodb", count)
+    try:
+        appended = store.append_reply("reply-running", reply())
+    finally:
+        client.meta.events.unregister("before-call.dynamodb", count)
+    assert appended.appended and appended.tree == Usage(prompt_tokens=3, model_calls=1)
+    assert sent == ["PutItem", "UpdateItem"] and stamp("reply-running") is None
+    assert store.append_reply("reply-running", reply(turn=2)) == Appended(False, None)  # slot taken
+
+    assert store.append_reply("reply-ended", reply()).appended
+    assert until and stamp("reply-ended") == until
+    assert store.append_reply("reply-deleted", reply()) == Appended(True, None)
+    assert (stamp("reply-deleted") or 0) >= until  # it expires: `retention_days` after it was written
+    key = {"pk": {"S": "RUN#reply-deleted"}, "sk": {"S": "META"}}
+    assert "Item" not in pipeline.runtime.dynamodb.get_item(TableName=TABLE, Key=key)
 
 
 def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) -> None:
