@@ -22,7 +22,7 @@ from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 from toolpipe.infra.cdk.functions import ORCHESTRATOR, FunctionSpec
 from toolpipe.infra.local.app_reload import STEPS
-from toolpipe.infra.local.caller import FunctionContext, running_as
+from toolpipe.infra.local.caller import FunctionContext, current, running_as
 from toolpipe.infra.local.process_patch import Patched
 
 # The running runtime's functions, by every name an invocation may give (the spec's, moto's).
@@ -30,6 +30,9 @@ _functions: dict[str, FunctionContext] = {}
 # What executions of the state machine run as: its role.
 _state_machine: FunctionContext | None = None
 _running = 0  # handler invocations in progress
+# Of those, the Lambda tasks of executions, by the state machine context they run for: a
+# stopped execution ends at once and leaves its task running (patches/correctness/stop_ends_at_once.py).
+_tasks: dict[int, int] = {}
 _running_lock = threading.Lock()
 
 
@@ -121,12 +124,38 @@ def call_function(spec: FunctionSpec, event: Any) -> Any:
     return call_handler(spec.handler, event, context)
 
 
+def tasks_in_progress(state_machine: FunctionContext) -> int:
+    """How many Lambda tasks of the state machine's executions are running now."""
+    with _running_lock:
+        return _tasks.get(id(state_machine), 0)
+
+
+@contextlib.contextmanager
+def _counted_as_task() -> Iterator[None]:
+    """Counted among its state machine's tasks when an execution is the caller."""
+    caller = current()
+    key = id(caller) if caller is not None and caller is _state_machine else None
+    if key is None:
+        yield
+        return
+    with _running_lock:
+        _tasks[key] = _tasks.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _tasks[key] -= 1
+            if not _tasks[key]:
+                del _tasks[key]
+
+
 def _invoke_in_process(self: LambdaFunction, event: Any = None) -> tuple[str, bool, str]:
     if isinstance(event, str | bytes):
         event = json.loads(event or "{}")
     context = LocalContext(function_name=self.function_name, timeout_seconds=int(self.timeout))
     try:
-        result = call_handler(str(self.handler), event or {}, context)
+        with _counted_as_task():
+            result = call_handler(str(self.handler), event or {}, context)
     except Exception as e:  # reported to the caller the way Lambda reports a function error
         return json.dumps({"errorType": type(e).__name__, "errorMessage": str(e)}), True, ""
     return json.dumps(result), False, ""

@@ -125,6 +125,8 @@ class LocalRuntime:
         # The synthesized template the runtime is built from (infra/local/template.py).
         self._template_path = template_path or template.configured_path()
         self.functions: dict[str, isolation.FunctionContext] = {}
+        # What the state machine's executions run as (its role): set at start.
+        self._state_machine_context: isolation.FunctionContext | None = None
         # moto's own credentials (FOOBARKEY/FOOBARSECRET) would sign the functions' presigned
         # links with a secret every tool knows: the runtime's (`s3_links.SECRET`) stay.
         core = default_user_config.get("core", {}).copy()
@@ -364,7 +366,8 @@ class LocalRuntime:
         for context, _ in runners:  # a tool's link (its run's input) reads as the worker, its signer
             context.link_signer = self.functions[TOOL_WORKER.name]
         self._tool_processes = ToolProcesses(runners).__enter__()
-        lambdas.run_executions_as(d.state_machine_context())
+        self._state_machine_context = d.state_machine_context()
+        lambdas.run_executions_as(self._state_machine_context)
 
         # SES sends only from a verified identity, in moto as on AWS. The account is in SES's
         # sandbox, as a new one is (service_limits.py): it sends only to verified addresses and
@@ -499,7 +502,10 @@ class LocalRuntime:
             running = self._aws.sfn.list_executions(
                 stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
             )["executions"]
-            if not running:
+            # A stopped execution ends at once, as on AWS, while a Lambda task of it may still
+            # run: those get the grace too, before the mock they call goes away.
+            tasks = self._state_machine_context and lambdas.tasks_in_progress(self._state_machine_context)
+            if not running and not (stopped and tasks):
                 break
             if time.monotonic() > deadline:
                 if stopped:

@@ -967,3 +967,89 @@ def test_a_wait_to_a_timestamp_less_than_a_second_ahead_waits_until_it() -> None
             time.sleep(0.02)
         assert datetime.now(UTC) >= at
         assert time.monotonic() - began < 3
+
+
+def _ended(sfn: Any, execution: str, seconds: float = 5) -> str:
+    deadline = time.monotonic() + seconds
+    while (status := sfn.describe_execution(executionArn=execution)["status"]) == "RUNNING":
+        assert time.monotonic() < deadline, "the execution still runs"
+        time.sleep(0.01)
+    return str(status)
+
+
+def _slow_task_machine(sfn: Any, timeout_seconds: int | None = None) -> str:
+    """A machine whose one Task state takes 2 s (a DynamoDB read, slowed) and does not look at
+    its execution meanwhile, as a Lambda task does not."""
+    boto3.client("dynamodb", region_name="us-east-1").create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    task = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::dynamodb:getItem",
+        "Parameters": {"TableName": "t", "Key": {"pk": {"S": "k"}}},
+        "Next": "Done",
+    }
+    definition: dict[str, Any] = {"StartAt": "Read", "States": {"Read": task, "Done": {"Type": "Succeed"}}}
+    if timeout_seconds is not None:
+        definition["TimeoutSeconds"] = timeout_seconds
+    return str(
+        sfn.create_state_machine(
+            name="slow", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/r"
+        )["stateMachineArn"]
+    )
+
+
+@pytest.fixture
+def slow_reads(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """DynamoDB reads take 2 s; the event is set when one begins."""
+    from moto.dynamodb.models import DynamoDBBackend
+
+    began = threading.Event()
+    get_item = DynamoDBBackend.get_item
+
+    def slow_get_item(self: Any, *args: Any, **kwargs: Any) -> Any:
+        began.set()
+        time.sleep(2)
+        return get_item(self, *args, **kwargs)
+
+    monkeypatch.setattr(DynamoDBBackend, "get_item", slow_get_item)
+    return began
+
+
+def test_an_execution_that_times_out_records_its_ending_last_and_nothing_of_the_task_still_running(
+    slow_reads: threading.Event,
+) -> None:
+    """AWS ends a timed-out execution at once, `ExecutionTimedOut` last in its history. Unpatched,
+    the event came when the running task returned, after the task's own events."""
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        execution = sfn.start_execution(stateMachineArn=_slow_task_machine(sfn, timeout_seconds=1))[
+            "executionArn"
+        ]
+        assert _ended(sfn, execution) == "TIMED_OUT"
+        assert sfn.get_execution_history(executionArn=execution)["events"][-1]["type"] == "ExecutionTimedOut"
+        time.sleep(1.5)  # the task has returned meanwhile
+        types = [e["type"] for e in sfn.get_execution_history(executionArn=execution)["events"]]
+        assert types[-1] == "ExecutionTimedOut" and types.count("ExecutionTimedOut") == 1, types
+        assert "TaskSucceeded" not in types and "TaskStateExited" not in types, types
+
+
+def test_a_stop_answers_once_the_execution_is_aborted_and_records_nothing_after_it(
+    slow_reads: threading.Event,
+) -> None:
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        execution = sfn.start_execution(stateMachineArn=_slow_task_machine(sfn))["executionArn"]
+        assert slow_reads.wait(5)
+        sfn.stop_execution(executionArn=execution, error="Stopped", cause="by hand")
+        # At once, while the task still runs: unpatched, RUNNING until it returned.
+        assert sfn.describe_execution(executionArn=execution)["status"] == "ABORTED"
+        time.sleep(2.5)  # the task has returned meanwhile
+        events = sfn.get_execution_history(executionArn=execution)["events"]
+        types = [e["type"] for e in events]
+        assert types[-1] == "ExecutionAborted" and types.count("ExecutionAborted") == 1, types
+        assert "TaskSucceeded" not in types and "TaskStateExited" not in types, types
+        assert events[-1]["executionAbortedEventDetails"] == {"error": "Stopped", "cause": "by hand"}

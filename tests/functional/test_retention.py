@@ -17,6 +17,7 @@ from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import BUCKET, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS, Agent, agent_tool
+from toolpipe.shared.dynamo import COUNTED_EXECUTION_PREFIX
 from toolpipe.shared.history.retention import RETAIN_UNTIL, RETENTION_TAG_KEY, RETENTION_TAG_VALUE
 
 BOB = "arn:aws:iam::000000000000:user/bob"
@@ -144,6 +145,47 @@ def test_a_reply_that_lands_after_its_run_was_cancelled_and_deleted_brings_no_re
     left = _of_run(pipeline, run_id)
     assert [i["sk"]["S"] for i in left] == ["MSG#000002"], left  # the reply, and no record
     assert all(RETAIN_UNTIL in i for i in left), left  # which expires
+
+
+def test_a_run_cancelled_while_its_model_answers_ends_at_once_and_the_late_reply_expires_with_it(
+    pipeline: Pipeline,
+) -> None:
+    """As on AWS, a stop is the execution's ending: `ABORTED` as soon as the cancel answers, its
+    ending handled (the execution's transitions counted, the run stamped again) while the step
+    still waits on the model, and nothing of the stopped task recorded in its history. The
+    reply then lands in an ended run whose stamping is done: the step stamps it itself."""
+    asked, release = threading.Event(), threading.Event()
+
+    def answer_when_released(request: dict[str, Any]) -> Reply:
+        asked.set()
+        assert release.wait(30)
+        return Reply(tool_calls=[call("count_once", label="never")])
+
+    pipeline.model.responder = answer_when_released
+    run_id = pipeline.start("answer slowly")
+    try:
+        assert asked.wait(30)
+        assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
+        [execution] = pipeline.runtime.sfn.list_executions(
+            stateMachineArn=pipeline.runtime.state_machine_arn
+        )["executions"]
+        assert execution["status"] == "ABORTED"  # at once: the step still waits on its model
+        _wait(lambda: any(f"|{COUNTED_EXECUTION_PREFIX}" in key for key in _stamps(pipeline, run_id)))
+        assert lambdas.in_progress() == 1 and f"RUN#{run_id}|MSG#000002" not in _stamps(pipeline, run_id)
+    finally:
+        release.set()
+    _wait(lambda: lambdas.in_progress() == 0)
+
+    events = pipeline.runtime.sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
+    assert events[-1]["type"] == "ExecutionAborted"
+    assert [e["type"] for e in events].count("ExecutionAborted") == 1
+    assert not [e for e in events if e["type"] in ("TaskSucceeded", "TaskStateExited")], events
+    stamps = _stamps(pipeline, run_id)
+    assert f"RUN#{run_id}|MSG#000002" in stamps  # the reply, stored after the ending was handled
+    [until] = set(stamps.values())
+    _, shown = pipeline.runtime.api("GET", f"/runs/{run_id}")
+    assert until is not None and shown["run"]["retain_until"] == until
+    assert shown["run"]["status"] == "cancelled" and shown["run"]["usage"]["model_calls"] == 1
 
 
 @pytest.fixture

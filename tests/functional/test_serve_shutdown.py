@@ -6,6 +6,7 @@ import threading
 import time
 
 from tests.conftest import Reply, _pipeline, call
+from toolpipe.infra.local import lambdas
 from toolpipe.infra.local.serve_loop import serve_until_stopped
 from toolpipe.infra.local.server import LocalServer
 
@@ -40,3 +41,34 @@ def test_a_stop_drains_once_then_the_runtime_stops_what_is_left_at_once() -> Non
     stopped = time.monotonic() - started
     print(f"drain {drained:.1f} s, then the runtime stopped in {stopped:.1f} s with a tool still running")
     assert stopped < 15  # stop the execution (5 s grace at most), the pool (3 s), save
+
+
+def test_an_execution_stopped_at_shutdown_gives_its_running_step_the_grace_before_the_mock_goes() -> None:
+    """A stop ends the execution at once, as on AWS, while its Lambda task (a step waiting on its
+    model) still runs: the runtime's exit waits for that step, within the grace, before moto goes
+    away under it."""
+    asked, release = threading.Event(), threading.Event()
+
+    def answer_when_released(request: dict[str, object]) -> Reply:
+        asked.set()
+        release.wait(30)
+        return Reply(content="late")
+
+    pipelines = _pipeline()
+    pipeline = next(pipelines)
+    try:
+        pipeline.runtime.drain_seconds = 0  # stop what runs at once
+        pipeline.model.responder = answer_when_released
+        pipeline.start("answer slowly")
+        assert asked.wait(30)
+        machine = pipeline.runtime._state_machine_context
+        assert machine is not None and lambdas.tasks_in_progress(machine) == 1
+        threading.Timer(1.0, release.set).start()  # the model answers a second into the shutdown
+        started = time.monotonic()
+        with contextlib.suppress(StopIteration):
+            next(pipelines)
+        assert lambdas.tasks_in_progress(machine) == 0  # the step ended before the runtime did
+        assert 0.8 < time.monotonic() - started < 10
+    finally:
+        release.set()
+        pipelines.close()

@@ -8,7 +8,9 @@ from toolpipe.infra.local.patches.correctness import (
     history_limit,
     no_thread_list,
     stop_before_start,
+    stop_ends_at_once,
     stop_interrupts_waits,
+    stop_keeps_its_reason,
     timestamp_waits,
 )
 
@@ -17,6 +19,8 @@ PATCHES = (
     stop_before_start,
     answers_skip_unstarted,
     stop_interrupts_waits,
+    stop_ends_at_once,
+    stop_keeps_its_reason,
     error_keeps_the_stop,
     no_thread_list,
     history_limit,
