@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver
-from aws_lambda_powertools.event_handler.openapi.models import Server
 from pydantic import BaseModel
 
 from toolpipe.functions.api.identity import CALLER_RULE
@@ -133,6 +132,10 @@ def html_page(description: str, *errors: int) -> dict[int, Any]:
 
 def document(app: APIGatewayRestResolver) -> dict[str, Any]:
     """The OpenAPI document of `app`'s routes, as docs/openapi.json holds it."""
+    # Imported here: Powertools' OpenAPI models cost the API function ~30 ms of every cold start,
+    # and only this request needs them.
+    from aws_lambda_powertools.event_handler.openapi.models import Server
+
     generated: dict[str, Any] = json.loads(
         app.get_openapi_json_schema(
             title=TITLE,
