@@ -9,6 +9,7 @@ broker checks it and reads as the function that signs them, the worker (`s3_link
 """
 
 import contextlib
+import fcntl
 import json
 import os
 import pickle
@@ -34,44 +35,62 @@ REGION = "us-east-1"
 CONNECTIONS = 32
 # struct ucred, what SO_PEERCRED answers: the connecting process's pid, uid and gid.
 _PEER = struct.Struct("3i")
-# Each broker's folder: `toolpipe-aws-<pid of the runtime's process>-<random>` in the temporary
-# folder. A runtime killed (kill -9, a crash) cannot remove its own: the next broker removes the
-# folders of processes that are gone.
+# Each broker's folder: `toolpipe-aws-<pid>-<random>` in the temporary folder, holding the
+# socket and `alive`, a file the broker keeps locked (flock) while it runs. A runtime killed
+# (kill -9, a crash) cannot remove its folder, but the kernel drops its lock: the next broker
+# removes the folders whose lock it can take. Not by pid: a runtime in another PID namespace
+# (a container sharing /tmp) has a pid that looks gone from here.
 FOLDER_PREFIX = "toolpipe-aws-"
-_FOLDER_PID = re.compile(re.escape(FOLDER_PREFIX) + r"(\d+)-")
+ALIVE = "alive"
 # A region's name as AWS spells them (`us-east-1`, `us-gov-west-1`): a client is kept per region.
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d{1,2}")
 
 
 def sweep_dead_folders() -> None:
-    """Remove the broker folders this user's processes that have ended left behind."""
+    """Remove the broker folders of this user's runtimes that have ended without removing them."""
     root = tempfile.gettempdir()
     try:
         names = os.listdir(root)
     except OSError:
         return
     for name in names:
-        found = _FOLDER_PID.match(name)
-        if found is None or _alive(int(found.group(1))):
+        if not name.startswith(FOLDER_PREFIX):
             continue
         path = os.path.join(root, name)
         try:
-            found_stat = os.stat(path, follow_symlinks=False)
+            found = os.stat(path, follow_symlinks=False)
         except OSError:
             continue
-        if not stat.S_ISDIR(found_stat.st_mode) or found_stat.st_uid != os.getuid():
-            continue  # another user's (not ours to judge), or not a folder we made
-        shutil.rmtree(path, ignore_errors=True)
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+            continue  # another user's (not ours to judge), or not a folder a broker made
+        if not _held(path):
+            shutil.rmtree(path, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def _held(folder: str) -> bool:
+    """Whether a running broker holds the folder (its `alive` locked), or it cannot be told: a
+    folder without `alive` is one being made right now (or by an older version) and is kept."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # a process of another user holds the pid
-    return True
+        fd = os.open(os.path.join(folder, ALIVE), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True  # locked: its broker runs
+    finally:
+        os.close(fd)  # and with it the lock taken just now
+    return False
+
+
+def _hold(folder: str) -> int:
+    """Lock `alive` in the new folder for as long as the returned descriptor stays open: made
+    under another name and renamed once locked, so a sweep never finds it unlocked."""
+    making = os.path.join(folder, f".{ALIVE}")
+    fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(making, os.path.join(folder, ALIVE))
+    return fd
 
 
 class AwsBroker:
@@ -84,6 +103,7 @@ class AwsBroker:
         sweep_dead_folders()
         self._folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
         os.chmod(self._folder, 0o700)
+        self._alive = _hold(self._folder)
         self.path = os.path.join(self._folder, "aws.sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self.path)
@@ -108,6 +128,9 @@ class AwsBroker:
             self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         shutil.rmtree(self._folder, ignore_errors=True)
+        alive, self._alive = self._alive, -1
+        if alive >= 0:  # once: a descriptor's number is reused after its close
+            os.close(alive)
 
     def _accept(self) -> None:
         while not self._closed:

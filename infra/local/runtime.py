@@ -503,9 +503,10 @@ class LocalRuntime:
                 stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
             )["executions"]
             # A stopped execution ends at once, as on AWS, while a Lambda task of it may still
-            # run: those get the grace too, before the mock they call goes away.
+            # run (a run cancelled or timed out just before, or stopped here): those are waited
+            # for too, within the same time, before the mock they call goes away.
             tasks = self._state_machine_context and lambdas.tasks_in_progress(self._state_machine_context)
-            if not running and not (stopped and tasks):
+            if not running and not tasks:
                 break
             if time.monotonic() > deadline:
                 if stopped:

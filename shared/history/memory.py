@@ -163,7 +163,7 @@ class MemoryHistoryStore:
     def set_execution(self, run_id: str, execution: int, start_turn: int) -> bool:
         with self._lock:
             run = self.runs.get(run_id)
-            if run is None or run.status is not RunStatus.RUNNING:
+            if run is None or run.status is not RunStatus.RUNNING or run.execution != execution - 1:
                 return False
             self.runs[run_id] = run.model_copy(
                 update={"execution": execution, "execution_start_turn": start_turn}

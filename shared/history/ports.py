@@ -83,8 +83,9 @@ class RunRecords(Protocol):
         ...
 
     def set_execution(self, run_id: str, execution: int, start_turn: int) -> bool:
-        """Record which execution of the run is current, and the turn it starts after; False,
-        with nothing changed, when the run is no longer running (or no longer there)."""
+        """Record which execution of the run is current (the one after the execution the
+        record names), and the turn it starts after; False, with nothing changed, when the run
+        is no longer running, no longer there, or names another execution."""
         ...
 
     def resume_run(self, run: RunRecord, resumed: RunRecord, admission: Admission | None = None) -> bool:

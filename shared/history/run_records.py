@@ -428,13 +428,14 @@ class RunRecordStore(RunTable):
             self._table.update_item(
                 Key={"pk": run_pk(run_id), "sk": META_SK},
                 UpdateExpression="SET #execution = :n, execution_start_turn = :t",
-                # Not a run that ended (or was deleted) since its step read it.
-                ConditionExpression="#status = :running",
+                # Not a run that ended, was deleted or was resumed since its step read it.
+                ConditionExpression="#status = :running AND #execution = :read",
                 ExpressionAttributeNames={"#execution": "execution", "#status": "status"},
                 ExpressionAttributeValues={
                     ":n": execution,
                     ":t": start_turn,
                     ":running": RunStatus.RUNNING.value,
+                    ":read": execution - 1,
                 },
             )
         except ClientError as e:

@@ -5,6 +5,8 @@ import contextlib
 import threading
 import time
 
+import pytest
+
 from tests.conftest import Reply, _pipeline, call
 from toolpipe.infra.local import lambdas
 from toolpipe.infra.local.serve_loop import serve_until_stopped
@@ -43,10 +45,13 @@ def test_a_stop_drains_once_then_the_runtime_stops_what_is_left_at_once() -> Non
     assert stopped < 15  # stop the execution (5 s grace at most), the pool (3 s), save
 
 
-def test_an_execution_stopped_at_shutdown_gives_its_running_step_the_grace_before_the_mock_goes() -> None:
+@pytest.mark.parametrize("ended_by", ["the shutdown", "a cancel just before"])
+def test_an_execution_stopped_at_shutdown_gives_its_running_step_the_grace_before_the_mock_goes(
+    ended_by: str,
+) -> None:
     """A stop ends the execution at once, as on AWS, while its Lambda task (a step waiting on its
     model) still runs: the runtime's exit waits for that step, within the grace, before moto goes
-    away under it."""
+    away under it, whether the exit stopped the execution or a cancel had."""
     asked, release = threading.Event(), threading.Event()
 
     def answer_when_released(request: dict[str, object]) -> Reply:
@@ -59,10 +64,12 @@ def test_an_execution_stopped_at_shutdown_gives_its_running_step_the_grace_befor
     try:
         pipeline.runtime.drain_seconds = 0  # stop what runs at once
         pipeline.model.responder = answer_when_released
-        pipeline.start("answer slowly")
+        run_id = pipeline.start("answer slowly")
         assert asked.wait(30)
         machine = pipeline.runtime._state_machine_context
         assert machine is not None and lambdas.tasks_in_progress(machine) == 1
+        if ended_by != "the shutdown":
+            assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
         threading.Timer(1.0, release.set).start()  # the model answers a second into the shutdown
         started = time.monotonic()
         with contextlib.suppress(StopIteration):

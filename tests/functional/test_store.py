@@ -146,6 +146,10 @@ def test_a_run_that_is_gone_gets_no_record_back_from_a_count_or_an_execution(pip
         assert store.create_run(record, UserMessage(seq=1, turn=0, content="go"))
         assert store.finish_run(run_id, RunStatus.CANCELLED)
     assert not store.set_execution("gone-child", 2, 1)  # ended: no execution follows
+    resumed = RunRecord(run_id="moved-on", agent="assistant", status=RunStatus.RUNNING, execution=3)
+    assert store.create_run(resumed, UserMessage(seq=1, turn=0, content="go"))
+    assert not store.set_execution("moved-on", 3, 1)  # a step of execution 2: the run is past it
+    assert store.set_execution("moved-on", 4, 1) and store.get_run("moved-on").execution == 4
     store.delete_run("gone-root")
     assert store.record_model_call("gone-child", 1, Usage(model_calls=1), "gone-root") is None
     # Counted in the child's own record, which is there still; not in its deleted root's tree.
@@ -205,6 +209,18 @@ def test_a_reply_is_stored_and_counted_in_two_requests_and_stamped_when_its_run_
     assert (stamp("reply-deleted") or 0) >= until  # it expires: `retention_days` after it was written
     key = {"pk": {"S": "RUN#reply-deleted"}, "sk": {"S": "META"}}
     assert "Item" not in pipeline.runtime.dynamodb.get_item(TableName=TABLE, Key=key)
+
+    # A reply at a free slot of a turn counted already: the count is refused, and the refusal
+    # answers with the record as it is (ALL_OLD): stamped when the run has ended, not when it runs.
+    for run_id in ("counted-running", "counted-ended"):
+        record = RunRecord(run_id=run_id, agent="assistant", status=RunStatus.RUNNING)
+        assert store.create_run(record, UserMessage(seq=1, turn=0, content="go"))
+        assert store.record_model_call(run_id, 1, Usage(model_calls=1)) is not None
+    assert store.finish_run("counted-ended", RunStatus.CANCELLED)
+    ended_until = _store(pipeline).get_run("counted-ended").retain_until
+    assert store.append_reply("counted-running", reply()) == Appended(True, None)
+    assert store.append_reply("counted-ended", reply()) == Appended(True, None)
+    assert stamp("counted-running") is None and ended_until and stamp("counted-ended") == ended_until
 
 
 def test_runs_are_listed_from_the_caller_index_page_by_page(pipeline: Pipeline) -> None:

@@ -39,6 +39,16 @@ _CLOSED = "_toolpipe_closed"
 _WAKE = "_toolpipe_wake"
 # Held while an event is added or the history closed: nothing is added after the ending.
 _events = threading.RLock()
+# The events that end an execution: after one, its history is closed, whoever recorded it (the
+# states' thread, when the stop or the end came between states or during a wait).
+_ENDINGS = frozenset(
+    {
+        HistoryEventType.ExecutionSucceeded,
+        HistoryEventType.ExecutionFailed,
+        HistoryEventType.ExecutionAborted,
+        HistoryEventType.ExecutionTimedOut,
+    }
+)
 
 _program_eval = Program.eval
 _add_event = EventManager.add_event
@@ -90,7 +100,7 @@ def _end_now(env: Environment) -> None:
     manager = env.event_manager
     with _events:
         if manager.__dict__.get(_CLOSED):
-            return
+            return  # the states' thread recorded the ending first
         if kind is HistoryEventType.ExecutionAborted:
             env.event_history_context.source_event_id = 0
         _add_event(manager, context=env.event_history_context, event_type=kind, event_details=details)
@@ -98,10 +108,13 @@ def _end_now(env: Environment) -> None:
 
 
 def _add_event_unless_ended(self: EventManager, *args: Any, **kwargs: Any) -> int:
+    kind = kwargs.get("event_type", args[1] if len(args) > 1 else None)
     with _events:
         if self.__dict__.get(_CLOSED):
             return 0  # the execution ended: AWS records nothing of the states still running
         event_id: int = _add_event(self, *args, **kwargs)
+        if kind in _ENDINGS:
+            self.__dict__[_CLOSED] = True
         return event_id
 
 

@@ -3,7 +3,6 @@ arrives as sent, and a tool cannot use the broker to exhaust the runtime."""
 
 import datetime
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -77,33 +76,61 @@ def short_tmp() -> Iterator[Path]:
 def test_a_broker_removes_the_folders_of_runtimes_that_were_killed(
     short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A runtime killed (kill -9, a crash) leaves its brokers' folders: the next broker removes
-    those of processes that have ended, and nothing else."""
+    """A runtime killed (kill -9, a crash) leaves its brokers' folders, whose `alive` lock the
+    kernel dropped: the next broker removes those, and nothing else: not a folder whose lock a
+    live process holds (a runtime in another PID namespace, whose pid means nothing here), one
+    being made (no `alive` yet), another kind of file or a link, or any name at all."""
     tmp_path = short_tmp
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    ended = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    killed = tmp_path / f"{aws_broker.FOLDER_PREFIX}4000000-k1ll3d"
+    killed.mkdir()
+    (killed / aws_broker.ALIVE).write_text("")
+    (killed / "aws.sock").write_bytes(b"")
+    elsewhere = tmp_path / f"{aws_broker.FOLDER_PREFIX}403-n4m3sp4c3"  # pid 403 of another namespace
+    elsewhere.mkdir()
+    (elsewhere / aws_broker.ALIVE).write_text("")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys; f = open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+            str(elsewhere / aws_broker.ALIVE),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    dead_pid = int(ended.stdout)
-    left = tmp_path / f"{aws_broker.FOLDER_PREFIX}{dead_pid}-k1ll3d"
-    left.mkdir()
-    (left / "aws.sock").write_bytes(b"")
-    kept = [
-        tmp_path / f"{aws_broker.FOLDER_PREFIX}{os.getpid()}-l1v3",  # a runtime still running
-        tmp_path / f"{aws_broker.FOLDER_PREFIX}unnamed",  # not one we name
-        tmp_path / "elsewhere",
-    ]
-    for folder in kept:
-        folder.mkdir()
-    (tmp_path / f"{aws_broker.FOLDER_PREFIX}{dead_pid}-file").write_text("not a folder")
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        making = tmp_path / f"{aws_broker.FOLDER_PREFIX}1-m4k1ng"  # no `alive` yet
+        making.mkdir()
+        odd = tmp_path / f"{aws_broker.FOLDER_PREFIX}99999999999999999999-x"  # any name: no pid is read
+        odd.mkdir()
+        target = tmp_path / "target"
+        target.mkdir()
+        (target / aws_broker.ALIVE).write_text("")
+        (tmp_path / f"{aws_broker.FOLDER_PREFIX}2-link").symlink_to(target)
+        (tmp_path / f"{aws_broker.FOLDER_PREFIX}3-file").write_text("not a folder")
 
-    context = FunctionContext(
-        name="runner", environment={}, policy=Policy(role_arn="arn:aws:iam::1:role/r", documents=())
-    )
-    with aws_broker.AwsBroker(context) as broker:
-        own = Path(broker.path).parent
-        assert own.parent == tmp_path and own.name.startswith(f"{aws_broker.FOLDER_PREFIX}{os.getpid()}-")
-        assert not left.exists()
-        assert all(folder.is_dir() for folder in kept)
-        assert (tmp_path / f"{aws_broker.FOLDER_PREFIX}{dead_pid}-file").is_file()
-    assert not own.exists()
+        context = FunctionContext(
+            name="runner", environment={}, policy=Policy(role_arn="arn:aws:iam::1:role/r", documents=())
+        )
+        with aws_broker.AwsBroker(context) as broker:
+            own = Path(broker.path).parent
+            assert own.parent == tmp_path and own.name.startswith(aws_broker.FOLDER_PREFIX)
+            assert not killed.exists()
+            assert (
+                elsewhere.is_dir()
+                and making.is_dir()
+                and odd.is_dir()
+                and (target / aws_broker.ALIVE).exists()
+            )
+            assert (tmp_path / f"{aws_broker.FOLDER_PREFIX}3-file").is_file()
+            # A live broker's own folder is held: the next broker leaves it.
+            with aws_broker.AwsBroker(context) as second:
+                assert own.is_dir() and Path(second.path).parent != own
+        assert not own.exists()
+    finally:
+        holder.communicate("")
+    aws_broker.sweep_dead_folders()  # the holder has ended: its folder goes now
+    assert not elsewhere.exists()

@@ -13,6 +13,7 @@ from toolpipe.shared.errors import ErrorKind
 from toolpipe.shared.history import MemoryHistoryStore
 from toolpipe.shared.messages import (
     AssistantMessage,
+    Decision,
     DecisionStatus,
     RunRecord,
     RunStatus,
@@ -366,19 +367,25 @@ def test_a_root_runs_tree_budget_is_read_with_its_record_and_counted_by_its_own_
     assert store.tree_reads == 0
 
 
-def test_a_long_run_continues_in_a_fresh_execution(
-    model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _step_past_the_event_budget(
+    store: MemoryHistoryStore, model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Decision, Starter]:
+    """A turn, its result, then the step that finds the execution's history near its limit."""
     monkeypatch.setenv("TOOLPIPE_EXECUTION_EVENT_BUDGET", "150")
-    store = MemoryHistoryStore()
     _run(store)
     starter = Starter()
     step = _step(store, model, starter)
     model.responder = _raw_calls(("a", "lookup", '{"key": "k"}'))
     step.step(StepRequest(run_id="r1", state_machine_arn="arn:sm"), _deadline())
     store.append("r1", ToolResult(seq=3, turn=1, call_id="a", tool="lookup", content="v", status="ok"))
+    return step.step(StepRequest(run_id="r1", state_machine_arn="arn:sm", results=[]), _deadline()), starter
 
-    decision = step.step(StepRequest(run_id="r1", state_machine_arn="arn:sm", results=[]), _deadline())
+
+def test_a_long_run_continues_in_a_fresh_execution(
+    model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MemoryHistoryStore()
+    decision, starter = _step_past_the_event_budget(store, model, monkeypatch)
 
     assert decision.status is DecisionStatus.CONTINUED and starter.started == [("r1", 2)]
     assert store.get_run("r1").execution == 2 and len(model.requests) == 1
@@ -395,16 +402,8 @@ class CancelledMeanwhile(MemoryHistoryStore):
 def test_a_run_cancelled_as_it_would_continue_in_a_fresh_execution_starts_none(
     model: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TOOLPIPE_EXECUTION_EVENT_BUDGET", "150")
     store = CancelledMeanwhile()
-    _run(store)
-    starter = Starter()
-    step = _step(store, model, starter)
-    model.responder = _raw_calls(("a", "lookup", '{"key": "k"}'))
-    step.step(StepRequest(run_id="r1", state_machine_arn="arn:sm"), _deadline())
-    store.append("r1", ToolResult(seq=3, turn=1, call_id="a", tool="lookup", content="v", status="ok"))
-
-    decision = step.step(StepRequest(run_id="r1", state_machine_arn="arn:sm", results=[]), _deadline())
+    decision, starter = _step_past_the_event_budget(store, model, monkeypatch)
 
     assert decision.status is DecisionStatus.FAILED and starter.started == []
     assert store.get_run("r1").status is RunStatus.CANCELLED and store.get_run("r1").execution == 1
