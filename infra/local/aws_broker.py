@@ -88,7 +88,9 @@ def _hold(folder: str) -> int:
     under another name and renamed once locked, so a sweep never finds it unlocked."""
     making = os.path.join(folder, f".{ALIVE}")
     fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    # Where the file system has no locks, a sweep cannot take this one either: kept (`_held`).
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX)
     os.rename(making, os.path.join(folder, ALIVE))
     return fd
 
