@@ -458,6 +458,12 @@ class LocalRuntime:
             + f":{execution_name(run_id, execution)}"
         )
 
+    def tasks_in_progress(self) -> int:
+        """How many Lambda tasks of this runtime's executions run now: a stopped execution ends
+        at once, as on AWS, and its task (a model step) may still be running."""
+        context = self._state_machine_context
+        return 0 if context is None else lambdas.tasks_in_progress(context)
+
     def current_execution(self, run_id: str) -> int:
         """Which execution of the run is current: long runs continue in fresh ones."""
         item = self._aws.dynamodb.get_item(
@@ -505,8 +511,7 @@ class LocalRuntime:
             # A stopped execution ends at once, as on AWS, while a Lambda task of it may still
             # run (a run cancelled or timed out just before, or stopped here): those are waited
             # for too, within the same time, before the mock they call goes away.
-            tasks = self._state_machine_context and lambdas.tasks_in_progress(self._state_machine_context)
-            if not running and not tasks:
+            if not running and not self.tasks_in_progress():
                 break
             if time.monotonic() > deadline:
                 if stopped:

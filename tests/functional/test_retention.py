@@ -12,7 +12,6 @@ from tests.conftest import TEST_AGENT, Pipeline, call
 from tests.dynamo_faults import error_body, refused
 from tests.functional.test_runs_api import _wait
 from toolpipe.infra.cdk.functions import API
-from toolpipe.infra.local import lambdas
 from toolpipe.infra.local.isolation import running_as
 from toolpipe.infra.local.runtime import BUCKET, TABLE
 from toolpipe.infra.local.scripted_model import Reply
@@ -138,7 +137,7 @@ def test_a_reply_that_lands_after_its_run_was_cancelled_and_deleted_brings_no_re
     pipeline.model.responder = cancel_and_delete_then_answer
     run.append(pipeline.start("answer slowly"))
     started.set()
-    _wait(lambda: len(pipeline.model.requests) == 1 and lambdas.in_progress() == 0)
+    _wait(lambda: len(pipeline.model.requests) == 1 and pipeline.runtime.tasks_in_progress() == 0)
 
     [run_id] = run
     assert pipeline.runtime.api("GET", f"/runs/{run_id}")[0] == 404
@@ -171,10 +170,12 @@ def test_a_run_cancelled_while_its_model_answers_ends_at_once_and_the_late_reply
         )["executions"]
         assert execution["status"] == "ABORTED"  # at once: the step still waits on its model
         _wait(lambda: any(f"|{COUNTED_EXECUTION_PREFIX}" in key for key in _stamps(pipeline, run_id)))
-        assert lambdas.in_progress() == 1 and f"RUN#{run_id}|MSG#000002" not in _stamps(pipeline, run_id)
+        assert pipeline.runtime.tasks_in_progress() == 1 and f"RUN#{run_id}|MSG#000002" not in _stamps(
+            pipeline, run_id
+        )
     finally:
         release.set()
-    _wait(lambda: lambdas.in_progress() == 0)
+    _wait(lambda: pipeline.runtime.tasks_in_progress() == 0)
 
     events = pipeline.runtime.sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
     assert events[-1]["type"] == "ExecutionAborted"

@@ -8,7 +8,6 @@ import time
 import pytest
 
 from tests.conftest import Reply, _pipeline, call
-from toolpipe.infra.local import lambdas
 from toolpipe.infra.local.serve_loop import serve_until_stopped
 from toolpipe.infra.local.server import LocalServer
 
@@ -66,15 +65,15 @@ def test_an_execution_stopped_at_shutdown_gives_its_running_step_the_grace_befor
         pipeline.model.responder = answer_when_released
         run_id = pipeline.start("answer slowly")
         assert asked.wait(30)
-        machine = pipeline.runtime._state_machine_context
-        assert machine is not None and lambdas.tasks_in_progress(machine) == 1
+        runtime = pipeline.runtime
+        assert runtime.tasks_in_progress() == 1
         if ended_by != "the shutdown":
             assert pipeline.runtime.api("POST", f"/runs/{run_id}/cancel")[0] == 200
         threading.Timer(1.0, release.set).start()  # the model answers a second into the shutdown
         started = time.monotonic()
         with contextlib.suppress(StopIteration):
             next(pipelines)
-        assert lambdas.tasks_in_progress(machine) == 0  # the step ended before the runtime did
+        assert runtime.tasks_in_progress() == 0  # the step ended before the runtime did
         assert 0.8 < time.monotonic() - started < 10
     finally:
         release.set()
