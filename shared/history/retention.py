@@ -86,10 +86,7 @@ def ended_stamp(table: "Table", run_id: str) -> tuple[bool, int | None]:
         ExpressionAttributeNames={"#r": RETAIN_UNTIL},
         ConsistentRead=True,
     ).get("Item")
-    if item is None:
-        return False, None
-    until = item.get(RETAIN_UNTIL)
-    return True, None if until is None else int(str(until))
+    return record_state(item)
 
 
 def stamp(table: "Table", keys: Iterable[dict[str, Any]], until: int) -> None:

@@ -293,7 +293,7 @@ class ModelStep:
         Recorded first: a retry of this step finds the next execution named and started."""
         following = step.run.execution + 1
         if not self._store.set_execution(step.run.run_id, following, step.run.turn):
-            # Ended (a cancel) or deleted since this step read it: no execution follows.
+            # Ended (a cancel), deleted or resumed since this step read it: decided again from the record.
             return self._step(request, deadline)
         starter.start(step.run.run_id, following, step.run.deadline, step.run.max_duration_waits)
         return Decision(status=DecisionStatus.CONTINUED, turn=step.run.turn)
