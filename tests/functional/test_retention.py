@@ -142,8 +142,13 @@ def test_a_reply_that_lands_after_its_run_was_cancelled_and_deleted_brings_no_re
     [run_id] = run
     assert pipeline.runtime.api("GET", f"/runs/{run_id}")[0] == 404
     left = _of_run(pipeline, run_id)
-    assert [i["sk"]["S"] for i in left] == ["MSG#000002"], left  # the reply, and no record
-    assert all(RETAIN_UNTIL in i for i in left), left  # which expires
+    # The reply, and no record. The stopped execution's count of its transitions may land
+    # between the delete's read and its writes too (its ending is handled at once, as on AWS):
+    # whatever is left of the run expires.
+    kept = {i["sk"]["S"] for i in left}
+    assert "MSG#000002" in kept and "META" not in kept, left
+    assert kept <= {"MSG#000002", *(k for k in kept if k.startswith(COUNTED_EXECUTION_PREFIX))}, left
+    assert all(RETAIN_UNTIL in i for i in left), left
 
 
 def test_a_run_cancelled_while_its_model_answers_ends_at_once_and_the_late_reply_expires_with_it(
