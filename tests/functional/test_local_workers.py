@@ -94,18 +94,112 @@ def test_a_send_to_another_queue_wakes_no_worker(sqs_queue: tuple[Any, str, str]
         pool.stop()
 
 
-def test_a_message_visible_again_after_its_timeout_is_received_by_the_safety_poll(
+def test_a_message_visible_again_after_its_timeout_is_received_when_it_shows(
     sqs_queue: tuple[Any, str, str],
 ) -> None:
     sqs, url, arn = sqs_queue
     _fail_first.add("retry me")
+    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    pool.start()
+    try:
+        sent = time.monotonic()
+        sqs.send_message(QueueUrl=url, MessageBody="retry me")
+        # No request announces the redelivery (visibility timeout 1 s), and the safety poll is a
+        # minute away: the pool's alarm, set when it took the message, receives it as it shows.
+        assert _bodies.get(timeout=10) == "retry me"
+        assert "retry me" not in _fail_first  # the first delivery did fail
+        assert 1.0 <= time.monotonic() - sent < 10
+    finally:
+        pool.stop()
+
+
+def test_what_no_request_announces_is_received_by_the_safety_poll(sqs_queue: tuple[Any, str, str]) -> None:
+    """A message put in the queue inside moto (no request, so nothing announced and no alarm):
+    the slow safety poll is what finds it."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.sqs.models import sqs_backends
+
+    sqs, url, arn = sqs_queue
     pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=0.1, handler=HANDLER)
     pool.start()
     try:
-        sqs.send_message(QueueUrl=url, MessageBody="retry me")
-        # No send announces the redelivery (visibility timeout 1 s): only the safety poll finds it.
-        assert _bodies.get(timeout=10) == "retry me"
-        assert "retry me" not in _fail_first  # the first delivery did fail
+        _await_idle(pool)
+        sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].send_message("workers-test", "unannounced")
+        assert _bodies.get(timeout=10) == "unannounced"
+    finally:
+        pool.stop()
+
+
+def test_an_idle_pool_makes_no_receive_for_seconds(sqs_queue: tuple[Any, str, str]) -> None:
+    """Idle, with nothing in flight, a pool receives only at its safety poll (one per pool every
+    5 s): before the alarm it polled twice a second, most of an idle runtime's CPU."""
+    sqs, url, arn = sqs_queue
+    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, handler=HANDLER)
+    pool.start()
+    try:
+        _await_idle(pool)
+        before = pool.receives
+        threading.Event().wait(1.5)
+        assert pool.receives == before
+    finally:
+        pool.stop()
+
+
+def test_a_delayed_send_is_received_when_its_delay_ends(sqs_queue: tuple[Any, str, str]) -> None:
+    sqs, url, arn = sqs_queue
+    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    pool.start()
+    try:
+        _await_idle(pool)
+        sent = time.monotonic()
+        sqs.send_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": "now", "MessageBody": "at once"},
+                {"Id": "later", "MessageBody": "after a second", "DelaySeconds": 1},
+            ],
+        )
+        assert _bodies.get(timeout=5) == "at once"
+        # The send woke a worker, which found only the first: the second shows a second later,
+        # with no request to announce it.
+        assert _bodies.get(timeout=10) == "after a second"
+        assert 1.0 <= time.monotonic() - sent < 10
+    finally:
+        pool.stop()
+
+
+def test_a_message_whose_visibility_is_changed_is_received_when_it_shows(
+    sqs_queue: tuple[Any, str, str],
+) -> None:
+    sqs, url, arn = sqs_queue
+    sqs.send_message(QueueUrl=url, MessageBody="held")
+    [held] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=600)["Messages"]
+    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    pool.start()
+    try:
+        _await_idle(pool)
+        changed = time.monotonic()
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=1)
+        assert _bodies.get(timeout=10) == "held"
+        assert 1.0 <= time.monotonic() - changed < 10
+    finally:
+        pool.stop()
+
+
+def test_a_visibility_timeout_set_on_the_queue_is_the_one_the_pool_waits(
+    sqs_queue: tuple[Any, str, str],
+) -> None:
+    sqs, url, arn = sqs_queue
+    pool = WorkerPool(sqs, url, arn, size=1, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    pool.start()  # it reads the queue's 1 s
+    try:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "3"})
+        _fail_first.add("later")
+        sent = time.monotonic()
+        sqs.send_message(QueueUrl=url, MessageBody="later")
+        # Rung after 1 s, the pool would find nothing and wait for its safety poll, a minute away.
+        assert _bodies.get(timeout=15) == "later"
+        assert 3.0 <= time.monotonic() - sent < 15
     finally:
         pool.stop()
 
