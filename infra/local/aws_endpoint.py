@@ -34,6 +34,7 @@ from moto.core.botocore_stubber import BotocoreStubber
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wsgi import get_input_stream
 
+from toolpipe.infra.local import stopping
 from toolpipe.infra.local.client import http_url
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class AwsEndpoint:
         # `__enter__` on a thread of its own.
         self._http: BaseWSGIServer = make_server(host, port, self, threaded=True, request_handler=_Handler)
         self._thread = threading.Thread(
-            target=self._http.serve_forever, args=(0.05,), name="local-aws", daemon=True
+            target=self._http.serve_forever, args=(stopping.POLL_SECONDS,), name="local-aws", daemon=True
         )
 
     @property
@@ -104,8 +105,7 @@ class AwsEndpoint:
         applied after the state was saved would be lost."""
         with self._state:
             self._closing = True
-        if self._thread.is_alive():
-            self._http.shutdown()  # waits for serve_forever: only once it runs
+        stopping.stop(self._http, self._thread)
         self._http.server_close()
         with self._state:
             self._state.wait_for(lambda: not self._active, timeout)

@@ -25,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from toolpipe.infra.local import stopping
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -267,9 +269,12 @@ class ScriptedModelServer:
                 pass  # requests carry prompts: keep them out of the console
 
         self._server = ThreadingHTTPServer((host, port), Handler)
-        # shutdown() waits for the serving loop's next poll: the default 0.5 s, paid by every test.
+        # Its stop wakes the serving loop (infra/local/stopping.py): the poll is a backstop.
         self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="scripted-model", daemon=True
+            target=self._server.serve_forever,
+            args=(stopping.POLL_SECONDS,),
+            name="scripted-model",
+            daemon=True,
         )
 
     @property
@@ -283,7 +288,7 @@ class ScriptedModelServer:
 
     def __exit__(self, *exc: object) -> None:
         self._closing.set()  # ends trickles at once
-        self._server.shutdown()
+        stopping.stop(self._server, self._thread)
         self._server.server_close()
         # Keep-alive connections would hold their handler threads until each client let go.
         with self._lock:

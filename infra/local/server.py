@@ -28,6 +28,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Protocol
 
+from toolpipe.infra.local import stopping
 from toolpipe.infra.local.api_proxy import (
     EVENTS_RESOURCE,
     MAX_BODY_BYTES,
@@ -155,7 +156,7 @@ class LocalServer:
         self._http = _Listener((host, port), self._handler_class())
         self._http.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._http.serve_forever, args=(0.05,), name="local-api", daemon=True
+            target=self._http.serve_forever, args=(stopping.POLL_SECONDS,), name="local-api", daemon=True
         )
 
     @property
@@ -188,7 +189,7 @@ class LocalServer:
     def close(self, timeout: float = 10.0) -> None:
         """Stop accepting, end the event streams, let requests in progress finish (bounded)."""
         self.draining.set()
-        self._http.shutdown()
+        stopping.stop(self._http, self._thread)
         self.changes.close()
         deadline = time.monotonic() + timeout
         with self._state:
