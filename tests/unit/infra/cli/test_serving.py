@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 from toolpipe.infra.cli.serving import SignalFlag
@@ -53,3 +55,38 @@ def test_a_flag_waits_its_timeout_then_answers_at_once_once_set() -> None:
     assert flag.wait(0.02) is False and not flag.is_set()
     flag.set()
     assert flag.wait(60) is True and flag.is_set()
+
+
+def test_a_flag_set_meanwhile_ends_a_long_wait_at_once() -> None:
+    flag = SignalFlag()
+    threading.Timer(0.1, flag.set).start()
+    started = time.monotonic()
+    assert flag.wait(60) is True
+    assert time.monotonic() - started < 10
+
+
+_A_SIGNAL_ENDS_A_LONG_WAIT = textwrap.dedent(
+    """
+    import os, signal, threading, time
+    from toolpipe.infra.cli.serving import stop_events
+
+    stop, hurry = stop_events()
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    started = time.monotonic()
+    print(stop.wait(30), not hurry.is_set(), time.monotonic() - started < 10)
+    """
+)
+
+
+def test_a_signal_ends_a_long_wait_at_once() -> None:
+    """The main thread asleep in the flag's wait: the signal's handler runs, and the wait ends
+    then, not when its time is up."""
+    done = subprocess.run(
+        [sys.executable, "-c", _A_SIGNAL_ENDS_A_LONG_WAIT],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True True True\n"
