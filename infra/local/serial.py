@@ -15,6 +15,7 @@ is being deleted, and lets two workers receive the same visible message. So noth
 long-poll here (the wait would hold the lock): the local workers short-poll instead.
 """
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -49,8 +50,13 @@ def remove_listener(listener: Callable[[Any], None]) -> None:
 
 
 def _notify(request: Any) -> None:
+    # After moto applied the request: a listener that fails must not turn it into an error for
+    # its caller (who would send it again: a batch sent twice), nor keep the others from hearing.
     for listener in list(_listeners):
-        listener(request)
+        try:
+            listener(request)
+        except Exception:
+            logging.getLogger(__name__).exception("a listener of the local requests failed")
 
 
 # Told of every request before moto serves it (infra/local/persistence.py journals the writes);

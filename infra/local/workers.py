@@ -12,15 +12,15 @@ Idle workers sleep until a message may be there to take, and receive nothing oth
 - a message shown again without a request (`infra/local/alarm.py` rings then): one received and
   not deleted when its visibility timeout runs out, a delayed send when its delay ends, one whose
   visibility a request changed when that timeout runs out;
-- a slow safety poll (one receive per pool every `SAFETY_POLL_SECONDS`) for anything neither
-  announces.
+- a slow safety poll (the alarm also rings every `SAFETY_POLL_SECONDS`: one receive per pool)
+  for anything neither announces: a message another consumer received and left, one put in
+  inside moto.
 An idle runtime polled its queues twice a second before the alarm: ~6 ms of CPU a second, most of
 what it used.
 """
 
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Mapping
@@ -92,7 +92,7 @@ def queue_request(request: Any, queue_url: str) -> tuple[str, dict[str, Any]] | 
             if action not in _ANNOUNCING:
                 return None
             params = {name: values[0] for name, values in form.items()}
-    except (ValueError, AttributeError, UnicodeDecodeError):
+    except Exception:  # any body moto was given: not one that can show a message here
         return None
     url = params.get("QueueUrl", "") if isinstance(params, dict) else ""
     # By name: the interpreter's clients and ours may spell the endpoint differently.
@@ -123,7 +123,7 @@ def per_message(params: Mapping[str, Any], name: str, default: float) -> list[fl
 def _number(value: Any, default: float) -> float:
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an int too large for a float too
         return default
     return number if number == number else default  # NaN: not a number either
 
@@ -159,7 +159,6 @@ class WorkerPool:
         self._queue_url = queue_url
         self._queue_arn = queue_arn
         self._timeout = timeout_seconds
-        self._safety_poll = safety_poll_seconds
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._serve, name=f"tool-worker-{i}", daemon=True) for i in range(size)
@@ -172,10 +171,13 @@ class WorkerPool:
         self._wake = threading.Condition()
         self._sends = 0
         self._unwoken = 0  # sends made while no worker slept: a worker that is done takes each
-        self.idle_workers = 0  # workers asleep until a send or their safety poll
+        self.idle_workers = 0  # workers asleep until a send or the alarm
         # Rings when a message shows again with no request to announce it: read from the queue
         # at start, then kept from the requests that change them.
-        self.alarm = Alarm(self.wake, name=f"queue-alarm-{queue_url.rsplit('/', 1)[-1]}")
+        # Its period is the pool's safety poll: one receive per pool every `safety_poll_seconds`.
+        self.alarm = Alarm(
+            self.wake, name=f"queue-alarm-{queue_url.rsplit('/', 1)[-1]}", period=safety_poll_seconds
+        )
         self._visibility = 30.0
         self._delay = 0.0
 
@@ -238,14 +240,12 @@ class WorkerPool:
             self._wake.notify()
 
     def _idle_wait(self, seen: int) -> None:
-        # Each worker's timeout is the pool's safety period times its size, jittered so the
-        # workers' polls spread out: about one receive per safety period for the whole pool.
-        timeout = self._safety_poll * len(self._threads) * random.uniform(0.5, 1.5)
+        # Until a send, the alarm (its times, and its safety period) or the pool's stop wakes it.
         with self._wake:
             if self._sends == seen and not self._stop.is_set():
                 self.idle_workers += 1
                 try:
-                    self._wake.wait(timeout)
+                    self._wake.wait()
                 finally:
                     self.idle_workers -= 1
 

@@ -120,14 +120,43 @@ def test_what_no_request_announces_is_received_by_the_safety_poll(sqs_queue: tup
     from moto.sqs.models import sqs_backends
 
     sqs, url, arn = sqs_queue
-    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=0.1, handler=HANDLER)
+    pool = WorkerPool(sqs, url, arn, size=10, timeout_seconds=5, safety_poll_seconds=1, handler=HANDLER)
     pool.start()
     try:
         _await_idle(pool)
+        put = time.monotonic()
         sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].send_message("workers-test", "unannounced")
         assert _bodies.get(timeout=10) == "unannounced"
+        # Within the pool's period, whatever its size (each of its workers once waited the period
+        # times the pool's size: the first of ten woke after ~3 periods).
+        assert time.monotonic() - put < 2.5
     finally:
         pool.stop()
+
+
+def test_a_listener_that_fails_does_not_fail_the_request_it_heard(sqs_queue: tuple[Any, str, str]) -> None:
+    """Listeners hear a request after moto applied it: an error there once reached the caller,
+    who sent again (through the AWS endpoint, a batch handled three times)."""
+    sqs, url, _ = sqs_queue
+    heard: list[Any] = []
+
+    def failing(request: Any) -> None:
+        raise OverflowError("a listener's bug")
+
+    serial.add_listener(failing)
+    serial.add_listener(heard.append)
+    try:
+        sqs.send_message(QueueUrl=url, MessageBody="once")
+    finally:
+        serial.remove_listener(failing)
+        serial.remove_listener(heard.append)
+    assert (
+        heard
+        and sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])[
+            "Attributes"
+        ]["ApproximateNumberOfMessages"]
+        == "1"
+    )
 
 
 def test_an_idle_pool_makes_no_receive_for_seconds(sqs_queue: tuple[Any, str, str]) -> None:

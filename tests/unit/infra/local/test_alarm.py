@@ -121,3 +121,67 @@ def test_each_message_of_a_request_has_its_value_or_the_default() -> None:
         "Entries": [{"Id": "a"}, {"Id": "b", "VisibilityTimeout": 7}, {"Id": "c", "VisibilityTimeout": "x"}]
     }
     assert per_message(entries, "VisibilityTimeout", 0.0) == [0.0, 7.0, 0.0]
+
+
+def test_a_time_too_far_ahead_is_cut_to_the_longest_and_the_alarm_keeps_ringing() -> None:
+    """A request SQS refuses (`DelaySeconds=10**10`) still reaches the pool: its time once
+    overflowed the thread's wait and ended the alarm for good."""
+    alarm, _, event = _rings()
+    try:
+        alarm.set(1e10)
+        alarm.set(float("nan"))  # no time at all: at once
+        assert event.wait(5)
+        event.clear()
+        alarm.set(0.05)
+        assert event.wait(5)
+    finally:
+        alarm.stop()
+
+
+def test_a_ring_that_fails_leaves_the_alarm_ringing() -> None:
+    rang = threading.Event()
+    calls: list[int] = []
+
+    def ring() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the first ring fails")
+        rang.set()
+
+    alarm = Alarm(ring, name="test-alarm")
+    alarm.start()
+    try:
+        alarm.set(0.01)
+        time.sleep(0.2)
+        alarm.set(0.01)
+        assert rang.wait(5) and len(calls) == 2
+    finally:
+        alarm.stop()
+
+
+def test_a_period_rings_again_and_again() -> None:
+    rang: list[float] = []
+    alarm = Alarm(lambda: rang.append(time.monotonic()), name="test-alarm", period=0.05)
+    alarm.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(rang) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        alarm.stop()
+
+
+def test_cancelled_times_do_not_pile_up() -> None:
+    """Each message taken sets a time for its visibility timeout (12 minutes in the stack) and
+    cancels it when deleted: the cancelled ones, and their receipt handles, are let go."""
+    alarm, _, _ = _rings()
+    try:
+        for n in range(10_000):
+            alarm.set(720, key=f"receipt-{n}")
+            alarm.cancel(f"receipt-{n}")
+        alarm.set(720, key="in flight")
+        assert alarm.pending() == 1
+        assert len(alarm._times) < 200
+    finally:
+        alarm.stop()
