@@ -47,21 +47,33 @@ class SignalFlag:
     Not a `threading.Event`: Python runs a signal handler in the main thread, between two of its
     bytecodes, and the main thread may then be inside that Event's own `wait()`, holding the
     lock `set()` takes (a plain one, not reentrant). Ctrl-C then hung `toolpipe serve` for good
-    (seen once in the suite). A flag is set without any lock. Its waiter sleeps in `select` on a
-    socket that `set` writes to: a signal interrupts the select, its handler runs and writes, and
-    the select, resumed (PEP 475), returns at once; so does one entered after the write. (It slept
-    in 10-ms steps before: 100 wake-ups a second, ~6 ms of CPU a second of an idle server.)
+    (seen once in the suite). A flag is set without any lock. Its waiter sleeps in `poll` on a
+    socket that `set` writes to: a signal interrupts the poll, its handler runs and writes, and
+    the poll, resumed (PEP 475), returns at once; so does one entered after the write. A signal
+    the kernel gives another thread wakes it through `wake_on_signals`. (It slept in 10-ms steps
+    before: 100 wake-ups a second, ~6 ms of CPU a second of an idle server.)
     """
+
+    # The longest one sleep: `poll` takes milliseconds as a C int.
+    LONGEST_SLEEP_SECONDS = 3600.0
 
     def __init__(self) -> None:
         self._set = False
         self._waiting, self._setting = socket.socketpair()
+        self._waiting.setblocking(False)
         self._setting.setblocking(False)
+        self._poll = select.poll()  # not select(): it refuses descriptors past 1,023
+        self._poll.register(self._waiting, select.POLLIN)
 
     def set(self) -> None:
         self._set = True
         with contextlib.suppress(OSError):  # full (set many times before): readable already
             self._setting.send(b"\0")
+
+    def wake_on_signals(self) -> None:
+        """Wake the waiter on any signal, whichever thread the kernel gives it to: its handler
+        then runs in the main thread (`signal.set_wakeup_fd`; from the main thread only)."""
+        signal.set_wakeup_fd(self._setting.fileno(), warn_on_full_buffer=False)
 
     def is_set(self) -> bool:
         return self._set
@@ -73,7 +85,11 @@ class SignalFlag:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            select.select([self._waiting], [], [], left)
+            self._poll.poll(min(left, self.LONGEST_SLEEP_SECONDS) * 1000)
+            # What woke it is read away: a signal that set nothing must not keep it awake.
+            with contextlib.suppress(OSError):
+                while self._waiting.recv(4096):
+                    pass
         return self._set
 
 
@@ -87,6 +103,8 @@ def stop_events() -> tuple[SignalFlag, SignalFlag]:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
+    with contextlib.suppress(ValueError):  # not the main thread: its handlers are not ours either
+        stop.wake_on_signals()
     return stop, hurry
 
 

@@ -90,3 +90,39 @@ def test_a_signal_ends_a_long_wait_at_once() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "True True True\n"
+
+
+_A_SIGNAL_GIVEN_TO_ANOTHER_THREAD_ENDS_THE_WAIT = textwrap.dedent(
+    """
+    import os, signal, threading, time
+    from toolpipe.infra.cli.serving import stop_events
+
+    stop, hurry = stop_events()
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()  # takes signals
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the kernel gives it to that thread
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    started = time.monotonic()
+    print(stop.wait(30), time.monotonic() - started < 10)
+    """
+)
+
+
+def test_a_signal_the_kernel_gives_another_thread_ends_the_wait_too() -> None:
+    """Python runs the handler in the main thread, asleep in the flag's wait: woken through
+    `signal.set_wakeup_fd`, not when its time is up."""
+    done = subprocess.run(
+        [sys.executable, "-c", _A_SIGNAL_GIVEN_TO_ANOTHER_THREAD_ENDS_THE_WAIT],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True True\n"
+
+
+def test_a_flag_waits_forever_or_not_at_all_when_asked() -> None:
+    flag = SignalFlag()
+    assert flag.wait(0) is False and flag.wait(-1) is False
+    threading.Timer(0.1, flag.set).start()
+    assert flag.wait(float("inf")) is True
