@@ -22,8 +22,8 @@ LONGEST_SECONDS = 12 * 60 * 60.0
 
 
 class Alarm:
-    """Calls `ring` from a thread of its own once each time set comes, unless it was
-    cancelled, and every `period` seconds if one is given. Times that come together ring once."""
+    """Calls `ring` from a thread of its own once for each time set that comes, unless it was
+    cancelled, and every `period` seconds if one is given."""
 
     def __init__(self, ring: Callable[[], None], name: str, period: float | None = None) -> None:
         self._ring = ring
@@ -104,15 +104,21 @@ class Alarm:
                         break
                     self._changed.wait(min(wait, LONGEST_SECONDS))
                 now = time.monotonic()
+                rings = 0  # one for each time that came: each may be a message of its own
                 while self._times and self._times[0][0] <= now:
                     entry = heapq.heappop(self._times)
                     if entry[2] is None:
                         self._unkeyed -= 1
                     elif self._is_live(entry):
                         del self._keyed[entry[2]]
+                    else:
+                        continue
+                    rings += 1
                 if self._period is not None and self._next_period <= now:
                     self._next_period = now + self._period
-            try:
-                self._ring()  # outside the lock: the pool's wake-up takes its own
-            except Exception:  # the alarm outlives a ring that failed: the next ones still come
-                logging.getLogger(__name__).exception("%s: ringing failed", self._thread.name)
+                    rings += 1
+            for _ in range(rings):
+                try:
+                    self._ring()  # outside the lock: the pool's wake-up takes its own
+                except Exception:  # the alarm outlives a ring that failed: the next ones still come
+                    logging.getLogger(__name__).exception("%s: ringing failed", self._thread.name)

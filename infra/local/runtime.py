@@ -440,8 +440,8 @@ class LocalRuntime:
 
     def _on_put_events(self, request: Any) -> None:
         # moto's rule delivers to the queue inside PutEvents, with no SendMessage to announce it.
-        if self.trigger_workers is not None and triggers.may_request_a_run(request):
-            self.trigger_workers.wake()
+        if self.trigger_workers is not None:
+            self.trigger_workers.wake(triggers.run_requests(request))
 
     # --- the execution-status rule, as EventBridge would apply it ---------------------------
 

@@ -156,11 +156,13 @@ def create_event_trigger(
     return url, arn
 
 
-def may_request_a_run(request: Any) -> bool:
-    """A `PutEvents` that may carry a `RunRequested` event (the run events the pipeline puts on
-    the same bus do not: waking the trigger workers for those cost a receive each)."""
+def run_requests(request: Any) -> int:
+    """How many `RunRequested` events a request may carry: a `PutEvents`'s entries that name
+    one (the run events the pipeline puts on the same bus do not: waking the trigger workers for
+    those cost a receive each). A count, as each event is a message of the trigger queue: woken
+    once for three, the one worker took one and left two to its safety poll."""
     target = request.headers.get("X-Amz-Target") or b""
     if (target.encode() if isinstance(target, str) else target) != b"AWSEvents.PutEvents":
-        return False
+        return 0
     body = request.body or b""
-    return b"RunRequested" in (body.encode() if isinstance(body, str) else body)
+    return (body.encode() if isinstance(body, str) else body).count(b"RunRequested")

@@ -5,10 +5,10 @@ an SQS event, deletes it on success and leaves it for redelivery after the visib
 timeout when the handler reports it in `batchItemFailures` or raises.
 
 Idle workers sleep until a message may be there to take, and receive nothing otherwise:
-- a send to the queue: every request moto serves is announced by `infra/local/serial.py`, and a
-  `SendMessage` wakes one worker. A worker that finds nothing waits again. A worker that just
-  handled a message receives again only when a send came while no worker was asleep to take it
-  (no empty receive after each message);
+- a send to the queue: every request moto serves is announced by `infra/local/serial.py`, and
+  each message a `SendMessage` or `SendMessageBatch` sends is one wake-up: one receive, by an
+  idle worker or by a busy one once it is done (no empty receive after each message). Wake-ups
+  are counted, so none is lost to a worker woken but not yet running;
 - a message shown again without a request (`infra/local/alarm.py` rings then): one received and
   not deleted when its visibility timeout runs out, a delayed send when its delay ends, one whose
   visibility a request changed when that timeout runs out;
@@ -166,11 +166,11 @@ class WorkerPool:
         self.invocations = 0
         self.receives = 0  # ReceiveMessage calls made, for tests and the benchmark
         self._count_lock = threading.Lock()
-        # Counts sends seen: a worker that read it before an empty receive sleeps only if it
-        # has not moved since, so a send landing between the receive and the wait is not lost.
+        # Wake-ups not taken yet: each is one receive, by a worker asleep now or by one that is
+        # done with its message. Counted, so that none is lost to a worker woken but not yet
+        # running, and a batch of five is five receives, not one.
         self._wake = threading.Condition()
-        self._sends = 0
-        self._unwoken = 0  # sends made while no worker slept: a worker that is done takes each
+        self._wakes = 0
         self.idle_workers = 0  # workers asleep until a send or the alarm
         # Rings when a message shows again with no request to announce it: read from the queue
         # at start, then kept from the requests that change them.
@@ -225,37 +225,34 @@ class WorkerPool:
             later = per_message(params, "DelaySeconds", self._delay)
         else:  # a visibility change: its message shows when the new timeout runs out
             later = per_message(params, "VisibilityTimeout", 0.0)
-        if any(seconds <= 0 for seconds in later):
-            self.wake()
-        for seconds in {s for s in later if s > 0}:
-            self.alarm.set(seconds + ALARM_MARGIN_SECONDS)
+        self.wake(sum(1 for seconds in later if seconds <= 0))
+        for seconds in later:
+            if seconds > 0:
+                self.alarm.set(seconds + ALARM_MARGIN_SECONDS)
 
-    def wake(self) -> None:
-        """A message may be waiting: one idle worker receives now. Also for a message no
-        `SendMessage` announced (an EventBridge rule's delivery, made inside moto)."""
+    def wake(self, messages: int = 1) -> None:
+        """`messages` may be waiting: as many receives follow, by idle workers now or by busy
+        ones once they are done. Also for messages no `SendMessage` announced (an EventBridge
+        rule's delivery, made inside moto)."""
+        if messages <= 0:
+            return
         with self._wake:
-            self._sends += 1
-            if not self.idle_workers:
-                self._unwoken += 1
-            self._wake.notify()
+            self._wakes += messages
+            self._wake.notify(messages)
 
-    def _idle_wait(self, seen: int) -> None:
-        # Until a send, the alarm (its times, and its safety period) or the pool's stop wakes it.
+    def _take_wake(self) -> bool:
+        """Sleep until there is a wake-up to take, and take it; False once the pool stops."""
         with self._wake:
-            if self._sends == seen and not self._stop.is_set():
+            while not self._wakes and not self._stop.is_set():
                 self.idle_workers += 1
                 try:
                     self._wake.wait()
                 finally:
                     self.idle_workers -= 1
-
-    def _more_to_take(self) -> bool:
-        """After a message: is there a send no worker was woken for?"""
-        with self._wake:
-            if self._unwoken:
-                self._unwoken -= 1
-                return True
-            return False
+            if self._stop.is_set():
+                return False
+            self._wakes -= 1
+            return True
 
     def _serve(self) -> None:
         """One worker, for the pool's life: nothing an invocation does ends it."""
@@ -266,13 +263,13 @@ class WorkerPool:
                 logging.getLogger(__name__).exception("tool worker stopped; starting it again")
 
     def _loop(self) -> None:
-        just_handled = False
+        # A worker receives once as it starts (what was sent before the pool started), then once
+        # per wake-up it takes: never an empty receive after each message.
+        receive = True
         while not self._stop.is_set():
-            seen = self._sends
-            if just_handled and not self._more_to_take():
-                just_handled = False
-                self._idle_wait(seen)
-                continue
+            if not receive and not self._take_wake():
+                return
+            receive = False
             try:
                 # Short polls: a long poll waits inside moto's request, which holds the lock that
                 # every other local request needs (infra/local/serial.py).
@@ -281,20 +278,15 @@ class WorkerPool:
                 received = self._sqs.receive_message(
                     QueueUrl=self._queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=0, AttributeNames=["All"]
                 )
-                messages = received.get("Messages", [])
-                for message in messages:
+                for message in received.get("Messages", []):
                     # Unless deleted first, it shows again when its visibility timeout runs out.
                     self.alarm.set(self._visibility + ALARM_MARGIN_SECONDS, key=message["ReceiptHandle"])
                     self._handle(message)
-                just_handled = bool(messages)
             except BaseException:  # a worker thread outlives anything one invocation raises
                 if self._stop.is_set():
                     return  # the runtime shut down under a running invocation: its queue is gone
                 # As Lambda's poller: a failed receive or delete is tried again, never the end of it.
                 logging.getLogger(__name__).exception("tool worker poll failed")
-                messages = []
-            if not messages:
-                self._idle_wait(seen)
 
     def _handle(self, message: Mapping[str, Any]) -> None:
         event = {"Records": [sqs_record(message, self._queue_arn)]}

@@ -73,6 +73,32 @@ def test_an_event_put_with_boto3_on_the_bus_starts_a_run_that_completes(pipeline
     assert run["status"] == "succeeded" and "4" in run["output"]
 
 
+def test_events_put_together_each_start_their_run_at_once(pipeline: Pipeline) -> None:
+    """Three `RunRequested` in one `PutEvents`: three messages for the trigger queue's one
+    worker. Woken once for the request, it took one and left the others to its safety poll,
+    5 s apart."""
+    before = set(_runs(pipeline))
+    events = boto3.client("events", region_name="us-east-1")
+    started = time.monotonic()
+    put = events.put_events(
+        Entries=[
+            {
+                "EventBusName": pipeline.runtime.event_bus_name,
+                "Source": "toolpipe.requests",
+                "DetailType": "RunRequested",
+                "Detail": json.dumps({"agent": "assistant", "input": f"What is the square root of {n * n}?"}),
+            }
+            for n in (4, 5, 6)
+        ]
+    )
+    assert put["FailedEntryCount"] == 0
+    deadline = time.monotonic() + 30
+    while len(set(_runs(pipeline)) - before) < 3:
+        assert time.monotonic() < deadline, "not every run started"
+        time.sleep(0.02)
+    assert time.monotonic() - started < 4  # the third came 10 s later, at the second safety poll
+
+
 @pytest.mark.parametrize(
     ("function", "sample", "extra", "expected"),
     [

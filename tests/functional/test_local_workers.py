@@ -233,6 +233,36 @@ def test_a_visibility_timeout_set_on_the_queue_is_the_one_the_pool_waits(
         pool.stop()
 
 
+@pytest.mark.parametrize("size", [1, 10])
+def test_a_burst_is_handled_at_once_message_by_message(sqs_queue: tuple[Any, str, str], size: int) -> None:
+    """A batch of five, then twenty sends in a row, then a delayed batch of five: each message
+    one receive, whatever the pool's size. Woken once per request, or a wake-up lost to a
+    worker told to wake but not yet running, the rest waited for the safety poll (a minute here),
+    one message a poll."""
+    sqs, url, arn = sqs_queue
+    pool = WorkerPool(sqs, url, arn, size=size, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    pool.start()
+    try:
+        _await_idle(pool)
+        started = time.monotonic()
+        sqs.send_message_batch(
+            QueueUrl=url, Entries=[{"Id": f"b{i}", "MessageBody": f"batch {i}"} for i in range(5)]
+        )
+        for i in range(20):
+            sqs.send_message(QueueUrl=url, MessageBody=f"row {i}")
+        sqs.send_message_batch(
+            QueueUrl=url,
+            Entries=[{"Id": f"d{i}", "MessageBody": f"delayed {i}", "DelaySeconds": 1} for i in range(5)],
+        )
+        got = {_bodies.get(timeout=15) for _ in range(30)}
+        assert got == {f"batch {i}" for i in range(5)} | {f"row {i}" for i in range(20)} | {
+            f"delayed {i}" for i in range(5)
+        }
+        assert time.monotonic() - started < 15
+    finally:
+        pool.stop()
+
+
 def test_a_worker_outlives_an_invocation_that_raises_system_exit(sqs_queue: tuple[Any, str, str]) -> None:
     sqs, url, arn = sqs_queue
     bodies = [f"exit {i}" for i in range(11)]
