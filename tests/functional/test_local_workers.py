@@ -1,5 +1,6 @@
 """The local worker pool: woken by sends, idle without burning CPU, as wide as the Map."""
 
+import contextlib
 import gc
 import queue
 import threading
@@ -54,6 +55,17 @@ def sqs_queue() -> Iterator[tuple[Any, str, str]]:
             undo()
 
 
+@contextlib.contextmanager
+def _serving(pool: WorkerPool) -> Iterator[WorkerPool]:
+    """The pool started, every worker of it asleep; stopped after."""
+    pool.start()
+    try:
+        _await_idle(pool)
+        yield pool
+    finally:
+        pool.stop()
+
+
 def _await_idle(pool: WorkerPool) -> None:
     # No event marks "every worker asleep": a bounded look at the pool's own count.
     deadline = time.monotonic() + 5
@@ -99,9 +111,9 @@ def test_a_message_visible_again_after_its_timeout_is_received_when_it_shows(
 ) -> None:
     sqs, url, arn = sqs_queue
     _fail_first.add("retry me")
-    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
-    pool.start()
-    try:
+    with _serving(
+        WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    ):
         sent = time.monotonic()
         sqs.send_message(QueueUrl=url, MessageBody="retry me")
         # No request announces the redelivery (visibility timeout 1 s), and the safety poll is a
@@ -109,8 +121,6 @@ def test_a_message_visible_again_after_its_timeout_is_received_when_it_shows(
         assert _bodies.get(timeout=10) == "retry me"
         assert "retry me" not in _fail_first  # the first delivery did fail
         assert 1.0 <= time.monotonic() - sent < 10
-    finally:
-        pool.stop()
 
 
 def test_what_no_request_announces_is_received_by_the_safety_poll(sqs_queue: tuple[Any, str, str]) -> None:
@@ -120,18 +130,15 @@ def test_what_no_request_announces_is_received_by_the_safety_poll(sqs_queue: tup
     from moto.sqs.models import sqs_backends
 
     sqs, url, arn = sqs_queue
-    pool = WorkerPool(sqs, url, arn, size=10, timeout_seconds=5, safety_poll_seconds=1, handler=HANDLER)
-    pool.start()
-    try:
-        _await_idle(pool)
+    with _serving(
+        WorkerPool(sqs, url, arn, size=10, timeout_seconds=5, safety_poll_seconds=1, handler=HANDLER)
+    ):
         put = time.monotonic()
         sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].send_message("workers-test", "unannounced")
         assert _bodies.get(timeout=10) == "unannounced"
         # Within the pool's period, whatever its size (each of its workers once waited the period
         # times the pool's size: the first of ten woke after ~3 periods).
         assert time.monotonic() - put < 2.5
-    finally:
-        pool.stop()
 
 
 def test_a_listener_that_fails_does_not_fail_the_request_it_heard(sqs_queue: tuple[Any, str, str]) -> None:
@@ -163,23 +170,17 @@ def test_an_idle_pool_makes_no_receive_for_seconds(sqs_queue: tuple[Any, str, st
     """Idle, with nothing in flight, a pool receives only at its safety poll (one per pool every
     5 s): before the alarm it polled twice a second, most of an idle runtime's CPU."""
     sqs, url, arn = sqs_queue
-    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, handler=HANDLER)
-    pool.start()
-    try:
-        _await_idle(pool)
+    with _serving(WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, handler=HANDLER)) as pool:
         before = pool.receives
         threading.Event().wait(1.5)
         assert pool.receives == before
-    finally:
-        pool.stop()
 
 
 def test_a_delayed_send_is_received_when_its_delay_ends(sqs_queue: tuple[Any, str, str]) -> None:
     sqs, url, arn = sqs_queue
-    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
-    pool.start()
-    try:
-        _await_idle(pool)
+    with _serving(
+        WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    ):
         sent = time.monotonic()
         sqs.send_message_batch(
             QueueUrl=url,
@@ -193,8 +194,6 @@ def test_a_delayed_send_is_received_when_its_delay_ends(sqs_queue: tuple[Any, st
         # with no request to announce it.
         assert _bodies.get(timeout=10) == "after a second"
         assert 1.0 <= time.monotonic() - sent < 10
-    finally:
-        pool.stop()
 
 
 def test_a_message_whose_visibility_is_changed_is_received_when_it_shows(
@@ -203,25 +202,22 @@ def test_a_message_whose_visibility_is_changed_is_received_when_it_shows(
     sqs, url, arn = sqs_queue
     sqs.send_message(QueueUrl=url, MessageBody="held")
     [held] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=600)["Messages"]
-    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
-    pool.start()
-    try:
-        _await_idle(pool)
+    with _serving(
+        WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    ):
         changed = time.monotonic()
         sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=1)
         assert _bodies.get(timeout=10) == "held"
         assert 1.0 <= time.monotonic() - changed < 10
-    finally:
-        pool.stop()
 
 
 def test_a_visibility_timeout_set_on_the_queue_is_the_one_the_pool_waits(
     sqs_queue: tuple[Any, str, str],
 ) -> None:
     sqs, url, arn = sqs_queue
-    pool = WorkerPool(sqs, url, arn, size=1, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
-    pool.start()  # it reads the queue's 1 s
-    try:
+    with _serving(
+        WorkerPool(sqs, url, arn, size=1, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    ):  # it reads the queue's 1 s
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "3"})
         _fail_first.add("later")
         sent = time.monotonic()
@@ -229,8 +225,6 @@ def test_a_visibility_timeout_set_on_the_queue_is_the_one_the_pool_waits(
         # Rung after 1 s, the pool would find nothing and wait for its safety poll, a minute away.
         assert _bodies.get(timeout=15) == "later"
         assert 3.0 <= time.monotonic() - sent < 15
-    finally:
-        pool.stop()
 
 
 @pytest.mark.parametrize("size", [1, 10])
@@ -240,10 +234,9 @@ def test_a_burst_is_handled_at_once_message_by_message(sqs_queue: tuple[Any, str
     worker told to wake but not yet running, the rest waited for the safety poll (a minute here),
     one message a poll."""
     sqs, url, arn = sqs_queue
-    pool = WorkerPool(sqs, url, arn, size=size, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
-    pool.start()
-    try:
-        _await_idle(pool)
+    with _serving(
+        WorkerPool(sqs, url, arn, size=size, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    ):
         started = time.monotonic()
         sqs.send_message_batch(
             QueueUrl=url, Entries=[{"Id": f"b{i}", "MessageBody": f"batch {i}"} for i in range(5)]
@@ -259,8 +252,6 @@ def test_a_burst_is_handled_at_once_message_by_message(sqs_queue: tuple[Any, str
             f"delayed {i}" for i in range(5)
         }
         assert time.monotonic() - started < 15
-    finally:
-        pool.stop()
 
 
 def test_a_worker_outlives_an_invocation_that_raises_system_exit(sqs_queue: tuple[Any, str, str]) -> None:

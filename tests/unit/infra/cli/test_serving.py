@@ -39,14 +39,7 @@ _WAITS_THROUGH_SIGNALS = textwrap.dedent(
 
 
 def test_a_signal_landing_while_the_main_thread_waits_on_its_flag_never_hangs_the_server() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _WAITS_THROUGH_SIGNALS],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=30,  # killed then, and the test fails: it hung
-    )
-    assert done.returncode == 0, done.stderr
+    done = _script(_WAITS_THROUGH_SIGNALS, timeout=30)  # killed then, and the test fails: it hung
     assert done.stdout == "stopped and hurried 3 times\n"
 
 
@@ -81,14 +74,7 @@ _A_SIGNAL_ENDS_A_LONG_WAIT = textwrap.dedent(
 def test_a_signal_ends_a_long_wait_at_once() -> None:
     """The main thread asleep in the flag's wait: the signal's handler runs, and the wait ends
     then, not when its time is up."""
-    done = subprocess.run(
-        [sys.executable, "-c", _A_SIGNAL_ENDS_A_LONG_WAIT],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _script(_A_SIGNAL_ENDS_A_LONG_WAIT)
     assert done.stdout == "True True True\n"
 
 
@@ -110,14 +96,7 @@ _A_SIGNAL_GIVEN_TO_ANOTHER_THREAD_ENDS_THE_WAIT = textwrap.dedent(
 def test_a_signal_the_kernel_gives_another_thread_ends_the_wait_too() -> None:
     """Python runs the handler in the main thread, asleep in the flag's wait: woken through
     `signal.set_wakeup_fd`, not when its time is up."""
-    done = subprocess.run(
-        [sys.executable, "-c", _A_SIGNAL_GIVEN_TO_ANOTHER_THREAD_ENDS_THE_WAIT],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _script(_A_SIGNAL_GIVEN_TO_ANOTHER_THREAD_ENDS_THE_WAIT)
     assert done.stdout == "True True\n"
 
 
@@ -126,3 +105,16 @@ def test_a_flag_waits_forever_or_not_at_all_when_asked() -> None:
     assert flag.wait(0) is False and flag.wait(-1) is False
     threading.Timer(0.1, flag.set).start()
     assert flag.wait(float("inf")) is True
+
+
+def _script(code: str, timeout: float = 60) -> "subprocess.CompletedProcess[str]":
+    """`code` run by a fresh interpreter (signals, handlers and masks of its own); it must end well."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
