@@ -185,3 +185,20 @@ def test_cancelled_times_do_not_pile_up() -> None:
         assert len(alarm._times) < 200
     finally:
         alarm.stop()
+
+
+def test_a_request_names_at_most_a_batch_of_messages() -> None:
+    """SQS refuses a batch of more than ten, but the pool hears the request all the same."""
+    entries = {"Entries": [{"Id": str(n), "DelaySeconds": 0} for n in range(100_000)]}
+    assert per_message(entries, "DelaySeconds", 0.0) == [0.0] * 10
+
+
+def test_a_put_events_wakes_the_trigger_workers_once_per_run_request_at_most_ten() -> None:
+    from toolpipe.infra.local.triggers import run_requests
+
+    target = {"X-Amz-Target": "AWSEvents.PutEvents"}
+    three = b'{"Entries": [' + b",".join([b'{"DetailType": "RunRequested"}'] * 3) + b"]}"
+    assert run_requests(_request(three, target)) == 3
+    assert run_requests(_request(b'{"Entries": [{"DetailType": "RunEnded"}]}', target)) == 0
+    assert run_requests(_request(b"RunRequested " * 10_000, target)) == 10
+    assert run_requests(_request(three, {"X-Amz-Target": "AmazonSQS.SendMessage"})) == 0
