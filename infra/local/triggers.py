@@ -29,6 +29,7 @@ from moto.s3 import notifications
 from toolpipe.infra.cdk.functions import TRIGGERS
 from toolpipe.infra.local.lambdas import LocalContext, call_function
 from toolpipe.infra.local.process_patch import Patched
+from toolpipe.infra.local.workers import BATCH_MAX
 from toolpipe.shared.settings import RUN_REQUESTED_SOURCE
 from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE
 
@@ -165,5 +166,6 @@ def run_requests(request: Any) -> int:
     if (target.encode() if isinstance(target, str) else target) != b"AWSEvents.PutEvents":
         return 0
     body = request.body or b""
+    named = (body.encode() if isinstance(body, str) else body).count(RUN_REQUESTED_DETAIL_TYPE.encode())
     # At most `PutEvents`' ten entries: a detail that repeats the name must not be many receives.
-    return min((body.encode() if isinstance(body, str) else body).count(b"RunRequested"), 10)
+    return min(named, BATCH_MAX)

@@ -103,12 +103,6 @@ def queue_request(request: Any, queue_url: str) -> tuple[str, dict[str, Any]] | 
     return action, params
 
 
-def _sends_to(request: Any, queue_url: str) -> bool:
-    """Whether a request moto served sent a message to the queue at `queue_url`."""
-    found = queue_request(request, queue_url)
-    return found is not None and found[0] in _SENDS
-
-
 def per_message(params: Mapping[str, Any], name: str, default: float) -> list[float]:
     """The value of `name` for each message a request names (`default` where it has none): a
     single message's, each batch entry's (JSON `Entries`), or each flattened entry's of the

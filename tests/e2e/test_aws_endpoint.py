@@ -29,7 +29,7 @@ from toolpipe.infra.local import serial
 from toolpipe.infra.local.aws_endpoint import AwsEndpoint
 from toolpipe.infra.local.client import Client
 from toolpipe.infra.local.runtime import BUCKET, TABLE, LocalRuntime
-from toolpipe.infra.local.workers import _sends_to
+from toolpipe.infra.local.workers import queue_request
 
 # moto checks no signature: the credential scope is what routes a request (and an unsigned one
 # is anonymous, which a private bucket refuses).
@@ -368,7 +368,8 @@ def test_a_send_over_http_is_announced_to_the_runtimes_listeners() -> None:
     with LocalRuntime(workers=0) as runtime, AwsEndpoint() as endpoint:
 
         def listener(request: Any) -> None:
-            if _sends_to(request, runtime.queue_url):
+            found = queue_request(request, runtime.queue_url)
+            if found is not None and found[0] == "SendMessage":
                 announced.append(request)
                 seen.set()
 
