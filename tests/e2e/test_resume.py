@@ -95,7 +95,11 @@ def test_a_repeated_resume_with_the_same_key_starts_one_execution(
     other = _resume(pipeline, run_id, {"limits": {"max_iterations": 5}}, **key)
     run = pipeline.finish(run_id)
 
-    assert first[0] == again[0] == 202 and first[1] == again[1]
+    assert first[0] == again[0] == 202
+    # A repeat names the same resume; its status is the run's now (docs: the run's current
+    # status), which the resumed execution may have moved on since the first answer.
+    assert {**again[1], "status": first[1]["status"]} == first[1]
+    assert {first[1]["status"], again[1]["status"]} <= {"running", "succeeded"}
     assert other[0] == 409 and "already resumed" in other[1]["message"]
     assert run["run"]["status"] == "succeeded" and run["run"]["execution"] == 2
     assert len(run["run"]["resumes"]) == 1
