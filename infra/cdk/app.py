@@ -97,8 +97,15 @@ def synth(
         )
     except (ValueError, ConfigurationError) as e:  # a bad context value (`-c api_auth=...`), the app
         sys.exit(f"toolpipe: {e}")
+    refused = _refusal_of(app)
+    if refused is not None:
+        sys.exit(f"toolpipe: {refused}")
+
+
+def _refusal_of(app: App) -> str | None:
+    """Synthesize the app; what CloudFormation would refuse half way through creating a stack,
+    as one line naming the setting that grew it (if one did), the resource and the limit."""
     assembly = app.synth()
-    # What CloudFormation would refuse half way through creating the stack, refused here.
     for stack in assembly.stacks:
         found = aws_limits.breaches(
             stack.template, stack_name=stack.stack_name, assets=Path(assembly.directory)
@@ -106,7 +113,8 @@ def synth(
         if found:
             breach = found[0]
             measured = _measured_with(stack.template["Resources"], breach.resource.split()[0])
-            sys.exit(f"toolpipe: {_setting_of(measured, app.node.get_all_context())}{breach.line()}")
+            return f"{_setting_of(measured, app.node.get_all_context())}{breach.line()}"
+    return None
 
 
 def _measured_with(resources: Mapping[str, Any], logical_id: str) -> list[Any]:

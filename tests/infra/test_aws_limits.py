@@ -6,15 +6,13 @@ deployer's own grants would change it."""
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from toolpipe.infra.cdk import app as cdk_app
 from toolpipe.infra.cdk import aws_limits
 from toolpipe.infra.cdk.app import _measured_with, _setting_of
 from toolpipe.infra.cdk.deploy_checks import main
@@ -23,7 +21,6 @@ from toolpipe.infra.local import template as local_template
 from toolpipe.infra.local.runtime import LocalRuntime
 from toolpipe.infra.local.template import TemplateError
 
-ROOT = Path(__file__).resolve().parents[2]
 Change = Callable[[dict[str, Any]], None]
 
 
@@ -179,29 +176,27 @@ def test_the_local_runtime_refuses_to_start_from_a_template_aws_would_refuse(tmp
         pass
 
 
-@pytest.mark.slow
-def test_synth_refuses_a_setting_that_breaks_a_limit_in_one_line_naming_it(tmp_path: Path) -> None:
-    """`cdk synth -c trigger_instructions=...` runs this app: the setting, the resource, the limit."""
-    env = {
-        **os.environ,
-        "TOOLPIPE_BUNDLE": "0",
-        "CDK_OUTDIR": str(tmp_path / "cdk.out"),
-        "CDK_CONTEXT_JSON": json.dumps({"trigger_instructions": "Summarize the document. " * 154}),
-        "PATH": f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "toolpipe.infra.cdk.app"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 1
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("toolpipe: setting trigger_instructions: TriggersFunction"), done.stderr
-    assert "the function's environment (Lambda's 4 KB) is" in last and "over AWS's 4,096" in last
-    assert "Traceback" not in done.stderr
+def test_synth_refuses_a_setting_that_breaks_a_limit_in_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cdk synth -c trigger_instructions=...` runs `synth`: the setting, the resource, the limit,
+    as its exit message (one line on stderr, no traceback). In this process, where the CDK is
+    already loaded: the context goes in as `-c` puts it (tests/infra/test_auth.py runs the app
+    as a process, CDK_CONTEXT_JSON and all, to the same kind of exit)."""
+    context = {"trigger_instructions": "Summarize the document. " * 154}
+    build_app = cdk_app.build_app
+
+    def with_context(**kwargs: Any) -> Any:
+        return build_app(**kwargs, outdir=str(tmp_path / "cdk.out"), context=context)
+
+    monkeypatch.setattr(cdk_app, "build_app", with_context)
+    monkeypatch.setenv("TOOLPIPE_BUNDLE", "0")
+    with pytest.raises(SystemExit) as exited:
+        cdk_app.synth()
+    line = str(exited.value.code)
+    assert "\n" not in line
+    assert line.startswith("toolpipe: setting trigger_instructions: TriggersFunction"), line
+    assert "the function's environment (Lambda's 4 KB) is" in line and "over AWS's 4,096" in line
 
 
 def test_the_state_machine_logs_under_vendedlogs(template: Any) -> None:
