@@ -23,7 +23,8 @@ class Links(BaseModel):
 
 
 class RunStarted(BaseModel):
-    """`202` to `POST /runs` (the same body again for a retry with the same Idempotency-Key)."""
+    """`202` to `POST /runs`. A retry with the same Idempotency-Key gets the same run, as it is
+    now (its current status), with `Idempotent-Replayed: true`."""
 
     run_id: str
     status: RunStatus
@@ -40,8 +41,9 @@ class RunCancelled(BaseModel):
 
 
 class RunResumed(BaseModel):
-    """`202` to `POST /runs/{run_id}/resume` (the same body again for a retry with the same
-    Idempotency-Key)."""
+    """`202` to `POST /runs/{run_id}/resume`. A retry with the same Idempotency-Key starts
+    nothing and gets the run as it is now (its current status and execution, later ones if it
+    was resumed again since), with `Idempotent-Replayed: true`."""
 
     run_id: str
     status: RunStatus

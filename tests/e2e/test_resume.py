@@ -22,6 +22,12 @@ def _resume(pipeline: Pipeline, run_id: str, body: Any = None, **headers: str) -
     return pipeline.runtime.api("POST", f"/runs/{run_id}/resume", body, caller=LOCAL_CALLER, headers=headers)
 
 
+def _resume_answer(pipeline: Pipeline, run_id: str, body: Any, key: str) -> tuple[int, Any, dict[str, str]]:
+    return pipeline.runtime.api_response(
+        "POST", f"/runs/{run_id}/resume", body, caller=LOCAL_CALLER, headers={"Idempotency-Key": key}
+    )
+
+
 def test_a_run_stopped_by_a_limit_goes_on_with_the_limit_raised_and_runs_nothing_twice(
     pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -89,17 +95,21 @@ def test_a_repeated_resume_with_the_same_key_starts_one_execution(
     run_id = pipeline.start("count", agent=agent)
     assert pipeline.finish(run_id)["run"]["status"] == "limit"
 
-    key = {"Idempotency-Key": "resume-1"}
-    first = _resume(pipeline, run_id, {"limits": {"max_iterations": 2}}, **key)
-    again = _resume(pipeline, run_id, {"limits": {"max_iterations": 2}}, **key)
-    other = _resume(pipeline, run_id, {"limits": {"max_iterations": 5}}, **key)
+    first = _resume_answer(pipeline, run_id, {"limits": {"max_iterations": 2}}, "resume-1")
+    again = _resume_answer(pipeline, run_id, {"limits": {"max_iterations": 2}}, "resume-1")
+    other = _resume(pipeline, run_id, {"limits": {"max_iterations": 5}}, **{"Idempotency-Key": "resume-1"})
     run = pipeline.finish(run_id)
 
     assert first[0] == again[0] == 202
-    # A repeat names the same resume; its status is the run's now (docs: the run's current
-    # status), which the resumed execution may have moved on since the first answer.
+    assert "Idempotent-Replayed" not in first[2] and again[2]["Idempotent-Replayed"] == "true"
+    # A repeat answers with the run as it is now (shared/runs/views.py `RunResumed`): the same
+    # execution, its status where the resumed execution has got to since the first answer.
     assert {**again[1], "status": first[1]["status"]} == first[1]
-    assert {first[1]["status"], again[1]["status"]} <= {"running", "succeeded"}
+    assert (first[1]["status"], again[1]["status"]) in {
+        ("running", "running"),
+        ("running", "succeeded"),
+        ("succeeded", "succeeded"),
+    }
     assert other[0] == 409 and "already resumed" in other[1]["message"]
     assert run["run"]["status"] == "succeeded" and run["run"]["execution"] == 2
     assert len(run["run"]["resumes"]) == 1

@@ -54,6 +54,26 @@ def test_a_resume_raises_limits_and_the_record_keeps_them(store: Any) -> None:
     assert starts.started == [("r1", 2, read.deadline)] and read.deadline is not None
 
 
+def test_a_repeated_resume_after_a_later_one_starts_nothing_and_answers_the_run_as_it_is(store: Any) -> None:
+    """A key's retry after the run was resumed again with another key (it ended once more between
+    them): nothing starts, and the answer is the run now, in its third execution."""
+    _ended(store)
+    starts = Starts()
+    resumer = RunResumer(store, starts)
+    limits = RunLimits(max_iterations=2)
+    first, replayed = resumer.resume("r1", "me", limits, idempotency_key="k1")
+    assert not replayed and first.execution == 2
+    assert store.finish_run("r1", RunStatus.FAILED, error="the tool failed")
+    second, replayed = resumer.resume("r1", "me", None, idempotency_key="k2")
+    assert not replayed and second.execution == 3
+
+    again, replayed = resumer.resume("r1", "me", limits, idempotency_key="k1")
+
+    assert replayed and again == store.get_run("r1") and again.execution == 3
+    assert [execution for _, execution, _ in starts.started] == [2, 3]
+    assert len(store.get_run("r1").resumes) == 2
+
+
 def test_of_two_resumes_of_the_same_ending_one_is_written(store: Any) -> None:
     run = _ended(store)
     first = RunResumer(store, Starts())._resumed(run, None, None, "me")
