@@ -176,13 +176,15 @@ def test_the_local_runtime_refuses_to_start_from_a_template_aws_would_refuse(tmp
         pass
 
 
+@pytest.mark.slow
 def test_synth_refuses_a_setting_that_breaks_a_limit_in_one_line_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`cdk synth -c trigger_instructions=...` runs `synth`: the setting, the resource, the limit,
     as its exit message (one line on stderr, no traceback). In this process, where the CDK is
-    already loaded: the context goes in as `-c` puts it (tests/infra/test_auth.py runs the app
-    as a process, CDK_CONTEXT_JSON and all, to the same kind of exit)."""
+    already loaded: the context goes in through `build_app`'s, where the app's context from `-c`
+    ends up too (tests/infra/test_auth.py runs the app as a process, CDK_CONTEXT_JSON and all, to
+    the same kind of exit)."""
     context = {"trigger_instructions": "Summarize the document. " * 154}
     build_app = cdk_app.build_app
 
