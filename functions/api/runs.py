@@ -318,7 +318,7 @@ def _started(event: Any, record: RunRecord, replayed: bool) -> Response[dict[str
     return Response(
         status_code=HTTPStatus.ACCEPTED,
         content_type=content_types.APPLICATION_JSON,
-        # A retry gets the first answer again, marked as Stripe marks it.
+        # A retry gets the same run, as it is now, marked as Stripe marks a replay.
         headers={"Idempotent-Replayed": "true"} if replayed else None,
         body=RunStarted(
             run_id=record.run_id,
