@@ -66,6 +66,13 @@ def _serving(pool: WorkerPool) -> Iterator[WorkerPool]:
         pool.stop()
 
 
+def _unpolled(sqs_queue: tuple[Any, str, str], size: int = 2) -> WorkerPool:
+    """A pool whose safety poll is a minute away: within a test, only a send or its alarm makes it
+    receive."""
+    sqs, url, arn = sqs_queue
+    return WorkerPool(sqs, url, arn, size=size, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+
+
 def _await_idle(pool: WorkerPool) -> None:
     # No event marks "every worker asleep": a bounded look at the pool's own count.
     deadline = time.monotonic() + 5
@@ -75,8 +82,8 @@ def _await_idle(pool: WorkerPool) -> None:
 
 
 def test_a_send_wakes_an_idle_worker_long_before_its_safety_poll(sqs_queue: tuple[Any, str, str]) -> None:
-    sqs, url, arn = sqs_queue
-    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    sqs, url, _ = sqs_queue
+    pool = _unpolled(sqs_queue)
     pool.start()
     try:
         _await_idle(pool)
@@ -91,9 +98,9 @@ def test_a_send_wakes_an_idle_worker_long_before_its_safety_poll(sqs_queue: tupl
 
 
 def test_a_send_to_another_queue_wakes_no_worker(sqs_queue: tuple[Any, str, str]) -> None:
-    sqs, url, arn = sqs_queue
+    sqs, url, _ = sqs_queue
     other = sqs.create_queue(QueueName="workers-test-other")["QueueUrl"]
-    pool = WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
+    pool = _unpolled(sqs_queue)
     pool.start()
     try:
         _await_idle(pool)
@@ -109,11 +116,9 @@ def test_a_send_to_another_queue_wakes_no_worker(sqs_queue: tuple[Any, str, str]
 def test_a_message_visible_again_after_its_timeout_is_received_when_it_shows(
     sqs_queue: tuple[Any, str, str],
 ) -> None:
-    sqs, url, arn = sqs_queue
+    sqs, url, _ = sqs_queue
     _fail_first.add("retry me")
-    with _serving(
-        WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
-    ):
+    with _serving(_unpolled(sqs_queue)):
         sent = time.monotonic()
         sqs.send_message(QueueUrl=url, MessageBody="retry me")
         # No request announces the redelivery (visibility timeout 1 s), and the safety poll is a
@@ -177,10 +182,8 @@ def test_an_idle_pool_makes_no_receive_for_seconds(sqs_queue: tuple[Any, str, st
 
 
 def test_a_delayed_send_is_received_when_its_delay_ends(sqs_queue: tuple[Any, str, str]) -> None:
-    sqs, url, arn = sqs_queue
-    with _serving(
-        WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
-    ):
+    sqs, url, _ = sqs_queue
+    with _serving(_unpolled(sqs_queue)):
         sent = time.monotonic()
         sqs.send_message_batch(
             QueueUrl=url,
@@ -199,12 +202,10 @@ def test_a_delayed_send_is_received_when_its_delay_ends(sqs_queue: tuple[Any, st
 def test_a_message_whose_visibility_is_changed_is_received_when_it_shows(
     sqs_queue: tuple[Any, str, str],
 ) -> None:
-    sqs, url, arn = sqs_queue
+    sqs, url, _ = sqs_queue
     sqs.send_message(QueueUrl=url, MessageBody="held")
     [held] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=600)["Messages"]
-    with _serving(
-        WorkerPool(sqs, url, arn, size=2, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
-    ):
+    with _serving(_unpolled(sqs_queue)):
         changed = time.monotonic()
         sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=1)
         assert _bodies.get(timeout=10) == "held"
@@ -214,10 +215,8 @@ def test_a_message_whose_visibility_is_changed_is_received_when_it_shows(
 def test_a_visibility_timeout_set_on_the_queue_is_the_one_the_pool_waits(
     sqs_queue: tuple[Any, str, str],
 ) -> None:
-    sqs, url, arn = sqs_queue
-    with _serving(
-        WorkerPool(sqs, url, arn, size=1, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
-    ):  # it reads the queue's 1 s
+    sqs, url, _ = sqs_queue
+    with _serving(_unpolled(sqs_queue, size=1)):  # it reads the queue's 1 s
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "3"})
         _fail_first.add("later")
         sent = time.monotonic()
@@ -233,10 +232,8 @@ def test_a_burst_is_handled_at_once_message_by_message(sqs_queue: tuple[Any, str
     one receive, whatever the pool's size. Woken once per request, or a wake-up lost to a
     worker told to wake but not yet running, the rest waited for the safety poll (a minute here),
     one message a poll."""
-    sqs, url, arn = sqs_queue
-    with _serving(
-        WorkerPool(sqs, url, arn, size=size, timeout_seconds=5, safety_poll_seconds=60, handler=HANDLER)
-    ):
+    sqs, url, _ = sqs_queue
+    with _serving(_unpolled(sqs_queue, size=size)):
         started = time.monotonic()
         sqs.send_message_batch(
             QueueUrl=url, Entries=[{"Id": f"b{i}", "MessageBody": f"batch {i}"} for i in range(5)]
