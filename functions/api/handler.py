@@ -63,7 +63,7 @@ def serve_openapi() -> dict[str, Any]:
 
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
-@metered("api", lambda: cost_store(services.settings.store), per_request=API_REQUEST)
+@metered("api", lambda: cost_store(services.settings.store, services.aws), per_request=API_REQUEST)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     app.append_context(**{CONTEXT_KEY: services})  # type: ignore[no-untyped-call]  # cleared after each request
     return app.resolve(event, context)

@@ -11,15 +11,16 @@ from typing import TYPE_CHECKING
 
 import boto3
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from botocore.config import Config
 
 from toolpipe.functions.api.page.approval_page import ApprovalPage
+from toolpipe.shared.aws_clients import AwsClients
 from toolpipe.shared.costs.prices import PriceTable
 from toolpipe.shared.deferred.models import waiting_for
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.deferred import DeferredCalls
 from toolpipe.shared.runs.delete import RunDeleter
 from toolpipe.shared.runs.factory import (
+    PRESIGN_CONFIG,
     build_deferred_calls,
     build_run_canceller,
     build_run_deleter,
@@ -82,36 +83,38 @@ class ApiServices:
 
     def __init__(self, settings: FunctionSettings) -> None:
         self.settings = settings
+        # One client per service for every service below, and for the meter's counts.
+        self.aws = AwsClients()
 
     @cached_property
     def starter(self) -> RunStarter:
         s = self.settings
-        return build_run_starter(s.store, s.machine, s.events, s.quota)
+        return build_run_starter(s.store, s.machine, s.events, s.quota, self.aws)
 
     @cached_property
     def canceller(self) -> RunCanceller:
         s = self.settings
-        return build_run_canceller(s.store, s.machine, s.events, s.api.admin_principal)
+        return build_run_canceller(s.store, s.machine, s.events, s.api.admin_principal, self.aws)
 
     @cached_property
     def resumer(self) -> RunResumer:
         s = self.settings
-        return build_run_resumer(s.store, s.machine, s.events, s.api.admin_principal, s.quota)
+        return build_run_resumer(s.store, s.machine, s.events, s.api.admin_principal, s.quota, self.aws)
 
     @cached_property
     def forker(self) -> RunForker:
         s = self.settings
-        return build_run_forker(s.store, s.machine, s.events, s.quota)
+        return build_run_forker(s.store, s.machine, s.events, s.quota, self.aws)
 
     @cached_property
     def deleter(self) -> RunDeleter:
-        return build_run_deleter(self.settings.store, self.settings.api.admin_principal)
+        return build_run_deleter(self.settings.store, self.settings.api.admin_principal, self.aws)
 
     @cached_property
     def reader(self) -> RunReader:
         bucket = self.settings.store.bucket_name
         # SigV4 signs URLs that work in every region and with the function's session credentials.
-        s3 = boto3.client("s3", config=Config(signature_version="s3v4"))
+        s3 = self.aws.client("s3", PRESIGN_CONFIG)
 
         def presign(key: str) -> str:
             return str(
@@ -121,7 +124,7 @@ class ApiServices:
             )
 
         return RunReader(
-            build_store(self.settings.store),
+            build_store(self.settings.store, self.aws),
             presign,
             self.settings.api.admin_principal,
             self.settings.prices,
@@ -137,12 +140,16 @@ class ApiServices:
     @cached_property
     def timeline(self) -> TimelineReader:
         s = self.settings
-        return TimelineReader(build_store(s.store), self._approval_records, s.api.admin_principal, s.prices)
+        return TimelineReader(
+            build_store(s.store, self.aws), self._approval_records, s.api.admin_principal, s.prices
+        )
 
     @cached_property
     def approvals(self) -> DeferredCalls:
         s = self.settings
-        return build_deferred_calls(s.store, s.events, CallTimeouts(), s.api.admin_principal, s.links)
+        return build_deferred_calls(
+            s.store, s.events, CallTimeouts(), s.api.admin_principal, s.links, aws=self.aws
+        )
 
     @cached_property
     def page(self) -> ApprovalPage:

@@ -12,6 +12,7 @@ with collector.cold_start():
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from botocore.exceptions import ClientError
 
+    from toolpipe.shared.aws_clients import AwsClients
     from toolpipe.shared.costs import meter
     from toolpipe.shared.costs.invocation import metered
     from toolpipe.shared.costs.transitions import TransitionCounter
@@ -53,11 +54,12 @@ with collector.cold_start():
     call_timeouts = CallTimeouts.from_env()
     event_settings = EventSettings.from_env()
     rate_settings = RateSettings.from_env()
+    aws = AwsClients()  # one client per service for every service below
 
 
 @cache
 def service() -> ModelStep:
-    return build_model_step(store_settings, model_settings, call_timeouts, event_settings, rate_settings)
+    return build_model_step(store_settings, model_settings, call_timeouts, event_settings, rate_settings, aws)
 
 
 @cache
@@ -65,23 +67,23 @@ def approvals() -> DeferredCalls:
     # Link settings read at the first approval, not at import: the local server sets the API's
     # URL once it listens, after the runtime's cold start.
     return build_deferred_calls(
-        store_settings, event_settings, call_timeouts, links=ApprovalLinkSettings.from_env()
+        store_settings, event_settings, call_timeouts, links=ApprovalLinkSettings.from_env(), aws=aws
     )
 
 
 @cache
 def active_time() -> ActiveTime:
-    return build_active_time(store_settings)
+    return build_active_time(store_settings, aws)
 
 
 @cache
 def transitions() -> TransitionCounter:
-    return build_transition_counter(store_settings)
+    return build_transition_counter(store_settings, aws)
 
 
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
-@metered("orchestrator", lambda: cost_store(store_settings))
+@metered("orchestrator", lambda: cost_store(store_settings, aws))
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = ORCHESTRATOR_REQUEST.validate_python(event)
     if isinstance(request, ExecutionEndedRequest):

@@ -14,6 +14,7 @@ with collector.cold_start():
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from toolpipe.shared.aws_clients import AwsClients
     from toolpipe.shared.costs import meter
     from toolpipe.shared.costs.invocation import metered
     from toolpipe.shared.costs.requests import DELETED, delivered
@@ -35,6 +36,7 @@ with collector.cold_start():
     machine_settings = StateMachineSettings.from_env()
     event_settings = EventSettings.from_env()
     runner_settings = ToolRunnerSettings.from_env()
+    aws = AwsClients()  # one client per service for the executor and the meter's counts
     # A claim outlives the invocation by this margin, so a redelivery takes it over only after
     # the invocation that holds it is certainly over.
     LEASE_MARGIN_SECONDS = 30
@@ -43,7 +45,7 @@ with collector.cold_start():
 @cache
 def service() -> ToolCallExecutor:
     return build_tool_executor(
-        store_settings, worker_settings, machine_settings, event_settings, runner_settings
+        store_settings, worker_settings, machine_settings, event_settings, runner_settings, aws
     )
 
 
@@ -70,7 +72,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
 
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
-@metered("tool_worker", lambda: cost_store(store_settings))
+@metered("tool_worker", lambda: cost_store(store_settings, aws))
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     # A processor per invocation: it holds the batch's results, and the local runtime runs
     # several invocations of this handler at once on threads.

@@ -19,6 +19,7 @@ with collector.cold_start():
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from toolpipe.shared.agents.errors import UnknownAgentError
+    from toolpipe.shared.aws_clients import AwsClients
     from toolpipe.shared.costs import meter
     from toolpipe.shared.costs.invocation import metered
     from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRequestedError
@@ -34,13 +35,14 @@ with collector.cold_start():
     machine_settings = StateMachineSettings.from_env()
     trigger_settings = TriggerSettings.from_env()
     event_settings = EventSettings.from_env()  # RunStarted for the runs it starts
+    aws = AwsClients()  # one client per service for the service and the meter's counts
     # Errors of the event itself: the same event fails the same way every time.
     _REJECTED = (TriggerEventError, UnknownAgentError, UnknownToolsRequestedError, IdempotencyConflictError)
 
 
 @cache
 def service() -> TriggerService:
-    return build_trigger_service(store_settings, machine_settings, event_settings, trigger_settings)
+    return build_trigger_service(store_settings, machine_settings, event_settings, trigger_settings, aws)
 
 
 def _start(item: S3ObjectCreated | RunRequested) -> dict[str, Any]:
@@ -70,7 +72,7 @@ def _view(result: TriggerResult) -> dict[str, Any]:
 
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
-@metered("triggers", lambda: cost_store(store_settings))
+@metered("triggers", lambda: cost_store(store_settings, aws))
 def lambda_handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     if isinstance(event, dict) and isinstance(event.get("id"), str):
         logger.append_keys(event_id=event["id"])

@@ -8,9 +8,9 @@ the API for the tool executor).
 from functools import cache
 from typing import TYPE_CHECKING
 
-import boto3
 from botocore.config import Config
 
+from toolpipe.shared.aws_clients import AwsClients
 from toolpipe.shared.costs.meter import watch
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.history import DynamoHistoryStore
@@ -34,10 +34,13 @@ from toolpipe.shared.telemetry import run_spans
 
 # The openai client's endpoint when OPENAI_BASE_URL is unset: the key of its rate budget.
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+# SigV4 for the links S3 clients presign: S3 refuses SigV2 on buckets made since 2020.
+PRESIGN_CONFIG = Config(signature_version="s3v4")
+# GetExecutionHistory is throttled per account: a burst of endings waits its turn here, in
+# adaptive retries, rather than failing the invocation into the execution-ended DLQ.
+HISTORY_READ_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 8})
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb.service_resource import Table
-
     from toolpipe.shared.costs.transitions import TransitionCounter
     from toolpipe.shared.runs.active_time import ActiveTime
     from toolpipe.shared.runs.cancel import RunCanceller
@@ -51,18 +54,11 @@ if TYPE_CHECKING:
     from toolpipe.shared.runs.triggers import TriggerService
 
 
-def own_table(name: str) -> "Table":
-    """The run table, through a client whose requests count in the runs' cost (shared/costs):
-    the pipeline's own clients are watched (`watch`), never a tool's."""
-    resource = boto3.resource("dynamodb")
-    watch(resource.meta.client)
-    return resource.Table(name)
-
-
-def build_store(settings: StoreSettings) -> DynamoHistoryStore:
+def build_store(settings: StoreSettings, aws: AwsClients | None = None) -> DynamoHistoryStore:
+    aws = aws or AwsClients()
     return DynamoHistoryStore(
-        own_table(settings.table_name),
-        watch(boto3.client("s3")),
+        aws.table(settings.table_name),
+        watch(aws.client("s3")),
         settings.bucket_name,
         settings.inline_content_limit,
         retention_days=settings.retention_days,
@@ -70,19 +66,20 @@ def build_store(settings: StoreSettings) -> DynamoHistoryStore:
 
 
 @cache
-def cost_store(settings: StoreSettings) -> DynamoHistoryStore:
+def cost_store(settings: StoreSettings, aws: AwsClients) -> DynamoHistoryStore:
     """Where a function's meter adds each run's counts (shared/costs/invocation.py): one per
-    settings, built at the first invocation's end."""
-    return build_store(settings)
+    settings and function, built at the first invocation's end on the function's clients."""
+    return build_store(settings, aws)
 
 
-def build_events(settings: EventSettings) -> EventPublisher:
+def build_events(settings: EventSettings, aws: AwsClients | None = None) -> EventPublisher:
     """Run events to the bus, and spans to the OTLP endpoint, each when configured."""
     spans = run_spans()
     if not settings.bus_name:
         # No client either: events are off.
         return NO_EVENTS if not spans.enabled else EventPublisher(None, None, spans)
-    return EventPublisher(watch(boto3.client("events", config=CLIENT_CONFIG)), settings.bus_name, spans)
+    client = (aws or AwsClients()).client("events", CLIENT_CONFIG)
+    return EventPublisher(watch(client), settings.bus_name, spans)
 
 
 def build_api_key(settings: ModelSettings) -> ApiKeySource:
@@ -104,6 +101,7 @@ def build_model_step(
     timeouts: CallTimeouts,
     events: EventSettings,
     rate: RateSettings | None = None,
+    aws: AwsClients | None = None,
 ) -> "ModelStep":
     # Imported here: only the orchestrator has the openai package.
     from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
@@ -112,13 +110,14 @@ def build_model_step(
     from toolpipe.shared.runs.rate_governor import RateGovernor
     from toolpipe.shared.runs.triggers import AnswerWriter, S3ObjectStore
 
+    aws = aws or AwsClients()
     api_key = build_api_key(model)
     governor = None
     if rate is not None and rate.enabled and rate.table_name:
         # The budget is per endpoint: unset, the client's own default, OpenAI's.
         endpoint = model.base_url or OPENAI_BASE_URL
         governor = RateGovernor(
-            own_table(rate.table_name), rate, endpoint, call_heartbeat_seconds=timeouts.heartbeat_seconds
+            aws.table(rate.table_name), rate, endpoint, call_heartbeat_seconds=timeouts.heartbeat_seconds
         )
     client = OpenAIModelClient(
         # The key is sent with each request (`api_key`), read when the call is made: a secret
@@ -129,30 +128,31 @@ def build_model_step(
         max_retries=model.max_retries,
         governed=governor is not None,
     )
-    sfn = boto3.client("stepfunctions")
+    sfn = aws.client("stepfunctions")
     reporter = StepFunctionsTaskReporter(sfn)
     return ModelStep(
-        build_store(store),
+        build_store(store, aws),
         client,
         model.model,
         timeouts,
         reporter,
         lambda arn: StepFunctionsStarter(sfn, arn),
         agents=RegisteredAgents(),
-        events=build_events(events),
-        answers=AnswerWriter(S3ObjectStore(watch(boto3.client("s3")))),
-        approvals=build_deferred_calls(store, events, timeouts),
+        events=build_events(events, aws),
+        answers=AnswerWriter(S3ObjectStore(watch(aws.client("s3")))),
+        approvals=build_deferred_calls(store, events, timeouts, aws=aws),
         governor=governor,
-        active_time=build_active_time(store),
+        active_time=build_active_time(store, aws),
     )
 
 
-def build_active_time(store: StoreSettings) -> "ActiveTime":
+def build_active_time(store: StoreSettings, aws: AwsClients | None = None) -> "ActiveTime":
     from toolpipe.shared.deferred.store import DynamoApprovalStore
     from toolpipe.shared.runs.active_time import ActiveTime
 
-    table = own_table(store.table_name)
-    return ActiveTime(table, build_store(store), DynamoApprovalStore(table))
+    aws = aws or AwsClients()
+    table = aws.table(store.table_name)
+    return ActiveTime(table, build_store(store, aws), DynamoApprovalStore(table))
 
 
 def build_deferred_calls(
@@ -161,21 +161,23 @@ def build_deferred_calls(
     timeouts: CallTimeouts,
     admin_principal: str | None = None,
     links: ApprovalLinkSettings | None = None,
+    aws: AwsClients | None = None,
 ) -> "DeferredCalls":
     from toolpipe.shared.deferred.links import ApprovalLinks, SecretSigningKey
     from toolpipe.shared.deferred.store import DynamoApprovalStore
     from toolpipe.shared.runs.catalog import RegisteredAgents
     from toolpipe.shared.runs.deferred import DeferredCalls
 
+    aws = aws or AwsClients()
     links = links or ApprovalLinkSettings()
     return DeferredCalls(
-        DynamoApprovalStore(own_table(store.table_name)),
-        build_store(store),
-        StepFunctionsTaskReporter(boto3.client("stepfunctions")),
+        DynamoApprovalStore(aws.table(store.table_name)),
+        build_store(store, aws),
+        StepFunctionsTaskReporter(aws.client("stepfunctions")),
         admin_principal,
         agents=RegisteredAgents(),
         timeout_seconds=timeouts.approval_timeout_seconds,
-        events=build_events(events),
+        events=build_events(events, aws),
         # The key is read at the first link made or checked, not at cold start; again after
         # its max age (a rotation).
         links=ApprovalLinks(SecretSigningKey(links.signing_key_secret_arn))
@@ -192,30 +194,31 @@ def build_tool_executor(
     machine: StateMachineSettings,
     events: EventSettings,
     runner: ToolRunnerSettings,
+    aws: AwsClients | None = None,
 ) -> "ToolCallExecutor":
     from toolpipe.shared.runs.tool_executor import ToolCallExecutor
     from toolpipe.shared.runs.tool_run import InProcessToolRunner, ToolRunner
     from toolpipe.shared.runs.tool_runner_client import LambdaToolRunner, invoke_config
 
-    sfn = boto3.client("stepfunctions")
+    aws = aws or AwsClients()
+    sfn = aws.client("stepfunctions")
     tools: ToolRunner = InProcessToolRunner()
     if runner.function_name:
         tools = LambdaToolRunner(
-            boto3.client("lambda", config=invoke_config(runner.timeout_seconds)),
+            aws.client("lambda", invoke_config(runner.timeout_seconds)),
             runner.function_name,
-            # SigV4 for the input links it presigns: S3 refuses SigV2 on buckets made since 2020.
-            watch(boto3.client("s3", config=Config(signature_version="s3v4"))),
+            watch(aws.client("s3", PRESIGN_CONFIG)),  # for the input links it presigns
             store.bucket_name,
             runner.timeout_seconds,
             memory_mb=runner.memory_mb,
             runners=runner.runners,
         )
     return ToolCallExecutor(
-        build_store(store),
+        build_store(store, aws),
         StepFunctionsTaskReporter(sfn),
         StepFunctionsStarter(sfn, machine.state_machine_arn),  # agent tools start child runs
         worker.heartbeat_every,
-        events=build_events(events),
+        events=build_events(events, aws),
         runner=tools,
     )
 
@@ -225,29 +228,36 @@ def build_run_starter(
     machine: StateMachineSettings,
     events: EventSettings,
     quota: QuotaSettings | None = None,
+    aws: AwsClients | None = None,
 ) -> "RunStarter":
     """`quota`: the per-caller quotas starts count against (the API's); None for none."""
     from toolpipe.shared.runs.quota import RunQuota
     from toolpipe.shared.runs.starter import RunStarter
 
+    aws = aws or AwsClients()
     return RunStarter(
-        build_store(store),
-        StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
-        events=build_events(events),
+        build_store(store, aws),
+        StepFunctionsStarter(aws.client("stepfunctions"), machine.state_machine_arn),
+        events=build_events(events, aws),
         quota=None if quota is None else RunQuota(quota),
     )
 
 
 def build_run_canceller(
-    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, admin_principal: str | None
+    store: StoreSettings,
+    machine: StateMachineSettings,
+    events: EventSettings,
+    admin_principal: str | None,
+    aws: AwsClients | None = None,
 ) -> "RunCanceller":
     from toolpipe.shared.runs.cancel import RunCanceller
 
+    aws = aws or AwsClients()
     return RunCanceller(
-        build_store(store),
-        StepFunctionsStopper(boto3.client("stepfunctions"), machine.state_machine_arn),
+        build_store(store, aws),
+        StepFunctionsStopper(aws.client("stepfunctions"), machine.state_machine_arn),
         admin_principal,
-        events=build_events(events),
+        events=build_events(events, aws),
     )
 
 
@@ -257,55 +267,67 @@ def build_run_resumer(
     events: EventSettings,
     admin_principal: str | None,
     quota: QuotaSettings | None = None,
+    aws: AwsClients | None = None,
 ) -> "RunResumer":
     """`quota`: the per-caller quotas; a resumed run takes a running slot, as `POST /runs` does."""
     from toolpipe.shared.runs.quota import RunQuota
     from toolpipe.shared.runs.resume import RunResumer
 
+    aws = aws or AwsClients()
     return RunResumer(
-        build_store(store),
-        StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
+        build_store(store, aws),
+        StepFunctionsStarter(aws.client("stepfunctions"), machine.state_machine_arn),
         admin_principal,
-        events=build_events(events),
+        events=build_events(events, aws),
         quota=None if quota is None else RunQuota(quota),
     )
 
 
 def build_run_forker(
-    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, quota: QuotaSettings
+    store: StoreSettings,
+    machine: StateMachineSettings,
+    events: EventSettings,
+    quota: QuotaSettings,
+    aws: AwsClients | None = None,
 ) -> "RunForker":
     """`quota`: the per-caller quotas a fork counts against, as `POST /runs` does."""
     from toolpipe.shared.runs.fork import RunForker
     from toolpipe.shared.runs.quota import RunQuota
 
+    aws = aws or AwsClients()
     return RunForker(
-        build_store(store),
-        StepFunctionsStarter(boto3.client("stepfunctions"), machine.state_machine_arn),
-        events=build_events(events),
+        build_store(store, aws),
+        StepFunctionsStarter(aws.client("stepfunctions"), machine.state_machine_arn),
+        events=build_events(events, aws),
         quota=RunQuota(quota),
     )
 
 
-def build_run_deleter(store: StoreSettings, admin_principal: str | None) -> "RunDeleter":
+def build_run_deleter(
+    store: StoreSettings, admin_principal: str | None, aws: AwsClients | None = None
+) -> "RunDeleter":
     from toolpipe.shared.runs.delete import RunDeleter
 
-    return RunDeleter(build_store(store), admin_principal)
+    return RunDeleter(build_store(store, aws), admin_principal)
 
 
 def build_trigger_service(
-    store: StoreSettings, machine: StateMachineSettings, events: EventSettings, triggers: TriggerSettings
+    store: StoreSettings,
+    machine: StateMachineSettings,
+    events: EventSettings,
+    triggers: TriggerSettings,
+    aws: AwsClients | None = None,
 ) -> "TriggerService":
     from toolpipe.shared.runs.triggers import S3ObjectStore, TriggerService
 
+    aws = aws or AwsClients()
     return TriggerService(
-        build_run_starter(store, machine, events), S3ObjectStore(watch(boto3.client("s3"))), triggers
+        build_run_starter(store, machine, events, aws=aws), S3ObjectStore(watch(aws.client("s3"))), triggers
     )
 
 
-def build_transition_counter(store: StoreSettings) -> "TransitionCounter":
+def build_transition_counter(store: StoreSettings, aws: AwsClients | None = None) -> "TransitionCounter":
     from toolpipe.shared.costs.transitions import TransitionCounter
 
-    # GetExecutionHistory is throttled per account: a burst of endings waits its turn here, in
-    # adaptive retries, rather than failing the invocation into the execution-ended DLQ.
-    history = boto3.client("stepfunctions", config=Config(retries={"mode": "adaptive", "max_attempts": 8}))
-    return TransitionCounter(history, build_store(store))
+    aws = aws or AwsClients()
+    return TransitionCounter(aws.client("stepfunctions", HISTORY_READ_CONFIG), build_store(store, aws))
