@@ -26,7 +26,6 @@ with collector.cold_start():
     from toolpipe.shared.costs.invocation import API_REQUEST, metered
     from toolpipe.shared.history.errors import QuotaExceededError
     from toolpipe.shared.runs.errors import IdempotencyConflictError
-    from toolpipe.shared.runs.factory import cost_store
     from toolpipe.shared.tracing import trace_handler
 
     logger = Logger()
@@ -63,7 +62,7 @@ def serve_openapi() -> dict[str, Any]:
 
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
-@metered("api", lambda: cost_store(services.settings.store, services.aws), per_request=API_REQUEST)
+@metered("api", lambda: services.costs, per_request=API_REQUEST)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     app.append_context(**{CONTEXT_KEY: services})  # type: ignore[no-untyped-call]  # cleared after each request
     return app.resolve(event, context)

@@ -16,6 +16,7 @@ from toolpipe.functions.api.page.approval_page import ApprovalPage
 from toolpipe.shared.aws_clients import AwsClients
 from toolpipe.shared.costs.prices import PriceTable
 from toolpipe.shared.deferred.models import waiting_for
+from toolpipe.shared.history import DynamoHistoryStore
 from toolpipe.shared.runs.cancel import RunCanceller
 from toolpipe.shared.runs.deferred import DeferredCalls
 from toolpipe.shared.runs.delete import RunDeleter
@@ -85,6 +86,11 @@ class ApiServices:
         self.settings = settings
         # One client per service for every service below, and for the meter's counts.
         self.aws = AwsClients()
+
+    @cached_property
+    def costs(self) -> DynamoHistoryStore:
+        """Where the meter adds each run's counts at a request's end (shared/costs/invocation.py)."""
+        return build_store(self.settings.store, self.aws)
 
     @cached_property
     def starter(self) -> RunStarter:

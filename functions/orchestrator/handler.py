@@ -16,6 +16,7 @@ with collector.cold_start():
     from toolpipe.shared.costs import meter
     from toolpipe.shared.costs.invocation import metered
     from toolpipe.shared.costs.transitions import TransitionCounter
+    from toolpipe.shared.history import DynamoHistoryStore
     from toolpipe.shared.history.errors import RunNotFoundError
     from toolpipe.shared.messages import (
         ORCHESTRATOR_REQUEST,
@@ -32,8 +33,8 @@ with collector.cold_start():
         build_active_time,
         build_deferred_calls,
         build_model_step,
+        build_store,
         build_transition_counter,
-        cost_store,
     )
     from toolpipe.shared.runs.model_step import ModelStep, monotonic_deadline
     from toolpipe.shared.settings import (
@@ -81,9 +82,15 @@ def transitions() -> TransitionCounter:
     return build_transition_counter(store_settings, aws)
 
 
+@cache
+def costs() -> DynamoHistoryStore:
+    """Where the meter adds each run's counts at an invocation's end (shared/costs/invocation.py)."""
+    return build_store(store_settings, aws)
+
+
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
-@metered("orchestrator", lambda: cost_store(store_settings, aws))
+@metered("orchestrator", costs)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = ORCHESTRATOR_REQUEST.validate_python(event)
     if isinstance(request, ExecutionEndedRequest):

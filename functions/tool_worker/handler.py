@@ -18,8 +18,9 @@ with collector.cold_start():
     from toolpipe.shared.costs import meter
     from toolpipe.shared.costs.invocation import metered
     from toolpipe.shared.costs.requests import DELETED, delivered
+    from toolpipe.shared.history import DynamoHistoryStore
     from toolpipe.shared.messages import ToolCallMessage
-    from toolpipe.shared.runs.factory import build_tool_executor, cost_store
+    from toolpipe.shared.runs.factory import build_store, build_tool_executor
     from toolpipe.shared.runs.tool_executor import ToolCallExecutor
     from toolpipe.shared.settings import (
         EventSettings,
@@ -70,9 +71,15 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
         logger.info("tool call done", status=outcome.status)
 
 
+@cache
+def costs() -> DynamoHistoryStore:
+    """Where the meter adds each run's counts at an invocation's end (shared/costs/invocation.py)."""
+    return build_store(store_settings, aws)
+
+
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
-@metered("tool_worker", lambda: cost_store(store_settings, aws))
+@metered("tool_worker", costs)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     # A processor per invocation: it holds the batch's results, and the local runtime runs
     # several invocations of this handler at once on threads.

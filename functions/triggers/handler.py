@@ -22,8 +22,9 @@ with collector.cold_start():
     from toolpipe.shared.aws_clients import AwsClients
     from toolpipe.shared.costs import meter
     from toolpipe.shared.costs.invocation import metered
+    from toolpipe.shared.history import DynamoHistoryStore
     from toolpipe.shared.runs.errors import IdempotencyConflictError, UnknownToolsRequestedError
-    from toolpipe.shared.runs.factory import build_trigger_service, cost_store
+    from toolpipe.shared.runs.factory import build_store, build_trigger_service
     from toolpipe.shared.runs.triggers import TriggerResult, TriggerService
     from toolpipe.shared.settings import EventSettings, StateMachineSettings, StoreSettings, TriggerSettings
     from toolpipe.shared.tracing import trace_handler
@@ -70,9 +71,15 @@ def _view(result: TriggerResult) -> dict[str, Any]:
     return {k: v for k, v in asdict(result).items() if v is not None}
 
 
+@cache
+def costs() -> DynamoHistoryStore:
+    """Where the meter adds each run's counts at an invocation's end (shared/costs/invocation.py)."""
+    return build_store(store_settings, aws)
+
+
 @logger.inject_lambda_context(clear_state=True)
 @trace_handler
-@metered("triggers", lambda: cost_store(store_settings, aws))
+@metered("triggers", costs)
 def lambda_handler(event: Any, context: LambdaContext) -> dict[str, Any]:
     if isinstance(event, dict) and isinstance(event.get("id"), str):
         logger.append_keys(event_id=event["id"])

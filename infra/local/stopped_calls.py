@@ -15,8 +15,8 @@ another runtime is up or none; and a thread such a thread starts inherits its st
 (Python's threads start in an empty one; with no runtime up, the only functions a thread can
 run as are stopped ones), so the threads of an S3 transfer or a tool's own threads are refused
 too. Outside a function's threads, both pass straight through: one context-variable read. It
-is the caller that is checked, not the client's maker: a client kept for the process (the cost
-store's) serves each runtime's functions in turn.
+is the caller that is checked, not the client's maker: a client made in one runtime and kept
+(a tool module's own, say) serves each later runtime's functions in turn.
 """
 
 import threading

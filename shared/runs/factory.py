@@ -5,7 +5,6 @@ pay at its cold start for the other functions' services (the tool worker for the
 the API for the tool executor).
 """
 
-from functools import cache
 from typing import TYPE_CHECKING
 
 from botocore.config import Config
@@ -63,13 +62,6 @@ def build_store(settings: StoreSettings, aws: AwsClients | None = None) -> Dynam
         settings.inline_content_limit,
         retention_days=settings.retention_days,
     )
-
-
-@cache
-def cost_store(settings: StoreSettings, aws: AwsClients) -> DynamoHistoryStore:
-    """Where a function's meter adds each run's counts (shared/costs/invocation.py): one per
-    settings and function, built at the first invocation's end on the function's clients."""
-    return build_store(settings, aws)
 
 
 def build_events(settings: EventSettings, aws: AwsClients | None = None) -> EventPublisher:

@@ -56,8 +56,8 @@ def test_a_stopped_functions_calls_are_refused_with_or_without_another_runtime_a
             made.put_item(TableName=TABLE, Item=key)
         _refused(another_runtime, "tool_worker")
         assert "Item" not in later.dynamodb.get_item(TableName=TABLE, Key=key)
-        # The caller is checked, not the client's maker: a client kept for the process (the
-        # cost store's) serves the later runtime's functions.
+        # The caller is checked, not the client's maker: a client kept from an earlier runtime
+        # (a tool module's own, say) serves the later runtime's functions.
         with running_as(later.functions["tool_worker"]):
             made.put_item(TableName=TABLE, Item=key)
         assert "Item" in later.dynamodb.get_item(TableName=TABLE, Key=key)
