@@ -90,31 +90,31 @@ class ApiServices:
     @cached_property
     def costs(self) -> DynamoHistoryStore:
         """Where the meter adds each run's counts at a request's end (shared/costs/invocation.py)."""
-        return build_store(self.settings.store, self.aws)
+        return build_store(self.settings.store, aws=self.aws)
 
     @cached_property
     def starter(self) -> RunStarter:
         s = self.settings
-        return build_run_starter(s.store, s.machine, s.events, s.quota, self.aws)
+        return build_run_starter(s.store, s.machine, s.events, s.quota, aws=self.aws)
 
     @cached_property
     def canceller(self) -> RunCanceller:
         s = self.settings
-        return build_run_canceller(s.store, s.machine, s.events, s.api.admin_principal, self.aws)
+        return build_run_canceller(s.store, s.machine, s.events, s.api.admin_principal, aws=self.aws)
 
     @cached_property
     def resumer(self) -> RunResumer:
         s = self.settings
-        return build_run_resumer(s.store, s.machine, s.events, s.api.admin_principal, s.quota, self.aws)
+        return build_run_resumer(s.store, s.machine, s.events, s.api.admin_principal, s.quota, aws=self.aws)
 
     @cached_property
     def forker(self) -> RunForker:
         s = self.settings
-        return build_run_forker(s.store, s.machine, s.events, s.quota, self.aws)
+        return build_run_forker(s.store, s.machine, s.events, s.quota, aws=self.aws)
 
     @cached_property
     def deleter(self) -> RunDeleter:
-        return build_run_deleter(self.settings.store, self.settings.api.admin_principal, self.aws)
+        return build_run_deleter(self.settings.store, self.settings.api.admin_principal, aws=self.aws)
 
     @cached_property
     def reader(self) -> RunReader:
@@ -130,7 +130,7 @@ class ApiServices:
             )
 
         return RunReader(
-            build_store(self.settings.store, self.aws),
+            build_store(self.settings.store, aws=self.aws),
             presign,
             self.settings.api.admin_principal,
             self.settings.prices,
@@ -147,7 +147,7 @@ class ApiServices:
     def timeline(self) -> TimelineReader:
         s = self.settings
         return TimelineReader(
-            build_store(s.store, self.aws), self._approval_records, s.api.admin_principal, s.prices
+            build_store(s.store, aws=self.aws), self._approval_records, s.api.admin_principal, s.prices
         )
 
     @cached_property

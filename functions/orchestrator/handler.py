@@ -60,7 +60,9 @@ with collector.cold_start():
 
 @cache
 def service() -> ModelStep:
-    return build_model_step(store_settings, model_settings, call_timeouts, event_settings, rate_settings, aws)
+    return build_model_step(
+        store_settings, model_settings, call_timeouts, event_settings, rate_settings, aws=aws
+    )
 
 
 @cache
@@ -74,18 +76,18 @@ def approvals() -> DeferredCalls:
 
 @cache
 def active_time() -> ActiveTime:
-    return build_active_time(store_settings, aws)
+    return build_active_time(store_settings, aws=aws)
 
 
 @cache
 def transitions() -> TransitionCounter:
-    return build_transition_counter(store_settings, aws)
+    return build_transition_counter(store_settings, aws=aws)
 
 
 @cache
 def costs() -> DynamoHistoryStore:
     """Where the meter adds each run's counts at an invocation's end (shared/costs/invocation.py)."""
-    return build_store(store_settings, aws)
+    return build_store(store_settings, aws=aws)
 
 
 @logger.inject_lambda_context(clear_state=True)

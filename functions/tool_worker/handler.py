@@ -46,7 +46,7 @@ with collector.cold_start():
 @cache
 def service() -> ToolCallExecutor:
     return build_tool_executor(
-        store_settings, worker_settings, machine_settings, event_settings, runner_settings, aws
+        store_settings, worker_settings, machine_settings, event_settings, runner_settings, aws=aws
     )
 
 
@@ -74,7 +74,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
 @cache
 def costs() -> DynamoHistoryStore:
     """Where the meter adds each run's counts at an invocation's end (shared/costs/invocation.py)."""
-    return build_store(store_settings, aws)
+    return build_store(store_settings, aws=aws)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -43,7 +43,7 @@ with collector.cold_start():
 
 @cache
 def service() -> TriggerService:
-    return build_trigger_service(store_settings, machine_settings, event_settings, trigger_settings, aws)
+    return build_trigger_service(store_settings, machine_settings, event_settings, trigger_settings, aws=aws)
 
 
 def _start(item: S3ObjectCreated | RunRequested) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def _view(result: TriggerResult) -> dict[str, Any]:
 @cache
 def costs() -> DynamoHistoryStore:
     """Where the meter adds each run's counts at an invocation's end (shared/costs/invocation.py)."""
-    return build_store(store_settings, aws)
+    return build_store(store_settings, aws=aws)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -56,6 +56,7 @@ from toolpipe.infra.local.client import LOCAL_CALLER as LOCAL_CALLER  # where it
 from toolpipe.infra.local.tool_processes import ToolProcesses
 from toolpipe.infra.local.workers import WorkerPool
 from toolpipe.shared import collector
+from toolpipe.shared.aws_clients import AwsClients
 from toolpipe.shared.history.store import DynamoHistoryStore
 from toolpipe.shared.runs.executions import execution_name
 from toolpipe.shared.runs.factory import build_events
@@ -580,5 +581,7 @@ class LocalRuntime:
             store,
             starter,
             StepFunctionsTaskReporter(self._aws.sfn),
-            build_events(EventSettings.from_env(self.functions[ORCHESTRATOR.name].environment)),
+            build_events(
+                EventSettings.from_env(self.functions[ORCHESTRATOR.name].environment), aws=AwsClients()
+            ),
         )

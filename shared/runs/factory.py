@@ -53,8 +53,7 @@ if TYPE_CHECKING:
     from toolpipe.shared.runs.triggers import TriggerService
 
 
-def build_store(settings: StoreSettings, aws: AwsClients | None = None) -> DynamoHistoryStore:
-    aws = aws or AwsClients()
+def build_store(settings: StoreSettings, *, aws: AwsClients) -> DynamoHistoryStore:
     return DynamoHistoryStore(
         aws.table(settings.table_name),
         watch(aws.client("s3")),
@@ -64,14 +63,13 @@ def build_store(settings: StoreSettings, aws: AwsClients | None = None) -> Dynam
     )
 
 
-def build_events(settings: EventSettings, aws: AwsClients | None = None) -> EventPublisher:
+def build_events(settings: EventSettings, *, aws: AwsClients) -> EventPublisher:
     """Run events to the bus, and spans to the OTLP endpoint, each when configured."""
     spans = run_spans()
     if not settings.bus_name:
         # No client either: events are off.
         return NO_EVENTS if not spans.enabled else EventPublisher(None, None, spans)
-    client = (aws or AwsClients()).client("events", CLIENT_CONFIG)
-    return EventPublisher(watch(client), settings.bus_name, spans)
+    return EventPublisher(watch(aws.client("events", CLIENT_CONFIG)), settings.bus_name, spans)
 
 
 def build_api_key(settings: ModelSettings) -> ApiKeySource:
@@ -93,7 +91,8 @@ def build_model_step(
     timeouts: CallTimeouts,
     events: EventSettings,
     rate: RateSettings | None = None,
-    aws: AwsClients | None = None,
+    *,
+    aws: AwsClients,
 ) -> "ModelStep":
     # Imported here: only the orchestrator has the openai package.
     from toolpipe.shared.model.openai_client import OpenAIModelClient, build_openai_client
@@ -102,7 +101,6 @@ def build_model_step(
     from toolpipe.shared.runs.rate_governor import RateGovernor
     from toolpipe.shared.runs.triggers import AnswerWriter, S3ObjectStore
 
-    aws = aws or AwsClients()
     api_key = build_api_key(model)
     governor = None
     if rate is not None and rate.enabled and rate.table_name:
@@ -123,28 +121,27 @@ def build_model_step(
     sfn = aws.client("stepfunctions")
     reporter = StepFunctionsTaskReporter(sfn)
     return ModelStep(
-        build_store(store, aws),
+        build_store(store, aws=aws),
         client,
         model.model,
         timeouts,
         reporter,
         lambda arn: StepFunctionsStarter(sfn, arn),
         agents=RegisteredAgents(),
-        events=build_events(events, aws),
+        events=build_events(events, aws=aws),
         answers=AnswerWriter(S3ObjectStore(watch(aws.client("s3")))),
         approvals=build_deferred_calls(store, events, timeouts, aws=aws),
         governor=governor,
-        active_time=build_active_time(store, aws),
+        active_time=build_active_time(store, aws=aws),
     )
 
 
-def build_active_time(store: StoreSettings, aws: AwsClients | None = None) -> "ActiveTime":
+def build_active_time(store: StoreSettings, *, aws: AwsClients) -> "ActiveTime":
     from toolpipe.shared.deferred.store import DynamoApprovalStore
     from toolpipe.shared.runs.active_time import ActiveTime
 
-    aws = aws or AwsClients()
     table = aws.table(store.table_name)
-    return ActiveTime(table, build_store(store, aws), DynamoApprovalStore(table))
+    return ActiveTime(table, build_store(store, aws=aws), DynamoApprovalStore(table))
 
 
 def build_deferred_calls(
@@ -153,23 +150,23 @@ def build_deferred_calls(
     timeouts: CallTimeouts,
     admin_principal: str | None = None,
     links: ApprovalLinkSettings | None = None,
-    aws: AwsClients | None = None,
+    *,
+    aws: AwsClients,
 ) -> "DeferredCalls":
     from toolpipe.shared.deferred.links import ApprovalLinks, SecretSigningKey
     from toolpipe.shared.deferred.store import DynamoApprovalStore
     from toolpipe.shared.runs.catalog import RegisteredAgents
     from toolpipe.shared.runs.deferred import DeferredCalls
 
-    aws = aws or AwsClients()
     links = links or ApprovalLinkSettings()
     return DeferredCalls(
         DynamoApprovalStore(aws.table(store.table_name)),
-        build_store(store, aws),
+        build_store(store, aws=aws),
         StepFunctionsTaskReporter(aws.client("stepfunctions")),
         admin_principal,
         agents=RegisteredAgents(),
         timeout_seconds=timeouts.approval_timeout_seconds,
-        events=build_events(events, aws),
+        events=build_events(events, aws=aws),
         # The key is read at the first link made or checked, not at cold start; again after
         # its max age (a rotation).
         links=ApprovalLinks(SecretSigningKey(links.signing_key_secret_arn))
@@ -186,13 +183,13 @@ def build_tool_executor(
     machine: StateMachineSettings,
     events: EventSettings,
     runner: ToolRunnerSettings,
-    aws: AwsClients | None = None,
+    *,
+    aws: AwsClients,
 ) -> "ToolCallExecutor":
     from toolpipe.shared.runs.tool_executor import ToolCallExecutor
     from toolpipe.shared.runs.tool_run import InProcessToolRunner, ToolRunner
     from toolpipe.shared.runs.tool_runner_client import LambdaToolRunner, invoke_config
 
-    aws = aws or AwsClients()
     sfn = aws.client("stepfunctions")
     tools: ToolRunner = InProcessToolRunner()
     if runner.function_name:
@@ -206,11 +203,11 @@ def build_tool_executor(
             runners=runner.runners,
         )
     return ToolCallExecutor(
-        build_store(store, aws),
+        build_store(store, aws=aws),
         StepFunctionsTaskReporter(sfn),
         StepFunctionsStarter(sfn, machine.state_machine_arn),  # agent tools start child runs
         worker.heartbeat_every,
-        events=build_events(events, aws),
+        events=build_events(events, aws=aws),
         runner=tools,
     )
 
@@ -220,17 +217,17 @@ def build_run_starter(
     machine: StateMachineSettings,
     events: EventSettings,
     quota: QuotaSettings | None = None,
-    aws: AwsClients | None = None,
+    *,
+    aws: AwsClients,
 ) -> "RunStarter":
     """`quota`: the per-caller quotas starts count against (the API's); None for none."""
     from toolpipe.shared.runs.quota import RunQuota
     from toolpipe.shared.runs.starter import RunStarter
 
-    aws = aws or AwsClients()
     return RunStarter(
-        build_store(store, aws),
+        build_store(store, aws=aws),
         StepFunctionsStarter(aws.client("stepfunctions"), machine.state_machine_arn),
-        events=build_events(events, aws),
+        events=build_events(events, aws=aws),
         quota=None if quota is None else RunQuota(quota),
     )
 
@@ -240,16 +237,16 @@ def build_run_canceller(
     machine: StateMachineSettings,
     events: EventSettings,
     admin_principal: str | None,
-    aws: AwsClients | None = None,
+    *,
+    aws: AwsClients,
 ) -> "RunCanceller":
     from toolpipe.shared.runs.cancel import RunCanceller
 
-    aws = aws or AwsClients()
     return RunCanceller(
-        build_store(store, aws),
+        build_store(store, aws=aws),
         StepFunctionsStopper(aws.client("stepfunctions"), machine.state_machine_arn),
         admin_principal,
-        events=build_events(events, aws),
+        events=build_events(events, aws=aws),
     )
 
 
@@ -259,18 +256,18 @@ def build_run_resumer(
     events: EventSettings,
     admin_principal: str | None,
     quota: QuotaSettings | None = None,
-    aws: AwsClients | None = None,
+    *,
+    aws: AwsClients,
 ) -> "RunResumer":
     """`quota`: the per-caller quotas; a resumed run takes a running slot, as `POST /runs` does."""
     from toolpipe.shared.runs.quota import RunQuota
     from toolpipe.shared.runs.resume import RunResumer
 
-    aws = aws or AwsClients()
     return RunResumer(
-        build_store(store, aws),
+        build_store(store, aws=aws),
         StepFunctionsStarter(aws.client("stepfunctions"), machine.state_machine_arn),
         admin_principal,
-        events=build_events(events, aws),
+        events=build_events(events, aws=aws),
         quota=None if quota is None else RunQuota(quota),
     )
 
@@ -280,27 +277,25 @@ def build_run_forker(
     machine: StateMachineSettings,
     events: EventSettings,
     quota: QuotaSettings,
-    aws: AwsClients | None = None,
+    *,
+    aws: AwsClients,
 ) -> "RunForker":
     """`quota`: the per-caller quotas a fork counts against, as `POST /runs` does."""
     from toolpipe.shared.runs.fork import RunForker
     from toolpipe.shared.runs.quota import RunQuota
 
-    aws = aws or AwsClients()
     return RunForker(
-        build_store(store, aws),
+        build_store(store, aws=aws),
         StepFunctionsStarter(aws.client("stepfunctions"), machine.state_machine_arn),
-        events=build_events(events, aws),
+        events=build_events(events, aws=aws),
         quota=RunQuota(quota),
     )
 
 
-def build_run_deleter(
-    store: StoreSettings, admin_principal: str | None, aws: AwsClients | None = None
-) -> "RunDeleter":
+def build_run_deleter(store: StoreSettings, admin_principal: str | None, *, aws: AwsClients) -> "RunDeleter":
     from toolpipe.shared.runs.delete import RunDeleter
 
-    return RunDeleter(build_store(store, aws), admin_principal)
+    return RunDeleter(build_store(store, aws=aws), admin_principal)
 
 
 def build_trigger_service(
@@ -308,18 +303,17 @@ def build_trigger_service(
     machine: StateMachineSettings,
     events: EventSettings,
     triggers: TriggerSettings,
-    aws: AwsClients | None = None,
+    *,
+    aws: AwsClients,
 ) -> "TriggerService":
     from toolpipe.shared.runs.triggers import S3ObjectStore, TriggerService
 
-    aws = aws or AwsClients()
     return TriggerService(
         build_run_starter(store, machine, events, aws=aws), S3ObjectStore(watch(aws.client("s3"))), triggers
     )
 
 
-def build_transition_counter(store: StoreSettings, aws: AwsClients | None = None) -> "TransitionCounter":
+def build_transition_counter(store: StoreSettings, *, aws: AwsClients) -> "TransitionCounter":
     from toolpipe.shared.costs.transitions import TransitionCounter
 
-    aws = aws or AwsClients()
-    return TransitionCounter(aws.client("stepfunctions", HISTORY_READ_CONFIG), build_store(store, aws))
+    return TransitionCounter(aws.client("stepfunctions", HISTORY_READ_CONFIG), build_store(store, aws=aws))

@@ -11,6 +11,7 @@ import requests
 from tests.conftest import TEST_AGENT, Pipeline, Reply, _pipeline, big_output, call
 from toolpipe.infra.local import lambdas
 from toolpipe.shared.agents import AGENTS, Agent
+from toolpipe.shared.aws_clients import AwsClients
 from toolpipe.shared.messages import AssistantMessage, RunRecord, RunStatus, ToolCall, ToolResult, UserMessage
 from toolpipe.shared.runs.factory import build_store
 from toolpipe.shared.settings import StoreSettings
@@ -109,7 +110,9 @@ def _finished_run(run_id: str, replies: int, calls_per_reply: int, text: str) ->
     """A run written straight into the store, `text` in every string the model or a tool made."""
     from toolpipe.infra.local.runtime import BUCKET, LOCAL_CALLER, TABLE
 
-    store = build_store(StoreSettings.from_env({"TABLE_NAME": TABLE, "BUCKET_NAME": BUCKET}))
+    store = build_store(
+        StoreSettings.from_env({"TABLE_NAME": TABLE, "BUCKET_NAME": BUCKET}), aws=AwsClients()
+    )
     record = RunRecord(run_id=run_id, agent=TEST_AGENT.name, status=RunStatus.RUNNING, caller=LOCAL_CALLER)
     assert store.create_run(record, UserMessage(seq=1, turn=0, content=text))
     seq = 2

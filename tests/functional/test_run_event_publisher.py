@@ -12,6 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from toolpipe.shared.aws_clients import AwsClients
 from toolpipe.shared.messages import RunRecord, RunStatus
 from toolpipe.shared.runs.events import CLIENT_CONFIG, NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.factory import build_events
@@ -45,7 +46,7 @@ def _received(url: str) -> list[str]:
 
 
 def test_without_a_bus_name_nothing_is_published_and_no_client_is_made() -> None:
-    assert build_events(EventSettings.from_env({})) is NO_EVENTS
+    assert build_events(EventSettings.from_env({}), aws=AwsClients()) is NO_EVENTS
     assert not NO_EVENTS.enabled
     NO_EVENTS.run_started(RUN)  # does nothing, raises nothing
 
