@@ -6,13 +6,13 @@ built at its first use: a request for runs never builds the approval page.
 """
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING
 
 import boto3
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from toolpipe.functions.api.page.approval_page import ApprovalPage
+from toolpipe.shared import collector
 from toolpipe.shared.aws_clients import AwsClients
 from toolpipe.shared.costs.prices import PriceTable
 from toolpipe.shared.deferred.models import waiting_for
@@ -87,36 +87,36 @@ class ApiServices:
         # One client per service for every service below, and for the meter's counts.
         self.aws = AwsClients()
 
-    @cached_property
+    @collector.cold_property
     def costs(self) -> DynamoHistoryStore:
         """Where the meter adds each run's counts at a request's end (shared/costs/invocation.py)."""
         return build_store(self.settings.store, aws=self.aws)
 
-    @cached_property
+    @collector.cold_property
     def starter(self) -> RunStarter:
         s = self.settings
         return build_run_starter(s.store, s.machine, s.events, s.quota, aws=self.aws)
 
-    @cached_property
+    @collector.cold_property
     def canceller(self) -> RunCanceller:
         s = self.settings
         return build_run_canceller(s.store, s.machine, s.events, s.api.admin_principal, aws=self.aws)
 
-    @cached_property
+    @collector.cold_property
     def resumer(self) -> RunResumer:
         s = self.settings
         return build_run_resumer(s.store, s.machine, s.events, s.api.admin_principal, s.quota, aws=self.aws)
 
-    @cached_property
+    @collector.cold_property
     def forker(self) -> RunForker:
         s = self.settings
         return build_run_forker(s.store, s.machine, s.events, s.quota, aws=self.aws)
 
-    @cached_property
+    @collector.cold_property
     def deleter(self) -> RunDeleter:
         return build_run_deleter(self.settings.store, self.settings.api.admin_principal, aws=self.aws)
 
-    @cached_property
+    @collector.cold_property
     def reader(self) -> RunReader:
         bucket = self.settings.store.bucket_name
         # SigV4 signs URLs that work in every region and with the function's session credentials.
@@ -137,27 +137,27 @@ class ApiServices:
             waits=lambda run_id: waiting_for(self._approval_records.waiting(run_id)),
         )
 
-    @cached_property
+    @collector.cold_property
     def _approval_records(self) -> "DynamoApprovalStore":
         from toolpipe.shared.deferred.store import DynamoApprovalStore
 
         return DynamoApprovalStore(boto3.resource("dynamodb").Table(self.settings.store.table_name))
 
-    @cached_property
+    @collector.cold_property
     def timeline(self) -> TimelineReader:
         s = self.settings
         return TimelineReader(
             build_store(s.store, aws=self.aws), self._approval_records, s.api.admin_principal, s.prices
         )
 
-    @cached_property
+    @collector.cold_property
     def approvals(self) -> DeferredCalls:
         s = self.settings
         return build_deferred_calls(
             s.store, s.events, CallTimeouts(), s.api.admin_principal, s.links, aws=self.aws
         )
 
-    @cached_property
+    @collector.cold_property
     def page(self) -> ApprovalPage:
         return ApprovalPage(self.approvals)
 

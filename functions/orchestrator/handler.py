@@ -1,6 +1,5 @@
 """One model step per invocation; returns a small decision with call ids, never contents."""
 
-from functools import cache
 from typing import Any
 
 from toolpipe.shared import collector
@@ -58,14 +57,14 @@ with collector.cold_start():
     aws = AwsClients()  # one client per service for every service below
 
 
-@cache
+@collector.cold_built
 def service() -> ModelStep:
     return build_model_step(
         store_settings, model_settings, call_timeouts, event_settings, rate_settings, aws=aws
     )
 
 
-@cache
+@collector.cold_built
 def approvals() -> DeferredCalls:
     # Link settings read at the first approval, not at import: the local server sets the API's
     # URL once it listens, after the runtime's cold start.
@@ -74,17 +73,17 @@ def approvals() -> DeferredCalls:
     )
 
 
-@cache
+@collector.cold_built
 def active_time() -> ActiveTime:
     return build_active_time(store_settings, aws=aws)
 
 
-@cache
+@collector.cold_built
 def transitions() -> TransitionCounter:
     return build_transition_counter(store_settings, aws=aws)
 
 
-@cache
+@collector.cold_built
 def costs() -> DynamoHistoryStore:
     """Where the meter adds each run's counts at an invocation's end (shared/costs/invocation.py)."""
     return build_store(store_settings, aws=aws)

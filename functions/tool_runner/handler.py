@@ -9,7 +9,6 @@ writes or sets ends with it, and no later call, of any run, sees it.
 import os
 import sys
 import tempfile
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from toolpipe.shared import collector
@@ -67,7 +66,7 @@ _TMP = tempfile.gettempdir()
 _TMP_AT_START = tmp_files.snapshot(_TMP) if in_lambda() else {}
 
 
-@cache
+@collector.cold_built
 def s3() -> "S3Client":
     return boto3.client("s3")
 

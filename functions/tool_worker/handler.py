@@ -1,6 +1,5 @@
 """Runs one tool call per SQS record and reports it to the waiting Step Functions task."""
 
-from functools import cache
 from typing import Any
 
 from toolpipe.shared import collector
@@ -43,7 +42,7 @@ with collector.cold_start():
     LEASE_MARGIN_SECONDS = 30
 
 
-@cache
+@collector.cold_built
 def service() -> ToolCallExecutor:
     return build_tool_executor(
         store_settings, worker_settings, machine_settings, event_settings, runner_settings, aws=aws
@@ -71,7 +70,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
         logger.info("tool call done", status=outcome.status)
 
 
-@cache
+@collector.cold_built
 def costs() -> DynamoHistoryStore:
     """Where the meter adds each run's counts at an invocation's end (shared/costs/invocation.py)."""
     return build_store(store_settings, aws=aws)

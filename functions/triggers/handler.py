@@ -7,7 +7,6 @@ raises, so Lambda's asynchronous retries, then the DLQ, take it.
 """
 
 from dataclasses import asdict
-from functools import cache
 from typing import Any
 
 from toolpipe.shared import collector
@@ -41,7 +40,7 @@ with collector.cold_start():
     _REJECTED = (TriggerEventError, UnknownAgentError, UnknownToolsRequestedError, IdempotencyConflictError)
 
 
-@cache
+@collector.cold_built
 def service() -> TriggerService:
     return build_trigger_service(store_settings, machine_settings, event_settings, trigger_settings, aws=aws)
 
@@ -71,7 +70,7 @@ def _view(result: TriggerResult) -> dict[str, Any]:
     return {k: v for k, v in asdict(result).items() if v is not None}
 
 
-@cache
+@collector.cold_built
 def costs() -> DynamoHistoryStore:
     """Where the meter adds each run's counts at an invocation's end (shared/costs/invocation.py)."""
     return build_store(store_settings, aws=aws)

@@ -21,48 +21,54 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import boto3
-from moto import mock_aws
-from moto.core.config import default_user_config
-
-from toolpipe.infra.cdk import limits
-from toolpipe.infra.cdk.definition import (
-    MAX_PARALLEL_CALLS,
-    execution_ended_pattern,
-    execution_ended_request,
-    matches,
-)
-from toolpipe.infra.cdk.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_RUNNER, TOOL_WORKER, TRIGGERS
-from toolpipe.infra.local import (
-    clients,
-    control_flow_logs,
-    deployment,
-    execution_events,
-    function_env,
-    iam,
-    isolation,
-    lambdas,
-    logfile,
-    patches,
-    persistence,
-    recovery,
-    s3_links,
-    serial,
-    stopped_calls,
-    template,
-    triggers,
-)
-from toolpipe.infra.local.client import LOCAL_CALLER as LOCAL_CALLER  # where it is named (moto-free)
-from toolpipe.infra.local.tool_processes import ToolProcesses
-from toolpipe.infra.local.workers import WorkerPool
 from toolpipe.shared import collector
-from toolpipe.shared.aws_clients import AwsClients
-from toolpipe.shared.history.store import DynamoHistoryStore
-from toolpipe.shared.runs.executions import execution_name
-from toolpipe.shared.runs.factory import build_events
-from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
-from toolpipe.shared.settings import EventSettings
-from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE
+
+# Imported with the collector paused, then frozen: what this imports (moto, boto3, the stack's
+# definitions) lasts the process, and the collector's passes during the import only walked it
+# (~100 ms of a 520 ms import: two full passes). A runtime's stop gives it back (`gc.unfreeze`).
+# Freezing keeps the import's garbage in cycles too: ~1,000 objects.
+with collector.paused(keep=True):
+    import boto3
+    from moto import mock_aws
+    from moto.core.config import default_user_config
+
+    from toolpipe.infra.cdk import limits
+    from toolpipe.infra.cdk.definition import (
+        MAX_PARALLEL_CALLS,
+        execution_ended_pattern,
+        execution_ended_request,
+        matches,
+    )
+    from toolpipe.infra.cdk.functions import API, FUNCTIONS, ORCHESTRATOR, TOOL_RUNNER, TOOL_WORKER, TRIGGERS
+    from toolpipe.infra.local import (
+        clients,
+        control_flow_logs,
+        deployment,
+        execution_events,
+        function_env,
+        iam,
+        isolation,
+        lambdas,
+        logfile,
+        patches,
+        persistence,
+        recovery,
+        s3_links,
+        serial,
+        stopped_calls,
+        template,
+        triggers,
+    )
+    from toolpipe.infra.local.client import LOCAL_CALLER as LOCAL_CALLER  # where it is named (moto-free)
+    from toolpipe.infra.local.tool_processes import ToolProcesses
+    from toolpipe.infra.local.workers import WorkerPool
+    from toolpipe.shared.aws_clients import AwsClients
+    from toolpipe.shared.history.store import DynamoHistoryStore
+    from toolpipe.shared.runs.executions import execution_name
+    from toolpipe.shared.runs.factory import build_events
+    from toolpipe.shared.runs.ports import StepFunctionsStarter, StepFunctionsTaskReporter
+    from toolpipe.shared.settings import EventSettings
+    from toolpipe.shared.triggers.events import RUN_REQUESTED_DETAIL_TYPE
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -223,6 +229,9 @@ class LocalRuntime:
         # the last runtime has put back what the ones below change.
         stopped_calls.install()
         self._undo = contextlib.ExitStack()  # what start changed in this process, undone at stop
+        # Each function's cold start (its import, what it builds at its first call) kept as on
+        # Lambda: the stop gives it back (`gc.unfreeze`).
+        self._undo.callback(collector.keep_cold_starts())
         self._undo.callback(isolation.install())
         # Every botocore client, of any session, checks a function's calls from now on.
         self._undo.callback(iam.install())

@@ -1,17 +1,25 @@
-"""Each function's cold start builds what it keeps (imports, settings, the API's routes) with the
-cyclic collector paused: no full pass walks it. On Lambda it is then frozen, as it lasts the
-execution environment's life; elsewhere (the local runtime, a test) nothing is frozen, so no
-garbage waiting then is kept for good (shared/collector.py).
+"""Each function's cold start builds what it keeps (imports, settings, the API's routes, and at
+its first call its clients and the orchestrator's `openai`) with the cyclic collector paused: no
+full pass walks it. On Lambda it is then frozen, as it lasts the execution environment's life;
+so it is while a local runtime is up, whose stop gives it back; elsewhere (a test) nothing is
+frozen, so no garbage waiting then is kept for good (shared/collector.py).
 
 Each case runs in a fresh interpreter, as Lambda's cold start does.
 """
 
+import gc
+import json
 from pathlib import Path
 
 import pytest
 
+from benchmarks.coldstart import FIRST_CALL, function_env
+from benchmarks.loops import turns_responder
+from benchmarks.runtime import bench_runtime
 from tests.functional.test_tracing import FUNCTION_ENV, run_python
 from toolpipe.infra.cdk.functions import FUNCTIONS
+from toolpipe.infra.local.scripted_model import ScriptedModelServer
+from toolpipe.shared import collector
 from toolpipe.shared.collector import ON_LAMBDA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,3 +60,96 @@ def test_elsewhere_a_handlers_import_runs_no_full_pass_and_freezes_nothing(modul
     assert not full_pass
     assert frozen == 0
     assert enabled
+
+
+COUNTED_FIRST_CALL = """
+import gc
+import {module} as handler
+passes = []
+gc.callbacks.append(lambda phase, info: phase == "start" and passes.append(info["generation"]))
+frozen_before = gc.get_freeze_count()
+{first_call}
+print(2 in passes, gc.get_freeze_count() - frozen_before, gc.isenabled())
+"""
+
+
+def counted_first_call(name: str, env: dict[str, str]) -> tuple[bool, int, bool]:
+    code = COUNTED_FIRST_CALL.format(module=FUNCTIONS[name].module, first_call="\n".join(FIRST_CALL[name]))
+    full_pass, frozen, enabled = run_python(code, env).split()
+    return full_pass == "True", int(frozen), enabled == "True"
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_on_lambda_what_the_first_call_builds_is_built_paused_and_frozen(name: str) -> None:
+    """Clients and the `openai` package (the orchestrator's first call: 366 -> 314 ms of CPU), out
+    of the passes of every invocation after."""
+    full_pass, frozen, enabled = counted_first_call(name, function_env(tracing=False, spec=FUNCTIONS[name]))
+    assert not full_pass
+    assert frozen > 1_000  # a boto3 client's service model alone is thousands of objects
+    assert enabled
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_elsewhere_the_first_call_freezes_nothing(name: str) -> None:
+    env = {k: v for k, v in function_env(tracing=False, spec=FUNCTIONS[name]).items() if k != ON_LAMBDA}
+    full_pass, frozen, enabled = counted_first_call(name, env)
+    assert not full_pass
+    assert frozen == 0
+    assert enabled
+
+
+def test_importing_the_local_runtime_runs_no_full_pass_and_keeps_the_collector_on() -> None:
+    """`toolpipe serve`, `toolpipe run` and `LocalPipeline` import it first: two full passes
+    were ~100 ms of a ~520 ms import."""
+    full_pass, frozen, enabled = counted_import("toolpipe.infra.local.runtime", FUNCTION_ENV)
+    assert not full_pass
+    assert frozen > 50_000
+    assert enabled
+
+
+def test_a_local_runtime_keeps_its_functions_cold_starts_and_gives_them_back_at_stop() -> None:
+    with ScriptedModelServer(turns_responder) as model, bench_runtime(model.base_url) as runtime:
+        started = gc.get_freeze_count()
+        status, body = runtime.api("POST", "/runs", {"input": "Count up. 0", "agent": "tester"})
+        assert status == 202, body
+        assert runtime.wait_for_execution(body["run_id"])["status"] == "SUCCEEDED"
+        # The functions' first calls built their services (the model step's `openai` client).
+        assert gc.get_freeze_count() > started
+        assert gc.isenabled()
+    assert gc.get_freeze_count() == 0  # given back
+    # Stopped: a cold start in this process is only paused again, as anywhere but on Lambda.
+    with collector.cold_start():
+        built = [object() for _ in range(100)]
+    assert built and gc.get_freeze_count() == 0
+
+
+PLAIN_CACHES = """
+import functools, importlib, json
+from toolpipe.functions.api.services import ApiServices
+from toolpipe.shared import collector
+
+COLD_BUILT = collector.cold_built(lambda: None).__wrapped__.__code__
+
+def plain(namespace):
+    found = []
+    for name, value in namespace.items():
+        if isinstance(value, functools.cached_property) and not isinstance(value, collector.cold_property):
+            found.append(name)
+        wrapped = getattr(value, "__wrapped__", None)
+        if hasattr(value, "cache_clear") and getattr(wrapped, "__code__", None) is not COLD_BUILT:
+            found.append(name)
+    return found
+
+found = {{name: plain(vars(importlib.import_module(name))) for name in {modules!r}}}
+found["ApiServices"] = plain(vars(ApiServices))
+found["a plain cache, to see the check sees one"] = plain({{"service": functools.cache(lambda: None)}})
+print(json.dumps(found))
+"""
+
+
+def test_every_service_a_handler_builds_at_its_first_use_is_built_as_its_cold_start() -> None:
+    """The first-call tests above run the builders `benchmarks.coldstart` names; the rest (the
+    orchestrator's approvals, the API's timeline...) are held here by how they are declared."""
+    found = json.loads(run_python(PLAIN_CACHES.format(modules=MODULES), FUNCTION_ENV))
+    assert found.pop("a plain cache, to see the check sees one") == ["service"]
+    assert found == {name: [] for name in found} and len(found) == len(MODULES) + 1

@@ -89,3 +89,54 @@ def test_a_cold_start_keeps_what_it_built_on_lambda_only(
     finally:
         if frozen_before == 0:
             gc.unfreeze()
+
+
+def test_a_cold_built_service_is_built_once_with_the_collector_off(enabled_after: None) -> None:
+    gc.enable()
+    seen = []
+
+    @collector.cold_built
+    def service() -> object:
+        seen.append(gc.isenabled())
+        return object()
+
+    assert service() is service()
+    assert seen == [False] and gc.isenabled()
+
+
+def test_a_cold_property_is_built_once_per_instance_with_the_collector_off(enabled_after: None) -> None:
+    gc.enable()
+    seen = []
+
+    class Services:
+        @collector.cold_property
+        def starter(self) -> object:
+            seen.append(gc.isenabled())
+            return object()
+
+    services = Services()
+    assert services.starter is services.starter
+    assert Services().starter is not services.starter
+    assert seen == [False, False] and gc.isenabled()
+
+
+def test_cold_starts_are_kept_while_a_keeper_is_up_and_not_after(
+    enabled_after: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local runtime keeps its functions' cold starts as Lambda does, and its stop gives them back."""
+    gc.enable()
+    monkeypatch.delenv(collector.ON_LAMBDA, raising=False)
+    frozen_before = gc.get_freeze_count()
+    undo = collector.keep_cold_starts()
+    try:
+        with collector.cold_start():
+            kept = [object() for _ in range(100)]
+        assert gc.get_freeze_count() > frozen_before + len(kept)
+    finally:
+        undo()
+        if frozen_before == 0:
+            gc.unfreeze()
+    frozen_after = gc.get_freeze_count()
+    with collector.cold_start():
+        pass
+    assert gc.get_freeze_count() == frozen_after
