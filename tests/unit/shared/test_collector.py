@@ -1,6 +1,8 @@
 """`collector.paused`: the cyclic collector off for a block, then as it was."""
 
 import gc
+import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -140,3 +142,58 @@ def test_cold_starts_are_kept_while_a_keeper_is_up_and_not_after(
     with collector.cold_start():
         pass
     assert gc.get_freeze_count() == frozen_after
+
+
+def test_blocks_that_overlap_on_threads_keep_it_off_until_the_last_one_ends(enabled_after: None) -> None:
+    """A local runtime's functions start cold at once, each in a block of its own: one ending
+    must not turn the collector back on under another still building."""
+    gc.enable()
+    entered, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with collector.paused():
+            entered.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    with collector.paused():
+        thread.start()
+        assert entered.wait(10)
+    assert not gc.isenabled()  # ended here, the other block still runs
+    release.set()
+    thread.join(10)
+    assert gc.isenabled()
+
+
+class _Cycle:
+    other: "_Cycle"
+
+
+def _garbage_cycle() -> "weakref.ref[_Cycle]":
+    a, b = _Cycle(), _Cycle()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+def test_a_build_kept_frees_the_garbage_that_waited_rather_than_freezing_it(
+    enabled_after: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API's first fork may come hours into an environment's life, with garbage waiting for
+    a pass: freezing then would keep it for good."""
+    gc.enable()
+    monkeypatch.setenv(collector.ON_LAMBDA, "/var/task")
+    frozen_before = gc.get_freeze_count()
+    waiting = _garbage_cycle()
+
+    @collector.cold_built
+    def service() -> list[object]:
+        return [object() for _ in range(100)]
+
+    try:
+        assert waiting() is not None  # a cycle: only a pass frees it
+        built = service()
+        assert waiting() is None
+        assert gc.get_freeze_count() > frozen_before + len(built)
+    finally:
+        if frozen_before == 0:
+            gc.unfreeze()
