@@ -17,8 +17,9 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 # Set where a process is a Lambda function's (Lambda, SAM's emulator); Powertools reads it the
@@ -95,29 +96,28 @@ def keep_cold_starts() -> Callable[[], None]:
     return undo
 
 
+def _built_cold(build: Callable[P, T]) -> Callable[P, T]:
+    """`build`, run as a cold start that collects first (`cold_start(collect=True)`)."""
+
+    @functools.wraps(build)
+    def built(*args: P.args, **kwargs: P.kwargs) -> T:
+        with cold_start(collect=True):
+            return build(*args, **kwargs)
+
+    return built
+
+
 def cold_built(build: Callable[[], T]) -> Callable[[], T]:
     """`functools.cache` for what a handler builds at its first call, built as its cold start
     (`cold_start`): its clients (botocore's service models), the orchestrator's `openai` package.
     Built with the collector on, it was left young, and the passes of the invocation walked it:
     the orchestrator's first call took 358 ms of CPU, 306 now, and 200,000 allocations after it
     142 ms, 33 now (docs/benchmarks.md, "Cold start")."""
-
-    @functools.cache
-    @functools.wraps(build)
-    def built() -> T:
-        with cold_start(collect=True):
-            return build()
-
-    return built
+    return functools.cache(_built_cold(build))
 
 
 class cold_property(functools.cached_property[T]):
     """`functools.cached_property` for a service built at its first use (`cold_built`)."""
 
     def __init__(self, func: Callable[[Any], T]) -> None:
-        @functools.wraps(func)
-        def built(instance: Any) -> T:
-            with cold_start(collect=True):
-                return func(instance)
-
-        super().__init__(built)
+        super().__init__(_built_cold(func))

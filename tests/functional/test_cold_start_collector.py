@@ -31,24 +31,30 @@ LAMBDA = {
     "POWERTOOLS_TRACE_DISABLED": "true",
 }
 
-COUNTED_IMPORT = """
+# `measured` run in a fresh interpreter after `before`: whether the collector ran a full pass of
+# its own (only while it is on: a `gc.collect()` in a paused block is the code's own, before it
+# freezes), how many objects it left frozen, whether the collector is on after.
+COUNTED = """
 import gc
+{before}
 passes = []
-# A pass the collector starts itself (only while it is on); a `gc.collect()` in a paused block
-# is the code's own, before it freezes.
 def counted(phase, info):
     if phase == "start" and gc.isenabled():
         passes.append(info["generation"])
 gc.callbacks.append(counted)
 frozen_before = gc.get_freeze_count()
-import {module}
+{measured}
 print(2 in passes, gc.get_freeze_count() - frozen_before, gc.isenabled())
 """
 
 
-def counted_import(module: str, env: dict[str, str]) -> tuple[bool, int, bool]:
-    full_pass, frozen, enabled = run_python(COUNTED_IMPORT.format(module=module), env).split()
+def counted(measured: str, env: dict[str, str], before: str = "") -> tuple[bool, int, bool]:
+    full_pass, frozen, enabled = run_python(COUNTED.format(before=before, measured=measured), env).split()
     return full_pass == "True", int(frozen), enabled == "True"
+
+
+def counted_import(module: str, env: dict[str, str]) -> tuple[bool, int, bool]:
+    return counted(f"import {module}", env)
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -67,26 +73,10 @@ def test_elsewhere_a_handlers_import_runs_no_full_pass_and_freezes_nothing(modul
     assert enabled
 
 
-COUNTED_FIRST_CALL = """
-import gc
-import {module} as handler
-passes = []
-# A pass the collector starts itself (only while it is on); a `gc.collect()` in a paused block
-# is the code's own, before it freezes.
-def counted(phase, info):
-    if phase == "start" and gc.isenabled():
-        passes.append(info["generation"])
-gc.callbacks.append(counted)
-frozen_before = gc.get_freeze_count()
-{first_call}
-print(2 in passes, gc.get_freeze_count() - frozen_before, gc.isenabled())
-"""
-
-
 def counted_first_call(name: str, env: dict[str, str]) -> tuple[bool, int, bool]:
-    code = COUNTED_FIRST_CALL.format(module=FUNCTIONS[name].module, first_call="\n".join(FIRST_CALL[name]))
-    full_pass, frozen, enabled = run_python(code, env).split()
-    return full_pass == "True", int(frozen), enabled == "True"
+    """The builders `benchmarks.coldstart` names as the function's first call, after its import."""
+    before = f"import {FUNCTIONS[name].module} as handler"
+    return counted("\n".join(FIRST_CALL[name]), env, before)
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
