@@ -13,7 +13,6 @@ from toolpipe.infra.cli.discovery import serving, state_dir, try_lock
 from toolpipe.infra.cli.errors import EXIT_OK, EXIT_USAGE, CommandError, reason
 from toolpipe.infra.cli.model_endpoint import model_endpoint
 from toolpipe.infra.cli.output import short, write_json
-from toolpipe.shared import collector
 
 
 def invoke(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -90,10 +89,11 @@ def _event(args: argparse.Namespace) -> Any:
 def _invoke_in_runtime(
     args: argparse.Namespace, event: Any, home: Path, err: TextIO
 ) -> tuple[Any, Exception | None]:
-    with collector.paused():  # moto, botocore and the handlers: kept for the process's life
-        from toolpipe.infra.local import triggers
-        from toolpipe.infra.local.lambdas import call_function
-        from toolpipe.infra.local.runtime import LocalRuntime
+    # The runtime first: its import pauses the collector, then freezes what it made (moto,
+    # botocore), which the others import too.
+    from toolpipe.infra.local.runtime import LocalRuntime  # noqa: I001
+    from toolpipe.infra.local import triggers
+    from toolpipe.infra.local.lambdas import call_function
 
     # Workers run too: a run the event starts finishes before the runtime shuts down.
     with model_endpoint(args) as model, LocalRuntime(state_dir=home) as runtime:

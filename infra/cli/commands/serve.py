@@ -29,7 +29,6 @@ from toolpipe.infra.cli.model_endpoint import (
     reachable_endpoint,
 )
 from toolpipe.infra.cli.serving import LOOPBACK, aws_port, check_ports, exit_past_stray_threads, stop_events
-from toolpipe.shared import collector
 from toolpipe.shared.app_ref import APP_ENV
 
 if TYPE_CHECKING:
@@ -89,10 +88,11 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _serve_runtime(
     args: argparse.Namespace, ready_to: TextIO, err: TextIO, home: Path, aws_port: int
 ) -> None:
-    with collector.paused():  # moto, botocore and the handlers: kept for the process's life
-        from toolpipe.infra.local.app_reload import AppReloader
-        from toolpipe.infra.local.runtime import LocalRuntime
-        from toolpipe.infra.local.serve_loop import serve_until_stopped
+    # The runtime first: its import pauses the collector, then freezes what it made (moto,
+    # botocore), which the others import too.
+    from toolpipe.infra.local.runtime import LocalRuntime  # noqa: I001
+    from toolpipe.infra.local.app_reload import AppReloader
+    from toolpipe.infra.local.serve_loop import serve_until_stopped
 
     stop, hurry = stop_events()
     with model_endpoint(args) as model, LocalRuntime(state_dir=home) as runtime:
