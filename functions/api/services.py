@@ -8,7 +8,6 @@ built at its first use: a request for runs never builds the approval page.
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import boto3
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from toolpipe.functions.api.page.approval_page import ApprovalPage
@@ -141,7 +140,9 @@ class ApiServices:
     def _approval_records(self) -> "DynamoApprovalStore":
         from toolpipe.shared.deferred.store import DynamoApprovalStore
 
-        return DynamoApprovalStore(boto3.resource("dynamodb").Table(self.settings.store.table_name))
+        # Through the function's table resource: its reads count in the run's cost, as the
+        # reader's own do (`AwsClients.table`).
+        return DynamoApprovalStore(self.aws.table(self.settings.store.table_name))
 
     @collector.cold_property
     def timeline(self) -> TimelineReader:

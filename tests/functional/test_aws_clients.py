@@ -213,12 +213,8 @@ def _label(service: str, config: Any) -> str:
             ["dynamodb:resource", "events:events", "lambda:own", "s3", "s3:presign", "stepfunctions"],
         ),
         (_triggers, ["dynamodb:resource", "events:events", "s3", "stepfunctions"]),
-        # The reader's and the timeline's approval records are read through a resource of their
-        # own, whose reads are not metered (functions/api/services.py `_approval_records`).
-        (
-            _api,
-            ["dynamodb:resource", "dynamodb:resource", "events:events", "s3", "s3:presign", "stepfunctions"],
-        ),
+        # The reader's and the timeline's approval records too: through the one resource.
+        (_api, ["dynamodb:resource", "events:events", "s3", "s3:presign", "stepfunctions"]),
     ],
     ids=["orchestrator", "tool_worker", "triggers", "api"],
 )
