@@ -53,6 +53,22 @@ def running_as(context: FunctionContext | None) -> Iterator[None]:
         _current.reset(token)
 
 
+_inheriting = False
+_inheriting_lock = threading.Lock()
+
+
+def threads_inherit() -> None:
+    """Threads started from now on inherit the function their starter runs as: installed
+    once a process and never undone (a thread a function starts can outlive its runtime, and
+    must go on acting as that function: `stopped_calls.py`). Once, so a thread's `run` is
+    wrapped once, whichever of the runtime's parts asked first."""
+    global _inheriting
+    with _inheriting_lock:
+        if not _inheriting:
+            threading.Thread.start = starting_in_context(threading.Thread.start)  # type: ignore[method-assign, assignment]
+            _inheriting = True
+
+
 def starting_in_context(original: Callable[[threading.Thread], None]) -> Callable[[threading.Thread], None]:
     """`Thread.start`, the thread inheriting the function its starter runs as (Python 3.11's
     threads start in an empty context): a tool's timeout thread, a heartbeat, a thread of the

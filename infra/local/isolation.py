@@ -11,14 +11,14 @@ variable, entered by `infra/local/lambdas.py` for the length of each invocation:
   invocation (the CLI, the runtime itself, tests) it is the process's environment, unchanged.
 - threads a function starts inherit its context (Python 3.11's threads start in an empty one):
   a tool's timeout thread, a heartbeat, a thread of the tool's own all act as the function.
+  Installed once a process, never undone (`caller.threads_inherit`).
 - `infra/local/iam.py` authorizes each AWS call made in a function's context against its role.
 """
 
 import os
-import threading
 from collections.abc import Callable, Iterator, MutableMapping
 
-from toolpipe.infra.local.caller import FunctionContext, current, running_as, starting_in_context
+from toolpipe.infra.local.caller import FunctionContext, current, running_as, threads_inherit
 from toolpipe.infra.local.caller import _current as _current
 from toolpipe.infra.local.process_patch import Patched
 
@@ -80,13 +80,13 @@ class FunctionEnviron(MutableMapping[str, str]):
         return f"FunctionEnviron({dict(self)!r})"
 
 
-_PATCHED = Patched(
-    [(os, "environ", FunctionEnviron), (threading.Thread, "start", starting_in_context)], wrap=True
-)
+_PATCHED = Patched([(os, "environ", FunctionEnviron)], wrap=True)
 
 
 def install() -> Callable[[], None]:
-    """Per-function environments and inherited contexts, until the last runtime's undo."""
+    """Per-function environments until the last runtime's undo, and inherited contexts for
+    good (`caller.threads_inherit`: a function's thread may outlive its runtime)."""
+    threads_inherit()
     return _PATCHED.install()
 
 

@@ -1,7 +1,7 @@
 """What the local runtime changes in its own process, with one lifecycle.
 
 The runtime replaces a few attributes of other modules while it is up (moto's Lambda invoke,
-botocore's API call, `os.environ`, `Thread.start`). Several runtimes may be up in one process
+botocore's API call, `os.environ`). Several runtimes may be up in one process
 (nested in a test, one after another): the first installs, the last puts back. `install` returns
 the undo of that one install, which `LocalRuntime` keeps with its others and runs once when it
 stops.

@@ -2,8 +2,8 @@
 
 A thread of a function can outlive its runtime: a tool that hung past the runtime's shutdown
 is left to its thread, as Lambda leaves a killed sandbox's. While any runtime is up, `iam.py`
-refuses such a thread's calls. But the last runtime to stop puts botocore, `os.environ` and
-`Thread.start` back as they were, and with the mock gone a late call went to AWS itself: a hung
+refuses such a thread's calls. But the last runtime to stop puts botocore and `os.environ` back
+as they were, and with the mock gone a late call went to AWS itself: a hung
 call's cost count, once it ended, was sent to dynamodb.us-east-1.amazonaws.com after its test
 had ended, and a client the thread made then was signed with the process's own credentials.
 
@@ -25,7 +25,7 @@ from typing import Any
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
-from toolpipe.infra.local.caller import FunctionContext, current, starting_in_context
+from toolpipe.infra.local.caller import FunctionContext, current, threads_inherit
 
 _lock = threading.Lock()
 _installed = False
@@ -56,7 +56,6 @@ def install() -> None:
         if _installed:
             return
         make_api_call = BaseClient._make_api_call  # type: ignore[attr-defined]
-        thread_start = threading.Thread.start
 
         def _make_api_call(self: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
             stopped = _stopped()
@@ -66,5 +65,5 @@ def install() -> None:
 
         BaseClient._make_api_call = _make_api_call  # type: ignore[attr-defined]
         # No runtime up, the only functions a thread can run as are stopped ones.
-        threading.Thread.start = starting_in_context(thread_start)  # type: ignore[method-assign, assignment]
+        threads_inherit()
         _installed = True

@@ -1,13 +1,15 @@
 """What the local runtime changes in its own process (botocore's API call, moto's Lambda invoke,
-execution start and end, request dispatch and S3 notifications, `os.environ`, `Thread.start`,
-urllib's opener) is one lifecycle: each install returns its undo, the runtime runs them when it
+execution start and end, request dispatch and S3 notifications, `os.environ`, urllib's opener)
+is one lifecycle: each install returns its undo, the runtime runs them when it
 stops, and the last one down puts every original back (issue 32). What is compared is the process
 as a runtime's first start leaves it: moto's patches (`infra/local/patches/`) and the guard
 against a stopped function's calls (`stopped_calls.py`) are installed once a process and kept, by
-design, under the request dispatch, API call and thread start the runtime wraps; a test that ran
-first in its process compared against moto's own dispatch."""
+design, under the request dispatch and API call the runtime wraps; a test that ran first in its
+process compared against moto's own dispatch. `Thread.start` is wrapped once a process and kept
+too (threads inherit the function that started them, past its runtime's stop)."""
 
 import ast
+import inspect
 import os
 import threading
 import urllib.request
@@ -44,7 +46,6 @@ def _current() -> list[object]:
         LambdaFunction._invoke_lambda,
         ExecutionWorker.start,
         os.environ,
-        threading.Thread.start,
         BotocoreStubber.process_request,
         BaseExecutionWorkerCommunication.terminated,
         notifications._get_s3_event,
@@ -82,6 +83,27 @@ def test_installs_nest_and_each_undo_runs_once() -> None:
     for undo in undos:
         undo()
     assert all(a is b for a, b in zip(_current(), before, strict=True))
+
+
+def test_a_thread_a_function_starts_acts_as_it_through_one_wrapper() -> None:
+    """The guard (`stopped_calls.py`) and the per-function isolation both need threads to
+    inherit their starter's function: `Thread.start` is wrapped once, kept for the process."""
+    start = threading.Thread.start
+    seen: list[tuple[object, int]] = []
+
+    def body() -> None:
+        wrappers = sum(frame.function == "run_as_function" for frame in inspect.stack())
+        seen.append((isolation.current(), wrappers))
+
+    with LocalRuntime(workers=0) as runtime:
+        assert threading.Thread.start is start
+        context = runtime.functions["tool_worker"]
+        with isolation.running_as(context):
+            thread = threading.Thread(target=body)
+            thread.start()
+            thread.join()
+    assert threading.Thread.start is start
+    assert seen == [(context, 1)]
 
 
 def _imports(module: object) -> set[str]:
