@@ -1,6 +1,7 @@
 """Which local function is running: carried in a context variable, entered by
 `infra/local/lambdas.py` for each invocation, read by the IAM check (`iam.py`) and the
-per-function environment (`isolation.py`)."""
+per-function environment (`isolation.py`), and handed to the threads a function starts
+(`threads_inherit`, which wraps `Thread.start` once a process)."""
 
 import contextlib
 import contextvars
