@@ -140,8 +140,8 @@ class ApiServices:
     def _approval_records(self) -> "DynamoApprovalStore":
         from toolpipe.shared.deferred.store import DynamoApprovalStore
 
-        # Through the function's table resource: its reads count in the run's cost, as the
-        # reader's own do (`AwsClients.table`).
+        # Through the function's one table resource, watched by the cost meter as every other
+        # service's (`AwsClients.table`); a GET names no run, so no run's cost counts it.
         return DynamoApprovalStore(self.aws.table(self.settings.store.table_name))
 
     @collector.cold_property
