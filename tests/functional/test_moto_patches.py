@@ -3,12 +3,14 @@ parsers (the e2e suite runs the state machine through them), and the early-answe
 
 import concurrent.futures
 import copy
+import gc
 import http.server
 import json
 import re
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -21,8 +23,11 @@ from botocore.config import Config
 from moto import mock_aws
 from moto.core import serialize
 from moto.core.serialize import ResponseSerializer, TimestampSerializer, XFormedAttributePicker
+from moto.dynamodb.models.dynamo_type import Item
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.responses import DynamoResult
+from moto.s3.models import FakeKey
+from moto.sqs.models import Message
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint, CallbackOutcomeSuccess
 from moto.stepfunctions.parser.asl.utils import boto_client, json_path
 from moto.stepfunctions.responses import StepFunctionResponse
@@ -1131,3 +1136,59 @@ def test_executions_stopped_at_any_moment_record_one_ending_each() -> None:
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             list(pool.map(one, range(20)))
     assert endings == Counter({("ABORTED", 1, "ExecutionAborted"): 20}), endings
+
+
+def test_an_items_copies_and_a_deleted_message_are_not_kept_until_the_mock_stops() -> None:
+    """moto kept every model instance it made until the mock stopped: in a long-lived runtime,
+    each copy of an item an update made and every message ever sent."""
+
+    def live(kind: type) -> int:
+        gc.collect()
+        return sum(isinstance(thing, kind) for thing in gc.get_objects())
+
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        _table(dynamodb)
+        key = {"pk": {"S": "run"}, "sk": {"S": "COST"}}
+        dynamodb.put_item(TableName="t", Item={**key, "n": {"N": "0"}})
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        queue = sqs.create_queue(QueueName="q")["QueueUrl"]
+
+        def use(times: int) -> None:
+            for _ in range(times):
+                dynamodb.update_item(
+                    TableName="t",
+                    Key=key,
+                    UpdateExpression="ADD n :one",
+                    ExpressionAttributeValues={":one": {"N": "1"}},
+                    ReturnValues="ALL_OLD",
+                )
+                sqs.send_message(QueueUrl=queue, MessageBody="m")
+                [message] = sqs.receive_message(QueueUrl=queue)["Messages"]
+                sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
+
+        use(1)
+        items, messages = live(Item), live(Message)
+        use(20)
+        assert (live(Item), live(Message)) == (items, messages)
+        assert dynamodb.get_item(TableName="t", Key=key)["Item"]["n"] == {"N": "21"}
+        assert Item.instances_tracked == [] and Message.instances_tracked == []  # type: ignore[attr-defined]
+
+
+def test_s3_still_closes_a_replaced_object_at_its_reset() -> None:
+    """S3's reset closes the buffers of the keys moto tracked: those stay tracked."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with mock_aws():
+            s3 = boto3.client("s3", region_name="us-east-1")
+            s3.create_bucket(Bucket="replaced-objects")
+            s3.put_object(Bucket="replaced-objects", Key="k", Body=b"first")
+            s3.put_object(Bucket="replaced-objects", Key="k", Body=b"second")  # the first key is replaced
+            tracked = list(FakeKey.instances_tracked)  # type: ignore[attr-defined]
+            assert len(tracked) == 2
+        assert all(key.disposed for key in tracked)  # the reset closed both
+        del tracked
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [
+        str(w.message) for w in caught
+    ]

@@ -25,6 +25,7 @@ from toolpipe.infra.local.patches.speed import (
     task_clients,
     transaction_rollback,
     unsigned_in_process,
+    untracked_instances,
     update_action_counts,
     update_item_copies,
     update_overlap_check,
@@ -68,4 +69,5 @@ PATCHES = (
     request_id_in_body,
     history_answers,
     service_routes,
+    untracked_instances,
 )
