@@ -85,8 +85,8 @@ ERROR_REASONS = {
     403: "The request carries no caller identity, or API Gateway refused it before the API saw it: "
     "no valid signature or key, or a method this path does not have (`Missing Authentication Token`).",
     404: "No such run (or not the caller's).",
-    409: "A conflict: the key started another request, the run already ended (cancel) or cannot be resumed or forked there, or it is "
-    "still running (delete).",
+    409: "A conflict: the key started another request, the run already ended (cancel), cannot be resumed "
+    "or forked there or is past its `retain_until` (resume, fork), or it is still running (delete).",
     429: "Too many requests: API Gateway's throttle (any route), or, starting a run, the caller is "
     "over a quota: runs started a minute (`Retry-After`: the seconds left in the "
     f"{WINDOW_SECONDS} s window) or runs running at once (`Retry-After`: "

@@ -254,8 +254,9 @@ def cancel_run(run_id: RunId) -> dict[str, Any]:
     description="Body (optional): ResumeRunRequest. The run goes on from its last stored turn in a new "
     "execution, with the limits raised as asked; a call already done is never run again, one in doubt "
     "stays in doubt. With an `Idempotency-Key` header, a repeat is answered `Idempotent-Replayed: true`. "
-    "A run that is running, succeeded or was cancelled is a 409; a caller whose runs running at once "
-    "are at its quota, a 429 (the resumed run takes a slot).",
+    "A run that is running, succeeded or was cancelled, or is past its `retain_until` (its items may "
+    "be expiring), is a 409; a caller whose runs running at once are at its quota, a 429 (the resumed "
+    "run takes a slot).",
     responses=RESUME_RESPONSES,
     openapi_extensions=request_body(ResumeRunRequest, required=False)
     | {"parameters": START_DOCUMENT["parameters"]},
@@ -296,7 +297,8 @@ def resume_run(run_id: RunId) -> Response[dict[str, Any]]:
     "(no tool of those turns runs again), goes on, with `input` as a new user message if given. The "
     "fork's `forked_from` names the run and turn, and the run lists it in `forks`. Only the run's "
     "owner may fork it (another caller, the admin included, gets a 404). With an `Idempotency-Key`, "
-    "one fork per key and body. A fork counts against the caller's quotas as a start does.",
+    "one fork per key and body. A fork counts against the caller's quotas as a start does. A run past "
+    "its `retain_until` (its items may be expiring) is a 409.",
     responses=FORK_RESPONSES,
     openapi_extensions=request_body(ForkRunRequest) | {"parameters": START_DOCUMENT["parameters"]},
 )

@@ -56,6 +56,11 @@ def retain_until(days: int, now: float | None = None) -> int:
     return int(now if now is not None else time.time()) + days * 86_400
 
 
+def expired(until: int | None, now: float | None = None) -> bool:
+    """Whether an ended run stamped `until` has passed it: DynamoDB may be deleting its items."""
+    return until is not None and until <= (now if now is not None else time.time())
+
+
 def _approval_keys(approval_id: str) -> list[dict[str, str]]:
     # shared/deferred/store.py: the record and the task token, outside the run's partition.
     return [{"pk": f"APPROVAL#{approval_id}", "sk": sk} for sk in ("APPROVAL", "TOKEN")]

@@ -1,6 +1,8 @@
 """Errors of the run services that a caller must act on: a 4xx for a request, a retry for a
 delivery."""
 
+from datetime import UTC, datetime
+
 from toolpipe.shared.errors import ConflictError, ToolpipeError
 
 
@@ -37,6 +39,21 @@ class RunNotForkableError(ConflictError):
     def __init__(self, run_id: str, why: str) -> None:
         super().__init__(f"run {run_id} cannot be forked there: {why}")
         self.run_id = run_id
+
+
+class RunExpiredError(ConflictError):
+    """The ended run is past its `retain_until`, so it can be neither resumed nor forked (a 409):
+    DynamoDB deletes expired items in no order over a few days, and a run missing some would
+    dispatch again the calls whose results are gone."""
+
+    def __init__(self, run_id: str, retain_until: int, action: str) -> None:
+        when = datetime.fromtimestamp(retain_until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        super().__init__(
+            f"run {run_id} cannot be {action}: it expired at {when}, so some of its history may "
+            "already be gone; start a new run"
+        )
+        self.run_id = run_id
+        self.retain_until = retain_until
 
 
 class RunStillRunningError(ConflictError):

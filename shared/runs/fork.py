@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import NamedTuple
 
-from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.history import HistoryStore, retention
 from toolpipe.shared.history.errors import RunNotFoundError
 from toolpipe.shared.messages import (
     AssistantMessage,
@@ -25,7 +25,7 @@ from toolpipe.shared.messages import (
     UserMessage,
 )
 from toolpipe.shared.runs.calls import result_slot
-from toolpipe.shared.runs.errors import IdempotencyConflictError, RunNotForkableError
+from toolpipe.shared.runs.errors import IdempotencyConflictError, RunExpiredError, RunNotForkableError
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter
 from toolpipe.shared.runs.quota import RunQuota
@@ -74,13 +74,16 @@ class RunForker:
         Raises:
             RunNotFoundError: unknown, or not the caller's (the admin principal included).
             RunNotForkableError: the turn is past the run's, or not complete.
-            QuotaExceededError: the caller is over a quota (nothing written), as for a start.
+            RunExpiredError: the run is past its `retain_until` (its items may be going).
             QuotaExceededError: the caller is over a quota (nothing written), as for a start.
             IdempotencyConflictError: the key forked a run with another request already.
         """
         parent = self._store.get_run(run_id)
         if parent.caller != caller:
             raise RunNotFoundError(run_id)
+        if retention.expired(parent.retain_until):
+            assert parent.retain_until is not None
+            raise RunExpiredError(run_id, parent.retain_until, "forked")
         if request.turn > parent.turn:
             raise RunNotForkableError(run_id, f"its last turn is {parent.turn}, not {request.turn}")
         items = copied_turns(self._store.load_history(run_id), run_id, request.turn)

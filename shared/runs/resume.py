@@ -12,10 +12,10 @@ wall-clock limit counts again from the resume (shared/runs/time_limit.py).
 import hashlib
 from typing import NamedTuple
 
-from toolpipe.shared.history import HistoryStore
+from toolpipe.shared.history import HistoryStore, retention
 from toolpipe.shared.history.errors import QuotaExceededError
 from toolpipe.shared.messages import ResumeRecord, RunLimits, RunRecord, RunStatus, utc_now
-from toolpipe.shared.runs.errors import IdempotencyConflictError, RunNotResumableError
+from toolpipe.shared.runs.errors import IdempotencyConflictError, RunExpiredError, RunNotResumableError
 from toolpipe.shared.runs.events import NO_EVENTS, EventPublisher
 from toolpipe.shared.runs.ports import ExecutionStarter
 from toolpipe.shared.runs.quota import RUNNING, RunQuota
@@ -74,6 +74,7 @@ class RunResumer:
         Raises:
             RunNotFoundError: unknown, or not the caller's.
             RunNotResumableError: it is running, succeeded or cancelled, or is a child run.
+            RunExpiredError: it is past its `retain_until` (its items may be going).
             IdempotencyConflictError: the key resumed it already, with other limits.
             QuotaExceededError: the run's caller has as many runs running as its quota allows.
         """
@@ -88,6 +89,9 @@ class RunResumer:
             raise RunNotResumableError(
                 run_id, f"it answers a call of run {run.parent.run_id}; resume that run"
             )
+        if retention.expired(run.retain_until):
+            assert run.retain_until is not None
+            raise RunExpiredError(run_id, run.retain_until, "resumed")
         resumed = self._resumed(run, limits, key, by or caller)
         if not self._resume_counted(run, resumed):
             # Another resume (or the same key, sent twice at once) got there first.

@@ -1,13 +1,14 @@
 """Resuming a run that ended failed or limit (`POST /runs/{id}/resume`, `toolpipe resume`): the
 same run goes on from its last stored turn in a new execution, and nothing done runs again."""
 
+import time
 from typing import Any
 
 import pytest
 
 from tests.conftest import CALLS, TEST_AGENT, Pipeline, call
 from tests.e2e.test_run_events import of, subscribe, validate
-from toolpipe.infra.local.runtime import LOCAL_CALLER
+from toolpipe.infra.local.runtime import LOCAL_CALLER, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS, Agent
 
@@ -129,3 +130,37 @@ def test_only_a_run_that_ended_failed_or_limit_is_resumed(pipeline: Pipeline) ->
     assert status == 400 and "max_turns" in body["message"]
     status, _ = pipeline.runtime.api("POST", f"/runs/{run_id}/resume", None, caller="someone-else")
     assert status == 404
+
+
+def test_a_run_past_its_retention_is_neither_resumed_nor_forked(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DynamoDB deletes expired items in no order over days: a resumed run missing some results
+    would dispatch those calls again. Locally nothing expires, so the stamp is moved back."""
+    agent = _agent(monkeypatch, max_tool_calls=1)
+    pipeline.script(Reply(tool_calls=[call("count_once", label="a"), call("count_once", label="b")]))
+    run_id = pipeline.start("count", agent=agent)
+    assert pipeline.finish(run_id)["run"]["status"] == "limit"
+    until = int(time.time()) - 1
+    pipeline.runtime.dynamodb.update_item(
+        TableName=TABLE,
+        Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "META"}},
+        UpdateExpression="SET retain_until = :until",
+        ExpressionAttributeValues={":until": {"N": str(until)}},
+    )
+    expired = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
+
+    status, body = _resume(pipeline, run_id, {"limits": {"max_tool_calls": 10}})
+    assert (status, body["message"]) == (
+        409,
+        f"run {run_id} cannot be resumed: it expired at {expired}, so some of its history may already "
+        "be gone; start a new run",
+    )
+    status, body = pipeline.runtime.api("POST", f"/runs/{run_id}/fork", {"turn": 1}, caller=LOCAL_CALLER)
+    assert status == 409 and body["message"].startswith(
+        f"run {run_id} cannot be forked: it expired at {expired}"
+    )
+    _, shown = pipeline.runtime.api("GET", f"/runs/{run_id}", caller=LOCAL_CALLER)
+    assert (
+        shown["run"]["status"] == "limit" and shown["run"]["execution"] == 1 and shown["run"]["forks"] == []
+    )
