@@ -8,7 +8,8 @@ table, and its approvals' records and task tokens) gets the same DynamoDB TTL, `
 object was written (so at once if that was longer ago). Whatever is written into an ended run
 later (a call that was still running when the run was cancelled) is stamped by its writer, and
 whatever is written into a run deleted meanwhile expires `retention_days` after it was written
-(`after_write`).
+(`after_write`). A resume makes the run run again: it takes all of that back (`keep_run`), and
+the next ending stamps the run anew.
 
 `retain_until`, not `expires_at`: an approval's record already holds an `expires_at` (its
 deadline, as ISO text). TTL ignores an attribute that is not a number, but one name, one meaning.
@@ -16,9 +17,9 @@ deadline, as ISO text). TTL ignores an attribute that is not a number, but one n
 
 import contextvars
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -45,6 +46,8 @@ DELETE_OBJECTS_MAX = 1000
 STAMP_THREADS = 16
 # Backoff between retries of what a batch left unprocessed (throttling); then it is an error.
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+
+T = TypeVar("T")
 
 
 def run_prefix(run_id: str) -> str:
@@ -113,15 +116,42 @@ def stamp(table: "Table", keys: Iterable[dict[str, Any]], until: int) -> None:
             if not lost_race(e):
                 raise
 
-    keys = list(keys)
-    if len(keys) <= STAMP_THREADS:  # a few: threads would cost more than they save
-        for key in keys:
-            one(key)
+    _each(one, list(keys))
+
+
+def _unstamp(table: "Table", stamped: list[tuple[dict[str, Any], int | None]]) -> None:
+    """Remove `retain_until` from each item that still holds the stamp it was read with."""
+    client: Any = table.meta.client
+
+    def one(item: tuple[dict[str, Any], int | None]) -> None:
+        key, seen = item
+        try:
+            client.update_item(
+                TableName=table.name,
+                Key=key,
+                UpdateExpression="REMOVE #r",
+                ConditionExpression="#r = :seen",
+                ExpressionAttributeNames={"#r": RETAIN_UNTIL},
+                ExpressionAttributeValues={":seen": seen},
+            )
+        except ClientError as e:
+            if not lost_race(e):  # gone, never stamped, or stamped anew by a later ending
+                raise
+
+    _each(one, stamped)
+
+
+def _each(write: Callable[[T], None], items: list[T]) -> None:
+    """`write` each item, a few at once when there are many."""
+    if len(items) <= STAMP_THREADS:  # a few: threads would cost more than they save
+        for item in items:
+            write(item)
         return
     # Each write in a copy of the caller's context: the run's cost meter (shared/costs) counts it.
-    contexts = [contextvars.copy_context() for _ in keys]
+    contexts = [contextvars.copy_context() for _ in items]
     with ThreadPoolExecutor(max_workers=STAMP_THREADS) as pool:
-        list(pool.map(lambda c, k: c.run(one, k), contexts, keys))  # the first error, if any, is raised here
+        # The first error, if any, is raised here.
+        list(pool.map(lambda c, i: c.run(write, i), contexts, items))
 
 
 def run_objects(s3: "S3Client", bucket: str, run_id: str) -> Iterator[str]:
@@ -149,6 +179,33 @@ def expire_run(table: "Table", s3: "S3Client", bucket: str, run_id: str, until: 
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
                 raise  # gone meanwhile (a delete): nothing to tag
+    # A resume may have made the run run again while this ending stamped: what was stamped
+    # after the resume took its stamps back is taken back here (an ending since keeps its own).
+    exists, now = ended_stamp(table, run_id)
+    if exists and now is None:
+        keep_run(table, s3, bucket, run_id)
+
+
+def keep_run(table: "Table", s3: "S3Client", bucket: str, run_id: str) -> None:
+    """Take back the expiry an ending gave the items and objects of a run that runs again (a
+    resume): nothing of a running run expires. Each item loses only the stamp it was read with,
+    so a stamp a later ending writes meanwhile stays. An approval's items go before its gate,
+    as `expire_run` stamps them, so a gate without a stamp means all three are done."""
+    items: list[dict[str, Any]] = []
+    gates: list[dict[str, Any]] = []
+    for item in partition(table, run_id):
+        if item["sk"] != "META" and _stamp_of(item) is not None:
+            (gates if "approval_id" in item else items).append(item)
+    _unstamp(
+        table, [(key, _stamp_of(gate)) for gate in gates for key in _approval_keys(str(gate["approval_id"]))]
+    )
+    _unstamp(table, [({"pk": item["pk"], "sk": item["sk"]}, _stamp_of(item)) for item in (*items, *gates)])
+    for key in run_objects(s3, bucket, run_id):  # untagged, the bucket's rule does not expire them
+        try:
+            s3.delete_object_tagging(Bucket=bucket, Key=key)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
+                raise  # gone meanwhile (a delete): nothing to untag
 
 
 def _stamp_of(item: dict[str, Any]) -> int | None:

@@ -157,7 +157,8 @@ class RunResumer:
         if asked != (earlier.limits.given() if earlier.limits else {}):
             raise IdempotencyConflictError(key, run.run_id, "resumed")
         if run.status is RunStatus.RUNNING and run.execution == earlier.execution:
-            # The first resume may have died between recording it and starting the execution:
-            # starting one that exists does nothing, so a retry finishes what it began.
+            # The first resume may have died between recording it and starting the execution, or
+            # taking back its ending's expiry: both are idempotent, so a retry finishes what it began.
+            self._store.keep_resumed(run.run_id)
             self._starter.start(run.run_id, earlier.execution, run.deadline, run.max_duration_waits)
         return Resumed(run, replayed=True)

@@ -17,7 +17,13 @@ from toolpipe.infra.local.runtime import BUCKET, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS, Agent, agent_tool
 from toolpipe.shared.dynamo import COUNTED_EXECUTION_PREFIX
-from toolpipe.shared.history.retention import RETAIN_UNTIL, RETENTION_TAG_KEY, RETENTION_TAG_VALUE
+from toolpipe.shared.history.retention import (
+    RETAIN_UNTIL,
+    RETENTION_TAG_KEY,
+    RETENTION_TAG_VALUE,
+    _unstamp,
+    expire_run,
+)
 
 BOB = "arn:aws:iam::000000000000:user/bob"
 DAY = 86_400
@@ -335,3 +341,103 @@ def test_a_deleted_run_stays_deleted_after_the_local_runtime_restarts(tmp_path: 
         assert again.runtime.api("GET", f"/runs/{gone}")[0] == 404
         assert _of_run(again, gone) == [] and _objects(again, gone) == []
         assert again.runtime.api("GET", f"/runs/{kept}")[0] == 200 and _objects(again, kept)
+
+
+def _store(pipeline: Pipeline) -> Any:
+    """The orchestrator's store, as its function holds it: its table, bucket and S3 client."""
+    from toolpipe.infra.cdk.functions import ORCHESTRATOR
+
+    with running_as(pipeline.runtime.functions[ORCHESTRATOR.name]):
+        from toolpipe.functions.orchestrator import handler
+
+        return handler.service()._store
+
+
+def _limited_with_all_kinds(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int]:
+    """A run that ended `limit` with an approval, an object and messages, all stamped: its id and
+    stamp. Its last reply, a 2-second `slow` call, waits for a resume."""
+    from tests.e2e.test_approvals import GATED, pending
+
+    agent = dataclasses.replace(GATED, name="kept", max_tool_calls=2)
+    monkeypatch.setitem(AGENTS, agent.name, agent)
+    pipeline.script(
+        Reply(tool_calls=[call("wire_money", amount=250, to="ana")]),
+        Reply(tool_calls=[call("big_output", kilobytes=30)]),
+        Reply(tool_calls=[call("slow", seconds=2)]),  # over max_tool_calls: the run ends `limit`
+        Reply(content="done"),
+    )
+    run_id = pipeline.start("pay", agent=agent.name)
+    assert pipeline.runtime.api("POST", f"/approvals/{pending(pipeline)['approval_id']}/approve")[0] == 200
+    assert pipeline.finish(run_id)["run"]["status"] == "limit"
+    stamps = _stamps(pipeline, run_id)
+    assert any(k.startswith("APPROVAL#") for k in stamps) and None not in stamps.values(), stamps
+    [until] = set(stamps.values())
+    assert until is not None and _objects(pipeline, run_id)
+    return run_id, until
+
+
+def _kept(pipeline: Pipeline, run_id: str) -> bool:
+    """Nothing of the run expires: no item stamped (its record included), no object tagged."""
+    return set(_stamps(pipeline, run_id).values()) == {None} and all(
+        _tags(pipeline, key) == {} for key in _objects(pipeline, run_id)
+    )
+
+
+def test_a_resumed_run_expires_in_nothing_until_it_ends_again(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume takes back the stamps and tags its run's ending gave (the approval's record and
+    token among them): nothing of a running run expires, however close its old stamp was. An
+    ending that was still stamping when the resume landed takes back what it stamped after."""
+    run_id, until = _limited_with_all_kinds(pipeline, monkeypatch)
+    status, body = pipeline.runtime.api("POST", f"/runs/{run_id}/resume", {"limits": {"max_tool_calls": 5}})
+    assert status == 202, body
+    assert _kept(pipeline, run_id)  # while the resumed run runs its 2-second call
+    store = _store(pipeline)
+    expire_run(store._table, store._s3, store._bucket, run_id, until)  # the late ending's stamping
+    assert _kept(pipeline, run_id)
+    assert pipeline.runtime.api("GET", f"/runs/{run_id}")[1]["run"]["status"] == "running"
+
+    assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
+    stamps = _stamps(pipeline, run_id)
+    [again] = set(stamps.values())
+    assert again is not None and again >= until and len(stamps) > 0
+    for key in _objects(pipeline, run_id):
+        assert _tags(pipeline, key) == {RETENTION_TAG_KEY: RETENTION_TAG_VALUE}, key
+
+
+def test_a_resume_that_died_before_taking_back_the_expiry_is_finished_by_its_retry(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolpipe.shared.history import retention
+
+    run_id, _ = _limited_with_all_kinds(pipeline, monkeypatch)
+    real = retention.keep_run
+    died = []
+
+    def dies_once(*args: Any) -> None:
+        if not died:
+            died.append(True)
+            raise RuntimeError("the function died here")
+        real(*args)
+
+    monkeypatch.setattr(retention, "keep_run", dies_once)
+    resume = ("POST", f"/runs/{run_id}/resume", {"limits": {"max_tool_calls": 5}})
+    status, _ = pipeline.runtime.api(*resume, headers={"Idempotency-Key": "k1"})
+    assert status == 500 and not _kept(pipeline, run_id)
+    status, body = pipeline.runtime.api(*resume, headers={"Idempotency-Key": "k1"})
+    assert status == 202 and body["execution"] == 2, body
+    assert _kept(pipeline, run_id)
+    assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
+
+
+def test_taking_back_an_expiry_leaves_a_later_endings_stamp(pipeline: Pipeline) -> None:
+    """Each item loses only the stamp it was read with: an ending that stamps it meanwhile wins."""
+    store = _store(pipeline)
+    key = {"pk": "RUN#later", "sk": "MSG#000001"}
+    store._table.put_item(Item={**key, RETAIN_UNTIL: 200})
+    _unstamp(store._table, [(key, 100), ({"pk": "RUN#later", "sk": "MSG#000002"}, 100)])
+    assert store._table.get_item(Key=key)["Item"][RETAIN_UNTIL] == 200
+    assert "Item" not in store._table.get_item(Key={"pk": "RUN#later", "sk": "MSG#000002"})  # not made
+    _unstamp(store._table, [(key, 200)])
+    assert RETAIN_UNTIL not in store._table.get_item(Key=key)["Item"]

@@ -39,9 +39,9 @@ def retention_days_of(value: object) -> int:
 
 def grant_run_objects(fn: iam.IGrantable, bucket: s3.IBucket, *, delete: bool = False) -> None:
     """What a function that writes runs may do with their objects (`runs/<id>/...`): read and
-    write them, list a run's (to tag them for expiry when it ends) and, for `delete`, remove them
-    (`DELETE /runs/{id}`)."""
-    actions = ["s3:GetObject", "s3:PutObject", "s3:PutObjectTagging"] + (
+    write them, list a run's (to tag them for expiry when it ends, and untag them when a resume
+    makes it run again) and, for `delete`, remove them (`DELETE /runs/{id}`)."""
+    actions = ["s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:DeleteObjectTagging"] + (
         ["s3:DeleteObject"] if delete else []
     )
     fn.grant_principal.add_to_principal_policy(
