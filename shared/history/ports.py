@@ -93,14 +93,13 @@ class RunRecords(Protocol):
         limits, deadline and resumes) if its status and execution are still `run`'s; False, with
         nothing changed, when another writer got there first. With an `admission`, the run takes
         a running slot of its caller's in the same write (`QuotaExceededError`, nothing changed,
-        when they are full); a resume is not a start, so starts a minute are not counted. Nothing
-        of the resumed run expires any more (see `keep_resumed`)."""
+        when they are full); a resume is not a start, so starts a minute are not counted. The
+        record no longer expires; the rest of the run, after `keep_resumed`."""
         ...
 
     def keep_resumed(self, run_id: str) -> None:
-        """Take back the expiry an ending gave the items and objects of a run that runs again,
-        where a resume died before it had (nothing for an ended run). `resume_run` does it for
-        the resume it records."""
+        """Take back the expiry an ending gave the items and objects of a run that runs again
+        (nothing for an ended run): the first steps of a resumed execution do it."""
         ...
 
     def add_fork(self, run_id: str, fork_id: str) -> None:

@@ -179,18 +179,15 @@ def expire_run(table: "Table", s3: "S3Client", bucket: str, run_id: str, until: 
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
                 raise  # gone meanwhile (a delete): nothing to tag
-    # A resume may have made the run run again while this ending stamped: what was stamped
-    # after the resume took its stamps back is taken back here (an ending since keeps its own).
-    exists, now = ended_stamp(table, run_id)
-    if exists and now is None:
-        keep_run(table, s3, bucket, run_id)
+    _settle(table, s3, bucket, run_id, until)
 
 
 def keep_run(table: "Table", s3: "S3Client", bucket: str, run_id: str) -> None:
     """Take back the expiry an ending gave the items and objects of a run that runs again (a
     resume): nothing of a running run expires. Each item loses only the stamp it was read with,
-    so a stamp a later ending writes meanwhile stays. An approval's items go before its gate,
-    as `expire_run` stamps them, so a gate without a stamp means all three are done."""
+    so a stamp a later ending writes meanwhile stays; that ending's tags are written again at
+    the end (`_settle`). An approval's items go before its gate, as `expire_run` stamps them, so
+    a gate without a stamp means all three are done."""
     items: list[dict[str, Any]] = []
     gates: list[dict[str, Any]] = []
     for item in partition(table, run_id):
@@ -206,6 +203,21 @@ def keep_run(table: "Table", s3: "S3Client", bucket: str, run_id: str) -> None:
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
                 raise  # gone meanwhile (a delete): nothing to untag
+    _settle(table, s3, bucket, run_id, None)
+
+
+def _settle(table: "Table", s3: "S3Client", bucket: str, run_id: str, wrote: int | None) -> None:
+    """After an ending wrote its stamp `wrote` on the run's items and objects, or a resume took
+    them back (None): the record read again. A resume or another ending that came meanwhile may
+    have written its own before this one's last writes (S3's tags are not conditional), so what
+    the record now says is written again; unchanged, nothing is."""
+    exists, now = ended_stamp(table, run_id)
+    if not exists or now == wrote:
+        return
+    if now is None:
+        keep_run(table, s3, bucket, run_id)
+    else:
+        expire_run(table, s3, bucket, run_id, now)
 
 
 def _stamp_of(item: dict[str, Any]) -> int | None:

@@ -447,8 +447,8 @@ class RunRecordStore(RunTable):
     def resume_run(self, run: RunRecord, resumed: RunRecord, admission: Admission | None = None) -> bool:
         """Make the ended `run` running again as `resumed` (its next execution, limits, deadline
         and resumes), if it is still as read: False (nothing changed) when another writer got there
-        first. Nothing of it expires any more: the record's stamp goes in the same write, then the
-        stamps and tags its ending gave its items and objects (`retention.keep_run`).
+        first. The record's stamp goes in the same write; the resumed execution's first step takes
+        back the rest (`keep_resumed`).
         With an `admission` whose running quota is on, the run takes a slot in the same
         transaction (`QuotaExceededError`, nothing changed, when the caller's are full)."""
         fields = (
@@ -492,7 +492,6 @@ class RunRecordStore(RunTable):
                 if not lost_race(e):
                     raise
                 return False
-            retention.keep_run(self._table, self._s3, self._bucket, run.run_id)
             return True
         # The record's write and the slot together: resumed exactly when it holds one.
         slot = self._quota_updates(run.run_id, replace(admission, starts_per_minute=None))
@@ -506,11 +505,11 @@ class RunRecordStore(RunTable):
             if len(reasons) > 1 and reasons[0] != CONDITION_FALSE and reasons[1] == CONDITION_FALSE:
                 raise QuotaExceededError(quota, admission.running, admission.retry_after[quota]) from e
             return False
-        retention.keep_run(self._table, self._s3, self._bucket, run.run_id)
         return True
 
     def keep_resumed(self, run_id: str) -> None:
-        """Take back what an ending stamped on a run that runs again (nothing for an ended run)."""
+        """Take back the expiry an ending gave the items and objects of a run that runs again
+        (`retention.keep_run`; nothing for an ended run)."""
         exists, until = retention.ended_stamp(self._table, run_id)
         if exists and until is None:
             retention.keep_run(self._table, self._s3, self._bucket, run_id)

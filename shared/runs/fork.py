@@ -81,18 +81,18 @@ class RunForker:
         parent = self._store.get_run(run_id)
         if parent.caller != caller:
             raise RunNotFoundError(run_id)
-        if retention.expired(parent.retain_until):
-            assert parent.retain_until is not None
-            raise RunExpiredError(run_id, parent.retain_until, "forked")
-        if request.turn > parent.turn:
-            raise RunNotForkableError(run_id, f"its last turn is {parent.turn}, not {request.turn}")
-        items = copied_turns(self._store.load_history(run_id), run_id, request.turn)
         asked = hashlib.sha256(
             json.dumps([run_id, request.model_dump()], sort_keys=True).encode()
         ).hexdigest()
         fork_id = (
             new_run_id() if idempotency_key is None else keyed_run_id(caller, "fork\n" + idempotency_key)
         )
+        if retention.expired(parent.retain_until):
+            assert parent.retain_until is not None
+            return self._made_before_expiry(run_id, parent.retain_until, fork_id, asked, idempotency_key)
+        if request.turn > parent.turn:
+            raise RunNotForkableError(run_id, f"its last turn is {parent.turn}, not {request.turn}")
+        items = copied_turns(self._store.load_history(run_id), run_id, request.turn)
         record = RunRecord(
             run_id=fork_id,
             agent=parent.agent,
@@ -134,6 +134,21 @@ class RunForker:
         if record.status is RunStatus.RUNNING:
             self._starter.start(fork_id, record.execution, record.deadline, record.max_duration_waits)
         return Forked(record, replayed)
+
+    def _made_before_expiry(
+        self, run_id: str, until: int, fork_id: str, asked: str, idempotency_key: str | None
+    ) -> Forked:
+        """The run's items may be going: only the fork this key made before is answered, as it
+        is (nothing is copied again); any other fork is refused."""
+        if idempotency_key is not None:
+            try:
+                made = self._store.get_run(fork_id)
+            except RunNotFoundError:
+                raise RunExpiredError(run_id, until, "forked") from None
+            if made.request_hash != asked:
+                raise IdempotencyConflictError(idempotency_key, fork_id, "forked")
+            return Forked(made, replayed=True)
+        raise RunExpiredError(run_id, until, "forked")
 
     def _copy(self, fork_id: str, items: list[HistoryItem]) -> None:
         for item in items:

@@ -30,6 +30,14 @@ class Resumed(NamedTuple):
     replayed: bool  # True: an earlier resume with the same key did this; nothing new began
 
 
+def resumed_now(run: RunRecord) -> bool:
+    """Whether the run's current execution is a resume's and has stored no turn yet: its first
+    steps take back the expiry the run's ending gave its items and objects."""
+    return (
+        bool(run.resumes) and run.resumes[-1].execution == run.execution and run.resumes[-1].turn == run.turn
+    )
+
+
 def resumed_after(run: RunRecord, turn: int) -> bool:
     """Whether the run was resumed (or forked) after `turn` was stored: that turn's ending (a tool
     that failed under `on_tool_error="fail"`) ended the run once and does not end it again."""
@@ -157,8 +165,7 @@ class RunResumer:
         if asked != (earlier.limits.given() if earlier.limits else {}):
             raise IdempotencyConflictError(key, run.run_id, "resumed")
         if run.status is RunStatus.RUNNING and run.execution == earlier.execution:
-            # The first resume may have died between recording it and starting the execution, or
-            # taking back its ending's expiry: both are idempotent, so a retry finishes what it began.
-            self._store.keep_resumed(run.run_id)
+            # The first resume may have died between recording it and starting the execution:
+            # starting one that exists does nothing, so a retry finishes what it began.
             self._starter.start(run.run_id, earlier.execution, run.deadline, run.max_duration_waits)
         return Resumed(run, replayed=True)

@@ -136,11 +136,21 @@ def test_a_run_past_its_retention_is_neither_resumed_nor_forked(
     pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """DynamoDB deletes expired items in no order over days: a resumed run missing some results
-    would dispatch those calls again. Locally nothing expires, so the stamp is moved back."""
+    would dispatch those calls again. Locally nothing expires, so the stamp is moved back. A
+    fork made before, asked again with its key, is answered as it is."""
     agent = _agent(monkeypatch, max_tool_calls=1)
-    pipeline.script(Reply(tool_calls=[call("count_once", label="a"), call("count_once", label="b")]))
+    pipeline.script(
+        Reply(tool_calls=[call("count_once", label="a"), call("count_once", label="b")]),
+        Reply(content="forked"),  # the fork's answer
+    )
     run_id = pipeline.start("count", agent=agent)
     assert pipeline.finish(run_id)["run"]["status"] == "limit"
+    fork = ("POST", f"/runs/{run_id}/fork", {"turn": 0})
+    status, made, _ = pipeline.runtime.api_response(
+        *fork, caller=LOCAL_CALLER, headers={"Idempotency-Key": "f1"}
+    )
+    assert status == 202, made
+    assert pipeline.finish(made["run_id"])["run"]["status"] == "succeeded"
     until = int(time.time()) - 1
     pipeline.runtime.dynamodb.update_item(
         TableName=TABLE,
@@ -156,11 +166,17 @@ def test_a_run_past_its_retention_is_neither_resumed_nor_forked(
         f"run {run_id} cannot be resumed: it expired at {expired}, so some of its history may already "
         "be gone; start a new run",
     )
-    status, body = pipeline.runtime.api("POST", f"/runs/{run_id}/fork", {"turn": 1}, caller=LOCAL_CALLER)
-    assert status == 409 and body["message"].startswith(
-        f"run {run_id} cannot be forked: it expired at {expired}"
+    for key in ("f2", None):  # a new fork: refused
+        headers = {"Idempotency-Key": key} if key else {}
+        status, body = pipeline.runtime.api(*fork, caller=LOCAL_CALLER, headers=headers)
+        assert status == 409, body
+        assert body["message"].startswith(f"run {run_id} cannot be forked: it expired at {expired}")
+    status, again, headers = pipeline.runtime.api_response(
+        *fork, caller=LOCAL_CALLER, headers={"Idempotency-Key": "f1"}
+    )
+    assert (status, again["run_id"], headers.get("Idempotent-Replayed")) == (202, made["run_id"], "true"), (
+        again
     )
     _, shown = pipeline.runtime.api("GET", f"/runs/{run_id}", caller=LOCAL_CALLER)
-    assert (
-        shown["run"]["status"] == "limit" and shown["run"]["execution"] == 1 and shown["run"]["forks"] == []
-    )
+    assert shown["run"]["status"] == "limit" and shown["run"]["execution"] == 1
+    assert shown["run"]["forks"] == [made["run_id"]]

@@ -380,7 +380,7 @@ def test_copies_within_the_runs_prefix_are_allowed_and_presigning_is_never_refus
 
 def test_only_the_api_may_delete_a_runs_objects_and_listings_stop_at_runs(runtime: LocalRuntime) -> None:
     """Retention (docs/concepts/runs.md "Retention"): every function that ends runs may list a run's objects
-    and tag them for expiry; only the API deletes them (`DELETE /runs/{id}`), and nobody lists
+    and tag them for expiry (and untag them for a resume); only the API deletes them (`DELETE /runs/{id}`), and nobody lists
     or deletes outside `runs/`."""
     aws = _clients()
     bucket = BUCKET
@@ -395,6 +395,9 @@ def test_only_the_api_may_delete_a_runs_objects_and_listings_stop_at_runs(runtim
             name,
             lambda: aws["s3"].put_object_tagging(Bucket=bucket, Key="runs/r1/output.txt", Tagging=tag),
         )
+        # ... and untag them when a resume makes the run run again.
+        _as(runtime, name, lambda: aws["s3"].delete_object_tagging(Bucket=bucket, Key="runs/r1/output.txt"))
+        _refused(runtime, name, lambda: aws["s3"].delete_object_tagging(Bucket=bucket, Key="elsewhere.txt"))
         _refused(runtime, name, lambda: aws["s3"].list_objects_v2(Bucket=bucket))
         _refused(runtime, name, lambda: aws["s3"].list_objects_v2(Bucket=bucket, Prefix="else"))
         _refused(
@@ -405,6 +408,11 @@ def test_only_the_api_may_delete_a_runs_objects_and_listings_stop_at_runs(runtim
         _refused(runtime, name, lambda: aws["s3"].delete_object(Bucket=bucket, Key="elsewhere.txt"))
     for name in ("orchestrator", "tool_worker", "triggers", "tool_runner"):
         _refused(runtime, name, lambda: aws["s3"].delete_object(Bucket=bucket, Key="runs/r1/output.txt"))
+    _refused(
+        runtime,
+        "tool_runner",
+        lambda: aws["s3"].delete_object_tagging(Bucket=bucket, Key="runs/r1/output.txt"),
+    )
     _refused(runtime, "tool_runner", lambda: aws["s3"].list_objects_v2(Bucket=bucket, Prefix="runs/r1/"))
     _as(runtime, "api", lambda: aws["s3"].delete_object(Bucket=bucket, Key="runs/r1/output.txt"))
     assert "Contents" not in aws["s3"].list_objects_v2(Bucket=bucket, Prefix="runs/")

@@ -10,7 +10,7 @@ Why it matters: a DynamoDB update makes a new item and drops the old one, and an
 is made for each send, so a long-lived runtime (`toolpipe serve`, a `LocalPipeline` kept for a
 session) held every version of every item it ever wrote and every message it ever deleted,
 until it stopped: 262 items and 20 messages a 10-turn run, a third of the memory it kept per
-run (838 against 560 KiB, `benchmarks/pipeline.py`'s figure).
+run (803 against 533 KiB over 100 runs, `benchmarks/pipeline.py`'s figure).
 
 The patch: instances of S3's `FakeKey` and `FakeMultipart` (and their subclasses) are tracked
 as before, for S3's reset; an instance of any other model is made as moto makes it, untracked.
