@@ -17,9 +17,9 @@ deadline, as ISO text). TTL ignores an attribute that is not a number, but one n
 
 import contextvars
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -46,8 +46,6 @@ DELETE_OBJECTS_MAX = 1000
 STAMP_THREADS = 16
 # Backoff between retries of what a batch left unprocessed (throttling); then it is an error.
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
-
-T = TypeVar("T")
 
 
 def run_prefix(run_id: str) -> str:
@@ -100,58 +98,44 @@ def ended_stamp(table: "Table", run_id: str) -> tuple[bool, int | None]:
 def stamp(table: "Table", keys: Iterable[dict[str, Any]], until: int) -> None:
     """Set `retain_until` on each existing item (one that is gone stays gone), a few at once:
     a run's end (a cancel among them, inside the API's 29 seconds) stamps all of its items."""
+    _update_each(table, [(key, "SET #r = :v", "attribute_exists(pk)", until) for key in keys])
+
+
+def _unstamp(table: "Table", stamped: list[tuple[dict[str, Any], int | None]]) -> None:
+    """Remove `retain_until` from each item that still holds the stamp it was read with (one
+    gone, never stamped or stamped anew by a later ending is left as it is)."""
+    _update_each(table, [(key, "REMOVE #r", "#r = :v", seen) for key, seen in stamped])
+
+
+def _update_each(table: "Table", updates: list[tuple[dict[str, Any], str, str, int | None]]) -> None:
+    """Each (key, update of `#r` = `retain_until`, condition, value `:v`), a few at once when
+    there are many; one whose condition is false changes nothing and is no error."""
     client: Any = table.meta.client  # thread-safe, unlike the resource; takes plain values
 
-    def one(key: dict[str, Any]) -> None:
+    def one(update: tuple[dict[str, Any], str, str, int | None]) -> None:
+        key, expression, condition, value = update
         try:
             client.update_item(
                 TableName=table.name,
                 Key=key,
-                UpdateExpression="SET #r = :until",
-                ConditionExpression="attribute_exists(pk)",
+                UpdateExpression=expression,
+                ConditionExpression=condition,
                 ExpressionAttributeNames={"#r": RETAIN_UNTIL},
-                ExpressionAttributeValues={":until": until},
+                ExpressionAttributeValues={":v": value},
             )
         except ClientError as e:
             if not lost_race(e):
                 raise
 
-    _each(one, list(keys))
-
-
-def _unstamp(table: "Table", stamped: list[tuple[dict[str, Any], int | None]]) -> None:
-    """Remove `retain_until` from each item that still holds the stamp it was read with."""
-    client: Any = table.meta.client
-
-    def one(item: tuple[dict[str, Any], int | None]) -> None:
-        key, seen = item
-        try:
-            client.update_item(
-                TableName=table.name,
-                Key=key,
-                UpdateExpression="REMOVE #r",
-                ConditionExpression="#r = :seen",
-                ExpressionAttributeNames={"#r": RETAIN_UNTIL},
-                ExpressionAttributeValues={":seen": seen},
-            )
-        except ClientError as e:
-            if not lost_race(e):  # gone, never stamped, or stamped anew by a later ending
-                raise
-
-    _each(one, stamped)
-
-
-def _each(write: Callable[[T], None], items: list[T]) -> None:
-    """`write` each item, a few at once when there are many."""
-    if len(items) <= STAMP_THREADS:  # a few: threads would cost more than they save
-        for item in items:
-            write(item)
+    if len(updates) <= STAMP_THREADS:  # a few: threads would cost more than they save
+        for update in updates:
+            one(update)
         return
     # Each write in a copy of the caller's context: the run's cost meter (shared/costs) counts it.
-    contexts = [contextvars.copy_context() for _ in items]
+    contexts = [contextvars.copy_context() for _ in updates]
     with ThreadPoolExecutor(max_workers=STAMP_THREADS) as pool:
         # The first error, if any, is raised here.
-        list(pool.map(lambda c, i: c.run(write, i), contexts, items))
+        list(pool.map(lambda c, u: c.run(one, u), contexts, updates))
 
 
 def run_objects(s3: "S3Client", bucket: str, run_id: str) -> Iterator[str]:
