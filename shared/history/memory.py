@@ -186,7 +186,7 @@ class MemoryHistoryStore:
             if fork_id not in run.forks:
                 self.runs[run_id] = run.model_copy(update={"forks": [*run.forks, fork_id]})
 
-    def keep_resumed(self, run_id: str) -> None:
+    def keep_resumed(self, run_id: str, execution: int) -> None:
         pass  # nothing here expires: the record's `retain_until` is all there is
 
     def expire_ended(self, run_id: str) -> None:

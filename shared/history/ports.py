@@ -97,9 +97,10 @@ class RunRecords(Protocol):
         record no longer expires; the rest of the run, after `keep_resumed`."""
         ...
 
-    def keep_resumed(self, run_id: str) -> None:
-        """Take back the expiry an ending gave the items and objects of a run that runs again
-        (nothing for an ended run): the first steps of a resumed execution do it."""
+    def keep_resumed(self, run_id: str, execution: int) -> None:
+        """Take back the expiry an ending gave the items and objects of a run that the resume
+        into `execution` made run again, once (the steps of that execution ask; after the first
+        that did it, a read). Nothing for an ended run, or one another resume has since."""
         ...
 
     def add_fork(self, run_id: str, fork_id: str) -> None:

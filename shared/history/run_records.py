@@ -56,6 +56,9 @@ from toolpipe.shared.messages import (
 
 # The META attribute of a run that holds a running slot: its ending gives the slot back.
 HOLDS_SLOT = "holds_slot"
+# On a resumed run's record: the execution the resume started, while the expiry the run's ending
+# gave its items and objects is still to be taken back (`keep_resumed`).
+STAMPS_HELD = "stamps_held"
 # A scan (the admin's listing of every run) reads this many items a request: most are messages.
 SCAN_READ_ITEMS = 1000
 
@@ -466,6 +469,7 @@ class RunRecordStore(RunTable):
         counted = admission is not None and admission.running is not None
         if counted:
             values[HOLDS_SLOT] = True  # the ending gives it back (`finish_run`)
+        values[STAMPS_HELD] = resumed.execution  # taken back by the execution (`keep_resumed`)
         update = {
             "TableName": self._table.name,
             "Key": {"pk": run_pk(run.run_id), "sk": META_SK},
@@ -507,12 +511,32 @@ class RunRecordStore(RunTable):
             return False
         return True
 
-    def keep_resumed(self, run_id: str) -> None:
-        """Take back the expiry an ending gave the items and objects of a run that runs again
-        (`retention.keep_run`; nothing for an ended run)."""
-        exists, until = retention.ended_stamp(self._table, run_id)
-        if exists and until is None:
-            retention.keep_run(self._table, self._s3, self._bucket, run_id)
+    def keep_resumed(self, run_id: str, execution: int) -> None:
+        """Take back the expiry an ending gave the items and objects of a run that the resume
+        into `execution` made run again (`retention.keep_run`), then the mark that says it is
+        still to do: each only while the record still holds that resume's mark and no stamp."""
+        names = {"#r": retention.RETAIN_UNTIL, "#h": STAMPS_HELD}
+        item = self._table.get_item(
+            Key={"pk": run_pk(run_id), "sk": META_SK},
+            ProjectionExpression="pk, #r, #h",
+            ExpressionAttributeNames=names,
+            ConsistentRead=True,
+        ).get("Item")
+        if item is None or retention.RETAIN_UNTIL in item or item.get(STAMPS_HELD) != execution:
+            return
+        retention.keep_run(self._table, self._s3, self._bucket, run_id)
+        try:
+            self._table.update_item(
+                Key={"pk": run_pk(run_id), "sk": META_SK},
+                UpdateExpression="REMOVE #h",
+                # Not once the run ended again, or another resume marked it for its own execution.
+                ConditionExpression="attribute_not_exists(#r) AND #h = :execution",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues={":execution": execution},
+            )
+        except ClientError as e:
+            if not lost_race(e):
+                raise
 
     def add_fork(self, run_id: str, fork_id: str) -> None:
         """List `fork_id` among the run's forks; adding it again changes nothing (a set)."""

@@ -89,7 +89,7 @@ class RunForker:
         )
         if retention.expired(parent.retain_until):
             assert parent.retain_until is not None
-            return self._made_before_expiry(run_id, parent.retain_until, fork_id, asked, idempotency_key)
+            return self._made_before_expiry(parent, parent.retain_until, fork_id, asked, idempotency_key)
         if request.turn > parent.turn:
             raise RunNotForkableError(run_id, f"its last turn is {parent.turn}, not {request.turn}")
         items = copied_turns(self._store.load_history(run_id), run_id, request.turn)
@@ -136,19 +136,18 @@ class RunForker:
         return Forked(record, replayed)
 
     def _made_before_expiry(
-        self, run_id: str, until: int, fork_id: str, asked: str, idempotency_key: str | None
+        self, parent: RunRecord, until: int, fork_id: str, asked: str, idempotency_key: str | None
     ) -> Forked:
-        """The run's items may be going: only the fork this key made before is answered, as it
-        is (nothing is copied again); any other fork is refused."""
-        if idempotency_key is not None:
-            try:
-                made = self._store.get_run(fork_id)
-            except RunNotFoundError:
-                raise RunExpiredError(run_id, until, "forked") from None
-            if made.request_hash != asked:
-                raise IdempotencyConflictError(idempotency_key, fork_id, "forked")
-            return Forked(made, replayed=True)
-        raise RunExpiredError(run_id, until, "forked")
+        """The run's items may be going: only the fork this key made before, copied whole (the
+        run lists it), is answered, as it is; any other fork is refused, a half-made one too."""
+        if idempotency_key is None or fork_id not in parent.forks:
+            raise RunExpiredError(parent.run_id, until, "forked")
+        made = self._store.get_run(fork_id)
+        if made.request_hash != asked:
+            raise IdempotencyConflictError(idempotency_key, fork_id, "forked")
+        if made.status is RunStatus.RUNNING:  # the first may have died before starting it
+            self._starter.start(fork_id, made.execution, made.deadline, made.max_duration_waits)
+        return Forked(made, replayed=True)
 
     def _copy(self, fork_id: str, items: list[HistoryItem]) -> None:
         for item in items:

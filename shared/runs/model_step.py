@@ -45,7 +45,7 @@ from toolpipe.shared.runs.handoffs import Chain, allowed_tools, filtered_history
 from toolpipe.shared.runs.ports import ExecutionStarter, TaskReporter
 from toolpipe.shared.runs.rate_governor import Go, RateGovernor, Stop, Wait, model_call_key
 from toolpipe.shared.runs.recorder import ResultRecorder, whole_result, whole_text
-from toolpipe.shared.runs.resume import resumed_after, resumed_now
+from toolpipe.shared.runs.resume import in_resumed_execution, resumed_after
 from toolpipe.shared.runs.rules import (
     budget_reached,
     calls_limit,
@@ -150,11 +150,11 @@ class ModelStep:
                 run.run_id, run.execution, run.deadline, run.max_duration_waits
             )
             return Decision(status=DecisionStatus.CONTINUED, turn=run.turn)
-        if resumed_now(run):
+        if in_resumed_execution(run):
             # Nothing of a running run expires: the stamps and tags its ending gave go, here in
             # the execution, not in the API's resume (no 29 s bound; a failure fails this step,
             # and a resume of the run does it again).
-            self._store.keep_resumed(run.run_id)
+            self._store.keep_resumed(run.run_id, run.execution)
         history = self._store.load_history(run.run_id)
         last = next((i for i in reversed(history) if isinstance(i, AssistantMessage)), None)
         # A stored reply is decided and settled by the agent that made it; the next model call is

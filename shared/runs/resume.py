@@ -30,12 +30,10 @@ class Resumed(NamedTuple):
     replayed: bool  # True: an earlier resume with the same key did this; nothing new began
 
 
-def resumed_now(run: RunRecord) -> bool:
-    """Whether the run's current execution is a resume's and has stored no turn yet: its first
-    steps take back the expiry the run's ending gave its items and objects."""
-    return (
-        bool(run.resumes) and run.resumes[-1].execution == run.execution and run.resumes[-1].turn == run.turn
-    )
+def in_resumed_execution(run: RunRecord) -> bool:
+    """Whether the run's current execution is a resume's: its steps see that the expiry the
+    run's ending gave its items and objects is taken back (`HistoryStore.keep_resumed`)."""
+    return bool(run.resumes) and run.resumes[-1].execution == run.execution
 
 
 def resumed_after(run: RunRecord, turn: int) -> bool:

@@ -11,6 +11,7 @@ from tests.e2e.test_run_events import of, subscribe, validate
 from toolpipe.infra.local.runtime import LOCAL_CALLER, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS, Agent
+from toolpipe.shared.runs.fork import RunForker
 
 
 def _agent(monkeypatch: pytest.MonkeyPatch, **limits: Any) -> str:
@@ -151,6 +152,10 @@ def test_a_run_past_its_retention_is_neither_resumed_nor_forked(
     )
     assert status == 202, made
     assert pipeline.finish(made["run_id"])["run"]["status"] == "succeeded"
+    with monkeypatch.context() as dying:  # a fork whose copy died half-way: its replay finishes it
+        dying.setattr(RunForker, "_copy", lambda self, fork_id, items: 1 / 0)
+        status, _ = pipeline.runtime.api(*fork, caller=LOCAL_CALLER, headers={"Idempotency-Key": "f3"})
+        assert status == 500
     until = int(time.time()) - 1
     pipeline.runtime.dynamodb.update_item(
         TableName=TABLE,
@@ -166,7 +171,7 @@ def test_a_run_past_its_retention_is_neither_resumed_nor_forked(
         f"run {run_id} cannot be resumed: it expired at {expired}, so some of its history may already "
         "be gone; start a new run",
     )
-    for key in ("f2", None):  # a new fork: refused
+    for key in ("f2", "f3", None):  # a new fork, or one half made: refused
         headers = {"Idempotency-Key": key} if key else {}
         status, body = pipeline.runtime.api(*fork, caller=LOCAL_CALLER, headers=headers)
         assert status == 409, body
@@ -177,6 +182,14 @@ def test_a_run_past_its_retention_is_neither_resumed_nor_forked(
     assert (status, again["run_id"], headers.get("Idempotent-Replayed")) == (202, made["run_id"], "true"), (
         again
     )
+    status, body = pipeline.runtime.api(
+        "POST",
+        f"/runs/{run_id}/fork",
+        {"turn": 0, "input": "another"},
+        caller=LOCAL_CALLER,
+        headers={"Idempotency-Key": "f1"},
+    )
+    assert status == 409 and "already forked" in body["message"], body
     _, shown = pipeline.runtime.api("GET", f"/runs/{run_id}", caller=LOCAL_CALLER)
     assert shown["run"]["status"] == "limit" and shown["run"]["execution"] == 1
     assert shown["run"]["forks"] == [made["run_id"]]

@@ -9,6 +9,8 @@ import pytest
 from tests.reliability.harness import moto_store
 from toolpipe.shared.history import MemoryHistoryStore
 from toolpipe.shared.history.errors import QuotaExceededError
+from toolpipe.shared.history.retention import RETAIN_UNTIL
+from toolpipe.shared.history.run_records import STAMPS_HELD
 from toolpipe.shared.messages import RunLimits, RunRecord, RunStatus, UserMessage
 from toolpipe.shared.runs.resume import RunResumer
 
@@ -132,3 +134,34 @@ def test_a_give_back_late_for_an_ending_leaves_the_slot_of_a_run_resumed_meanwhi
     # Once it ends again, its slot goes back, and a run that is gone gives back its slot too.
     assert store.finish_run("r1", RunStatus.SUCCEEDED)
     assert store.running_slots("me") == []
+
+
+def test_a_resumes_execution_takes_back_the_endings_expiry_once() -> None:
+    """The resume marks its record; only a step of its own execution takes the ending's stamps
+    back (whatever turn the run is at), then the mark goes; an ending since keeps its own."""
+    with moto_store() as store:
+        _ended(store)
+
+        def stamps() -> dict[str, Any]:
+            items = store._table.query(
+                KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": "RUN#r1"}
+            )["Items"]
+            return {item["sk"]: item.get(RETAIN_UNTIL) for item in items}
+
+        until = stamps()["META"]
+        assert until is not None and set(stamps().values()) == {until}
+        RunResumer(store, Starts()).resume("r1", "me")
+        assert stamps()["META"] is None and stamps()["MSG#000001"] == until
+        store.keep_resumed("r1", 1)  # a step of the execution before the resume: nothing
+        assert stamps()["MSG#000001"] == until
+        store.keep_resumed("r1", 2)
+        assert set(stamps().values()) == {None}
+        assert STAMPS_HELD not in store._table.get_item(Key={"pk": "RUN#r1", "sk": "META"})["Item"]
+
+        assert store.finish_run("r1", RunStatus.FAILED, error="again")
+        again = stamps()["META"]
+        RunResumer(store, Starts()).resume("r1", "me")
+        assert store.finish_run("r1", RunStatus.FAILED, error="ended before its first step")
+        last = stamps()["META"]
+        store.keep_resumed("r1", 3)  # the resume's step, late: the ending since keeps its stamps
+        assert set(stamps().values()) == {last} and last >= again

@@ -390,7 +390,11 @@ def test_a_resumed_run_expires_in_nothing_until_it_ends_again(
     """The resumed execution's first step takes back the stamps and tags the run's ending gave
     (the approval's record and token among them): nothing of a running run expires, however
     close its old stamp was. An ending that was still stamping when the resume landed takes
-    back what it stamped after; one that stamps after the next ending writes the next's stamp."""
+    back what it stamped after; one that stamps after the next ending writes the next's stamp.
+    Two writes at a time, so that a few items and objects take the threads a large run takes."""
+    from toolpipe.shared.history import retention
+
+    monkeypatch.setattr(retention, "STAMP_THREADS", 2)
     run_id, until = _limited_with_all_kinds(pipeline, monkeypatch)
     status, body = pipeline.runtime.api("POST", f"/runs/{run_id}/resume", {"limits": {"max_tool_calls": 5}})
     assert status == 202, body
