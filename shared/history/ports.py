@@ -98,9 +98,9 @@ class RunRecords(Protocol):
         ...
 
     def keep_resumed(self, run_id: str, execution: int) -> None:
-        """Take back the expiry an ending gave the items and objects of a run that the resume
-        into `execution` made run again, once (the steps of that execution ask; after the first
-        that did it, a read). Nothing for an ended run, or one another resume has since."""
+        """Take back the expiry an ending gave the items and objects of a run that a resume into
+        `execution` or before made run again, once (each step of a resumed run asks; after the
+        first that did it, a read). Nothing for an ended run, or one resumed since `execution`."""
         ...
 
     def add_fork(self, run_id: str, fork_id: str) -> None:

@@ -512,9 +512,9 @@ class RunRecordStore(RunTable):
         return True
 
     def keep_resumed(self, run_id: str, execution: int) -> None:
-        """Take back the expiry an ending gave the items and objects of a run that the resume
-        into `execution` made run again (`retention.keep_run`), then the mark that says it is
-        still to do: each only while the record still holds that resume's mark and no stamp."""
+        """Take back the expiry an ending gave the items and objects of a run that a resume into
+        `execution` or before made run again (`retention.keep_run`), then the mark that says it
+        is still to do: each only while the record still holds that mark and no stamp."""
         names = {"#r": retention.RETAIN_UNTIL, "#h": STAMPS_HELD}
         item = self._table.get_item(
             Key={"pk": run_pk(run_id), "sk": META_SK},
@@ -522,7 +522,10 @@ class RunRecordStore(RunTable):
             ExpressionAttributeNames=names,
             ConsistentRead=True,
         ).get("Item")
-        if item is None or retention.RETAIN_UNTIL in item or item.get(STAMPS_HELD) != execution:
+        held = None if item is None or retention.RETAIN_UNTIL in item else item.get(STAMPS_HELD)
+        # None: nothing to take back. Later than `execution`: a step of an execution before the
+        # last resume's (an earlier one, or a restart's hand-over from it, counts on).
+        if held is None or int(str(held)) > execution:
             return
         retention.keep_run(self._table, self._s3, self._bucket, run_id)
         try:
@@ -530,9 +533,9 @@ class RunRecordStore(RunTable):
                 Key={"pk": run_pk(run_id), "sk": META_SK},
                 UpdateExpression="REMOVE #h",
                 # Not once the run ended again, or another resume marked it for its own execution.
-                ConditionExpression="attribute_not_exists(#r) AND #h = :execution",
+                ConditionExpression="attribute_not_exists(#r) AND #h = :held",
                 ExpressionAttributeNames=names,
-                ExpressionAttributeValues={":execution": execution},
+                ExpressionAttributeValues={":held": held},
             )
         except ClientError as e:
             if not lost_race(e):

@@ -31,9 +31,10 @@ class Resumed(NamedTuple):
 
 
 def in_resumed_execution(run: RunRecord) -> bool:
-    """Whether the run's current execution is a resume's: its steps see that the expiry the
-    run's ending gave its items and objects is taken back (`HistoryStore.keep_resumed`)."""
-    return bool(run.resumes) and run.resumes[-1].execution == run.execution
+    """Whether the run's current execution is its last resume's or a later one (a long run's
+    next, a restart's hand-over): its steps see that the expiry the run's ending gave its items
+    and objects is taken back (`HistoryStore.keep_resumed`)."""
+    return bool(run.resumes) and run.resumes[-1].execution <= run.execution
 
 
 def resumed_after(run: RunRecord, turn: int) -> bool:

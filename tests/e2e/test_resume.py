@@ -12,6 +12,7 @@ from toolpipe.infra.local.runtime import LOCAL_CALLER, TABLE
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.shared.agents import AGENTS, Agent
 from toolpipe.shared.runs.fork import RunForker
+from toolpipe.shared.runs.ports import StepFunctionsStarter
 
 
 def _agent(monkeypatch: pytest.MonkeyPatch, **limits: Any) -> str:
@@ -143,6 +144,7 @@ def test_a_run_past_its_retention_is_neither_resumed_nor_forked(
     pipeline.script(
         Reply(tool_calls=[call("count_once", label="a"), call("count_once", label="b")]),
         Reply(content="forked"),  # the fork's answer
+        Reply(content="forked, started by its replay"),
     )
     run_id = pipeline.start("count", agent=agent)
     assert pipeline.finish(run_id)["run"]["status"] == "limit"
@@ -152,10 +154,16 @@ def test_a_run_past_its_retention_is_neither_resumed_nor_forked(
     )
     assert status == 202, made
     assert pipeline.finish(made["run_id"])["run"]["status"] == "succeeded"
-    with monkeypatch.context() as dying:  # a fork whose copy died half-way: its replay finishes it
+    with monkeypatch.context() as dying:  # a fork whose copy died half-way
         dying.setattr(RunForker, "_copy", lambda self, fork_id, items: 1 / 0)
         status, _ = pipeline.runtime.api(*fork, caller=LOCAL_CALLER, headers={"Idempotency-Key": "f3"})
         assert status == 500
+    with monkeypatch.context() as dying:  # a fork copied whole that died before it started
+        dying.setattr(StepFunctionsStarter, "start", lambda self, *args, **kwargs: None)
+        status, unstarted, _ = pipeline.runtime.api_response(
+            *fork, caller=LOCAL_CALLER, headers={"Idempotency-Key": "f4"}
+        )
+        assert status == 202, unstarted
     until = int(time.time()) - 1
     pipeline.runtime.dynamodb.update_item(
         TableName=TABLE,
@@ -182,6 +190,11 @@ def test_a_run_past_its_retention_is_neither_resumed_nor_forked(
     assert (status, again["run_id"], headers.get("Idempotent-Replayed")) == (202, made["run_id"], "true"), (
         again
     )
+    status, again, _ = pipeline.runtime.api_response(
+        *fork, caller=LOCAL_CALLER, headers={"Idempotency-Key": "f4"}
+    )
+    assert (status, again["run_id"]) == (202, unstarted["run_id"]), again
+    assert pipeline.finish(unstarted["run_id"])["run"]["output"] == "forked, started by its replay"
     status, body = pipeline.runtime.api(
         "POST",
         f"/runs/{run_id}/fork",
@@ -192,4 +205,4 @@ def test_a_run_past_its_retention_is_neither_resumed_nor_forked(
     assert status == 409 and "already forked" in body["message"], body
     _, shown = pipeline.runtime.api("GET", f"/runs/{run_id}", caller=LOCAL_CALLER)
     assert shown["run"]["status"] == "limit" and shown["run"]["execution"] == 1
-    assert shown["run"]["forks"] == [made["run_id"]]
+    assert sorted(shown["run"]["forks"]) == sorted([made["run_id"], unstarted["run_id"]])

@@ -355,15 +355,15 @@ def _store(pipeline: Pipeline) -> Any:
 
 
 def _limited_with_all_kinds(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int]:
-    """A run that ended `limit` with an approval, an object and messages, all stamped: its id and
-    stamp. Its last reply, a 2-second `slow` call, waits for a resume."""
+    """A run that ended `limit` with an approval, two objects and messages, all stamped: its id
+    and stamp. Its last reply, a 2-second `slow` call, waits for a resume."""
     from tests.e2e.test_approvals import GATED, pending
 
-    agent = dataclasses.replace(GATED, name="kept", max_tool_calls=2)
+    agent = dataclasses.replace(GATED, name="kept", max_tool_calls=3)
     monkeypatch.setitem(AGENTS, agent.name, agent)
     pipeline.script(
         Reply(tool_calls=[call("wire_money", amount=250, to="ana")]),
-        Reply(tool_calls=[call("big_output", kilobytes=30)]),
+        Reply(tool_calls=[call("big_output", kilobytes=30), call("big_output", kilobytes=31)]),
         Reply(tool_calls=[call("slow", seconds=2)]),  # over max_tool_calls: the run ends `limit`
         Reply(content="done"),
     )
@@ -373,7 +373,7 @@ def _limited_with_all_kinds(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch)
     stamps = _stamps(pipeline, run_id)
     assert any(k.startswith("APPROVAL#") for k in stamps) and None not in stamps.values(), stamps
     [until] = set(stamps.values())
-    assert until is not None and _objects(pipeline, run_id)
+    assert until is not None and len(_objects(pipeline, run_id)) >= 2
     return run_id, until
 
 
@@ -391,10 +391,10 @@ def test_a_resumed_run_expires_in_nothing_until_it_ends_again(
     (the approval's record and token among them): nothing of a running run expires, however
     close its old stamp was. An ending that was still stamping when the resume landed takes
     back what it stamped after; one that stamps after the next ending writes the next's stamp.
-    Two writes at a time, so that a few items and objects take the threads a large run takes."""
+    A pool from two writes on, so that a few items and objects take the threads a large run takes."""
     from toolpipe.shared.history import retention
 
-    monkeypatch.setattr(retention, "STAMP_THREADS", 2)
+    monkeypatch.setattr(retention, "STAMP_THREADS", 1)
     run_id, until = _limited_with_all_kinds(pipeline, monkeypatch)
     status, body = pipeline.runtime.api("POST", f"/runs/{run_id}/resume", {"limits": {"max_tool_calls": 5}})
     assert status == 202, body
@@ -425,3 +425,24 @@ def test_taking_back_an_expiry_leaves_a_later_endings_stamp(pipeline: Pipeline) 
     assert "Item" not in store._table.get_item(Key={"pk": "RUN#later", "sk": "MSG#000002"})  # not made
     _unstamp(store._table, [(key, 200)])
     assert RETAIN_UNTIL not in store._table.get_item(Key=key)["Item"]
+
+
+def test_a_resume_whose_execution_a_restart_hands_on_is_still_taken_back(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`toolpipe serve` stopped after the resume's write, before its execution ran a step: the
+    restart hands the run to the next execution, whose steps take the ending's expiry back."""
+    from toolpipe.shared.runs import ports
+
+    run_id, _ = _limited_with_all_kinds(pipeline, monkeypatch)
+    with monkeypatch.context() as died:
+        died.setattr(ports.StepFunctionsStarter, "start", lambda self, *args, **kwargs: None)
+        status, body = pipeline.runtime.api(
+            "POST", f"/runs/{run_id}/resume", {"limits": {"max_tool_calls": 5}}
+        )
+        assert status == 202, body
+    assert not _kept(pipeline, run_id)
+    pipeline.runtime._resume_runs()  # what the restart does
+    _wait(lambda: _kept(pipeline, run_id))
+    run = pipeline.finish(run_id)["run"]
+    assert run["status"] == "succeeded" and run["execution"] == 3
