@@ -450,8 +450,8 @@ class RunRecordStore(RunTable):
     def resume_run(self, run: RunRecord, resumed: RunRecord, admission: Admission | None = None) -> bool:
         """Make the ended `run` running again as `resumed` (its next execution, limits, deadline
         and resumes), if it is still as read: False (nothing changed) when another writer got there
-        first. The record's stamp goes in the same write; the resumed execution's first step takes
-        back the rest (`keep_resumed`).
+        first. The record's stamp goes in the same write, with a mark naming the resumed
+        execution, whose steps take back the rest once (`keep_resumed`).
         With an `admission` whose running quota is on, the run takes a slot in the same
         transaction (`QuotaExceededError`, nothing changed, when the caller's are full)."""
         fields = (
