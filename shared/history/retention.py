@@ -154,13 +154,7 @@ def run_objects(s3: "S3Client", bucket: str, run_id: str) -> Iterator[str]:
 def expire_run(table: "Table", s3: "S3Client", bucket: str, run_id: str, until: int) -> None:
     """Give every item and object of an ended run its expiry. Idempotent: an item already
     stamped is not written again, so a retry after a crash writes only what is left."""
-    items: list[dict[str, Any]] = []
-    gates: list[dict[str, Any]] = []
-    for item in partition(table, run_id):
-        if item["sk"] == "META" or _stamp_of(item) == until:
-            continue
-        (gates if "approval_id" in item else items).append(item)
-    # A gate is stamped after its approval's items: a stamped gate means all three are done.
+    items, gates = _items_and_gates(table, run_id, lambda stamped: stamped != until)
     stamp(table, [key for gate in gates for key in _approval_keys(str(gate["approval_id"]))], until)
     stamp(table, [{"pk": item["pk"], "sk": item["sk"]} for item in (*items, *gates)], until)
     tagging: Any = {"TagSet": [{"Key": RETENTION_TAG_KEY, "Value": RETENTION_TAG_VALUE}]}
@@ -174,13 +168,8 @@ def keep_run(table: "Table", s3: "S3Client", bucket: str, run_id: str) -> None:
     """Take back the expiry an ending gave the items and objects of a run that runs again (a
     resume): nothing of a running run expires. Each item loses only the stamp it was read with,
     so a stamp a later ending writes meanwhile stays; that ending's tags are written again at
-    the end (`_settle`). An approval's items go before its gate, as `expire_run` stamps them, so
-    a gate without a stamp means all three are done."""
-    items: list[dict[str, Any]] = []
-    gates: list[dict[str, Any]] = []
-    for item in partition(table, run_id):
-        if item["sk"] != "META" and _stamp_of(item) is not None:
-            (gates if "approval_id" in item else items).append(item)
+    the end (`_settle`)."""
+    items, gates = _items_and_gates(table, run_id, lambda stamped: stamped is not None)
     _unstamp(
         table, [(key, _stamp_of(gate)) for gate in gates for key in _approval_keys(str(gate["approval_id"]))]
     )
@@ -188,6 +177,21 @@ def keep_run(table: "Table", s3: "S3Client", bucket: str, run_id: str) -> None:
     # Untagged, the bucket's rule does not expire them.
     _each_object(s3, bucket, run_id, lambda key: s3.delete_object_tagging(Bucket=bucket, Key=key))
     _settle(table, s3, bucket, run_id, None)
+
+
+def _items_and_gates(
+    table: "Table", run_id: str, wanted: Callable[[int | None], bool]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The run's items but its record whose stamp is `wanted`, and apart from them its gates
+    (a call's approval, whose record and token live outside the partition). Both an ending and
+    a take-back write an approval's items before its gate, so a gate written means all three
+    are, and a retry that skips it skips nothing left to do."""
+    items: list[dict[str, Any]] = []
+    gates: list[dict[str, Any]] = []
+    for item in partition(table, run_id):
+        if item["sk"] != "META" and wanted(_stamp_of(item)):
+            (gates if "approval_id" in item else items).append(item)
+    return items, gates
 
 
 def _each_object(s3: "S3Client", bucket: str, run_id: str, call: Callable[[str], object]) -> None:

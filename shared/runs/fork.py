@@ -88,8 +88,7 @@ class RunForker:
             new_run_id() if idempotency_key is None else keyed_run_id(caller, "fork\n" + idempotency_key)
         )
         if retention.expired(parent.retain_until):
-            assert parent.retain_until is not None
-            return self._made_before_expiry(parent, parent.retain_until, fork_id, asked, idempotency_key)
+            return self._made_before_expiry(parent, fork_id, asked, idempotency_key)
         if request.turn > parent.turn:
             raise RunNotForkableError(run_id, f"its last turn is {parent.turn}, not {request.turn}")
         items = copied_turns(self._store.load_history(run_id), run_id, request.turn)
@@ -136,12 +135,13 @@ class RunForker:
         return Forked(record, replayed)
 
     def _made_before_expiry(
-        self, parent: RunRecord, until: int, fork_id: str, asked: str, idempotency_key: str | None
+        self, parent: RunRecord, fork_id: str, asked: str, idempotency_key: str | None
     ) -> Forked:
         """The run's items may be going: only the fork this key made before, copied whole (the
         run lists it), is answered, as it is; any other fork is refused, a half-made one too."""
         if idempotency_key is None or fork_id not in parent.forks:
-            raise RunExpiredError(parent.run_id, until, "forked")
+            assert parent.retain_until is not None  # expired
+            raise RunExpiredError(parent.run_id, parent.retain_until, "forked")
         made = self._store.get_run(fork_id)
         if made.request_hash != asked:
             raise IdempotencyConflictError(idempotency_key, fork_id, "forked")
