@@ -11,6 +11,8 @@ import threading
 import time
 import uuid
 import warnings
+import weakref
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -22,6 +24,7 @@ import pytest
 from botocore.config import Config
 from moto import mock_aws
 from moto.core import serialize
+from moto.core.common_models import BaseModel
 from moto.core.serialize import ResponseSerializer, TimestampSerializer, XFormedAttributePicker
 from moto.dynamodb.models.dynamo_type import Item
 from moto.dynamodb.models.table import Table
@@ -1111,7 +1114,6 @@ def test_executions_stopped_at_any_moment_record_one_ending_each() -> None:
     """A stop between states is seen by the states' thread, which records the ending itself,
     while the execution's thread may see it too: one `ExecutionAborted` all the same (a review
     saw two in 550 histories of 800)."""
-    from collections import Counter
 
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         sfn = boto3.client("stepfunctions", region_name="us-east-1")
@@ -1141,38 +1143,52 @@ def test_executions_stopped_at_any_moment_record_one_ending_each() -> None:
 def test_an_items_copies_and_a_deleted_message_are_not_kept_until_the_mock_stops() -> None:
     """moto kept every model instance it made until the mock stopped: in a long-lived runtime,
     each copy of an item an update made and every message ever sent."""
+    # A weak reference to each item and message made (an update's copy too: `copy` calls
+    # `__new__`), so one still referenced is one kept. Not a count over `gc.get_objects()`: in a
+    # worker of the suite, that walks a million objects or more each time.
+    made: dict[type, list[weakref.ref[Any]]] = {Item: [], Message: []}
 
-    def live(kind: type) -> int:
-        gc.collect()
-        return sum(isinstance(thing, kind) for thing in gc.get_objects())
+    def new(cls: type, *args: Any, **kwargs: Any) -> Any:
+        instance = BaseModel.__new__(cls, *args, **kwargs)
+        made[cls].append(weakref.ref(instance))
+        return instance
 
-    with mock_aws():
-        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
-        _table(dynamodb)
-        key = {"pk": {"S": "run"}, "sk": {"S": "COST"}}
-        dynamodb.put_item(TableName="t", Item={**key, "n": {"N": "0"}})
-        sqs = boto3.client("sqs", region_name="us-east-1")
-        queue = sqs.create_queue(QueueName="q")["QueueUrl"]
+    def alive() -> tuple[int, int]:
+        gc.collect()  # what waits in a reference cycle is not kept
+        return sum(r() is not None for r in made[Item]), sum(r() is not None for r in made[Message])
 
-        def use(times: int) -> None:
-            for _ in range(times):
-                dynamodb.update_item(
-                    TableName="t",
-                    Key=key,
-                    UpdateExpression="ADD n :one",
-                    ExpressionAttributeValues={":one": {"N": "1"}},
-                    ReturnValues="ALL_OLD",
-                )
-                sqs.send_message(QueueUrl=queue, MessageBody="m")
-                [message] = sqs.receive_message(QueueUrl=queue)["Messages"]
-                sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
+    Item.__new__ = Message.__new__ = new  # type: ignore[method-assign]
+    try:
+        with mock_aws():
+            dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+            _table(dynamodb)
+            key = {"pk": {"S": "run"}, "sk": {"S": "COST"}}
+            dynamodb.put_item(TableName="t", Item={**key, "n": {"N": "0"}})
+            sqs = boto3.client("sqs", region_name="us-east-1")
+            queue = sqs.create_queue(QueueName="q")["QueueUrl"]
 
-        use(1)
-        items, messages = live(Item), live(Message)
-        use(20)
-        assert (live(Item), live(Message)) == (items, messages)
-        assert dynamodb.get_item(TableName="t", Key=key)["Item"]["n"] == {"N": "21"}
-        assert Item.instances_tracked == [] and Message.instances_tracked == []  # type: ignore[attr-defined]
+            def use(times: int) -> None:
+                for _ in range(times):
+                    dynamodb.update_item(
+                        TableName="t",
+                        Key=key,
+                        UpdateExpression="ADD n :one",
+                        ExpressionAttributeValues={":one": {"N": "1"}},
+                        ReturnValues="ALL_OLD",
+                    )
+                    sqs.send_message(QueueUrl=queue, MessageBody="m")
+                    [message] = sqs.receive_message(QueueUrl=queue)["Messages"]
+                    sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
+
+            use(1)
+            before = alive()
+            use(20)
+            assert len(made[Item]) > 20 and len(made[Message]) > 20  # each update copied the item
+            assert alive() == before, (before, alive())
+            assert dynamodb.get_item(TableName="t", Key=key)["Item"]["n"] == {"N": "21"}
+            assert Item.instances_tracked == [] and Message.instances_tracked == []  # type: ignore[attr-defined]
+    finally:
+        del Item.__new__, Message.__new__
 
 
 def test_s3_still_closes_a_replaced_object_at_its_reset() -> None:
