@@ -1,6 +1,7 @@
 """Fixtures shared by every test layer. Nothing here reaches the internet or real AWS:
 AWS calls go to moto, and the model is a scripted OpenAI-compatible server on 127.0.0.1."""
 
+import gc
 import json
 import os
 import threading
@@ -24,6 +25,15 @@ for _name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "AWS_PROFILE", "AWS_ENDPOINT_
 # The CDK CLI (2.1100 and later) sends usage telemetry to AWS from a process of its own after a
 # command, unless told not to; the tests run it often, and never reach the internet.
 os.environ["CDK_DISABLE_CLI_TELEMETRY"] = "true"
+
+# Python's automatic full collections, at most one per 100 younger ones (its default: 10). A
+# test process starts and stops hundreds of local runtimes; each stop hands all the runtime kept
+# frozen back to the collector (`LocalRuntime.__exit__`) with ~30,000 objects of garbage in
+# cycles, and each automatic full pass then walks the whole heap of the process, a million objects
+# and more in a worker of the suite: 6-8 s of CPU a worker in one run, up to 2.9 s a pass. Fewer
+# passes free the same garbage (explicit `gc.collect()`s still run): the functional tests in one
+# process took 108 and 118 s of CPU instead of 114 and 132 (docs/design/tests.md).
+gc.set_threshold(gc.get_threshold()[0], gc.get_threshold()[1], 100)
 
 # The reliability report's session hooks and the parallel run's scheduling, here because this
 # conftest is the one the controller of a parallel run (pytest-xdist) always loads.
