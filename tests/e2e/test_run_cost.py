@@ -131,12 +131,12 @@ def _transitions(pipeline: Pipeline, run_id: str) -> int:
     ]
     billed = 0
     for arn in arns:
-        for page in pipeline.runtime.sfn.get_paginator("get_execution_history").paginate(executionArn=arn):
-            kinds = [e["type"] for e in page["events"]]
-            # Each state entered, and each Task retry (a scheduling past the first of an entry).
-            scheduled = sum(k in ("TaskScheduled", "LambdaFunctionScheduled") for k in kinds)
-            billed += sum(k.endswith("StateEntered") for k in kinds)
-            billed += max(0, scheduled - kinds.count("TaskStateEntered"))
+        pages = pipeline.runtime.sfn.get_paginator("get_execution_history").paginate(executionArn=arn)
+        kinds = [e["type"] for page in pages for e in page["events"]]
+        # Each state entered, and each Task retry (a scheduling past the first of an entry).
+        scheduled = sum(k in ("TaskScheduled", "LambdaFunctionScheduled") for k in kinds)
+        billed += sum(k.endswith("StateEntered") for k in kinds)
+        billed += max(0, scheduled - kinds.count("TaskStateEntered"))
     return billed
 
 

@@ -36,7 +36,7 @@ from moto.stepfunctions.parser.asl.utils import boto_client, json_path
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from toolpipe.infra.local import patches
-from toolpipe.infra.local.patches.correctness import history_limit
+from toolpipe.infra.local.patches.correctness import history_limit, history_pages
 from toolpipe.infra.local.patches.speed import (
     absent_members,
     history_answers,
@@ -188,7 +188,7 @@ def test_an_execution_fails_when_its_history_reaches_the_limit(monkeypatch: Any)
         while (described := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        events = sfn.get_execution_history(executionArn=execution, maxResults=1000)["events"]
+        events = _history(sfn, execution)
     # Unpatched: SUCCEEDED after ~400 events.
     assert (described["status"], described.get("error")) == ("FAILED", "States.Runtime")
     assert "maximum number of history events (60)" in described["cause"]
@@ -626,7 +626,7 @@ def test_a_definition_is_parsed_once_and_concurrent_executions_keep_their_own_re
         )
         for execution in ended:
             assert execution["status"] == "FAILED"
-            events = sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
+            events = _history(sfn, execution["executionArn"])
             # The first attempt and its one retry: two schedules per execution, no more, no fewer.
             assert sum(e["type"] == "TaskScheduled" for e in events) == 2, events
 
@@ -892,26 +892,94 @@ def test_a_dicts_absent_members_are_left_out_without_the_picker_and_answers_are_
         assert events[-1]["executionFailedEventDetails"] == {"error": "Stop", "cause": "on purpose"}
 
 
+def _history(sfn: Any, execution: str) -> list[dict[str, Any]]:
+    """An execution's whole history, page by page."""
+    return [event for page in _pages(sfn, executionArn=execution, maxResults=1000) for event in page]
+
+
+def _pages(sfn: Any, **kwargs: Any) -> list[list[dict[str, Any]]]:
+    """Every page of a history, following the tokens; none empty."""
+    pages: list[list[dict[str, Any]]] = []
+    while True:
+        page = sfn.get_execution_history(**kwargs)
+        assert page["events"], "an empty page"
+        pages.append(page["events"])
+        if "nextToken" not in page:
+            return pages
+        kwargs["nextToken"] = page["nextToken"]
+
+
+def test_a_history_is_answered_a_page_at_a_time_as_aws_answers_it() -> None:
+    # 1 + 2 x 120 + 1 events: more than the default page (100) and two of 200.
+    states: dict[str, Any] = {
+        f"P{n}": {"Type": "Pass", "Result": {"n": n}, "Next": f"P{n + 1}"} for n in range(119)
+    }
+    states["P119"] = {"Type": "Pass", "End": True}
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        execution = _run(sfn, _machine(sfn, "paged", {"StartAt": "P0", "States": states}), "e1", {"a": 1})[
+            "executionArn"
+        ]
+        other = _run(sfn, _machine(sfn, "other", {"StartAt": "P119", "States": states}), "e2")["executionArn"]
+        whole = [e for page in _pages(sfn, executionArn=execution, maxResults=1000) for e in page]
+        assert len(whole) == 242 and [e["id"] for e in whole] == list(range(1, 243))
+
+        by_default = _pages(sfn, executionArn=execution)
+        assert [len(p) for p in by_default] == [100, 100, 42]
+        assert [e for p in by_default for e in p] == whole
+        assert [len(p) for p in _pages(sfn, executionArn=execution, maxResults=0)] == [100, 100, 42]
+        backwards = _pages(sfn, executionArn=execution, maxResults=200, reverseOrder=True)
+        assert [len(p) for p in backwards] == [200, 42]
+        assert [e for p in backwards for e in p] == whole[::-1]
+
+        # Without execution data: the same events, their input and output left out.
+        lean = [e for p in _pages(sfn, executionArn=execution, includeExecutionData=False) for e in p]
+        details = [(k, v) for e in whole for k, v in e.items() if k.endswith("EventDetails")]
+        assert sum("input" in d or "output" in d for _, d in details) > 200
+        assert [(e["id"], e["type"]) for e in lean] == [(e["id"], e["type"]) for e in whole]
+        for event, full in zip(lean, whole, strict=True):
+            for key, value in full.items():
+                if key.endswith("EventDetails"):
+                    assert event[key] == {k: v for k, v in value.items() if k not in ("input", "output")}
+                else:
+                    assert event[key] == value
+
+        # A token is its execution's and its order's; anything else is refused as AWS refuses it.
+        token = sfn.get_execution_history(executionArn=execution)["nextToken"]
+        for wrong in (
+            {"executionArn": other, "nextToken": token},
+            {"executionArn": execution, "nextToken": token, "reverseOrder": True},
+            {"executionArn": execution, "nextToken": "not a token"},
+            {"executionArn": execution, "nextToken": history_pages._token(execution, False, 1)[:-4]},
+        ):
+            with pytest.raises(sfn.exceptions.InvalidToken):
+                sfn.get_execution_history(**wrong)
+        with pytest.raises(sfn.exceptions.ClientError, match="less than or equal to 1000"):
+            sfn.get_execution_history(executionArn=execution, maxResults=1001)
+        # The last page's token names its last event: nothing after it, so no token and no page.
+        assert "nextToken" not in sfn.get_execution_history(executionArn=execution, maxResults=242)
+
+
 def test_a_utc_timestamp_is_parsed_once_and_answers_are_as_before(monkeypatch: Any) -> None:
     _history_through_the_serializer(monkeypatch)
     definition = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         sfn = boto3.client("stepfunctions", region_name="us-east-1")
         execution = _run(sfn, _machine(sfn, "stamps", definition), "e1")["executionArn"]
-        patched = sfn.get_execution_history(executionArn=execution)["events"]
+        patched = _history(sfn, execution)
         parsed: list[Any] = []
         parse = serialize.parse_to_aware_datetime
         monkeypatch.setattr(
             serialize, "parse_to_aware_datetime", lambda value: parsed.append(value) or parse(value)
         )
-        assert sfn.get_execution_history(executionArn=execution)["events"] == patched
+        assert _history(sfn, execution) == patched
         # The same timestamps again: none parsed a second time.
         assert parsed == []
         with monkeypatch.context() as unpatched:
             unpatched.setattr(
                 TimestampSerializer, "_convert_timestamp_to_str", utc_timestamps._original_convert
             )
-            assert sfn.get_execution_history(executionArn=execution)["events"] == patched
+            assert _history(sfn, execution) == patched
         assert len(parsed) == len(patched) and all(str(value).endswith("Z") for value in parsed)
         # Not a "Z" string: converted as before, every time.
         assert utc_timestamps.convert(TimestampSerializer("iso8601"), 0, "iso8601") == "1970-01-01T00:00:00Z"
@@ -1057,10 +1125,10 @@ def test_an_execution_that_times_out_records_its_ending_last_and_nothing_of_the_
             "executionArn"
         ]
         assert _ended(sfn, execution) == "TIMED_OUT"
-        assert sfn.get_execution_history(executionArn=execution)["events"][-1]["type"] == "ExecutionTimedOut"
+        assert _history(sfn, execution)[-1]["type"] == "ExecutionTimedOut"
         held_tasks.release.set()
         held_tasks.returned()
-        types = [e["type"] for e in sfn.get_execution_history(executionArn=execution)["events"]]
+        types = [e["type"] for e in _history(sfn, execution)]
         assert types[-1] == "ExecutionTimedOut" and types.count("ExecutionTimedOut") == 1, types
         assert "TaskSucceeded" not in types and "TaskStateExited" not in types, types
 
@@ -1077,7 +1145,7 @@ def test_a_stop_answers_once_the_execution_is_aborted_and_records_nothing_after_
         assert sfn.describe_execution(executionArn=execution)["status"] == "ABORTED"
         held_tasks.release.set()
         held_tasks.returned()
-        events = sfn.get_execution_history(executionArn=execution)["events"]
+        events = _history(sfn, execution)
         types = [e["type"] for e in events]
         assert types[-1] == "ExecutionAborted" and types.count("ExecutionAborted") == 1, types
         assert "TaskSucceeded" not in types and "TaskStateExited" not in types, types
@@ -1103,10 +1171,10 @@ def test_a_stop_during_an_inline_map_records_nothing_of_its_iterations_after_the
         assert held_tasks.began.wait(10)
         sfn.stop_execution(executionArn=execution)
         assert sfn.describe_execution(executionArn=execution)["status"] == "ABORTED"
-        ended = [e["type"] for e in sfn.get_execution_history(executionArn=execution)["events"]]
+        ended = [e["type"] for e in _history(sfn, execution)]
         held_tasks.release.set()
         held_tasks.returned()
-        assert [e["type"] for e in sfn.get_execution_history(executionArn=execution)["events"]] == ended
+        assert [e["type"] for e in _history(sfn, execution)] == ended
         assert ended[-1] == "ExecutionAborted" and ended.count("ExecutionAborted") == 1, ended
 
 
@@ -1132,7 +1200,7 @@ def test_executions_stopped_at_any_moment_record_one_ending_each() -> None:
             sfn.stop_execution(executionArn=arn)
             status = _ended(sfn, arn)
             time.sleep(0.05)
-            types = [e["type"] for e in sfn.get_execution_history(executionArn=arn)["events"]]
+            types = [e["type"] for e in _history(sfn, arn)]
             endings[(status, types.count("ExecutionAborted"), types[-1])] += 1
 
         with concurrent.futures.ThreadPoolExecutor(8) as pool:

@@ -189,7 +189,9 @@ def test_a_run_cancelled_while_its_model_answers_ends_at_once_and_the_late_reply
         release.set()
     _wait(lambda: pipeline.runtime.tasks_in_progress() == 0)
 
-    events = pipeline.runtime.sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
+    events = pipeline.runtime.sfn.get_execution_history(
+        executionArn=execution["executionArn"], maxResults=1000
+    )["events"]
     assert events[-1]["type"] == "ExecutionAborted"
     assert [e["type"] for e in events].count("ExecutionAborted") == 1
     assert not [e for e in events if e["type"] in ("TaskSucceeded", "TaskStateExited")], events

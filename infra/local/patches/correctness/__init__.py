@@ -6,6 +6,7 @@ from toolpipe.infra.local.patches.correctness import (
     error_keeps_the_stop,
     heartbeat_before_clock,
     history_limit,
+    history_pages,
     no_thread_list,
     stop_before_start,
     stop_ends_at_once,
@@ -24,6 +25,7 @@ PATCHES = (
     error_keeps_the_stop,
     no_thread_list,
     history_limit,
+    history_pages,
     branch_stopped_before_start,
     timestamp_waits,
 )

@@ -28,6 +28,9 @@ from toolpipe.infra.local.patches.speed import utc_timestamps
 CHECKED_WITH = ("5.2.5",)
 
 _original_history = StepFunctionResponse.get_execution_history
+# The handler this patch wraps, taken when it is installed: the correctness patch's pages
+# (patches/correctness/history_pages.py) are installed first.
+_paged_history = _original_history
 _SCALARS = {"string": str, "boolean": bool, "long": int, "integer": int}
 # The JSON protocols' default format; a shape may name its own (`timestampFormat`).
 _TIMESTAMPS = TimestampSerializer(TimestampSerializer.TIMESTAMP_FORMAT_UNIX)
@@ -84,9 +87,12 @@ class HistoryAnswer(ActionResult):
 
 
 def get_execution_history(self: StepFunctionResponse) -> ActionResult:
-    """moto's handler, whose answer is `HistoryAnswer`."""
-    return HistoryAnswer(_original_history(self).result)
+    """The handler installed before this patch, whose answer is `HistoryAnswer`."""
+    return HistoryAnswer(_paged_history(self).result)
 
 
 def install() -> None:
+    global _paged_history
+    if StepFunctionResponse.get_execution_history is not get_execution_history:
+        _paged_history = StepFunctionResponse.get_execution_history
     StepFunctionResponse.get_execution_history = get_execution_history  # type: ignore[method-assign]
