@@ -1194,17 +1194,20 @@ def test_executions_stopped_at_any_moment_record_one_ending_each() -> None:
         )["stateMachineArn"]
         endings: Counter[tuple[str, int, str]] = Counter()
 
-        def one(n: int) -> None:
+        def one(n: int) -> tuple[str, str]:
             arn = sfn.start_execution(stateMachineArn=machine, name=f"e{n}")["executionArn"]
             time.sleep(0.001 * (n % 5))
             sfn.stop_execution(executionArn=arn)
-            status = _ended(sfn, arn)
-            time.sleep(0.05)
-            types = [e["type"] for e in _history(sfn, arn)]
-            endings[(status, types.count("ExecutionAborted"), types[-1])] += 1
+            return arn, _ended(sfn, arn)
 
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(one, range(20)))
+            ended = list(pool.map(one, range(20)))
+        # Read once every execution is stopped: a history read (pages of a history that grows by
+        # thousands of events a second) would hold up the others' stops meanwhile.
+        time.sleep(0.05)
+        for arn, status in ended:
+            types = [e["type"] for e in _history(sfn, arn)]
+            endings[(status, types.count("ExecutionAborted"), types[-1])] += 1
     assert endings == Counter({("ABORTED", 1, "ExecutionAborted"): 20}), endings
 
 

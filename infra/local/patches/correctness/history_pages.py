@@ -13,7 +13,10 @@ without their input and output, which are most of a history's bytes: the count o
 run's execution copied and parsed them all.
 
 The patch: the events of moto's answer, in the order asked, after the event the token names,
-up to the page's size; a token for the rest when there is more. A token names its execution,
+up to the page's size; a token for the rest when there is more. moto copied the whole history
+for each answer (deep, every event): read a page at a time, a 25,000-event history would be
+copied 25 times, with every other request waiting (infra/local/serial.py). The history is now
+handed over uncopied and only the page is copied, which is what the answer's readers get. A token names its execution,
 its order and the last event it answered (events are only added, so a page never skips or
 repeats one); one that is not this execution's, or is not a token at all, is refused with
 `InvalidToken`, as AWS refuses it. Without execution data, each event's details lose their
@@ -24,11 +27,13 @@ repeats one); one that is not this execution's, or is not a token at all, is ref
 import base64
 import binascii
 import bisect
+import copy
 import json
 from typing import Any
 
 from moto.core.responses import ActionResult
 from moto.stepfunctions.exceptions import InvalidToken, ValidationException
+from moto.stepfunctions.parser.asl.eval.event.event_manager import EventManager
 from moto.stepfunctions.responses import StepFunctionResponse
 
 CHECKED_WITH = ("5.2.5",)
@@ -39,6 +44,7 @@ MAX_PAGE = 1000
 EXECUTION_DATA = ("input", "output")
 
 _motos_own = StepFunctionResponse.get_execution_history
+_motos_events = EventManager.get_event_history
 
 
 def _token(execution_arn: str, reverse: bool, last_id: int) -> str:
@@ -100,6 +106,7 @@ def get_execution_history(self: StepFunctionResponse) -> ActionResult:
     else:
         page = events[start : start + page_size]
         more = start + page_size < stop
+    page = copy.deepcopy(page)  # the events themselves are moto's (`_events`)
     if self._get_param("includeExecutionData") is False:
         page = [_without_data(event) for event in page]
     answer["events"] = page
@@ -109,5 +116,13 @@ def get_execution_history(self: StepFunctionResponse) -> ActionResult:
     return ActionResult(answer)
 
 
+def _events(self: EventManager) -> Any:
+    """The history's events, uncopied (a new list): its one reader, GetExecutionHistory, copies
+    the page it answers (above); the serializer it may fall back to only reads them."""
+    with self._mutex:
+        return list(self._history_event_list)
+
+
 def install() -> None:
     StepFunctionResponse.get_execution_history = get_execution_history  # type: ignore[method-assign]
+    EventManager.get_event_history = _events  # type: ignore[method-assign]
