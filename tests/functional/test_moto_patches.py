@@ -5,6 +5,7 @@ import concurrent.futures
 import copy
 import gc
 import http.server
+import importlib
 import json
 import re
 import threading
@@ -41,6 +42,8 @@ from toolpipe.infra.local.patches.speed import (
     absent_members,
     history_answers,
     item_answers,
+    item_sizes,
+    json_copies,
     json_request_parser,
     program_cache,
     query_one_partition,
@@ -958,6 +961,186 @@ def test_a_history_is_answered_a_page_at_a_time_as_aws_answers_it() -> None:
             sfn.get_execution_history(executionArn=execution, maxResults=1001)
         # The last page's token names its last event: nothing after it, so no token and no page.
         assert "nextToken" not in sfn.get_execution_history(executionArn=execution, maxResults=242)
+
+
+def test_an_items_size_is_counted_as_motos_own_counts_it_and_once_as_the_item_is_built(
+    monkeypatch: Any,
+) -> None:
+    from moto.dynamodb.models.dynamo_type import DynamoType, LimitedSizeDict
+    from moto.dynamodb.models.utilities import bytesize
+
+    def motos_count(value: Any) -> int:  # LimitedSizeDict's own, per key or value
+        return int(value.size()) if type(value) is DynamoType else bytesize(str(value))
+
+    values = [
+        {"S": "plain"},
+        {"S": "ünï — 文字"},
+        {"S": ""},
+        {"N": "-12.5e3"},
+        {"BOOL": True},
+        {"BOOL": False},
+        {"NULL": True},
+        {"B": b"\x00\xffbytes"},
+        {"SS": ["a", "ü"]},
+        {"NS": ["1", "22"]},
+        {"L": [{"S": "x"}, {"N": "7"}, {"M": {"k": {"S": "ü"}}}]},
+        {"M": {"a": {"L": [{"BOOL": True}]}, "ß": {"S": "v"}}},
+    ]
+    for raw in values:
+        assert item_sizes.size_of(DynamoType(raw)) == motos_count(DynamoType(raw)), raw
+    for key in ("k", "ключ", "", 7):
+        assert item_sizes.size_of(key) == motos_count(key)
+
+    def put_then_grow(client: Any, size: int) -> list[str]:
+        """An item of `size` counted bytes, then one more byte set on it; what each answered."""
+        answers = []
+        padding = size - len("pk") - len("k") - len("pad")
+        for request in (
+            lambda: client.put_item(TableName="t", Item={"pk": {"S": "k"}, "pad": {"S": "p" * padding}}),
+            lambda: client.update_item(
+                TableName="t",
+                Key={"pk": {"S": "k"}},
+                UpdateExpression="SET b = :b",
+                ExpressionAttributeValues={":b": {"S": ""}},
+            ),
+        ):
+            try:
+                request()
+                answers.append("ok")
+            except client.exceptions.ClientError as e:
+                answers.append(e.response["Error"]["Message"])
+        return answers
+
+    def limits() -> list[list[str]]:
+        with mock_aws():
+            client = boto3.client("dynamodb", region_name="us-east-1")
+            client.create_table(
+                TableName="t",
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+            return [
+                put_then_grow(client, size)
+                for size in (item_sizes.LIMIT - 1, item_sizes.LIMIT, item_sizes.LIMIT + 1)
+            ]
+
+    sized: list[int] = []
+    motos_size = DynamoType.size
+
+    def counted(self: Any) -> int:
+        sized.append(1)
+        return int(motos_size(self))
+
+    monkeypatch.setattr(DynamoType, "size", counted)
+    ours = limits()
+    maps = {f"m{i}": {"M": {"n": {"N": str(i)}}} for i in range(40)}
+    sized.clear()
+    Item(DynamoType({"S": "k"}), None, maps)
+    built = len(sized)
+    with monkeypatch.context() as unpatched:
+        unpatched.setattr(LimitedSizeDict, "__setitem__", item_sizes._motos_set)
+        unpatched.setattr(Item, "__init__", item_sizes._motos_init)
+        assert limits() == ours
+        sized.clear()
+        Item(DynamoType({"S": "k"}), None, maps)
+        # Each map's size asks its value's too: two a count. moto's own sums every attribute
+        # before each set.
+        assert (built, len(sized)) == (2 * 40, 2 * (40 * 41 // 2))
+    # One byte under the limit: the item and the empty attribute's name; at it, only the item.
+    assert ours[0] == ["ok", "ok"] and ours[1][0] == "ok" and ours[2][0] != "ok"
+    assert "Item size has exceeded the maximum allowed size" in ours[2][0]
+
+
+def test_a_states_payloads_are_copied_as_json_and_executions_answer_as_with_motos_copies(
+    monkeypatch: Any,
+) -> None:
+    import copy as copy_module
+    from datetime import datetime as dt
+
+    payload = {"a": [1, 2.5, None, True, {"b": "ü"}], "c": {"d": []}}
+    copied = json_copies._JsonCopy.deepcopy(payload)
+    assert copied == payload and copied is not payload
+    copied["a"][4]["b"] = "changed"
+    assert payload["a"][4]["b"] == "ü"  # nothing shared
+    # Anything JSON does not hold is `copy.deepcopy`'s, as before.
+    for other in ({"t": dt(2026, 1, 1)}, {1: "int key"}, ("tuple",), [{"s": {1, 2}}]):
+        assert json_copies._JsonCopy.deepcopy(other) == copy_module.deepcopy(other)
+    definition = {
+        "StartAt": "Each",
+        "States": {
+            "Each": {
+                "Type": "Map",
+                "ItemsPath": "$.items",
+                "ItemProcessor": {
+                    "ProcessorConfig": {"Mode": "INLINE"},
+                    "StartAt": "Mark",
+                    "States": {
+                        "Mark": {
+                            "Type": "Pass",
+                            "Result": {"seen": True},
+                            "ResultPath": "$.mark",
+                            "End": True,
+                        }
+                    },
+                },
+                "ResultPath": "$.each",
+                "Next": "Both",
+            },
+            "Both": {
+                "Type": "Parallel",
+                "Branches": [
+                    {"StartAt": "Left", "States": {"Left": {"Type": "Pass", "End": True}}},
+                    {
+                        "StartAt": "Right",
+                        "States": {
+                            "Right": {
+                                "Type": "Pass",
+                                "Parameters": {"merged.$": "States.JsonMerge($.items[0], $.extra, false)"},
+                                "End": True,
+                            }
+                        },
+                    },
+                ],
+                "ResultPath": "$.both",
+                "End": True,
+            },
+        },
+    }
+    deep: list[type] = []
+    motos_deepcopy = copy_module.deepcopy
+
+    def counted(value: Any, memo: Any = None) -> Any:
+        deep.append(type(value))
+        return motos_deepcopy(value, memo)
+
+    def execute() -> tuple[Any, list[str]]:
+        with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+            sfn = boto3.client("stepfunctions", region_name="us-east-1")
+            payload = {"items": [{"n": 1, "l": [1, {"x": "ü"}]}, {"n": 2}], "extra": {"e": [None, 1.5]}}
+            described = _run(sfn, _machine(sfn, "copies", definition), "e1", payload)
+            assert described["status"] == "SUCCEEDED", described
+            # In any order: a Map's iterations and a Parallel's branches run side by side.
+            events = sorted(
+                json.dumps(
+                    [e["type"], {k: v for k, v in e.items() if k.endswith("EventDetails")}], sort_keys=True
+                )
+                for e in _history(sfn, described["executionArn"])
+            )
+            return json.loads(described["output"]), events
+
+    monkeypatch.setattr(copy_module, "deepcopy", counted)
+    ours = execute()
+    payload_copies = sum(kind in (dict, list) for kind in deep)
+    with monkeypatch.context() as unpatched:
+        for name in json_copies.MODULES:
+            unpatched.setattr(importlib.import_module(name), "copy", copy_module)
+        deep.clear()
+        assert execute() == ours
+        assert sum(kind in (dict, list) for kind in deep) > 30
+    # What still goes to copy.deepcopy: a history (its timestamps), a program's state, a job.
+    assert payload_copies < 10, payload_copies
+    assert ours[0]["both"][1] == {"merged": {"n": 1, "l": [1, {"x": "ü"}], "e": [None, 1.5]}}
 
 
 def test_a_utc_timestamp_is_parsed_once_and_answers_are_as_before(monkeypatch: Any) -> None:

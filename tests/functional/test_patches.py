@@ -395,6 +395,99 @@ def _twelve_counters_then_refused(checks: list[int], refused: str, error: str) -
             )
 
 
+# Updates of every kind the validators handle: functions, SET, REMOVE, ADD, DELETE, nested and
+# missing paths, and the errors each validator raises (a key updated, a type mismatch, a path
+# the item lacks, an empty string for a key).
+_VALIDATED_UPDATES: list[dict[str, Any]] = [
+    {"UpdateExpression": "SET r = :v", "ExpressionAttributeValues": {":v": {"N": "1"}}},
+    {"UpdateExpression": "ADD c0 :a, c1 :a", "ExpressionAttributeValues": {":a": {"N": "2"}}},
+    {
+        "UpdateExpression": "SET f = if_not_exists(f, :v), l = list_append(l, :l)",
+        "ExpressionAttributeValues": {":v": {"N": "5"}, ":l": {"L": [{"S": "x"}]}},
+    },
+    {
+        "UpdateExpression": "SET n = n + :v, m.x = :s REMOVE gone",
+        "ExpressionAttributeValues": {":v": {"N": "1"}, ":s": {"S": "y"}},
+    },
+    {"UpdateExpression": "DELETE s :d", "ExpressionAttributeValues": {":d": {"SS": ["a"]}}},
+    {"UpdateExpression": "SET n = missing + :v", "ExpressionAttributeValues": {":v": {"N": "1"}}},
+    {"UpdateExpression": "SET deep.er.path = :v", "ExpressionAttributeValues": {":v": {"N": "1"}}},
+    {"UpdateExpression": "SET pk = :v", "ExpressionAttributeValues": {":v": {"S": "other"}}},
+    {"UpdateExpression": "ADD n :v", "ExpressionAttributeValues": {":v": {"S": "text"}}},
+    {
+        "UpdateExpression": "SET n = :v + :w",
+        "ExpressionAttributeValues": {":v": {"N": "1"}, ":w": {"S": "x"}},
+    },
+    {"UpdateExpression": "SET g = list_append(missing, :l)", "ExpressionAttributeValues": {":l": {"L": []}}},
+]
+
+
+def _validated(client: Any) -> list[Any]:
+    """Each update's answer (the item after it, or moto's error), on a fresh item each time."""
+    answers: list[Any] = []
+    for update in _VALIDATED_UPDATES:
+        key = {"pk": {"S": "k"}}
+        client.put_item(
+            TableName="t",
+            Item={
+                **key,
+                "n": {"N": "1"},
+                "s": {"SS": ["a", "b"]},
+                "m": {"M": {"x": {"S": "y"}}},
+                "l": {"L": []},
+            },
+        )
+        try:
+            client.update_item(TableName="t", Key=key, **update)
+            answers.append(client.get_item(TableName="t", Key=key)["Item"])
+        except client.exceptions.ClientError as e:
+            answers.append(e.response["Error"])
+    return answers
+
+
+def test_an_updates_validators_with_nothing_to_handle_do_not_walk_it_and_answers_are_motos(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser  # type: ignore[attr-defined]  # untyped module
+    from moto.dynamodb.parsing.validators import ExpressionPathResolver, Validator
+
+    from toolpipe.infra.local.patches.speed import update_validator_skips
+
+    walks: list[str] = []
+    walk = DepthFirstTraverser.traverse_node_recursively
+
+    def counted(self: Any, node: Any, child_id: int = -1) -> Any:
+        if child_id == -1:  # a walk's root
+            walks.append(type(self).__name__)
+        return walk(self, node, child_id)
+
+    monkeypatch.setattr(DepthFirstTraverser, "traverse_node_recursively", counted)
+
+    def run() -> tuple[list[Any], list[str]]:
+        with mock_aws():
+            client = boto3.client("dynamodb", region_name="us-east-1")
+            _table(client, "t")
+            walks.clear()
+            answers = _validated(client)
+            return answers, list(walks)
+
+    ours, our_walks = run()
+    with monkeypatch.context() as unpatched:
+        unpatched.setattr(Validator, "validate", update_validator_skips._motos_validate)
+        unpatched.setattr(
+            ExpressionPathResolver, "resolve_expression_path", update_validator_skips._motos_resolve
+        )
+        theirs, their_walks = run()
+    assert ours == theirs
+    errors = [answer["Message"] for answer in ours if "Message" in answer]
+    assert len(errors) == 6, errors  # the key, two type mismatches, three paths the item lacks
+    # A stamp's SET and a counter's ADD, as a run writes them: fewer walks, and none skipped
+    # where a node of its own is there (a function, a missing path).
+    assert len(our_walks) < len(their_walks) * 3 // 4, (len(our_walks), len(their_walks))
+    assert "UpdateExpressionFunctionEvaluator" in our_walks and "NoneExistingPathChecker" in our_walks
+    assert "TypeMismatchValidator" in our_walks
+
+
 def test_overlapping_paths_are_checked_once_an_update_and_refused_with_motos_own_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
