@@ -741,6 +741,15 @@ def test_an_update_that_returns_nothing_copies_nothing_and_every_answer_is_motos
             ReturnValues="ALL_OLD",
         )
         assert copies == [1]  # the answer's
+        copies.clear()
+        client.update_item(
+            TableName="t",
+            Key={"pk": {"S": "k"}},
+            UpdateExpression="SET n = :one",
+            ExpressionAttributeValues={":one": {"N": "6"}},
+            ReturnValues="ALL_NEW",
+        )
+        assert copies == []  # the new item alone: nothing to compare
 
         _table(client, "streamed", stream="NEW_AND_OLD_IMAGES")
         streamed = _updates(client, "streamed")

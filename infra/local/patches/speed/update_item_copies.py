@@ -8,10 +8,11 @@ and whether the table has a stream or not.
 Why it matters: the two copies were a quarter of an UpdateItem's time (more for a large item),
 and a run's end updates every item it holds; every run's counters are updates too.
 
-The patch: a request that returns no values (`ReturnValues` absent or `NONE`) gets no copy for
-its answer (moto then compares the new attributes with none, and drops them all from the
-answer); an update of an item whose table has no stream gets no copy for it (moto passes the
-copy to the stream alone). Everything else is copied as before.
+The patch: a request that returns no values (`ReturnValues` absent or `NONE`) or only the new
+item (`ALL_NEW`, a run's usage update) gets no copy for its answer (moto then compares the new
+attributes with none, and answers none of them, or all the new item, as it would have); an
+update of an item whose table has no stream gets no copy for it (moto passes the copy to the
+stream alone). Everything else is copied as before.
 """
 
 import contextvars
@@ -30,6 +31,9 @@ CHECKED_WITH = ("5.2.5",)
 # update of a table without a stream runs (the stream's copy is unused).
 _answer_unused: contextvars.ContextVar[bool] = contextvars.ContextVar("answer_unused", default=False)
 _stream_unused: contextvars.ContextVar[bool] = contextvars.ContextVar("stream_unused", default=False)
+
+# What an update may return without the item as it was: nothing, or the item as it is after.
+_NO_OLD_VALUES = ("NONE", "ALL_NEW")
 
 _motos_handler = DynamoHandler.update_item
 _motos_update = DynamoDBBackend.update_item
@@ -65,7 +69,7 @@ class _StreamCopy:
 # Each request sets both flags for itself, whatever an enclosing one set: an update can run inside
 # another (a stream's trigger runs its function in-process, during the update that fed it).
 def _update_item_handler(self: DynamoHandler) -> Any:
-    token = _answer_unused.set(self.body.get("ReturnValues", "NONE") == "NONE")
+    token = _answer_unused.set(self.body.get("ReturnValues", "NONE") in _NO_OLD_VALUES)
     try:
         return _motos_handler(self)
     finally:
