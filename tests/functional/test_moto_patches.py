@@ -994,12 +994,13 @@ def test_an_items_size_is_counted_as_motos_own_counts_it_and_once_as_the_item_is
     def put_then_grow(client: Any, size: int) -> list[str]:
         """An item of `size` counted bytes, then one more byte set on it; what each answered."""
         answers = []
-        padding = size - len("pk") - len("k") - len("pad")
+        key = {"pk": {"S": "k"}, "sk": {"S": "s"}}
+        padding = size - len("pkksks") - len("pad")
         for request in (
-            lambda: client.put_item(TableName="t", Item={"pk": {"S": "k"}, "pad": {"S": "p" * padding}}),
+            lambda: client.put_item(TableName="t", Item={**key, "pad": {"S": "p" * padding}}),
             lambda: client.update_item(
                 TableName="t",
-                Key={"pk": {"S": "k"}},
+                Key=key,
                 UpdateExpression="SET b = :b",
                 ExpressionAttributeValues={":b": {"S": ""}},
             ),
@@ -1014,12 +1015,7 @@ def test_an_items_size_is_counted_as_motos_own_counts_it_and_once_as_the_item_is
     def limits() -> list[list[str]]:
         with mock_aws():
             client = boto3.client("dynamodb", region_name="us-east-1")
-            client.create_table(
-                TableName="t",
-                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                BillingMode="PAY_PER_REQUEST",
-            )
+            _table(client)
             return [
                 put_then_grow(client, size)
                 for size in (item_sizes.LIMIT - 1, item_sizes.LIMIT, item_sizes.LIMIT + 1)
