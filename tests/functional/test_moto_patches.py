@@ -959,6 +959,15 @@ def test_a_history_is_answered_a_page_at_a_time_as_aws_answers_it() -> None:
                 sfn.get_execution_history(**wrong)
         with pytest.raises(sfn.exceptions.ClientError, match="less than or equal to 1000"):
             sfn.get_execution_history(executionArn=execution, maxResults=1001)
+        # A page is a copy: what its reader changes is not moto's history.
+        event = {
+            "timestamp": datetime.now(UTC),
+            "details": {"input": "{}", "inputDetails": {"truncated": False}},
+        }
+        page = history_pages._copied(event)
+        page["details"]["inputDetails"]["truncated"] = True
+        assert event["details"]["inputDetails"] == {"truncated": False}
+        assert page["timestamp"] is event["timestamp"]  # what cannot change is shared
         # The last page's token names its last event: nothing after it, so no token and no page.
         assert "nextToken" not in sfn.get_execution_history(executionArn=execution, maxResults=242)
 

@@ -28,6 +28,8 @@ import base64
 import binascii
 import bisect
 import copy
+import datetime
+import enum
 import json
 from typing import Any
 
@@ -68,6 +70,20 @@ def _after(token: str, execution_arn: str, reverse: bool) -> int:
     return int(read["after"])
 
 
+# What an event holds that cannot change: shared by a copy, as `copy.deepcopy` shares them.
+_IMMUTABLE = (str, int, float, bool, type(None), datetime.datetime, enum.Enum)
+
+
+def _copied(value: Any) -> Any:
+    """A copy of an event for its reader: its dicts and lists new, its values shared when they
+    cannot change (anything else deep-copied), without `deepcopy`'s memo of every object."""
+    if type(value) is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_copied(item) for item in value]
+    return value if isinstance(value, _IMMUTABLE) else copy.deepcopy(value)
+
+
 def _without_data(event: dict[str, Any]) -> dict[str, Any]:
     """The event with its details' input and output left out (moto's own dicts untouched)."""
     out = dict(event)
@@ -106,7 +122,7 @@ def get_execution_history(self: StepFunctionResponse) -> ActionResult:
     else:
         page = events[start : start + page_size]
         more = start + page_size < stop
-    page = copy.deepcopy(page)  # the events themselves are moto's (`_events`)
+    page = [_copied(event) for event in page]  # the events themselves are moto's (`_events`)
     if self._get_param("includeExecutionData") is False:
         page = [_without_data(event) for event in page]
     answer["events"] = page
