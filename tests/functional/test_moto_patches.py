@@ -1147,6 +1147,20 @@ def test_a_states_payloads_are_copied_as_json_and_executions_answer_as_with_moto
     assert payload_copies < 10, payload_copies
     assert ours[0]["both"][1] == {"merged": {"n": 1, "l": [1, {"x": "ü"}], "e": [None, 1.5]}}
 
+    # A value an intrinsic function holds twice is two values, as in AWS's JSON: moto's own copy
+    # kept them one object, and a write through one path showed at the other.
+    aliased = {
+        "StartAt": "A",
+        "States": {
+            "A": {"Type": "Pass", "Parameters": {"arr.$": "States.Array($.x, $.x)"}, "Next": "B"},
+            "B": {"Type": "Pass", "Result": "z", "ResultPath": "$.arr[0].z", "End": True},
+        },
+    }
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        described = _run(sfn, _machine(sfn, "aliased", aliased), "e1", {"x": {"k": 1}})
+    assert json.loads(described["output"]) == {"arr": [{"k": 1, "z": "z"}, {"k": 1}]}
+
 
 def test_a_utc_timestamp_is_parsed_once_and_answers_are_as_before(monkeypatch: Any) -> None:
     _history_through_the_serializer(monkeypatch)

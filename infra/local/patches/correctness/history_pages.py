@@ -21,7 +21,8 @@ its order and the last event it answered (events are only added, so a page never
 repeats one); one that is not this execution's, or is not a token at all, is refused with
 `InvalidToken`, as AWS refuses it. Without execution data, each event's details lose their
 `input` and `output` (the API's words for execution data); what the details say of them
-(`inputDetails`, `truncated`) stays.
+(`inputDetails`, `truncated`) stays, and so do a task's `parameters` and a state's assigned
+variables, which the reference does not name (what AWS does with them is not documented).
 """
 
 import base64
@@ -58,7 +59,7 @@ def _after(token: str, execution_arn: str, reverse: bool) -> int:
     """The id of the last event the token's page answered; refused as AWS refuses a bad token."""
     try:
         read = json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (binascii.Error, UnicodeError, ValueError):
+    except (binascii.Error, UnicodeError, ValueError, RecursionError):  # not a token of ours
         raise InvalidToken("'Invalid token'") from None
     if (
         not isinstance(read, dict)

@@ -11,7 +11,10 @@ The patch: the interpreter's modules see a `copy` whose `deepcopy` copies a valu
 dicts, lists, strings, numbers, booleans and None (JSON's values: what a state's payload is)
 with a plain recursive copy, and hands anything else (a state machine, a program state, a job)
 to `copy.deepcopy` as before. The one difference: a list or dict the value holds twice is
-copied twice, not once and shared; a payload read from JSON never holds one twice.
+copied twice, not once and shared. A payload read from JSON never holds one twice, but moto's
+intrinsic functions can build one that does (`States.Array($.x, $.x)`), and a later write
+through one path (`ResultPath: "$.arr[0].z"`) then showed at the other in moto's own copies:
+copied as JSON, each is its own, as on AWS, whose payloads are JSON text between states.
 """
 
 import copy
