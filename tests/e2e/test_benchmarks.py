@@ -33,6 +33,7 @@ QUICK = {
     "cost": ["benchmarks.cost"],
     "calls": ["benchmarks.calls", "--quick"],
     "governor": ["benchmarks.governor", "--quick"],
+    "instructions": ["benchmarks.instructions", "--quick"],
 }
 
 
@@ -103,6 +104,10 @@ def test_every_benchmark_runs_in_its_quick_mode_and_prints_its_figures() -> None
     assert governed["runs_not_succeeded"] == 0 and governed["executions_not_succeeded"] == 0
     assert governed["state_machine_waits"] > 0
     assert governed["requests_served"] == governed["runs"] * governed["model_calls_per_run"]
+    # The workload ran under the stand-in for valgrind, once with one run and once with two:
+    # a million a run and half a million for the start, as the counting works them out.
+    instructions = results["instructions"].stdout
+    assert f"{ROOT}: a run 1.0 M, start-up 0.5 M" in instructions, instructions
     print(f"the benchmarks' quick modes took {time.perf_counter() - started:.1f} s")
 
 

@@ -1,0 +1,159 @@
+"""The instructions a local run costs, counted by valgrind's callgrind: a figure this shared
+machine's load does not move (two identical counts side by side: 0.01% apart), so a cut of 1%
+shows where CPU time moves ±10% from one minute to the next (docs/benchmarks.md, "Counting
+instructions").
+
+    python -m benchmarks.instructions                       # this checkout
+    python -m benchmarks.instructions --against ../before   # and another, side by side
+
+Each checkout's workload (a local runtime, then N runs of `--turns` tool turns against the
+scripted model, the pipeline benchmark's agent and tool) runs under callgrind twice, with N = 1
+and N = `--runs`: a run's count is their difference over `--runs` - 1, which leaves the start-up
+out, and the start-up is what N = 1 counted less one run. The checkouts' processes run at the
+same time, so whatever the machine does meanwhile touches both alike (the counts drift ~1%
+between hours, with how long the threads wait).
+
+`--workload` runs the workload alone, without valgrind (what valgrind runs). `--quick`, in
+`make test`, runs the counting with 3-turn runs under a stand-in for valgrind that counts
+nothing (callgrind would take minutes), so the workload and the counting cannot rot unseen.
+Without `--quick`, valgrind must be installed (`apt-get install valgrind`).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# What callgrind prints at the end: "==123== Collected : 9200273298".
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def workload(runs: int, turns: int) -> None:
+    """A local runtime, then `runs` runs of `turns` tool turns each, all succeeded."""
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    from benchmarks.loops import prompt, turns_responder
+    from benchmarks.pipeline import _register_bench_agent
+    from benchmarks.runtime import bench_runtime
+    from toolpipe.infra.local.scripted_model import ScriptedModelServer
+
+    _register_bench_agent(0.0)
+    with ScriptedModelServer(turns_responder) as model, bench_runtime(model.base_url) as runtime:
+        for _ in range(runs):
+            status, body = runtime.api("POST", "/runs", {"prompt": prompt(turns), "agent": "bench"})
+            assert status == 202, body
+            described = runtime.wait_for_execution(body["run_id"], timeout=600)
+            assert described["status"] == "SUCCEEDED", described
+
+
+def counted(valgrind: str, root: Path, runs: int, turns: int) -> int:
+    """The instructions of `root`'s workload, as callgrind counts them."""
+    command = [
+        valgrind,
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        # This file, run as a script: its `workload` imports the checkout's own benchmarks and
+        # toolpipe (an older checkout has no `benchmarks.instructions`).
+        str(Path(__file__).resolve()),
+        "--workload",
+        "--runs",
+        str(runs),
+        "--turns",
+        str(turns),
+    ]
+    # The checkout's own code first: its benchmarks and its toolpipe, not this one's.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"{root}: the counted workload failed ({done.returncode}): {done.stderr[-1500:]}")
+    return int(found.group(1))
+
+
+@dataclass(frozen=True)
+class Counts:
+    """One checkout's counts: a run's and the start-up's, in instructions."""
+
+    root: Path
+    per_run: float
+    startup: float
+
+
+def measure(valgrind: str, roots: list[Path], runs: int, turns: int) -> list[Counts]:
+    """Each checkout counted with N = 1, all at once, then with N = `runs`, all at once."""
+    with ThreadPoolExecutor(max_workers=len(roots)) as pool:
+        one = list(pool.map(lambda root: counted(valgrind, root, 1, turns), roots))
+        many = list(pool.map(lambda root: counted(valgrind, root, runs, turns), roots))
+    out = []
+    for root, first, last in zip(roots, one, many, strict=True):
+        per_run = (last - first) / (runs - 1)
+        out.append(Counts(root, per_run, first - per_run))
+    return out
+
+
+def report(counts: list[Counts], runs: int, turns: int) -> None:
+    print(f"instructions (callgrind), N = 1 and N = {runs} runs of {turns} tool turns, side by side:")
+    for c in counts:
+        print(f"  {c.root}: a run {c.per_run / 1e6:,.1f} M, start-up {c.startup / 1e6:,.1f} M")
+    if len(counts) == 2:
+        now, before = counts
+        print(
+            f"  this checkout / the other: a run {now.per_run / before.per_run:.3f}x, "
+            f"start-up {now.startup / before.startup:.3f}x"
+        )
+
+
+def _stand_in(folder: Path) -> str:
+    """An executable that runs what valgrind would and prints, as callgrind prints its count,
+    a million for each run the workload made and half a million for its start (so the
+    arithmetic shows)."""
+    path = folder / "valgrind"
+    path.write_text(
+        "#!/bin/sh\n"
+        'while [ "${1#--}" != "$1" ]; do shift; done\n'
+        '"$@" || exit $?\n'
+        'runs=1; while [ $# -gt 0 ]; do [ "$1" = --runs ] && runs=$2; shift; done\n'
+        'echo "==$$== Collected : $((runs * 1000000 + 500000))" >&2\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--against", type=Path, help="another checkout, counted side by side")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--workload", action="store_true", help="the workload alone, without valgrind")
+    parser.add_argument("--quick", action="store_true", help="make test's: seconds, a stand-in if need be")
+    options = parser.parse_args()
+    if options.workload:
+        workload(options.runs, options.turns)
+        return
+    runs, turns = (2, 3) if options.quick else (options.runs, options.turns)
+    if runs < 2:
+        parser.error("--runs must be 2 or more: a run's count is the difference from one run")
+    roots = [ROOT, *([options.against.resolve()] if options.against else [])]
+    if options.quick:
+        with tempfile.TemporaryDirectory() as folder:
+            print("quick: a stand-in for valgrind counts 1 M a run and 0.5 M for the start")
+            report(measure(_stand_in(Path(folder)), roots, runs, turns), runs, turns)
+        return
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        sys.exit("toolpipe: error: valgrind is not installed (apt-get install valgrind)")
+    report(measure(valgrind, roots, runs, turns), runs, turns)
+
+
+if __name__ == "__main__":
+    main()
