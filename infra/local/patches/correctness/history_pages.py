@@ -16,9 +16,9 @@ The patch: the events of moto's answer, in the order asked, after the event the 
 up to the page's size; a token for the rest when there is more. moto copied the whole history
 for each answer (deep, every event): read a page at a time, a 25,000-event history would be
 copied 25 times, with every other request waiting (infra/local/serial.py). The history is now
-handed over uncopied and only the page is copied, which is what the answer's readers get. A token names its execution,
-its order and the last event it answered (events are only added, so a page never skips or
-repeats one); one that is not this execution's, or is not a token at all, is refused with
+handed over uncopied and only the page is copied, which is what the answer's readers get. A
+token names its execution, its order and the last event it answered (events are only added, so
+a page never skips or repeats one); one that is not this execution's, or is not a token at all, is refused with
 `InvalidToken`, as AWS refuses it. Without execution data, each event's details lose their
 `input` and `output` (the API's words for execution data); what the details say of them
 (`inputDetails`, `truncated`) stays, and so do a task's `parameters` and a state's assigned
@@ -47,7 +47,6 @@ MAX_PAGE = 1000
 EXECUTION_DATA = ("input", "output")
 
 _motos_own = StepFunctionResponse.get_execution_history
-_motos_events = EventManager.get_event_history
 
 
 def _token(execution_arn: str, reverse: bool, last_id: int) -> str:
