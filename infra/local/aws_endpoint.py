@@ -18,6 +18,7 @@ the one the request is signed for; the runtime's resources are in us-east-1. mot
 import contextlib
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -81,7 +82,7 @@ class AwsEndpoint:
         self._active = 0
         self._state = threading.Condition()
         self._closing = False
-        self._last_activity = time.monotonic()
+        self._last_activity: float | None = None
         # Binds now (an address in use fails here, before anything is printed); serves from
         # `__enter__` on a thread of its own.
         self._http: BaseWSGIServer = make_server(host, port, self, threaded=True, request_handler=_Handler)
@@ -114,7 +115,11 @@ class AwsEndpoint:
         """How long no request has been in progress (0 while one is): a server started for a
         client's duration stays up while tools use its AWS endpoint."""
         with self._state:
-            return 0.0 if self._active else time.monotonic() - self._last_activity
+            if self._active:
+                return 0.0
+            # Never used: no tool is using it (a server started for a client's duration that
+            # client released stops without waiting for an endpoint nobody called).
+            return math.inf if self._last_activity is None else time.monotonic() - self._last_activity
 
     @contextlib.contextmanager
     def _request(self) -> Iterator[bool]:

@@ -22,6 +22,8 @@ CALLER_HEADER = "X-Toolpipe-Caller"  # local only: who the request is from (an I
 # The identity local requests carry without that header, as API Gateway reports an IAM user.
 LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"
 HEALTH_PATH = "/_local/health"  # local only, outside the stage: the deployed API has no such route
+RELEASE_PATH = "/_local/release"  # local only too: the command that started the server is done
+RELEASE_TIMEOUT_SECONDS = 2.0
 LOG_FILE = "toolpipe.log"  # the server's output and every CLI process's logs (infra/local/logfile.py)
 # The deployed API has no event stream: a client of it reads new history items this often.
 POLL_SECONDS = 1.0
@@ -112,8 +114,18 @@ class Client:
     def health(self) -> tuple[int, Any]:
         return self._send("GET", HEALTH_PATH, None)
 
+    def release(self) -> tuple[int, Any]:
+        """Tell a local server this client started that it is done with it (it stops sooner).
+        Briefly: the client waits for that server to stop anyway."""
+        return self._send("POST", RELEASE_PATH, None, timeout=RELEASE_TIMEOUT_SECONDS)
+
     def _send(
-        self, method: str, path: str, body: Any, extra: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        extra: dict[str, str] | None = None,
+        timeout: float | None = None,
     ) -> tuple[int, Any]:
         import http.client
 
@@ -124,7 +136,7 @@ class Client:
             payload,
             {**(extra or {}), **({"Content-Type": "application/json"} if payload is not None else {})},
         )
-        connection = self._connection()
+        connection = self._connection(timeout)
         try:
             connection.request(method, path, body=payload, headers=headers)
             response = connection.getresponse()

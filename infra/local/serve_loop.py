@@ -11,6 +11,10 @@ from toolpipe.shared.deferred.models import ApprovalStatus
 from toolpipe.shared.deferred.store import RECORD_SK
 from toolpipe.shared.dynamo import APPROVAL_PREFIX
 
+# How long a released server waits for another client's next request: one client's requests
+# follow each other within milliseconds (one that comes later starts the next server).
+RELEASED_IDLE_SECONDS = 0.25
+
 if TYPE_CHECKING:
     from toolpipe.infra.local.runtime import LocalRuntime
     from toolpipe.infra.local.server import LocalServer
@@ -45,6 +49,10 @@ def serve_until_stopped(
     on, until the runs at work end, `runtime.drain_seconds` pass or `hurry` (a second signal) is
     set; the runtime's own exit stops whatever is left. Requests to `also_serving` (the AWS
     endpoint) count as activity too.
+
+    Once the command that started the server has released it (`POST /_local/release`, as it
+    finishes), the API is idle after `RELEASED_IDLE_SECONDS` rather than `idle_exit`: that
+    command waits for the server to stop. The AWS endpoint still counts `idle_exit`.
     """
     quiet_since = time.monotonic()
     # A stop ends the wait at once: the step only paces the idle checks, and without an idle
@@ -52,12 +60,16 @@ def serve_until_stopped(
     # a second on nothing).
     step = 0.1 if idle_exit is not None else 5.0
     while not stop.wait(step):
-        idle = min(s.idle_seconds() for s in (server, *also_serving))
-        if idle_exit is None or idle < idle_exit:
+        if idle_exit is None:
+            continue
+        # Once the command that started the server is done with it (`server.released`), only
+        # other clients' requests can come: theirs follow each other within milliseconds.
+        wanted = min(idle_exit, RELEASED_IDLE_SECONDS) if server.released.is_set() else idle_exit
+        if server.idle_seconds() < wanted or any(s.idle_seconds() < idle_exit for s in also_serving):
             continue
         if busy(runtime):
             quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= idle_exit:
+        elif time.monotonic() - quiet_since >= wanted:
             break
     server.draining.set()
     deadline = time.monotonic() + runtime.drain_seconds

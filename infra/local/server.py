@@ -9,6 +9,8 @@ Local-only routes (the deployed API has none of them):
 - `GET /v1/runs/{run_id}/events`: the run's history as server-sent events, in slot order
   (`run_changes.py` says when a run changed).
 - `GET /_local/health`: the server's pid and model, for discovery.
+- `POST /_local/release`: the command that started the server is done with it; a server that
+  stops when idle (`--idle-exit`) then stops sooner (`serve_loop.py`).
 
 Anyone who can reach the port can claim any identity (`X-Toolpipe-Caller`): the server binds
 127.0.0.1 unless told otherwise.
@@ -40,7 +42,7 @@ from toolpipe.infra.local.api_proxy import (
     proxy_event,
     request_caller,
 )
-from toolpipe.infra.local.client import HEALTH_PATH, STAGE, http_url
+from toolpipe.infra.local.client import HEALTH_PATH, RELEASE_PATH, STAGE, http_url
 from toolpipe.infra.local.run_changes import RunChanges, listen, publishable, sse_event, stop_listening
 
 if TYPE_CHECKING:
@@ -146,6 +148,7 @@ class LocalServer:
         self.api = ApiFunction()
         self.changes = RunChanges()
         self.draining = threading.Event()
+        self.released = threading.Event()
         self._health = health or {}
         self._app = app
         self._active = 0
@@ -226,6 +229,11 @@ class LocalServer:
             if self.draining.is_set():
                 return _json_response(503, {"message": "the local server is shutting down"})
             return _json_response(200, {"status": "ok", **self._health, **self._app_health()})
+        if path == RELEASE_PATH:
+            if method != "POST":
+                return _json_response(405, {"message": f"{method} not allowed: POST {RELEASE_PATH}"})
+            self.released.set()
+            return _json_response(200, {"released": True})
         prefix = f"/{STAGE}"
         if path != prefix and not path.startswith(prefix + "/"):
             return _json_response(

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from toolpipe.infra.cli import discovery
 from toolpipe.infra.cli.discovery import discover, read_server_file, server_file
 from toolpipe.infra.local.client import Client
 from toolpipe.infra.local.runtime import LocalRuntime
@@ -351,6 +352,20 @@ def test_two_concurrent_runs_with_no_server_share_one_and_neither_is_lost(tmp_pa
     for run_id, result in zip(run_ids, shown, strict=True):
         assert result.returncode == 0, result.stdout
         assert f"run {run_id} · agent assistant · succeeded" in result.stdout
+
+
+def test_a_server_a_command_started_stops_once_that_command_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command releases it as it closes: the server stops without waiting out its idle exit,
+    here a minute, and the command's wait for it ends."""
+    monkeypatch.setattr(discovery, "AUTO_IDLE_SECONDS", 60.0)
+    connection = discovery.connect(tmp_path, env=_env(tmp_path))
+    assert connection.child is not None
+    assert connection.client.request("GET", "/runs")[0] == 200
+    connection.close(wait=30)
+    assert connection.child.poll() == 0
+    assert not server_file(tmp_path).exists()
 
 
 def test_a_template_aws_would_refuse_is_one_line_from_run_at_once(tmp_path: Path) -> None:
