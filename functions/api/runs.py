@@ -325,6 +325,7 @@ def _started(event: Any, record: RunRecord, replayed: bool) -> Response[dict[str
         body=RunStarted(
             run_id=record.run_id,
             status=record.status,
+            agent=record.agent,
             status_url=status_url(event, record.run_id),
             links={"self": f"/runs/{record.run_id}", "messages": f"/runs/{record.run_id}/messages"},
         ).model_dump(mode="json"),

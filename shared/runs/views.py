@@ -28,6 +28,7 @@ class RunStarted(BaseModel):
 
     run_id: str
     status: RunStatus
+    agent: str = Field(description="The agent the run runs: the one asked for, else the app's first.")
     status_url: str = Field(description="Absolute URL of GET /runs/{run_id}: poll it.")
     links: Links
 

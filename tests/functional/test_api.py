@@ -64,6 +64,15 @@ def test_an_idempotency_key_starts_one_run_per_caller_and_request(pipeline: Pipe
     assert pipeline.finish(first["run_id"])["run"]["status"] == "succeeded"
 
 
+def test_a_start_names_the_agent_it_runs_the_apps_first_when_none_was_asked_for(pipeline: Pipeline) -> None:
+    """What `toolpipe run` prints beside the run's id (the server's app, not the command's)."""
+    status, asked = pipeline.runtime.api("POST", "/runs", {"prompt": "What is 2+3?", "agent": "assistant"})
+    assert status == 202 and asked["agent"] == "assistant"
+    status, default = pipeline.runtime.api("POST", "/runs", {"prompt": "hi"})
+    assert status == 202 and default["agent"] == pipeline.finish(default["run_id"])["run"]["agent"]
+    assert default["agent"] == "tester"  # tests/conftest.py's, registered first
+
+
 def test_get_unknown_run_is_404(pipeline: Pipeline) -> None:
     status, body = pipeline.runtime.api("GET", "/runs/does-not-exist")
     assert status == 404

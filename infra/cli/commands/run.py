@@ -53,8 +53,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             health = _current_app(session, health, err)
         described = ModelInUse(health.get("model_endpoint", "unknown"), health.get("model_wanted"))
         err.write(described.line() if not args.api else f"model endpoint: {described.description}\n")
-        run_id = _start(session, args)
-        agent = args.agent or ("the stack's default" if args.api else default_agent())
+        run_id, agent = _start(session, args)
         transcript.write(f"run {run_id} (agent {agent})\n")
         transcript.flush()
         code = _watch(session, run_id, args, transcript, out)
@@ -141,8 +140,9 @@ def _current_app(session: Session, health: dict[str, Any], err: TextIO) -> dict[
     return health
 
 
-def _start(session: Session, args: argparse.Namespace) -> str:
-    """`POST /runs`: the new run's id."""
+def _start(session: Session, args: argparse.Namespace) -> tuple[str, str]:
+    """`POST /runs`: the new run's id and its agent, as the server that runs it says (this
+    process does not import the app to name it)."""
     request: dict[str, Any] = {"prompt": args.prompt, "timezone": args.timezone}
     if args.agent is not None:
         request["agent"] = args.agent
@@ -151,7 +151,9 @@ def _start(session: Session, args: argparse.Namespace) -> str:
     status, body = session.request("POST", "/runs", request, keyed())
     if status != 202:
         raise refused(status, body)
-    return str(body["run_id"])
+    # A stack deployed before the answer named the agent: the one asked for, else its default.
+    agent = body.get("agent") or args.agent or "the stack's default"
+    return str(body["run_id"]), str(agent)
 
 
 def _watch(
