@@ -19,13 +19,14 @@ import errno
 import fcntl
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolpipe.infra.local.client import LOG_FILE, Client, ServerError
+from toolpipe.infra.local.client import LOG_FILE, STARTER_ENV, Client, ServerError
 from toolpipe.shared.project import find_project
 
 STATE_FOLDER = ".toolpipe"
@@ -137,13 +138,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def discover(home: Path) -> ServerInfo | None:
-    """The server serving `home`, if `server.json` names one that is alive and answers as itself."""
+def discover(home: Path, starter: str | None = None) -> ServerInfo | None:
+    """The server serving `home`, if `server.json` names one that is alive and answers as itself.
+    `starter`: what a client that may have started it says to it (`connect`)."""
     info = read_server_file(home)
     if info is None or not _alive(info.pid):
         return None
     try:
-        status, body = Client(info.url, timeout=5.0).health()
+        status, body = Client(info.url, timeout=5.0, starter=starter).health()
     except ServerError:
         return None
     if status != 200 or not isinstance(body, dict) or body.get("pid") != info.pid:
@@ -194,11 +196,14 @@ def connect(
     deadline = time.monotonic() + timeout
     child: subprocess.Popen[bytes] | None = None
     log_offset = 0
+    # What this client's requests carry to a server it starts: it alone may release that one.
+    starter = secrets.token_hex(16)
     while True:
-        info = discover(home)
+        info = discover(home, starter)
         if info is not None:
             mine = child if child is not None and child.pid == info.pid else None
-            return Connection(Client(info.url, caller=caller), info, mine)
+            client = Client(info.url, caller=caller, starter=starter if mine else None)
+            return Connection(client, info, mine)
         if child is not None and child.poll() is not None:
             if child.returncode != 2:
                 raise ServerError(
@@ -213,7 +218,7 @@ def connect(
             child = None
         if child is None and not lock_is_held(home):
             log_offset = _log_size(home)
-            child = _start_child(home, env)
+            child = _start_child(home, {**(env or {}), STARTER_ENV: starter})
         if time.monotonic() > deadline:
             if child is not None:
                 child.terminate()

@@ -24,6 +24,10 @@ LOCAL_CALLER = "arn:aws:iam::000000000000:user/local"
 HEALTH_PATH = "/_local/health"  # local only, outside the stage: the deployed API has no such route
 RELEASE_PATH = "/_local/release"  # local only too: the command that started the server is done
 RELEASE_TIMEOUT_SECONDS = 2.0
+# A server a command started knows that command's requests by this header, whose value it is
+# given at its start in STARTER_ENV: only that command releases it.
+STARTER_HEADER = "X-Toolpipe-Starter"
+STARTER_ENV = "TOOLPIPE_STARTER"
 LOG_FILE = "toolpipe.log"  # the server's output and every CLI process's logs (infra/local/logfile.py)
 # The deployed API has no event stream: a client of it reads new history items this often.
 POLL_SECONDS = 1.0
@@ -63,6 +67,7 @@ class Client:
         base_path: str = f"/{STAGE}",
         auth: Auth | None = None,
         streams: bool = True,
+        starter: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         parts = urllib.parse.urlsplit(self.url)
@@ -74,6 +79,7 @@ class Client:
         self._timeout = timeout
         self._auth = auth
         self._streams = streams
+        self._starter = starter  # this client started the local server: its requests say so
         self._what = "the local server" if streams else "the API"
 
     @classmethod
@@ -99,6 +105,8 @@ class Client:
         headers = {"Accept": "application/json", **(extra or {})}
         if self._caller is not None:
             headers[CALLER_HEADER] = self._caller
+        if self._starter is not None:
+            headers[STARTER_HEADER] = self._starter
         if self._auth is not None:
             # Last: a signature covers the headers as they are sent.
             headers.update(self._auth(method, f"{self.url}{path}", dict(headers), body))

@@ -11,8 +11,8 @@ from toolpipe.shared.deferred.models import ApprovalStatus
 from toolpipe.shared.deferred.store import RECORD_SK
 from toolpipe.shared.dynamo import APPROVAL_PREFIX
 
-# How long a released server waits for another client's next request: one client's requests
-# follow each other within milliseconds (one that comes later starts the next server).
+# How long a released server waits for a request before it stops: a client that comes later
+# starts the next server.
 RELEASED_IDLE_SECONDS = 0.25
 
 if TYPE_CHECKING:
@@ -51,8 +51,9 @@ def serve_until_stopped(
     endpoint) count as activity too.
 
     Once the command that started the server has released it (`POST /_local/release`, as it
-    finishes), the API is idle after `RELEASED_IDLE_SECONDS` rather than `idle_exit`: that
-    command waits for the server to stop. The AWS endpoint still counts `idle_exit`.
+    finishes), the API is idle `RELEASED_IDLE_SECONDS` after that command's last request rather
+    than `idle_exit` (that command waits for the server to stop), and still `idle_exit` after any
+    other client's. So is the AWS endpoint.
     """
     quiet_since = time.monotonic()
     # A stop ends the wait at once: the step only paces the idle checks, and without an idle
@@ -62,9 +63,10 @@ def serve_until_stopped(
     while not stop.wait(step):
         if idle_exit is None:
             continue
-        # Once the command that started the server is done with it (`server.released`), only
-        # other clients' requests can come: theirs follow each other within milliseconds.
-        wanted = min(idle_exit, RELEASED_IDLE_SECONDS) if server.released.is_set() else idle_exit
+        # The command that started the server is done with it (`server.released`): what is left
+        # is to wait for the others, the whole idle exit after each one's last request.
+        released = server.released.is_set() and server.others_idle_seconds() >= idle_exit
+        wanted = min(idle_exit, RELEASED_IDLE_SECONDS) if released else idle_exit
         if server.idle_seconds() < wanted or any(s.idle_seconds() < idle_exit for s in also_serving):
             continue
         if busy(runtime):

@@ -9,8 +9,8 @@ Local-only routes (the deployed API has none of them):
 - `GET /v1/runs/{run_id}/events`: the run's history as server-sent events, in slot order
   (`run_changes.py` says when a run changed).
 - `GET /_local/health`: the server's pid and model, for discovery.
-- `POST /_local/release`: the command that started the server is done with it; a server that
-  stops when idle (`--idle-exit`) then stops sooner (`serve_loop.py`).
+- `POST /_local/release`, from the command that started the server (`starter`): that command
+  is done with it, so it stops sooner once idle (`serve_loop.py`).
 
 Anyone who can reach the port can claim any identity (`X-Toolpipe-Caller`): the server binds
 127.0.0.1 unless told otherwise.
@@ -18,13 +18,14 @@ Anyone who can reach the port can claim any identity (`X-Toolpipe-Caller`): the 
 
 import contextlib
 import json
+import math
 import os
 import select
 import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from email.utils import formatdate
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,7 +43,7 @@ from toolpipe.infra.local.api_proxy import (
     proxy_event,
     request_caller,
 )
-from toolpipe.infra.local.client import HEALTH_PATH, RELEASE_PATH, STAGE, http_url
+from toolpipe.infra.local.client import HEALTH_PATH, RELEASE_PATH, STAGE, STARTER_HEADER, http_url
 from toolpipe.infra.local.run_changes import RunChanges, listen, publishable, sse_event, stop_listening
 
 if TYPE_CHECKING:
@@ -134,6 +135,10 @@ class LocalServer:
         health: Extra fields for the health route (the model the server uses).
         app: The app as the server follows it (`app_reload.py`): its version, and why it cannot
             be loaded; a run asked for meanwhile is refused with that reason.
+        starter: For a server a command started for its own use (`--for-client`), what that
+            command's requests carry in `STARTER_HEADER`: it alone may release the server
+            (`POST /_local/release`); for any other client, and on any other server, the route
+            does not exist.
     """
 
     def __init__(
@@ -143,15 +148,19 @@ class LocalServer:
         port: int = 0,
         health: dict[str, Any] | None = None,
         app: "AppState | None" = None,
+        starter: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.api = ApiFunction()
         self.changes = RunChanges()
         self.draining = threading.Event()
         self.released = threading.Event()
+        self._starter = starter
+        self._last_other = -math.inf  # when a request not the starter's was last in progress
         self._health = health or {}
         self._app = app
         self._active = 0
+        self._others = 0
         self._last_activity = time.monotonic()
         self._state = threading.Condition()
         self._connections: set[socket.socket] = set()
@@ -206,16 +215,31 @@ class LocalServer:
         _link_bases.leave(self.api_url)
         stop_listening(self.changes)
 
+    def starters(self, headers: "Iterable[tuple[str, str]]") -> bool:
+        """Whether a request with `headers` is from the command that started this server."""
+        return self._starter is not None and any(
+            name.lower() == STARTER_HEADER.lower() and value == self._starter for name, value in headers
+        )
+
+    def others_idle_seconds(self) -> float:
+        """How long no client but the starter has had a request in progress (0 while one does)."""
+        with self._state:
+            return 0.0 if self._others else time.monotonic() - self._last_other
+
     @contextlib.contextmanager
-    def _request(self) -> Iterator[None]:
+    def _request(self, starters: bool = False) -> Iterator[None]:
         with self._state:
             self._active += 1
+            self._others += 0 if starters else 1
         try:
             yield
         finally:
             with self._state:
                 self._active -= 1
                 self._last_activity = time.monotonic()
+                if not starters:
+                    self._others -= 1
+                    self._last_other = self._last_activity
                 self._state.notify_all()
 
     # --- routes ---------------------------------------------------------------------------
@@ -229,9 +253,12 @@ class LocalServer:
             if self.draining.is_set():
                 return _json_response(503, {"message": "the local server is shutting down"})
             return _json_response(200, {"status": "ok", **self._health, **self._app_health()})
-        if path == RELEASE_PATH:
+        if path == RELEASE_PATH and self.starters(headers):
             if method != "POST":
-                return _json_response(405, {"message": f"{method} not allowed: POST {RELEASE_PATH}"})
+                status, headers, data = _json_response(
+                    405, {"message": f"{method} not allowed: POST {RELEASE_PATH}"}
+                )
+                return status, [*headers, ("Allow", "POST")], data
             self.released.set()
             return _json_response(200, {"released": True})
         prefix = f"/{STAGE}"
@@ -285,7 +312,7 @@ class LocalServer:
                     server._state.notify_all()
 
             def _dispatch(self) -> None:
-                with server._request():
+                with server._request(server.starters(self.headers.items())):
                     try:
                         self._respond()
                     except (BrokenPipeError, ConnectionResetError):

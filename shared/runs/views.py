@@ -28,7 +28,10 @@ class RunStarted(BaseModel):
 
     run_id: str
     status: RunStatus
-    agent: str = Field(description="The agent the run runs: the one asked for, else the app's first.")
+    agent: str = Field(
+        description="The agent the run started with, as its record's `agent`: the one asked for, else "
+        "the app's first; a fork's, its run's. A handoff moves a run on (`active_agent`)."
+    )
     status_url: str = Field(description="Absolute URL of GET /runs/{run_id}: poll it.")
     links: Links
 

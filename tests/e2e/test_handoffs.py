@@ -17,16 +17,19 @@ from tests.e2e.test_run_events import subscribe
 from toolpipe.infra.cli import main
 from toolpipe.infra.local.scripted_model import Reply
 from toolpipe.infra.local.server import LocalServer
-from toolpipe.shared.agents import AGENTS
+from toolpipe.shared.agents import AGENTS, all_agents
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "events"
 
 
 @pytest.fixture(autouse=True)
 def example_agents(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The example's two agents, registered whatever an earlier test in this process left."""
+    """The example's two agents, registered whatever an earlier test in this process left. The
+    app is loaded first (once a process): undone, the patch leaves its agents as it loaded them,
+    for the tests that come after."""
     from assistant.agents import assistant, triage
 
+    all_agents()
     monkeypatch.setitem(AGENTS, "assistant", assistant)
     monkeypatch.setitem(AGENTS, "triage", triage)
 
@@ -118,3 +121,24 @@ def test_a_call_that_waits_after_a_handoff_names_its_agent(served: tuple[Pipelin
     assert status == 200
     assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
     assert _sent_emails() == [(["ana@example.com"], "Report")]
+
+
+def test_a_fork_after_a_handoff_is_started_by_its_runs_agent_and_goes_on_with_the_handed_one(
+    pipeline: Pipeline,
+) -> None:
+    """The fork's 202 names the agent its record starts with, as GET /runs/{id} does; its
+    history hands the next turn to the agent the run was handed to."""
+    pipeline.script(
+        Reply(tool_calls=[call("transfer_to_assistant")]),
+        Reply(tool_calls=[call("sum", a=2, b=3)]),
+        Reply(content="5"),
+        Reply(content="6, in the fork"),
+    )
+    run_id = pipeline.start("2 + 3?", agent="triage")
+    assert pipeline.finish(run_id)["run"]["status"] == "succeeded"
+
+    status, forked = pipeline.runtime.api("POST", f"/runs/{run_id}/fork", {"turn": 2, "input": "and 3 + 3?"})
+
+    assert status == 202 and forked["agent"] == "triage", forked
+    fork = pipeline.finish(forked["run_id"])["run"]
+    assert (fork["agent"], fork["active_agent"], fork["output"]) == ("triage", "assistant", "6, in the fork")

@@ -240,6 +240,8 @@ def test_http_answers_as_the_api_function_does(tmp_path: Path) -> None:
     # The status URL is absolute, from the Host the request came to (the direct event has none).
     assert started.pop("status_url") == f"{served.url}/v1/runs/{run_id}"
     assert again[1].pop("status_url") == f"/runs/{again[1]['run_id']}"
+    # Each names its own default agent: the served app's first, and this process's.
+    assert started.pop("agent") == "assistant" and again[1].pop("agent")
     assert started == json.loads(json.dumps(again[1]).replace(again[1]["run_id"], run_id))
 
 

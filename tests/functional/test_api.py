@@ -11,6 +11,7 @@ from tests.conftest import Pipeline, Reply, _pipeline, call
 from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local.lambdas import call_function
 from toolpipe.infra.local.runtime import LOCAL_CALLER
+from toolpipe.shared.agents import default_agent_name
 
 
 def _scan(pipeline: Pipeline) -> list[dict]:
@@ -69,8 +70,8 @@ def test_a_start_names_the_agent_it_runs_the_apps_first_when_none_was_asked_for(
     status, asked = pipeline.runtime.api("POST", "/runs", {"prompt": "What is 2+3?", "agent": "assistant"})
     assert status == 202 and asked["agent"] == "assistant"
     status, default = pipeline.runtime.api("POST", "/runs", {"prompt": "hi"})
-    assert status == 202 and default["agent"] == pipeline.finish(default["run_id"])["run"]["agent"]
-    assert default["agent"] == "tester"  # tests/conftest.py's, registered first
+    assert status == 202 and default["agent"] == default_agent_name()
+    assert pipeline.finish(default["run_id"])["run"]["agent"] == default["agent"]
 
 
 def test_get_unknown_run_is_404(pipeline: Pipeline) -> None:

@@ -141,8 +141,7 @@ def _current_app(session: Session, health: dict[str, Any], err: TextIO) -> dict[
 
 
 def _start(session: Session, args: argparse.Namespace) -> tuple[str, str]:
-    """`POST /runs`: the new run's id and its agent, as the server that runs it says (this
-    process does not import the app to name it)."""
+    """`POST /runs`: the new run's id and its agent, as the server that runs it says."""
     request: dict[str, Any] = {"prompt": args.prompt, "timezone": args.timezone}
     if args.agent is not None:
         request["agent"] = args.agent
@@ -151,8 +150,9 @@ def _start(session: Session, args: argparse.Namespace) -> tuple[str, str]:
     status, body = session.request("POST", "/runs", request, keyed())
     if status != 202:
         raise refused(status, body)
-    # A stack deployed before the answer named the agent: the one asked for, else its default.
-    agent = body.get("agent") or args.agent or "the stack's default"
+    # A stack or server from before the answer named the agent: the one asked for, else the
+    # default (the app's, loaded already for a local run).
+    agent = body.get("agent") or args.agent or ("the stack's default" if args.api else default_agent())
     return str(body["run_id"]), str(agent)
 
 

@@ -29,6 +29,7 @@ from toolpipe.infra.cli.model_endpoint import (
     reachable_endpoint,
 )
 from toolpipe.infra.cli.serving import LOOPBACK, aws_port, check_ports, exit_past_stray_threads, stop_events
+from toolpipe.infra.local.client import STARTER_ENV
 from toolpipe.shared.app_ref import APP_ENV
 
 if TYPE_CHECKING:
@@ -158,6 +159,9 @@ def _servers(
             args.port,
             {**health, "aws_endpoint": aws.url, "model_endpoint": model.description},
             app,
+            # Only a command's own server, by that command: one a person started keeps the idle
+            # exit they asked for.
+            starter=os.environ.get(STARTER_ENV) if args.for_client else None,
         )
     except OSError as e:
         if option == "--port":
