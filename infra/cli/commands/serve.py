@@ -160,8 +160,8 @@ def _servers(
             {**health, "aws_endpoint": aws.url, "model_endpoint": model.description},
             app,
             # Only a command's own server, by that command: one a person started keeps the idle
-            # exit they asked for.
-            starter=os.environ.get(STARTER_ENV) if args.for_client else None,
+            # exit they asked for. Taken out of the environment: nothing the server starts sees it.
+            starter=os.environ.pop(STARTER_ENV, None) if args.for_client else None,
         )
     except OSError as e:
         if option == "--port":
