@@ -138,6 +138,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def live_server(home: Path) -> bool:
+    """Whether `server.json` names a process that is alive (no request: it may be stopping)."""
+    info = read_server_file(home)
+    return info is not None and _alive(info.pid)
+
+
 def discover(home: Path, starter: str | None = None) -> ServerInfo | None:
     """The server serving `home`, if `server.json` names one that is alive and answers as itself.
     `starter`: what a client that may have started it says to it (`connect`)."""

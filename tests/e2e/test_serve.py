@@ -4,6 +4,7 @@ import concurrent.futures
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -354,6 +355,25 @@ def test_two_concurrent_runs_with_no_server_share_one_and_neither_is_lost(tmp_pa
     for run_id, result in zip(run_ids, shown, strict=True):
         assert result.returncode == 0, result.stdout
         assert f"run {run_id} · agent assistant · succeeded" in result.stdout
+
+
+def test_a_run_on_a_server_that_runs_already_does_not_import_the_app(served: Served) -> None:
+    """That server names the run's agent and says what is wrong with the app itself: the command
+    leaves the app alone (importing it was a third of the command's CPU)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "toolpipe.infra.cli", "run", PROMPT],
+        env=_env(served.home),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The interpreter's lines and the command's own share stderr, not always a line each.
+    imported = set(re.findall(r"import time:\s+\d+ \|\s+\d+ \| +([\w.]+)", result.stderr))
+    assert "toolpipe.infra.cli.session" in imported  # the lines are read
+    assert not {"assistant", "assistant.agents", "toolpipe.shared.agents"} & imported
+    assert " (agent assistant)\n" in result.stdout
 
 
 def test_a_server_a_command_started_stops_once_that_command_is_done(

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from toolpipe.infra.cli import discovery
 from toolpipe.infra.cli.commands.agents import default_agent
 from toolpipe.infra.cli.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CommandError, reason, refused
 from toolpipe.infra.cli.model_endpoint import (
@@ -36,7 +37,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     transcript = err if args.json else out
     env: dict[str, str] = {}
     if not args.api:
-        default_agent()  # the app loads here, or the command stops with why (not the server)
+        if not discovery.live_server(discovery.state_dir()):
+            # The app loads here, or the command stops with why, before a server starts for it.
+            # A server that runs already says itself what is wrong with the app (`POST /runs`
+            # answers it): importing the app here too would cost this command a third of its CPU.
+            default_agent()
         script = checked_scripted_model(args)
         if script is not None:
             env[SCRIPTED_MODEL_ENV] = str(script)  # for a server this command starts
