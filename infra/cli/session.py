@@ -186,6 +186,8 @@ class LocalSession:
         return self._connection.client.events(run_id, after=after, timeout=timeout)
 
     def close(self) -> None:
+        for connection in self._started:  # each told first: they stop side by side
+            connection.release()
         for connection in self._started:
             connection.close()
 

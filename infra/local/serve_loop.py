@@ -53,7 +53,7 @@ def serve_until_stopped(
     Once the command that started the server has released it (`POST /_local/release`, as it
     finishes), the API is idle `RELEASED_IDLE_SECONDS` after that command's last request rather
     than `idle_exit` (that command waits for the server to stop), and still `idle_exit` after any
-    other client's. So is the AWS endpoint.
+    other client's; the AWS endpoint still needs `idle_exit` too.
     """
     quiet_since = time.monotonic()
     # A stop ends the wait at once: the step only paces the idle checks, and without an idle

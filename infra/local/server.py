@@ -17,6 +17,7 @@ Anyone who can reach the port can claim any identity (`X-Toolpipe-Caller`): the 
 """
 
 import contextlib
+import hmac
 import json
 import math
 import os
@@ -155,7 +156,7 @@ class LocalServer:
         self.changes = RunChanges()
         self.draining = threading.Event()
         self.released = threading.Event()
-        self._starter = starter
+        self._starter = starter or None  # an empty token is none
         self._last_other = -math.inf  # when a request not the starter's was last in progress
         self._health = health or {}
         self._app = app
@@ -215,10 +216,12 @@ class LocalServer:
         _link_bases.leave(self.api_url)
         stop_listening(self.changes)
 
-    def starters(self, headers: "Iterable[tuple[str, str]]") -> bool:
+    def from_starter(self, headers: "Iterable[tuple[str, str]]") -> bool:
         """Whether a request with `headers` is from the command that started this server."""
-        return self._starter is not None and any(
-            name.lower() == STARTER_HEADER.lower() and value == self._starter for name, value in headers
+        starter = self._starter
+        return starter is not None and any(
+            name.lower() == STARTER_HEADER.lower() and hmac.compare_digest(value.encode(), starter.encode())
+            for name, value in headers
         )
 
     def others_idle_seconds(self) -> float:
@@ -227,17 +230,17 @@ class LocalServer:
             return 0.0 if self._others else time.monotonic() - self._last_other
 
     @contextlib.contextmanager
-    def _request(self, starters: bool = False) -> Iterator[None]:
+    def _request(self, from_starter: bool = False) -> Iterator[None]:
         with self._state:
             self._active += 1
-            self._others += 0 if starters else 1
+            self._others += 0 if from_starter else 1
         try:
             yield
         finally:
             with self._state:
                 self._active -= 1
                 self._last_activity = time.monotonic()
-                if not starters:
+                if not from_starter:
                     self._others -= 1
                     self._last_other = self._last_activity
                 self._state.notify_all()
@@ -253,7 +256,7 @@ class LocalServer:
             if self.draining.is_set():
                 return _json_response(503, {"message": "the local server is shutting down"})
             return _json_response(200, {"status": "ok", **self._health, **self._app_health()})
-        if path == RELEASE_PATH and self.starters(headers):
+        if path == RELEASE_PATH and self.from_starter(headers):
             if method != "POST":
                 status, headers, data = _json_response(
                     405, {"message": f"{method} not allowed: POST {RELEASE_PATH}"}
@@ -312,7 +315,7 @@ class LocalServer:
                     server._state.notify_all()
 
             def _dispatch(self) -> None:
-                with server._request(server.starters(self.headers.items())):
+                with server._request(server.from_starter(self.headers.items())):
                     try:
                         self._respond()
                     except (BrokenPipeError, ConnectionResetError):

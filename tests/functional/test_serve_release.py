@@ -80,10 +80,10 @@ def test_another_client_gets_the_whole_idle_exit_after_its_last_request(
     served: tuple[Pipeline, LocalServer, Endpoint, threading.Thread],
 ) -> None:
     _, server, _, loop = served
-    assert Client(server.url, starter=STARTER).release()[0] == 200
     assert Client(server.url).health()[0] == 200  # a command that found the server meanwhile
+    assert Client(server.url, starter=STARTER).release()[0] == 200
     loop.join(3 * RELEASED_IDLE_SECONDS + 0.5)
-    assert loop.is_alive()
+    assert loop.is_alive()  # it waits out its idle exit after that command's request
 
 
 def test_only_the_command_that_started_a_server_releases_it_with_a_post() -> None:

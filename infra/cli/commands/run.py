@@ -155,9 +155,8 @@ def _start(session: Session, args: argparse.Namespace) -> tuple[str, str]:
     status, body = session.request("POST", "/runs", request, keyed())
     if status != 202:
         raise refused(status, body)
-    # A stack or server from before the answer named the agent: the one asked for, else the
-    # default (the app's, loaded already for a local run).
-    agent = body.get("agent") or args.agent or ("the stack's default" if args.api else default_agent())
+    # A stack or server from before the answer named the agent: the one asked for, else its own.
+    agent = body.get("agent") or args.agent or ("the stack's default" if args.api else "the server's default")
     return str(body["run_id"]), str(agent)
 
 

@@ -51,6 +51,9 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from toolpipe.infra.local.logfile import logs_to_file
 
     home = state_dir()
+    # What the command that started this server sends with its requests: it alone may release
+    # it (a server a person started has none). Out of the environment before anything runs.
+    starter = (os.environ.pop(STARTER_ENV, None) or None) if args.for_client else None
     checked_scripted_model(args)  # a broken script is one line before the lock is taken
     reachable_endpoint()  # so is an OPENAI_BASE_URL nothing answers at
     api_port, aws = args.port, aws_port(args)
@@ -77,7 +80,7 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
         with logs_to_file(home, echo=err if args.verbose else None):
             # Text is a banner for whoever watches (stderr): stdout stays for what can be piped.
-            _serve_runtime(args, out if args.json else err, err, home, aws)
+            _serve_runtime(args, out if args.json else err, err, home, aws, starter)
         err.write(f"stopped; state saved in {home}\n")
     finally:
         remove_server_file(home, os.getpid())
@@ -87,7 +90,7 @@ def serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _serve_runtime(
-    args: argparse.Namespace, ready_to: TextIO, err: TextIO, home: Path, aws_port: int
+    args: argparse.Namespace, ready_to: TextIO, err: TextIO, home: Path, aws_port: int, starter: str | None
 ) -> None:
     # The runtime first: its import pauses the collector, then freezes what it made (moto,
     # botocore), which the others import too.
@@ -100,7 +103,7 @@ def _serve_runtime(
         # Your app, loaded now (an error is said here, not at the first run) and again whenever
         # its files change.
         app = AppReloader(runtime, _console(err))
-        aws, server = _servers(args, runtime, home, aws_port, model, app)
+        aws, server = _servers(args, runtime, home, aws_port, model, app, starter)
         # The AWS endpoint outlives the API server's drain: tools still read and write while
         # the runs in progress end.
         with app, aws, server:
@@ -133,6 +136,7 @@ def _servers(
     aws_port: int,
     model: ModelInUse,
     app: "AppReloader",
+    starter: str | None,
 ) -> tuple["AwsEndpoint", "LocalServer"]:
     """The AWS endpoint and the API server, bound (not serving yet)."""
     from toolpipe.infra.local.server import LocalServer
@@ -159,9 +163,7 @@ def _servers(
             args.port,
             {**health, "aws_endpoint": aws.url, "model_endpoint": model.description},
             app,
-            # Only a command's own server, by that command: one a person started keeps the idle
-            # exit they asked for. Taken out of the environment: nothing the server starts sees it.
-            starter=os.environ.pop(STARTER_ENV, None) if args.for_client else None,
+            starter=starter,
         )
     except OSError as e:
         if option == "--port":
