@@ -23,7 +23,7 @@ import secrets
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolpipe.infra.local.client import LOG_FILE, STARTER_ENV, Client, ServerError
@@ -138,17 +138,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def live_server(home: Path) -> bool:
-    """Whether `server.json` names a process that is alive (no request: it may be stopping)."""
+def live_server(home: Path) -> ServerInfo | None:
+    """The server `server.json` names, if its process is alive (no request: it may be stopping,
+    or not answer as itself)."""
     info = read_server_file(home)
-    return info is not None and _alive(info.pid)
+    return info if info is not None and _alive(info.pid) else None
 
 
 def discover(home: Path, starter: str | None = None) -> ServerInfo | None:
     """The server serving `home`, if `server.json` names one that is alive and answers as itself.
     `starter`: what a client that may have started it says to it (`connect`)."""
-    info = read_server_file(home)
-    if info is None or not _alive(info.pid):
+    info = live_server(home)
+    if info is None:
         return None
     try:
         status, body = Client(info.url, timeout=5.0, starter=starter).health()
@@ -166,8 +167,7 @@ class Connection:
     client: Client
     info: ServerInfo
     child: subprocess.Popen[bytes] | None = None
-
-    released: bool = False
+    released: bool = field(default=False, init=False)  # told once (`release`)
 
     def release(self) -> None:
         """Tell a server this client started that it is done with it, once: it then stops a

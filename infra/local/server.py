@@ -258,10 +258,10 @@ class LocalServer:
             return _json_response(200, {"status": "ok", **self._health, **self._app_health()})
         if path == RELEASE_PATH and self.from_starter(headers):
             if method != "POST":
-                status, headers, data = _json_response(
+                status, answer_headers, data = _json_response(
                     405, {"message": f"{method} not allowed: POST {RELEASE_PATH}"}
                 )
-                return status, [*headers, ("Allow", "POST")], data
+                return status, [*answer_headers, ("Allow", "POST")], data
             self.released.set()
             return _json_response(200, {"released": True})
         prefix = f"/{STAGE}"

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     transcript = err if args.json else out
     env: dict[str, str] = {}
     if not args.api:
-        if not discovery.live_server(discovery.state_dir()):
+        if discovery.live_server(discovery.state_dir()) is None:
             # The app loads here, or the command stops with why, before a server starts for it.
             # A server that runs already says itself what is wrong with the app (`POST /runs`
             # answers it): importing the app here too would cost this command a third of its CPU.
