@@ -2,13 +2,16 @@
 its first call its clients and the orchestrator's `openai`) with the cyclic collector paused: no
 full pass walks it. On Lambda it is then frozen, as it lasts the execution environment's life;
 so it is while a local runtime is up, whose stop gives it back; elsewhere (a test) nothing is
-frozen, so no garbage waiting then is kept for good (shared/collector.py).
+frozen, so no garbage waiting then is kept for good (shared/collector.py). And a cold start
+with tracing off loads no tracing package (tests/functional/test_tracing.py: with it on).
 
-Each case runs in a fresh interpreter, as Lambda's cold start does.
+Each case runs in a fresh interpreter, as Lambda's cold start does; one interpreter holds every
+fact of one function's cold start where it is.
 """
 
 import gc
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,71 +34,101 @@ LAMBDA = {
     "POWERTOOLS_TRACE_DISABLED": "true",
 }
 
-# `measured` run in a fresh interpreter after `before`: whether the collector ran a full pass of
-# its own (only while it is on: a `gc.collect()` in a paused block is the code's own, before it
-# freezes), how many objects it left frozen, whether the collector is on after.
-COUNTED = """
+# An import in a fresh interpreter: whether the collector ran a full pass of its own (only while
+# it is on: a `gc.collect()` in a paused block is the code's own, before it freezes), how many
+# objects it left frozen, whether the collector is on after.
+COUNTED_IMPORT = """
 import gc
-{before}
 passes = []
 def counted(phase, info):
     if phase == "start" and gc.isenabled():
         passes.append(info["generation"])
 gc.callbacks.append(counted)
 frozen_before = gc.get_freeze_count()
-{measured}
+import {module}
 print(2 in passes, gc.get_freeze_count() - frozen_before, gc.isenabled())
 """
 
 
-def counted(measured: str, env: dict[str, str], before: str = "") -> tuple[bool, int, bool]:
-    full_pass, frozen, enabled = run_python(COUNTED.format(before=before, measured=measured), env).split()
+def counted_import(module: str, env: dict[str, str]) -> tuple[bool, int, bool]:
+    full_pass, frozen, enabled = run_python(COUNTED_IMPORT.format(module=module), env).split()
     return full_pass == "True", int(frozen), enabled == "True"
 
 
-def counted_import(module: str, env: dict[str, str]) -> tuple[bool, int, bool]:
-    return counted(f"import {module}", env)
+@dataclass(frozen=True)
+class ColdStart:
+    """What one function's cold start did in a fresh interpreter: its import, then its first
+    call's builders (`benchmarks.coldstart` names them), each counted as `COUNTED` counts."""
+
+    import_full_pass: bool
+    import_frozen: int
+    # The tracing packages loaded once the handler is imported (X-Ray's, OpenTelemetry's SDK and
+    # exporters): what a cold start pays for tracing that is off.
+    tracing_loaded: list[str]
+    first_call_full_pass: bool
+    first_call_frozen: int
+    enabled: bool
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_on_lambda_a_cold_import_runs_no_full_pass_and_freezes_what_it_built(module: str) -> None:
-    full_pass, frozen, enabled = counted_import(module, {**FUNCTION_ENV, **LAMBDA})
-    assert not full_pass  # without the pause, an import this size runs full passes over its heap
-    assert frozen > 50_000  # modules, classes, models: out of every later pass
-    assert enabled
+# One interpreter for every fact of a function's cold start: each is a fresh interpreter's
+# second or so of CPU, and these were seven a function.
+COLD_START = """
+import gc, json, sys
+phase = ["import"]
+passes = {{"import": [], "first call": []}}
+def counted(at, info):
+    if at == "start" and gc.isenabled():
+        passes[phase[0]].append(info["generation"])
+gc.callbacks.append(counted)
+frozen = gc.get_freeze_count()
+import {module} as handler
+imported = gc.get_freeze_count()
+loaded = sorted(
+    m for m in sys.modules
+    if m.split(".")[0] == "aws_xray_sdk" or m.startswith(("opentelemetry.sdk", "opentelemetry.exporter"))
+)
+phase[0] = "first call"
+{first_call}
+print(json.dumps([2 in passes["import"], imported - frozen, loaded,
+                  2 in passes["first call"], gc.get_freeze_count() - imported, gc.isenabled()]))
+"""
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_elsewhere_a_handlers_import_runs_no_full_pass_and_freezes_nothing(module: str) -> None:
-    full_pass, frozen, enabled = counted_import(module, FUNCTION_ENV)
-    assert not full_pass
-    assert frozen == 0
-    assert enabled
-
-
-def counted_first_call(name: str, env: dict[str, str]) -> tuple[bool, int, bool]:
-    """The builders `benchmarks.coldstart` names as the function's first call, after its import."""
-    before = f"import {FUNCTIONS[name].module} as handler"
-    return counted("\n".join(FIRST_CALL[name]), env, before)
+def cold_start(name: str, env: dict[str, str]) -> ColdStart:
+    code = COLD_START.format(module=FUNCTIONS[name].module, first_call="\n".join(FIRST_CALL[name]))
+    return ColdStart(*json.loads(run_python(code, env)))
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
-def test_on_lambda_what_the_first_call_builds_is_built_paused_and_frozen(name: str) -> None:
-    """Clients and the `openai` package (the orchestrator's first call: 366 -> 314 ms of CPU), out
-    of the passes of every invocation after."""
-    full_pass, frozen, enabled = counted_first_call(name, function_env(tracing=False, spec=FUNCTIONS[name]))
-    assert not full_pass
-    assert frozen > 1_000  # a boto3 client's service model alone is thousands of objects
-    assert enabled
+def test_on_lambda_a_cold_start_runs_no_full_pass_freezes_what_it_built_and_loads_no_tracing(
+    name: str,
+) -> None:
+    """On Lambda, tracing off (the stack's `-c tracing=false`) and no OTLP endpoint: the import
+    and the first call (clients, and the orchestrator's `openai`: 366 -> 314 ms of CPU) run no
+    full pass and are frozen, out of the passes of every invocation after; no X-Ray, no
+    OpenTelemetry SDK is loaded (run spans cost nothing then: shared/telemetry)."""
+    started = cold_start(name, function_env(tracing=False, spec=FUNCTIONS[name]))
+    assert not started.import_full_pass  # without the pause, an import this size runs full passes
+    assert started.import_frozen > 50_000  # modules, classes, models: out of every later pass
+    assert started.tracing_loaded == []
+    assert not started.first_call_full_pass
+    assert started.first_call_frozen > 1_000  # a boto3 client's service model alone is thousands
+    assert started.enabled
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
-def test_elsewhere_the_first_call_freezes_nothing(name: str) -> None:
-    env = {k: v for k, v in function_env(tracing=False, spec=FUNCTIONS[name]).items() if k != ON_LAMBDA}
-    full_pass, frozen, enabled = counted_first_call(name, env)
-    assert not full_pass
-    assert frozen == 0
-    assert enabled
+def test_elsewhere_a_cold_start_runs_no_full_pass_freezes_nothing_and_loads_no_tracing(name: str) -> None:
+    """Outside Lambda (a test), with no tracing setting at all: nothing is frozen, and neither
+    X-Ray nor OpenTelemetry's SDK is loaded."""
+    lambda_only = (ON_LAMBDA, "AWS_LAMBDA_FUNCTION_NAME", "POWERTOOLS_TRACE_DISABLED")
+    env = {k: v for k, v in function_env(tracing=False, spec=FUNCTIONS[name]).items() if k not in lambda_only}
+    started = cold_start(name, env)
+    assert not started.import_full_pass
+    assert started.import_frozen == 0
+    assert started.tracing_loaded == []
+    assert not started.first_call_full_pass
+    assert started.first_call_frozen == 0
+    assert started.enabled
 
 
 def test_importing_the_local_runtime_runs_no_pass_of_the_collectors_own_and_keeps_it_on() -> None:

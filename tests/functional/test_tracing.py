@@ -1,4 +1,6 @@
-"""X-Ray is loaded only when tracing is on, and traces the handler when it is.
+"""X-Ray is loaded only when tracing is on, and traces the handler when it is. That a cold start
+with tracing off loads neither X-Ray nor OpenTelemetry's SDK, on Lambda and elsewhere, is held by
+tests/functional/test_cold_start_collector.py, in the interpreter that counts that cold start.
 
 Each case runs in a fresh interpreter: what a cold start imports is decided at import, and
 Powertools' Tracer keeps its configuration process-wide.
@@ -14,7 +16,6 @@ from pathlib import Path
 import pytest
 from aws_lambda_powertools import Tracer
 
-from toolpipe.infra.cdk.functions import FUNCTIONS
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.tracing import tracing_enabled
 
@@ -39,20 +40,6 @@ def run_python(code: str, env: dict[str, str]) -> str:
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
-
-
-@pytest.mark.parametrize("module", sorted({spec.module for spec in FUNCTIONS.values()}))
-@pytest.mark.parametrize(
-    "where",
-    [{**ON_LAMBDA, "POWERTOOLS_TRACE_DISABLED": "true"}, {}],
-    ids=["lambda-tracing-disabled", "outside-lambda"],
-)
-def test_no_handler_imports_xray_when_tracing_is_off(module: str, where: dict[str, str]) -> None:
-    loaded = run_python(
-        f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] == 'aws_xray_sdk'))",
-        {**FUNCTION_ENV, **where},
-    )
-    assert loaded == "[]"
 
 
 def test_tracing_on_traces_the_handler_through_xray() -> None:
@@ -120,16 +107,6 @@ def test_a_bad_trace_setting_is_a_one_line_error() -> None:
         ConfigurationError, match=r"^POWERTOOLS_TRACE_DISABLED must be true or false, not 'maybe'$"
     ):
         tracing_enabled({"POWERTOOLS_TRACE_DISABLED": "maybe", **ON_LAMBDA})
-
-
-@pytest.mark.parametrize("module", sorted({spec.module for spec in FUNCTIONS.values()}))
-def test_no_handler_loads_opentelemetry_when_no_endpoint_is_set(module: str) -> None:
-    """Run spans cost nothing at a cold start when no OTLP endpoint is set (shared/telemetry)."""
-    code = (
-        f"import sys, {module}; "
-        "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))"
-    )
-    assert run_python(code, {**FUNCTION_ENV, **ON_LAMBDA, "POWERTOOLS_TRACE_DISABLED": "true"}) == "[]"
 
 
 def test_an_endpoint_loads_the_exporter_and_a_bad_protocol_is_one_line_at_import() -> None:
