@@ -17,7 +17,6 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from toolpipe.infra.cdk import aws_limits
 from toolpipe.infra.cdk.functions import FunctionSpec
 from toolpipe.infra.cdk.intrinsics import Resolver
 from toolpipe.infra.local import account, iam
@@ -225,7 +224,7 @@ def deploy(
 def _refuse_what_aws_refuses(template: Template) -> None:
     """A template CloudFormation would fail to create (a value over an AWS limit once resolved)
     does not start locally either: the local runtime is what deploys."""
-    found = aws_limits.breaches({"Resources": template.resources})
+    found = template.aws_breaches
     if found:
         raise TemplateError(f"{template.path}: AWS would refuse this stack: {found[0].line()}")
 

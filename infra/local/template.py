@@ -19,13 +19,16 @@ import os
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolpipe.infra.cdk.functions import FUNCTIONS, RUNNER_ENV, TOOL_RUNNER, FunctionSpec, runner_spec
 from toolpipe.shared.errors import ConfigurationError
 from toolpipe.shared.project import find_project
+
+if TYPE_CHECKING:
+    from toolpipe.infra.cdk.aws_limits import Breach
 
 PACKAGED = Path(__file__).with_name("stack.template.json")
 TEMPLATE_ENV = "TOOLPIPE_TEMPLATE"
@@ -72,6 +75,15 @@ class Template:
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
         return {name: r for name, r in self.resources.items() if r["Type"] == kind}
+
+    @cached_property
+    def aws_breaches(self) -> "list[Breach]":
+        """Every value of the template over an AWS limit once deployed. Worked out once per
+        template read (`load` reads each file once): every local runtime a process starts checks
+        it, a test's process hundreds of times, ~7 ms each."""
+        from toolpipe.infra.cdk import aws_limits  # ~0.3 s of imports a command reading runs skips
+
+        return aws_limits.breaches({"Resources": self.resources})
 
     def one(self, kind: str) -> tuple[str, dict[str, Any]]:
         """The only resource of a type: the local runtime emulates one of each."""
