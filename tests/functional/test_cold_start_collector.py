@@ -12,7 +12,6 @@ fact of one function's cold start where it is.
 import gc
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -25,15 +24,7 @@ from toolpipe.infra.local.scripted_model import ScriptedModelServer
 from toolpipe.shared import collector
 from toolpipe.shared.collector import ON_LAMBDA
 
-ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted({spec.module for spec in FUNCTIONS.values()})
-# Where Lambda runs the code; tracing off, as in the stack's `-c tracing=false`, so X-Ray stays out.
-LAMBDA = {
-    ON_LAMBDA: str(ROOT),
-    "AWS_LAMBDA_FUNCTION_NAME": "toolpipe-fn",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-}
-
 # An import in a fresh interpreter: whether the collector ran a full pass of its own (only while
 # it is on: a `gc.collect()` in a paused block is the code's own, before it freezes), how many
 # objects it left frozen, whether the collector is on after.
@@ -58,16 +49,18 @@ def counted_import(module: str, env: dict[str, str]) -> tuple[bool, int, bool]:
 @dataclass(frozen=True)
 class ColdStart:
     """What one function's cold start did in a fresh interpreter: its import, then its first
-    call's builders (`benchmarks.coldstart` names them), each counted as `COUNTED` counts."""
+    call's builders (`benchmarks.coldstart` names them), each counted as `COUNTED_IMPORT`
+    counts an import."""
 
     import_full_pass: bool
     import_frozen: int
+    enabled_after_import: bool
     # The tracing packages loaded once the handler is imported (X-Ray's, OpenTelemetry's SDK and
     # exporters): what a cold start pays for tracing that is off.
     tracing_loaded: list[str]
     first_call_full_pass: bool
     first_call_frozen: int
-    enabled: bool
+    enabled_after_first_call: bool
 
 
 # One interpreter for every fact of a function's cold start: each is a fresh interpreter's
@@ -83,13 +76,14 @@ gc.callbacks.append(counted)
 frozen = gc.get_freeze_count()
 import {module} as handler
 imported = gc.get_freeze_count()
+enabled = gc.isenabled()
 loaded = sorted(
     m for m in sys.modules
     if m.split(".")[0] == "aws_xray_sdk" or m.startswith(("opentelemetry.sdk", "opentelemetry.exporter"))
 )
 phase[0] = "first call"
 {first_call}
-print(json.dumps([2 in passes["import"], imported - frozen, loaded,
+print(json.dumps([2 in passes["import"], imported - frozen, enabled, loaded,
                   2 in passes["first call"], gc.get_freeze_count() - imported, gc.isenabled()]))
 """
 
@@ -110,10 +104,11 @@ def test_on_lambda_a_cold_start_runs_no_full_pass_freezes_what_it_built_and_load
     started = cold_start(name, function_env(tracing=False, spec=FUNCTIONS[name]))
     assert not started.import_full_pass  # without the pause, an import this size runs full passes
     assert started.import_frozen > 50_000  # modules, classes, models: out of every later pass
+    assert started.enabled_after_import
     assert started.tracing_loaded == []
     assert not started.first_call_full_pass
     assert started.first_call_frozen > 1_000  # a boto3 client's service model alone is thousands
-    assert started.enabled
+    assert started.enabled_after_first_call
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
@@ -125,10 +120,11 @@ def test_elsewhere_a_cold_start_runs_no_full_pass_freezes_nothing_and_loads_no_t
     started = cold_start(name, env)
     assert not started.import_full_pass
     assert started.import_frozen == 0
+    assert started.enabled_after_import
     assert started.tracing_loaded == []
     assert not started.first_call_full_pass
     assert started.first_call_frozen == 0
-    assert started.enabled
+    assert started.enabled_after_first_call
 
 
 def test_importing_the_local_runtime_runs_no_pass_of_the_collectors_own_and_keeps_it_on() -> None:
