@@ -11,6 +11,7 @@ fact of one function's cold start where it is.
 
 import gc
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -25,32 +26,14 @@ from toolpipe.shared import collector
 from toolpipe.shared.collector import ON_LAMBDA
 
 MODULES = sorted({spec.module for spec in FUNCTIONS.values()})
-# An import in a fresh interpreter: whether the collector ran a full pass of its own (only while
-# it is on: a `gc.collect()` in a paused block is the code's own, before it freezes), how many
-# objects it left frozen, whether the collector is on after.
-COUNTED_IMPORT = """
-import gc
-passes = []
-def counted(phase, info):
-    if phase == "start" and gc.isenabled():
-        passes.append(info["generation"])
-gc.callbacks.append(counted)
-frozen_before = gc.get_freeze_count()
-import {module}
-print(2 in passes, gc.get_freeze_count() - frozen_before, gc.isenabled())
-"""
-
-
-def counted_import(module: str, env: dict[str, str]) -> tuple[bool, int, bool]:
-    full_pass, frozen, enabled = run_python(COUNTED_IMPORT.format(module=module), env).split()
-    return full_pass == "True", int(frozen), enabled == "True"
 
 
 @dataclass(frozen=True)
 class ColdStart:
-    """What one function's cold start did in a fresh interpreter: its import, then its first
-    call's builders (`benchmarks.coldstart` names them), each counted as `COUNTED_IMPORT`
-    counts an import."""
+    """What a cold start did in a fresh interpreter: a module's import, then a function's first
+    call's builders (`benchmarks.coldstart` names them). Each phase: whether the collector ran
+    a full pass of its own (only while it is on: a `gc.collect()` in a paused block is the
+    code's own, before it freezes), how many objects it left frozen, whether it is on after."""
 
     import_full_pass: bool
     import_frozen: int
@@ -63,8 +46,8 @@ class ColdStart:
     enabled_after_first_call: bool
 
 
-# One interpreter for every fact of a function's cold start: each is a fresh interpreter's
-# second or so of CPU, and these were seven a function.
+# One interpreter for every fact of a cold start: each is a fresh interpreter's second or so of
+# CPU, and these were seven a function.
 COLD_START = """
 import gc, json, sys
 phase = ["import"]
@@ -88,9 +71,13 @@ print(json.dumps([2 in passes["import"], imported - frozen, enabled, loaded,
 """
 
 
-def cold_start(name: str, env: dict[str, str]) -> ColdStart:
-    code = COLD_START.format(module=FUNCTIONS[name].module, first_call="\n".join(FIRST_CALL[name]))
+def cold_start(module: str, env: dict[str, str], first_call: Sequence[str] = ()) -> ColdStart:
+    code = COLD_START.format(module=module, first_call="\n".join(first_call))
     return ColdStart(*json.loads(run_python(code, env)))
+
+
+def function_cold_start(name: str, env: dict[str, str]) -> ColdStart:
+    return cold_start(FUNCTIONS[name].module, env, FIRST_CALL[name])
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
@@ -101,7 +88,7 @@ def test_on_lambda_a_cold_start_runs_no_full_pass_freezes_what_it_built_and_load
     and the first call (clients, and the orchestrator's `openai`: 366 -> 314 ms of CPU) run no
     full pass and are frozen, out of the passes of every invocation after; no X-Ray, no
     OpenTelemetry SDK is loaded (run spans cost nothing then: shared/telemetry)."""
-    started = cold_start(name, function_env(tracing=False, spec=FUNCTIONS[name]))
+    started = function_cold_start(name, function_env(tracing=False, spec=FUNCTIONS[name]))
     assert not started.import_full_pass  # without the pause, an import this size runs full passes
     assert started.import_frozen > 50_000  # modules, classes, models: out of every later pass
     assert started.enabled_after_import
@@ -117,7 +104,7 @@ def test_elsewhere_a_cold_start_runs_no_full_pass_freezes_nothing_and_loads_no_t
     X-Ray nor OpenTelemetry's SDK is loaded."""
     lambda_only = (ON_LAMBDA, "AWS_LAMBDA_FUNCTION_NAME", "POWERTOOLS_TRACE_DISABLED")
     env = {k: v for k, v in function_env(tracing=False, spec=FUNCTIONS[name]).items() if k not in lambda_only}
-    started = cold_start(name, env)
+    started = function_cold_start(name, env)
     assert not started.import_full_pass
     assert started.import_frozen == 0
     assert started.enabled_after_import
@@ -130,10 +117,10 @@ def test_elsewhere_a_cold_start_runs_no_full_pass_freezes_nothing_and_loads_no_t
 def test_importing_the_local_runtime_runs_no_pass_of_the_collectors_own_and_keeps_it_on() -> None:
     """`toolpipe serve`, `toolpipe run` and `LocalPipeline` import it first: two full passes
     were ~100 ms of a ~520 ms import."""
-    full_pass, frozen, enabled = counted_import("toolpipe.infra.local.runtime", FUNCTION_ENV)
-    assert not full_pass
-    assert frozen > 50_000
-    assert enabled
+    started = cold_start("toolpipe.infra.local.runtime", FUNCTION_ENV)
+    assert not started.import_full_pass
+    assert started.import_frozen > 50_000
+    assert started.enabled_after_import
 
 
 def test_a_local_runtime_keeps_its_functions_cold_starts_and_gives_them_back_at_stop() -> None:
