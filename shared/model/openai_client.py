@@ -17,9 +17,11 @@ Three things no endpoint can break:
 import asyncio
 import concurrent.futures
 import email.utils
+import functools
 import json
 import math
 import random
+import ssl
 import threading
 import time
 import weakref
@@ -27,6 +29,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC
 from typing import Any
 
+import httpx2
 import openai
 from openai import AsyncOpenAI
 
@@ -426,4 +429,16 @@ def _tokens(usage: object, key: str) -> int:
 
 
 def build_openai_client(base_url: str | None, api_key: str) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    http_client = openai.DefaultAsyncHttpxClient(verify=tls_context())
+    return AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, http_client=http_client)
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The certificates `openai`'s HTTP client (httpx2) loads for each client it builds (the
+    system's, or `SSL_CERT_FILE` / `SSL_CERT_DIR` as set when first asked), loaded once per
+    process. Loading them is nearly all of a client's build (~16 ms on a quiet machine): a Lambda
+    sandbox builds one client, but the local runtime builds the orchestrator anew for each
+    runtime a process starts (one a test). A context is safe to share between connections,
+    threads and event loops."""
+    return httpx2.create_ssl_context()

@@ -1,6 +1,7 @@
 """The model client against a real HTTP server speaking the Chat Completions protocol."""
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +17,7 @@ from toolpipe.infra.local.scripted_model import (
     ScriptResponder,
 )
 from toolpipe.shared.messages import ToolCall
-from toolpipe.shared.model import to_openai_messages
+from toolpipe.shared.model import openai_client, to_openai_messages
 from toolpipe.shared.model.errors import ModelCallError, ModelRateLimitedError, ModelRejectedError
 from toolpipe.shared.model.openai_client import (
     MAX_NAME_CHARS,
@@ -447,6 +448,24 @@ def test_a_client_dropped_without_close_stops_its_thread(server: ScriptedModelSe
     # The client's thread, and the server's handler once the dropped client's connection has
     # closed (on a loaded machine it may still be closing: seen in a run beside two busy loops).
     assert _still_alive(set(threading.enumerate()) - threads_before) == []
+
+
+def test_clients_load_the_certificates_once_a_process_and_still_check_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Loading the certificates is nearly all of a client's build (~16 ms): a process loads them
+    once however many clients it builds (the local runtime builds one for each runtime), and each
+    client still checks the server's certificate and name with them."""
+    loads: list[None] = []
+    load = openai_client.httpx2.create_ssl_context
+    openai_client.tls_context.cache_clear()
+    monkeypatch.setattr(openai_client.httpx2, "create_ssl_context", lambda: loads.append(None) or load())
+    clients = [build_openai_client("https://models.example/v1", "k") for _ in range(3)]
+    assert len(loads) == 1
+    context = openai_client.tls_context()
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    # What each client's connections are made with (httpx2's transport, its connection pool).
+    assert all(c._client._transport._pool._ssl_context is context for c in clients)  # type: ignore[attr-defined]
 
 
 # --- what the user reads -----------------------------------------------------------------------
