@@ -16,7 +16,7 @@ variable, entered by `infra/local/lambdas.py` for the length of each invocation:
 """
 
 import os
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, ItemsView, Iterator, MutableMapping
 
 from toolpipe.infra.local.caller import FunctionContext, current, running_as, threads_inherit
 from toolpipe.infra.local.caller import _current as _current
@@ -70,14 +70,49 @@ class FunctionEnviron(MutableMapping[str, str]):
         )
         yield from context.environment
 
+    def __contains__(self, name: object) -> bool:
+        # Without the mixin's `self[name]` and its KeyError for each absent name: botocore asks
+        # for ~50 absent ones as it builds each client.
+        if not isinstance(name, str):
+            return False
+        own = self._own(name)
+        return name in (own if own is not None else self.process)
+
+    def items(self) -> ItemsView[str, str]:
+        return _Items(self)
+
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self.copy())
 
     def copy(self) -> dict[str, str]:
-        return dict(self)
+        """Every name and value as the current function sees them, read in one pass: what
+        iterating `items()` costs (botocore reads the proxy settings so, four passes over the
+        whole environment, for each client it builds: ~16 clients a runtime)."""
+        process = dict(self.process)
+        context = _current.get()
+        if context is None:
+            return process
+        seen = {
+            name: value
+            for name, value in process.items()
+            if name not in context.owned and name not in context.environment
+        }
+        for name, value in context.environment.items():
+            seen[name] = process[name] if name in context.passthrough and name in process else value
+        return seen
 
     def __repr__(self) -> str:
-        return f"FunctionEnviron({dict(self)!r})"
+        return f"FunctionEnviron({self.copy()!r})"
+
+
+class _Items(ItemsView[str, str]):
+    """`os.environ.items()` while a runtime is up: as the mixin's, each pair as `environ[name]`
+    answers it, but read in one pass when iterated (`FunctionEnviron.copy`)."""
+
+    _mapping: FunctionEnviron
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        yield from self._mapping.copy().items()
 
 
 _PATCHED = Patched([(os, "environ", FunctionEnviron)], wrap=True)

@@ -1,8 +1,10 @@
 """The pieces that make each local function itself: its environment view, the context its
 threads inherit, and which action on which resource IAM authorizes for a call."""
 
+import contextlib
 import os
 import threading
+import urllib.request
 from typing import Any
 
 import pytest
@@ -67,6 +69,30 @@ def test_a_passthrough_setting_is_read_live_from_the_process(monkeypatch: pytest
         # process's environment and point later tests' model at http://from-start.
         monkeypatch.undo()
     assert os.environ.get("OPENAI_BASE_URL") != "http://from-start"
+
+
+@pytest.mark.usefixtures("installed")
+def test_every_way_of_reading_the_environment_gives_the_functions_view(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`items()`, `copy()`, `in` and `len` are read in one pass (botocore reads the proxy
+    settings four times over for each client it builds): each gives what `environ[name]` does
+    for each name iteration lists, and nothing iteration leaves out."""
+    monkeypatch.setenv("SECRET_ARN", "the orchestrator's")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://set-later")
+    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
+    for context in (None, _context(TABLE_NAME="history", OPENAI_BASE_URL="http://from-start")):
+        with running_as(context) if context else contextlib.nullcontext():
+            by_name = {name: os.environ[name] for name in os.environ}
+            assert dict(os.environ.items()) == os.environ.copy() == by_name
+            assert len(os.environ) == len(by_name)
+            assert all(name in os.environ for name in by_name)
+            assert ("SECRET_ARN" in os.environ) is (context is None)
+            assert object() not in os.environ
+            assert urllib.request.getproxies()["https"] == "http://proxy.example:3128"
+    with running_as(_context(TABLE_NAME="history", OPENAI_BASE_URL="http://from-start")):
+        assert os.environ.copy()["TABLE_NAME"] == "history"
+        assert os.environ.copy()["OPENAI_BASE_URL"] == "http://set-later"  # passthrough: the process's
 
 
 @pytest.mark.usefixtures("installed")
