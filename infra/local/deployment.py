@@ -309,12 +309,13 @@ def _create_queues(d: Deployment, template: Template, sqs: "SQSClient", names: d
     queue_names = {tool_queue_id: names.get("tool_queue"), tool_dlq_id: names.get("tool_dlq")}
     for logical_id in sorted(queues, key=lambda q: "RedrivePolicy" in queues[q].get("Properties", {})):
         props = queues[logical_id].get("Properties", {})
+        name = queue_names.get(logical_id) or _local_name(logical_id)
         url = sqs.create_queue(
-            QueueName=queue_names.get(logical_id) or _local_name(logical_id),
+            QueueName=name,
             Attributes=queue_attributes(d.resolve(props)),  # type: ignore[arg-type]
         )["QueueUrl"]
-        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        d.refs[logical_id], d.attributes[(logical_id, "Arn")] = url, arn
+        # As `Fn::GetAtt [queue, Arn]` resolves on AWS (and as the table's is formed above).
+        d.refs[logical_id], d.attributes[(logical_id, "Arn")] = url, f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
     d.queue_url, d.queue_arn = d.refs[tool_queue_id], d.attributes[(tool_queue_id, "Arn")]
     maximum = mapping["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency")
     d.worker_max_concurrency = None if maximum is None else int(maximum)

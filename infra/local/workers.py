@@ -184,14 +184,20 @@ class WorkerPool:
         return len(self._threads)
 
     def start(self) -> None:
+        # Heard first: a send after the read below is announced, one before it is counted by it.
+        serial.add_listener(self._on_request)
         settings = self._sqs.get_queue_attributes(
-            QueueUrl=self._queue_url, AttributeNames=["VisibilityTimeout", "DelaySeconds"]
+            QueueUrl=self._queue_url,
+            AttributeNames=["VisibilityTimeout", "DelaySeconds", "ApproximateNumberOfMessages"],
         )["Attributes"]
         self._settings(settings)
-        serial.add_listener(self._on_request)
         self.alarm.start()
         for t in self._threads:
             t.start()
+        # What was sent before the pool started (a state folder's queue, a message sent before a
+        # restart): one receive for each message waiting. Each worker once received as it started,
+        # 11 empty receives a runtime (~20 ms of its start).
+        self.wake(int(_number(settings.get("ApproximateNumberOfMessages"), 0.0)))
 
     def _settings(self, attributes: Mapping[Any, Any]) -> None:
         # A value moto refused (not a number) changed nothing: the old one stays.
@@ -261,13 +267,11 @@ class WorkerPool:
                 logging.getLogger(__name__).exception("tool worker stopped; starting it again")
 
     def _loop(self) -> None:
-        # A worker receives once as it starts (what was sent before the pool started), then once
-        # per wake-up it takes: never an empty receive after each message.
-        receive = True
+        # A worker receives once per wake-up it takes (`start` wakes one for each message that
+        # waits already): never an empty receive after each message.
         while not self._stop.is_set():
-            if not receive and not self._take_wake():
+            if not self._take_wake():
                 return
-            receive = False
             try:
                 # Short polls: a long poll waits inside moto's request, which holds the lock that
                 # every other local request needs (infra/local/serial.py).

@@ -97,6 +97,28 @@ def test_a_send_wakes_an_idle_worker_long_before_its_safety_poll(sqs_queue: tupl
         pool.stop()
 
 
+def test_what_waits_before_the_pool_starts_is_received_one_receive_a_message(
+    sqs_queue: tuple[Any, str, str],
+) -> None:
+    """Messages sent before the pool started (a state folder's queue) are each received, by one
+    receive each: no worker receives just because it started (that was 11 empty receives a
+    runtime), and an empty queue costs no receive at all."""
+    sqs, url, _ = sqs_queue
+    sqs.send_message(QueueUrl=url, MessageBody="waited 1")
+    sqs.send_message(QueueUrl=url, MessageBody="waited 2")
+    pool = _unpolled(sqs_queue, size=5)
+    pool.start()
+    try:
+        assert {_bodies.get(timeout=5), _bodies.get(timeout=5)} == {"waited 1", "waited 2"}
+        _await_idle(pool)
+        assert pool.receives == 2
+    finally:
+        pool.stop()
+    empty = _unpolled(sqs_queue, size=5)
+    with _serving(empty):
+        assert empty.receives == 0
+
+
 def test_a_send_to_another_queue_wakes_no_worker(sqs_queue: tuple[Any, str, str]) -> None:
     sqs, url, _ = sqs_queue
     other = sqs.create_queue(QueueName="workers-test-other")["QueueUrl"]
