@@ -13,6 +13,9 @@ out, and the start-up is what N = 1 counted less one run. The checkouts' process
 same time, so whatever the machine does meanwhile touches both alike (the counts drift ~1%
 between hours, with how long the threads wait).
 
+With `--runtimes`, each run is in a runtime of its own (started, one run, stopped): a "run" is
+then what each test that starts a `LocalPipeline` pays, and the start-up the process's imports.
+
 `--workload` runs the workload alone, without valgrind (what valgrind runs). `--quick`, in
 `make test`, runs the counting with 3-turn runs under a stand-in for valgrind (callgrind would
 take minutes) that counts 1 M a run and 0.5 M for the start, so the workload and the counting's
@@ -30,30 +33,41 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # What callgrind prints at the end: "==123== Collected : 9200273298".
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
-def workload(runs: int, turns: int) -> None:
-    """A local runtime, then `runs` runs of `turns` tool turns each, all succeeded."""
+def workload(runs: int, turns: int, runtimes: bool = False) -> None:
+    """A local runtime, then `runs` runs of `turns` tool turns each, all succeeded; with
+    `runtimes`, each run in a new runtime."""
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     from benchmarks.loops import prompt, turns_responder
     from benchmarks.pipeline import _register_bench_agent
     from benchmarks.runtime import bench_runtime
     from toolpipe.infra.local.scripted_model import ScriptedModelServer
 
+    def run(runtime: Any) -> None:
+        status, body = runtime.api("POST", "/runs", {"prompt": prompt(turns), "agent": "bench"})
+        assert status == 202, body
+        described = runtime.wait_for_execution(body["run_id"], timeout=600)
+        assert described["status"] == "SUCCEEDED", described
+
     _register_bench_agent(0.0)
-    with ScriptedModelServer(turns_responder) as model, bench_runtime(model.base_url) as runtime:
-        for _ in range(runs):
-            status, body = runtime.api("POST", "/runs", {"prompt": prompt(turns), "agent": "bench"})
-            assert status == 202, body
-            described = runtime.wait_for_execution(body["run_id"], timeout=600)
-            assert described["status"] == "SUCCEEDED", described
+    with ScriptedModelServer(turns_responder) as model:
+        if runtimes:
+            for _ in range(runs):
+                with bench_runtime(model.base_url) as runtime:
+                    run(runtime)
+            return
+        with bench_runtime(model.base_url) as runtime:
+            for _ in range(runs):
+                run(runtime)
 
 
-def counted(valgrind: str, root: Path, runs: int, turns: int) -> int:
+def counted(valgrind: str, root: Path, runs: int, turns: int, runtimes: bool = False) -> int:
     """The instructions of `root`'s workload, as callgrind counts them."""
     command = [
         valgrind,
@@ -68,6 +82,7 @@ def counted(valgrind: str, root: Path, runs: int, turns: int) -> int:
         str(runs),
         "--turns",
         str(turns),
+        *(["--runtimes"] if runtimes else []),
     ]
     # The checkout's own code first: its benchmarks and its toolpipe, not this one's.
     env = {
@@ -90,11 +105,11 @@ class Counts:
     startup: float
 
 
-def measure(valgrind: str, roots: list[Path], runs: int, turns: int) -> list[Counts]:
+def measure(valgrind: str, roots: list[Path], runs: int, turns: int, runtimes: bool = False) -> list[Counts]:
     """Each checkout counted with N = 1, all at once, then with N = `runs`, all at once."""
     with ThreadPoolExecutor(max_workers=len(roots)) as pool:
-        one = list(pool.map(lambda root: counted(valgrind, root, 1, turns), roots))
-        many = list(pool.map(lambda root: counted(valgrind, root, runs, turns), roots))
+        one = list(pool.map(lambda root: counted(valgrind, root, 1, turns, runtimes), roots))
+        many = list(pool.map(lambda root: counted(valgrind, root, runs, turns, runtimes), roots))
     out = []
     for root, first, last in zip(roots, one, many, strict=True):
         per_run = (last - first) / (runs - 1)
@@ -102,8 +117,9 @@ def measure(valgrind: str, roots: list[Path], runs: int, turns: int) -> list[Cou
     return out
 
 
-def report(counts: list[Counts], runs: int, turns: int) -> None:
-    print(f"instructions (callgrind), N = 1 and N = {runs} runs of {turns} tool turns, side by side:")
+def report(counts: list[Counts], runs: int, turns: int, runtimes: bool = False) -> None:
+    each = ", each in a new runtime" if runtimes else ""
+    print(f"instructions (callgrind), N = 1 and N = {runs} runs of {turns} tool turns{each}, side by side:")
     for c in counts:
         print(f"  {c.root}: a run {c.per_run / 1e6:,.1f} M, start-up {c.startup / 1e6:,.1f} M")
     if len(counts) == 2:
@@ -135,13 +151,16 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another checkout, counted side by side")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument(
+        "--runtimes", action="store_true", help="each run in a new runtime (what a test pays)"
+    )
     parser.add_argument("--workload", action="store_true", help="the workload alone, without valgrind")
     parser.add_argument(
         "--quick", action="store_true", help="make test's: seconds, under a stand-in for valgrind"
     )
     options = parser.parse_args()
     if options.workload:
-        workload(options.runs, options.turns)
+        workload(options.runs, options.turns, options.runtimes)
         return
     runs, turns = (2, 3) if options.quick else (options.runs, options.turns)
     if runs < 2:
@@ -150,12 +169,13 @@ def main() -> None:
     if options.quick:
         with tempfile.TemporaryDirectory() as folder:
             print("quick: a stand-in for valgrind counts 1 M a run and 0.5 M for the start")
-            report(measure(_stand_in(Path(folder)), roots, runs, turns), runs, turns)
+            counts = measure(_stand_in(Path(folder)), roots, runs, turns, options.runtimes)
+            report(counts, runs, turns, options.runtimes)
         return
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         sys.exit("toolpipe: error: valgrind is not installed (apt-get install valgrind)")
-    report(measure(valgrind, roots, runs, turns), runs, turns)
+    report(measure(valgrind, roots, runs, turns, options.runtimes), runs, turns, options.runtimes)
 
 
 if __name__ == "__main__":

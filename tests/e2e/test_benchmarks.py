@@ -34,6 +34,7 @@ QUICK = {
     "calls": ["benchmarks.calls", "--quick"],
     "governor": ["benchmarks.governor", "--quick"],
     "instructions": ["benchmarks.instructions", "--quick"],
+    "instructions-runtimes": ["benchmarks.instructions", "--quick", "--runtimes"],
 }
 
 
@@ -108,6 +109,9 @@ def test_every_benchmark_runs_in_its_quick_mode_and_prints_its_figures() -> None
     # a million a run and half a million for the start, as the counting works them out.
     instructions = results["instructions"].stdout
     assert f"{ROOT}: a run 1.0 M, start-up 0.5 M" in instructions, instructions
+    # And with each run in a runtime of its own (each workload's runs all succeeded, or it failed).
+    per_runtime = results["instructions-runtimes"].stdout
+    assert "each in a new runtime" in per_runtime and f"{ROOT}: a run 1.0 M" in per_runtime, per_runtime
     print(f"the benchmarks' quick modes took {time.perf_counter() - started:.1f} s")
 
 
