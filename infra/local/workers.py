@@ -186,10 +186,14 @@ class WorkerPool:
     def start(self) -> None:
         # Heard first: a send after the read below is announced, one before it is counted by it.
         serial.add_listener(self._on_request)
-        settings = self._sqs.get_queue_attributes(
-            QueueUrl=self._queue_url,
-            AttributeNames=["VisibilityTimeout", "DelaySeconds", "ApproximateNumberOfMessages"],
-        )["Attributes"]
+        try:
+            settings = self._sqs.get_queue_attributes(
+                QueueUrl=self._queue_url,
+                AttributeNames=["VisibilityTimeout", "DelaySeconds", "ApproximateNumberOfMessages"],
+            )["Attributes"]
+        except BaseException:
+            serial.remove_listener(self._on_request)  # a pool that did not start hears nothing
+            raise
         self._settings(settings)
         self.alarm.start()
         for t in self._threads:
