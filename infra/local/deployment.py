@@ -314,8 +314,10 @@ def _create_queues(d: Deployment, template: Template, sqs: "SQSClient", names: d
             QueueName=name,
             Attributes=queue_attributes(d.resolve(props)),  # type: ignore[arg-type]
         )["QueueUrl"]
-        # As `Fn::GetAtt [queue, Arn]` resolves on AWS (and as the table's is formed above).
-        d.refs[logical_id], d.attributes[(logical_id, "Arn")] = url, f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
+        # As `Fn::GetAtt [queue, Arn]` resolves on AWS, in the account the URL names (moto's may
+        # be another than ours: MOTO_ACCOUNT_ID), without asking for it.
+        account = url.rsplit("/", 2)[-2]
+        d.refs[logical_id], d.attributes[(logical_id, "Arn")] = url, f"arn:aws:sqs:{REGION}:{account}:{name}"
     d.queue_url, d.queue_arn = d.refs[tool_queue_id], d.attributes[(tool_queue_id, "Arn")]
     maximum = mapping["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency")
     d.worker_max_concurrency = None if maximum is None else int(maximum)
