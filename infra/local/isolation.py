@@ -74,7 +74,7 @@ class FunctionEnviron(MutableMapping[str, str]):
         # Without the mixin's `self[name]` and its KeyError for each absent name: botocore asks
         # for ~50 absent ones as it builds each client.
         if not isinstance(name, str):
-            return False
+            raise TypeError(f"str expected, not {type(name).__name__}")  # as os.environ says
         own = self._own(name)
         return name in (own if own is not None else self.process)
 
@@ -92,12 +92,14 @@ class FunctionEnviron(MutableMapping[str, str]):
         context = _current.get()
         if context is None:
             return process
+        # A copy first: another thread of the function may set a variable meanwhile.
+        environment = dict(context.environment)
         seen = {
             name: value
             for name, value in process.items()
-            if name not in context.owned and name not in context.environment
+            if name not in context.owned and name not in environment
         }
-        for name, value in context.environment.items():
+        for name, value in environment.items():
             seen[name] = process[name] if name in context.passthrough and name in process else value
         return seen
 

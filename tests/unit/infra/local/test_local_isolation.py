@@ -77,7 +77,7 @@ def test_every_way_of_reading_the_environment_gives_the_functions_view(
 ) -> None:
     """`items()`, `copy()`, `in` and `len` are read in one pass (botocore reads the proxy
     settings four times over for each client it builds): each gives what `environ[name]` does
-    for each name iteration lists, and nothing iteration leaves out."""
+    for each name iteration lists, and a name that is not text is refused as `os.environ` does."""
     monkeypatch.setenv("SECRET_ARN", "the orchestrator's")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://set-later")
     monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
@@ -88,7 +88,8 @@ def test_every_way_of_reading_the_environment_gives_the_functions_view(
             assert len(os.environ) == len(by_name)
             assert all(name in os.environ for name in by_name)
             assert ("SECRET_ARN" in os.environ) is (context is None)
-            assert object() not in os.environ
+            with pytest.raises(TypeError):
+                assert b"PATH" not in os.environ
             assert urllib.request.getproxies()["https"] == "http://proxy.example:3128"
     with running_as(_context(TABLE_NAME="history", OPENAI_BASE_URL="http://from-start")):
         assert os.environ.copy()["TABLE_NAME"] == "history"
