@@ -52,6 +52,9 @@ _ANNOUNCING = (*_SENDS, *_VISIBILITY_CHANGES, "SetQueueAttributes")
 _FORM = "application/x-www-form-urlencoded"
 # The most messages one request names: SQS's batch limit, and EventBridge's for `PutEvents`.
 BATCH_MAX = 10
+# At most this many receives for what waits as a pool starts (moto counts exactly, but a count is
+# a count): more is left to the wake-ups of later sends and to the safety poll.
+MAX_START_WAKES = 100_000
 
 
 def sqs_record(
@@ -184,24 +187,26 @@ class WorkerPool:
         return len(self._threads)
 
     def start(self) -> None:
-        # Heard first: a send after the read below is announced, one before it is counted by it.
+        # Heard before the read below: a send after it is announced, one before it is counted,
+        # one between the two is both (one receive more, none lost).
         serial.add_listener(self._on_request)
         try:
             settings = self._sqs.get_queue_attributes(
                 QueueUrl=self._queue_url,
                 AttributeNames=["VisibilityTimeout", "DelaySeconds", "ApproximateNumberOfMessages"],
             )["Attributes"]
+            self._settings(settings)
+            waiting = _number(settings.get("ApproximateNumberOfMessages"), 0.0)
+            self.alarm.start()
+            for t in self._threads:
+                t.start()
         except BaseException:
             serial.remove_listener(self._on_request)  # a pool that did not start hears nothing
             raise
-        self._settings(settings)
-        self.alarm.start()
-        for t in self._threads:
-            t.start()
         # What was sent before the pool started (a state folder's queue, a message sent before a
         # restart): one receive for each message waiting. Each worker once received as it started,
         # 11 empty receives a runtime (~20 ms of its start).
-        self.wake(int(_number(settings.get("ApproximateNumberOfMessages"), 0.0)))
+        self.wake(int(min(waiting, MAX_START_WAKES)))
 
     def _settings(self, attributes: Mapping[Any, Any]) -> None:
         # A value moto refused (not a number) changed nothing: the old one stays.

@@ -104,14 +104,18 @@ def test_what_waits_before_the_pool_starts_is_received_one_receive_a_message(
     receive each: no worker receives just because it started (that was 11 empty receives a
     runtime), and an empty queue costs no receive at all."""
     sqs, url, _ = sqs_queue
-    sqs.send_message(QueueUrl=url, MessageBody="waited 1")
-    sqs.send_message(QueueUrl=url, MessageBody="waited 2")
-    pool = _unpolled(sqs_queue, size=5)
+    # Long enough that no message shows again while it is handled, on a loaded machine too.
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "30"})
+    waiting = {f"waited {i}" for i in range(7)}
+    for body in sorted(waiting):
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+    # More messages than workers: each is taken at once, none left to the safety poll a minute away.
+    pool = _unpolled(sqs_queue, size=2)
     pool.start()
     try:
-        assert {_bodies.get(timeout=5), _bodies.get(timeout=5)} == {"waited 1", "waited 2"}
+        assert {_bodies.get(timeout=10) for _ in waiting} == waiting
         _await_idle(pool)
-        assert pool.receives == 2
+        assert pool.receives == len(waiting)
     finally:
         pool.stop()
     empty = _unpolled(sqs_queue, size=5)
