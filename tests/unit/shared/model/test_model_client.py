@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from openai import AsyncOpenAI
 
 from toolpipe.infra.local.scripted_model import (
     HttpError,
@@ -466,6 +467,14 @@ def test_clients_load_the_certificates_once_a_process_and_still_check_the_server
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
     # What each client's connections are made with (httpx2's transport, its connection pool).
     assert all(c._client._transport._pool._ssl_context is context for c in clients)  # type: ignore[attr-defined]
+    # And otherwise the client `openai` builds by default: its timeouts, pool, redirects, proxies.
+    ours, default = clients[0]._client, AsyncOpenAI(base_url="https://models.example/v1", api_key="k")._client
+    for setting in ("timeout", "follow_redirects", "max_redirects", "trust_env"):
+        assert getattr(ours, setting) == getattr(default, setting), setting
+    pools = ours._transport._pool, default._transport._pool  # type: ignore[attr-defined]
+    assert [(p._max_connections, p._max_keepalive_connections, p._keepalive_expiry) for p in pools] == [
+        (pools[1]._max_connections, pools[1]._max_keepalive_connections, pools[1]._keepalive_expiry)
+    ] * 2
 
 
 # --- what the user reads -----------------------------------------------------------------------
