@@ -309,15 +309,11 @@ def _create_queues(d: Deployment, template: Template, sqs: "SQSClient", names: d
     queue_names = {tool_queue_id: names.get("tool_queue"), tool_dlq_id: names.get("tool_dlq")}
     for logical_id in sorted(queues, key=lambda q: "RedrivePolicy" in queues[q].get("Properties", {})):
         props = queues[logical_id].get("Properties", {})
-        name = queue_names.get(logical_id) or _local_name(logical_id)
         url = sqs.create_queue(
-            QueueName=name,
+            QueueName=queue_names.get(logical_id) or _local_name(logical_id),
             Attributes=queue_attributes(d.resolve(props)),  # type: ignore[arg-type]
         )["QueueUrl"]
-        # As `Fn::GetAtt [queue, Arn]` resolves on AWS, in the account the URL names (moto's may
-        # be another than ours: MOTO_ACCOUNT_ID), without asking for it.
-        account = url.rsplit("/", 2)[-2]
-        d.refs[logical_id], d.attributes[(logical_id, "Arn")] = url, f"arn:aws:sqs:{REGION}:{account}:{name}"
+        d.refs[logical_id], d.attributes[(logical_id, "Arn")] = url, iam.queue_arn(url)
     d.queue_url, d.queue_arn = d.refs[tool_queue_id], d.attributes[(tool_queue_id, "Arn")]
     maximum = mapping["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency")
     d.worker_max_concurrency = None if maximum is None else int(maximum)

@@ -162,8 +162,10 @@ def _arn(service: str, resource: str) -> str:
     return f"arn:aws:{service}:{REGION}:{ACCOUNT}:{resource}"
 
 
-def _queue_arn(url: str) -> str:
-    # https://sqs.REGION.amazonaws.com/ACCOUNT/NAME: the account is the URL's, not assumed ours.
+def queue_arn(url: str) -> str:
+    """A queue's ARN from its URL, as `Fn::GetAtt [queue, Arn]` gives it: no request to moto.
+    https://sqs.REGION.amazonaws.com/ACCOUNT/NAME: the account is the URL's, not assumed ours
+    (moto's may be another: MOTO_ACCOUNT_ID)."""
     parts = urlsplit(url).path.strip("/").split("/")
     account, name = (parts[-2], parts[-1]) if len(parts) >= 2 else (ACCOUNT, parts[-1])
     return f"arn:aws:sqs:{REGION}:{account}:{name}"
@@ -259,7 +261,7 @@ def _dynamodb(action: str, operation: str, params: dict[str, Any], policy: Polic
 
 def _sqs(action: str, operation: str, params: dict[str, Any], policy: Policy) -> Pairs:
     if "QueueUrl" in params:
-        return [(action, _queue_arn(params["QueueUrl"]))]
+        return [(action, queue_arn(params["QueueUrl"]))]
     if "QueueName" in params:
         return [(action, _arn("sqs", params["QueueName"]))]
     return [(action, "*")]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from moto.s3 import notifications
 
 from toolpipe.infra.cdk.functions import TRIGGERS
+from toolpipe.infra.local.iam import queue_arn
 from toolpipe.infra.local.lambdas import LocalContext, call_function
 from toolpipe.infra.local.process_patch import Patched
 from toolpipe.infra.local.workers import BATCH_MAX
@@ -144,7 +145,7 @@ def create_event_trigger(
     the template may say), and the queue standing in for the rule's Lambda target: (queue URL,
     queue ARN)."""
     url = sqs.create_queue(QueueName="toolpipe-local-trigger-events")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    arn = queue_arn(url)
     events.put_rule(
         Name="toolpipe-local-run-requested",
         EventBusName=bus,
