@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,9 @@ for _name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "AWS_PROFILE", "AWS_ENDPOINT_
 # The CDK CLI (2.1100 and later) sends usage telemetry to AWS from a process of its own after a
 # command, unless told not to; the tests run it often, and never reach the internet.
 os.environ["CDK_DISABLE_CLI_TELEMETRY"] = "true"
+# The CDK's syntheses, in the workers and in the processes tests start, on the Node flags the
+# Makefile gives them (infra/cdk/jsii-node: ~0.6x the CPU of a synthesis), with `pytest` alone too.
+os.environ.setdefault("JSII_NODE", str(Path(__file__).resolve().parents[1] / "infra" / "cdk" / "jsii-node"))
 
 # Python's automatic full collections, at most one per 100 younger ones (its default: 10). A
 # test process starts and stops hundreds of local runtimes; each stop hands all the runtime kept

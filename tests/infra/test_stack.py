@@ -255,6 +255,40 @@ def test_cdk_nag_is_live() -> None:
         app.synth()
 
 
+def _descendants(pid: int) -> list[list[str]]:
+    """The command lines of the processes below `pid` (Linux's /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended meanwhile
+            continue
+        parent = int(text.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(text.split(" ", 1)[0]))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        try:
+            found.append((Path("/proc") / str(child) / "cmdline").read_bytes().decode().split("\0"))
+        except OSError:
+            continue
+        todo.extend(children.get(child, []))
+    return found
+
+
+def test_the_cdks_node_runs_on_the_flags_that_cut_a_synthesis(template: Any) -> None:
+    """The syntheses of the tests and of `make synth` and `make check-deploy` run the CDK's Node
+    with infra/cdk/jsii-node's flags, ~0.6x the CPU: this process's jsii runtime and the kernel it
+    started hold them (jsii passes its own flags on), and the Makefile names the same file."""
+    scripts = ("/bin/jsii-runtime.js", "/lib/program.js")  # the runtime, and the kernel it starts
+    kernels = [argv for argv in _descendants(os.getpid()) if any(a.endswith(scripts) for a in argv)]
+    assert len(kernels) == 2, kernels
+    for argv in kernels:
+        assert {"--liftoff-only", "--single-threaded-gc"} <= set(argv), argv
+    assert os.environ["JSII_NODE"] == str(ROOT / "infra" / "cdk" / "jsii-node")
+    assert "export JSII_NODE ?= $(CURDIR)/infra/cdk/jsii-node\n" in (ROOT / "Makefile").read_text()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("npx") is None, reason="node is needed for the CDK CLI")
 def test_cdk_cli_synthesizes_offline(tmp_path: Path) -> None:
