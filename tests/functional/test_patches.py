@@ -16,6 +16,7 @@ from typing import Any
 
 import boto3
 import botocore.compat
+import botocore.config
 import botocore.hooks
 import botocore.loaders
 import botocore.useragent
@@ -142,6 +143,44 @@ def test_every_session_shares_one_loader_so_a_model_is_decoded_once() -> None:
     assert sessions[0] is not sessions[1] and first is second
     model = first.load_service_model("sqs", "service-2")
     assert second.load_service_model("sqs", "service-2") is model
+
+
+class _Sent(Exception):
+    """Raised in place of sending a request: its URL is the endpoint the client resolved."""
+
+
+def _endpoint_of_a_request(client: Any) -> str:
+    def stop(request: Any, **kwargs: Any) -> None:
+        raise _Sent(request.url)
+
+    client.meta.events.register_first("before-send", stop)
+    with pytest.raises(_Sent) as sent:
+        client.list_queues()
+    return str(sent.value)
+
+
+def test_clients_of_a_service_share_its_parsed_endpoint_rules_and_each_resolves_its_own_endpoint() -> None:
+    """Each client parsed its service's endpoint rules again: ~12% of making one."""
+    first, second = boto3.Session(), boto3.Session()
+    clients = {
+        "https://sqs.us-east-1.amazonaws.com/": first.client("sqs", region_name="us-east-1"),
+        "https://sqs.eu-west-1.amazonaws.com/": second.client("sqs", region_name="eu-west-1"),
+        "https://sqs-fips.us-east-1.amazonaws.com/": first.client(
+            "sqs", region_name="us-east-1", config=botocore.config.Config(use_fips_endpoint=True)
+        ),
+        "http://127.0.0.1:9/": second.client(
+            "sqs", region_name="us-east-1", endpoint_url="http://127.0.0.1:9"
+        ),
+    }
+    providers = {id(client._ruleset_resolver._provider) for client in clients.values()}
+    assert len(providers) == 1
+    s3 = first.client("s3", region_name="us-east-1")
+    assert id(s3._ruleset_resolver._provider) not in providers
+    for endpoint, client in clients.items():  # in this order: the shared resolutions hold each
+        assert _endpoint_of_a_request(client) == endpoint
+    assert [_endpoint_of_a_request(client) for client in reversed(clients.values())] == list(
+        reversed(clients)
+    )
 
 
 def test_a_new_session_adds_no_directory_twice_to_the_shared_loaders_search_path() -> None:

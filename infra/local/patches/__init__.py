@@ -12,9 +12,9 @@ it was not tested with (`require_tested_moto`), and `pyproject.toml` pins the sa
 To move to a new moto: run those tests with it, and add its version to each module's
 `CHECKED_WITH` and to `TESTED_MOTO`.
 
-Six of them are process-wide, in botocore's own classes and functions: `speed.unsigned_in_process`,
-`speed.user_agent_cache`, `speed.shared_loader`, `speed.session_events`, `speed.model_files` and
-`speed.service_listing` (docs/design/local-runtime.md). The runtime's other hooks into moto
+Seven of them are process-wide, in botocore's own classes and functions: `speed.unsigned_in_process`,
+`speed.user_agent_cache`, `speed.shared_loader`, `speed.endpoint_rules`, `speed.session_events`,
+`speed.model_files` and `speed.service_listing` (docs/design/local-runtime.md). The runtime's other hooks into moto
 are not patches but its own features, kept with them: handlers run in-process
 (`infra/local/lambdas.py`), IAM checks of a function's calls (`iam.py`), one request at a time
 (`serial.py`), the dev server's change feed (`run_changes.py`) and execution events
