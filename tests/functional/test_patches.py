@@ -29,7 +29,7 @@ from moto.dynamodb.parsing.validators import ActionCountValidator
 
 from toolpipe.infra.local import patches, user_cache
 from toolpipe.infra.local.patches import UntestedMotoError, correctness, speed
-from toolpipe.infra.local.patches.speed import item_answers, service_listing, session_events
+from toolpipe.infra.local.patches.speed import endpoint_rules, item_answers, service_listing, session_events
 from toolpipe.infra.local.runtime import LocalRuntime
 from toolpipe.shared.errors import ConfigurationError
 
@@ -181,6 +181,19 @@ def test_clients_of_a_service_share_its_parsed_endpoint_rules_and_each_resolves_
     assert [_endpoint_of_a_request(client) for client in reversed(clients.values())] == list(
         reversed(clients)
     )
+
+
+def test_sessions_with_loaders_of_their_own_keep_no_more_than_the_bound_of_endpoint_rules() -> None:
+    """A session whose loader is its own (a tool may make one) brings new rulesets at each
+    client: the kept providers stay bounded, and the shared loader's are still shared."""
+    for _ in range(endpoint_rules.KEPT_PROVIDERS + 6):
+        session = boto3.Session()
+        session._session.register_component("data_loader", botocore.loaders.Loader())
+        session.client("sqs", region_name="us-east-1")
+        assert len(endpoint_rules._kept) <= endpoint_rules.KEPT_PROVIDERS
+    first, second = (boto3.Session().client("sqs", region_name="eu-west-1") for _ in range(2))
+    assert first._ruleset_resolver._provider is second._ruleset_resolver._provider
+    assert _endpoint_of_a_request(second) == "https://sqs.eu-west-1.amazonaws.com/"
 
 
 def test_a_new_session_adds_no_directory_twice_to_the_shared_loaders_search_path() -> None:

@@ -276,16 +276,22 @@ def _descendants(pid: int) -> list[list[str]]:
     return found
 
 
+OUR_JSII_NODE = str(ROOT / "infra" / "cdk" / "jsii-node")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the processes from Linux's /proc")
+@pytest.mark.skipif(
+    os.environ["JSII_NODE"] != OUR_JSII_NODE, reason="a JSII_NODE of the developer's own wins over ours"
+)
 def test_the_cdks_node_runs_on_the_flags_that_cut_a_synthesis(template: Any) -> None:
     """The syntheses of the tests and of `make synth` and `make check-deploy` run the CDK's Node
     with infra/cdk/jsii-node's flags, ~0.6x the CPU: this process's jsii runtime and the kernel it
     started hold them (jsii passes its own flags on), and the Makefile names the same file."""
     scripts = ("/bin/jsii-runtime.js", "/lib/program.js")  # the runtime, and the kernel it starts
     kernels = [argv for argv in _descendants(os.getpid()) if any(a.endswith(scripts) for a in argv)]
-    assert len(kernels) == 2, kernels
+    assert len(kernels) >= 2, kernels
     for argv in kernels:
         assert {"--liftoff-only", "--single-threaded-gc"} <= set(argv), argv
-    assert os.environ["JSII_NODE"] == str(ROOT / "infra" / "cdk" / "jsii-node")
     assert "export JSII_NODE ?= $(CURDIR)/infra/cdk/jsii-node\n" in (ROOT / "Makefile").read_text()
 
 

@@ -10,7 +10,7 @@ runtime (16 by a first run's end), and a project's tests start a runtime per tes
 
 The patch: a provider is kept per ruleset and partitions (the objects of the loader
 `shared_loader` keeps for the process, held here so that their ids stay theirs) and excluded
-parameters, and every client of that service shares it. A provider's rules never change once
+parameters, and every client of that service shares it; the 64 used most recently are kept. A provider's rules never change once
 parsed, and an endpoint is a pure function of the parameters it is resolved for (its cache is
 keyed by all of them: region, FIPS, dual-stack, a custom endpoint URL...); botocore already
 shares one provider between a client's requests, across threads. A session of another data
@@ -19,6 +19,7 @@ path loads other rulesets and gets providers of its own. It is process-wide, lik
 """
 
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,7 +28,11 @@ from botocore.endpoint_provider import EndpointProvider
 
 CHECKED_WITH = ("5.2.5",)
 
-_kept: dict[tuple[int, int, frozenset[str]], tuple[Any, Any, Any]] = {}
+# Most recently used last. The shared loader's rulesets need one entry per service a process
+# calls; a session with a loader of its own (a user's tool may make one) brings new rulesets at
+# each client, and each entry holds ~1 MB for S3: the oldest go, as they went with their clients.
+KEPT_PROVIDERS = 64
+_kept: "OrderedDict[tuple[int, int, frozenset[str]], tuple[Any, Any, Any]]" = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -44,6 +49,10 @@ def kept_provider(
                 ruleset_data=ruleset_data, partition_data=partition_data, excluded_params=excluded_params
             )
             entry = _kept[key] = (ruleset_data, partition_data, provider)
+            while len(_kept) > KEPT_PROVIDERS:
+                _kept.popitem(last=False)
+        else:
+            _kept.move_to_end(key)
         return entry[2]
 
 
