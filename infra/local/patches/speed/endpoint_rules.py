@@ -10,10 +10,11 @@ runtime (16 by a first run's end), and a project's tests start a runtime per tes
 
 The patch: a provider is kept per ruleset and partitions (the objects of the loader
 `shared_loader` keeps for the process, held here so that their ids stay theirs) and excluded
-parameters, and every client of that service shares it; the 64 used most recently are kept. A provider's rules never change once
-parsed, and an endpoint is a pure function of the parameters it is resolved for (its cache is
-keyed by all of them: region, FIPS, dual-stack, a custom endpoint URL...); botocore already
-shares one provider between a client's requests, across threads. A session of another data
+parameters, and every client of that service shares it; the 64 used most recently are kept. A
+provider's rules never change once parsed, and an endpoint is a pure function of the parameters
+it is resolved for (its cache is keyed by all of them: region, FIPS, dual-stack, a custom
+endpoint URL...); botocore already shares one provider between a client's requests, across
+threads. A session of another data
 path loads other rulesets and gets providers of its own. It is process-wide, like
 `shared_loader`: the clients of the user's own tools share the providers too.
 """
