@@ -67,12 +67,8 @@ def workload(runs: int, turns: int, runtimes: bool = False) -> None:
                 run(runtime)
 
 
-def counted(valgrind: str, root: Path, runs: int, turns: int, runtimes: bool = False) -> int:
-    """The instructions of `root`'s workload, as callgrind counts them."""
-    command = [
-        valgrind,
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
+def _workload_command(runs: int, turns: int, runtimes: bool) -> list[str]:
+    return [
         sys.executable,
         # This file, run as a script: its `workload` imports the checkout's own benchmarks and
         # toolpipe (an older checkout has no `benchmarks.instructions`).
@@ -84,12 +80,32 @@ def counted(valgrind: str, root: Path, runs: int, turns: int, runtimes: bool = F
         str(turns),
         *(["--runtimes"] if runtimes else []),
     ]
+
+
+def _run(command: list[str], root: Path) -> subprocess.CompletedProcess[str]:
     # The checkout's own code first: its benchmarks and its toolpipe, not this one's.
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
     }
-    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)
+    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)
+
+
+def warm(root: Path) -> None:
+    """One short run of `root`'s workload, not counted: what it imports is compiled to bytecode
+    once, before counting. A checkout fresh from `git worktree add` (and packages uv installed,
+    which it leaves uncompiled) would otherwise compile them in its first counted process alone:
+    ~1,500 M instructions once, which the difference of the two counts gives to the start-up and
+    takes from a run (a run 1,134 M where it was 1,767 M once both were compiled)."""
+    done = _run(_workload_command(1, 1, False), root)
+    if done.returncode != 0:
+        raise RuntimeError(f"{root}: the workload failed ({done.returncode}): {done.stderr[-1500:]}")
+
+
+def counted(valgrind: str, root: Path, runs: int, turns: int, runtimes: bool = False) -> int:
+    """The instructions of `root`'s workload, as callgrind counts them."""
+    command = [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    done = _run([*command, *_workload_command(runs, turns, runtimes)], root)
     found = _COLLECTED.search(done.stderr)
     if done.returncode != 0 or found is None:
         raise RuntimeError(f"{root}: the counted workload failed ({done.returncode}): {done.stderr[-1500:]}")
@@ -106,8 +122,9 @@ class Counts:
 
 
 def measure(valgrind: str, roots: list[Path], runs: int, turns: int, runtimes: bool = False) -> list[Counts]:
-    """Each checkout counted with N = 1, all at once, then with N = `runs`, all at once."""
+    """Each checkout warmed, then counted with N = 1, all at once, then with N = `runs`, all at once."""
     with ThreadPoolExecutor(max_workers=len(roots)) as pool:
+        list(pool.map(warm, roots))
         one = list(pool.map(lambda root: counted(valgrind, root, 1, turns, runtimes), roots))
         many = list(pool.map(lambda root: counted(valgrind, root, runs, turns, runtimes), roots))
     out = []
