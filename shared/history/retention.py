@@ -42,9 +42,7 @@ RUN_OBJECTS_PREFIX = "runs/"
 # BatchWriteItem takes at most 25 requests; DeleteObjects at most 1,000 keys.
 BATCH_WRITE_MAX = 25
 DELETE_OBJECTS_MAX = 1000
-# Items a transaction writes at most (DynamoDB's limit), and transactions written at once when a
-# run ends (10,000 items: 100 transactions, 16 at a time).
-TRANSACTION_MAX = 100
+# Items stamped at once when a run ends (10,000 items at ~5 ms a write: ~3 s).
 STAMP_THREADS = 16
 # Backoff between retries of what a batch left unprocessed (throttling); then it is an error.
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
@@ -112,19 +110,9 @@ def _unstamp(table: "Table", stamped: list[tuple[dict[str, Any], int | None]]) -
 
 
 def _update_each(table: "Table", updates: list[tuple[dict[str, Any], str, str, int | None]]) -> None:
-    """Each (key, update of `#r` = `retain_until`, condition, value `:v`); one whose condition is
-    false changes nothing and is no error.
-
-    A hundred to a transaction (DynamoDB's limit), a few transactions at once when there are
-    many: a run's end is then one request for a run of ~30 turns, where one `UpdateItem` an item
-    was ~100. A transaction bills twice the write units of the same updates (a stamp is 1 unit
-    an item under 1 KB), which buys one round trip instead of one an item: the end of a run is
-    that much sooner, and the local runtime does one request's work instead of ~35 for a
-    10-turn run. A transaction refused as a whole (an item gone, or stamped anew, since the
-    partition was read: a false condition cancels all; a conflict with another writer; a
-    throttled item) is written again one item at a time, where each condition stands alone."""
+    """Each (key, update of `#r` = `retain_until`, condition, value `:v`), a few at once when
+    there are many; one whose condition is false changes nothing and is no error."""
     client: Any = table.meta.client  # thread-safe, unlike the resource; takes plain values
-    names = {"#r": RETAIN_UNTIL}
 
     def one(update: tuple[dict[str, Any], str, str, int | None]) -> None:
         key, expression, condition, value = update
@@ -134,46 +122,18 @@ def _update_each(table: "Table", updates: list[tuple[dict[str, Any], str, str, i
                 Key=key,
                 UpdateExpression=expression,
                 ConditionExpression=condition,
-                ExpressionAttributeNames=names,
+                ExpressionAttributeNames={"#r": RETAIN_UNTIL},
                 ExpressionAttributeValues={":v": value},
             )
         except ClientError as e:
             if not lost_race(e):
                 raise
 
-    def together(chunk: list[tuple[dict[str, Any], str, str, int | None]]) -> None:
-        if len(chunk) == 1:
-            one(chunk[0])
-            return
-        try:
-            client.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": table.name,
-                            "Key": key,
-                            "UpdateExpression": expression,
-                            "ConditionExpression": condition,
-                            "ExpressionAttributeNames": names,
-                            "ExpressionAttributeValues": {":v": value},
-                        }
-                    }
-                    for key, expression, condition, value in chunk
-                ]
-            )
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") != "TransactionCanceledException":
-                raise
-            for update in chunk:
-                one(update)
-
-    # One update an item: a transaction naming an item twice is refused whole (ValidationException).
-    unique = list({(u[0]["pk"], u[0]["sk"]): u for u in updates}.values())
-    _each(together, [unique[i : i + TRANSACTION_MAX] for i in range(0, len(unique), TRANSACTION_MAX)])
+    _each(one, updates)
 
 
 def _each(write: Callable[[T], None], items: list[T]) -> None:
-    """`write` each item, a few at once when there are many."""
+    """`write` each item, a few at once when there are many (10,000 at ~5 ms each: ~3 s)."""
     if len(items) <= STAMP_THREADS:  # a few: threads would cost more than they save
         for item in items:
             write(item)

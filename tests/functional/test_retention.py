@@ -4,15 +4,12 @@ running run does, and `DELETE /runs/{id}` removes a run (and its child runs) at 
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 
 from tests.conftest import TEST_AGENT, Pipeline, call
-from tests.dynamo_faults import cancellation_body, error_body, refused
+from tests.dynamo_faults import error_body, refused
 from tests.functional.test_runs_api import _wait
 from toolpipe.infra.cdk.functions import API
 from toolpipe.infra.local.isolation import running_as
@@ -314,6 +311,8 @@ def test_an_ending_that_died_while_stamping_is_finished_by_the_next(pipeline: Pi
     """The record is ended (and stamped) first; the rest of the run is stamped after. A crash in
     between leaves items without expiry until the retried step, or any other writer that finds
     the run ended, stamps them."""
+    from botocore.exceptions import ClientError
+
     from toolpipe.infra.cdk.functions import ORCHESTRATOR
     from toolpipe.shared.messages import AssistantMessage, RunRecord, RunStatus, UserMessage
 
@@ -394,12 +393,10 @@ def test_a_resumed_run_expires_in_nothing_until_it_ends_again(
     (the approval's record and token among them): nothing of a running run expires, however
     close its old stamp was. An ending that was still stamping when the resume landed takes
     back what it stamped after; one that stamps after the next ending writes the next's stamp.
-    Transactions of two items and a pool from two writes on, so that a few items and objects
-    take the paths a large run takes."""
+    A pool from two writes on, so that a few items and objects take the threads a large run takes."""
     from toolpipe.shared.history import retention
 
     monkeypatch.setattr(retention, "STAMP_THREADS", 1)
-    monkeypatch.setattr(retention, "TRANSACTION_MAX", 2)
     run_id, until = _limited_with_all_kinds(pipeline, monkeypatch)
     status, body = pipeline.runtime.api("POST", f"/runs/{run_id}/resume", {"limits": {"max_tool_calls": 5}})
     assert status == 202, body
@@ -451,72 +448,3 @@ def test_a_resume_whose_execution_a_restart_hands_on_is_still_taken_back(
     _wait(lambda: _kept(pipeline, run_id))
     run = pipeline.finish(run_id)["run"]
     assert run["status"] == "succeeded" and run["execution"] == 3
-
-
-@contextmanager
-def _requests(client: Any) -> Iterator[list[str]]:
-    """The DynamoDB operations the client sends inside the block, in order."""
-    sent: list[str] = []
-
-    def seen(model: Any, **_: Any) -> None:
-        sent.append(model.name)
-
-    client.meta.events.register("before-call.dynamodb", seen)
-    try:
-        yield sent
-    finally:
-        client.meta.events.unregister("before-call.dynamodb", seen)
-
-
-def _put_items(table: Any, pk: str, count: int) -> list[dict[str, Any]]:
-    keys = [{"pk": pk, "sk": f"MSG#{n:06d}"} for n in range(count)]
-    with table.batch_writer() as batch:
-        for key in keys:
-            batch.put_item(Item={**key, "content": "x"})
-    return keys
-
-
-def test_a_runs_end_stamps_its_items_a_hundred_to_a_request(pipeline: Pipeline) -> None:
-    """A transaction of up to 100 updates, each with its own condition: a 10-turn run's ~35 items
-    are one request, not one each; an item named twice is written once (a transaction refuses
-    an item named twice, whole)."""
-    from toolpipe.shared.history.retention import stamp
-
-    table = _store(pipeline)._table
-    keys = _put_items(table, "RUN#many", 250)
-    with _requests(table.meta.client) as sent:
-        stamp(table, [*keys, keys[0]], 1_000)
-    assert sent == ["TransactWriteItems"] * 3
-    assert {int(i[RETAIN_UNTIL]) for i in _partition(table, "RUN#many")} == {1_000}
-
-
-def test_a_stamp_refused_whole_is_written_item_by_item(pipeline: Pipeline) -> None:
-    """An item gone since the partition was read fails its condition, which cancels its whole
-    transaction: that hundred is written one item at a time, the gone item stays gone, and the
-    other transactions are not touched. A transaction cancelled by a conflict is written the
-    same way; any other refusal is an error."""
-    from toolpipe.shared.history.retention import stamp
-
-    table = _store(pipeline)._table
-    keys = _put_items(table, "RUN#gone", 150)
-    gone = {"pk": "RUN#gone", "sk": "MSG#999999"}
-    with _requests(table.meta.client) as sent:
-        stamp(table, [*keys[:100], gone, *keys[100:]], 7)
-    assert sent == ["TransactWriteItems", "TransactWriteItems"] + ["UpdateItem"] * 51, sent
-    assert "Item" not in table.get_item(Key=gone)
-    assert {int(i[RETAIN_UNTIL]) for i in _partition(table, "RUN#gone")} == {7}
-
-    client = table.meta.client
-    conflict = cancellation_body("None", "TransactionConflict", *["None"] * 98)
-    with refused(client, "TransactWriteItems", conflict) as cancelled, _requests(client) as sent:
-        stamp(table, keys[:100], 8)
-    assert len(cancelled) == 1 and sent == ["UpdateItem"] * 100, sent  # the refused one is not sent
-    assert {int(i[RETAIN_UNTIL]) for i in _partition(table, "RUN#gone")} == {7, 8}
-
-    invalid = error_body("ValidationException", "One or more parameter values were invalid.")
-    with refused(client, "TransactWriteItems", invalid), pytest.raises(ClientError, match="Validation"):
-        stamp(table, keys[:2], 9)
-
-
-def _partition(table: Any, pk: str) -> list[dict[str, Any]]:
-    return table.query(KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": pk})["Items"]
