@@ -1,7 +1,8 @@
 """The local runner functions' calls, each in a process of its own, as deployed.
 
 For each runner function of the template, a template process (shared/runs/call_process.py) is
-started at its first call as a fresh interpreter, with the runner's environment only: the
+started at its first call, as a fresh interpreter would be (forked from one that has imported
+toolpipe and its libraries, never the app: `fork_server.py`), with the runner's environment only: the
 function's own (its template environment, as `isolation.py` answers it) and the developer's
 other settings, without any local setting of toolpipe's (`TOOLPIPE_HOME`: the approval links'
 key and every run's state), the model's settings or the developer's AWS credentials, in a folder
@@ -11,18 +12,18 @@ runtime, read its memory or skip its IAM check from there.
 """
 
 import ctypes
+import functools
 import os
 import sys
 from collections.abc import Iterable
 
-from toolpipe.infra.local import aws_forwarding
+from toolpipe.infra.local import aws_forwarding, fork_server
 from toolpipe.infra.local.aws_broker import REGION, AwsBroker
 from toolpipe.infra.local.isolation import FunctionContext, running_as
 from toolpipe.shared.app_ref import APP_ENV
 from toolpipe.shared.runs import call_runner
 from toolpipe.shared.runs.call_host import MAIN_FILE_ENV
 
-HOST_MODULE = "toolpipe.infra.local.tool_host"
 # Port 9 (discard) refuses: a botocore call a tool made around the broker reaches nothing.
 NOWHERE = "http://127.0.0.1:9"
 _MODEL_SETTINGS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_KEY_SECRET_ARN")
@@ -86,7 +87,10 @@ class ToolProcesses:
         for context, names in self._runners:
             broker = AwsBroker(context).__enter__()
             self._brokers.append(broker)
-            processes = call_runner.CallProcesses.spawned(environment(context, broker.path), host=HOST_MODULE)
+            env = environment(context, broker.path)
+            processes = call_runner.CallProcesses.started_by(
+                functools.partial(fork_server.start_template, env)
+            )
             broker.admits = processes.holds  # this runner's calls, never another runner's
             self._processes.append(processes)
             for name in names:

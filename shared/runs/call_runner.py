@@ -100,7 +100,7 @@ class CallProcesses:
                     then()
             serve(child)
         child.close()
-        processes = cls(lambda: _spawn(dict(os.environ), None, HOST_MODULE, processes._started.add))
+        processes = cls(lambda: spawn(dict(os.environ), None, HOST_MODULE, processes._started.add))
         processes._connection, processes._stop, processes._pid = parent, lambda: _reap_pid(pid), pid
         processes._started.add(pid)
         return processes
@@ -112,7 +112,15 @@ class CallProcesses:
         """A template started (at the first call) as a fresh interpreter with `environment` only,
         running `python -m HOST FD` (a module that calls `call_host.main`)."""
         env = dict(environment)
-        processes = cls(lambda: _spawn(env, cwd, host, processes._started.add))
+        return cls.started_by(lambda started: spawn(env, cwd, host, started))
+
+    @classmethod
+    def started_by(
+        cls, start: Callable[[Callable[[int], None]], tuple[socket.socket, Callable[[], None], int]]
+    ) -> "CallProcesses":
+        """A template started (at the first call) by `start`, which is given what to tell each
+        template's pid before it imports the app (as `spawn`): its socket, its stop and pid."""
+        processes = cls(lambda: start(processes._started.add))
         return processes
 
     def holds(self, pid: int) -> bool:
@@ -356,7 +364,7 @@ def _descends(pid: int, ancestors: Collection[int]) -> bool:
     return False
 
 
-def _spawn(
+def spawn(
     environment: dict[str, str], cwd: str | None, host: str, started: Callable[[int], None]
 ) -> tuple[socket.socket, Callable[[], None], int]:
     """A fresh interpreter as the template (`python -m HOST FD`); `started` is told its pid
