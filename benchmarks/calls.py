@@ -7,18 +7,25 @@ process as the runner did before, measured in one run:
 - in process: `run_tool_call` in this process (the runner before issue 32);
 - forked (deployed): `CallProcesses.forked`, the template forked from this process after the app
   is imported, as the runner's Lambda does at its cold start;
-- fresh template (local): `CallProcesses.spawned`, a fresh interpreter with the app imported,
-  as the local runtime starts one per runner function.
+- fresh template: `CallProcesses.spawned`, a fresh interpreter with the app imported, as the
+  local runtime's template of each runner function is (or is forked to be: below).
 
 Each call is the example's `square_root` (no I/O): what is measured is the process per call.
 Reported: the median and p95 wall time per call, the median added to the in-process call, the
 template's resident memory, and the load average.
+
+Then a local runner's template's start, alternately the two ways the local runtime can start
+one: a fresh interpreter (`call_runner.spawn`) and forked from the fork server
+(`infra/local/fork_server.py`, Linux): the wall time until it is ready and the template's own
+CPU then, medians; the server's own start, once per process, is reported apart.
 """
 
 import argparse
 import os
 import statistics
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from toolpipe.shared.messages import ToolCall
@@ -73,6 +80,61 @@ def _template_rss_mb(known: set[int]) -> tuple[float, set[int]]:
     return (sum(_rss_mb(pid) for pid in new), children)
 
 
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _start(
+    way: Callable[[dict[str, str], Callable[[int], None]], tuple[object, Callable[[], None], int]],
+    environment: dict[str, str],
+) -> tuple[float, float]:
+    """One template started `way`, to ready: its wall time and its own CPU then."""
+    started = time.perf_counter()
+    connection, stop, pid = way(environment, lambda _: None)
+    wall = time.perf_counter() - started
+    cpu = _cpu_seconds(pid)
+    connection.close()  # type: ignore[attr-defined]
+    stop()
+    return wall, cpu
+
+
+def template_starts(rounds: int) -> None:
+    """A local runner's template started afresh and forked, alternately: see the docstring."""
+    from toolpipe.infra.local import aws_forwarding, fork_server
+
+    if not fork_server.usable():
+        print("template start: no fork server here (not Linux): every template starts afresh")
+        return
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("TOOLPIPE_", "AWS_", "OPENAI_"))},
+        "TOOLPIPE_APP": APP,
+        aws_forwarding.LOCAL_AWS_ENV: "/nonexistent/broker",  # never called: the app only
+        "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if p),
+    }
+
+    def fresh(env: dict[str, str], started: Callable[[int], None]) -> tuple[object, Callable[[], None], int]:
+        return call_runner.spawn(env, None, fork_server.HOST_MODULE, started)
+
+    server_first = _start(fork_server.start_template, environment)  # the server's start with it
+    samples: dict[str, list[tuple[float, float]]] = {"fresh interpreter": [], "forked (fork server)": []}
+    for _ in range(rounds):
+        samples["fresh interpreter"].append(_start(fresh, environment))
+        samples["forked (fork server)"].append(_start(fork_server.start_template, environment))
+    print(f"a local template's start, {rounds} of each way, alternating; load {os.getloadavg()[0]:.1f}")
+    medians = {}
+    for name, taken in samples.items():
+        wall, cpu = statistics.median(w for w, _ in taken), statistics.median(c for _, c in taken)
+        medians[name] = cpu
+        print(f"  {name:<24} median {wall * 1000:6.0f} ms to ready, its CPU {cpu * 1000:4.0f} ms")
+    forked_cpu = max(medians["forked (fork server)"], 0.01)  # the clock counts in 10 ms ticks
+    print(
+        f"  forked: {medians['fresh interpreter'] / forked_cpu:.1f}x less CPU; the server's own start"
+        f" with the first template {server_first[0] * 1000:.0f} ms (once per process)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="one round of 5 calls each: seconds")
@@ -90,7 +152,7 @@ def main() -> None:
     ways = [
         Way("in process", None, []),
         Way("forked (deployed)", forked, []),
-        Way("fresh template (local)", spawned, []),
+        Way("fresh template", spawned, []),
     ]
     request = _request()
     for way in ways:
@@ -118,6 +180,7 @@ def main() -> None:
         f"  template memory: forked {forked_rss:.0f} MB resident (shared with the runner until written), fresh {spawned_rss:.0f} MB"
     )
     print(f"  runner process: {_rss_mb(os.getpid()):.0f} MB resident")
+    template_starts(2 if options.quick else options.rounds)
 
 
 if __name__ == "__main__":

@@ -82,10 +82,14 @@ def test_every_benchmark_runs_in_its_quick_mode_and_prints_its_figures() -> None
             assert f"{peer}_cpu_3_ms" in figures and f"toolpipe / {label}: overhead" in pipeline
 
     calls = results["calls"].stdout
-    for way in ("in process", "forked (deployed)", "fresh template (local)"):
+    for way in ("in process", "forked (deployed)", "fresh template"):
         [row] = [line for line in calls.splitlines() if line.strip().startswith(way)]
         assert "median" in row and "p95" in row, row
     assert "template memory: forked" in calls
+    for way in ("fresh interpreter", "forked (fork server)"):  # a local template's start
+        [row] = [line for line in calls.splitlines() if line.strip().startswith(way)]
+        assert "ms to ready, its CPU" in row, row
+    assert "x less CPU; the server's own start" in calls
 
     cost = results["cost"].stdout
     assert "what a reference run costs on AWS" in cost and "infrastructure" in cost
