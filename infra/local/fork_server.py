@@ -1,9 +1,9 @@
 """Tool runners' templates forked from one prepared interpreter, not each started afresh.
 
-A runner's template started as a fresh interpreter (`call_runner.spawn`) spends ~0.3 s of CPU
+A runner's template started as a fresh interpreter (`call_runner.spawn`) spends ~0.45 s of CPU
 importing botocore, pydantic and toolpipe before it imports the app, and a process starts one
-for every local runtime it brings up: a project's tests with `LocalPipeline` each test,
-`toolpipe serve` each time the app changes. The *fork server* is one interpreter that imports
+for every local runtime it brings up: a test process one per test that starts a runtime,
+`toolpipe serve` one each time the app changes. The *fork server* is one interpreter that imports
 those once (never the app) and then only forks: each template is a child of it that takes its
 runner's environment, folder, `sys.path` and standard streams, then goes on as a fresh one does
 (`tool_host`: it guards itself, sends its AWS calls to the runner's broker, imports the app).
@@ -12,21 +12,28 @@ What keeps a forked template what a fresh one is:
 - The server's environment is the template's less every `TOOLPIPE_` and `AWS_` setting (the
   model's settings and the developer's credentials are left out before: `tool_processes.py`),
   and nothing it imports reads those at import. It keeps no runner's settings or broker's path:
-  each request is read into one buffer, zeroed once the template is forked. A template whose other settings differ (`PYTHON*`, the locale, `PATH`) gets a
-  server started with them, as the interpreter reads some of them only as it starts.
-- It never imports the app and never sees a call: a call's process inherits nothing from it that
-  a fresh interpreter would not have (`random` reseeds itself in every fork).
-- It is not dumpable: a tool process of the same user cannot attach to it (ptrace,
-  /proc/PID/mem) and change what later templates, of other runtimes, run. Its socket is the
-  runtime's alone: each child closes it first.
-- A server that does not answer within `ANSWER_SECONDS`, or has ended (a tool can signal it),
-  is replaced, and the template starts afresh meanwhile; so does every template where there are
-  no pidfds to wait on one that is not our child (not Linux).
+  each request is read into one buffer, zeroed once the template is forked. A template whose
+  other settings differ (`PYTHON*`, the locale, `PATH`) gets a server started with them, as the
+  interpreter reads some of them only as it starts.
+- It never imports the app and never sees a call. What its templates share that fresh
+  interpreters would not is what a template's calls already share: its hash seed and memory
+  layout (`random` reseeds itself in every fork).
+- It is not dumpable from before it imports anything of toolpipe's (`_BOOTSTRAP`), so a tool
+  process of the same user cannot attach to it (ptrace, /proc/PID/mem) and change what later
+  templates, of other runtimes, run; it runs in `/`, where a tool cannot put a module of its own
+  first on its path. Its socket is the runtime's alone: each child closes it first.
+- A template starts importing the app only once the runtime has its pid (`_GO`): the runtime's
+  broker answers the AWS calls of the runner's processes only, the app's import included.
+- A server that does not answer within `ANSWER_SECONDS` (`START_SECONDS` while it starts), or has
+  ended (a tool can signal it), is closed: the template starts afresh, the next one gets a new
+  server. Where pidfds cannot be opened (not Linux, an older kernel, a seccomp profile that
+  refuses them), every template starts afresh.
 """
 
 import array
 import atexit
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -42,43 +49,61 @@ from collections.abc import Callable, Mapping
 
 from toolpipe.shared.runs import call_runner
 
-# A template forked, or the server's answer: how long the runtime waits for it.
+# A template forked, or the server's answer: how long the runtime waits for it; for the first
+# answer of a server, which imports toolpipe first (~0.5 s, much more on a loaded machine).
 ANSWER_SECONDS = 10.0
-# What one request may hold (the template's environment, as JSON): a larger one starts afresh.
-REQUEST_LIMIT_BYTES = 256 * 1024
+START_SECONDS = 120.0
+# What one request may hold (the template's environment, as JSON), under what a socket's buffer
+# takes in one message (212,992 bytes by default on Linux): a larger one starts afresh.
+REQUEST_LIMIT_BYTES = 128 * 1024
+# The runtime's word to a forked template that it has its pid: the template may import the app.
+_GO = b"g"
+# The server's answer when it could not open the template's pidfd.
+_REFUSED = b"-"
 _PID = struct.Struct(">I")
 _FD = array.array("i")
-_PR_SET_DUMPABLE = 4
 # The settings a template has that its server has not (see the module's docstring).
 _RUNNER_PREFIXES = ("TOOLPIPE_", "AWS_")
 HOST_MODULE = "toolpipe.infra.local.tool_host"
 _SERVER_MODULE = "toolpipe.infra.local.fork_server"
+# The server's command: not dumpable before anything else is imported, then this module's loop.
+_BOOTSTRAP = (
+    "import ctypes, runpy; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0);"  # PR_SET_DUMPABLE
+    f" runpy.run_module({_SERVER_MODULE!r}, run_name='__main__')"
+)
 
 Started = tuple[socket.socket, Callable[[], None], int]
 
 
+@functools.cache
 def usable() -> bool:
-    return (
-        sys.platform.startswith("linux")
-        and hasattr(os, "pidfd_open")
-        and hasattr(signal, "pidfd_send_signal")
-    )
+    """Whether templates can be forked here: Linux, with pidfds this process may open."""
+    if not sys.platform.startswith("linux") or not hasattr(signal, "pidfd_send_signal"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 def start_template(environment: Mapping[str, str], started: Callable[[int], None]) -> Started:
     """A runner's template with `environment` (what `call_runner.spawn` takes), forked from the
     fork server for its settings; started afresh where none can fork it."""
     env = dict(environment)
-    if usable():
+    if usable() and not _refused:
         folder = tempfile.mkdtemp(prefix="toolpipe-runner-")
         ours, theirs = socket.socketpair()
         try:
             forked = _server_for(env).fork(env, folder, theirs)
+        except OSError:  # no server could be started
+            forked = None
         finally:
             theirs.close()
         if forked is not None:
             return _waited(ours, folder, *forked, started)
-        ours.close()
+        _note_refusal()
+        ours.close()  # a template forked all the same sees its socket end, and ends
         call_runner.remove_tree(folder)
     return call_runner.spawn(env, None, HOST_MODULE, started)
 
@@ -88,18 +113,26 @@ def _waited(
 ) -> Started:
     """The runtime's side of a forked template: as `call_runner.spawn`'s, waited on by its pidfd
     (it is the server's child, not ours)."""
-    started(pid)
-    ready = connection.recv(4096)  # the template says so once it has imported the app
 
     def stop() -> None:
         if not _ended(pidfd, 5.0):
             with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)  # its session's group: it leads it
-            with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)  # its session's group: it leads it
             _ended(pidfd, None)
+        # Ours to reap only where its server ended and we are the subreaper (PID 1 in a container).
+        with contextlib.suppress(ChildProcessError, OSError, AttributeError):
+            os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG)
         os.close(pidfd)
         call_runner.remove_tree(folder)
+
+    try:
+        started(pid)
+        connection.sendall(_GO)  # the runtime has its pid: it may import the app now
+        ready = connection.recv(4096)  # the template says so once it has imported the app
+    except OSError:
+        ready = b""
 
     if ready != b"ready":
         connection.close()
@@ -126,19 +159,24 @@ class _Server:
         self.settings = settings
         self.owner = os.getpid()  # a process forked from this one starts a server of its own
         self._lock = threading.Lock()
+        self._answered = False
+        self.refused = False  # pidfds refused in the server (a seccomp profile): never again
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._connection = ours
-        # Its own empty folder, first on its sys.path as a template's is (each puts its own there).
-        self._folder = tempfile.mkdtemp(prefix="toolpipe-fork-server-")
-        self._process = subprocess.Popen(  # our own module, by the interpreter running us
-            [sys.executable, "-m", _SERVER_MODULE, str(theirs.fileno())],
-            env=settings,
-            cwd=self._folder,
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        theirs.close()
+        try:
+            self._process = subprocess.Popen(  # our own module, by the interpreter running us
+                [sys.executable, "-c", _BOOTSTRAP, str(theirs.fileno())],
+                env=settings,
+                cwd="/",  # first on its sys.path (''): no tool can write there
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
 
     def alive(self) -> bool:
         return self._connection.fileno() >= 0 and self._process.poll() is None
@@ -157,13 +195,16 @@ class _Server:
             if not self.alive():
                 return None
             try:
-                self._connection.settimeout(ANSWER_SECONDS)
+                self._connection.settimeout(ANSWER_SECONDS if self._answered else START_SECONDS)
                 socket.send_fds(self._connection, [request], fds)
                 answer, pidfds, _, _ = socket.recv_fds(self._connection, _PID.size, 1)
             except (OSError, ValueError):
                 answer, pidfds = b"", []
             if len(answer) == _PID.size and len(pidfds) == 1:
+                self._answered = True
                 return _PID.unpack(answer)[0], pidfds[0]
+            if answer == _REFUSED:
+                self.refused = True
             for fd in pidfds:
                 os.close(fd)
             self.close()
@@ -171,6 +212,8 @@ class _Server:
 
     def close(self) -> None:
         """Its socket closed, the server ends (templates it forked go on until theirs close)."""
+        with contextlib.suppress(OSError):  # wakes a thread waiting on its answer
+            self._connection.shutdown(socket.SHUT_RDWR)
         self._connection.close()
         try:
             self._process.wait(timeout=2)
@@ -178,7 +221,6 @@ class _Server:
             with contextlib.suppress(OSError):
                 os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait()
-        call_runner.remove_tree(self._folder)
 
 
 def _is_open(fd: int) -> bool:
@@ -201,6 +243,13 @@ def _null() -> int:
 
 _server: _Server | None = None
 _server_lock = threading.Lock()
+_refused = False
+
+
+def _note_refusal() -> None:
+    global _refused
+    with _server_lock:
+        _refused = _refused or (_server is not None and _server.refused)
 
 
 def _server_for(environment: Mapping[str, str]) -> _Server:
@@ -208,8 +257,6 @@ def _server_for(environment: Mapping[str, str]) -> _Server:
     global _server
     settings = {name: value for name, value in environment.items() if not name.startswith(_RUNNER_PREFIXES)}
     with _server_lock:
-        if _server is not None and _server.owner != os.getpid():
-            _server = None  # the parent's: never ours to use or end
         if _server is not None and (_server.settings != settings or not _server.alive()):
             _server.close()
             _server = None
@@ -225,14 +272,26 @@ def _close_server() -> None:
             _server.close()
 
 
+def _forget_in_child() -> None:
+    """A process forked from this one: the server is the parent's, and so is its socket (which,
+    held open here, would keep the server from ending with the parent); the lock is new."""
+    global _server, _server_lock
+    if _server is not None:
+        with contextlib.suppress(OSError):
+            os.close(_server._connection.detach())
+    _server, _server_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 # --- the server -------------------------------------------------------------------------------
 
 
 def serve(fd: int) -> None:
     """The server's loop: a template forked for each request, until the runtime closes its socket."""
-    _not_dumpable()
     connection = socket.socket(fileno=fd)
-    base_path = sys.path[1:]  # less its own folder
+    base_path = sys.path[1:]  # less its own folder ('': `/`)
     importlib.import_module(HOST_MODULE)  # what every template imports before the app
     import gc
 
@@ -260,7 +319,11 @@ def serve(fd: int) -> None:
             os.close(fd_)
         if len(fds) != 3:
             continue
-        pidfd = os.pidfd_open(pid)  # before any reaping here: the pid is still the child's
+        try:
+            pidfd = os.pidfd_open(pid)  # before any reaping here: the pid is still the child's
+        except OSError:  # refused: the runtime, answered nothing, closes the template's socket
+            connection.sendall(_REFUSED)
+            continue
         try:
             socket.send_fds(connection, [_PID.pack(pid)], [pidfd])
         except OSError:
@@ -302,6 +365,8 @@ def _become_template(connection: socket.socket, request: bytes, fds: list[int], 
         sys.argv = [str(sys.modules[HOST_MODULE].__file__), str(template)]
         from toolpipe.infra.local import tool_host
 
+        if os.read(template, 1) != _GO:
+            return  # the runtime gave up on it (it never had its pid): nothing of the app runs
         tool_host.main(template)
     finally:
         os._exit(1)  # never back into the server's loop, whatever happened
@@ -315,13 +380,6 @@ def _reap() -> None:
             return
         if pid == 0:
             return
-
-
-def _not_dumpable() -> None:
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 if __name__ == "__main__":

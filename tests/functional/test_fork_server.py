@@ -3,13 +3,11 @@ a fresh interpreter with the runner's environment is, the server keeps no runner
 cannot be attached to, and one that was killed or stopped is replaced, the template started
 afresh meanwhile."""
 
-import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -153,6 +151,8 @@ def test_a_forked_template_is_what_a_fresh_interpreter_is(environment: dict[str,
         # template's less the runner's own, and the server cannot be attached to.
         server = forked_parents[0]
         assert fresh_parents == [os.getpid()] and server != os.getpid()
+        with open(f"/proc/{server}/cmdline", "rb") as command:
+            assert command.read().split(b"\0")[1:3] == [b"-c", fork_server._BOOTSTRAP.encode()]
         try:
             with open(f"/proc/{server}/environ", "rb") as read:
                 names = {entry.split(b"=", 1)[0].decode() for entry in read.read().split(b"\0") if entry}
@@ -176,30 +176,23 @@ def test_a_forked_template_is_what_a_fresh_interpreter_is(environment: dict[str,
     assert seen_forked["stdin"] == "/dev/null" and seen_forked["dumpable"] == 0
 
 
-def test_the_fork_server_is_not_dumpable() -> None:
-    """A tool process of the same user cannot attach to it (not root: root attaches to anything)."""
-    script = textwrap.dedent(
-        """
-        import ctypes, socket, threading, time
-        from toolpipe.infra.local import fork_server
-
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        threading.Thread(target=fork_server.serve, args=(theirs.detach(),), daemon=True).start()
-        deadline = time.monotonic() + 30
-        while ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        print("DUMPABLE", ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))
-        """
+def test_the_fork_server_is_not_dumpable_before_it_imports_anything_of_toolpipe(tmp_path: Path) -> None:
+    """A tool process of the same user cannot attach to it (not root: root attaches to anything),
+    not even while it imports: its command makes it not dumpable first, then runs its module."""
+    (tmp_path / "probe.py").write_text(
+        "import ctypes, sys\n"
+        "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), any(m.startswith('toolpipe') for m in sys.modules))\n"
     )
-    assert ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) == 1  # what a process is, unless it says otherwise
+    bootstrap = fork_server._BOOTSTRAP.replace(repr(fork_server._SERVER_MODULE), repr("probe"))
+    assert bootstrap != fork_server._BOOTSTRAP
     done = subprocess.run(
-        [sys.executable, "-c", script],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [sys.executable, "-c", bootstrap],
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.stdout.strip() == "DUMPABLE 0", done.stderr
+    assert done.stdout.split() == ["0", "False"], done.stderr
 
 
 @pytest.mark.parametrize("how", ["killed", "stopped"])
@@ -209,12 +202,13 @@ def test_a_server_a_tool_killed_or_stopped_is_replaced_and_templates_still_start
     """Tool code runs as the developer's user: it can signal the server. The next template is
     not the old server's (started afresh, after `ANSWER_SECONDS` for one that does not answer, or
     by a new server), and the server after it forks again; the old one is ended."""
-    monkeypatch.setattr(fork_server, "ANSWER_SECONDS", 1.0)
     parents: list[int] = []
     first = _forked_processes(environment, parents)
     try:
         _described(first)
         server = parents[0]
+        assert server != os.getpid()  # forked, by a server that started within START_SECONDS
+        monkeypatch.setattr(fork_server, "ANSWER_SECONDS", 1.0)
         os.kill(server, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
         for _ in range(2):
             processes = _forked_processes(environment, parents)
@@ -269,3 +263,54 @@ def test_a_template_inherits_nothing_of_the_templates_forked_before_it(environme
             second.close()
     finally:
         first.close()
+
+
+def test_a_forked_template_imports_the_app_only_once_the_runtime_has_its_pid(
+    environment: dict[str, str], tmp_path: Path
+) -> None:
+    """The broker answers the runner's processes only (`holds`: the pids the runtime was told):
+    an app that calls AWS as it is imported must be one of them by then, however slowly the
+    runtime's thread gets to note it."""
+    import time
+
+    mark = tmp_path / "imported"
+    (tmp_path / "marking_app.py").write_text(
+        f"from pathlib import Path\nPath({str(mark)!r}).write_text('imported')\n" + _APP
+    )
+    seen: list[bool] = []
+
+    def slowly(started: Callable[[int], None]) -> Callable[[int], None]:
+        def note(pid: int) -> None:
+            time.sleep(0.5)  # a runtime busy with its other threads
+            seen.append(mark.exists())
+            started(pid)
+
+        return note
+
+    marking = {**environment, "TOOLPIPE_APP": "marking_app"}
+    processes = call_runner.CallProcesses.started_by(
+        lambda started: fork_server.start_template(marking, slowly(started))
+    )
+    try:
+        _described(processes)
+    finally:
+        processes.close()
+    assert seen == [False] and mark.exists()
+
+
+def test_a_request_too_large_for_one_message_starts_afresh_and_keeps_the_server(
+    environment: dict[str, str],
+) -> None:
+    """A runner's environment past `REQUEST_LIMIT_BYTES` (one message of the server's socket; each
+    variable under the 128 KiB `execve` takes)."""
+    parents: list[int] = []
+    third = fork_server.REQUEST_LIMIT_BYTES // 3 + 1
+    large = {**environment, **{f"TOOLPIPE_LARGE_{n}": "x" * third for n in range(3)}}
+    for env in (environment, large, environment):
+        processes = _forked_processes(env, parents)
+        try:
+            assert _described(processes)["environ"].get("TOOLPIPE_LARGE_2") == env.get("TOOLPIPE_LARGE_2")
+        finally:
+            processes.close()
+    server = parents[0]
+    assert server != os.getpid() and parents[1:] == [os.getpid(), server]
