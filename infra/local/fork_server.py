@@ -9,12 +9,12 @@ runner's environment, folder, `sys.path` and standard streams, then goes on as a
 (`tool_host`: it guards itself, sends its AWS calls to the runner's broker, imports the app).
 
 What keeps a forked template what a fresh one is:
-- The server's environment is the template's less every `TOOLPIPE_` and `AWS_` setting (the
-  model's settings and the developer's credentials are left out before: `tool_processes.py`),
-  and nothing it imports reads those at import. It keeps no runner's settings or broker's path:
-  each request is read into one buffer, zeroed once the template is forked. A template whose
-  other settings differ (`PYTHON*`, the locale, `PATH`) gets a server started with them, as the
-  interpreter reads some of them only as it starts.
+- The server's environment is only what the interpreter and the modules it imports read as
+  they start (`_startup_settings`: `PYTHON*`, the locale, `HOME`, `PATH`, `TZ`, the proxies),
+  taken from the template's; a template whose differ gets a server started with its own. Every
+  other variable (the runner's, the developer's, pytest's per-test one) is set in the child
+  only. The server keeps no runner's settings or broker's path: each request is read into one
+  buffer, zeroed once the template is forked.
 - It never imports the app and never sees a call. What its templates share that fresh
   interpreters would not is what a template's calls already share: its hash seed and memory
   layout (`random` reseeds itself in every fork).
@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 from toolpipe.shared.runs import call_runner
@@ -62,8 +63,10 @@ _GO = b"g"
 _REFUSED = b"-"
 _PID = struct.Struct(">I")
 _FD = array.array("i")
-# The settings a template has that its server has not (see the module's docstring).
-_RUNNER_PREFIXES = ("TOOLPIPE_", "AWS_")
+# What the interpreter reads as it starts, and what a module reads as it is imported (urllib's
+# proxies): a server's environment, the same as its templates'.
+_STARTUP_PREFIXES = ("PYTHON", "LC_")
+_STARTUP_NAMES = frozenset({"LANG", "LANGUAGE", "HOME", "PATH", "TZ"})
 HOST_MODULE = "toolpipe.infra.local.tool_host"
 _SERVER_MODULE = "toolpipe.infra.local.fork_server"
 # The server's command: not dumpable before anything else is imported, then this module's loop.
@@ -252,10 +255,21 @@ def _note_refusal() -> None:
         _refused = _refused or (_server is not None and _server.refused)
 
 
+def _startup_settings(environment: Mapping[str, str]) -> dict[str, str]:
+    """What of a template's environment its server must have been started with (see
+    `_STARTUP_PREFIXES`); never a `TOOLPIPE_` or `AWS_` variable."""
+    return {
+        name: value
+        for name, value in environment.items()
+        if (name.startswith(_STARTUP_PREFIXES) or name in _STARTUP_NAMES or name.lower().endswith("_proxy"))
+        and not name.startswith(("TOOLPIPE_", "AWS_"))
+    }
+
+
 def _server_for(environment: Mapping[str, str]) -> _Server:
     """The server for the template's settings, started (or replaced) if there is none."""
     global _server
-    settings = {name: value for name, value in environment.items() if not name.startswith(_RUNNER_PREFIXES)}
+    settings = _startup_settings(environment)
     with _server_lock:
         if _server is not None and (_server.settings != settings or not _server.alive()):
             _server.close()
@@ -360,6 +374,7 @@ def _become_template(connection: socket.socket, request: bytes, fds: list[int], 
         os.chdir(folder)
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in asked["environment"].items()})
+        time.tzset()  # read as `time` was imported: the template's own, should it differ
         sys.path[:] = [folder, *base_path]
         importlib.invalidate_caches()
         sys.argv = [str(sys.modules[HOST_MODULE].__file__), str(template)]

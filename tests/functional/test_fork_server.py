@@ -314,3 +314,32 @@ def test_a_request_too_large_for_one_message_starts_afresh_and_keeps_the_server(
             processes.close()
     server = parents[0]
     assert server != os.getpid() and parents[1:] == [os.getpid(), server]
+
+
+def test_templates_whose_other_settings_differ_share_a_server_and_each_has_its_own(
+    environment: dict[str, str],
+) -> None:
+    """Only what Python and the server's imports read as they start decide the server: pytest's
+    per-test variable, a developer's or a runner's own setting are each template's alone."""
+    parents: list[int] = []
+    seen = []
+    for n in range(2):
+        env = {**environment, "PYTEST_CURRENT_TEST": f"test {n}", "TOOLPIPE_TABLE_NAME": f"table-{n}"}
+        processes = _forked_processes(env, parents)
+        try:
+            seen.append(_described(processes)["environ"])
+        finally:
+            processes.close()
+    assert parents[0] == parents[1] != os.getpid()
+    assert [(e["PYTEST_CURRENT_TEST"], e["TOOLPIPE_TABLE_NAME"]) for e in seen] == [
+        ("test 0", "table-0"),
+        ("test 1", "table-1"),
+    ]
+    try:
+        with open(f"/proc/{parents[0]}/environ", "rb") as read:
+            names = {entry.split(b"=", 1)[0].decode() for entry in read.read().split(b"\0") if entry}
+    except PermissionError:
+        assert os.geteuid() != 0  # not dumpable: only root reads it
+    else:
+        assert names == set(fork_server._startup_settings(environment))
+        assert "PYTEST_CURRENT_TEST" not in names and "PATH" in names
