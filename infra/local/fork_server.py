@@ -10,7 +10,8 @@ runner's environment, folder, `sys.path` and standard streams, then goes on as a
 
 What keeps a forked template what a fresh one is:
 - The server's environment is only what the interpreter and the modules it imports read as
-  they start (`_startup_settings`: `PYTHON*`, the locale, `HOME`, `PATH`, `TZ`, the proxies),
+  they start (`_startup_settings`: `PYTHON*`, the locale, `HOME`, `PATH`, `TZ`, the proxies,
+  pydantic's plugins, OpenSSL's),
   taken from the template's; a template whose differ gets a server started with its own. Every
   other variable (the runner's, the developer's, pytest's per-test one) is set in the child
   only. The server keeps no runner's settings or broker's path: each request is read into one
@@ -22,8 +23,8 @@ What keeps a forked template what a fresh one is:
   process of the same user cannot attach to it (ptrace, /proc/PID/mem) and change what later
   templates, of other runtimes, run; it runs in `/`, where a tool cannot put a module of its own
   first on its path. Its socket is the runtime's alone: each child closes it first.
-- A template starts importing the app only once the runtime has its pid (`_GO`): the runtime's
-  broker answers the AWS calls of the runner's processes only, the app's import included.
+- A template imports the app only once the runtime has its pid (`call_host.IMPORT_APP`, as a
+  fresh one): the runtime's broker answers the runner's processes only, the app's import too.
 - A server that does not answer within `ANSWER_SECONDS` (`START_SECONDS` while it starts), or has
   ended (a tool can signal it), is closed: the template starts afresh, the next one gets a new
   server. Where pidfds cannot be opened (not Linux, an older kernel, a seccomp profile that
@@ -49,6 +50,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from toolpipe.shared.runs import call_runner
+from toolpipe.shared.runs.call_host import IMPORT_APP
 
 # A template forked, or the server's answer: how long the runtime waits for it; for the first
 # answer of a server, which imports toolpipe first (~0.5 s, much more on a loaded machine).
@@ -57,16 +59,14 @@ START_SECONDS = 120.0
 # What one request may hold (the template's environment, as JSON), under what a socket's buffer
 # takes in one message (212,992 bytes by default on Linux): a larger one starts afresh.
 REQUEST_LIMIT_BYTES = 128 * 1024
-# The runtime's word to a forked template that it has its pid: the template may import the app.
-_GO = b"g"
 # The server's answer when it could not open the template's pidfd.
 _REFUSED = b"-"
 _PID = struct.Struct(">I")
 _FD = array.array("i")
 # What the interpreter reads as it starts, and what a module reads as it is imported (urllib's
 # proxies): a server's environment, the same as its templates'.
-_STARTUP_PREFIXES = ("PYTHON", "LC_")
-_STARTUP_NAMES = frozenset({"LANG", "LANGUAGE", "HOME", "PATH", "TZ"})
+_STARTUP_PREFIXES = ("PYTHON", "LC_", "PYDANTIC_", "OPENSSL_", "SSL_CERT_")
+_STARTUP_NAMES = frozenset({"LANG", "LANGUAGE", "HOME", "PATH", "TZ", "REQUEST_METHOD"})
 HOST_MODULE = "toolpipe.infra.local.tool_host"
 _SERVER_MODULE = "toolpipe.infra.local.fork_server"
 # The server's command: not dumpable before anything else is imported, then this module's loop.
@@ -94,7 +94,9 @@ def start_template(environment: Mapping[str, str], started: Callable[[int], None
     """A runner's template with `environment` (what `call_runner.spawn` takes), forked from the
     fork server for its settings; started afresh where none can fork it."""
     env = dict(environment)
-    if usable() and not _refused:
+    # A request that could not be sent (`REQUEST_LIMIT_BYTES`, with room for the folder's path)
+    # starts afresh before it could start or replace a server.
+    if usable() and not _refused and len(json.dumps(env)) + 8192 <= REQUEST_LIMIT_BYTES:
         folder = tempfile.mkdtemp(prefix="toolpipe-runner-")
         ours, theirs = socket.socketpair()
         try:
@@ -132,10 +134,14 @@ def _waited(
 
     try:
         started(pid)
-        connection.sendall(_GO)  # the runtime has its pid: it may import the app now
+        connection.sendall(IMPORT_APP)  # we have its pid: it may import the app now
         ready = connection.recv(4096)  # the template says so once it has imported the app
     except OSError:
         ready = b""
+    except BaseException:
+        connection.close()
+        stop()
+        raise
 
     if ready != b"ready":
         connection.close()
@@ -305,7 +311,8 @@ os.register_at_fork(after_in_child=_forget_in_child)
 def serve(fd: int) -> None:
     """The server's loop: a template forked for each request, until the runtime closes its socket."""
     connection = socket.socket(fileno=fd)
-    base_path = sys.path[1:]  # less its own folder ('': `/`)
+    # Less its own folder ('': `/`), unless it has none there (PYTHONSAFEPATH).
+    base_path = sys.path[:] if sys.flags.safe_path else sys.path[1:]
     importlib.import_module(HOST_MODULE)  # what every template imports before the app
     import gc
 
@@ -336,7 +343,10 @@ def serve(fd: int) -> None:
         try:
             pidfd = os.pidfd_open(pid)  # before any reaping here: the pid is still the child's
         except OSError:  # refused: the runtime, answered nothing, closes the template's socket
-            connection.sendall(_REFUSED)
+            try:
+                connection.sendall(_REFUSED)
+            except OSError:
+                return
             continue
         try:
             socket.send_fds(connection, [_PID.pack(pid)], [pidfd])
@@ -375,13 +385,11 @@ def _become_template(connection: socket.socket, request: bytes, fds: list[int], 
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in asked["environment"].items()})
         time.tzset()  # read as `time` was imported: the template's own, should it differ
-        sys.path[:] = [folder, *base_path]
+        sys.path[:] = [*([] if sys.flags.safe_path else [folder]), *base_path]  # as `-m` puts it
         importlib.invalidate_caches()
         sys.argv = [str(sys.modules[HOST_MODULE].__file__), str(template)]
         from toolpipe.infra.local import tool_host
 
-        if os.read(template, 1) != _GO:
-            return  # the runtime gave up on it (it never had its pid): nothing of the app runs
         tool_host.main(template)
     finally:
         os._exit(1)  # never back into the server's loop, whatever happened

@@ -1,7 +1,7 @@
 """`python -m toolpipe.shared.runs.call_host FD`: a tool runner's template as a fresh interpreter.
 
-It imports the app (so each call's process, forked from it, starts with it imported), says
-`ready` on the socket it was given, then serves calls (`call_process.serve`). An app that fails to
+Once the runner says it has its pid (`IMPORT_APP`), it imports the app (so each call's process,
+forked from it, starts with it imported), says `ready` on the socket it was given, then serves calls (`call_process.serve`). An app that fails to
 import does not stop it: each call then answers that failure, in one line, as the runner would.
 """
 
@@ -17,6 +17,9 @@ from toolpipe.shared.runs.call_process import guard_this_process, serve
 # it is imported as `__mp_main__` and stands for `__main__`, as multiprocessing does, so its
 # `if __name__ == "__main__":` block does not run again.
 MAIN_FILE_ENV = "TOOLPIPE_APP_MAIN_FILE"
+# The runner's word that it has this template's pid (its AWS broker answers the runner's processes
+# only, the app's import included): the template imports the app only then.
+IMPORT_APP = b"i"
 
 
 def _main_from_file(path: str) -> None:
@@ -45,6 +48,8 @@ def prepare() -> None:
 def main(fd: int) -> None:
     connection = socket.socket(fileno=fd)
     guard_this_process()  # before the app's import: no process of the user attaches meanwhile
+    if connection.recv(1) != IMPORT_APP:
+        return  # the runner gave up on this template before it had its pid: no app imported
     prepare()
     connection.sendall(b"ready")
     serve(connection)

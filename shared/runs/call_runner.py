@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from toolpipe.shared.errors import describe_exception
+from toolpipe.shared.runs.call_host import IMPORT_APP
 from toolpipe.shared.runs.call_process import (
     HOST_MODULE,
     NOT_TAKEN,
@@ -380,8 +381,12 @@ def spawn(
         start_new_session=True,
     )
     child.close()
-    started(process.pid)
-    ready = parent.recv(4096)  # the host says so once it has imported the app
+    try:
+        started(process.pid)
+        parent.sendall(IMPORT_APP)  # we have its pid: it may import the app now
+        ready = parent.recv(4096)  # the host says so once it has imported the app
+    except OSError:
+        ready = b""
     if ready != b"ready":
         parent.close()
         process.kill()

@@ -136,7 +136,14 @@ def _parent(pid: int) -> int:
         return int(stat.read().rsplit(b")", 1)[1].split()[1])
 
 
-def test_a_forked_template_is_what_a_fresh_interpreter_is(environment: dict[str, str]) -> None:
+@pytest.mark.parametrize("safe_path", [False, True], ids=["", "PYTHONSAFEPATH"])
+def test_a_forked_template_is_what_a_fresh_interpreter_is(
+    environment: dict[str, str], safe_path: bool
+) -> None:
+    """Under PYTHONSAFEPATH a fresh `-m` puts no folder of its own first on sys.path; nor does a
+    forked one."""
+    if safe_path:
+        environment = {**environment, "PYTHONSAFEPATH": "1"}
     fresh_parents: list[int] = []
     forked_parents: list[int] = []
     fresh = call_runner.CallProcesses.started_by(
@@ -168,9 +175,10 @@ def test_a_forked_template_is_what_a_fresh_interpreter_is(environment: dict[str,
             seen["environ"].pop(name, None)
     assert seen_forked["environ"] == seen_fresh["environ"]
     assert seen_forked["environ"]["TOOLPIPE_TABLE_NAME"] == "the-runners-own-setting"
-    # Its own folder first, then what a fresh interpreter has.
-    assert Path(seen_forked["path"][0]).name.startswith("toolpipe-runner-")
-    assert seen_forked["path"][1:] == seen_fresh["path"][1:]
+    # Its own folder first (but under PYTHONSAFEPATH), then what a fresh interpreter has.
+    first = 0 if safe_path else 1
+    assert Path(seen_forked["path"][0]).name.startswith("toolpipe-runner-") != safe_path
+    assert seen_forked["path"][first:] == seen_fresh["path"][first:]
     for key in ("argv0", "stdin", "flags", "warnoptions", "dumpable"):
         assert seen_forked[key] == seen_fresh[key], key
     assert seen_forked["stdin"] == "/dev/null" and seen_forked["dumpable"] == 0
