@@ -87,7 +87,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _start(
-    way: Callable[[dict[str, str], Callable[[int], None]], tuple[object, Callable[[], None], int]],
+    way: Callable[[dict[str, str], Callable[[int], None]], call_runner.Template],
     environment: dict[str, str],
 ) -> tuple[float, float]:
     """One template started `way`, to ready: its wall time and its own CPU then."""
@@ -95,7 +95,7 @@ def _start(
     connection, stop, pid = way(environment, lambda _: None)
     wall = time.perf_counter() - started
     cpu = _cpu_seconds(pid)
-    connection.close()  # type: ignore[attr-defined]
+    connection.close()
     stop()
     return wall, cpu
 
@@ -114,7 +114,7 @@ def template_starts(rounds: int) -> None:
         "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if p),
     }
 
-    def fresh(env: dict[str, str], started: Callable[[int], None]) -> tuple[object, Callable[[], None], int]:
+    def fresh(env: dict[str, str], started: Callable[[int], None]) -> call_runner.Template:
         return call_runner.spawn(env, None, fork_server.HOST_MODULE, started)
 
     server_first = _start(fork_server.start_template, environment)  # the server's start with it

@@ -49,8 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from toolpipe.shared.runs import call_runner
-from toolpipe.shared.runs.call_host import IMPORT_APP
+from toolpipe.shared.runs import call_process, call_runner
 
 # A template forked, or the server's answer: how long the runtime waits for it; for the first
 # answer of a server, which imports toolpipe first (~0.5 s, much more on a loaded machine).
@@ -75,8 +74,6 @@ _BOOTSTRAP = (
     f" runpy.run_module({_SERVER_MODULE!r}, run_name='__main__')"
 )
 
-Started = tuple[socket.socket, Callable[[], None], int]
-
 
 @functools.cache
 def usable() -> bool:
@@ -90,7 +87,7 @@ def usable() -> bool:
     return True
 
 
-def start_template(environment: Mapping[str, str], started: Callable[[int], None]) -> Started:
+def start_template(environment: Mapping[str, str], started: Callable[[int], None]) -> call_runner.Template:
     """A runner's template with `environment` (what `call_runner.spawn` takes), forked from the
     fork server for its settings; started afresh where none can fork it."""
     env = dict(environment)
@@ -115,7 +112,7 @@ def start_template(environment: Mapping[str, str], started: Callable[[int], None
 
 def _waited(
     connection: socket.socket, folder: str, pid: int, pidfd: int, started: Callable[[int], None]
-) -> Started:
+) -> call_runner.Template:
     """The runtime's side of a forked template: as `call_runner.spawn`'s, waited on by its pidfd
     (it is the server's child, not ours)."""
 
@@ -133,24 +130,17 @@ def _waited(
         call_runner.remove_tree(folder)
 
     try:
-        started(pid)
-        connection.sendall(IMPORT_APP)  # we have its pid: it may import the app now
-        ready = connection.recv(4096)  # the template says so once it has imported the app
-    except OSError:
-        ready = b""
+        problem = call_runner.readied(connection, pid, started)
     except BaseException:
         connection.close()
         stop()
         raise
-
-    if ready != b"ready":
+    if problem is not None:
         connection.close()
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         stop()
-        raise call_runner.RunnerUnavailableError(
-            ready.decode(errors="replace") or "the runner's template process ended"
-        )
+        raise call_runner.RunnerUnavailableError(problem)
     return connection, stop, pid
 
 
@@ -322,7 +312,7 @@ def serve(fd: int) -> None:
     buffer = bytearray(REQUEST_LIMIT_BYTES)
     while True:
         readable, _, _ = select.select([connection], [], [], 1.0)
-        _reap()
+        call_process.has_children()  # reaps the templates that ended
         if not readable:
             continue
         try:
@@ -393,16 +383,6 @@ def _become_template(connection: socket.socket, request: bytes, fds: list[int], 
         tool_host.main(template)
     finally:
         os._exit(1)  # never back into the server's loop, whatever happened
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 if __name__ == "__main__":

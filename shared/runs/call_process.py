@@ -107,7 +107,7 @@ def _children() -> list[int]:
     return found
 
 
-def _has_children() -> bool:
+def has_children() -> bool:
     """Whether any child is left, reaping those that ended (cheaper than listing them)."""
     while True:
         try:
@@ -139,7 +139,7 @@ def end_strays(keep: Collection[int] = ()) -> None:
 def _end_children() -> None:
     """End every child of this process, and theirs (the cheap check first: most calls leave none)."""
     for _ in range(1000):
-        if not _has_children():
+        if not has_children():
             return
         end_strays()
         time.sleep(0.001)  # one may be between its parent's end and its re-parenting here

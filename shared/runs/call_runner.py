@@ -41,6 +41,8 @@ OUTPUT_LIMIT_BYTES = 64 * 1024
 ANSWER_LIMIT_BYTES = 64 * 1024 * 1024
 # Past the call's own limit, what the runner waits for its supervisor to end it and clean up.
 CLEANUP_SECONDS = 10.0
+# A started template: the runner's socket to it, what ends it, its pid.
+Template = tuple[socket.socket, Callable[[], None], int]
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class RunnerUnavailableError(RuntimeError):
 class CallProcesses:
     """The runner's handle on its template: `run` runs one call in a process of its own."""
 
-    def __init__(self, start: Callable[[], tuple[socket.socket, Callable[[], None], int]]) -> None:
+    def __init__(self, start: Callable[[], Template]) -> None:
         self._start = start
         self._lock = threading.Lock()
         self._connection: socket.socket | None = None
@@ -116,9 +118,7 @@ class CallProcesses:
         return cls.started_by(lambda started: spawn(env, cwd, host, started))
 
     @classmethod
-    def started_by(
-        cls, start: Callable[[Callable[[int], None]], tuple[socket.socket, Callable[[], None], int]]
-    ) -> "CallProcesses":
+    def started_by(cls, start: Callable[[Callable[[int], None]], Template]) -> "CallProcesses":
         """A template started (at the first call) by `start`, which is given what to tell each
         template's pid before it imports the app (as `spawn`): its socket, its stop and pid."""
         processes = cls(lambda: start(processes._started.add))
@@ -367,7 +367,7 @@ def _descends(pid: int, ancestors: Collection[int]) -> bool:
 
 def spawn(
     environment: dict[str, str], cwd: str | None, host: str, started: Callable[[int], None]
-) -> tuple[socket.socket, Callable[[], None], int]:
+) -> Template:
     """A fresh interpreter as the template (`python -m HOST FD`); `started` is told its pid
     before it imports the app (whose import may call AWS already)."""
     parent, child = socket.socketpair()
@@ -381,17 +381,12 @@ def spawn(
         start_new_session=True,
     )
     child.close()
-    try:
-        started(process.pid)
-        parent.sendall(IMPORT_APP)  # we have its pid: it may import the app now
-        ready = parent.recv(4096)  # the host says so once it has imported the app
-    except OSError:
-        ready = b""
-    if ready != b"ready":
+    problem = readied(parent, process.pid, started)
+    if problem is not None:
         parent.close()
         process.kill()
         process.wait()
-        raise RunnerUnavailableError(ready.decode(errors="replace") or "the runner's template process ended")
+        raise RunnerUnavailableError(problem)
 
     def stop() -> None:
         try:
@@ -404,6 +399,21 @@ def spawn(
             remove_tree(folder)
 
     return parent, stop, process.pid
+
+
+def readied(connection: socket.socket, pid: int, started: Callable[[int], None]) -> str | None:
+    """Tell `started` a new template's pid, then let it import the app (`IMPORT_APP`: the broker
+    answers the runner's processes only, the app's import included): None once it says it is
+    ready, else why it is not."""
+    try:
+        started(pid)
+        connection.sendall(IMPORT_APP)
+        ready = connection.recv(4096)  # the host says so once it has imported the app
+    except OSError:
+        ready = b""
+    if ready == b"ready":
+        return None
+    return ready.decode(errors="replace") or "the runner's template process ended"
 
 
 def remove_tree(path: str) -> None:
